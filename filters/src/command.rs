@@ -1,0 +1,1 @@
+//! Command table (being written).

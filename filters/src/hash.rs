@@ -1,0 +1,1 @@
+//! Shard pickers (being written).

@@ -1,0 +1,16 @@
+//! # respway-filters
+//!
+//! The data-plane pieces of respway, with no sockets, YAML or gRPC in them:
+//!
+//! - [`resp`]: the RESP2 codec (requests, inline commands, replies), zero-copy over `Bytes`;
+//! - [`command`]: the Redis 7 command table (arity, flags, key positions, proxy class);
+//! - [`model`]: the validated configuration model that both static YAML and xDS become;
+//! - [`hash`]: shard pickers (Envoy maglev and ring hash, twemproxy ketama/modula, slots).
+//!
+//! Invariant for every layer: each request gets exactly one reply, in request order.
+
+pub mod codec_limits;
+pub mod command;
+pub mod hash;
+pub mod model;
+pub mod resp;

@@ -1,0 +1,1 @@
+//! RESP2 codec (being written).

@@ -1,0 +1,1 @@
+//! respway: the sidecar.
