@@ -1,1 +1,1080 @@
-//! Command table (being written).
+//! The Redis 7 command table: arity, flags, key positions and the proxy's class of every
+//! command and subcommand.
+//!
+//! The table itself (`command_table.rs`, next to this file) is generated from a real
+//! redis-server's `COMMAND` reply by `filters/scripts/gen_command_table.py`; it is checked
+//! in, and `python3 filters/scripts/gen_command_table.py --check` fails when it is stale.
+//! It currently holds Redis 7.0.15 ([`REDIS_VERSION`]).
+//!
+//! # Per request
+//!
+//! 1. [`lookup`] `argv[0]` (case-insensitive, no allocation, one perfect-hash probe);
+//! 2. [`CommandInfo::resolve`] the subcommand of container commands (`OBJECT ENCODING`,
+//!    `XINFO STREAM`, `CLIENT SETNAME`, ...), each of which has its own arity, flags and
+//!    key positions;
+//! 3. [`CommandInfo::arity_ok`], then act on [`CommandInfo::class`];
+//! 4. [`CommandInfo::key_indices`] for the positions of the keys.
+//!
+//! # How the class is decided
+//!
+//! The generator applies these rules in order; the first match wins (the reason is written
+//! as a comment above every entry of the generated table):
+//!
+//! 1. **Proxy**: `PING`, `ECHO`, `QUIT`, `SELECT`, `HELLO`, `COMMAND`, `CLIENT`, `INFO`,
+//!    `AUTH`, `TIME` are answered by the proxy ([`ProxyCommand`]); the subcommands of
+//!    `COMMAND` and `CLIENT` inherit their parent's class.
+//! 2. **Split**: `MGET` ([`SplitKind::Mget`]), `MSET` ([`SplitKind::Mset`]) and `DEL`,
+//!    `UNLINK`, `EXISTS`, `TOUCH` ([`SplitKind::SumInt`]).
+//! 3. **Unsupported** by name although they have keys: `MULTI`, `EXEC`, `DISCARD`, `WATCH`,
+//!    `UNWATCH` (transactions), `MOVE` (another database), `MIGRATE`, `RESTORE-ASKING`.
+//! 4. **Unsupported** when Redis flags the command `blocking` (`BLPOP`, `BRPOP`, `BLMOVE`,
+//!    `BLMPOP`, `BZPOPMIN`, `BZMPOP`, `XREAD`, `XREADGROUP`, ...), `pubsub` (`SUBSCRIBE`,
+//!    `PUBLISH`, `SPUBLISH`, `PUBSUB ...`) or `admin` (`CONFIG SET`, `DEBUG`, `SHUTDOWN`,
+//!    `SAVE`, `REPLICAOF`, `MONITOR`, `PFDEBUG`, most `CLUSTER`/`ACL` subcommands, ...).
+//! 5. **Unsupported** when the command has no keys at all: `KEYS`, `SCAN`, `RANDOMKEY`,
+//!    `DBSIZE`, `FLUSHALL`, `FLUSHDB`, `SWAPDB`, `WAIT`, `SCRIPT ...`, `FUNCTION ...`,
+//!    `OBJECT HELP`, the container commands themselves (an unknown subcommand resolves to
+//!    the container), ...
+//! 6. **Single** when the key positions can only ever name one key (`GET`, `SET`, `HSET`,
+//!    `XADD`, `SORT_RO`, `GEORADIUS_RO`, `OBJECT ENCODING` (key at 2), `MEMORY USAGE`,
+//!    `XINFO STREAM`, `XGROUP CREATE`, ...).
+//! 7. **SameShard** otherwise: several keys, numkeys or an optional destination key
+//!    (`RENAME`, `SMOVE`, `LMOVE`, `COPY`, `MSETNX`, `SINTER`/`SUNION`/`SDIFF` and their
+//!    `STORE` forms, `PFCOUNT`, `PFMERGE`, `BITOP`, `LCS`, `SORT`, `GEORADIUS` (`STORE`),
+//!    `GEOSEARCHSTORE`, `ZRANGESTORE`, `ZUNIONSTORE`/`ZINTERSTORE`/`ZDIFFSTORE`, `ZUNION`,
+//!    `ZINTER`, `ZDIFF`, `ZINTERCARD`, `SINTERCARD`, `LMPOP`, `ZMPOP`, `EVAL`, `EVALSHA`,
+//!    `EVAL_RO`, `EVALSHA_RO`, `FCALL`, `FCALL_RO`). `EVAL ... 0` yields no keys; the
+//!    caller decides what to do with a key-less script.
+//!
+//! # Key positions
+//!
+//! Commands whose keys sit at fixed positions use Redis's legacy `(first, last, step)`
+//! ([`KeySpec::Range`]; the generator checks it against the server's key specs). Commands
+//! with movable keys get a dedicated [`KeySpec`] variant that mirrors Redis's own key
+//! finder; the generator fails on any key-spec shape it does not know. The generated file
+//! also embeds `COMMAND GETKEYS` answers of the live server, and a test checks
+//! [`CommandInfo::key_indices`] against them.
+//!
+//! Known limits: `SORT ... BY/GET pattern` names keys through patterns that cannot be
+//! routed (only the sorted key and the `STORE` destination are keys here), and `COPY ... DB`
+//! copies into another database of the same shard.
+
+use bytes::Bytes;
+
+#[path = "command_table.rs"]
+mod table;
+
+/// Redis `write`: the command may modify data.
+pub const WRITE: u32 = 1 << 0;
+/// Redis `readonly`: the command only reads data.
+pub const READONLY: u32 = 1 << 1;
+/// Redis `denyoom`: rejected when the server is over `maxmemory`.
+pub const DENYOOM: u32 = 1 << 2;
+/// Redis `module`: implemented by a module.
+pub const MODULE: u32 = 1 << 3;
+/// Redis `admin`: administrative command.
+pub const ADMIN: u32 = 1 << 4;
+/// Redis `pubsub`: publish/subscribe command.
+pub const PUBSUB: u32 = 1 << 5;
+/// Redis `noscript`: not allowed in scripts.
+pub const NOSCRIPT: u32 = 1 << 6;
+/// Redis `blocking`: may block the client.
+pub const BLOCKING: u32 = 1 << 7;
+/// Redis `loading`: allowed while the database is loading.
+pub const LOADING: u32 = 1 << 8;
+/// Redis `stale`: allowed on a replica with stale data.
+pub const STALE: u32 = 1 << 9;
+/// Redis `skip_monitor`: not shown by `MONITOR`.
+pub const SKIP_MONITOR: u32 = 1 << 10;
+/// Redis `skip_slowlog`: not logged in the slow log.
+pub const SKIP_SLOWLOG: u32 = 1 << 11;
+/// Redis `asking`: cluster `ASKING` semantics (importing slot).
+pub const ASKING: u32 = 1 << 12;
+/// Redis `fast`: O(1) or O(log N).
+pub const FAST: u32 = 1 << 13;
+/// Redis `no_auth`: allowed before authentication.
+pub const NO_AUTH: u32 = 1 << 14;
+/// Redis `no_mandatory_keys`: may have keys but need not (`EVAL ... 0`).
+pub const NO_MANDATORY_KEYS: u32 = 1 << 15;
+/// Redis `no_async_loading`: denied during async loading.
+pub const NO_ASYNC_LOADING: u32 = 1 << 16;
+/// Redis `no_multi`: not allowed inside `MULTI`.
+pub const NO_MULTI: u32 = 1 << 17;
+/// Redis `movablekeys`: key positions depend on the arguments.
+pub const MOVABLE_KEYS: u32 = 1 << 18;
+/// Redis `allow_busy`: allowed while a script is busy.
+pub const ALLOW_BUSY: u32 = 1 << 19;
+
+/// Version of the redis-server the table was generated from.
+pub const REDIS_VERSION: &str = table::REDIS_VERSION;
+
+/// One Redis command or subcommand.
+#[derive(Debug)]
+pub struct CommandInfo {
+    /// Lowercase name; subcommands as `container|sub`, e.g. `object|encoding`.
+    pub name: &'static str,
+    /// Redis arity, counting the command name (and for subcommands the container name):
+    /// `n` means exactly `n` arguments, `-n` at least `n`.
+    pub arity: i32,
+    /// Flag bit set ([`WRITE`], [`READONLY`], ...).
+    pub flags: u32,
+    /// The flags as Redis's `COMMAND` reply names them, in its order.
+    pub flag_names: &'static [&'static str],
+    /// Redis's legacy `(first key, last key, step)` as `COMMAND` reports it (`(0, 0, 0)`
+    /// when the keys are movable or absent; a negative last counts from the end).
+    pub legacy_range: (i32, i32, i32),
+    /// ACL categories as `COMMAND` reports them (`@read`, `@string`, ...).
+    pub acl_categories: &'static [&'static str],
+    /// Where the keys are.
+    pub keys: KeySpec,
+    /// What the proxy does with the command.
+    pub class: CommandClass,
+    /// Subcommands of a container command (`OBJECT`, `CLIENT`, `XINFO`, ...), sorted by
+    /// name; empty otherwise.
+    pub subcommands: &'static [CommandInfo],
+}
+
+/// Positions of a command's keys in its argv (`args[0]` is the command name).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum KeySpec {
+    /// No keys.
+    None,
+    /// Keys at `first`, `first + step`, ... up to `last`; a negative `last` counts from the
+    /// end (`-1` = the last argument, `-2` = the one before, as `BLPOP`'s timeout).
+    Range {
+        /// Index of the first key.
+        first: u8,
+        /// Index of the last key, or from the end when negative.
+        last: i8,
+        /// Distance between keys (2 for `MSET`'s key/value pairs).
+        step: u8,
+    },
+    /// A key count at `numkeys_index`, then that many keys from
+    /// `numkeys_index + first_offset` on (`EVAL`, `EVALSHA`, `FCALL`, `LMPOP`, `ZMPOP`,
+    /// `SINTERCARD`, `ZUNION`, `ZINTER`, `ZDIFF`, `ZINTERCARD`, ...).
+    NumKeys {
+        /// Index of the key count.
+        numkeys_index: u8,
+        /// Offset of the first key from the key count.
+        first_offset: u8,
+        /// `args[1]` is a key too, before the counted ones (the destination of
+        /// `ZUNIONSTORE`, `ZINTERSTORE`, `ZDIFFSTORE`).
+        extra_first_key: bool,
+    },
+    /// `GEORADIUS`, `GEORADIUSBYMEMBER`: the key at 1, plus the argument after every
+    /// `STORE` / `STOREDIST` option at or after `search_from` (a superset of both what the
+    /// command uses, the last one, and what Redis's key specs report, the first of each).
+    StoreOption {
+        /// Index of the first optional argument.
+        search_from: u8,
+    },
+    /// `SORT`: the key at 1, plus the destination of the last `STORE` option (options are
+    /// skipped as Redis does: `LIMIT` takes 2 arguments, `BY` and `GET` one).
+    Sort,
+    /// `XREAD`, `XREADGROUP`: after the options, `STREAMS key... id...` with one ID per key.
+    Streams,
+    /// `MIGRATE`: the key at 3, or, when it is empty, the keys after the `KEYS` option.
+    Migrate,
+}
+
+/// What the proxy does with a command.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum CommandClass {
+    /// Exactly one key, forwarded to the shard that owns it (`GET`, `SET`, `HSET`, `INCR`,
+    /// `OBJECT ENCODING`, ...).
+    Single,
+    /// Split per shard and merged: `MGET` (array in key order), `MSET` (`OK`), and `DEL`,
+    /// `UNLINK`, `EXISTS`, `TOUCH` (integer sum).
+    Split(SplitKind),
+    /// Several keys that must all hash to one shard (`RENAME`, `SMOVE`, `SINTERSTORE`,
+    /// `ZUNIONSTORE`, `LMOVE`, `COPY`, `MSETNX`, `PFCOUNT`, `EVAL`, `FCALL`, `BITOP`,
+    /// `GEORADIUS ... STORE`, `SORT ... STORE`, ...). A script with no keys yields an empty
+    /// key list; the caller decides.
+    SameShard,
+    /// Answered by the proxy itself.
+    Proxy(ProxyCommand),
+    /// Not supported by a sharding proxy: blocking, pub/sub, transactions, admin and
+    /// cluster-wide commands, and key-less commands the proxy does not answer.
+    Unsupported,
+}
+
+/// How a [`CommandClass::Split`] command is split and its replies merged.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum SplitKind {
+    /// `MGET`: one sub-`MGET` per shard; replies reassembled in key order.
+    Mget,
+    /// `MSET`: one sub-`MSET` per shard with the key/value pairs; reply `OK`.
+    Mset,
+    /// `DEL`, `UNLINK`, `EXISTS`, `TOUCH`: one sub-command per shard; integer replies summed.
+    SumInt,
+}
+
+/// A command answered by the proxy itself.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum ProxyCommand {
+    /// `PING [message]`.
+    Ping,
+    /// `ECHO message`.
+    Echo,
+    /// `QUIT`.
+    Quit,
+    /// `SELECT db`.
+    Select,
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
+    Hello,
+    /// `COMMAND` and its subcommands.
+    Command,
+    /// `CLIENT` and its subcommands.
+    Client,
+    /// `INFO [section ...]`.
+    Info,
+    /// `AUTH [user] password`.
+    Auth,
+    /// `TIME`.
+    Time,
+}
+
+/// Every top-level command (subcommands in [`CommandInfo::subcommands`]), sorted by name.
+pub fn all() -> &'static [CommandInfo] {
+    &table::COMMANDS
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
+const PHF_SEED_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// MurmurHash3's 64-bit finalizer.
+#[inline]
+fn fmix64(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// Looks a top-level command up by `argv[0]`, ignoring ASCII case, without allocating:
+/// one FNV-1a pass over the name, one perfect-hash probe and one comparison.
+#[inline]
+pub fn lookup(name: &[u8]) -> Option<&'static CommandInfo> {
+    if name.is_empty() || name.len() > table::MAX_NAME_LEN {
+        return None;
+    }
+    let mut h = FNV_OFFSET;
+    for &b in name {
+        h = (h ^ u64::from(b.to_ascii_lowercase())).wrapping_mul(FNV_PRIME);
+    }
+    let bucket = (fmix64(h) >> (64 - table::PHF_BUCKET_BITS)) as usize;
+    let seed = u64::from(table::PHF_SEEDS[bucket % table::PHF_SEEDS.len()]);
+    let slot = fmix64(h ^ seed.wrapping_mul(PHF_SEED_MUL)) as usize & (table::PHF_SLOTS.len() - 1);
+    // An empty slot holds u16::MAX, past the end of the table.
+    let cmd = table::COMMANDS.get(usize::from(table::PHF_SLOTS[slot]))?;
+    cmd.name
+        .as_bytes()
+        .eq_ignore_ascii_case(name)
+        .then_some(cmd)
+}
+
+const NOT_AN_INTEGER: &str = "value is not an integer or out of range";
+const SYNTAX_ERROR: &str = "syntax error";
+const WRONG_ARGS: &str = "wrong number of arguments";
+const UNBALANCED_STREAMS: &str =
+    "Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.";
+const MIGRATE_KEYS_NOT_EMPTY: &str =
+    "When using MIGRATE KEYS option, the key argument must be set to the empty string";
+
+impl CommandInfo {
+    /// Whether every bit of `flag` is set.
+    #[inline]
+    pub fn has_flag(&self, flag: u32) -> bool {
+        self.flags & flag == flag
+    }
+
+    /// Redis's `write` flag: the command may modify data. (Scripts, `EVAL` and `FCALL`,
+    /// carry neither `write` nor `readonly`; their `_RO` forms are `readonly`.)
+    #[inline]
+    pub fn is_write(&self) -> bool {
+        self.flags & WRITE != 0
+    }
+
+    /// Redis's `readonly` flag.
+    #[inline]
+    pub fn is_readonly(&self) -> bool {
+        self.flags & READONLY != 0
+    }
+
+    /// Whether `argc` arguments (counting the command name) satisfy the arity.
+    #[inline]
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let n = self.arity.unsigned_abs() as usize;
+        if self.arity >= 0 {
+            argc == n
+        } else {
+            argc >= n
+        }
+    }
+
+    /// The subcommand `name` of this container command, ignoring ASCII case.
+    pub fn subcommand(&'static self, name: &[u8]) -> Option<&'static CommandInfo> {
+        let skip = self.name.len() + 1;
+        self.subcommands.iter().find(|s| {
+            s.name
+                .as_bytes()
+                .get(skip..)
+                .is_some_and(|sub| sub.eq_ignore_ascii_case(name))
+        })
+    }
+
+    /// For a container command, the subcommand named by `args[1]` (ignoring ASCII case);
+    /// `self` when there are no subcommands, no `args[1]` or no such subcommand.
+    #[inline]
+    pub fn resolve(&'static self, args: &[Bytes]) -> &'static CommandInfo {
+        if self.subcommands.is_empty() {
+            return self;
+        }
+        match args.get(1) {
+            Some(sub) => self.subcommand(sub).unwrap_or(self),
+            None => self,
+        }
+    }
+
+    /// Writes the index in `args` (`args[0]` is the command name) of every key into `out`,
+    /// which is cleared first, in ascending order (for `ZUNIONSTORE`: the destination,
+    /// then the counted keys). Allocates only when `out`'s capacity is too small, so a
+    /// reused vector never allocates for a bounded number of keys.
+    ///
+    /// Expects [`arity_ok`](Self::arity_ok) to hold. Errors, in Redis's words without the
+    /// `ERR ` prefix, when the arguments cannot name keys: a malformed, negative or too
+    /// large numkeys (`Number of keys can't be greater than number of args`, `numkeys
+    /// should be greater than 0`, ...), `MSET` without a value for its last key, `XREAD`
+    /// without `STREAMS` or with unbalanced streams/IDs.
+    pub fn key_indices(&self, args: &[Bytes], out: &mut Vec<usize>) -> Result<(), &'static str> {
+        out.clear();
+        let argc = args.len();
+        match self.keys {
+            KeySpec::None => Ok(()),
+            KeySpec::Range { first, last, step } => {
+                let first = usize::from(first);
+                let step = usize::from(step.max(1));
+                if argc <= first {
+                    return Ok(());
+                }
+                let last = if last >= 0 {
+                    usize::from(last.unsigned_abs()).min(argc - 1)
+                } else {
+                    let back = usize::from(last.unsigned_abs());
+                    if !(argc - first).is_multiple_of(step) {
+                        // MSET/MSETNX: a key without its value.
+                        return Err(wrong_arity(self.name));
+                    }
+                    match argc.checked_sub(back) {
+                        Some(l) => l,
+                        None => return Ok(()),
+                    }
+                };
+                if last >= first {
+                    out.reserve((last - first) / step + 1);
+                    out.extend((first..=last).step_by(step));
+                }
+                Ok(())
+            }
+            KeySpec::NumKeys {
+                numkeys_index,
+                first_offset,
+                extra_first_key,
+            } => {
+                let idx = usize::from(numkeys_index);
+                let Some(raw) = args.get(idx) else {
+                    return Err(WRONG_ARGS);
+                };
+                let errors = NumkeysErrors::of(self.name);
+                let n = parse_i64(raw).ok_or(errors.not_integer)?;
+                let zero_ok = self.has_flag(NO_MANDATORY_KEYS);
+                if n < 0 || (n == 0 && !zero_ok) {
+                    return Err(errors.not_positive);
+                }
+                let start = idx + usize::from(first_offset);
+                let avail = argc.saturating_sub(start);
+                if n as u64 > avail as u64 {
+                    return Err(errors.too_many);
+                }
+                let n = n as usize;
+                out.reserve(n + usize::from(extra_first_key));
+                if extra_first_key {
+                    out.push(1);
+                }
+                out.extend(start..start + n);
+                Ok(())
+            }
+            KeySpec::StoreOption { search_from } => {
+                if argc > 1 {
+                    out.push(1);
+                }
+                let from = usize::from(search_from).max(2);
+                // The option's argument must follow it, so the last argument is no option.
+                let options = args.get(from..argc.saturating_sub(1)).unwrap_or_default();
+                for (i, a) in (from..).zip(options) {
+                    if a.eq_ignore_ascii_case(b"store") || a.eq_ignore_ascii_case(b"storedist") {
+                        out.push(i + 1);
+                    }
+                }
+                Ok(())
+            }
+            KeySpec::Sort => {
+                if argc > 1 {
+                    out.push(1);
+                }
+                let mut store = None;
+                let mut i = 2;
+                while i < argc {
+                    let a = &args[i][..];
+                    if a.eq_ignore_ascii_case(b"limit") {
+                        i += 2;
+                    } else if a.eq_ignore_ascii_case(b"get") || a.eq_ignore_ascii_case(b"by") {
+                        i += 1;
+                    } else if a.eq_ignore_ascii_case(b"store") && i + 1 < argc {
+                        // The last STORE wins, as in SORT itself.
+                        store = Some(i + 1);
+                    }
+                    i += 1;
+                }
+                out.extend(store);
+                Ok(())
+            }
+            KeySpec::Streams => {
+                let mut streams = None;
+                let mut i = 1;
+                while i < argc {
+                    let a = &args[i][..];
+                    if a.eq_ignore_ascii_case(b"block") || a.eq_ignore_ascii_case(b"count") {
+                        i += 2;
+                    } else if a.eq_ignore_ascii_case(b"group") {
+                        i += 3;
+                    } else if a.eq_ignore_ascii_case(b"noack") {
+                        i += 1;
+                    } else if a.eq_ignore_ascii_case(b"streams") {
+                        streams = Some(i);
+                        break;
+                    } else {
+                        break;
+                    }
+                }
+                let Some(pos) = streams else {
+                    return Err(SYNTAX_ERROR);
+                };
+                let rest = argc - pos - 1;
+                if rest == 0 {
+                    return Err(SYNTAX_ERROR);
+                }
+                if !rest.is_multiple_of(2) {
+                    return Err(UNBALANCED_STREAMS);
+                }
+                out.reserve(rest / 2);
+                out.extend(pos + 1..pos + 1 + rest / 2);
+                Ok(())
+            }
+            KeySpec::Migrate => {
+                let mut i = 6;
+                while i < argc {
+                    let a = &args[i][..];
+                    if a.eq_ignore_ascii_case(b"keys") {
+                        if !args[3].is_empty() {
+                            return Err(MIGRATE_KEYS_NOT_EMPTY);
+                        }
+                        out.reserve(argc - i - 1);
+                        out.extend(i + 1..argc);
+                        return Ok(());
+                    } else if a.eq_ignore_ascii_case(b"auth") {
+                        i += 1;
+                    } else if a.eq_ignore_ascii_case(b"auth2") {
+                        i += 2;
+                    }
+                    i += 1;
+                }
+                if argc > 3 {
+                    out.push(3);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Redis's arity error for the commands whose key/value pairs can be unbalanced.
+fn wrong_arity(name: &str) -> &'static str {
+    match name {
+        "mset" => "wrong number of arguments for 'mset' command",
+        "msetnx" => "wrong number of arguments for 'msetnx' command",
+        _ => WRONG_ARGS,
+    }
+}
+
+/// The error texts of one command's numkeys checks (they differ between command families).
+struct NumkeysErrors {
+    not_integer: &'static str,
+    not_positive: &'static str,
+    too_many: &'static str,
+}
+
+impl NumkeysErrors {
+    fn of(name: &str) -> Self {
+        const POSITIVE: &str = "numkeys should be greater than 0";
+        const GREATER: &str = "Number of keys can't be greater than number of args";
+        let zset = |not_positive| NumkeysErrors {
+            not_integer: NOT_AN_INTEGER,
+            not_positive,
+            too_many: SYNTAX_ERROR,
+        };
+        match name {
+            "lmpop" | "blmpop" | "zmpop" | "bzmpop" => NumkeysErrors {
+                not_integer: POSITIVE,
+                not_positive: POSITIVE,
+                too_many: SYNTAX_ERROR,
+            },
+            "sintercard" => NumkeysErrors {
+                not_integer: POSITIVE,
+                not_positive: POSITIVE,
+                too_many: GREATER,
+            },
+            "zunionstore" => zset("at least 1 input key is needed for 'zunionstore' command"),
+            "zinterstore" => zset("at least 1 input key is needed for 'zinterstore' command"),
+            "zdiffstore" => zset("at least 1 input key is needed for 'zdiffstore' command"),
+            "zunion" => zset("at least 1 input key is needed for 'zunion' command"),
+            "zinter" => zset("at least 1 input key is needed for 'zinter' command"),
+            "zdiff" => zset("at least 1 input key is needed for 'zdiff' command"),
+            "zintercard" => zset("at least 1 input key is needed for 'zintercard' command"),
+            // EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO.
+            _ => NumkeysErrors {
+                not_integer: NOT_AN_INTEGER,
+                not_positive: "Number of keys can't be negative",
+                too_many: GREATER,
+            },
+        }
+    }
+}
+
+/// Parses a decimal integer as strictly as Redis's `string2ll`: optional `-`, no `+`, no
+/// spaces, no leading zeros, within `i64`.
+fn parse_i64(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, s),
+    };
+    match digits {
+        [b'0'] if !neg => return Some(0),
+        [b'1'..=b'9', ..] if digits.len() <= 19 => {}
+        _ => return None,
+    }
+    let mut v: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    if neg {
+        if v <= i64::MAX as u64 + 1 {
+            Some((v as i64).wrapping_neg())
+        } else {
+            None
+        }
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(parts: &[&str]) -> Vec<Bytes> {
+        parts
+            .iter()
+            .map(|p| Bytes::copy_from_slice(p.as_bytes()))
+            .collect()
+    }
+
+    fn cmd(name: &str) -> &'static CommandInfo {
+        lookup(name.as_bytes()).unwrap_or_else(|| panic!("{name} not in the table"))
+    }
+
+    /// Key indices of a space-separated command line (`''` is an empty argument).
+    fn keys(line: &str) -> Result<Vec<usize>, &'static str> {
+        let parts: Vec<&str> = line
+            .split(' ')
+            .map(|p| if p == "''" { "" } else { p })
+            .collect();
+        keys_of(&parts)
+    }
+
+    fn keys_of(parts: &[&str]) -> Result<Vec<usize>, &'static str> {
+        let args = argv(parts);
+        let c = cmd(parts[0]).resolve(&args);
+        assert!(c.arity_ok(args.len()), "{parts:?}: arity");
+        let mut out = vec![usize::MAX; 3];
+        c.key_indices(&args, &mut out).map(|()| out)
+    }
+
+    const FLAG_NAMES: [(&str, u32); 20] = [
+        ("write", WRITE),
+        ("readonly", READONLY),
+        ("denyoom", DENYOOM),
+        ("module", MODULE),
+        ("admin", ADMIN),
+        ("pubsub", PUBSUB),
+        ("noscript", NOSCRIPT),
+        ("blocking", BLOCKING),
+        ("loading", LOADING),
+        ("stale", STALE),
+        ("skip_monitor", SKIP_MONITOR),
+        ("skip_slowlog", SKIP_SLOWLOG),
+        ("asking", ASKING),
+        ("fast", FAST),
+        ("no_auth", NO_AUTH),
+        ("no_mandatory_keys", NO_MANDATORY_KEYS),
+        ("no_async_loading", NO_ASYNC_LOADING),
+        ("no_multi", NO_MULTI),
+        ("movablekeys", MOVABLE_KEYS),
+        ("allow_busy", ALLOW_BUSY),
+    ];
+
+    fn every_command() -> impl Iterator<Item = &'static CommandInfo> {
+        all()
+            .iter()
+            .flat_map(|c| std::iter::once(c).chain(c.subcommands.iter()))
+    }
+
+    #[test]
+    fn lookup_is_case_insensitive() {
+        assert_eq!(cmd("GeT").name, "get");
+        assert_eq!(lookup(b"GET").unwrap().name, "get");
+        assert_eq!(lookup(b"georadiusbymember_ro").unwrap().arity, -5);
+        assert_eq!(lookup(b"RESTORE-ASKING").unwrap().name, "restore-asking");
+        assert!(lookup(b"").is_none());
+        assert!(lookup(b"nosuchcommand").is_none());
+        assert!(lookup(b"ge").is_none());
+        assert!(lookup(b"gett").is_none());
+        assert!(lookup(b"object|encoding").is_none());
+        assert!(lookup(b"georadiusbymember_ro_").is_none());
+        assert!(lookup(&[0xff; 8]).is_none());
+    }
+
+    #[test]
+    fn lookup_finds_every_command_in_any_case() {
+        assert!(all().len() > 200);
+        assert!(all().windows(2).all(|w| w[0].name < w[1].name));
+        for c in all() {
+            assert!(std::ptr::eq(lookup(c.name.as_bytes()).unwrap(), c));
+            let upper = c.name.to_ascii_uppercase();
+            assert!(std::ptr::eq(lookup(upper.as_bytes()).unwrap(), c));
+            // A near miss must not be found.
+            let mut longer = c.name.as_bytes().to_vec();
+            longer.push(b'x');
+            assert!(lookup(&longer).is_none_or(|o| o.name != c.name));
+        }
+    }
+
+    #[test]
+    fn table_is_consistent() {
+        for c in every_command() {
+            let mut flags = 0;
+            for name in c.flag_names {
+                let (_, bit) = FLAG_NAMES
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .unwrap_or_else(|| panic!("{}: flag {name}", c.name));
+                flags |= bit;
+            }
+            assert_eq!(flags, c.flags, "{}", c.name);
+            assert_eq!(c.name, c.name.to_ascii_lowercase());
+            assert_ne!(c.arity, 0, "{}", c.name);
+            if c.has_flag(MOVABLE_KEYS) {
+                assert!(!matches!(c.keys, KeySpec::Range { .. }) || c.name == "sort_ro");
+            } else if let KeySpec::Range { first, last, step } = c.keys {
+                let legacy = (i32::from(first), i32::from(last), i32::from(step));
+                assert_eq!(legacy, c.legacy_range, "{}", c.name);
+            }
+            for s in c.subcommands {
+                assert!(s.name.starts_with(&format!("{}|", c.name)));
+                assert!(s.subcommands.is_empty());
+            }
+            assert!(c.subcommands.windows(2).all(|w| w[0].name < w[1].name));
+        }
+        assert_eq!(REDIS_VERSION.split('.').next(), Some("7"));
+    }
+
+    #[test]
+    fn flags() {
+        assert!(cmd("set").is_write());
+        assert!(!cmd("get").is_write());
+        assert!(cmd("get").is_readonly());
+        assert!(cmd("get").has_flag(READONLY | FAST));
+        assert!(!cmd("get").has_flag(READONLY | WRITE));
+        assert!(cmd("blpop").has_flag(BLOCKING));
+        assert!(cmd("subscribe").has_flag(PUBSUB));
+        assert!(cmd("eval").has_flag(MOVABLE_KEYS | NO_MANDATORY_KEYS | NOSCRIPT));
+        assert!(cmd("debug").has_flag(ADMIN));
+        assert_eq!(cmd("get").flag_names, ["readonly", "fast"]);
+        assert_eq!(cmd("mset").legacy_range, (1, -1, 2));
+        assert_eq!(cmd("eval").legacy_range, (0, 0, 0));
+        assert!(cmd("get").acl_categories.contains(&"@string"));
+    }
+
+    #[test]
+    fn arity() {
+        let get = cmd("get");
+        assert!(!get.arity_ok(0));
+        assert!(!get.arity_ok(1));
+        assert!(get.arity_ok(2));
+        assert!(!get.arity_ok(3));
+        let set = cmd("set");
+        assert!(!set.arity_ok(2));
+        assert!(set.arity_ok(3));
+        assert!(set.arity_ok(7));
+        assert!(cmd("ping").arity_ok(1));
+        assert!(cmd("ping").arity_ok(2));
+        assert!(!cmd("mget").arity_ok(1));
+        assert!(cmd("mget").arity_ok(2));
+        let enc = cmd("object").resolve(&argv(&["object", "encoding", "k"]));
+        assert!(enc.arity_ok(3));
+        assert!(!enc.arity_ok(4));
+    }
+
+    #[test]
+    fn resolve_subcommands() {
+        let object = cmd("object");
+        let enc = object.resolve(&argv(&["OBJECT", "EnCoDiNg", "k"]));
+        assert_eq!(enc.name, "object|encoding");
+        assert_eq!(enc.class, CommandClass::Single);
+        assert!(std::ptr::eq(object.resolve(&argv(&["object"])), object));
+        assert!(std::ptr::eq(
+            object.resolve(&argv(&["object", "nope"])),
+            object
+        ));
+        assert_eq!(object.class, CommandClass::Unsupported);
+        let get = cmd("get");
+        assert!(std::ptr::eq(get.resolve(&argv(&["get", "encoding"])), get));
+        for (parent, sub) in [
+            ("client", "setname"),
+            ("client", "no-evict"),
+            ("config", "get"),
+            ("memory", "usage"),
+            ("xinfo", "stream"),
+            ("xgroup", "createconsumer"),
+            ("command", "getkeys"),
+            ("cluster", "keyslot"),
+            ("script", "load"),
+            ("function", "list"),
+            ("pubsub", "channels"),
+            ("acl", "whoami"),
+        ] {
+            let c = cmd(parent).resolve(&argv(&[parent, sub]));
+            assert_eq!(c.name, format!("{parent}|{sub}"));
+        }
+        assert!(cmd("client").subcommand(b"LIST").is_some());
+        assert!(cmd("client").subcommand(b"lis").is_none());
+    }
+
+    #[test]
+    fn key_indices_fixed_positions() {
+        assert_eq!(keys("get k"), Ok(vec![1]));
+        assert_eq!(keys("set k v EX 10"), Ok(vec![1]));
+        assert_eq!(keys("mset a 1 b 2 c 3"), Ok(vec![1, 3, 5]));
+        assert_eq!(keys("mset a 1"), Ok(vec![1]));
+        assert_eq!(
+            keys("mset a 1 b"),
+            Err("wrong number of arguments for 'mset' command")
+        );
+        assert_eq!(
+            keys("msetnx a 1 b 2 c"),
+            Err("wrong number of arguments for 'msetnx' command")
+        );
+        assert_eq!(keys("mget a b c"), Ok(vec![1, 2, 3]));
+        assert_eq!(keys("mget a"), Ok(vec![1]));
+        assert_eq!(keys("del a b c d"), Ok(vec![1, 2, 3, 4]));
+        assert_eq!(keys("blpop a b 0"), Ok(vec![1, 2]));
+        assert_eq!(keys("rename a b"), Ok(vec![1, 2]));
+        assert_eq!(keys("bitop and d a b"), Ok(vec![2, 3, 4]));
+        assert_eq!(keys("lcs a b LEN"), Ok(vec![1, 2]));
+        assert_eq!(keys("ping"), Ok(vec![]));
+        assert_eq!(keys("object encoding k"), Ok(vec![2]));
+        assert_eq!(keys("OBJECT FREQ k"), Ok(vec![2]));
+        assert_eq!(keys("memory usage k SAMPLES 5"), Ok(vec![2]));
+        assert_eq!(keys("xinfo stream k FULL"), Ok(vec![2]));
+        // Called without arity checks, nothing panics.
+        let mut out = Vec::new();
+        for c in every_command() {
+            for n in 0..4 {
+                let args = argv(&vec!["x"; n]);
+                let _ = c.key_indices(&args, &mut out);
+                assert!(out.iter().all(|&i| i < n));
+            }
+        }
+    }
+
+    #[test]
+    fn key_indices_numkeys() {
+        let e = keys;
+        assert_eq!(e("eval s 2 a b x"), Ok(vec![3, 4]));
+        assert_eq!(e("EVALSHA s 1 a"), Ok(vec![3]));
+        assert_eq!(e("fcall f 2 a b"), Ok(vec![3, 4]));
+        assert_eq!(e("eval s 0"), Ok(vec![]));
+        assert_eq!(e("eval s 0 x"), Ok(vec![]));
+        assert_eq!(e("eval s -1 a"), Err("Number of keys can't be negative"));
+        assert_eq!(
+            e("eval s 3 a b"),
+            Err("Number of keys can't be greater than number of args")
+        );
+        assert_eq!(
+            e("eval s 99999999999999999999 a"),
+            Err("value is not an integer or out of range")
+        );
+        for bad in ["x", "", "+1", " 1", "01", "-0", "1.0"] {
+            assert_eq!(
+                keys_of(&["eval", "s", bad, "a"]),
+                Err("value is not an integer or out of range"),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            e("eval s 9223372036854775807 a"),
+            Err("Number of keys can't be greater than number of args")
+        );
+        assert_eq!(
+            e("eval s -9223372036854775808 a"),
+            Err("Number of keys can't be negative")
+        );
+
+        assert_eq!(e("zunionstore d 2 a b"), Ok(vec![1, 3, 4]));
+        assert_eq!(e("zunionstore d 2 a b WEIGHTS 1 2"), Ok(vec![1, 3, 4]));
+        assert_eq!(e("zinterstore d 1 a"), Ok(vec![1, 3]));
+        assert_eq!(
+            e("zunionstore d 0 a"),
+            Err("at least 1 input key is needed for 'zunionstore' command")
+        );
+        assert_eq!(e("zunionstore d 3 a b"), Err("syntax error"));
+        assert_eq!(
+            e("zdiff x a"),
+            Err("value is not an integer or out of range")
+        );
+        assert_eq!(e("zunion 2 a b WITHSCORES"), Ok(vec![2, 3]));
+
+        assert_eq!(e("lmpop 2 a b LEFT"), Ok(vec![2, 3]));
+        assert_eq!(e("lmpop 0 a LEFT"), Err("numkeys should be greater than 0"));
+        assert_eq!(e("lmpop x a LEFT"), Err("numkeys should be greater than 0"));
+        assert_eq!(e("lmpop 3 a LEFT"), Err("syntax error"));
+        assert_eq!(e("zmpop 1 a MIN"), Ok(vec![2]));
+        assert_eq!(e("sintercard 2 a b"), Ok(vec![2, 3]));
+        assert_eq!(
+            e("sintercard 3 a b"),
+            Err("Number of keys can't be greater than number of args")
+        );
+    }
+
+    #[test]
+    fn key_indices_options() {
+        assert_eq!(keys("georadius k 1 2 3 m"), Ok(vec![1]));
+        assert_eq!(keys("georadius k 1 2 3 m STORE d"), Ok(vec![1, 7]));
+        assert_eq!(
+            keys("georadius k 1 2 3 m storedist d store e"),
+            Ok(vec![1, 7, 9])
+        );
+        assert_eq!(keys("georadiusbymember k m 3 km STORE d"), Ok(vec![1, 6]));
+        assert_eq!(keys("sort k"), Ok(vec![1]));
+        assert_eq!(keys("sort k BY store GET store STORE d"), Ok(vec![1, 7]));
+        assert_eq!(keys("sort k LIMIT 0 store"), Ok(vec![1]));
+        assert_eq!(keys("sort_ro k BY p"), Ok(vec![1]));
+
+        assert_eq!(keys("xread COUNT 2 STREAMS a b 0 0"), Ok(vec![4, 5]));
+        assert_eq!(keys("xreadgroup GROUP streams c STREAMS a >"), Ok(vec![5]));
+        assert_eq!(keys("xread COUNT 2 a 0"), Err("syntax error"));
+        assert_eq!(keys("xread COUNT 2 STREAMS"), Err("syntax error"));
+        assert_eq!(keys("xread STREAMS a b 0"), Err(UNBALANCED_STREAMS));
+
+        assert_eq!(keys("migrate h 1 k 0 10"), Ok(vec![3]));
+        assert_eq!(
+            keys("migrate h 1 '' 0 10 AUTH keys KEYS a b"),
+            Ok(vec![9, 10])
+        );
+        assert_eq!(
+            keys("migrate h 1 k 0 10 KEYS a"),
+            Err(MIGRATE_KEYS_NOT_EMPTY)
+        );
+    }
+
+    #[test]
+    fn key_indices_reuses_the_vector() {
+        let mut out = Vec::with_capacity(8);
+        let ptr = out.as_ptr();
+        let args = argv(&["mget", "a", "b", "c", "d", "e", "f", "g", "h"]);
+        cmd("mget").key_indices(&args, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3, 4, 5, 6, 7, 8]);
+        cmd("get").key_indices(&args[..2], &mut out).unwrap();
+        assert_eq!(out, [1]);
+        assert_eq!(out.as_ptr(), ptr);
+    }
+
+    /// The live server's `COMMAND GETKEYS` answers, recorded by the generator.
+    #[test]
+    fn key_indices_match_redis_getkeys() {
+        assert!(table::GETKEYS_VECTORS.len() > 40);
+        let mut out = Vec::new();
+        for (parts, expected) in table::GETKEYS_VECTORS {
+            let args = argv(parts);
+            let c = cmd(parts[0]).resolve(&args);
+            let got = c.key_indices(&args, &mut out).map(|()| out.clone());
+            match expected {
+                // Redis answers [] both for `EVAL s 0` and for a bad numkeys.
+                Some([]) => assert!(got.as_ref().map_or(true, |k| k.is_empty()), "{parts:?}"),
+                Some(want) => assert_eq!(got.as_deref(), Ok(*want), "{parts:?}"),
+                None => assert!(got.is_err(), "{parts:?}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn classes() {
+        use CommandClass::*;
+        let cases: &[(&str, CommandClass)] = &[
+            ("set", Single),
+            ("get", Single),
+            ("hset", Single),
+            ("incr", Single),
+            ("xadd", Single),
+            ("sort_ro", Single),
+            ("georadius_ro", Single),
+            ("mget", Split(SplitKind::Mget)),
+            ("mset", Split(SplitKind::Mset)),
+            ("del", Split(SplitKind::SumInt)),
+            ("unlink", Split(SplitKind::SumInt)),
+            ("exists", Split(SplitKind::SumInt)),
+            ("touch", Split(SplitKind::SumInt)),
+            ("rename", SameShard),
+            ("renamenx", SameShard),
+            ("smove", SameShard),
+            ("sinterstore", SameShard),
+            ("sunionstore", SameShard),
+            ("sdiffstore", SameShard),
+            ("sinter", SameShard),
+            ("zunionstore", SameShard),
+            ("lmove", SameShard),
+            ("rpoplpush", SameShard),
+            ("copy", SameShard),
+            ("msetnx", SameShard),
+            ("pfmerge", SameShard),
+            ("pfcount", SameShard),
+            ("eval", SameShard),
+            ("evalsha", SameShard),
+            ("fcall", SameShard),
+            ("bitop", SameShard),
+            ("georadius", SameShard),
+            ("sort", SameShard),
+            ("lmpop", SameShard),
+            ("zmpop", SameShard),
+            ("sintercard", SameShard),
+            ("ping", Proxy(ProxyCommand::Ping)),
+            ("echo", Proxy(ProxyCommand::Echo)),
+            ("quit", Proxy(ProxyCommand::Quit)),
+            ("select", Proxy(ProxyCommand::Select)),
+            ("hello", Proxy(ProxyCommand::Hello)),
+            ("command", Proxy(ProxyCommand::Command)),
+            ("client", Proxy(ProxyCommand::Client)),
+            ("info", Proxy(ProxyCommand::Info)),
+            ("auth", Proxy(ProxyCommand::Auth)),
+            ("time", Proxy(ProxyCommand::Time)),
+            ("blpop", Unsupported),
+            ("brpop", Unsupported),
+            ("blmove", Unsupported),
+            ("bzpopmin", Unsupported),
+            ("blmpop", Unsupported),
+            ("xread", Unsupported),
+            ("xreadgroup", Unsupported),
+            ("wait", Unsupported),
+            ("keys", Unsupported),
+            ("scan", Unsupported),
+            ("randomkey", Unsupported),
+            ("dbsize", Unsupported),
+            ("flushall", Unsupported),
+            ("flushdb", Unsupported),
+            ("subscribe", Unsupported),
+            ("psubscribe", Unsupported),
+            ("publish", Unsupported),
+            ("spublish", Unsupported),
+            ("multi", Unsupported),
+            ("exec", Unsupported),
+            ("discard", Unsupported),
+            ("watch", Unsupported),
+            ("unwatch", Unsupported),
+            ("config", Unsupported),
+            ("shutdown", Unsupported),
+            ("debug", Unsupported),
+            ("monitor", Unsupported),
+            ("save", Unsupported),
+            ("bgsave", Unsupported),
+            ("replicaof", Unsupported),
+            ("slaveof", Unsupported),
+            ("cluster", Unsupported),
+            ("script", Unsupported),
+            ("function", Unsupported),
+            ("acl", Unsupported),
+            ("swapdb", Unsupported),
+            ("move", Unsupported),
+            ("migrate", Unsupported),
+        ];
+        for &(name, class) in cases {
+            assert_eq!(cmd(name).class, class, "{name}");
+        }
+        let sub = |p: &[&str]| cmd(p[0]).resolve(&argv(p)).class;
+        assert_eq!(sub(&["object", "encoding", "k"]), Single);
+        assert_eq!(sub(&["memory", "usage", "k"]), Single);
+        assert_eq!(sub(&["xinfo", "groups", "k"]), Single);
+        assert_eq!(sub(&["xgroup", "create", "k", "g", "$"]), Single);
+        assert_eq!(sub(&["object", "help"]), Unsupported);
+        assert_eq!(sub(&["config", "get", "x"]), Unsupported);
+        assert_eq!(sub(&["script", "load", "x"]), Unsupported);
+        assert_eq!(
+            sub(&["client", "setname", "x"]),
+            Proxy(ProxyCommand::Client)
+        );
+        assert_eq!(sub(&["command", "count"]), Proxy(ProxyCommand::Command));
+        // Every keyed class has keys; every single-key command names at most one.
+        for c in every_command() {
+            match c.class {
+                Single | Split(_) | SameShard => assert_ne!(c.keys, KeySpec::None, "{}", c.name),
+                _ => {}
+            }
+            if c.class == Single {
+                assert!(
+                    matches!(c.keys, KeySpec::Range { first, last, .. } if last >= 0 && i16::from(last) == i16::from(first)),
+                    "{}",
+                    c.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn parse_i64_is_strict() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"12"), Some(12));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"-0",
+            b"00",
+            b"01",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"1a",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+}

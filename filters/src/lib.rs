@@ -12,5 +12,10 @@
 pub mod codec_limits;
 pub mod command;
 pub mod hash;
+pub mod hash_layer;
 pub mod model;
+pub mod multi_key;
+pub mod prefix_route;
+pub mod request;
 pub mod resp;
+pub mod routing;

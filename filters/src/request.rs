@@ -1,0 +1,65 @@
+//! The request that flows through the chain, and the reply it produces.
+//!
+//! The session parses a command once (argv as zero-copy `Bytes`, looked up in the command
+//! table) and wraps it in a [`Request`]. Layers annotate it — the route layer sets the
+//! cluster, the split and hash layers pin the shard — instead of parsing it again.
+//!
+//! A reply is an encoded RESP frame ([`Reply`] = `Bytes`): replies from Redis pass through
+//! untouched, and errors made by the proxy are encoded once with [`error_reply`].
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::command::CommandInfo;
+
+/// An encoded RESP reply frame, ready to be written to the client.
+pub type Reply = Bytes;
+
+/// One client command on its way through the chain.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The command-table entry (resolved to the subcommand for container commands).
+    pub cmd: &'static CommandInfo,
+    /// The arguments, `args[0]` being the command name as the client sent it.
+    pub args: Vec<Bytes>,
+    /// Index in `args` of the first key, if the command has keys.
+    pub key: Option<usize>,
+    /// Index of the target cluster in the routing table (set by the route layer).
+    pub cluster: usize,
+    /// Shard pinned by a layer (split, hot key); `None` lets the hash layer choose.
+    pub shard: Option<usize>,
+}
+
+impl Request {
+    /// A request for `cmd` with its arguments; the cluster and shard are filled in later.
+    pub fn new(cmd: &'static CommandInfo, args: Vec<Bytes>, key: Option<usize>) -> Self {
+        Request {
+            cmd,
+            args,
+            key,
+            cluster: 0,
+            shard: None,
+        }
+    }
+
+    /// The first key, if any.
+    pub fn first_key(&self) -> Option<&Bytes> {
+        self.key.and_then(|i| self.args.get(i))
+    }
+}
+
+/// Encodes `-<msg>\r\n`. `msg` must start with an error code (`ERR`, `CROSSSLOT`, ...);
+/// CR and LF in it become spaces so the frame stays well formed.
+pub fn error_reply(msg: &str) -> Reply {
+    let mut out = BytesMut::with_capacity(msg.len() + 3);
+    out.put_u8(b'-');
+    for &b in msg.as_bytes() {
+        out.put_u8(if b == b'\r' || b == b'\n' { b' ' } else { b });
+    }
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+/// True when the encoded reply is an error frame.
+pub fn is_error(reply: &[u8]) -> bool {
+    reply.first() == Some(&b'-')
+}

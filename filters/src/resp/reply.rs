@@ -1,0 +1,494 @@
+//! Reply framing (where does the reply end?) and reply parsing.
+
+use bytes::Bytes;
+
+use super::{find_line_end, parse_i64, show_byte, Frame, LineEnd, ProtocolError, MAX_HEADER_LINE};
+use crate::codec_limits::Limits;
+
+/// Deepest nesting of arrays accepted in a reply (an array inside 63 others is fine, one
+/// more level is `Protocol error: reply nested too deep`).
+pub const MAX_REPLY_DEPTH: usize = 64;
+
+/// Length in bytes of the complete RESP2 reply at the start of `buf` (types `+ - : $ *`),
+/// or `Ok(None)` if it is not all there yet. Allocates nothing; bulk payloads are skipped by
+/// their length, not scanned.
+///
+/// `limits.max_bulk_len` bounds bulk lengths and `+`/`-` line lengths,
+/// `limits.max_multibulk_len` bounds array sizes (pass generous limits on upstream
+/// connections: `KEYS` can legitimately return millions of elements). Arrays may nest
+/// [`MAX_REPLY_DEPTH`] deep.
+///
+/// Each call starts from the beginning of `buf`; to cut huge or many-element replies that
+/// arrive in many reads, keep a [`ReplyScanner`] per connection instead.
+pub fn reply_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
+    // Most replies are not arrays: answer those without setting up a scanner's stack.
+    let mut scanned = 0;
+    match element(buf, 0, &mut scanned, limits)? {
+        Step::Incomplete => Ok(None),
+        Step::Done(len) => Ok(Some(len)),
+        Step::Open(..) => ReplyScanner::new().scan(buf, limits),
+    }
+}
+
+/// What [`element`] found at a position.
+enum Step {
+    /// Not all there yet.
+    Incomplete,
+    /// A complete non-array element (or empty / null array) ending just before this offset.
+    Done(usize),
+    /// The header of an array of this many (> 0) elements, which start at this offset.
+    Open(usize, usize),
+}
+
+/// Reads the element at `start`: a whole scalar, or the header of a non-empty array.
+fn element(
+    buf: &[u8],
+    start: usize,
+    scanned: &mut usize,
+    limits: &Limits,
+) -> Result<Step, ProtocolError> {
+    let Some(&kind) = buf.get(start) else {
+        return Ok(Step::Incomplete);
+    };
+    let (max_line, too_long) = match kind {
+        b'+' | b'-' => (limits.max_bulk_len, "too big reply line"),
+        b':' => (MAX_HEADER_LINE, "too big integer string"),
+        b'$' => (MAX_HEADER_LINE, "too big bulk count string"),
+        b'*' => (MAX_HEADER_LINE, "too big mbulk count string"),
+        other => {
+            return Err(ProtocolError(format!(
+                "invalid reply type byte '{}'",
+                show_byte(other)
+            )))
+        }
+    };
+    let cr = match find_line_end(buf, start + 1, scanned, max_line, b'\r') {
+        LineEnd::Found(i) => i,
+        LineEnd::Incomplete => return Ok(Step::Incomplete),
+        LineEnd::TooLong => return Err(ProtocolError::new(too_long)),
+    };
+    let Some(&lf) = buf.get(cr + 1) else {
+        return Ok(Step::Incomplete);
+    };
+    let body = &buf[start + 1..cr];
+    let next = cr + 2;
+    match kind {
+        b'+' | b'-' => {
+            if lf != b'\n' {
+                return Err(ProtocolError::new("reply line not terminated by CRLF"));
+            }
+            Ok(Step::Done(next))
+        }
+        b':' => {
+            if lf != b'\n' || parse_i64(body).is_none() {
+                return Err(ProtocolError::new("invalid integer reply"));
+            }
+            Ok(Step::Done(next))
+        }
+        b'$' => match parse_i64(body) {
+            Some(-1) if lf == b'\n' => Ok(Step::Done(next)),
+            Some(n) if lf == b'\n' && n >= 0 && n as u64 <= limits.max_bulk_len as u64 => {
+                let Some(end) = next
+                    .checked_add(n as usize)
+                    .filter(|e| e.checked_add(2).is_some())
+                else {
+                    return Err(ProtocolError::new("invalid bulk length"));
+                };
+                if buf.len() < end + 2 {
+                    return Ok(Step::Incomplete);
+                }
+                if buf[end] != b'\r' || buf[end + 1] != b'\n' {
+                    return Err(ProtocolError::new("bulk data not terminated by CRLF"));
+                }
+                Ok(Step::Done(end + 2))
+            }
+            _ => Err(ProtocolError::new("invalid bulk length")),
+        },
+        _ => match parse_i64(body) {
+            Some(-1 | 0) if lf == b'\n' => Ok(Step::Done(next)),
+            Some(n) if lf == b'\n' && n > 0 && n as u64 <= limits.max_multibulk_len as u64 => {
+                Ok(Step::Open(n as usize, next))
+            }
+            _ => Err(ProtocolError::new("invalid multibulk length")),
+        },
+    }
+}
+
+/// Resumable [`reply_len`]: remembers how far it got in a partly received reply, so each
+/// call costs only the new bytes' worth of headers. Between calls the buffer may only be
+/// appended to; when [`scan`](Self::scan) returns `Some(len)` the scanner starts over, and
+/// the caller removes those `len` bytes from the front of the buffer.
+#[derive(Debug, Clone)]
+pub struct ReplyScanner {
+    /// Offset of the next element to read.
+    pos: usize,
+    /// Bytes after `pos` known to hold no CR.
+    scanned: usize,
+    /// Open arrays.
+    depth: usize,
+    /// Elements still to read in each open array.
+    left: [usize; MAX_REPLY_DEPTH],
+}
+
+impl Default for ReplyScanner {
+    fn default() -> Self {
+        ReplyScanner {
+            pos: 0,
+            scanned: 0,
+            depth: 0,
+            left: [0; MAX_REPLY_DEPTH],
+        }
+    }
+}
+
+impl ReplyScanner {
+    /// A scanner at the start of a reply.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets progress (use when the buffer was replaced).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+        self.scanned = 0;
+        self.depth = 0;
+    }
+
+    /// Same answer as [`reply_len`] on `buf`, resuming from the previous call's progress.
+    pub fn scan(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
+        if self.pos > buf.len() {
+            self.reset();
+        }
+        loop {
+            let next = match element(buf, self.pos, &mut self.scanned, limits)? {
+                Step::Incomplete => return Ok(None),
+                Step::Open(count, next) => {
+                    if self.depth == MAX_REPLY_DEPTH {
+                        return Err(ProtocolError::new("reply nested too deep"));
+                    }
+                    self.left[self.depth] = count;
+                    self.depth += 1;
+                    self.pos = next;
+                    self.scanned = 0;
+                    continue;
+                }
+                Step::Done(next) => next,
+            };
+            // One element complete: close every array it completes.
+            self.pos = next;
+            self.scanned = 0;
+            loop {
+                if self.depth == 0 {
+                    let len = self.pos;
+                    self.reset();
+                    return Ok(Some(len));
+                }
+                let left = &mut self.left[self.depth - 1];
+                *left -= 1;
+                if *left > 0 {
+                    break;
+                }
+                self.depth -= 1;
+            }
+        }
+    }
+}
+
+/// Parses one complete reply (as cut by [`reply_len`]) into a [`Frame`] whose strings are
+/// zero-copy slices of `buf`. `buf` must hold exactly one reply: an incomplete reply or
+/// bytes after it are errors. Arrays may nest [`MAX_REPLY_DEPTH`] deep.
+pub fn parse_reply(buf: &Bytes) -> Result<Frame, ProtocolError> {
+    let (frame, end) = parse_at(buf, 0, 0)?;
+    if end != buf.len() {
+        return Err(ProtocolError::new("trailing bytes after reply"));
+    }
+    Ok(frame)
+}
+
+fn incomplete() -> ProtocolError {
+    ProtocolError::new("incomplete reply")
+}
+
+/// Parses the frame at `pos`; returns it and the offset just past it.
+fn parse_at(buf: &Bytes, pos: usize, depth: usize) -> Result<(Frame, usize), ProtocolError> {
+    let kind = *buf.get(pos).ok_or_else(incomplete)?;
+    if !matches!(kind, b'+' | b'-' | b':' | b'$' | b'*') {
+        return Err(ProtocolError(format!(
+            "invalid reply type byte '{}'",
+            show_byte(kind)
+        )));
+    }
+    let cr = buf[pos..]
+        .iter()
+        .position(|&b| b == b'\r')
+        .map(|i| pos + i)
+        .ok_or_else(incomplete)?;
+    let lf = *buf.get(cr + 1).ok_or_else(incomplete)?;
+    let body = &buf[pos + 1..cr];
+    let next = cr + 2;
+    let bad = |what: &str| ProtocolError::new(what);
+    match kind {
+        b'+' | b'-' => {
+            if lf != b'\n' {
+                return Err(bad("reply line not terminated by CRLF"));
+            }
+            let text = buf.slice(pos + 1..cr);
+            let frame = if kind == b'+' {
+                Frame::Simple(text)
+            } else {
+                Frame::Error(text)
+            };
+            Ok((frame, next))
+        }
+        b':' => match parse_i64(body) {
+            Some(n) if lf == b'\n' => Ok((Frame::Integer(n), next)),
+            _ => Err(bad("invalid integer reply")),
+        },
+        b'$' => match parse_i64(body) {
+            Some(-1) if lf == b'\n' => Ok((Frame::Null, next)),
+            Some(n) if lf == b'\n' && n >= 0 => {
+                let avail = buf.len() - next;
+                if n as u64 > avail as u64 || avail - (n as usize) < 2 {
+                    return Err(incomplete());
+                }
+                let end = next + n as usize;
+                if buf[end] != b'\r' || buf[end + 1] != b'\n' {
+                    return Err(bad("bulk data not terminated by CRLF"));
+                }
+                Ok((Frame::Bulk(buf.slice(next..end)), end + 2))
+            }
+            _ => Err(bad("invalid bulk length")),
+        },
+        _ => match parse_i64(body) {
+            Some(-1) if lf == b'\n' => Ok((Frame::NullArray, next)),
+            Some(n) if lf == b'\n' && n >= 0 => {
+                if n > 0 && depth == MAX_REPLY_DEPTH {
+                    return Err(bad("reply nested too deep"));
+                }
+                // Every element takes at least 3 bytes: don't trust a count the buffer
+                // cannot hold (nor allocate for it).
+                if n as u64 > ((buf.len() - next) / 3) as u64 {
+                    return Err(incomplete());
+                }
+                let n = n as usize;
+                let mut items = Vec::with_capacity(n.min(1024));
+                let mut at = next;
+                for _ in 0..n {
+                    let (item, end) = parse_at(buf, at, depth + 1)?;
+                    items.push(item);
+                    at = end;
+                }
+                Ok((Frame::Array(items), at))
+            }
+            _ => Err(bad("invalid multibulk length")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+
+    fn lim() -> Limits {
+        Limits::default()
+    }
+
+    fn len_of(b: &[u8]) -> Result<Option<usize>, ProtocolError> {
+        reply_len(b, &lim())
+    }
+
+    fn err_of(b: &[u8]) -> String {
+        len_of(b).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn resp_reply_len_each_type() {
+        let cases: &[&[u8]] = &[
+            b"+OK\r\n",
+            b"+\r\n",
+            b"-ERR no\r\n",
+            b":0\r\n",
+            b":-12\r\n",
+            b"$-1\r\n",
+            b"$0\r\n\r\n",
+            b"$5\r\na\r\nbc\r\n",
+            b"*-1\r\n",
+            b"*0\r\n",
+            b"*2\r\n$1\r\na\r\n:1\r\n",
+            b"*2\r\n*1\r\n*0\r\n*2\r\n+a\r\n-b\r\n",
+        ];
+        for &c in cases {
+            assert_eq!(
+                len_of(c),
+                Ok(Some(c.len())),
+                "{:?}",
+                String::from_utf8_lossy(c)
+            );
+            for cut in 0..c.len() {
+                assert_eq!(len_of(&c[..cut]), Ok(None), "{:?} cut {cut}", c);
+            }
+            let mut more = c.to_vec();
+            more.extend_from_slice(b"+NEXT\r\n");
+            assert_eq!(len_of(&more), Ok(Some(c.len())));
+        }
+    }
+
+    #[test]
+    fn resp_reply_len_errors() {
+        assert_eq!(
+            err_of(b"?x\r\n"),
+            "Protocol error: invalid reply type byte '?'"
+        );
+        assert_eq!(
+            err_of(b"%1\r\n"),
+            "Protocol error: invalid reply type byte '%'"
+        );
+        assert_eq!(err_of(b":x\r\n"), "Protocol error: invalid integer reply");
+        assert_eq!(err_of(b":1\rx"), "Protocol error: invalid integer reply");
+        assert_eq!(
+            err_of(b"+OK\rx"),
+            "Protocol error: reply line not terminated by CRLF"
+        );
+        assert_eq!(err_of(b"$-2\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(err_of(b"$x\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(
+            err_of(b"$1\r\nab\r\n"),
+            "Protocol error: bulk data not terminated by CRLF"
+        );
+        assert_eq!(
+            err_of(b"*-2\r\n"),
+            "Protocol error: invalid multibulk length"
+        );
+        assert_eq!(
+            err_of(b"*1\r\n?"),
+            "Protocol error: invalid reply type byte '?'"
+        );
+        let small = Limits {
+            max_bulk_len: 4,
+            max_multibulk_len: 2,
+            max_inline_len: 4,
+        };
+        assert_eq!(
+            reply_len(b"$5\r\n", &small).unwrap_err().to_string(),
+            "Protocol error: invalid bulk length"
+        );
+        assert_eq!(reply_len(b"$4\r\nabcd\r\n", &small), Ok(Some(10)));
+        assert_eq!(
+            reply_len(b"*3\r\n", &small).unwrap_err().to_string(),
+            "Protocol error: invalid multibulk length"
+        );
+        assert_eq!(
+            reply_len(b"+abcde", &small).unwrap_err().to_string(),
+            "Protocol error: too big reply line"
+        );
+        assert_eq!(reply_len(b"+abcd\r\n", &small), Ok(Some(7)));
+        let mut long = b"$".to_vec();
+        long.extend(std::iter::repeat_n(b'1', MAX_HEADER_LINE + 1));
+        assert_eq!(err_of(&long), "Protocol error: too big bulk count string");
+    }
+
+    #[test]
+    fn resp_reply_depth_limit() {
+        let nest = |levels: usize| {
+            let mut v = b"*1\r\n".repeat(levels);
+            v.extend_from_slice(b":1\r\n");
+            v
+        };
+        let ok = nest(MAX_REPLY_DEPTH);
+        assert_eq!(len_of(&ok), Ok(Some(ok.len())));
+        assert!(parse_reply(&Bytes::from(ok)).is_ok());
+        let deep = nest(MAX_REPLY_DEPTH + 1);
+        assert_eq!(err_of(&deep), "Protocol error: reply nested too deep");
+        assert_eq!(
+            parse_reply(&Bytes::from(deep)).unwrap_err().to_string(),
+            "Protocol error: reply nested too deep"
+        );
+    }
+
+    #[test]
+    fn resp_reply_scanner_resumes() {
+        let mut all = BytesMut::new();
+        let frame = Frame::Array(
+            (0..10_000)
+                .map(|i| {
+                    if i % 3 == 0 {
+                        Frame::Array(vec![Frame::bulk(format!("v{i}")), Frame::Null])
+                    } else {
+                        Frame::Integer(i)
+                    }
+                })
+                .collect(),
+        );
+        frame.encode(&mut all);
+        let one = all.len();
+        Frame::ok().encode(&mut all);
+        let mut sc = ReplyScanner::new();
+        let mut lens = Vec::new();
+        let mut have = 0;
+        let mut base = 0;
+        while have < all.len() {
+            have = (have + 7).min(all.len());
+            while let Some(n) = sc.scan(&all[base..have], &lim()).unwrap() {
+                lens.push(n);
+                base += n;
+            }
+        }
+        assert_eq!(lens, vec![one, 5]);
+        assert_eq!(parse_reply(&all.freeze().slice(..one)), Ok(frame));
+    }
+
+    #[test]
+    fn resp_reply_big_bulk_is_skipped_by_length() {
+        let mut buf = BytesMut::from(&b"$1048576\r\n"[..]);
+        buf.extend_from_slice(&vec![b'\r'; 1 << 20]);
+        assert_eq!(len_of(&buf), Ok(None));
+        buf.extend_from_slice(b"\r\n");
+        assert_eq!(len_of(&buf), Ok(Some(buf.len())));
+    }
+
+    #[test]
+    fn resp_parse_reply_frames() {
+        let p = |b: &'static [u8]| parse_reply(&Bytes::from_static(b));
+        assert_eq!(p(b"+OK\r\n"), Ok(Frame::ok()));
+        assert_eq!(p(b"-ERR x\r\n"), Ok(Frame::error("ERR x")));
+        assert_eq!(p(b":-5\r\n"), Ok(Frame::Integer(-5)));
+        assert_eq!(p(b"$-1\r\n"), Ok(Frame::Null));
+        assert_eq!(p(b"*-1\r\n"), Ok(Frame::NullArray));
+        assert_eq!(p(b"*0\r\n"), Ok(Frame::Array(vec![])));
+        assert_eq!(p(b"$2\r\n\r\n\r\n"), Ok(Frame::bulk(&b"\r\n"[..])));
+        assert_eq!(
+            p(b"*2\r\n$1\r\na\r\n*1\r\n:1\r\n"),
+            Ok(Frame::Array(vec![
+                Frame::bulk("a"),
+                Frame::Array(vec![Frame::Integer(1)])
+            ]))
+        );
+        let e = |b: &'static [u8]| p(b).unwrap_err().to_string();
+        assert_eq!(e(b"+OK\r\n+"), "Protocol error: trailing bytes after reply");
+        assert_eq!(e(b"+OK"), "Protocol error: incomplete reply");
+        assert_eq!(e(b""), "Protocol error: incomplete reply");
+        assert_eq!(e(b"$3\r\nab\r\n"), "Protocol error: incomplete reply");
+        assert_eq!(e(b"$3\r\nabc"), "Protocol error: incomplete reply");
+        assert_eq!(e(b"*1000000\r\n:1\r\n"), "Protocol error: incomplete reply");
+        assert_eq!(
+            e(b"$1\r\nab\r\n"),
+            "Protocol error: bulk data not terminated by CRLF"
+        );
+        assert_eq!(e(b"!x\r\n"), "Protocol error: invalid reply type byte '!'");
+    }
+
+    #[test]
+    fn resp_parse_reply_is_zero_copy() {
+        let buf = Bytes::from_static(b"*2\r\n$3\r\nabc\r\n+OK\r\n");
+        let base = buf.as_ptr() as usize;
+        let Ok(Frame::Array(items)) = parse_reply(&buf) else {
+            panic!("not an array")
+        };
+        let (Frame::Bulk(a), Frame::Simple(b)) = (&items[0], &items[1]) else {
+            panic!("wrong items")
+        };
+        assert_eq!(a.as_ptr() as usize, base + 8);
+        assert_eq!(b.as_ptr() as usize, base + 14);
+    }
+}

@@ -1,0 +1,819 @@
+//! Client request decoding: multibulk and inline commands.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use super::{find_line_end, parse_i64, show_byte, LineEnd, ProtocolError, MAX_HEADER_LINE};
+use crate::codec_limits::Limits;
+
+/// A client request: the command name and its arguments, as zero-copy slices of the read
+/// buffer (inline arguments with quote escapes are the only copies).
+pub type Args = Vec<Bytes>;
+
+/// Where the decoder is inside the command at the front of the buffer.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Nothing of the current command looked at yet.
+    #[default]
+    Idle,
+    /// An inline command: looking for its `\n`.
+    Inline,
+    /// A multibulk command: reading its `*<count>` line.
+    Count,
+    /// A multibulk command: reading its `$<len>` elements.
+    Elements,
+}
+
+/// Incremental RESP request decoder for one client connection.
+///
+/// Call [`decode`](Self::decode) with the connection's read buffer after every read, until
+/// it returns `Ok(None)`. Progress inside a partly received command is remembered (elements
+/// already seen, where a bulk payload ends, how far a line was searched), so a 512 MiB bulk
+/// arriving in 64 KiB reads costs O(1) per call, not O(payload). Between calls the buffer may
+/// only be appended to; if it is replaced, call [`reset`](Self::reset). After an error the
+/// stream is unusable: answer [`ProtocolError::to_frame`] and close.
+#[derive(Debug, Default)]
+pub struct RequestDecoder {
+    limits: Limits,
+    mode: Mode,
+    /// Offset of the next unparsed byte (start of the current line or bulk payload).
+    pos: usize,
+    /// Bytes after `pos` known to hold no line terminator.
+    scanned: usize,
+    /// Multibulk elements still to read.
+    left: usize,
+    /// Length of the current element's payload, once its `$<len>` line has been read.
+    bulk: Option<usize>,
+    /// Ranges of the elements read so far (reused across commands).
+    ranges: Vec<(usize, usize)>,
+}
+
+impl RequestDecoder {
+    /// A decoder enforcing `limits`.
+    pub fn new(limits: Limits) -> Self {
+        RequestDecoder {
+            limits,
+            ..Default::default()
+        }
+    }
+
+    /// The limits this decoder enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Forgets any progress on a partly received command (use when the buffer was replaced).
+    pub fn reset(&mut self) {
+        self.mode = Mode::Idle;
+        self.pos = 0;
+        self.scanned = 0;
+        self.left = 0;
+        self.bulk = None;
+        self.ranges.clear();
+    }
+
+    /// When the decoder waits for a bulk payload: the buffer length at which that bulk
+    /// (with its CRLF) is complete. Lets the caller reserve the room in one go.
+    pub fn bulk_end_hint(&self) -> Option<usize> {
+        match (self.mode, self.bulk) {
+            (Mode::Elements, Some(len)) => self.pos.checked_add(len)?.checked_add(2),
+            _ => None,
+        }
+    }
+
+    /// Decodes the next complete command at the front of `buf`, splitting its bytes off
+    /// (`split_to` + `freeze`; the args are slices of them).
+    ///
+    /// - `Ok(Some(args))`: one command; `args` is never empty.
+    /// - `Ok(None)`: more bytes are needed. The buffer's content is untouched apart from
+    ///   skipped empty commands (empty inline lines, `*0`, `*-1`), which are removed.
+    /// - `Err(_)`: the stream violates the protocol or a [`Limits`] bound; the buffer's
+    ///   content is then unspecified.
+    ///
+    /// A command starting with `*` is a multibulk; anything else is an inline command: one
+    /// line (ending in `\r\n` or just `\n`) split on whitespace with `redis-cli`-style quoting
+    /// (`"..."` with `\n \r \t \b \a \\ \" \xHH` escapes, `'...'` with `\'`). Like Redis, an
+    /// inline line ends at its first NUL byte.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
+        if self.pos > buf.len() {
+            // The buffer shrank under us: it is not the one we were reading.
+            self.reset();
+        }
+        loop {
+            match self.mode {
+                Mode::Idle => {
+                    match buf.first() {
+                        None => return Ok(None),
+                        Some(b'*') => self.mode = Mode::Count,
+                        Some(_) => self.mode = Mode::Inline,
+                    }
+                    self.pos = 0;
+                    self.scanned = 0;
+                }
+                Mode::Inline => {
+                    let nl = match find_line_end(
+                        buf,
+                        0,
+                        &mut self.scanned,
+                        self.limits.max_inline_len,
+                        b'\n',
+                    ) {
+                        LineEnd::Found(i) => i,
+                        LineEnd::Incomplete => return Ok(None),
+                        LineEnd::TooLong => {
+                            return Err(ProtocolError::new("too big inline request"))
+                        }
+                    };
+                    let line = buf.split_to(nl + 1).freeze();
+                    self.reset();
+                    let mut end = nl;
+                    if end > 0 && line[end - 1] == b'\r' {
+                        end -= 1;
+                    }
+                    if let Some(nul) = line[..end].iter().position(|&b| b == 0) {
+                        end = nul;
+                    }
+                    let args = split_inline(&line, end)?;
+                    if !args.is_empty() {
+                        return Ok(Some(args));
+                    }
+                }
+                Mode::Count => {
+                    let cr = match find_line_end(buf, 1, &mut self.scanned, MAX_HEADER_LINE, b'\r')
+                    {
+                        LineEnd::Found(i) => i,
+                        LineEnd::Incomplete => return Ok(None),
+                        LineEnd::TooLong => {
+                            return Err(ProtocolError::new("too big mbulk count string"))
+                        }
+                    };
+                    let Some(&lf) = buf.get(cr + 1) else {
+                        return Ok(None);
+                    };
+                    let count = match parse_i64(&buf[1..cr]) {
+                        Some(n) if lf == b'\n' => n,
+                        _ => return Err(ProtocolError::new("invalid multibulk length")),
+                    };
+                    if count > 0 && count as u64 > self.limits.max_multibulk_len as u64 {
+                        return Err(ProtocolError::new("invalid multibulk length"));
+                    }
+                    if count <= 0 {
+                        // `*0`, `*-1` (and any negative count, like Redis): no command.
+                        buf.advance(cr + 2);
+                        self.reset();
+                        continue;
+                    }
+                    self.mode = Mode::Elements;
+                    self.left = count as usize;
+                    self.pos = cr + 2;
+                    self.scanned = 0;
+                    self.bulk = None;
+                    self.ranges.clear();
+                    // Grows with the elements actually received, not with the claimed count.
+                    self.ranges.reserve(self.left.min(64));
+                }
+                Mode::Elements => return self.elements(buf),
+            }
+        }
+    }
+
+    /// Reads multibulk elements from `self.pos` on; returns the command once all are there.
+    fn elements(&mut self, buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
+        while self.left > 0 {
+            let start = self.pos;
+            let len = match self.bulk {
+                Some(len) => len,
+                None => {
+                    // Searched from the type byte itself, so that `\r` there is reported as
+                    // "expected '$'" (as Redis does); the length limit still counts only the
+                    // bytes after the type byte.
+                    let cr = match find_line_end(
+                        buf,
+                        start,
+                        &mut self.scanned,
+                        MAX_HEADER_LINE + 1,
+                        b'\r',
+                    ) {
+                        LineEnd::Found(i) => i,
+                        LineEnd::Incomplete => return Ok(None),
+                        LineEnd::TooLong => {
+                            return Err(ProtocolError::new("too big bulk count string"))
+                        }
+                    };
+                    let first = buf[start];
+                    if first != b'$' {
+                        return Err(ProtocolError(format!(
+                            "expected '$', got '{}'",
+                            show_byte(first)
+                        )));
+                    }
+                    let Some(&lf) = buf.get(cr + 1) else {
+                        return Ok(None);
+                    };
+                    let len = match parse_i64(&buf[start + 1..cr]) {
+                        Some(n) if lf == b'\n' && n >= 0 => n as u64,
+                        _ => return Err(ProtocolError::new("invalid bulk length")),
+                    };
+                    if len > self.limits.max_bulk_len as u64 {
+                        return Err(ProtocolError::new("invalid bulk length"));
+                    }
+                    let len = len as usize;
+                    self.bulk = Some(len);
+                    self.pos = cr + 2;
+                    self.scanned = 0;
+                    len
+                }
+            };
+            let data = self.pos;
+            let Some(end) = data.checked_add(len).filter(|e| e.checked_add(2).is_some()) else {
+                return Err(ProtocolError::new("invalid bulk length"));
+            };
+            if buf.len() < end + 2 {
+                return Ok(None);
+            }
+            if buf[end] != b'\r' || buf[end + 1] != b'\n' {
+                return Err(ProtocolError::new("bulk data not terminated by CRLF"));
+            }
+            self.ranges.push((data, end));
+            self.pos = end + 2;
+            self.bulk = None;
+            self.left -= 1;
+        }
+        let frame = buf.split_to(self.pos).freeze();
+        let args = self
+            .ranges
+            .iter()
+            .map(|&(s, e)| frame.slice(s..e))
+            .collect();
+        self.reset();
+        Ok(Some(args))
+    }
+}
+
+/// `isspace` in the C locale.
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// One inline argument being built: a slice of the line while its bytes are the line's own
+/// contiguous bytes, a copy once an escape or a quote breaks that.
+struct Token {
+    range: Option<(usize, usize)>,
+    owned: Option<Vec<u8>>,
+}
+
+impl Token {
+    fn new() -> Self {
+        Token {
+            range: None,
+            owned: None,
+        }
+    }
+
+    /// Appends byte `v`, which stands at (or was decoded ending at) `line[at]`.
+    fn push(&mut self, line: &[u8], at: usize, v: u8) {
+        if let Some(owned) = &mut self.owned {
+            owned.push(v);
+            return;
+        }
+        let same = line.get(at) == Some(&v);
+        match &mut self.range {
+            None if same => self.range = Some((at, at + 1)),
+            Some((_, e)) if same && *e == at => *e += 1,
+            _ => {
+                let mut owned = match self.range {
+                    Some((s, e)) => line[s..e].to_vec(),
+                    None => Vec::new(),
+                };
+                owned.push(v);
+                self.owned = Some(owned);
+            }
+        }
+    }
+
+    fn finish(self, line: &Bytes) -> Bytes {
+        match (self.owned, self.range) {
+            (Some(v), _) => Bytes::from(v),
+            (None, Some((s, e))) => line.slice(s..e),
+            (None, None) => Bytes::new(),
+        }
+    }
+}
+
+/// Splits `line[..end]` into arguments with Redis's inline rules (`sdssplitargs`): blanks
+/// separate arguments; `"..."` takes escapes; `'...'` takes `\'`; a closing quote must be
+/// followed by a blank or the end of the line.
+fn split_inline(line: &Bytes, end: usize) -> Result<Args, ProtocolError> {
+    let s = &line[..end];
+    // 0 stands for "end of line", as the C string's terminator does.
+    let at = |k: usize| s.get(k).copied().unwrap_or(0);
+    let unbalanced = || ProtocolError::new("unbalanced quotes in request");
+    let mut args = Vec::new();
+    let mut i = 0;
+    loop {
+        while i < s.len() && is_space(s[i]) {
+            i += 1;
+        }
+        if i >= s.len() {
+            return Ok(args);
+        }
+        let mut tok = Token::new();
+        let (mut in_dq, mut in_sq) = (false, false);
+        loop {
+            let c = at(i);
+            if in_dq {
+                if c == 0 {
+                    return Err(unbalanced());
+                }
+                if c == b'\\' && at(i + 1) == b'x' {
+                    if let (Some(h), Some(l)) = (hex_val(at(i + 2)), hex_val(at(i + 3))) {
+                        i += 3;
+                        tok.push(s, i, h * 16 + l);
+                        i += 1;
+                        continue;
+                    }
+                }
+                if c == b'\\' && at(i + 1) != 0 {
+                    i += 1;
+                    let v = match at(i) {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 0x08,
+                        b'a' => 0x07,
+                        other => other,
+                    };
+                    tok.push(s, i, v);
+                } else if c == b'"' {
+                    if at(i + 1) != 0 && !is_space(at(i + 1)) {
+                        return Err(unbalanced());
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    tok.push(s, i, c);
+                }
+            } else if in_sq {
+                if c == 0 {
+                    return Err(unbalanced());
+                }
+                if c == b'\\' && at(i + 1) == b'\'' {
+                    i += 1;
+                    tok.push(s, i, b'\'');
+                } else if c == b'\'' {
+                    if at(i + 1) != 0 && !is_space(at(i + 1)) {
+                        return Err(unbalanced());
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    tok.push(s, i, c);
+                }
+            } else {
+                match c {
+                    b' ' | b'\n' | b'\r' | b'\t' | 0 => {
+                        if c != 0 {
+                            i += 1;
+                        }
+                        break;
+                    }
+                    b'"' => in_dq = true,
+                    b'\'' => in_sq = true,
+                    _ => tok.push(s, i, c),
+                }
+            }
+            i += 1;
+        }
+        args.push(tok.finish(line));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lim(bulk: usize, mbulk: usize, inline: usize) -> Limits {
+        Limits {
+            max_bulk_len: bulk,
+            max_multibulk_len: mbulk,
+            max_inline_len: inline,
+        }
+    }
+
+    /// Everything `decode` yields for `input` given at once: commands, then the error if any,
+    /// and the bytes left over.
+    fn all_at_once(input: &[u8], limits: Limits) -> (Vec<Args>, Option<ProtocolError>, usize) {
+        let mut d = RequestDecoder::new(limits);
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        loop {
+            match d.decode(&mut buf) {
+                Ok(Some(a)) => out.push(a),
+                Ok(None) => return (out, None, buf.len()),
+                Err(e) => return (out, Some(e), buf.len()),
+            }
+        }
+    }
+
+    /// The same, fed in chunks of `step` bytes.
+    fn chunked(
+        input: &[u8],
+        limits: Limits,
+        step: usize,
+    ) -> (Vec<Args>, Option<ProtocolError>, usize) {
+        let mut d = RequestDecoder::new(limits);
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for chunk in input.chunks(step) {
+            buf.extend_from_slice(chunk);
+            loop {
+                match d.decode(&mut buf) {
+                    Ok(Some(a)) => out.push(a),
+                    Ok(None) => break,
+                    Err(e) => return (out, Some(e), buf.len()),
+                }
+            }
+        }
+        (out, None, buf.len())
+    }
+
+    fn args(v: &[&[u8]]) -> Args {
+        v.iter().map(|a| Bytes::copy_from_slice(a)).collect()
+    }
+
+    fn one(input: &[u8]) -> Args {
+        let (cmds, err, rest) = all_at_once(input, Limits::default());
+        assert_eq!(err, None, "{:?}", String::from_utf8_lossy(input));
+        assert_eq!(cmds.len(), 1, "{:?}", String::from_utf8_lossy(input));
+        assert_eq!(rest, 0);
+        cmds.into_iter().next().unwrap()
+    }
+
+    fn err_of(input: &[u8], limits: Limits) -> String {
+        let (_, err, _) = all_at_once(input, limits);
+        err.unwrap_or_else(|| panic!("no error for {:?}", String::from_utf8_lossy(input)))
+            .to_string()
+    }
+
+    fn err(input: &[u8]) -> String {
+        err_of(input, Limits::default())
+    }
+
+    #[test]
+    fn resp_multibulk_basic() {
+        assert_eq!(
+            one(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n"),
+            args(&[b"SET", b"k", b""])
+        );
+        assert_eq!(one(b"*1\r\n$4\r\nPING\r\n"), args(&[b"PING"]));
+    }
+
+    #[test]
+    fn resp_multibulk_is_zero_copy() {
+        let mut buf = BytesMut::from(&b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n"[..]);
+        let base = buf.as_ptr() as usize;
+        let a = RequestDecoder::default().decode(&mut buf).unwrap().unwrap();
+        assert_eq!(a[0].as_ptr() as usize, base + 8);
+        assert_eq!(a[1].as_ptr() as usize, base + 17);
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn resp_binary_safe_bulk() {
+        let a = one(b"*2\r\n$3\r\nSET\r\n$6\r\n\r\n\0*$\n\r\n");
+        assert_eq!(a, args(&[b"SET", b"\r\n\0*$\n"]));
+        let a = one(b"*1\r\n$2\r\n\r\n\r\n");
+        assert_eq!(a, args(&[b"\r\n"]));
+    }
+
+    #[test]
+    fn resp_empty_commands_are_skipped() {
+        let (cmds, e, rest) = all_at_once(
+            b"*0\r\n*-1\r\n*-7\r\n\r\n\n   \r\n\t\n*1\r\n$1\r\nA\r\n",
+            Limits::default(),
+        );
+        assert_eq!(e, None);
+        assert_eq!(cmds, vec![args(&[b"A"])]);
+        assert_eq!(rest, 0);
+        // a lone skipped command leaves an empty buffer and no command
+        let (cmds, e, rest) = all_at_once(b"*0\r\n", Limits::default());
+        assert!(cmds.is_empty() && e.is_none() && rest == 0);
+    }
+
+    #[test]
+    fn resp_pipelined_1000() {
+        let mut input = BytesMut::new();
+        for i in 0..1000 {
+            if i % 10 == 9 {
+                input.extend_from_slice(format!("GET key:{i}\r\n").as_bytes());
+            } else {
+                let v = format!("value-{i}");
+                super::super::encode_command(&["SET", &format!("key:{i}"), &v], &mut input);
+            }
+        }
+        let (cmds, e, rest) = all_at_once(&input, Limits::default());
+        assert_eq!(e, None);
+        assert_eq!(rest, 0);
+        assert_eq!(cmds.len(), 1000);
+        for (i, c) in cmds.iter().enumerate() {
+            if i % 10 == 9 {
+                assert_eq!(c, &args(&[b"GET", format!("key:{i}").as_bytes()]));
+            } else {
+                assert_eq!(
+                    c,
+                    &args(&[
+                        b"SET",
+                        format!("key:{i}").as_bytes(),
+                        format!("value-{i}").as_bytes()
+                    ])
+                );
+            }
+        }
+        for step in [1, 2, 3, 7, 64, 4096] {
+            assert_eq!(
+                chunked(&input, Limits::default(), step),
+                (cmds.clone(), None, 0)
+            );
+        }
+    }
+
+    #[test]
+    fn resp_partial_input_matches_whole() {
+        let small = lim(16, 4, 24);
+        let cases: Vec<&[u8]> = vec![
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\nPING\r\n\n*0\r\n*1\r\n$1\r\nx\r\n",
+            b"set a \"b\\x41\\n\" 'c\\'d'\r\nget a\n",
+            b"*2\r\n$3\r\nGET\r\n$3\r\nabcXY",
+            b"*2\r\n$3\r\nGET\r\nx3\r\n",
+            b"*2\r\n$3\r\nGET\r\n$-1\r\n",
+            b"*2\r\n$3\r\nGET\r\n$17\r\n",
+            b"*5\r\n",
+            b"*x\r\n",
+            b"*1\rx",
+            b"echo \"unterminated\r\n",
+            b"echo 0123456789012345678901234567890\r\n",
+            b"echo 0123456789012345678\r\n",
+            b"*1\r\n$3\r\nabc\r\necho 0123456789012345678901234567890",
+        ];
+        for input in cases {
+            for limits in [Limits::default(), small] {
+                let whole = all_at_once(input, limits);
+                for step in 1..=input.len() {
+                    let parts = chunked(input, limits, step);
+                    assert_eq!(
+                        (&parts.0, &parts.1),
+                        (&whole.0, &whole.1),
+                        "input {:?} step {step}",
+                        String::from_utf8_lossy(input)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn resp_incomplete_leaves_buffer_alone() {
+        let full = b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n";
+        for cut in 0..full.len() {
+            let mut d = RequestDecoder::default();
+            let mut buf = BytesMut::from(&full[..cut]);
+            assert_eq!(d.decode(&mut buf), Ok(None), "cut {cut}");
+            assert_eq!(&buf[..], &full[..cut]);
+            assert_eq!(d.decode(&mut buf), Ok(None), "cut {cut} again");
+            buf.extend_from_slice(&full[cut..]);
+            assert_eq!(d.decode(&mut buf), Ok(Some(args(&[b"GET", b"key"]))));
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn resp_replaced_buffer_does_not_panic() {
+        let mut d = RequestDecoder::default();
+        let mut buf = BytesMut::from(&b"*2\r\n$3\r\nGET\r\n$3\r\nke"[..]);
+        assert_eq!(d.decode(&mut buf), Ok(None));
+        let mut other = BytesMut::from(&b"PING\r\n"[..]);
+        assert_eq!(d.decode(&mut other), Ok(Some(args(&[b"PING"]))));
+        d.reset();
+        let mut buf = BytesMut::from(&b"*1\r\n$4\r\nPING\r\n"[..]);
+        assert_eq!(d.decode(&mut buf), Ok(Some(args(&[b"PING"]))));
+    }
+
+    #[test]
+    fn resp_multibulk_errors() {
+        assert_eq!(err(b"*x\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(err(b"*\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(err(b"*01\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(err(b"*+1\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(err(b"*1 \r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(err(b"*1\rX"), "Protocol error: invalid multibulk length");
+        assert_eq!(
+            err(b"*99999999999999999999\r\n"),
+            "Protocol error: invalid multibulk length"
+        );
+        assert_eq!(
+            err(b"*1048577\r\n"),
+            "Protocol error: invalid multibulk length"
+        );
+        assert_eq!(all_at_once(b"*1048576\r\n", Limits::default()).1, None);
+        assert_eq!(
+            err_of(b"*5\r\n", lim(10, 4, 10)),
+            "Protocol error: invalid multibulk length"
+        );
+        let mut long = b"*".to_vec();
+        long.extend(std::iter::repeat_n(b'1', MAX_HEADER_LINE));
+        assert_eq!(all_at_once(&long, Limits::default()).1, None);
+        long.push(b'1');
+        assert_eq!(err(&long), "Protocol error: too big mbulk count string");
+    }
+
+    #[test]
+    fn resp_bulk_errors() {
+        assert_eq!(
+            err(b"*1\r\nx3\r\nabc\r\n"),
+            "Protocol error: expected '$', got 'x'"
+        );
+        assert_eq!(
+            err(b"*1\r\n:3\r\nabc\r\n"),
+            "Protocol error: expected '$', got ':'"
+        );
+        assert_eq!(
+            err(b"*1\r\n\r\n"),
+            "Protocol error: expected '$', got '\\x0d'"
+        );
+        assert_eq!(err(b"*1\r\n$-1\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(err(b"*1\r\n$x\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(err(b"*1\r\n$\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(err(b"*1\r\n$3\rx"), "Protocol error: invalid bulk length");
+        assert_eq!(
+            err(b"*1\r\n$536870913\r\n"),
+            "Protocol error: invalid bulk length"
+        );
+        assert_eq!(
+            all_at_once(b"*1\r\n$536870912\r\n", Limits::default()).1,
+            None
+        );
+        assert_eq!(
+            err_of(b"*1\r\n$11\r\n", lim(10, 10, 10)),
+            "Protocol error: invalid bulk length"
+        );
+        assert_eq!(
+            err(b"*1\r\n$3\r\nabcd\r\n"),
+            "Protocol error: bulk data not terminated by CRLF"
+        );
+        assert_eq!(
+            err(b"*1\r\n$3\r\nabc\n\r"),
+            "Protocol error: bulk data not terminated by CRLF"
+        );
+        let mut long = b"*1\r\n$".to_vec();
+        long.extend(std::iter::repeat_n(b'1', MAX_HEADER_LINE));
+        assert_eq!(all_at_once(&long, Limits::default()).1, None);
+        long.push(b'1');
+        assert_eq!(err(&long), "Protocol error: too big bulk count string");
+    }
+
+    #[test]
+    fn resp_inline_basic() {
+        assert_eq!(one(b"PING\r\n"), args(&[b"PING"]));
+        assert_eq!(one(b"PING\n"), args(&[b"PING"]));
+        assert_eq!(
+            one(b"  set\tkey   value \r\n"),
+            args(&[b"set", b"key", b"value"])
+        );
+        assert_eq!(one(b"get a\rb\n"), args(&[b"get", b"a", b"b"]));
+        // like Redis, an inline line ends at its first NUL
+        assert_eq!(one(b"get a\0b c\r\n"), args(&[b"get", b"a"]));
+        // \v and \f separate only before an argument, not inside one (sdssplitargs)
+        assert_eq!(one(b"\x0bget a\x0bb\n"), args(&[b"get", b"a\x0bb"]));
+        let (cmds, e, rest) = all_at_once(b"PING", Limits::default());
+        assert!(cmds.is_empty() && e.is_none() && rest == 4);
+    }
+
+    #[test]
+    fn resp_inline_is_zero_copy_without_escapes() {
+        let mut buf = BytesMut::from(&b"set \"k y\" 'v'\r\n"[..]);
+        let base = buf.as_ptr() as usize;
+        let a = RequestDecoder::default().decode(&mut buf).unwrap().unwrap();
+        assert_eq!(a, args(&[b"set", b"k y", b"v"]));
+        assert_eq!(a[0].as_ptr() as usize, base);
+        assert_eq!(a[1].as_ptr() as usize, base + 5);
+        assert_eq!(a[2].as_ptr() as usize, base + 11);
+    }
+
+    #[test]
+    fn resp_inline_quoting() {
+        assert_eq!(
+            one(b"set \"a b\" 'c d'\r\n"),
+            args(&[b"set", b"a b", b"c d"])
+        );
+        assert_eq!(
+            one(b"set k \"\\n\\r\\t\\b\\a\\\\\\\"\\x41\\xfF\\q\"\r\n"),
+            args(&[b"set", b"k", b"\n\r\t\x08\x07\\\"A\xffq"])
+        );
+        assert_eq!(one(b"set k \"\\x4\"\r\n"), args(&[b"set", b"k", b"x4"]));
+        assert_eq!(one(b"set k \"\\x4g\"\r\n"), args(&[b"set", b"k", b"x4g"]));
+        assert_eq!(
+            one(b"set k '\\'\\n\"'\r\n"),
+            args(&[b"set", b"k", b"'\\n\""])
+        );
+        assert_eq!(one(b"set k \"\" ''\r\n"), args(&[b"set", b"k", b"", b""]));
+        // quotes inside an argument open a quoted part
+        assert_eq!(one(b"set a\"b c\" d\n"), args(&[b"set", b"ab c", b"d"]));
+        assert_eq!(one(b"a'b c'\n"), args(&[b"ab c"]));
+        // a closing quote may end the line or be followed by any blank
+        assert_eq!(one(b"a \"b\"\tc\n"), args(&[b"a", b"b", b"c"]));
+        assert_eq!(one(b"a \"b\"\x0bc\n"), args(&[b"a", b"b", b"c"]));
+        assert_eq!(one(b"a \"b\"\n"), args(&[b"a", b"b"]));
+        assert_eq!(one(b"a \"\\x00\"\n"), args(&[b"a", b"\0"]));
+    }
+
+    #[test]
+    fn resp_inline_errors() {
+        let unb = "Protocol error: unbalanced quotes in request";
+        assert_eq!(err(b"set \"a\r\n"), unb);
+        assert_eq!(err(b"set 'a\n"), unb);
+        assert_eq!(err(b"set \"a\"b\n"), unb);
+        assert_eq!(err(b"set 'a'b\n"), unb);
+        assert_eq!(err(b"set a\"b c\"d\n"), unb);
+        assert_eq!(err(b"set \"a\\\"\n"), unb);
+        assert_eq!(err(b"set 'a\\'\n"), unb);
+        // the NUL cuts the line inside the quotes
+        assert_eq!(err(b"set \"a\0\"\n"), unb);
+
+        let small = lim(100, 100, 8);
+        assert_eq!(
+            all_at_once(b"12345678\n", small).0,
+            vec![args(&[b"12345678"])]
+        );
+        assert_eq!(
+            all_at_once(b"1234567\r\n", small).0,
+            vec![args(&[b"1234567"])]
+        );
+        assert_eq!(
+            err_of(b"123456789\n", small),
+            "Protocol error: too big inline request"
+        );
+        assert_eq!(
+            err_of(b"123456789", small),
+            "Protocol error: too big inline request"
+        );
+        assert_eq!(all_at_once(b"12345678", small).1, None);
+        let mut long = vec![b'a'; 64 * 1024 + 1];
+        assert_eq!(err(&long), "Protocol error: too big inline request");
+        long.pop();
+        assert_eq!(all_at_once(&long, Limits::default()).1, None);
+    }
+
+    #[test]
+    fn resp_big_bulk_in_64k_reads() {
+        const LEN: usize = 32 * 1024 * 1024;
+        let mut header = BytesMut::new();
+        header.extend_from_slice(format!("*2\r\n$3\r\nSET\r\n${LEN}\r\n").as_bytes());
+        let mut d = RequestDecoder::default();
+        let mut buf = BytesMut::with_capacity(LEN + 64);
+        buf.extend_from_slice(&header);
+        assert_eq!(d.decode(&mut buf), Ok(None));
+        assert_eq!(d.bulk_end_hint(), Some(header.len() + LEN + 2));
+        let chunk = vec![b'\r'; 64 * 1024];
+        let mut left = LEN;
+        let mut calls = 0;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            buf.extend_from_slice(&chunk[..n]);
+            left -= n;
+            calls += 1;
+            assert_eq!(d.decode(&mut buf), Ok(None));
+        }
+        assert_eq!(calls, LEN / (64 * 1024));
+        buf.extend_from_slice(b"\r");
+        assert_eq!(d.decode(&mut buf), Ok(None));
+        buf.extend_from_slice(b"\nPING\r\n");
+        let a = d.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[1].len(), LEN);
+        assert_eq!(d.bulk_end_hint(), None);
+        assert_eq!(d.decode(&mut buf), Ok(Some(args(&[b"PING"]))));
+    }
+
+    #[test]
+    fn resp_many_elements_resume() {
+        // A 100k-element command fed in small pieces: each call resumes where the last one
+        // stopped (this would be quadratic if every call re-scanned the earlier elements).
+        let n = 100_000;
+        let items: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+        let mut input = BytesMut::new();
+        super::super::encode_command(&items, &mut input);
+        let (cmds, e, _) = chunked(&input, Limits::default(), 16);
+        assert_eq!(e, None);
+        assert_eq!(cmds.len(), 1);
+        assert_eq!(cmds[0].len(), n);
+        assert_eq!(&cmds[0][n - 1][..], format!("{}", n - 1).as_bytes());
+    }
+}
