@@ -1,1 +1,64 @@
-fn main() {}
+//! `respway --config FILE [--workers N]`: the sidecar binary. Parses arguments, loads the
+//! configuration (or the embedded default), starts the workers and waits for a signal.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// A Redis data plane: speak RESP to it, and it spreads keys over many Redis shards.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Static configuration (YAML). Without it: listen on 127.0.0.1:6380, one upstream at
+    /// 127.0.0.1:6379.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Worker threads (default: the number of cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Only validate the configuration, then exit (0 = valid, 2 = invalid).
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match &args.config {
+        Some(path) => match respway_xds::load_file(path) {
+            Ok(c) => c,
+            Err(errors) => {
+                eprintln!("{errors}");
+                return ExitCode::from(2);
+            }
+        },
+        None => respway_xds::default_config(),
+    };
+    if args.check {
+        return ExitCode::SUCCESS;
+    }
+    let workers = args.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let server = match respway::start(config, respway::Options { workers }) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("respway: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    for a in server.local_addrs() {
+        tracing::info!(address = %a, workers, "listening");
+    }
+    server.wait();
+    ExitCode::SUCCESS
+}

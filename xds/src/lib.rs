@@ -1,4 +1,147 @@
 //! # respway-xds
 //!
-//! respway's configuration plane: the YAML resource schema, its translation into Envoy v3
-//! resources, and their translation into the filters' [`respway_filters::model`].
+//! respway's configuration plane. A static YAML file and (later) the xDS stream both become
+//! the same Envoy v3 resources, and one translation turns those into the filters'
+//! [`respway_filters::model`]:
+//!
+//! ```text
+//! YAML ──parse_yaml──▶ Resources (Listener, Cluster, ClusterLoadAssignment) ──translate──▶ model::Config
+//!                        ▲
+//! xDS (ADS) ─────────────┘
+//! ```
+//!
+//! - [`parse_yaml`] reads the schema described in `xds/SCHEMA.md` and writes it out as
+//!   [`Resources`]; [`translate`] validates resources into the model; [`load_file`] does both
+//!   for a file. Every error of a snapshot is reported at once, each naming the resource, the
+//!   field path and the reason ([`ConfigError`]).
+//! - What Envoy's own messages cannot say travels in respway's extension messages
+//!   ([`pb::respway::v1`]), carried the way Envoy carries extensions: a `typed_config` in the
+//!   listener's filter chain, `typed_extension_protocol_options` and `load_balancing_policy` on
+//!   the cluster, and `filter_metadata` on endpoints (see [`names`]).
+//! - Envoy fields that respway does not implement are refused by name when set, never ignored.
+
+#![warn(missing_docs)]
+
+mod common;
+mod emit;
+mod error;
+pub mod names;
+pub mod pb;
+mod translate;
+mod yaml;
+
+use std::path::Path;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use respway_filters::codec_limits::Limits;
+use respway_filters::model::{self, Config, Endpoint, HashPolicy, HashTag, Role, RouteTable};
+
+pub use emit::to_resources;
+pub use error::{ConfigError, ConfigErrors};
+pub use translate::translate;
+
+/// One snapshot of Envoy v3 resources: what a static file becomes and what an xDS stream
+/// delivers (LDS, CDS and EDS).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Resources {
+    /// Listeners (LDS), each with one filter chain ending in `envoy.filters.network.redis_proxy`.
+    pub listeners: Vec<Listener>,
+    /// Clusters (CDS).
+    pub clusters: Vec<Cluster>,
+    /// Endpoints of the EDS clusters (EDS), one assignment per cluster.
+    pub endpoints: Vec<ClusterLoadAssignment>,
+}
+
+/// Reads a YAML configuration (schema in `xds/SCHEMA.md`) into Envoy v3 resources.
+///
+/// Everything is checked here already, with errors in the YAML's own terms (resource and key
+/// path, e.g. `cluster "main": shards[1].endpoints[0].address: invalid socket address
+/// "127.0.0.1:99999"`), including unknown keys anywhere. [`translate`] of the result succeeds.
+///
+/// # Errors
+/// Every problem found in the document, in document order.
+pub fn parse_yaml(text: &str) -> Result<Resources, ConfigErrors> {
+    yaml::parse(text).map(|config| to_resources(&config))
+}
+
+/// Reads, parses and translates a YAML configuration file.
+///
+/// # Errors
+/// The file cannot be read, or [`parse_yaml`] / [`translate`] found problems; each error's
+/// `resource` starts with the file path (`respway.yaml: cluster "main"`), so the display
+/// shows the file name on every line.
+pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    let in_file = |errors: ConfigErrors| {
+        ConfigErrors(
+            errors
+                .0
+                .into_iter()
+                .map(|mut e| {
+                    e.resource = if e.resource.is_empty() {
+                        file.clone()
+                    } else {
+                        format!("{file}: {}", e.resource)
+                    };
+                    e
+                })
+                .collect(),
+        )
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError::new(
+            file.clone(),
+            "",
+            format!("cannot read: {e}"),
+        )])
+    })?;
+    let resources = parse_yaml(&text).map_err(in_file)?;
+    translate(&resources).map_err(in_file)
+}
+
+/// The configuration used when none is given: a listener `default` on 127.0.0.1:6380 whose
+/// catch-all is the cluster `default`, one maglev shard whose primary is 127.0.0.1:6379.
+pub fn default_config() -> Config {
+    let upstream = "127.0.0.1:6379".parse().expect("valid address");
+    Config {
+        listeners: vec![model::Listener {
+            name: "default".to_string(),
+            address: common::DEFAULT_LISTENER_ADDRESS
+                .parse()
+                .expect("valid address"),
+            routes: RouteTable {
+                routes: Vec::new(),
+                case_insensitive: false,
+                catch_all: Some("default".to_string()),
+            },
+            downstream_password: None,
+            op_timeout: common::DEFAULT_OP_TIMEOUT,
+            max_pending_per_client: common::DEFAULT_MAX_PENDING,
+            limits: Limits::default(),
+        }],
+        clusters: vec![model::Cluster {
+            name: "default".to_string(),
+            hash: HashPolicy::Maglev {
+                table_size: common::DEFAULT_TABLE_SIZE,
+            },
+            hashtag: Some(HashTag::default()),
+            shards: vec![model::Shard {
+                name: "shard-0".to_string(),
+                hash_key: "127.0.0.1:6379".to_string(),
+                weight: 1,
+                slots: Vec::new(),
+                endpoints: vec![Endpoint {
+                    address: upstream,
+                    role: Role::Primary,
+                    zone: None,
+                }],
+            }],
+            connections_per_endpoint: common::DEFAULT_CONNECTIONS_PER_ENDPOINT,
+            connect_timeout: common::DEFAULT_CONNECT_TIMEOUT,
+            auth: None,
+            db: 0,
+        }],
+    }
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The demo: installs what is missing, starts three local redis-server shards (7001-7003) and
+# respway (127.0.0.1:6380) over them, runs a few redis-cli commands through respway, and
+# shows on which shard each key landed. Everything it starts is stopped when it exits.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+  echo "== installing redis-server and redis-tools"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools
+fi
+echo "== building respway"
+cargo build --release -q -p respway
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+for port in 7001 7002 7003 6380; do
+  if redis-cli -p "$port" PING >/dev/null 2>&1; then echo "port $port is busy; stop what runs there first"; exit 1; fi
+done
+for port in 7001 7002 7003; do
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" >/dev/null &
+  pids+=($!)
+done
+target/release/respway --config examples/demo/respway.yaml --workers 2 2>"$work/respway.log" &
+pids+=($!)
+for _ in $(seq 50); do redis-cli -p 6380 PING >/dev/null 2>&1 && break; sleep 0.1; done
+
+run() { printf '$ redis-cli -p 6380 %s\n' "$*"; redis-cli -p 6380 "$@"; }
+echo "== through respway"
+run SET user:1 alice
+run SET user:2 bob
+run SET user:3 carol
+run MSET '{cart:7}:items' 3 '{cart:7}:total' 42
+run MGET user:1 user:2 user:3 '{cart:7}:total'
+run INCR visits
+run DEL user:3 nokey
+run RENAME '{cart:7}:items' '{cart:7}:count'
+run RENAME user:1 user:2      # keys on different shards: refused
+run KEYS '*'                  # cluster-wide: not supported
+run INFO proxy | head -4
+echo "== where the keys went (asked of each shard directly)"
+for port in 7001 7002 7003; do
+  printf 'shard on %s: %s\n' "$port" "$(redis-cli -p "$port" --no-raw KEYS '*' | tr '\n' ' ')"
+done

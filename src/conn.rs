@@ -1,0 +1,282 @@
+//! One client connection (a session): decode every pipelined command the read buffer holds,
+//! send each through the chain, and write the replies strictly in request order while
+//! upstream replies may complete in any order.
+//!
+//! Invariants:
+//! - every decoded command gets exactly one reply, in order;
+//! - at most `max_pending_per_client` replies are outstanding: beyond that the session stops
+//!   reading (backpressure reaches the client through TCP, memory stays bounded);
+//! - replies that are ready together are written together (one `write` for many replies);
+//! - a protocol error answers `-ERR Protocol error: ...`, flushes what is owed, and closes
+//!   this connection only.
+//!
+//! Only the oldest pending reply is polled, so a completion of a later one does not wake the
+//! task; a single timer follows the oldest request's deadline (`op_timeout`).
+
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BytesMut};
+use respway_filters::command::{self, CommandClass};
+use respway_filters::request::{error_reply, Reply, Request};
+use respway_filters::resp::RequestDecoder;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
+use tower::Service;
+
+use crate::local::{self, Local, SessionState};
+use crate::stack::{Chain, ChainFuture};
+use crate::stats::ListenerStats;
+
+const READ_CHUNK: usize = 16 * 1024;
+/// Stop reading while this much reply data waits for the client to read it.
+const MAX_WBUF: usize = 256 * 1024;
+
+/// Shared, read-only state of the listener a session belongs to.
+#[derive(Debug)]
+pub struct ListenerCtx {
+    /// The listener's model.
+    pub listener: respway_filters::model::Listener,
+    /// Counters.
+    pub stats: Arc<ListenerStats>,
+    /// Every worker's counters (for INFO).
+    pub registry: Arc<crate::stats::Registry>,
+    /// Workers in this process (for INFO).
+    pub workers: usize,
+}
+
+enum Pending {
+    Ready(Reply),
+    Wait { fut: ChainFuture, deadline: Instant },
+}
+
+/// Serves one client until it leaves, sends QUIT, or breaks the protocol.
+pub async fn serve(mut stream: TcpStream, mut chain: Chain, ctx: Arc<ListenerCtx>) {
+    let _ = stream.set_nodelay(true);
+    let mut s = Session {
+        decoder: RequestDecoder::new(ctx.listener.limits),
+        rbuf: BytesMut::with_capacity(READ_CHUNK),
+        wbuf: BytesMut::with_capacity(READ_CHUNK),
+        pending: VecDeque::new(),
+        timer: Box::pin(tokio::time::sleep_until(Instant::now())),
+        timer_armed: false,
+        state: SessionState::new(ctx.listener.downstream_password.is_none()),
+        closing: false,
+        eof: false,
+        keys: Vec::new(),
+    };
+    let result = poll_fn(|cx| s.poll(cx, &mut stream, &mut chain, &ctx)).await;
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "client connection ended");
+    }
+}
+
+struct Session {
+    decoder: RequestDecoder,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    pending: VecDeque<Pending>,
+    timer: Pin<Box<Sleep>>,
+    timer_armed: bool,
+    state: SessionState,
+    /// Stop reading: QUIT or a protocol error; close once everything owed is written.
+    closing: bool,
+    /// The client closed its side.
+    eof: bool,
+    keys: Vec<usize>,
+}
+
+impl Session {
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        stream: &mut TcpStream,
+        chain: &mut Chain,
+        ctx: &ListenerCtx,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let mut progress = false;
+
+            // 1. Read and dispatch while the client may have more outstanding.
+            let max = ctx.listener.max_pending_per_client;
+            if !self.closing
+                && !self.eof
+                && self.pending.len() < max
+                && self.wbuf.len() < MAX_WBUF
+                && stream.poll_read_ready(cx).is_ready()
+            {
+                if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                    self.rbuf.reserve(READ_CHUNK);
+                }
+                match stream.try_read_buf(&mut self.rbuf) {
+                    Ok(0) => {
+                        self.eof = true;
+                        progress = true;
+                    }
+                    Ok(_) => progress = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => progress = true,
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+            if !self.rbuf.is_empty() && !self.closing {
+                self.decode_all(chain, ctx, max);
+            }
+
+            // 2. Move finished replies, oldest first, into the write buffer.
+            while let Some(front) = self.pending.front_mut() {
+                let reply = match front {
+                    Pending::Ready(_) => match self.pending.pop_front() {
+                        Some(Pending::Ready(r)) => r,
+                        _ => unreachable!("front was Ready"),
+                    },
+                    Pending::Wait { fut, deadline } => match Pin::new(fut).poll(cx) {
+                        Poll::Ready(Ok(r)) => {
+                            self.pending.pop_front();
+                            r
+                        }
+                        Poll::Ready(Err(never)) => match never {},
+                        Poll::Pending => {
+                            let deadline = *deadline;
+                            if self.poll_timeout(cx, deadline) {
+                                self.pending.pop_front();
+                                ctx.stats.timeouts.inc();
+                                error_reply("ERR respway: upstream timeout")
+                            } else {
+                                break;
+                            }
+                        }
+                    },
+                };
+                self.wbuf.extend_from_slice(&reply);
+                progress = true;
+            }
+
+            // 3. Write what is ready, in as few syscalls as possible.
+            while !self.wbuf.is_empty() {
+                match stream.poll_write_ready(cx) {
+                    Poll::Ready(Ok(())) => match stream.try_write(&self.wbuf) {
+                        Ok(n) => {
+                            self.wbuf.advance(n);
+                            progress = true;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    },
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => break,
+                }
+            }
+            if self.wbuf.is_empty() && self.pending.is_empty() && (self.closing || self.eof) {
+                return Poll::Ready(Ok(()));
+            }
+            if !progress {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// True when `deadline` has passed; otherwise makes sure the timer will wake us by then.
+    fn poll_timeout(&mut self, cx: &mut Context<'_>, deadline: Instant) -> bool {
+        if !self.timer_armed || self.timer.deadline() > deadline {
+            self.timer.as_mut().reset(deadline);
+            self.timer_armed = true;
+        }
+        loop {
+            match self.timer.as_mut().poll(cx) {
+                Poll::Pending => return false,
+                Poll::Ready(()) => {
+                    if Instant::now() >= deadline {
+                        self.timer_armed = false;
+                        return true;
+                    }
+                    self.timer.as_mut().reset(deadline);
+                }
+            }
+        }
+    }
+
+    fn decode_all(&mut self, chain: &mut Chain, ctx: &ListenerCtx, max: usize) {
+        while self.pending.len() < max {
+            match self.decoder.decode(&mut self.rbuf) {
+                Ok(Some(args)) => {
+                    ctx.stats.commands.inc();
+                    let p = self.dispatch(args, chain, ctx);
+                    self.pending.push_back(p);
+                    if self.closing {
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    ctx.stats.protocol_errors.inc();
+                    self.pending
+                        .push_back(Pending::Ready(error_reply(&format!("ERR {e}"))));
+                    self.closing = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn dispatch(
+        &mut self,
+        args: Vec<bytes::Bytes>,
+        chain: &mut Chain,
+        ctx: &ListenerCtx,
+    ) -> Pending {
+        let Some(cmd) = command::lookup(&args[0]) else {
+            return Pending::Ready(local::unknown_command(&args));
+        };
+        let cmd = cmd.resolve(&args);
+        if !cmd.arity_ok(args.len()) {
+            return Pending::Ready(error_reply(&format!(
+                "ERR wrong number of arguments for '{}' command",
+                cmd.name
+            )));
+        }
+        if !self.state.authenticated
+            && !matches!(
+                cmd.class,
+                CommandClass::Proxy(command::ProxyCommand::Auth)
+                    | CommandClass::Proxy(command::ProxyCommand::Hello)
+                    | CommandClass::Proxy(command::ProxyCommand::Quit)
+            )
+        {
+            return Pending::Ready(error_reply("NOAUTH Authentication required."));
+        }
+        match cmd.class {
+            CommandClass::Proxy(p) => match local::handle(p, &args, &mut self.state, ctx) {
+                Local::Reply(r) => Pending::Ready(r),
+                Local::ReplyAndClose(r) => {
+                    self.closing = true;
+                    Pending::Ready(r)
+                }
+            },
+            CommandClass::Unsupported => {
+                ctx.stats.unsupported.inc();
+                Pending::Ready(error_reply(&format!(
+                    "ERR command '{}' is not supported by respway",
+                    String::from_utf8_lossy(&args[0])
+                )))
+            }
+            CommandClass::Single | CommandClass::Split(_) | CommandClass::SameShard => {
+                if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
+                    return Pending::Ready(error_reply(&format!("ERR {e}")));
+                }
+                let key = self.keys.first().copied();
+                let req = Request::new(cmd, args, key);
+                // Every layer is always ready (queues are bounded per session, above).
+                let noop = std::task::Waker::noop();
+                let _ = chain.poll_ready(&mut Context::from_waker(noop));
+                Pending::Wait {
+                    fut: chain.call(req),
+                    deadline: Instant::now() + ctx.listener.op_timeout,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Counters. Each worker has its own set (no cache line shared by all connections); a
+//! scrape sums them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A monotonically increasing counter, written by one worker.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One worker's counters for one listener.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    /// Commands decoded.
+    pub commands: Counter,
+    /// Client connections accepted.
+    pub connections: Counter,
+    /// Client connections currently open (incremented and decremented by the same worker).
+    pub active: AtomicU64,
+    /// Streams closed for a protocol error.
+    pub protocol_errors: Counter,
+    /// Commands refused as unsupported.
+    pub unsupported: Counter,
+    /// Requests answered with an upstream timeout.
+    pub timeouts: Counter,
+}
+
+/// Every worker's counters, for INFO and the admin endpoint. The lock is taken only when a
+/// worker starts and when someone reads the totals, never per request.
+#[derive(Debug, Default)]
+pub struct Registry {
+    workers: Mutex<Vec<Arc<ListenerStats>>>,
+}
+
+/// Sums over workers.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Totals {
+    /// Commands decoded.
+    pub commands: u64,
+    /// Connections accepted.
+    pub connections: u64,
+    /// Connections open.
+    pub active: u64,
+    /// Protocol errors.
+    pub protocol_errors: u64,
+    /// Unsupported commands.
+    pub unsupported: u64,
+    /// Upstream timeouts.
+    pub timeouts: u64,
+}
+
+impl Registry {
+    /// Registers a worker's counters.
+    pub fn add(&self, s: Arc<ListenerStats>) {
+        self.workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(s);
+    }
+
+    /// Sums every worker's counters.
+    pub fn totals(&self) -> Totals {
+        let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = Totals::default();
+        for s in w.iter() {
+            t.commands += s.commands.get();
+            t.connections += s.connections.get();
+            t.active += s.active.load(Ordering::Relaxed);
+            t.protocol_errors += s.protocol_errors.get();
+            t.unsupported += s.unsupported.get();
+            t.timeouts += s.timeouts.get();
+        }
+        t
+    }
+}

@@ -1,0 +1,331 @@
+//! Upstream pools: per worker and endpoint, a few persistent connections onto which every
+//! client's requests are multiplexed and pipelined; replies are matched FIFO.
+//!
+//! Each connection is one task that owns its socket. Per turn of its loop it takes *every*
+//! queued request (`recv_many`), encodes them into one buffer and writes it with as few
+//! syscalls as the socket allows, and cuts every complete reply off its read buffer
+//! (`reply_len`, no parsing) to complete the oldest waiting request. Batching across clients
+//! is what makes a proxy cheaper than a connection per client (ARCHITECTURE.md, "What costs
+//! CPU").
+//!
+//! Failure handling: a connect timeout, then reconnect with exponential backoff (100 ms up to
+//! 5 s). Requests queued while the first connect is under way wait for it; requests that
+//! arrive while the endpoint is down get an immediate `-ERR` naming the shard, so a dead
+//! shard never hangs its clients and never affects other shards. In-flight requests on a
+//! connection that breaks get `-ERR` too.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use respway_filters::codec_limits::Limits;
+use respway_filters::request::{error_reply, Reply, Request};
+use respway_filters::resp::{encode_command, reply_len};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tower::Service;
+
+/// Most requests taken from the queue in one turn.
+const BATCH: usize = 1024;
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// One request handed to a connection task.
+#[derive(Debug)]
+pub struct UpstreamRequest {
+    /// The command to send.
+    pub args: Vec<Bytes>,
+    /// Where the reply goes.
+    pub tx: oneshot::Sender<Reply>,
+}
+
+/// How to reach and prepare one endpoint.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// Socket address.
+    pub address: SocketAddr,
+    /// `shard <name> (<addr>)`, used in error replies and logs.
+    pub label: Arc<str>,
+    /// TCP connect timeout (the handshake shares it).
+    pub connect_timeout: Duration,
+    /// `AUTH` arguments (without the command name), sent on connect.
+    pub auth: Option<Vec<Bytes>>,
+    /// `SELECT` on connect when non-zero.
+    pub db: u32,
+}
+
+/// This worker's connections to one endpoint.
+#[derive(Debug, Clone)]
+pub struct EndpointHandle {
+    conns: Arc<[mpsc::UnboundedSender<UpstreamRequest>]>,
+    label: Arc<str>,
+}
+
+impl EndpointHandle {
+    /// Spawns `n` connection tasks for `cfg` on the current runtime.
+    pub fn spawn(cfg: EndpointConfig, n: usize) -> EndpointHandle {
+        let conns: Vec<_> = (0..n.max(1))
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(run_connection(cfg.clone(), rx));
+                tx
+            })
+            .collect();
+        EndpointHandle {
+            conns: conns.into(),
+            label: cfg.label,
+        }
+    }
+
+    /// Queues `args` on connection `rr % n` and returns the reply's future.
+    pub fn send(&self, args: Vec<Bytes>, rr: usize) -> UpstreamFuture {
+        let (tx, rx) = oneshot::channel();
+        let conn = &self.conns[rr % self.conns.len()];
+        match conn.send(UpstreamRequest { args, tx }) {
+            Ok(()) => UpstreamFuture::Waiting(rx, self.label.clone()),
+            Err(_) => UpstreamFuture::Done(Some(error_reply(&format!(
+                "ERR respway: {} is not available",
+                self.label
+            )))),
+        }
+    }
+}
+
+/// The innermost service of the chain: sends a routed request to its shard's primary.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// `[cluster][shard]` → the primary endpoint's connections.
+    endpoints: Arc<Vec<Vec<EndpointHandle>>>,
+    /// Round-robin over an endpoint's connections, per client connection (no shared atomic).
+    rr: usize,
+}
+
+impl Upstream {
+    /// An upstream service over `endpoints[cluster][shard]`.
+    pub fn new(endpoints: Arc<Vec<Vec<EndpointHandle>>>) -> Self {
+        Upstream { endpoints, rr: 0 }
+    }
+}
+
+impl Service<Request> for Upstream {
+    type Response = Reply;
+    type Error = Infallible;
+    type Future = UpstreamFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The connection queues are unbounded; each session bounds its own pending replies.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> UpstreamFuture {
+        let shard = req.shard.unwrap_or(0);
+        let Some(ep) = self.endpoints.get(req.cluster).and_then(|c| c.get(shard)) else {
+            return UpstreamFuture::Done(Some(error_reply("ERR respway: no such shard")));
+        };
+        self.rr = self.rr.wrapping_add(1);
+        ep.send(req.args, self.rr)
+    }
+}
+
+/// The reply of one upstream request.
+#[derive(Debug)]
+pub enum UpstreamFuture {
+    /// Waiting for the connection task.
+    Waiting(oneshot::Receiver<Reply>, Arc<str>),
+    /// Already answered (an error).
+    Done(Option<Reply>),
+}
+
+impl Future for UpstreamFuture {
+    type Output = Result<Reply, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            UpstreamFuture::Waiting(rx, label) => match Pin::new(rx).poll(cx) {
+                Poll::Ready(Ok(r)) => Poll::Ready(Ok(r)),
+                Poll::Ready(Err(_)) => Poll::Ready(Ok(error_reply(&format!(
+                    "ERR respway: {label}: connection closed"
+                )))),
+                Poll::Pending => Poll::Pending,
+            },
+            UpstreamFuture::Done(r) => Poll::Ready(Ok(r
+                .take()
+                .unwrap_or_else(|| error_reply("ERR respway: reply polled twice")))),
+        }
+    }
+}
+
+// === connection task ===
+
+async fn run_connection(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<UpstreamRequest>) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let err = match connect(&cfg).await {
+            Ok(stream) => {
+                backoff = BACKOFF_MIN;
+                tracing::debug!(endpoint = %cfg.label, "connected");
+                match serve(stream, &mut rx, &cfg.label).await {
+                    Ok(()) => return, // every handle dropped: the endpoint left the config
+                    Err(e) => e,
+                }
+            }
+            Err(e) => e,
+        };
+        tracing::warn!(endpoint = %cfg.label, error = %err, "upstream connection failed");
+        let reply = error_reply(&format!("ERR respway: {} unavailable: {err}", cfg.label));
+        // Whatever queued during the failed attempt is answered now, and so is everything
+        // that arrives during the backoff: a dead shard must not hang its clients.
+        let sleep = tokio::time::sleep(backoff);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut sleep => break,
+                req = rx.recv() => match req {
+                    Some(req) => { let _ = req.tx.send(reply.clone()); }
+                    None => return,
+                },
+            }
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, String> {
+    let attempt = async {
+        let mut stream = TcpStream::connect(cfg.address)
+            .await
+            .map_err(|e| e.to_string())?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut hello = Vec::new();
+        if let Some(auth) = &cfg.auth {
+            let mut args = vec![Bytes::from_static(b"AUTH")];
+            args.extend(auth.iter().cloned());
+            hello.push(args);
+        }
+        if cfg.db != 0 {
+            hello.push(vec![
+                Bytes::from_static(b"SELECT"),
+                Bytes::from(cfg.db.to_string()),
+            ]);
+        }
+        if !hello.is_empty() {
+            let mut out = BytesMut::new();
+            for args in &hello {
+                encode_command(args, &mut out);
+            }
+            stream.write_all(&out).await.map_err(|e| e.to_string())?;
+            let mut buf = BytesMut::with_capacity(256);
+            let mut answered = 0;
+            while answered < hello.len() {
+                if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                    return Err("closed during handshake".to_string());
+                }
+                while let Some(n) =
+                    reply_len(&buf, &Limits::default()).map_err(|e| e.to_string())?
+                {
+                    let reply = buf.split_to(n);
+                    if reply.first() == Some(&b'-') {
+                        let text = String::from_utf8_lossy(&reply[1..reply.len() - 2]);
+                        return Err(format!("handshake refused: {text}"));
+                    }
+                    answered += 1;
+                }
+            }
+        }
+        Ok(stream)
+    };
+    match tokio::time::timeout(cfg.connect_timeout, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("connect timeout after {:?}", cfg.connect_timeout)),
+    }
+}
+
+/// Serves requests on one live connection until it fails (`Err`) or every sender is gone
+/// and nothing is in flight (`Ok`).
+async fn serve(
+    mut stream: TcpStream,
+    rx: &mut mpsc::UnboundedReceiver<UpstreamRequest>,
+    label: &str,
+) -> Result<(), String> {
+    // Replies from Redis are trusted to be well formed; only absurd sizes are refused.
+    let limits = Limits {
+        max_bulk_len: usize::MAX >> 1,
+        max_multibulk_len: usize::MAX >> 1,
+        max_inline_len: usize::MAX >> 1,
+    };
+    let mut inflight: VecDeque<oneshot::Sender<Reply>> = VecDeque::new();
+    let mut batch: Vec<UpstreamRequest> = Vec::with_capacity(64);
+    let mut wbuf = BytesMut::with_capacity(16 * 1024);
+    let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let mut open = true;
+    let (mut rd, mut wr) = stream.split();
+    let result = loop {
+        if !open && inflight.is_empty() && wbuf.is_empty() {
+            break Ok(());
+        }
+        tokio::select! {
+            n = rx.recv_many(&mut batch, BATCH), if open && wbuf.len() < 1 << 20 => {
+                if n == 0 {
+                    open = false;
+                    continue;
+                }
+                for req in batch.drain(..) {
+                    encode_command(&req.args, &mut wbuf);
+                    inflight.push_back(req.tx);
+                }
+                // Write now if the socket takes it; the select below covers the rest.
+                match wr.try_write(&wbuf) {
+                    Ok(n) => wbuf.advance(n),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => break Err(e.to_string()),
+                }
+            }
+            w = wr.write(&wbuf), if !wbuf.is_empty() => match w {
+                Ok(n) => wbuf.advance(n),
+                Err(e) => break Err(e.to_string()),
+            },
+            r = rd.read_buf(&mut rbuf) => match r {
+                Ok(0) => break Err("connection closed by server".to_string()),
+                Ok(_) => {
+                    let mut bad = None;
+                    loop {
+                        match reply_len(&rbuf, &limits) {
+                            Ok(Some(n)) => {
+                                let reply = rbuf.split_to(n).freeze();
+                                match inflight.pop_front() {
+                                    // A receiver that timed out or left is simply gone.
+                                    Some(tx) => { let _ = tx.send(reply); }
+                                    None => { bad = Some("reply with no request".to_string()); break; }
+                                }
+                            }
+                            Ok(None) => break,
+                            Err(e) => { bad = Some(e.to_string()); break; }
+                        }
+                    }
+                    if let Some(e) = bad {
+                        break Err(e);
+                    }
+                    if rbuf.capacity() - rbuf.len() < 4096 {
+                        rbuf.reserve(16 * 1024);
+                    }
+                }
+                Err(e) => break Err(e.to_string()),
+            },
+        }
+    };
+    if let Err(e) = &result {
+        let reply = error_reply(&format!("ERR respway: {label}: connection lost: {e}"));
+        for tx in inflight.drain(..) {
+            let _ = tx.send(reply.clone());
+        }
+    }
+    result
+}

@@ -1,0 +1,567 @@
+//! End-to-end tests: real redis-server shards, respway in-process, real clients (the `redis`
+//! crate, raw sockets, redis-cli, redis-benchmark, nutcracker).
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use support::*;
+
+fn three_shards() -> Vec<Proc> {
+    (0..3).map(|_| redis()).collect()
+}
+
+fn addrs(p: &[Proc]) -> Vec<std::net::SocketAddr> {
+    p.iter().map(|p| p.addr).collect()
+}
+
+#[test]
+fn single_key_commands_of_each_type() {
+    let shards = three_shards();
+    let rw = respway(
+        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
+        2,
+    );
+    let mut c = sync_client(rw.addr);
+    let _: () = redis::cmd("SET")
+        .arg("str")
+        .arg("v1")
+        .query(&mut c)
+        .unwrap();
+    let v: String = redis::cmd("GET").arg("str").query(&mut c).unwrap();
+    assert_eq!(v, "v1");
+    let n: i64 = redis::cmd("INCRBY")
+        .arg("ctr")
+        .arg(5)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 5);
+    let _: i64 = redis::cmd("HSET")
+        .arg("h")
+        .arg("f")
+        .arg("x")
+        .arg("g")
+        .arg("y")
+        .query(&mut c)
+        .unwrap();
+    let h: HashMap<String, String> = redis::cmd("HGETALL").arg("h").query(&mut c).unwrap();
+    assert_eq!(h.get("g").map(String::as_str), Some("y"));
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("l")
+        .arg("a")
+        .arg("b")
+        .arg("c")
+        .query(&mut c)
+        .unwrap();
+    let l: Vec<String> = redis::cmd("LRANGE")
+        .arg("l")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(l, ["a", "b", "c"]);
+    let _: i64 = redis::cmd("SADD")
+        .arg("s")
+        .arg("m1")
+        .arg("m2")
+        .query(&mut c)
+        .unwrap();
+    let card: i64 = redis::cmd("SCARD").arg("s").query(&mut c).unwrap();
+    assert_eq!(card, 2);
+    let _: i64 = redis::cmd("ZADD")
+        .arg("z")
+        .arg(2)
+        .arg("b")
+        .arg(1)
+        .arg("a")
+        .query(&mut c)
+        .unwrap();
+    let z: Vec<String> = redis::cmd("ZRANGE")
+        .arg("z")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(z, ["a", "b"]);
+    let _: bool = redis::cmd("EXPIRE")
+        .arg("str")
+        .arg(100)
+        .query(&mut c)
+        .unwrap();
+    let ttl: i64 = redis::cmd("TTL").arg("str").query(&mut c).unwrap();
+    assert!(ttl > 0 && ttl <= 100, "ttl {ttl}");
+    let id: String = redis::cmd("XADD")
+        .arg("x")
+        .arg("*")
+        .arg("f")
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
+    assert!(id.contains('-'));
+    let bin: Vec<u8> = vec![0, 13, 10, 255, b'$'];
+    let _: () = redis::cmd("SET")
+        .arg("bin")
+        .arg(&bin[..])
+        .query(&mut c)
+        .unwrap();
+    let back: Vec<u8> = redis::cmd("GET").arg("bin").query(&mut c).unwrap();
+    assert_eq!(back, bin);
+    // Local commands.
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+    let echo: String = redis::cmd("ECHO").arg("hi").query(&mut c).unwrap();
+    assert_eq!(echo, "hi");
+    let info: String = redis::cmd("INFO").query(&mut c).unwrap();
+    assert!(info.contains("proxy:respway"), "{info}");
+    // Keys landed on more than one shard.
+    let used = shards.iter().filter(|s| dbsize(s.addr) > 0).count();
+    assert!(used >= 2, "keys should spread over shards, used {used}");
+}
+
+#[test]
+fn pipeline_of_1000_across_shards_keeps_order() {
+    let shards = three_shards();
+    let rw = respway(
+        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
+        2,
+    );
+    let mut c = sync_client(rw.addr);
+    let mut p = redis::pipe();
+    for i in 0..1000 {
+        p.cmd("SET").arg(format!("key:{i}")).arg(i).ignore();
+    }
+    let _: () = p.query(&mut c).unwrap();
+    let mut p = redis::pipe();
+    for i in 0..1000u32 {
+        p.cmd("GET").arg(format!("key:{i}"));
+        if i.is_multiple_of(10) {
+            p.cmd("PING"); // local replies interleaved with upstream ones
+        }
+    }
+    let replies: Vec<Value> = p.query(&mut c).unwrap();
+    let mut it = replies.into_iter();
+    for i in 0..1000u32 {
+        let v: i64 = redis::from_redis_value(&it.next().unwrap()).unwrap();
+        assert_eq!(v, i64::from(i), "reply {i} out of order");
+        if i.is_multiple_of(10) {
+            let pong: String = redis::from_redis_value(&it.next().unwrap()).unwrap();
+            assert_eq!(pong, "PONG");
+        }
+    }
+    let per_shard: Vec<u64> = shards.iter().map(|s| dbsize(s.addr)).collect();
+    assert_eq!(per_shard.iter().sum::<u64>(), 1000);
+    assert!(
+        per_shard.iter().all(|&n| n > 200),
+        "uneven placement {per_shard:?}"
+    );
+}
+
+#[test]
+fn multi_key_split_one_subcommand_per_shard() {
+    let shards = three_shards();
+    let rw = respway(
+        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
+        1,
+    );
+    let mut c = sync_client(rw.addr);
+    let mut mset = redis::cmd("MSET");
+    for i in 0..100 {
+        mset.arg(format!("m{i}")).arg(format!("v{i}"));
+    }
+    let _: () = mset.query(&mut c).unwrap();
+    for s in &shards {
+        assert_eq!(commandstat(s.addr, "mset"), 1, "one MSET per shard");
+    }
+    let mut mget = redis::cmd("MGET");
+    for i in (0..100).rev() {
+        mget.arg(format!("m{i}"));
+    }
+    mget.arg("missing");
+    let vals: Vec<Option<String>> = mget.query(&mut c).unwrap();
+    assert_eq!(vals.len(), 101);
+    for (j, i) in (0..100).rev().enumerate() {
+        assert_eq!(vals[j].as_deref(), Some(format!("v{i}").as_str()));
+    }
+    assert_eq!(vals[100], None);
+    for s in &shards {
+        assert_eq!(commandstat(s.addr, "mget"), 1, "one MGET per shard");
+    }
+    let n: i64 = redis::cmd("EXISTS")
+        .arg("m1")
+        .arg("m2")
+        .arg("m1")
+        .arg("nope")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 3);
+    let mut del = redis::cmd("DEL");
+    for i in 0..50 {
+        del.arg(format!("m{i}"));
+    }
+    del.arg("nope");
+    let n: i64 = del.query(&mut c).unwrap();
+    assert_eq!(n, 50);
+    let total: u64 = shards.iter().map(|s| dbsize(s.addr)).sum();
+    assert_eq!(total, 50);
+}
+
+#[test]
+fn crossslot_and_hashtags() {
+    let shards = three_shards();
+    let rw = respway(
+        &sharded_yaml(&addrs(&shards), "{ policy: crc16_slots }", true),
+        1,
+    );
+    let mut c = sync_client(rw.addr);
+    // "a" and "b" are in different crc16 thirds (slots 15495 and 3300).
+    let _: () = redis::cmd("SET").arg("a").arg("1").query(&mut c).unwrap();
+    let err = redis::cmd("RENAME")
+        .arg("a")
+        .arg("b")
+        .query::<()>(&mut c)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"), "{err}");
+    let _: () = redis::cmd("SET")
+        .arg("{user1}.a")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("RENAME")
+        .arg("{user1}.a")
+        .arg("{user1}.b")
+        .query(&mut c)
+        .unwrap();
+    let v: String = redis::cmd("GET").arg("{user1}.b").query(&mut c).unwrap();
+    assert_eq!(v, "1");
+    let _: i64 = redis::cmd("SADD")
+        .arg("{t}s1")
+        .arg("x")
+        .arg("y")
+        .query(&mut c)
+        .unwrap();
+    let _: i64 = redis::cmd("SADD")
+        .arg("{t}s2")
+        .arg("y")
+        .query(&mut c)
+        .unwrap();
+    let inter: Vec<String> = redis::cmd("SINTER")
+        .arg("{t}s1")
+        .arg("{t}s2")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(inter, ["y"]);
+    let r: i64 = redis::cmd("EVAL")
+        .arg("return redis.call('INCR', KEYS[1]) + redis.call('INCR', KEYS[2])")
+        .arg(2)
+        .arg("{e}1")
+        .arg("{e}2")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(r, 2);
+    let err = redis::cmd("EVAL")
+        .arg("return 1")
+        .arg(2)
+        .arg("a")
+        .arg("b")
+        .query::<i64>(&mut c)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"));
+}
+
+#[test]
+fn unsupported_and_unknown_commands_keep_the_connection() {
+    let shards = three_shards();
+    let rw = respway(
+        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
+        1,
+    );
+    let mut c = sync_client(rw.addr);
+    for cmd in [
+        vec!["KEYS", "*"],
+        vec!["FLUSHALL"],
+        vec!["SUBSCRIBE", "ch"],
+        vec!["MULTI"],
+        vec!["BLPOP", "l", "0"],
+        vec!["CONFIG", "GET", "x"],
+    ] {
+        let mut r = redis::cmd(cmd[0]);
+        for a in &cmd[1..] {
+            r.arg(*a);
+        }
+        let err = r.query::<Value>(&mut c).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("is not supported by respway"),
+            "{cmd:?}: {text}"
+        );
+    }
+    let err = redis::cmd("NOSUCHCMD")
+        .arg("x")
+        .query::<Value>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown command"), "{err}");
+    let err = redis::cmd("GET").query::<Value>(&mut c).unwrap_err();
+    assert!(
+        err.to_string().contains("wrong number of arguments"),
+        "{err}"
+    );
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+fn read_until_closed(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("connection not closed after protocol error: {e}"),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn bad_resp_closes_only_that_connection() {
+    let shards = three_shards();
+    let rw = respway(
+        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
+        1,
+    );
+    let mut good = sync_client(rw.addr);
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query(&mut good)
+        .unwrap();
+    for bad in [
+        &b"*1\r\n$abc\r\n"[..],
+        b"*2\r\n$3\r\nGET\r\n$1\r\nkXY\r\n",
+        b"*-5x\r\n",
+        b"\"unbalanced\r\n",
+        b"*99999999999\r\n",
+    ] {
+        let mut s = TcpStream::connect(rw.addr).unwrap();
+        // A valid command first: its reply must still arrive, in order.
+        s.write_all(b"PING\r\n").unwrap();
+        s.write_all(bad).unwrap();
+        let out = read_until_closed(&mut s);
+        assert!(
+            out.starts_with("+PONG\r\n-ERR Protocol error"),
+            "{bad:?} gave {out:?}"
+        );
+    }
+    // Inline commands work (telnet / nc style).
+    let mut s = TcpStream::connect(rw.addr).unwrap();
+    s.write_all(b"GET k\r\nQUIT\r\n").unwrap();
+    assert_eq!(read_until_closed(&mut s), "$1\r\nv\r\n+OK\r\n");
+    let v: String = redis::cmd("GET").arg("k").query(&mut good).unwrap();
+    assert_eq!(v, "v");
+}
+
+#[test]
+fn a_killed_shard_fails_only_its_keys() {
+    let mut shards = three_shards();
+    let rw = respway(
+        &sharded_yaml(&addrs(&shards), "{ policy: crc16_slots }", true),
+        1,
+    );
+    let mut c = sync_client(rw.addr);
+    // crc16 thirds: find keys for shard 0 and shard 2.
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        let _: () = redis::cmd("SET").arg(k).arg("v").query(&mut c).unwrap();
+    }
+    shards[1].kill();
+    let start = Instant::now();
+    let (mut ok, mut failed) = (0, 0);
+    for k in &keys {
+        match redis::cmd("GET").arg(k).query::<String>(&mut c) {
+            Ok(v) => {
+                assert_eq!(v, "v");
+                ok += 1;
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("shard s1"), "{e}");
+                failed += 1;
+            }
+        }
+    }
+    assert!(ok > 100 && failed > 30, "ok {ok} failed {failed}");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "a dead shard must not hang clients"
+    );
+    // The client connection is still fine.
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+#[test]
+fn redis_cli_and_redis_benchmark_work() {
+    let shards = three_shards();
+    let rw = respway(
+        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
+        2,
+    );
+    let port = rw.addr.port().to_string();
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(cli(&["SET", "cli:key", "hello world"]), "OK");
+    assert_eq!(cli(&["GET", "cli:key"]), "hello world");
+    assert_eq!(cli(&["MSET", "a", "1", "b", "2", "c", "3"]), "OK");
+    assert_eq!(cli(&["MGET", "a", "b", "c"]), "1\n2\n3");
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-n",
+            "2000",
+            "-c",
+            "10",
+            "-P",
+            "8",
+            "-t",
+            "set,get",
+            "-q",
+            "-r",
+            "1000",
+        ])
+        .output()
+        .expect("redis-benchmark");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("SET:") && text.contains("GET:"), "{text}");
+    let total: u64 = shards.iter().map(|s| commandstat(s.addr, "set")).sum();
+    assert!(total >= 2000, "benchmark SETs reached the shards: {total}");
+}
+
+#[test]
+fn keys_written_through_nutcracker_are_found_through_respway() {
+    let shards = three_shards();
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("respway-nc-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("nutcracker.yml");
+    let mut yml = format!(
+        "alpha:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{{}}\"\n  redis: true\n  auto_eject_hosts: false\n  servers:\n"
+    );
+    for s in &shards {
+        yml.push_str(&format!("   - {}:1\n", s.addr));
+    }
+    std::fs::write(&conf, yml).unwrap();
+    let child = Command::new("nutcracker")
+        .args([
+            "-c",
+            conf.to_str().unwrap(),
+            "-s",
+            &free_port().to_string(),
+            "-o",
+            dir.join("nc.log").to_str().unwrap(),
+        ])
+        .spawn()
+        .expect("nutcracker must be installed (apt-get install nutcracker)");
+    let nc = Proc {
+        child,
+        addr: ([127, 0, 0, 1], port).into(),
+        dir: Some(dir),
+    };
+    wait_port(nc.addr, "nutcracker");
+
+    let n = 10_000;
+    // nutcracker closes connections that send CLIENT SETINFO (as the redis crate does on
+    // connect), so write through it with a raw pipelined socket.
+    let key_of = |i: usize| {
+        if i.is_multiple_of(10) {
+            format!("{{tag{}}}:k{i}", i % 37)
+        } else {
+            format!("user:{i}")
+        }
+    };
+    let mut out = Vec::new();
+    for i in 0..n {
+        let (key, val) = (key_of(i), i.to_string());
+        out.extend_from_slice(
+            format!(
+                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{val}\r\n",
+                key.len(),
+                val.len()
+            )
+            .as_bytes(),
+        );
+    }
+    let mut s = TcpStream::connect(nc.addr).unwrap();
+    s.write_all(&out).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let expect = b"+OK\r\n".repeat(n);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while got.len() < expect.len() {
+        let k = s.read(&mut buf).expect("nutcracker replies");
+        assert!(k > 0, "nutcracker closed the connection");
+        got.extend_from_slice(&buf[..k]);
+    }
+    assert!(got == expect, "every SET through nutcracker succeeded");
+    let per_shard: Vec<u64> = shards.iter().map(|s| dbsize(s.addr)).collect();
+    assert_eq!(per_shard.iter().sum::<u64>(), n as u64);
+
+    // Unnamed shards: like twemproxy's `host:port:weight` servers, each is hashed by its
+    // "host:port" (a twemproxy server name would be given as the shard name instead).
+    let yaml = sharded_yaml(
+        &addrs(&shards),
+        "{ policy: ketama, key_hash: fnv1a_64 }",
+        true,
+    )
+    .lines()
+    .filter(|l| !l.trim_start().starts_with("- name: s"))
+    .map(|l| l.replace("        endpoints:", "      - endpoints:"))
+    .collect::<Vec<_>>()
+    .join("\n");
+    let rw = respway(&yaml, 2);
+    let mut c = sync_client(rw.addr);
+    let mut p = redis::pipe();
+    for i in 0..n {
+        p.cmd("GET").arg(key_of(i));
+    }
+    let vals: Vec<Option<i64>> = p.query(&mut c).unwrap();
+    let missing = vals
+        .iter()
+        .enumerate()
+        .filter(|(i, v)| **v != Some(*i as i64))
+        .count();
+    assert_eq!(
+        missing, 0,
+        "{missing} of {n} keys written by nutcracker not found through respway"
+    );
+}
+
+#[test]
+fn invalid_config_exits_2_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("respway-badconf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.yaml");
+    std::fs::write(&path, "clusters:\n  - name: main\n    shards:\n      - endpoints:\n          - { address: \"nope\", role: primary }\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_respway"))
+        .args(["--config", path.to_str().unwrap(), "--check"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml") && err.contains("address"), "{err}");
+}

@@ -1,0 +1,200 @@
+//! The end-to-end harness: real `redis-server` and `nutcracker` processes on free loopback
+//! ports, started by the tests and always stopped (on drop, also when a test panics), plus
+//! respway itself started in-process from a YAML config.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free loopback port (bound and released; the caller binds it right away).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+/// Waits until something accepts on `addr`.
+pub fn wait_port(addr: SocketAddr, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what} did not start listening on {addr}");
+}
+
+/// A child process killed on drop.
+pub struct Proc {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub dir: Option<PathBuf>,
+}
+
+impl Proc {
+    /// Kills the process now (a shard dying mid-run).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Starts `redis-server` on a free loopback port, without persistence.
+pub fn redis() -> Proc {
+    redis_with(&[])
+}
+
+/// Starts `redis-server` with extra arguments.
+pub fn redis_with(extra: &[&str]) -> Proc {
+    for _ in 0..5 {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("respway-redis-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--dir", dir.to_str().expect("utf8 path")])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let mut p = Proc {
+            child,
+            addr,
+            dir: Some(dir),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = p.child.try_wait() {
+                break; // port taken: try another
+            }
+            if raw_command(addr, &["PING"])
+                .map(|r| r.starts_with("+PONG"))
+                .unwrap_or(false)
+            {
+                return p;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        p.kill();
+    }
+    panic!("could not start redis-server");
+}
+
+/// Sends one command with a plain socket and returns the raw reply text.
+pub fn raw_command(addr: SocketAddr, args: &[&str]) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut out = format!("*{}\r\n", args.len());
+    for a in args {
+        out.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+    }
+    s.write_all(out.as_bytes())?;
+    let mut buf = vec![0u8; 1 << 16];
+    let n = s.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// A field of `INFO commandstats` (e.g. `calls` of `cmdstat_get`) on one server; 0 if absent.
+pub fn commandstat(addr: SocketAddr, cmd: &str) -> u64 {
+    let mut c = sync_client(addr);
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .expect("INFO");
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Number of keys on one server.
+pub fn dbsize(addr: SocketAddr) -> u64 {
+    let mut c = sync_client(addr);
+    redis::cmd("DBSIZE").query(&mut c).expect("DBSIZE")
+}
+
+/// A blocking `redis` crate connection.
+pub fn sync_client(addr: SocketAddr) -> redis::Connection {
+    let client = redis::Client::open(format!("redis://{addr}/")).expect("client");
+    let c = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    c
+}
+
+/// respway running in this process.
+pub struct Respway {
+    pub server: Option<respway::Server>,
+    pub addr: SocketAddr,
+}
+
+impl Drop for Respway {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+    }
+}
+
+/// Starts respway from YAML text (listener address 127.0.0.1:0 is fine).
+pub fn respway(yaml: &str, workers: usize) -> Respway {
+    let resources = respway_xds::parse_yaml(yaml).unwrap_or_else(|e| panic!("bad test yaml: {e}"));
+    let config =
+        respway_xds::translate(&resources).unwrap_or_else(|e| panic!("bad test config: {e}"));
+    let server = respway::start(config, respway::Options { workers }).expect("respway start");
+    let addr = server.local_addrs()[0];
+    Respway {
+        server: Some(server),
+        addr,
+    }
+}
+
+/// YAML for one listener on a free port over `shards` with the given hash block.
+pub fn sharded_yaml(shards: &[SocketAddr], hash: &str, hashtag: bool) -> String {
+    let mut y = String::new();
+    y.push_str("listeners:\n  - name: main\n    address: 127.0.0.1:0\n    op_timeout: 2s\n    routes:\n      catch_all: main\n");
+    y.push_str(&format!("clusters:\n  - name: main\n    hash: {hash}\n"));
+    if !hashtag {
+        y.push_str("    hashtag: null\n");
+    }
+    y.push_str("    connect_timeout: 500ms\n    shards:\n");
+    for (i, a) in shards.iter().enumerate() {
+        y.push_str(&format!(
+            "      - name: s{i}\n        endpoints:\n          - {{ address: \"{a}\", role: primary }}\n"
+        ));
+    }
+    y
+}
+
+/// True when a command exists on PATH.
+pub fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}

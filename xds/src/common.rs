@@ -1,0 +1,472 @@
+//! Defaults, names and checks shared by both sources (the YAML reader and the Envoy
+//! translator), so that a rule is written once even where the error paths differ.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use respway_filters::hash::{build_picker, ShardInput};
+use respway_filters::model::{Cluster, Endpoint, HashPolicy, HashTag, KeyHash, Role};
+
+/// Default listener address.
+pub(crate) const DEFAULT_LISTENER_ADDRESS: &str = "127.0.0.1:6380";
+/// Default per-command upstream timeout.
+pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default upstream connect timeout.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default cap on replies a client may have outstanding.
+pub(crate) const DEFAULT_MAX_PENDING: usize = 1024;
+/// Default connections per worker and endpoint.
+pub(crate) const DEFAULT_CONNECTIONS_PER_ENDPOINT: usize = 1;
+/// Envoy's default maglev table size.
+pub(crate) const DEFAULT_TABLE_SIZE: u64 = 65537;
+/// Envoy's upper bound for the maglev table size.
+pub(crate) const MAX_TABLE_SIZE: u64 = 5_000_011;
+/// Envoy's default minimum ring size.
+pub(crate) const DEFAULT_MIN_RING: u64 = 1024;
+/// Envoy's default (and largest allowed) maximum ring size.
+pub(crate) const MAX_RING: u64 = 8 * 1024 * 1024;
+/// Codis's slot count, the default for crc32 slots.
+pub(crate) const DEFAULT_CRC32_SLOTS: u32 = 1024;
+/// Upper bound for crc32 slots (the slot table is allocated in full).
+pub(crate) const MAX_CRC32_SLOTS: u32 = 1 << 20;
+/// Redis Cluster's slot count.
+pub(crate) const CRC16_SLOTS: u32 = 16384;
+/// Twemproxy hashes `host` alone (no port) for servers on memcached's port.
+const TWEMPROXY_DEFAULT_PORT: u16 = 11211;
+
+/// YAML names of the twemproxy key hashes, in the order they are listed in errors.
+pub(crate) const KEY_HASHES: &[(&str, KeyHash)] = &[
+    ("fnv1a_64", KeyHash::Fnv1a64),
+    ("fnv1a_32", KeyHash::Fnv1a32),
+    ("fnv1_64", KeyHash::Fnv1_64),
+    ("fnv1_32", KeyHash::Fnv1_32),
+    ("md5", KeyHash::Md5),
+    ("crc32", KeyHash::Crc32),
+    ("crc32a", KeyHash::Crc32a),
+    ("one_at_a_time", KeyHash::OneAtATime),
+    ("murmur", KeyHash::Murmur),
+];
+
+/// `a, b, c` for an error message.
+pub(crate) fn one_of<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    names.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+/// Number of slots of a slot policy, `None` for the other policies.
+pub(crate) fn slot_count(policy: &HashPolicy) -> Option<u32> {
+    match policy {
+        HashPolicy::Crc32Slots { slots } => Some(*slots),
+        HashPolicy::Crc16Slots => Some(CRC16_SLOTS),
+        _ => None,
+    }
+}
+
+/// Whether two shards of this policy must not share a hash key: Envoy's maglev and ring hash
+/// and twemproxy's ketama place shards by it (modula and the slot policies do not use it).
+pub(crate) fn unique_hash_keys(policy: &HashPolicy) -> bool {
+    matches!(
+        policy,
+        HashPolicy::Maglev { .. } | HashPolicy::RingHash { .. } | HashPolicy::Ketama { .. }
+    )
+}
+
+/// Builds the cluster's shard picker, as the data plane will, and says why it cannot be built.
+/// Run after every other check has passed: it catches what they do not (weight sums beyond
+/// what the emulated system counts, ketama names too long for twemproxy's buffer, more shards
+/// than slots), and it is the final word on what the data plane accepts.
+pub(crate) fn picker_error(cluster: &Cluster) -> Option<String> {
+    let inputs: Vec<ShardInput<'_>> = cluster
+        .shards
+        .iter()
+        .map(|s| ShardInput {
+            hash_key: &s.hash_key,
+            weight: s.weight,
+            slots: &s.slots,
+        })
+        .collect();
+    build_picker(&cluster.hash, cluster.hashtag, &inputs)
+        .err()
+        .map(|e| e.to_string())
+}
+
+/// Trial division; table sizes are at most a few million.
+pub(crate) fn is_prime(n: u64) -> bool {
+    if n < 2 {
+        return false;
+    }
+    if n.is_multiple_of(2) {
+        return n == 2;
+    }
+    let mut d = 3;
+    while d * d <= n {
+        if n.is_multiple_of(d) {
+            return false;
+        }
+        d += 2;
+    }
+    true
+}
+
+/// Problems with the numbers of a hash policy, as `(field under the policy, reason)`.
+/// The field names are Envoy's and respway's own, which the YAML schema shares.
+pub(crate) fn check_hash_policy(policy: &HashPolicy) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    match policy {
+        HashPolicy::Maglev { table_size } => {
+            if !is_prime(*table_size) {
+                out.push(("table_size", format!("{table_size} is not a prime number")));
+            } else if *table_size > MAX_TABLE_SIZE {
+                out.push((
+                    "table_size",
+                    format!("{table_size} is larger than {MAX_TABLE_SIZE}"),
+                ));
+            }
+        }
+        HashPolicy::RingHash {
+            minimum_ring_size,
+            maximum_ring_size,
+            ..
+        } => {
+            if *minimum_ring_size == 0 {
+                out.push(("minimum_ring_size", "must be greater than 0".to_string()));
+            }
+            if *maximum_ring_size > MAX_RING {
+                out.push((
+                    "maximum_ring_size",
+                    format!("{maximum_ring_size} is larger than {MAX_RING}"),
+                ));
+            }
+            if minimum_ring_size > maximum_ring_size {
+                out.push((
+                    "minimum_ring_size",
+                    format!(
+                        "{minimum_ring_size} is larger than maximum_ring_size {maximum_ring_size}"
+                    ),
+                ));
+            }
+        }
+        HashPolicy::Crc32Slots { slots } => {
+            if *slots == 0 || *slots > MAX_CRC32_SLOTS {
+                out.push(("slots", format!("must be between 1 and {MAX_CRC32_SLOTS}")));
+            }
+        }
+        HashPolicy::Ketama { .. } | HashPolicy::Modula { .. } | HashPolicy::Crc16Slots => {}
+    }
+    out
+}
+
+/// Parses hashtag delimiters: two ASCII characters, or the empty string for none.
+pub(crate) fn parse_hashtag(s: &str) -> Result<Option<HashTag>, String> {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return Ok(None);
+    }
+    if b.len() == 2 && b.iter().all(|c| c.is_ascii() && !c.is_ascii_control()) {
+        return Ok(Some(HashTag {
+            open: b[0],
+            close: b[1],
+        }));
+    }
+    Err(format!(
+        "must be exactly two ASCII characters such as \"{{}}\" (got {s:?})"
+    ))
+}
+
+/// The delimiters as written in configuration, `""` for none.
+pub(crate) fn hashtag_string(tag: Option<HashTag>) -> String {
+    match tag {
+        Some(t) => String::from_utf8_lossy(&[t.open, t.close]).into_owned(),
+        None => String::new(),
+    }
+}
+
+/// Parses a slot range: `"7"` or `"0-511"` (inclusive).
+pub(crate) fn parse_slot_range(s: &str) -> Result<(u32, u32), String> {
+    let num = |p: &str| p.trim().parse::<u32>().ok();
+    let parsed = match s.split_once('-') {
+        Some((a, b)) => num(a).zip(num(b)),
+        None => num(s).map(|n| (n, n)),
+    };
+    match parsed {
+        Some((a, b)) if a <= b => Ok((a, b)),
+        Some(_) => Err(format!("slot range {s:?} ends before it starts")),
+        None => Err(format!(
+            "invalid slot range {s:?} (expected \"N\" or \"FIRST-LAST\")"
+        )),
+    }
+}
+
+/// A range as written in configuration.
+pub(crate) fn slot_range_string((a, b): (u32, u32)) -> String {
+    if a == b {
+        a.to_string()
+    } else {
+        format!("{a}-{b}")
+    }
+}
+
+/// A problem found by [`check_slots`], located by shard index (and range index).
+#[derive(Debug, PartialEq)]
+pub(crate) enum SlotProblem {
+    /// `shard`'s range `range` reaches past the last slot.
+    OutOfBounds {
+        shard: usize,
+        range: usize,
+        reason: String,
+    },
+    /// `shard`'s range `range` includes `slot`, already owned by `other`.
+    Overlap {
+        shard: usize,
+        range: usize,
+        other: usize,
+        slot: u32,
+    },
+    /// Other shards list slots but `shard` lists none.
+    Missing { shard: usize },
+    /// No shard owns these slots.
+    Uncovered { reason: String },
+}
+
+/// Checks the slot tables of a slot policy: either no shard lists slots (even split) or every
+/// shard does, the ranges stay below `total`, do not overlap and cover every slot.
+pub(crate) fn check_slots(total: u32, shards: &[&[(u32, u32)]]) -> Vec<SlotProblem> {
+    let mut out = Vec::new();
+    if shards.iter().all(|s| s.is_empty()) {
+        return out;
+    }
+    let mut owner: Vec<Option<usize>> = vec![None; total as usize];
+    for (si, ranges) in shards.iter().enumerate() {
+        if ranges.is_empty() {
+            out.push(SlotProblem::Missing { shard: si });
+            continue;
+        }
+        for (ri, &(a, b)) in ranges.iter().enumerate() {
+            if b >= total {
+                out.push(SlotProblem::OutOfBounds {
+                    shard: si,
+                    range: ri,
+                    reason: format!(
+                        "slot range \"{}\" is out of bounds (slots are 0-{})",
+                        slot_range_string((a, b)),
+                        total - 1
+                    ),
+                });
+                continue;
+            }
+            let mut reported = false;
+            for slot in a..=b {
+                match owner[slot as usize] {
+                    Some(other) if !reported => {
+                        out.push(SlotProblem::Overlap {
+                            shard: si,
+                            range: ri,
+                            other,
+                            slot,
+                        });
+                        reported = true;
+                    }
+                    Some(_) => {}
+                    None => owner[slot as usize] = Some(si),
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        let mut missing = Vec::new();
+        let mut i = 0usize;
+        while i < owner.len() {
+            if owner[i].is_none() {
+                let start = i;
+                while i < owner.len() && owner[i].is_none() {
+                    i += 1;
+                }
+                missing.push(slot_range_string((start as u32, (i - 1) as u32)));
+            } else {
+                i += 1;
+            }
+        }
+        if !missing.is_empty() {
+            out.push(SlotProblem::Uncovered {
+                reason: format!("slots {} are assigned to no shard", missing.join(", ")),
+            });
+        }
+    }
+    out
+}
+
+/// The key a shard is hashed by when no `hash_key` is given: the primary's `ip:port` for
+/// Envoy's maglev and ring hash (and the slot policies, where it is unused); for twemproxy's
+/// ketama and modula the server name when one was given, else `ip:port`, or just `ip` on port
+/// 11211, as twemproxy does.
+pub(crate) fn default_hash_key(
+    policy: &HashPolicy,
+    explicit_name: Option<&str>,
+    primary: SocketAddr,
+) -> String {
+    match policy {
+        HashPolicy::Ketama { .. } | HashPolicy::Modula { .. } => match explicit_name {
+            Some(name) => name.to_string(),
+            None if primary.port() == TWEMPROXY_DEFAULT_PORT => primary.ip().to_string(),
+            None => primary.to_string(),
+        },
+        _ => primary.to_string(),
+    }
+}
+
+/// The canonical order of a shard's endpoints: the primary first, then replicas by address.
+/// Both sources produce it so that a model survives YAML → Envoy → model unchanged (Envoy
+/// groups endpoints by locality, which loses the order they were written in).
+pub(crate) fn normalize_endpoints(endpoints: &mut [Endpoint]) {
+    endpoints.sort_by_key(|e| (e.role != Role::Primary, e.address));
+}
+
+/// Parses a human duration: an integer and a unit (`us`, `ms`, `s`, `m`, `h`).
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || {
+        format!(
+            "invalid duration {s:?} (expected an integer and a unit: us, ms, s, m or h, e.g. \"250ms\")"
+        )
+    };
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).ok_or_else(err)?;
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| err())?;
+    let d = match unit {
+        "us" => Duration::from_micros(n),
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(err)?,
+        "h" => n
+            .checked_mul(3600)
+            .map(Duration::from_secs)
+            .ok_or_else(err)?,
+        _ => return Err(err()),
+    };
+    Ok(d)
+}
+
+/// Parses a socket address, with a hint for host names (which are not resolved).
+pub(crate) fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>().map_err(|_| {
+        let host_like = s
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+        if host_like {
+            format!("invalid socket address {s:?}: use an IP address, host names are not resolved")
+        } else {
+            format!("invalid socket address {s:?}")
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primes() {
+        let primes: Vec<u64> = (0..30).filter(|n| is_prime(*n)).collect();
+        assert_eq!(primes, [2, 3, 5, 7, 11, 13, 17, 19, 23, 29]);
+        assert!(is_prime(65537));
+        assert!(is_prime(5_000_011));
+        assert!(!is_prime(65536));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("10us"), Ok(Duration::from_micros(10)));
+        assert!(parse_duration("1.5s").is_err());
+        assert!(parse_duration("1").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("1d").is_err());
+    }
+
+    #[test]
+    fn hashtags() {
+        assert_eq!(parse_hashtag("{}"), Ok(Some(HashTag::default())));
+        assert_eq!(parse_hashtag(""), Ok(None));
+        assert!(parse_hashtag("{").is_err());
+        assert!(parse_hashtag("{}}").is_err());
+        assert!(parse_hashtag("é}").is_err());
+        assert_eq!(hashtag_string(Some(HashTag::default())), "{}");
+    }
+
+    #[test]
+    fn slot_ranges() {
+        assert_eq!(parse_slot_range("0-511"), Ok((0, 511)));
+        assert_eq!(parse_slot_range("7"), Ok((7, 7)));
+        assert!(parse_slot_range("9-3").is_err());
+        assert!(parse_slot_range("a-3").is_err());
+        assert!(parse_slot_range("").is_err());
+    }
+
+    #[test]
+    fn slot_tables() {
+        assert_eq!(check_slots(8, &[&[], &[]]), vec![]);
+        assert_eq!(check_slots(8, &[&[(0, 3)], &[(4, 7)]]), vec![]);
+        assert_eq!(
+            check_slots(8, &[&[(0, 3)], &[(4, 5)]]),
+            vec![SlotProblem::Uncovered {
+                reason: "slots 6-7 are assigned to no shard".into()
+            }]
+        );
+        assert_eq!(
+            check_slots(8, &[&[(0, 4)], &[(4, 8)], &[]]),
+            vec![
+                SlotProblem::OutOfBounds {
+                    shard: 1,
+                    range: 0,
+                    reason: "slot range \"4-8\" is out of bounds (slots are 0-7)".into()
+                },
+                SlotProblem::Missing { shard: 2 },
+            ]
+        );
+        assert_eq!(
+            check_slots(8, &[&[(0, 4)], &[(4, 7)]]),
+            vec![SlotProblem::Overlap {
+                shard: 1,
+                range: 0,
+                other: 0,
+                slot: 4
+            }]
+        );
+    }
+
+    #[test]
+    fn hash_keys() {
+        let ketama = HashPolicy::Ketama {
+            key_hash: KeyHash::Fnv1a64,
+        };
+        let a: SocketAddr = "10.0.0.1:11211".parse().unwrap();
+        let b: SocketAddr = "10.0.0.1:6379".parse().unwrap();
+        assert_eq!(default_hash_key(&ketama, None, a), "10.0.0.1");
+        assert_eq!(default_hash_key(&ketama, None, b), "10.0.0.1:6379");
+        assert_eq!(default_hash_key(&ketama, Some("redis-1"), b), "redis-1");
+        let maglev = HashPolicy::Maglev { table_size: 65537 };
+        assert_eq!(
+            default_hash_key(&maglev, Some("redis-1"), a),
+            "10.0.0.1:11211"
+        );
+    }
+
+    #[test]
+    fn socket_addrs() {
+        assert!(parse_socket_addr("127.0.0.1:6379").is_ok());
+        assert!(parse_socket_addr("[::1]:6379").is_ok());
+        assert_eq!(
+            parse_socket_addr("127.0.0.1:99999"),
+            Err("invalid socket address \"127.0.0.1:99999\"".into())
+        );
+        assert_eq!(
+            parse_socket_addr("localhost:6379"),
+            Err(
+                "invalid socket address \"localhost:6379\": use an IP address, host names are not resolved"
+                    .into()
+            )
+        );
+    }
+}

@@ -1,0 +1,358 @@
+//! Model → Envoy v3 resources: what a YAML file (or a management server building its snapshot
+//! in code) sends through [`crate::translate`].
+//!
+//! Every setting is written out explicitly, so the resources do not depend on translation
+//! defaults; [`crate::translate`] of the result gives back the same model (with each shard's
+//! endpoints in canonical order: primary first, then replicas by address).
+
+use std::collections::HashMap;
+
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    ring_hash_lb_config::HashFunction, ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
+    LbConfig, LbPolicy, MaglevLbConfig, RingHashLbConfig,
+};
+use envoy_types::pb::envoy::config::cluster::v3::{
+    load_balancing_policy, Cluster as PbCluster, LoadBalancingPolicy,
+};
+use envoy_types::pb::envoy::config::core::v3::{
+    address, config_source::ConfigSourceSpecifier, data_source, socket_address, Address,
+    AggregatedConfigSource, ApiVersion, ConfigSource, DataSource, Locality, Metadata,
+    SocketAddress, TypedExtensionConfig,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint as PbEndpoint, LbEndpoint,
+    LocalityLbEndpoints,
+};
+use envoy_types::pb::envoy::config::listener::v3::{
+    filter::ConfigType, Filter, FilterChain, Listener as PbListener,
+};
+use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
+    redis_proxy::{prefix_routes::Route, ConnPoolSettings, PrefixRoutes},
+    RedisProtocolOptions, RedisProxy,
+};
+use envoy_types::pb::google::protobuf::{
+    value::Kind, Duration as PbDuration, ListValue, Struct, UInt32Value, UInt64Value, Value,
+};
+use envoy_types::util::pack_any;
+use respway_filters::model::{
+    Cluster, Config, HashPolicy, KeyHash, Listener, RingHashFunction, Role,
+};
+use std::net::SocketAddr;
+
+use crate::common;
+use crate::names;
+use crate::pb::respway::v1 as rw;
+use crate::Resources;
+
+/// Writes a validated model out as Envoy v3 resources: one `Listener` per listener, and per
+/// cluster one EDS `Cluster` and its `ClusterLoadAssignment`.
+///
+/// The inverse of [`translate`](crate::translate) for models in canonical order (each
+/// shard's primary first, then its replicas by address), which is what both sources produce.
+pub fn to_resources(config: &Config) -> Resources {
+    Resources {
+        listeners: config
+            .listeners
+            .iter()
+            .map(|l| listener(l, config))
+            .collect(),
+        clusters: config.clusters.iter().map(cluster).collect(),
+        endpoints: config.clusters.iter().map(load_assignment).collect(),
+    }
+}
+
+fn listener(l: &Listener, config: &Config) -> PbListener {
+    // Hashtags are per cluster in respway (`ClusterOptions.hashtag`, always written), so the
+    // listener-wide Envoy flag only summarizes: on when any routed cluster uses a hashtag.
+    let routed = l
+        .routes
+        .routes
+        .iter()
+        .map(|r| r.cluster.as_str())
+        .chain(l.routes.catch_all.as_deref());
+    let enable_hashtagging = routed
+        .filter_map(|name| config.cluster(name))
+        .any(|c| c.hashtag.is_some());
+    let redis = RedisProxy {
+        stat_prefix: l.name.clone(),
+        settings: Some(ConnPoolSettings {
+            op_timeout: Some(duration(l.op_timeout)),
+            enable_hashtagging,
+            ..Default::default()
+        }),
+        prefix_routes: Some(PrefixRoutes {
+            routes: l
+                .routes
+                .routes
+                .iter()
+                .map(|r| Route {
+                    prefix: r.prefix.clone(),
+                    remove_prefix: r.remove_prefix,
+                    cluster: r.cluster.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            case_insensitive: l.routes.case_insensitive,
+            catch_all_route: l.routes.catch_all.as_ref().map(|c| Route {
+                cluster: c.clone(),
+                ..Default::default()
+            }),
+        }),
+        downstream_auth_passwords: l.downstream_password.iter().map(|p| inline(p)).collect(),
+        ..Default::default()
+    };
+    let settings = rw::ListenerSettings {
+        max_pending_per_client: saturate(l.max_pending_per_client),
+        limits: Some(rw::CodecLimits {
+            max_bulk_len: l.limits.max_bulk_len as u64,
+            max_multibulk_len: l.limits.max_multibulk_len as u64,
+            max_inline_len: l.limits.max_inline_len as u64,
+        }),
+    };
+    PbListener {
+        name: l.name.clone(),
+        address: Some(socket(l.address)),
+        filter_chains: vec![FilterChain {
+            filters: vec![
+                Filter {
+                    name: names::LISTENER_SETTINGS_FILTER.to_string(),
+                    config_type: Some(ConfigType::TypedConfig(pack_any(settings))),
+                },
+                Filter {
+                    name: names::REDIS_PROXY_FILTER.to_string(),
+                    config_type: Some(ConfigType::TypedConfig(pack_any(redis))),
+                },
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn cluster(c: &Cluster) -> PbCluster {
+    let mut out = PbCluster {
+        name: c.name.clone(),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+        eds_cluster_config: Some(EdsClusterConfig {
+            eds_config: Some(ConfigSource {
+                resource_api_version: ApiVersion::V3 as i32,
+                config_source_specifier: Some(ConfigSourceSpecifier::Ads(
+                    AggregatedConfigSource {},
+                )),
+                ..Default::default()
+            }),
+            service_name: String::new(),
+        }),
+        connect_timeout: Some(duration(c.connect_timeout)),
+        ..Default::default()
+    };
+    let shard_hashing = |policy| {
+        Some(LoadBalancingPolicy {
+            policies: vec![load_balancing_policy::Policy {
+                typed_extension_config: Some(TypedExtensionConfig {
+                    name: names::SHARD_HASHING_POLICY.to_string(),
+                    typed_config: Some(pack_any(rw::ShardHashing {
+                        policy: Some(policy),
+                    })),
+                }),
+            }],
+        })
+    };
+    use rw::shard_hashing::{Crc16Slots, Crc32Slots, Ketama, Modula, Policy};
+    match &c.hash {
+        HashPolicy::Maglev { table_size } => {
+            out.lb_policy = LbPolicy::Maglev as i32;
+            out.lb_config = Some(LbConfig::MaglevLbConfig(MaglevLbConfig {
+                table_size: Some(UInt64Value { value: *table_size }),
+            }));
+        }
+        HashPolicy::RingHash {
+            minimum_ring_size,
+            maximum_ring_size,
+            function,
+        } => {
+            out.lb_policy = LbPolicy::RingHash as i32;
+            out.lb_config = Some(LbConfig::RingHashLbConfig(RingHashLbConfig {
+                minimum_ring_size: Some(UInt64Value {
+                    value: *minimum_ring_size,
+                }),
+                maximum_ring_size: Some(UInt64Value {
+                    value: *maximum_ring_size,
+                }),
+                hash_function: match function {
+                    RingHashFunction::XxHash => HashFunction::XxHash,
+                    RingHashFunction::MurmurHash2 => HashFunction::MurmurHash2,
+                } as i32,
+            }));
+        }
+        HashPolicy::Ketama { key_hash } => {
+            out.load_balancing_policy = shard_hashing(Policy::Ketama(Ketama {
+                key_hash: key_hash_pb(*key_hash) as i32,
+            }));
+        }
+        HashPolicy::Modula { key_hash } => {
+            out.load_balancing_policy = shard_hashing(Policy::Modula(Modula {
+                key_hash: key_hash_pb(*key_hash) as i32,
+            }));
+        }
+        HashPolicy::Crc32Slots { slots } => {
+            out.load_balancing_policy =
+                shard_hashing(Policy::Crc32Slots(Crc32Slots { slots: *slots }));
+        }
+        HashPolicy::Crc16Slots => {
+            out.load_balancing_policy = shard_hashing(Policy::Crc16Slots(Crc16Slots {}));
+        }
+    }
+    if let Some(auth) = &c.auth {
+        out.typed_extension_protocol_options.insert(
+            names::REDIS_PROXY_FILTER.to_string(),
+            pack_any(RedisProtocolOptions {
+                auth_password: Some(inline(&auth.password)),
+                auth_username: auth.username.as_deref().map(inline),
+                ..Default::default()
+            }),
+        );
+    }
+    out.typed_extension_protocol_options.insert(
+        names::CLUSTER_OPTIONS.to_string(),
+        pack_any(rw::ClusterOptions {
+            db: c.db,
+            connections_per_endpoint: saturate(c.connections_per_endpoint),
+            hashtag: Some(common::hashtag_string(c.hashtag)),
+        }),
+    );
+    out
+}
+
+fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
+    // One LocalityLbEndpoints per zone, in order of first appearance; shard order travels in
+    // `shard_index` because grouping by zone loses it.
+    let mut localities: Vec<LocalityLbEndpoints> = Vec::new();
+    for (si, shard) in c.shards.iter().enumerate() {
+        let primary = shard.primary().address;
+        for e in &shard.endpoints {
+            let is_primary = e.role == Role::Primary;
+            let mut respway = vec![
+                ("shard", string(&shard.name)),
+                ("shard_index", Kind::NumberValue(si as f64)),
+                (
+                    "role",
+                    string(match e.role {
+                        Role::Primary => "primary",
+                        Role::Replica => "replica",
+                    }),
+                ),
+            ];
+            let mut metadata = HashMap::new();
+            if is_primary {
+                if !shard.slots.is_empty() {
+                    let slots = shard
+                        .slots
+                        .iter()
+                        .map(|r| Value {
+                            kind: Some(string(&common::slot_range_string(*r))),
+                        })
+                        .collect();
+                    respway.push(("slots", Kind::ListValue(ListValue { values: slots })));
+                }
+                let default = common::default_hash_key(&c.hash, Some(&shard.name), primary);
+                if shard.hash_key != default {
+                    metadata.insert(
+                        names::ENVOY_LB_NAMESPACE.to_string(),
+                        fields(vec![("hash_key", string(&shard.hash_key))]),
+                    );
+                }
+            }
+            metadata.insert(names::METADATA_NAMESPACE.to_string(), fields(respway));
+            let lb_endpoint = LbEndpoint {
+                host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
+                    address: Some(socket(e.address)),
+                    ..Default::default()
+                })),
+                load_balancing_weight: is_primary.then_some(UInt32Value {
+                    value: shard.weight,
+                }),
+                metadata: Some(Metadata {
+                    filter_metadata: metadata,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let zone = e.zone.clone().unwrap_or_default();
+            let locality = localities
+                .iter_mut()
+                .find(|l| l.locality.as_ref().map_or("", |l| l.zone.as_str()) == zone);
+            match locality {
+                Some(l) => l.lb_endpoints.push(lb_endpoint),
+                None => localities.push(LocalityLbEndpoints {
+                    locality: (!zone.is_empty()).then(|| Locality {
+                        zone,
+                        ..Default::default()
+                    }),
+                    lb_endpoints: vec![lb_endpoint],
+                    ..Default::default()
+                }),
+            }
+        }
+    }
+    ClusterLoadAssignment {
+        cluster_name: c.name.clone(),
+        endpoints: localities,
+        ..Default::default()
+    }
+}
+
+fn key_hash_pb(k: KeyHash) -> rw::KeyHash {
+    match k {
+        KeyHash::Fnv1a64 => rw::KeyHash::Fnv1a64,
+        KeyHash::Fnv1a32 => rw::KeyHash::Fnv1a32,
+        KeyHash::Fnv1_64 => rw::KeyHash::Fnv164,
+        KeyHash::Fnv1_32 => rw::KeyHash::Fnv132,
+        KeyHash::Md5 => rw::KeyHash::Md5,
+        KeyHash::Crc32 => rw::KeyHash::Crc32,
+        KeyHash::Crc32a => rw::KeyHash::Crc32a,
+        KeyHash::OneAtATime => rw::KeyHash::OneAtATime,
+        KeyHash::Murmur => rw::KeyHash::Murmur,
+    }
+}
+
+fn socket(addr: SocketAddr) -> Address {
+    Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: addr.ip().to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(addr.port().into())),
+            ..Default::default()
+        })),
+    }
+}
+
+fn duration(d: std::time::Duration) -> PbDuration {
+    PbDuration {
+        seconds: d.as_secs().try_into().unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn inline(s: &str) -> DataSource {
+    DataSource {
+        specifier: Some(data_source::Specifier::InlineString(s.to_string())),
+        ..Default::default()
+    }
+}
+
+fn string(s: &str) -> Kind {
+    Kind::StringValue(s.to_string())
+}
+
+fn fields(kv: Vec<(&str, Kind)>) -> Struct {
+    Struct {
+        fields: kv
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Value { kind: Some(v) }))
+            .collect(),
+    }
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}

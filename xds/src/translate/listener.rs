@@ -1,0 +1,405 @@
+//! `Listener` → [`respway_filters::model::Listener`]: one filter chain holding Envoy's
+//! `RedisProxy` (routes, timeouts, downstream auth) and, optionally before it, respway's
+//! `ListenerSettings` (backpressure and codec limits).
+
+use std::collections::{HashMap, HashSet};
+
+use envoy_types::pb::envoy::config::listener::v3::{filter::ConfigType, Listener as PbListener};
+use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
+    redis_proxy::{conn_pool_settings::ReadPolicy, prefix_routes::Route, ProtocolVersion},
+    RedisProxy,
+};
+use prost::Name;
+use respway_filters::codec_limits::Limits;
+use respway_filters::model::{Listener, PrefixRoute, RouteTable};
+
+use super::{inline_secret, positive_duration, socket_address, type_name, unpack, unsupported};
+use crate::common;
+use crate::error::{index, join, Cx};
+use crate::pb::respway::v1::ListenerSettings;
+
+/// A translated listener and the Envoy flag that cluster hashtags may inherit.
+pub(super) struct Translated {
+    /// The model listener.
+    pub(super) listener: Listener,
+    /// `RedisProxy.settings.enable_hashtagging`.
+    pub(super) enable_hashtagging: bool,
+}
+
+impl Translated {
+    /// Whether a route or the catch-all of this listener names `cluster`.
+    pub(super) fn routes_to(&self, cluster: &str) -> bool {
+        let r = &self.listener.routes;
+        r.catch_all.as_deref() == Some(cluster) || r.routes.iter().any(|p| p.cluster == cluster)
+    }
+}
+
+/// Translates one listener; `None` when it had errors (all recorded in `cx`).
+#[allow(deprecated)] // deprecated Envoy fields are read to refuse them
+pub(super) fn translate(
+    cx: &mut Cx,
+    l: &PbListener,
+    i: usize,
+    clusters: &HashSet<&str>,
+) -> Option<Translated> {
+    cx.resource = if l.name.is_empty() {
+        format!("listeners[{i}]")
+    } else {
+        format!("listener {:?}", l.name)
+    };
+    let before = cx.count();
+    if l.name.is_empty() {
+        cx.err("name", "must not be empty");
+    }
+    let address = socket_address(cx, "address", l.address.as_ref());
+    unsupported(
+        cx,
+        "",
+        &[
+            ("additional_addresses", !l.additional_addresses.is_empty()),
+            ("stats_matcher", l.stats_matcher.is_some()),
+            ("fcds_config", l.fcds_config.is_some()),
+            ("filter_chain_matcher", l.filter_chain_matcher.is_some()),
+            (
+                "use_original_dst",
+                l.use_original_dst.is_some_and(|b| b.value),
+            ),
+            ("default_filter_chain", l.default_filter_chain.is_some()),
+            (
+                "per_connection_buffer_limit_bytes",
+                l.per_connection_buffer_limit_bytes.is_some(),
+            ),
+            (
+                "per_connection_buffer_high_watermark_timeout",
+                l.per_connection_buffer_high_watermark_timeout.is_some(),
+            ),
+            ("deprecated_v1", l.deprecated_v1.is_some()),
+            ("drain_type", l.drain_type != 0),
+            ("listener_filters", !l.listener_filters.is_empty()),
+            (
+                "listener_filters_timeout",
+                l.listener_filters_timeout.is_some(),
+            ),
+            (
+                "continue_on_listener_filters_timeout",
+                l.continue_on_listener_filters_timeout,
+            ),
+            ("transparent", l.transparent.is_some_and(|b| b.value)),
+            ("freebind", l.freebind.is_some_and(|b| b.value)),
+            ("socket_options", !l.socket_options.is_empty()),
+            (
+                "tcp_fast_open_queue_length",
+                l.tcp_fast_open_queue_length.is_some(),
+            ),
+            ("udp_listener_config", l.udp_listener_config.is_some()),
+            ("api_listener", l.api_listener.is_some()),
+            (
+                "connection_balance_config",
+                l.connection_balance_config.is_some(),
+            ),
+            (
+                "enable_reuse_port",
+                l.enable_reuse_port.is_some_and(|b| !b.value),
+            ),
+            ("access_log", !l.access_log.is_empty()),
+            ("tcp_backlog_size", l.tcp_backlog_size.is_some()),
+            (
+                "max_connections_to_accept_per_socket_event",
+                l.max_connections_to_accept_per_socket_event.is_some(),
+            ),
+            ("bind_to_port", l.bind_to_port.is_some_and(|b| !b.value)),
+            ("enable_mptcp", l.enable_mptcp),
+            ("ignore_global_conn_limit", l.ignore_global_conn_limit),
+            ("bypass_overload_manager", l.bypass_overload_manager),
+            ("tcp_keepalive", l.tcp_keepalive.is_some()),
+            ("internal_listener", l.listener_specifier.is_some()),
+        ],
+    );
+
+    let Some(chain) = l.filter_chains.first() else {
+        cx.err("filter_chains", "one filter chain is required");
+        return None;
+    };
+    if l.filter_chains.len() > 1 {
+        cx.err(
+            "filter_chains",
+            format!(
+                "exactly one filter chain is supported (got {})",
+                l.filter_chains.len()
+            ),
+        );
+    }
+    let fc = "filter_chains[0]";
+    unsupported(
+        cx,
+        fc,
+        &[
+            ("filter_chain_match", chain.filter_chain_match.is_some()),
+            (
+                "use_proxy_proto",
+                chain.use_proxy_proto.is_some_and(|b| b.value),
+            ),
+            ("transport_socket", chain.transport_socket.is_some()),
+            (
+                "transport_socket_connect_timeout",
+                chain.transport_socket_connect_timeout.is_some(),
+            ),
+        ],
+    );
+
+    let mut redis: Option<(String, RedisProxy)> = None;
+    let mut settings: Option<(String, ListenerSettings)> = None;
+    let filters = join(fc, "filters");
+    for (fi, f) in chain.filters.iter().enumerate() {
+        let at = index(&filters, fi);
+        let any = match &f.config_type {
+            Some(ConfigType::TypedConfig(any)) => any,
+            Some(ConfigType::ConfigDiscovery(_)) => {
+                cx.err(join(&at, "config_discovery"), "not supported by respway");
+                continue;
+            }
+            None => {
+                cx.err(join(&at, "typed_config"), "required");
+                continue;
+            }
+        };
+        let typed = join(&at, "typed_config");
+        let name = type_name(any);
+        if name == RedisProxy::full_name() {
+            if fi + 1 != chain.filters.len() {
+                cx.err(
+                    &at,
+                    "envoy.filters.network.redis_proxy must be the last filter",
+                );
+            }
+            match unpack::<RedisProxy>(any) {
+                Ok(r) if redis.is_none() => redis = Some((typed, r)),
+                Ok(_) => cx.err(&at, "duplicate envoy.filters.network.redis_proxy filter"),
+                Err(e) => cx.err(typed, e),
+            }
+        } else if name == ListenerSettings::full_name() {
+            match unpack::<ListenerSettings>(any) {
+                Ok(s) if settings.is_none() => settings = Some((typed, s)),
+                Ok(_) => cx.err(&at, "duplicate respway.v1.ListenerSettings filter"),
+                Err(e) => cx.err(typed, e),
+            }
+        } else {
+            cx.err(
+                at,
+                format!(
+                    "unsupported network filter {:?} ({}); respway runs envoy.filters.network.redis_proxy and respway.listener",
+                    f.name, any.type_url
+                ),
+            );
+        }
+    }
+    let Some((rp, redis)) = redis else {
+        cx.err(
+            filters,
+            "an envoy.filters.network.redis_proxy filter (RedisProxy) is required",
+        );
+        return None;
+    };
+
+    // RedisProxy.
+    let mut op_timeout = common::DEFAULT_OP_TIMEOUT;
+    let mut enable_hashtagging = false;
+    if let Some(s) = &redis.settings {
+        let sp = join(&rp, "settings");
+        if let Some(d) = &s.op_timeout {
+            op_timeout = positive_duration(cx, &join(&sp, "op_timeout"), d).unwrap_or(op_timeout);
+        }
+        enable_hashtagging = s.enable_hashtagging;
+        unsupported(
+            cx,
+            &sp,
+            &[
+                ("enable_redirection", s.enable_redirection),
+                ("dns_cache_config", s.dns_cache_config.is_some()),
+                (
+                    "max_buffer_size_before_flush",
+                    s.max_buffer_size_before_flush != 0,
+                ),
+                ("buffer_flush_timeout", s.buffer_flush_timeout.is_some()),
+                (
+                    "max_upstream_unknown_connections",
+                    s.max_upstream_unknown_connections.is_some(),
+                ),
+                ("connection_rate_limit", s.connection_rate_limit.is_some()),
+            ],
+        );
+        // enable_command_stats is accepted either way: respway always keeps per-command stats.
+        match ReadPolicy::try_from(s.read_policy) {
+            Ok(ReadPolicy::Master) => {}
+            Ok(p) => cx.err(
+                join(&sp, "read_policy"),
+                format!("{} is not supported yet (only MASTER)", p.as_str_name()),
+            ),
+            Err(_) => cx.err(
+                join(&sp, "read_policy"),
+                format!("unknown value {}", s.read_policy),
+            ),
+        }
+    }
+    unsupported(
+        cx,
+        &rp,
+        &[
+            ("latency_in_micros", redis.latency_in_micros),
+            ("faults", !redis.faults.is_empty()),
+            (
+                "downstream_auth_username",
+                redis.downstream_auth_username.is_some(),
+            ),
+            (
+                "external_auth_provider",
+                redis.external_auth_provider.is_some(),
+            ),
+            ("custom_commands", !redis.custom_commands.is_empty()),
+        ],
+    );
+    if redis.protocol_version != ProtocolVersion::Resp2 as i32 {
+        cx.err(
+            join(&rp, "protocol_version"),
+            "only RESP2 is supported by respway",
+        );
+    }
+
+    let mut passwords: Vec<(String, _)> = redis
+        .downstream_auth_passwords
+        .iter()
+        .enumerate()
+        .map(|(i, ds)| (index(&join(&rp, "downstream_auth_passwords"), i), ds))
+        .collect();
+    if let Some(ds) = &redis.downstream_auth_password {
+        passwords.push((join(&rp, "downstream_auth_password"), ds));
+    }
+    if passwords.len() > 1 {
+        cx.err(
+            join(&rp, "downstream_auth_passwords"),
+            "only one downstream password is supported by respway",
+        );
+    }
+    let downstream_password = passwords
+        .first()
+        .and_then(|(field, ds)| inline_secret(cx, field, ds));
+
+    let routes = match &redis.prefix_routes {
+        Some(pr) => routes(cx, &join(&rp, "prefix_routes"), pr, clusters),
+        None => {
+            cx.err(join(&rp, "prefix_routes"), "required");
+            RouteTable::default()
+        }
+    };
+
+    // respway.v1.ListenerSettings.
+    let mut max_pending = common::DEFAULT_MAX_PENDING;
+    let mut limits = Limits::default();
+    if let Some((_, s)) = &settings {
+        if s.max_pending_per_client != 0 {
+            max_pending = s.max_pending_per_client as usize;
+        }
+        if let Some(l) = &s.limits {
+            let pick = |v: u64, d: usize| if v == 0 { d } else { v as usize };
+            limits = Limits {
+                max_bulk_len: pick(l.max_bulk_len, limits.max_bulk_len),
+                max_multibulk_len: pick(l.max_multibulk_len, limits.max_multibulk_len),
+                max_inline_len: pick(l.max_inline_len, limits.max_inline_len),
+            };
+        }
+    }
+
+    if cx.count() > before {
+        return None;
+    }
+    Some(Translated {
+        listener: Listener {
+            name: l.name.clone(),
+            address: address?,
+            routes,
+            downstream_password,
+            op_timeout,
+            max_pending_per_client: max_pending,
+            limits,
+        },
+        enable_hashtagging,
+    })
+}
+
+fn routes(
+    cx: &mut Cx,
+    at: &str,
+    pr: &envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_proxy::PrefixRoutes,
+    clusters: &HashSet<&str>,
+) -> RouteTable {
+    let mut table = RouteTable {
+        case_insensitive: pr.case_insensitive,
+        ..Default::default()
+    };
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let list = join(at, "routes");
+    for (i, r) in pr.routes.iter().enumerate() {
+        let ra = index(&list, i);
+        route_extras(cx, &ra, r);
+        check_cluster(cx, &join(&ra, "cluster"), &r.cluster, clusters);
+        let key = if pr.case_insensitive {
+            r.prefix.to_ascii_lowercase()
+        } else {
+            r.prefix.clone()
+        };
+        if let Some(first) = seen.insert(key, i) {
+            cx.err(
+                join(&ra, "prefix"),
+                format!("duplicate prefix {:?} (also routes[{first}])", r.prefix),
+            );
+        } else if r.prefix.is_empty() && pr.routes.len() > 1 {
+            cx.err(
+                join(&ra, "prefix"),
+                "an empty prefix is allowed only as the sole route (use catch_all_route)",
+            );
+        }
+        table.routes.push(PrefixRoute {
+            prefix: r.prefix.clone(),
+            remove_prefix: r.remove_prefix,
+            cluster: r.cluster.clone(),
+        });
+    }
+    if let Some(r) = &pr.catch_all_route {
+        let ca = join(at, "catch_all_route");
+        route_extras(cx, &ca, r);
+        if !r.prefix.is_empty() || r.remove_prefix {
+            cx.err(
+                &ca,
+                "prefix and remove_prefix have no meaning on the catch-all route",
+            );
+        }
+        check_cluster(cx, &join(&ca, "cluster"), &r.cluster, clusters);
+        table.catch_all = Some(r.cluster.clone());
+    }
+    if pr.routes.is_empty() && pr.catch_all_route.is_none() {
+        cx.err(at, "at least one route or a catch_all_route is required");
+    }
+    table
+}
+
+fn route_extras(cx: &mut Cx, at: &str, r: &Route) {
+    if !r.request_mirror_policy.is_empty() {
+        cx.err(join(at, "request_mirror_policy"), "not supported yet");
+    }
+    unsupported(
+        cx,
+        at,
+        &[
+            ("key_formatter", !r.key_formatter.is_empty()),
+            ("read_command_policy", r.read_command_policy.is_some()),
+        ],
+    );
+}
+
+fn check_cluster(cx: &mut Cx, at: &str, name: &str, clusters: &HashSet<&str>) {
+    if name.is_empty() {
+        cx.err(at, "required");
+    } else if !clusters.contains(name) {
+        cx.err(at, format!("unknown cluster {name:?}"));
+    }
+}

@@ -1,0 +1,842 @@
+//! The static YAML schema (documented in `SCHEMA.md`), read into the validated model.
+//!
+//! The document is read as an untyped YAML tree and walked by hand rather than through
+//! `#[derive(Deserialize)]`: serde stops at the first error and does not say where it was,
+//! while this walk reports every error at once, each with its resource and key path. The model
+//! read here is then written out as Envoy resources ([`crate::to_resources`]) and those are
+//! translated back, so the YAML file and the xDS stream share one translation.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use respway_filters::codec_limits::Limits;
+use respway_filters::model::{
+    Cluster, Config, Endpoint, HashPolicy, HashTag, Listener, PrefixRoute, RingHashFunction, Role,
+    RouteTable, Shard, UpstreamAuth,
+};
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::common::{self, SlotProblem};
+use crate::error::{index, join, ConfigErrors, Cx};
+
+const TOP_KEYS: &[&str] = &["listeners", "clusters"];
+const LISTENER_KEYS: &[&str] = &[
+    "name",
+    "address",
+    "op_timeout",
+    "max_pending_per_client",
+    "downstream_auth_password",
+    "limits",
+    "routes",
+];
+const LIMITS_KEYS: &[&str] = &["max_bulk_len", "max_multibulk_len", "max_inline_len"];
+const ROUTES_KEYS: &[&str] = &["case_insensitive", "catch_all", "prefixes"];
+const PREFIX_KEYS: &[&str] = &["prefix", "cluster", "remove_prefix"];
+const CLUSTER_KEYS: &[&str] = &[
+    "name",
+    "hash",
+    "hashtag",
+    "connections_per_endpoint",
+    "connect_timeout",
+    "auth",
+    "db",
+    "shards",
+];
+const AUTH_KEYS: &[&str] = &["username", "password"];
+const SHARD_KEYS: &[&str] = &["name", "hash_key", "weight", "slots", "endpoints"];
+const ENDPOINT_KEYS: &[&str] = &["address", "role", "zone"];
+const POLICIES: &[(&str, &[&str])] = &[
+    ("maglev", &["policy", "table_size"]),
+    (
+        "ring_hash",
+        &[
+            "policy",
+            "minimum_ring_size",
+            "maximum_ring_size",
+            "function",
+        ],
+    ),
+    ("ketama", &["policy", "key_hash"]),
+    ("modula", &["policy", "key_hash"]),
+    ("crc32_slots", &["policy", "slots"]),
+    ("crc16_slots", &["policy"]),
+];
+
+/// Reads a YAML document into the validated model, reporting every error.
+pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    let mut cx = Cx::default();
+    // Anchors are resolved by the parser; merge keys (`<<: *base`) are applied here.
+    let doc = serde_yaml_ng::from_str::<Value>(text).and_then(|mut v| v.apply_merge().map(|()| v));
+    let doc = match doc {
+        Ok(v) => v,
+        Err(e) => {
+            cx.err("", format!("invalid YAML: {e}"));
+            return Err(ConfigErrors(cx.errors));
+        }
+    };
+    if doc.is_null() {
+        cx.err(
+            "",
+            "the document is empty: listeners and clusters are required",
+        );
+        return Err(ConfigErrors(cx.errors));
+    }
+    let Some(top) = Map::new(&mut cx, &doc, "", TOP_KEYS) else {
+        return Err(ConfigErrors(cx.errors));
+    };
+
+    // Route targets are checked against every cluster name in the file, so that a cluster with
+    // errors of its own does not also make each route to it an error.
+    let cluster_names: HashSet<&str> = top
+        .get("clusters")
+        .and_then(Value::as_sequence)
+        .map(|s| {
+            s.iter()
+                .filter_map(|c| c.get("name").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let mut listeners = Vec::new();
+    let mut seen = HashMap::new();
+    for (i, v) in top.non_empty_seq(&mut cx, "listeners").iter().enumerate() {
+        listeners.extend(listener(&mut cx, v, i, &cluster_names));
+        if let Some(name) = v.get("name").and_then(Value::as_str) {
+            if let Some(first) = seen.insert(name, i) {
+                cx.err(
+                    "name",
+                    format!("duplicate listener name (also listeners[{first}])"),
+                );
+            }
+        }
+        cx.resource.clear();
+    }
+
+    let mut clusters = Vec::new();
+    let mut seen = HashMap::new();
+    for (i, v) in top.non_empty_seq(&mut cx, "clusters").iter().enumerate() {
+        clusters.extend(cluster(&mut cx, v, i));
+        if let Some(name) = v.get("name").and_then(Value::as_str) {
+            if let Some(first) = seen.insert(name, i) {
+                cx.err(
+                    "name",
+                    format!("duplicate cluster name (also clusters[{first}])"),
+                );
+            }
+        }
+        cx.resource.clear();
+    }
+    cx.finish(Config {
+        listeners,
+        clusters,
+    })
+}
+
+// === listeners ===
+
+fn resource_name(v: &Value, kind: &str, list: &str, i: usize) -> String {
+    match v.get("name").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => format!("{kind} {n:?}"),
+        _ => format!("{list}[{i}]"),
+    }
+}
+
+fn listener(cx: &mut Cx, v: &Value, i: usize, clusters: &HashSet<&str>) -> Option<Listener> {
+    cx.resource = resource_name(v, "listener", "listeners", i);
+    let before = cx.count();
+    let m = Map::new(cx, v, "", LISTENER_KEYS)?;
+    let name = m.required_name(cx);
+    let address = m
+        .addr(cx, "address")
+        .unwrap_or_else(|| common::DEFAULT_LISTENER_ADDRESS.parse().expect("valid"));
+    let op_timeout = m
+        .duration(cx, "op_timeout")
+        .unwrap_or(common::DEFAULT_OP_TIMEOUT);
+    let max_pending = m
+        .positive(cx, "max_pending_per_client", u32::MAX.into())
+        .map_or(common::DEFAULT_MAX_PENDING, |n| n as usize);
+    let downstream_password = m.non_empty_string(cx, "downstream_auth_password");
+    let limits = match m.get("limits") {
+        Some(v) => limits(cx, v, &m.at("limits")),
+        None => Limits::default(),
+    };
+    let routes = match m.get("routes") {
+        Some(v) => routes(cx, v, &m.at("routes"), clusters),
+        None => {
+            cx.err("routes", "required");
+            RouteTable::default()
+        }
+    };
+    (cx.count() == before).then(|| Listener {
+        name: name.unwrap_or_default(),
+        address,
+        routes,
+        downstream_password,
+        op_timeout,
+        max_pending_per_client: max_pending,
+        limits,
+    })
+}
+
+fn limits(cx: &mut Cx, v: &Value, path: &str) -> Limits {
+    let d = Limits::default();
+    let Some(m) = Map::new(cx, v, path, LIMITS_KEYS) else {
+        return d;
+    };
+    let max = usize::MAX as u64;
+    Limits {
+        max_bulk_len: m
+            .positive(cx, "max_bulk_len", max)
+            .map_or(d.max_bulk_len, |n| n as usize),
+        max_multibulk_len: m
+            .positive(cx, "max_multibulk_len", max)
+            .map_or(d.max_multibulk_len, |n| n as usize),
+        max_inline_len: m
+            .positive(cx, "max_inline_len", max)
+            .map_or(d.max_inline_len, |n| n as usize),
+    }
+}
+
+fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: &HashSet<&str>) -> RouteTable {
+    let mut table = RouteTable::default();
+    let Some(m) = Map::new(cx, v, path, ROUTES_KEYS) else {
+        return table;
+    };
+    table.case_insensitive = m.boolean(cx, "case_insensitive").unwrap_or(false);
+    table.catch_all = m.string(cx, "catch_all");
+    if let Some(c) = &table.catch_all {
+        if !clusters.contains(c.as_str()) {
+            cx.err(m.at("catch_all"), format!("unknown cluster {c:?}"));
+        }
+    }
+    let prefixes = m.seq(cx, "prefixes").unwrap_or_default();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (i, p) in prefixes.iter().enumerate() {
+        let at = index(&m.at("prefixes"), i);
+        let Some(r) = Map::new(cx, p, &at, PREFIX_KEYS) else {
+            continue;
+        };
+        let prefix = r.required_string(cx, "prefix");
+        let cluster = r.required_string(cx, "cluster");
+        let remove_prefix = r.boolean(cx, "remove_prefix").unwrap_or(false);
+        if let Some(c) = &cluster {
+            if !clusters.contains(c.as_str()) {
+                cx.err(r.at("cluster"), format!("unknown cluster {c:?}"));
+            }
+        }
+        if let Some(p) = &prefix {
+            let key = if table.case_insensitive {
+                p.to_ascii_lowercase()
+            } else {
+                p.clone()
+            };
+            if let Some(first) = seen.insert(key, i) {
+                cx.err(
+                    r.at("prefix"),
+                    format!("duplicate prefix {p:?} (also prefixes[{first}])"),
+                );
+            } else if p.is_empty() && prefixes.len() > 1 {
+                cx.err(
+                    r.at("prefix"),
+                    "an empty prefix is allowed only as the sole route (use catch_all)",
+                );
+            }
+        }
+        if let (Some(prefix), Some(cluster)) = (prefix, cluster) {
+            table.routes.push(PrefixRoute {
+                prefix,
+                remove_prefix,
+                cluster,
+            });
+        }
+    }
+    if prefixes.is_empty() && m.get("catch_all").is_none() {
+        cx.err(path, "at least one prefix or a catch_all is required");
+    }
+    table
+}
+
+// === clusters ===
+
+fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
+    cx.resource = resource_name(v, "cluster", "clusters", i);
+    let before = cx.count();
+    let m = Map::new(cx, v, "", CLUSTER_KEYS)?;
+    let name = m.required_name(cx);
+    let hash_before = cx.count();
+    let hash = match m.get("hash") {
+        Some(v) => hash_policy(cx, v, "hash"),
+        None => Some(HashPolicy::Maglev {
+            table_size: common::DEFAULT_TABLE_SIZE,
+        }),
+    };
+    let hash_valid = cx.count() == hash_before;
+    let hashtag = match m.raw("hashtag") {
+        None => Some(HashTag::default()),
+        Some(Value::Null) => None,
+        Some(Value::String(s)) => common::parse_hashtag(s).unwrap_or_else(|e| {
+            cx.err("hashtag", e);
+            None
+        }),
+        Some(other) => {
+            cx.err(
+                "hashtag",
+                format!("expected a string or null, got {}", kind(other)),
+            );
+            None
+        }
+    };
+    let connections_per_endpoint = m
+        .positive(cx, "connections_per_endpoint", u32::MAX.into())
+        .map_or(common::DEFAULT_CONNECTIONS_PER_ENDPOINT, |n| n as usize);
+    let connect_timeout = m
+        .duration(cx, "connect_timeout")
+        .unwrap_or(common::DEFAULT_CONNECT_TIMEOUT);
+    let auth = m.get("auth").and_then(|v| {
+        let a = Map::new(cx, v, "auth", AUTH_KEYS)?;
+        let username = a.non_empty_string(cx, "username");
+        let password = a.required_string(cx, "password");
+        if password.as_deref() == Some("") {
+            cx.err(a.at("password"), "must not be empty");
+        }
+        Some(UpstreamAuth {
+            username,
+            password: password?,
+        })
+    });
+    let db = m.uint(cx, "db", u32::MAX.into()).unwrap_or(0) as u32;
+    let shards = shards(cx, &m, hash.as_ref(), hash_valid);
+    if cx.count() > before {
+        return None;
+    }
+    let cluster = Cluster {
+        name: name.unwrap_or_default(),
+        hash: hash.expect("a policy without errors"),
+        hashtag,
+        shards,
+        connections_per_endpoint,
+        connect_timeout,
+        auth,
+        db,
+    };
+    if let Some(reason) = common::picker_error(&cluster) {
+        cx.err("", reason);
+        return None;
+    }
+    Some(cluster)
+}
+
+fn hash_policy(cx: &mut Cx, v: &Value, path: &str) -> Option<HashPolicy> {
+    let Value::Mapping(_) = v else {
+        cx.err(path, format!("expected a mapping, got {}", kind(v)));
+        return None;
+    };
+    let at = |k: &str| join(path, k);
+    let policy = match v.get("policy") {
+        None | Some(Value::Null) => {
+            cx.err(at("policy"), "required");
+            return None;
+        }
+        Some(Value::String(s)) => s.as_str(),
+        Some(other) => {
+            cx.err(
+                at("policy"),
+                format!("expected a string, got {}", kind(other)),
+            );
+            return None;
+        }
+    };
+    let Some((_, keys)) = POLICIES.iter().find(|(n, _)| *n == policy) else {
+        cx.err(
+            at("policy"),
+            format!(
+                "unknown policy {policy:?} (expected one of: {})",
+                common::one_of(POLICIES.iter().map(|(n, _)| *n))
+            ),
+        );
+        return None;
+    };
+    let m = Map::new(cx, v, path, keys)?;
+    let key_hash = |cx: &mut Cx| match m.string(cx, "key_hash") {
+        None => Some(respway_filters::model::KeyHash::Fnv1a64),
+        Some(s) => match common::KEY_HASHES.iter().find(|(n, _)| *n == s) {
+            Some((_, k)) => Some(*k),
+            None => {
+                cx.err(
+                    m.at("key_hash"),
+                    format!(
+                        "unknown key hash {s:?} (expected one of: {})",
+                        common::one_of(common::KEY_HASHES.iter().map(|(n, _)| *n))
+                    ),
+                );
+                None
+            }
+        },
+    };
+    let policy = match policy {
+        "maglev" => HashPolicy::Maglev {
+            table_size: m
+                .uint(cx, "table_size", u64::MAX)
+                .unwrap_or(common::DEFAULT_TABLE_SIZE),
+        },
+        "ring_hash" => {
+            let function = match m.string(cx, "function").as_deref() {
+                None | Some("xx_hash") => RingHashFunction::XxHash,
+                Some("murmur_hash_2") => RingHashFunction::MurmurHash2,
+                Some(other) => {
+                    cx.err(
+                        m.at("function"),
+                        format!(
+                            "unknown function {other:?} (expected one of: xx_hash, murmur_hash_2)"
+                        ),
+                    );
+                    RingHashFunction::XxHash
+                }
+            };
+            HashPolicy::RingHash {
+                minimum_ring_size: m
+                    .uint(cx, "minimum_ring_size", u64::MAX)
+                    .unwrap_or(common::DEFAULT_MIN_RING),
+                maximum_ring_size: m
+                    .uint(cx, "maximum_ring_size", u64::MAX)
+                    .unwrap_or(common::MAX_RING),
+                function,
+            }
+        }
+        "ketama" => HashPolicy::Ketama {
+            key_hash: key_hash(cx)?,
+        },
+        "modula" => HashPolicy::Modula {
+            key_hash: key_hash(cx)?,
+        },
+        "crc32_slots" => HashPolicy::Crc32Slots {
+            slots: m
+                .uint(cx, "slots", u32::MAX.into())
+                .map_or(common::DEFAULT_CRC32_SLOTS, |n| n as u32),
+        },
+        _ => HashPolicy::Crc16Slots,
+    };
+    for (field, reason) in common::check_hash_policy(&policy) {
+        cx.err(m.at(field), reason);
+    }
+    // The policy is returned even when a number in it is wrong: its kind is still known, and
+    // the shards are checked against it (the caller knows the cluster failed).
+    Some(policy)
+}
+
+/// A shard as read, before its hash key can be worked out.
+struct RawShard {
+    name: Option<String>,
+    hash_key: Option<String>,
+    weight: u32,
+    slots: Vec<(u32, u32)>,
+    endpoints: Vec<Endpoint>,
+}
+
+/// The shards; `policy` is the cluster's policy if its kind is known, `policy_valid` says
+/// whether its numbers are right too (the slot table checks need the slot count).
+fn shards(cx: &mut Cx, m: &Map<'_>, policy: Option<&HashPolicy>, policy_valid: bool) -> Vec<Shard> {
+    let before = cx.count();
+    let list = m.non_empty_seq(cx, "shards");
+    let mut raw = Vec::new();
+    for (si, v) in list.iter().enumerate() {
+        if let Some(s) = shard(cx, v, &index("shards", si), policy) {
+            raw.push(s);
+        }
+    }
+    if cx.count() > before {
+        return Vec::new();
+    }
+    let Some(policy) = policy else {
+        return Vec::new();
+    };
+
+    // Names, addresses and hash keys must tell shards and endpoints apart.
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut addrs: HashMap<SocketAddr, String> = HashMap::new();
+    for (si, s) in raw.iter().enumerate() {
+        let name = s.name.clone().unwrap_or_else(|| format!("shard-{si}"));
+        if let Some(first) = names.insert(name.clone(), si) {
+            cx.err(
+                format!("shards[{si}].name"),
+                format!("duplicate shard name {name:?} (also shards[{first}])"),
+            );
+        }
+        for (ei, e) in s.endpoints.iter().enumerate() {
+            let here = format!("shards[{si}].endpoints[{ei}]");
+            if let Some(first) = addrs.insert(e.address, here.clone()) {
+                cx.err(
+                    format!("{here}.address"),
+                    format!("{} is already used by {first}", e.address),
+                );
+            }
+        }
+    }
+    let addresses_ok = cx.count() == before;
+
+    let mut out = Vec::new();
+    let mut keys: HashMap<String, usize> = HashMap::new();
+    for (si, s) in raw.into_iter().enumerate() {
+        let primary = s
+            .endpoints
+            .iter()
+            .find(|e| e.role == Role::Primary)
+            .expect("checked")
+            .address;
+        let hash_key = s
+            .hash_key
+            .unwrap_or_else(|| common::default_hash_key(policy, s.name.as_deref(), primary));
+        if common::unique_hash_keys(policy) && addresses_ok {
+            if let Some(first) = keys.insert(hash_key.clone(), si) {
+                cx.err(
+                    format!("shards[{si}]"),
+                    format!(
+                        "hash key {hash_key:?} is also the hash key of shards[{first}]; set hash_key or name to tell them apart"
+                    ),
+                );
+            }
+        }
+        let mut endpoints = s.endpoints;
+        common::normalize_endpoints(&mut endpoints);
+        out.push(Shard {
+            name: s.name.unwrap_or_else(|| format!("shard-{si}")),
+            hash_key,
+            weight: s.weight,
+            slots: s.slots,
+            endpoints,
+        });
+    }
+
+    if let Some(total) = common::slot_count(policy).filter(|_| policy_valid) {
+        let tables: Vec<&[(u32, u32)]> = out.iter().map(|s| s.slots.as_slice()).collect();
+        for p in common::check_slots(total, &tables) {
+            match p {
+                SlotProblem::OutOfBounds {
+                    shard,
+                    range,
+                    reason,
+                } => cx.err(format!("shards[{shard}].slots[{range}]"), reason),
+                SlotProblem::Overlap {
+                    shard,
+                    range,
+                    other,
+                    slot,
+                } => cx.err(
+                    format!("shards[{shard}].slots[{range}]"),
+                    format!("slot {slot} is already assigned to shards[{other}]"),
+                ),
+                SlotProblem::Missing { shard } => cx.err(
+                    format!("shards[{shard}].slots"),
+                    "required: the other shards list their slots",
+                ),
+                SlotProblem::Uncovered { reason } => cx.err("shards", reason),
+            }
+        }
+    }
+    out
+}
+
+fn shard(cx: &mut Cx, v: &Value, path: &str, policy: Option<&HashPolicy>) -> Option<RawShard> {
+    let before = cx.count();
+    let m = Map::new(cx, v, path, SHARD_KEYS)?;
+    let name = m.non_empty_string(cx, "name");
+    let hash_key = m.non_empty_string(cx, "hash_key");
+    let weight = m.positive(cx, "weight", u32::MAX.into()).unwrap_or(1) as u32;
+    let mut slots = Vec::new();
+    if let Some(list) = m.seq(cx, "slots") {
+        if policy.is_some_and(|p| common::slot_count(p).is_none()) {
+            cx.err(
+                m.at("slots"),
+                "only the crc32_slots and crc16_slots policies use slots",
+            );
+        }
+        for (i, s) in list.iter().enumerate() {
+            let at = index(&m.at("slots"), i);
+            let range = match s {
+                Value::String(s) => common::parse_slot_range(s),
+                Value::Number(n) => n
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .map(|n| (n, n))
+                    .ok_or_else(|| format!("invalid slot {n}")),
+                other => Err(format!(
+                    "expected a slot or a range such as \"0-511\", got {}",
+                    kind(other)
+                )),
+            };
+            match range {
+                Ok(r) => slots.push(r),
+                Err(e) => cx.err(at, e),
+            }
+        }
+    }
+    let list = m.non_empty_seq(cx, "endpoints");
+    let single = list.len() == 1;
+    let mut endpoints = Vec::new();
+    for (ei, v) in list.iter().enumerate() {
+        let at = index(&m.at("endpoints"), ei);
+        let Some(e) = Map::new(cx, v, &at, ENDPOINT_KEYS) else {
+            continue;
+        };
+        let address = e.required(cx, "address", common::parse_socket_addr);
+        let role = match e.string(cx, "role").as_deref() {
+            Some("primary") => Some(Role::Primary),
+            Some("replica") => Some(Role::Replica),
+            None if single => Some(Role::Primary),
+            None => {
+                cx.err(
+                    e.at("role"),
+                    "required when a shard has more than one endpoint",
+                );
+                None
+            }
+            Some(other) => {
+                cx.err(
+                    e.at("role"),
+                    format!("unknown role {other:?} (expected one of: primary, replica)"),
+                );
+                None
+            }
+        };
+        let zone = e.non_empty_string(cx, "zone");
+        if let (Some(address), Some(role)) = (address, role) {
+            endpoints.push(Endpoint {
+                address,
+                role,
+                zone,
+            });
+        }
+    }
+    if cx.count() > before {
+        return None;
+    }
+    let primaries: Vec<String> = endpoints
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.role == Role::Primary)
+        .map(|(i, _)| format!("endpoints[{i}]"))
+        .collect();
+    match primaries.len() {
+        1 => {}
+        0 => cx.err(
+            m.at("endpoints"),
+            "no primary: exactly one endpoint must have role primary",
+        ),
+        n => cx.err(
+            m.at("endpoints"),
+            format!(
+                "{n} primaries ({}): exactly one endpoint must have role primary",
+                primaries.join(", ")
+            ),
+        ),
+    }
+    (cx.count() == before).then_some(RawShard {
+        name,
+        hash_key,
+        weight,
+        slots,
+        endpoints,
+    })
+}
+
+// === reading YAML values ===
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// A YAML mapping at `path` whose keys were checked against the schema. Getters report a
+/// wrong type (or out-of-range number) and return `None`, so callers fall back to a default
+/// and keep walking; the walk as a whole fails if any error was reported.
+struct Map<'v> {
+    map: &'v Mapping,
+    path: String,
+}
+
+impl<'v> Map<'v> {
+    /// Checks that `v` is a mapping with only `known` keys (each unknown key is an error).
+    fn new(cx: &mut Cx, v: &'v Value, path: &str, known: &[&str]) -> Option<Map<'v>> {
+        let Value::Mapping(map) = v else {
+            cx.err(path, format!("expected a mapping, got {}", kind(v)));
+            return None;
+        };
+        for k in map.keys() {
+            match k.as_str() {
+                Some(k) if known.contains(&k) => {}
+                Some(k) => cx.err(
+                    join(path, k),
+                    format!("unknown field (expected one of: {})", known.join(", ")),
+                ),
+                None => cx.err(path, format!("keys must be strings, got {}", kind(k))),
+            }
+        }
+        Some(Map {
+            map,
+            path: path.to_string(),
+        })
+    }
+
+    /// The value, `Some(Null)` included.
+    fn raw(&self, key: &str) -> Option<&'v Value> {
+        self.map.get(key)
+    }
+
+    /// The value; a null counts as absent.
+    fn get(&self, key: &str) -> Option<&'v Value> {
+        self.raw(key).filter(|v| !v.is_null())
+    }
+
+    /// Path of `key`.
+    fn at(&self, key: &str) -> String {
+        join(&self.path, key)
+    }
+
+    fn string(&self, cx: &mut Cx, key: &str) -> Option<String> {
+        match self.get(key)? {
+            Value::String(s) => Some(s.clone()),
+            other => {
+                cx.err(
+                    self.at(key),
+                    format!("expected a string, got {}", kind(other)),
+                );
+                None
+            }
+        }
+    }
+
+    fn non_empty_string(&self, cx: &mut Cx, key: &str) -> Option<String> {
+        let s = self.string(cx, key)?;
+        if s.is_empty() {
+            cx.err(self.at(key), "must not be empty (leave it out or use null)");
+            return None;
+        }
+        Some(s)
+    }
+
+    fn required_string(&self, cx: &mut Cx, key: &str) -> Option<String> {
+        if self.get(key).is_none() {
+            cx.err(self.at(key), "required");
+            return None;
+        }
+        self.string(cx, key)
+    }
+
+    /// `name`, required and not empty.
+    fn required_name(&self, cx: &mut Cx) -> Option<String> {
+        let name = self.required_string(cx, "name")?;
+        if name.is_empty() {
+            cx.err(self.at("name"), "must not be empty");
+            return None;
+        }
+        Some(name)
+    }
+
+    /// A required string parsed by `parse`.
+    fn required<T>(
+        &self,
+        cx: &mut Cx,
+        key: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let s = self.required_string(cx, key)?;
+        parse(&s).map_err(|e| cx.err(self.at(key), e)).ok()
+    }
+
+    fn uint(&self, cx: &mut Cx, key: &str, max: u64) -> Option<u64> {
+        let v = self.get(key)?;
+        match v.as_u64() {
+            Some(n) if n <= max => Some(n),
+            Some(_) => {
+                cx.err(self.at(key), format!("must be at most {max}"));
+                None
+            }
+            None => {
+                cx.err(
+                    self.at(key),
+                    format!("expected an unsigned integer, got {}", kind(v)),
+                );
+                None
+            }
+        }
+    }
+
+    fn positive(&self, cx: &mut Cx, key: &str, max: u64) -> Option<u64> {
+        let n = self.uint(cx, key, max)?;
+        if n == 0 {
+            cx.err(self.at(key), "must be greater than 0");
+            return None;
+        }
+        Some(n)
+    }
+
+    fn boolean(&self, cx: &mut Cx, key: &str) -> Option<bool> {
+        match self.get(key)? {
+            Value::Bool(b) => Some(*b),
+            other => {
+                cx.err(
+                    self.at(key),
+                    format!("expected true or false, got {}", kind(other)),
+                );
+                None
+            }
+        }
+    }
+
+    /// A duration string greater than zero.
+    fn duration(&self, cx: &mut Cx, key: &str) -> Option<Duration> {
+        let s = self.string(cx, key)?;
+        match common::parse_duration(&s) {
+            Ok(d) if d.is_zero() => {
+                cx.err(self.at(key), "must be greater than 0");
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                cx.err(self.at(key), e);
+                None
+            }
+        }
+    }
+
+    fn addr(&self, cx: &mut Cx, key: &str) -> Option<SocketAddr> {
+        let s = self.string(cx, key)?;
+        common::parse_socket_addr(&s)
+            .map_err(|e| cx.err(self.at(key), e))
+            .ok()
+    }
+
+    fn seq(&self, cx: &mut Cx, key: &str) -> Option<&'v [Value]> {
+        match self.get(key)? {
+            Value::Sequence(s) => Some(s.as_slice()),
+            other => {
+                cx.err(
+                    self.at(key),
+                    format!("expected a list, got {}", kind(other)),
+                );
+                None
+            }
+        }
+    }
+
+    /// A required list with at least one element; empty when it is not.
+    fn non_empty_seq(&self, cx: &mut Cx, key: &str) -> &'v [Value] {
+        if self.get(key).is_none() {
+            cx.err(self.at(key), "required");
+            return &[];
+        }
+        let s = self.seq(cx, key).unwrap_or_default();
+        if s.is_empty() && self.get(key).is_some_and(Value::is_sequence) {
+            cx.err(self.at(key), "must not be empty");
+        }
+        s
+    }
+}

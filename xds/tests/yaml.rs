@@ -1,0 +1,626 @@
+//! The YAML schema end to end: the full example, every default, and the exact text of errors.
+
+use std::path::Path;
+use std::time::Duration;
+
+use respway_filters::codec_limits::Limits;
+use respway_filters::model::{
+    Cluster, Config, Endpoint, HashPolicy, HashTag, KeyHash, Listener, PrefixRoute,
+    RingHashFunction, Role, RouteTable, Shard, UpstreamAuth,
+};
+use respway_xds::{default_config, load_file, parse_yaml, to_resources, translate};
+
+fn load(yaml: &str) -> Config {
+    let resources = parse_yaml(yaml).unwrap_or_else(|e| panic!("parse_yaml:\n{e}"));
+    translate(&resources).unwrap_or_else(|e| panic!("translate:\n{e}"))
+}
+
+fn errors(yaml: &str) -> String {
+    parse_yaml(yaml).expect_err("should fail").to_string()
+}
+
+fn ep(addr: &str, role: Role, zone: Option<&str>) -> Endpoint {
+    Endpoint {
+        address: addr.parse().unwrap(),
+        role,
+        zone: zone.map(str::to_string),
+    }
+}
+
+fn shard(name: &str, hash_key: &str, endpoints: Vec<Endpoint>) -> Shard {
+    Shard {
+        name: name.to_string(),
+        hash_key: hash_key.to_string(),
+        weight: 1,
+        slots: Vec::new(),
+        endpoints,
+    }
+}
+
+fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
+    Cluster {
+        name: name.to_string(),
+        hash,
+        hashtag: Some(HashTag::default()),
+        shards,
+        connections_per_endpoint: 1,
+        connect_timeout: Duration::from_secs(1),
+        auth: None,
+        db: 0,
+    }
+}
+
+fn full_example_model() -> Config {
+    Config {
+        listeners: vec![Listener {
+            name: "main".into(),
+            address: "127.0.0.1:6380".parse().unwrap(),
+            routes: RouteTable {
+                routes: vec![
+                    PrefixRoute {
+                        prefix: "up:".into(),
+                        remove_prefix: true,
+                        cluster: "profile".into(),
+                    },
+                    PrefixRoute {
+                        prefix: "sess:".into(),
+                        remove_prefix: false,
+                        cluster: "sessions".into(),
+                    },
+                ],
+                case_insensitive: true,
+                catch_all: Some("main".into()),
+            },
+            downstream_password: Some("client-secret".into()),
+            op_timeout: Duration::from_millis(250),
+            max_pending_per_client: 2048,
+            limits: Limits {
+                max_bulk_len: 16 * 1024 * 1024,
+                max_multibulk_len: 65536,
+                max_inline_len: 16384,
+            },
+        }],
+        clusters: vec![
+            Cluster {
+                connections_per_endpoint: 2,
+                connect_timeout: Duration::from_millis(500),
+                auth: Some(UpstreamAuth {
+                    username: Some("respway".into()),
+                    password: "upstream-secret".into(),
+                }),
+                db: 2,
+                ..cluster(
+                    "main",
+                    HashPolicy::Maglev { table_size: 65537 },
+                    vec![
+                        shard(
+                            "s0",
+                            "127.0.0.1:7001",
+                            vec![
+                                ep("127.0.0.1:7001", Role::Primary, Some("z1")),
+                                ep("127.0.0.1:7101", Role::Replica, Some("z2")),
+                            ],
+                        ),
+                        Shard {
+                            weight: 2,
+                            ..shard(
+                                "s1",
+                                "127.0.0.1:7002",
+                                vec![
+                                    ep("127.0.0.1:7002", Role::Primary, Some("z2")),
+                                    ep("127.0.0.1:7102", Role::Replica, Some("z1")),
+                                ],
+                            )
+                        },
+                    ],
+                )
+            },
+            Cluster {
+                hashtag: None,
+                ..cluster(
+                    "profile",
+                    HashPolicy::Ketama {
+                        key_hash: KeyHash::Fnv1a64,
+                    },
+                    vec![
+                        shard(
+                            "redis-a",
+                            "redis-a",
+                            vec![ep("127.0.0.1:7201", Role::Primary, None)],
+                        ),
+                        shard(
+                            "redis-b",
+                            "legacy-b",
+                            vec![ep("127.0.0.1:7202", Role::Primary, None)],
+                        ),
+                    ],
+                )
+            },
+            cluster(
+                "sessions",
+                HashPolicy::Crc16Slots,
+                vec![
+                    Shard {
+                        slots: vec![(0, 8191)],
+                        ..shard(
+                            "shard-0",
+                            "127.0.0.1:7301",
+                            vec![ep("127.0.0.1:7301", Role::Primary, None)],
+                        )
+                    },
+                    Shard {
+                        slots: vec![(8192, 16383)],
+                        ..shard(
+                            "shard-1",
+                            "127.0.0.1:7302",
+                            vec![ep("127.0.0.1:7302", Role::Primary, None)],
+                        )
+                    },
+                ],
+            ),
+        ],
+    }
+}
+
+#[test]
+fn full_example_file_loads_to_the_expected_model() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/full.yaml");
+    let config = load_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config, full_example_model());
+}
+
+#[test]
+fn model_round_trips_through_envoy_resources() {
+    let model = full_example_model();
+    assert_eq!(translate(&to_resources(&model)).unwrap(), model);
+    let default = default_config();
+    assert_eq!(translate(&to_resources(&default)).unwrap(), default);
+}
+
+#[test]
+fn every_default() {
+    let config = load(
+        r#"
+listeners:
+  - name: default
+    routes: { catch_all: default }
+clusters:
+  - name: default
+    shards:
+      - endpoints: [{ address: 127.0.0.1:6379 }]
+"#,
+    );
+    // Listener: 127.0.0.1:6380, 1s, 1024 pending, Redis's limits, no password.
+    // Cluster: maglev 65537, hashtag "{}", 1 connection, 1s connect, no auth, db 0;
+    // shard "shard-0" of weight 1 hashed by its primary's ip:port, the lone endpoint primary.
+    assert_eq!(config, default_config());
+    let l = &config.listeners[0];
+    assert_eq!(l.address, "127.0.0.1:6380".parse().unwrap());
+    assert_eq!(l.op_timeout, Duration::from_secs(1));
+    assert_eq!(l.max_pending_per_client, 1024);
+    assert_eq!(l.limits, Limits::default());
+    assert_eq!(l.downstream_password, None);
+    assert!(!l.routes.case_insensitive);
+    let c = &config.clusters[0];
+    assert_eq!(c.hash, HashPolicy::Maglev { table_size: 65537 });
+    assert_eq!(c.hashtag, Some(HashTag::default()));
+    assert_eq!(c.connections_per_endpoint, 1);
+    assert_eq!(c.connect_timeout, Duration::from_secs(1));
+    assert_eq!((c.auth.clone(), c.db), (None, 0));
+    let s = &c.shards[0];
+    assert_eq!(
+        (s.name.as_str(), s.hash_key.as_str()),
+        ("shard-0", "127.0.0.1:6379")
+    );
+    assert_eq!(s.weight, 1);
+    assert_eq!(s.endpoints[0].role, Role::Primary);
+    assert_eq!(s.endpoints[0].zone, None);
+}
+
+#[test]
+fn policy_defaults_and_twemproxy_hash_keys() {
+    let config = load(
+        r#"
+listeners:
+  - name: l
+    routes:
+      prefixes:
+        - { prefix: "a", cluster: ring }
+        - { prefix: "b", cluster: ketama }
+        - { prefix: "c", cluster: modula }
+        - { prefix: "d", cluster: crc32 }
+clusters:
+  - name: ring
+    hash: { policy: ring_hash }
+    shards:
+      - { name: r0, endpoints: [{ address: 127.0.0.1:7001 }] }
+  - name: ketama
+    hash: { policy: ketama }
+    shards:
+      - { endpoints: [{ address: 10.0.0.1:11211 }] }
+      - { endpoints: [{ address: 10.0.0.2:6379 }] }
+      - { name: cache-3, endpoints: [{ address: 10.0.0.3:6379 }] }
+      - { name: cache-4, hash_key: old-4, endpoints: [{ address: 10.0.0.4:6379 }] }
+  - name: modula
+    hash: { policy: modula, key_hash: murmur }
+    shards:
+      - { endpoints: [{ address: 10.0.1.1:6379 }] }
+  - name: crc32
+    hash: { policy: crc32_slots }
+    hashtag: ""
+    shards:
+      - { endpoints: [{ address: 10.0.2.1:6379 }] }
+      - { endpoints: [{ address: 10.0.2.2:6379 }] }
+"#,
+    );
+    assert_eq!(config.listeners[0].routes.catch_all, None);
+    let ring = config.cluster("ring").unwrap();
+    assert_eq!(
+        ring.hash,
+        HashPolicy::RingHash {
+            minimum_ring_size: 1024,
+            maximum_ring_size: 8 * 1024 * 1024,
+            function: RingHashFunction::XxHash
+        }
+    );
+    // Envoy hashes a host by its address even when the shard has a name.
+    assert_eq!(ring.shards[0].hash_key, "127.0.0.1:7001");
+    let ketama = config.cluster("ketama").unwrap();
+    assert_eq!(
+        ketama.hash,
+        HashPolicy::Ketama {
+            key_hash: KeyHash::Fnv1a64
+        }
+    );
+    let keys: Vec<(&str, &str)> = ketama
+        .shards
+        .iter()
+        .map(|s| (s.name.as_str(), s.hash_key.as_str()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("shard-0", "10.0.0.1"),
+            ("shard-1", "10.0.0.2:6379"),
+            ("cache-3", "cache-3"),
+            ("cache-4", "old-4"),
+        ]
+    );
+    let modula = config.cluster("modula").unwrap();
+    assert_eq!(
+        modula.hash,
+        HashPolicy::Modula {
+            key_hash: KeyHash::Murmur
+        }
+    );
+    assert_eq!(modula.shards[0].hash_key, "10.0.1.1:6379");
+    let crc32 = config.cluster("crc32").unwrap();
+    assert_eq!(crc32.hash, HashPolicy::Crc32Slots { slots: 1024 });
+    assert_eq!(crc32.hashtag, None);
+    assert!(crc32.shards.iter().all(|s| s.slots.is_empty()));
+}
+
+#[test]
+fn endpoints_are_in_canonical_order() {
+    let config = load(
+        r#"
+listeners: [{ name: l, routes: { catch_all: c } }]
+clusters:
+  - name: c
+    shards:
+      - endpoints:
+          - { address: 127.0.0.1:7103, role: replica, zone: z1 }
+          - { address: 127.0.0.1:7102, role: replica, zone: z3 }
+          - { address: 127.0.0.1:7001, role: primary, zone: z2 }
+"#,
+    );
+    let addrs: Vec<String> = config.clusters[0].shards[0]
+        .endpoints
+        .iter()
+        .map(|e| e.address.to_string())
+        .collect();
+    assert_eq!(
+        addrs,
+        ["127.0.0.1:7001", "127.0.0.1:7102", "127.0.0.1:7103"]
+    );
+}
+
+#[test]
+fn many_errors_are_reported_together() {
+    let text = r#"
+listeners:
+  - name: main
+    adress: 127.0.0.1:6380
+    op_timeout: 0s
+    routes:
+      catch_all: mian
+      prefixes:
+        - { prefix: "up:", cluster: profile }
+clusters:
+  - name: main
+    hash: { policy: maglev, table_size: 65536 }
+    hashtag: "{"
+    shards:
+      - name: s0
+        endpoints:
+          - { address: 127.0.0.1:7001, role: primary }
+          - { address: 127.0.0.1:7101, role: primary }
+      - name: s1
+        endpoints:
+          - { address: "127.0.0.1:99999" }
+"#;
+    assert_eq!(
+        errors(text),
+        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, downstream_auth_password, limits, routes)
+listener "main": op_timeout: must be greater than 0
+listener "main": routes.catch_all: unknown cluster "mian"
+listener "main": routes.prefixes[0].cluster: unknown cluster "profile"
+cluster "main": hash.table_size: 65536 is not a prime number
+cluster "main": hashtag: must be exactly two ASCII characters such as "{}" (got "{")
+cluster "main": shards[0].endpoints: 2 primaries (endpoints[0], endpoints[1]): exactly one endpoint must have role primary
+cluster "main": shards[1].endpoints[0].address: invalid socket address "127.0.0.1:99999""#
+    );
+}
+
+#[test]
+fn unknown_fields_anywhere_name_their_path() {
+    let text = r#"
+listener: []
+listeners:
+  - name: l
+    limits: { max_bulk: 1 }
+    routes: { catch_all: c, prefixes: [{ prefix: a, cluster: c, strip: true }] }
+clusters:
+  - name: c
+    hash: { policy: ketama, table_size: 65537 }
+    auth: { user: x, password: y }
+    shards:
+      - nmae: s0
+        endpoints: [{ address: 127.0.0.1:7001, zones: z1 }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"listener: unknown field (expected one of: listeners, clusters)
+listener "l": limits.max_bulk: unknown field (expected one of: max_bulk_len, max_multibulk_len, max_inline_len)
+listener "l": routes.prefixes[0].strip: unknown field (expected one of: prefix, cluster, remove_prefix)
+cluster "c": hash.table_size: unknown field (expected one of: policy, key_hash)
+cluster "c": auth.user: unknown field (expected one of: username, password)
+cluster "c": shards[0].nmae: unknown field (expected one of: name, hash_key, weight, slots, endpoints)
+cluster "c": shards[0].endpoints[0].zones: unknown field (expected one of: address, role, zone)"#
+    );
+}
+
+#[test]
+fn bad_values_say_what_was_expected() {
+    let text = r#"
+listeners:
+  - name: l
+    address: localhost:6380
+    op_timeout: 1.5s
+    max_pending_per_client: -1
+    routes: { case_insensitive: "yes", catch_all: c }
+  - name: l
+    address: 127.0.0.1:6381
+    routes: {}
+clusters:
+  - name: c
+    hash: { policy: jump }
+    connections_per_endpoint: 0
+    shards: []
+  - hash: { policy: ring_hash, minimum_ring_size: 2048, maximum_ring_size: 1024, function: md5 }
+    shards:
+      - weight: 0
+        slots: ["0-9"]
+        endpoints:
+          - { address: 127.0.0.1:7001, role: leader }
+          - { address: 127.0.0.1:7002 }
+"#;
+    assert_eq!(
+        errors(text),
+        r#"listener "l": address: invalid socket address "localhost:6380": use an IP address, host names are not resolved
+listener "l": op_timeout: invalid duration "1.5s" (expected an integer and a unit: us, ms, s, m or h, e.g. "250ms")
+listener "l": max_pending_per_client: expected an unsigned integer, got a number
+listener "l": routes.case_insensitive: expected true or false, got a string
+listener "l": routes: at least one prefix or a catch_all is required
+listener "l": name: duplicate listener name (also listeners[0])
+cluster "c": hash.policy: unknown policy "jump" (expected one of: maglev, ring_hash, ketama, modula, crc32_slots, crc16_slots)
+cluster "c": connections_per_endpoint: must be greater than 0
+cluster "c": shards: must not be empty
+clusters[1]: name: required
+clusters[1]: hash.function: unknown function "md5" (expected one of: xx_hash, murmur_hash_2)
+clusters[1]: hash.minimum_ring_size: 2048 is larger than maximum_ring_size 1024
+clusters[1]: shards[0].weight: must be greater than 0
+clusters[1]: shards[0].slots: only the crc32_slots and crc16_slots policies use slots
+clusters[1]: shards[0].endpoints[0].role: unknown role "leader" (expected one of: primary, replica)
+clusters[1]: shards[0].endpoints[1].role: required when a shard has more than one endpoint"#
+    );
+}
+
+#[test]
+fn shard_level_checks() {
+    let text = r#"
+listeners: [{ name: l, routes: { catch_all: a } }]
+clusters:
+  - name: a
+    shards:
+      - { name: x, endpoints: [{ address: 127.0.0.1:7001 }] }
+      - { name: x, endpoints: [{ address: 127.0.0.1:7001 }] }
+      - endpoints:
+          - { address: 127.0.0.1:7003, role: replica }
+          - { address: 127.0.0.1:7004, role: replica }
+  - name: b
+    hash: { policy: ketama }
+    shards:
+      - { name: same, endpoints: [{ address: 127.0.0.1:8001 }] }
+      - { hash_key: same, endpoints: [{ address: 127.0.0.1:8002 }] }
+  - name: c
+    hash: { policy: crc32_slots, slots: 16 }
+    shards:
+      - { slots: ["0-7", 9], endpoints: [{ address: 127.0.0.1:9001 }] }
+      - { slots: ["7-15"], endpoints: [{ address: 127.0.0.1:9002 }] }
+      - { slots: ["10-20", "x"], endpoints: [{ address: 127.0.0.1:9003 }] }
+  - name: d
+    hash: { policy: crc16_slots }
+    shards:
+      - { slots: ["0-100"], endpoints: [{ address: 127.0.0.1:9101 }] }
+      - { endpoints: [{ address: 127.0.0.1:9102 }] }
+  - name: e
+    hash: { policy: crc16_slots }
+    shards:
+      - { slots: ["0-100"], endpoints: [{ address: 127.0.0.1:9201 }] }
+"#;
+    assert_eq!(
+        errors(text),
+        r#"cluster "a": shards[2].endpoints: no primary: exactly one endpoint must have role primary
+cluster "b": shards[1]: hash key "same" is also the hash key of shards[0]; set hash_key or name to tell them apart
+cluster "c": shards[2].slots[1]: invalid slot range "x" (expected "N" or "FIRST-LAST")
+cluster "d": shards[1].slots: required: the other shards list their slots
+cluster "e": shards: slots 101-16383 are assigned to no shard"#
+    );
+    // Once each shard is well formed, the cluster-wide checks run.
+    let text = r#"
+listeners: [{ name: l, routes: { catch_all: a } }]
+clusters:
+  - name: a
+    shards:
+      - { name: x, endpoints: [{ address: 127.0.0.1:7001 }] }
+      - { name: x, endpoints: [{ address: 127.0.0.1:7001 }] }
+  - name: c
+    hash: { policy: crc32_slots, slots: 16 }
+    shards:
+      - { slots: ["0-7", 9], endpoints: [{ address: 127.0.0.1:9001 }] }
+      - { slots: ["7-15"], endpoints: [{ address: 127.0.0.1:9002 }] }
+      - { slots: ["10-20"], endpoints: [{ address: 127.0.0.1:9003 }] }
+"#;
+    assert_eq!(
+        errors(text),
+        r#"cluster "a": shards[1].name: duplicate shard name "x" (also shards[0])
+cluster "a": shards[1].endpoints[0].address: 127.0.0.1:7001 is already used by shards[0].endpoints[0]
+cluster "c": shards[1].slots[0]: slot 7 is already assigned to shards[0]
+cluster "c": shards[2].slots[0]: slot range "10-20" is out of bounds (slots are 0-15)"#
+    );
+}
+
+#[test]
+fn documents_that_are_not_configurations() {
+    assert_eq!(
+        errors(""),
+        "the document is empty: listeners and clusters are required"
+    );
+    assert_eq!(errors("[1, 2]"), "expected a mapping, got a list");
+    assert_eq!(
+        errors("listeners: []\nclusters: []"),
+        "listeners: must not be empty\nclusters: must not be empty"
+    );
+    assert!(errors("listeners: [").starts_with("invalid YAML: "));
+}
+
+#[test]
+fn load_file_puts_the_file_name_on_every_line() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("respway-xds-yaml");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.yaml");
+    std::fs::write(
+        &path,
+        "listeners: [{ name: l, routes: { catch_all: nope } }]\nclusters: []\n",
+    )
+    .unwrap();
+    let shown = path.display().to_string();
+    assert_eq!(
+        load_file(&path).unwrap_err().to_string(),
+        format!(
+            "{shown}: listener \"l\": routes.catch_all: unknown cluster \"nope\"\n{shown}: clusters: must not be empty"
+        )
+    );
+    let missing = dir.join("missing.yaml");
+    let err = load_file(&missing).unwrap_err();
+    assert_eq!(err.0.len(), 1);
+    assert_eq!(err.0[0].resource, missing.display().to_string());
+    assert!(err.0[0].reason.starts_with("cannot read: "), "{err}");
+}
+
+#[test]
+fn the_picker_build_is_the_last_check() {
+    // What only building the picker finds: twemproxy's 86-byte point buffer, and an even split
+    // with more shards than slots.
+    let long = "n".repeat(90);
+    let text = format!(
+        r#"
+listeners: [{{ name: l, routes: {{ catch_all: k }} }}]
+clusters:
+  - name: k
+    hash: {{ policy: ketama }}
+    shards:
+      - {{ name: {long}, endpoints: [{{ address: 127.0.0.1:7001 }}] }}
+  - name: s
+    hash: {{ policy: crc32_slots, slots: 1 }}
+    shards:
+      - {{ endpoints: [{{ address: 127.0.0.1:7002 }}] }}
+      - {{ endpoints: [{{ address: 127.0.0.1:7003 }}] }}
+"#
+    );
+    // The reasons are the picker's own words (respway-filters), so only their place is pinned.
+    let shown = errors(&text);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 2, "{shown}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "cluster \"k\": ketama: shard 0 name \"{long}\" is too long"
+        )),
+        "{shown}"
+    );
+    assert!(
+        lines[1].starts_with("cluster \"s\": cannot split 1 slots"),
+        "{shown}"
+    );
+    // Modula does not place shards by hash key, so two shards may share one.
+    load(
+        r#"
+listeners: [{ name: l, routes: { catch_all: m } }]
+clusters:
+  - name: m
+    hash: { policy: modula }
+    shards:
+      - { hash_key: same, endpoints: [{ address: 127.0.0.1:7001 }] }
+      - { hash_key: same, endpoints: [{ address: 127.0.0.1:7002 }] }
+"#,
+    );
+}
+
+#[test]
+fn schema_doc_examples_are_the_real_ones() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("SCHEMA.md")).unwrap();
+    let blocks: Vec<&str> = doc
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    let file = std::fs::read_to_string(root.join("examples/full.yaml")).unwrap();
+    let body = &file[file.find("listeners:").unwrap()..];
+    assert_eq!(
+        blocks[0], body,
+        "SCHEMA.md's full example differs from examples/full.yaml"
+    );
+    assert_eq!(load(blocks[1]), default_config());
+}
+
+#[test]
+fn anchors_and_merge_keys() {
+    let config = load(
+        r#"
+listeners: [{ name: l, routes: { catch_all: a } }]
+clusters:
+  - &base
+    name: a
+    hash: { policy: ketama }
+    connect_timeout: 2s
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - <<: *base
+    name: b
+"#,
+    );
+    assert_eq!(config.clusters[1].name, "b");
+    assert_eq!(config.clusters[1].connect_timeout, Duration::from_secs(2));
+    assert_eq!(config.clusters[1].shards, config.clusters[0].shards);
+}
