@@ -104,7 +104,7 @@ pub fn handle(
         ProxyCommand::Hello => return Local::Reply(hello(args, state, ctx)),
         ProxyCommand::Client => client(args, state),
         ProxyCommand::Command => command_reply(args),
-        ProxyCommand::Info => info(ctx),
+        ProxyCommand::Info => info(args, ctx),
     };
     Local::Reply(reply)
 }
@@ -274,10 +274,24 @@ fn command_reply(args: &[Bytes]) -> Reply {
     }
 }
 
-fn info(ctx: &ListenerCtx) -> Reply {
+fn info(args: &[Bytes], ctx: &ListenerCtx) -> Reply {
+    // INFO [section ...]: `server` and `proxy` exist; no argument, all, default or
+    // everything give both; any other section is empty, as in Redis.
+    let wants = |name: &str| {
+        args.len() == 1
+            || args[1..].iter().any(|a| {
+                let a = lower(a);
+                a == name.as_bytes() || matches!(&a[..], b"all" | b"default" | b"everything")
+            })
+    };
     let t = ctx.registry.totals();
     let mut s = String::with_capacity(512);
-    s.push_str("# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n");
+    if wants("server") {
+        s.push_str("# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n");
+    }
+    if !wants("proxy") {
+        return bulk(s.as_bytes());
+    }
     s.push_str("# Proxy\r\nproxy:respway\r\n");
     s.push_str(&format!(
         "respway_version:{}\r\n",

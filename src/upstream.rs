@@ -8,11 +8,12 @@
 //! is what makes a proxy cheaper than a connection per client (ARCHITECTURE.md, "What costs
 //! CPU").
 //!
-//! Failure handling: a connect timeout, then reconnect with exponential backoff (100 ms up to
-//! 5 s). Requests queued while the first connect is under way wait for it; requests that
-//! arrive while the endpoint is down get an immediate `-ERR` naming the shard, so a dead
-//! shard never hangs its clients and never affects other shards. In-flight requests on a
-//! connection that breaks get `-ERR` too.
+//! Failure handling: connections are opened lazily by the first request that needs them,
+//! within the cluster's connect timeout; requests queued meanwhile wait for it. A failed
+//! connect starts a backoff (100 ms, doubling up to 5 s) during which requests get an
+//! immediate `-ERR` naming the shard, so a dead shard never hangs its clients and never
+//! affects other shards; the first request after the backoff tries again. In-flight requests
+//! on a connection that breaks get `-ERR`; the next request reconnects at once.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -167,19 +168,31 @@ impl Future for UpstreamFuture {
 async fn run_connection(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<UpstreamRequest>) {
     let mut backoff = BACKOFF_MIN;
     loop {
+        // Connect lazily, on the first request: an endpoint nobody uses costs nothing, and a
+        // proxy started before its shards does not begin in backoff.
+        let Some(first) = rx.recv().await else {
+            return; // every handle dropped: the endpoint left the config
+        };
         let err = match connect(&cfg).await {
             Ok(stream) => {
                 backoff = BACKOFF_MIN;
                 tracing::debug!(endpoint = %cfg.label, "connected");
-                match serve(stream, &mut rx, &cfg.label).await {
-                    Ok(()) => return, // every handle dropped: the endpoint left the config
-                    Err(e) => e,
+                match serve(stream, first, &mut rx, &cfg.label).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        // A connection that worked is retried at once, on the next request.
+                        tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
+                        continue;
+                    }
                 }
             }
-            Err(e) => e,
+            Err(e) => {
+                let _ = first.tx.send(unavailable(&cfg.label, &e));
+                e
+            }
         };
-        tracing::warn!(endpoint = %cfg.label, error = %err, "upstream connection failed");
-        let reply = error_reply(&format!("ERR respway: {} unavailable: {err}", cfg.label));
+        tracing::warn!(endpoint = %cfg.label, error = %err, ?backoff, "upstream connect failed");
+        let reply = unavailable(&cfg.label, &err);
         // Whatever queued during the failed attempt is answered now, and so is everything
         // that arrives during the backoff: a dead shard must not hang its clients.
         let sleep = tokio::time::sleep(backoff);
@@ -196,6 +209,10 @@ async fn run_connection(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<Ups
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
+}
+
+fn unavailable(label: &str, err: &str) -> Reply {
+    error_reply(&format!("ERR respway: {label} unavailable: {err}"))
 }
 
 async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, String> {
@@ -252,6 +269,7 @@ async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, String> {
 /// and nothing is in flight (`Ok`).
 async fn serve(
     mut stream: TcpStream,
+    first: UpstreamRequest,
     rx: &mut mpsc::UnboundedReceiver<UpstreamRequest>,
     label: &str,
 ) -> Result<(), String> {
@@ -266,6 +284,8 @@ async fn serve(
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
     let mut open = true;
+    encode_command(&first.args, &mut wbuf);
+    inflight.push_back(first.tx);
     let (mut rd, mut wr) = stream.split();
     let result = loop {
         if !open && inflight.is_empty() && wbuf.is_empty() {

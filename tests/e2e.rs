@@ -402,6 +402,33 @@ fn a_killed_shard_fails_only_its_keys() {
     // The client connection is still fine.
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
+    // The shard comes back (empty: no persistence): its keys are served again once the
+    // backoff has passed, with no restart of respway.
+    let failed_key = keys
+        .iter()
+        .find(|k| redis::cmd("GET").arg(k).query::<String>(&mut c).is_err())
+        .expect("a key of the dead shard")
+        .clone();
+    let _back = redis_on(shards[1].addr.port());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match redis::cmd("GET")
+            .arg(&failed_key)
+            .query::<Option<String>>(&mut c)
+        {
+            Ok(v) => {
+                assert_eq!(v, None);
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "shard never recovered: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _: () = redis::cmd("SET")
+        .arg(&failed_key)
+        .arg("again")
+        .query(&mut c)
+        .unwrap();
 }
 
 #[test]

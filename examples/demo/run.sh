@@ -25,6 +25,9 @@ for port in 7001 7002 7003; do
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" >/dev/null &
   pids+=($!)
 done
+for port in 7001 7002 7003; do
+  for _ in $(seq 50); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
+done
 target/release/respway --config examples/demo/respway.yaml --workers 2 2>"$work/respway.log" &
 pids+=($!)
 for _ in $(seq 50); do redis-cli -p 6380 PING >/dev/null 2>&1 && break; sleep 0.1; done

@@ -62,41 +62,52 @@ pub fn redis() -> Proc {
 /// Starts `redis-server` with extra arguments.
 pub fn redis_with(extra: &[&str]) -> Proc {
     for _ in 0..5 {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("respway-redis-{port}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--dir", dir.to_str().expect("utf8 path")])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = cmd
-            .spawn()
-            .expect("redis-server must be installed (apt-get install redis-server)");
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let mut p = Proc {
-            child,
-            addr,
-            dir: Some(dir),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = p.child.try_wait() {
-                break; // port taken: try another
-            }
-            if raw_command(addr, &["PING"])
-                .map(|r| r.starts_with("+PONG"))
-                .unwrap_or(false)
-            {
-                return p;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(p) = try_redis(free_port(), extra) {
+            return p;
         }
-        p.kill();
     }
     panic!("could not start redis-server");
+}
+
+/// Starts `redis-server` on this port (a shard coming back after a crash).
+pub fn redis_on(port: u16) -> Proc {
+    try_redis(port, &[]).unwrap_or_else(|| panic!("could not start redis-server on {port}"))
+}
+
+fn try_redis(port: u16, extra: &[&str]) -> Option<Proc> {
+    let dir = std::env::temp_dir().join(format!("respway-redis-{port}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .args(["--dir", dir.to_str().expect("utf8 path")])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = cmd
+        .spawn()
+        .expect("redis-server must be installed (apt-get install redis-server)");
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut p = Proc {
+        child,
+        addr,
+        dir: Some(dir),
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = p.child.try_wait() {
+            break; // port taken
+        }
+        if raw_command(addr, &["PING"])
+            .map(|r| r.starts_with("+PONG"))
+            .unwrap_or(false)
+        {
+            return Some(p);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.kill();
+    None
 }
 
 /// Sends one command with a plain socket and returns the raw reply text.
