@@ -592,3 +592,139 @@ fn invalid_config_exits_2_naming_the_field() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.yaml") && err.contains("address"), "{err}");
 }
+
+#[test]
+fn downstream_auth_and_upstream_auth_and_select() {
+    let shard = redis_with(&["--requirepass", "shard-pw"]);
+    let yaml = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    downstream_auth_password: client-pw\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    db: 3\n    auth: {{ password: shard-pw }}\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+        shard.addr
+    );
+    let rw = respway(&yaml, 1);
+    let port = rw.addr.port().to_string();
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .trim()
+        .to_string()
+    };
+    assert!(
+        cli(&["GET", "k"]).starts_with("NOAUTH"),
+        "{}",
+        cli(&["GET", "k"])
+    );
+    assert!(cli(&["-a", "wrong", "--no-auth-warning", "GET", "k"]).contains("WRONGPASS"));
+    assert_eq!(
+        cli(&["-a", "client-pw", "--no-auth-warning", "SET", "k", "v"]),
+        "OK"
+    );
+    assert_eq!(
+        cli(&["-a", "client-pw", "--no-auth-warning", "GET", "k"]),
+        "v"
+    );
+    // The key is in database 3 of the password-protected shard.
+    let direct = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &shard.addr.port().to_string()])
+            .args(["-a", "shard-pw", "--no-auth-warning"])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(direct(&["-n", "3", "GET", "k"]), "v");
+    assert_eq!(direct(&["-n", "0", "EXISTS", "k"]), "0");
+}
+
+#[test]
+fn a_slow_shard_times_out_without_blocking_others() {
+    let shards: Vec<Proc> = (0..3)
+        .map(|_| redis_with(&["--enable-debug-command", "yes"]))
+        .collect();
+    let yaml = sharded_yaml(&addrs(&shards), "{ policy: crc16_slots }", true)
+        .replace("op_timeout: 2s", "op_timeout: 300ms");
+    let rw = respway(&yaml, 1);
+    let mut c = sync_client(rw.addr);
+    // "b" is in slots 0-5460 (s0), "a" in 10923-16383 (s2).
+    let _: () = redis::cmd("SET").arg("a").arg("1").query(&mut c).unwrap();
+    let _: () = redis::cmd("SET").arg("b").arg("2").query(&mut c).unwrap();
+    // Block shard 2 for 2 s.
+    let slow = shards[2].addr;
+    let blocker = std::thread::spawn(move || {
+        let mut d = sync_client(slow);
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(2)
+            .query(&mut d)
+            .unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let err = redis::cmd("GET")
+        .arg("a")
+        .query::<String>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("upstream timeout"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        start.elapsed()
+    );
+    // Another client, and this one, still reach the healthy shard meanwhile.
+    let mut other = sync_client(rw.addr);
+    let v: String = redis::cmd("GET").arg("b").query(&mut other).unwrap();
+    assert_eq!(v, "2");
+    let v: String = redis::cmd("GET").arg("b").query(&mut c).unwrap();
+    assert_eq!(v, "2");
+    blocker.join().unwrap();
+    // Once the shard answers again, replies line up again (the late reply was discarded).
+    let v: String = redis::cmd("GET").arg("a").query(&mut c).unwrap();
+    assert_eq!(v, "1");
+}
+
+#[test]
+fn bounded_pending_replies_keep_order_under_a_deep_pipeline() {
+    let shards = three_shards();
+    let yaml = sharded_yaml(&addrs(&shards), "{ policy: maglev }", true).replace(
+        "op_timeout: 2s",
+        "op_timeout: 2s\n    max_pending_per_client: 8",
+    );
+    let rw = respway(&yaml, 1);
+    // 20,000 commands written in one go: respway holds at most 8 replies at a time and stops
+    // reading in between; every reply still comes back, in order.
+    let n = 20_000;
+    let mut out = Vec::new();
+    for i in 0..n {
+        let v = i.to_string();
+        out.extend_from_slice(
+            format!(
+                "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n{v}\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+                v.len()
+            )
+            .as_bytes(),
+        );
+    }
+    let mut s = TcpStream::connect(rw.addr).unwrap();
+    let writer = {
+        let mut s = s.try_clone().unwrap();
+        std::thread::spawn(move || s.write_all(&out).unwrap())
+    };
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut expect = Vec::new();
+    for i in 0..n {
+        let v = i.to_string();
+        expect.extend_from_slice(format!("+OK\r\n${}\r\n{v}\r\n", v.len()).as_bytes());
+    }
+    let mut got = vec![0u8; expect.len()];
+    s.read_exact(&mut got).unwrap();
+    writer.join().unwrap();
+    assert!(got == expect, "replies out of order or lost");
+}

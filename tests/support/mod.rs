@@ -99,7 +99,7 @@ fn try_redis(port: u16, extra: &[&str]) -> Option<Proc> {
             break; // port taken
         }
         if raw_command(addr, &["PING"])
-            .map(|r| r.starts_with("+PONG"))
+            .map(|r| r.starts_with("+PONG") || r.starts_with("-NOAUTH"))
             .unwrap_or(false)
         {
             return Some(p);
