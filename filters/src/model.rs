@@ -17,6 +17,9 @@ pub struct Config {
     pub listeners: Vec<Listener>,
     /// Upstream clusters by name (order is the order of the source).
     pub clusters: Vec<Cluster>,
+    /// The zone this sidecar runs in (for zone-local reads); `--zone` and `RESPWAY_ZONE`
+    /// override it.
+    pub zone: Option<String>,
 }
 
 impl Config {
@@ -54,6 +57,8 @@ pub struct RouteTable {
     pub case_insensitive: bool,
     /// Cluster for keys that match no prefix, and for key-less commands.
     pub catch_all: Option<String>,
+    /// Mirror policies of the catch-all route.
+    pub catch_all_mirrors: Vec<MirrorPolicy>,
 }
 
 /// One prefix route.
@@ -65,8 +70,40 @@ pub struct PrefixRoute {
     pub remove_prefix: bool,
     /// Target cluster name.
     pub cluster: String,
+    /// Mirror policies of this route (request mirroring and migration modes).
+    pub mirrors: Vec<MirrorPolicy>,
 }
 
+/// One mirror target of a route: where copies go, which commands, how many, and in which
+/// migration mode. The online migration playbook is dual-write → backfill → switch reads
+/// (make the target primary) → stop dual-write, each step a config change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MirrorPolicy {
+    /// The other cluster.
+    pub cluster: String,
+    /// What happens to commands on this route.
+    pub mode: MirrorMode,
+    /// Mirror reads too (default: writes only).
+    pub include_reads: bool,
+    /// Share of eligible commands copied, in parts per million (1_000_000 = 100%).
+    pub fraction_ppm: u32,
+}
+
+/// Migration mode of a mirror target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MirrorMode {
+    /// No mirroring (the policy is kept but inactive).
+    Forward,
+    /// Writes (and reads if `include_reads`) go to both sides. The reply comes from the side
+    /// marked primary; the other side gets an asynchronous copy through a bounded queue.
+    DualWrite {
+        /// `false`: the route's own cluster is primary (old-first); `true`: the mirror
+        /// cluster answers the client and the route's cluster gets the copy (new-first).
+        target_is_primary: bool,
+    },
+    /// Writes are refused with an error (a cut-over window); reads are served.
+    ReadOnly,
+}
 /// A set of shards that together hold one keyspace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
@@ -86,6 +123,55 @@ pub struct Cluster {
     pub auth: Option<UpstreamAuth>,
     /// Database sent as `SELECT` on connect (0 = none sent).
     pub db: u32,
+    /// Hot-key rules: keys under these prefixes are written to every shard and read from one.
+    pub hot_keys: Vec<HotKeyRule>,
+    /// Which endpoint of a shard serves reads.
+    pub read_policy: ReadPolicy,
+}
+
+/// A hot-key rule (e.g. prefix `HIGH_FREQ_`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HotKeyRule {
+    /// Key prefix the rule applies to (matched on the key as forwarded, case-sensitive).
+    pub prefix: String,
+    /// How reads of a hot key pick their one shard.
+    pub read: HotKeyRead,
+}
+
+/// Shard choice for reads of a hot key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HotKeyRead {
+    /// Round-robin over the shards, per client connection (default).
+    RoundRobin,
+    /// A random shard.
+    Random,
+    /// A shard with an endpoint in the sidecar's zone, round-robin among those; else any.
+    SameZone,
+}
+
+/// Which endpoint of a shard serves reads. Writes always go to the primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadPolicy {
+    /// The primary (default).
+    Primary,
+    /// A healthy replica if there is one, else the primary.
+    PreferReplica,
+    /// A healthy replica in the sidecar's zone; else the fallback.
+    ZoneLocal {
+        /// What to use when no replica in this zone is healthy.
+        fallback: ZoneFallback,
+    },
+    /// Any healthy endpoint, primary included, round-robin.
+    Any,
+}
+
+/// Fallback of [`ReadPolicy::ZoneLocal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneFallback {
+    /// The primary.
+    Primary,
+    /// A healthy replica in another zone, else the primary.
+    AnyReplica,
 }
 
 /// Upstream `AUTH` credentials.

@@ -75,6 +75,7 @@ impl<S> PrefixRoute<S> {
                 .route(&req.args[i])
                 .ok_or_else(|| no_route(&req.args[i]))?;
             req.cluster = m.cluster;
+            req.route = m.route;
             if m.strip > 0 {
                 req.args[i] = req.args[i].slice(m.strip..);
             }
@@ -93,7 +94,10 @@ impl<S> PrefixRoute<S> {
                 .route(&req.args[i])
                 .ok_or_else(|| no_route(&req.args[i]))?;
             match cluster {
-                None => cluster = Some(m.cluster),
+                None => {
+                    cluster = Some(m.cluster);
+                    req.route = m.route;
+                }
                 Some(c) if c != m.cluster => {
                     return Err(error_reply(
                         "ERR respway: keys in request route to different clusters",
@@ -110,10 +114,12 @@ impl<S> PrefixRoute<S> {
     }
 
     fn catch_all(&self, req: &mut Request) -> Result<(), Reply> {
-        req.cluster = self
+        let m = self
             .routing
             .catch_all()
             .ok_or_else(|| error_reply("ERR respway: no catch-all route for a key-less command"))?;
+        req.cluster = m.cluster;
+        req.route = m.route;
         Ok(())
     }
 }

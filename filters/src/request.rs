@@ -10,6 +10,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::command::CommandInfo;
+use crate::routing::RouteId;
 
 /// An encoded RESP reply frame, ready to be written to the client.
 pub type Reply = Bytes;
@@ -27,6 +28,10 @@ pub struct Request {
     pub cluster: usize,
     /// Shard pinned by a layer (split, hot key); `None` lets the hash layer choose.
     pub shard: Option<usize>,
+    /// Endpoint index within the shard (set by the zone layer; `None` = the primary).
+    pub endpoint: Option<usize>,
+    /// The route taken (set by the route layer).
+    pub route: RouteId,
 }
 
 impl Request {
@@ -38,7 +43,15 @@ impl Request {
             key,
             cluster: 0,
             shard: None,
+            endpoint: None,
+            route: RouteId::CatchAll,
         }
+    }
+
+    /// True when the command only reads (Redis's `readonly` flag). Commands with neither
+    /// flag (EVAL, FCALL, ...) count as writes, so they are never sent to a replica.
+    pub fn is_read(&self) -> bool {
+        self.cmd.flags & crate::command::READONLY != 0
     }
 
     /// The first key, if any.

@@ -1,5 +1,7 @@
 //! The compiled routing table: one configuration snapshot turned into what the request path
-//! needs — prefix routes as byte strings, and a ready-built shard picker per cluster.
+//! needs — prefix routes as byte strings with their mirror policies, and per cluster a
+//! ready-built shard picker, its hot-key rules, its read policy and each shard's endpoints
+//! (role, zone, whether the zone is ours).
 //!
 //! Building happens off the hot path (at start and on every config change); the layers only
 //! read it, through an `Arc` shared by every connection of every worker.
@@ -7,17 +9,21 @@
 use std::sync::Arc;
 
 use crate::hash::{build_picker, ShardInput, ShardPicker};
-use crate::model::{Cluster, Config, Listener};
+use crate::model::{
+    Cluster, Config, HotKeyRead, Listener, MirrorMode, MirrorPolicy, ReadPolicy, Role,
+};
 
 /// Routing state for one listener.
 #[derive(Debug)]
 pub struct Routing {
     /// Clusters in configuration order; routes refer to them by index.
     pub clusters: Vec<ClusterRoute>,
+    /// The sidecar's own zone.
+    pub zone: Option<String>,
     /// Prefix routes, longest prefix first.
     prefixes: Vec<CompiledRoute>,
     case_insensitive: bool,
-    catch_all: Option<usize>,
+    catch_all: Option<CompiledRoute>,
 }
 
 /// One cluster as the request path sees it.
@@ -27,8 +33,55 @@ pub struct ClusterRoute {
     pub name: String,
     /// Key → shard index.
     pub picker: Arc<dyn ShardPicker>,
-    /// Shard names, for error messages and stats.
-    pub shard_names: Vec<String>,
+    /// Shards in configuration order (the picker's indices).
+    pub shards: Vec<ShardRoute>,
+    /// Hot-key rules, longest prefix first.
+    pub hot_keys: Vec<HotKeyRoute>,
+    /// Which endpoint serves reads.
+    pub read_policy: ReadPolicy,
+    /// Indices of shards with at least one endpoint in the sidecar's zone.
+    pub local_shards: Vec<usize>,
+}
+
+/// One shard as the request path sees it.
+#[derive(Debug)]
+pub struct ShardRoute {
+    /// The shard's name, for errors and stats.
+    pub name: String,
+    /// Endpoints in model order.
+    pub endpoints: Vec<EndpointRoute>,
+    /// Index of the primary in `endpoints`.
+    pub primary: usize,
+}
+
+/// One endpoint as the request path sees it.
+#[derive(Debug)]
+pub struct EndpointRoute {
+    /// Primary or replica.
+    pub role: Role,
+    /// Its zone.
+    pub zone: Option<String>,
+    /// Its zone is the sidecar's zone.
+    pub local: bool,
+}
+
+/// A compiled hot-key rule.
+#[derive(Debug)]
+pub struct HotKeyRoute {
+    /// Key prefix.
+    pub prefix: Vec<u8>,
+    /// Read shard choice.
+    pub read: HotKeyRead,
+}
+
+/// Identifies the route a request took, for the layers that act per route (mirror).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RouteId {
+    /// The catch-all route (also used for key-less commands).
+    #[default]
+    CatchAll,
+    /// A prefix route, by index into the longest-first list.
+    Prefix(u32),
 }
 
 #[derive(Debug)]
@@ -36,6 +89,20 @@ struct CompiledRoute {
     prefix: Vec<u8>,
     cluster: usize,
     remove_prefix: bool,
+    mirrors: Vec<CompiledMirror>,
+}
+
+/// A compiled mirror policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompiledMirror {
+    /// The mirror cluster's index.
+    pub cluster: usize,
+    /// Migration mode.
+    pub mode: MirrorMode,
+    /// Mirror reads too.
+    pub include_reads: bool,
+    /// Share copied, parts per million.
+    pub fraction_ppm: u32,
 }
 
 /// Where a key goes.
@@ -45,6 +112,8 @@ pub struct RouteMatch {
     pub cluster: usize,
     /// Bytes to strip from the front of the key before forwarding (0 = none).
     pub strip: usize,
+    /// The route taken.
+    pub route: RouteId,
 }
 
 impl Routing {
@@ -54,16 +123,29 @@ impl Routing {
     /// A message naming the cluster when a shard picker cannot be built, or the route when
     /// it names an unknown cluster (the translator normally catches both first).
     pub fn build(config: &Config, listener: &Listener) -> Result<Routing, String> {
+        let zone = config.zone.clone();
         let clusters = config
             .clusters
             .iter()
-            .map(compile_cluster)
+            .map(|c| compile_cluster(c, zone.as_deref()))
             .collect::<Result<Vec<_>, _>>()?;
         let index = |name: &str| {
             clusters
                 .iter()
                 .position(|c| c.name == name)
                 .ok_or_else(|| format!("route names unknown cluster \"{name}\""))
+        };
+        let mirrors = |m: &[MirrorPolicy]| {
+            m.iter()
+                .map(|p| {
+                    Ok(CompiledMirror {
+                        cluster: index(&p.cluster)?,
+                        mode: p.mode,
+                        include_reads: p.include_reads,
+                        fraction_ppm: p.fraction_ppm,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()
         };
         let ci = listener.routes.case_insensitive;
         let mut prefixes = listener
@@ -79,19 +161,24 @@ impl Routing {
                     },
                     cluster: index(&r.cluster)?,
                     remove_prefix: r.remove_prefix,
+                    mirrors: mirrors(&r.mirrors)?,
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
         // Longest first, so the first match is the longest match.
         prefixes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
-        let catch_all = listener
-            .routes
-            .catch_all
-            .as_deref()
-            .map(index)
-            .transpose()?;
+        let catch_all = match listener.routes.catch_all.as_deref() {
+            Some(name) => Some(CompiledRoute {
+                prefix: Vec::new(),
+                cluster: index(name)?,
+                remove_prefix: false,
+                mirrors: mirrors(&listener.routes.catch_all_mirrors)?,
+            }),
+            None => None,
+        };
         Ok(Routing {
             clusters,
+            zone,
             prefixes,
             case_insensitive: ci,
             catch_all,
@@ -100,7 +187,7 @@ impl Routing {
 
     /// The cluster for `key`: the longest matching prefix, else the catch-all.
     pub fn route(&self, key: &[u8]) -> Option<RouteMatch> {
-        for r in &self.prefixes {
+        for (i, r) in self.prefixes.iter().enumerate() {
             let hit = key.len() >= r.prefix.len()
                 && if self.case_insensitive {
                     key[..r.prefix.len()].eq_ignore_ascii_case(&r.prefix)
@@ -111,20 +198,45 @@ impl Routing {
                 return Some(RouteMatch {
                     cluster: r.cluster,
                     strip: if r.remove_prefix { r.prefix.len() } else { 0 },
+                    route: RouteId::Prefix(i as u32),
                 });
             }
         }
-        self.catch_all
-            .map(|cluster| RouteMatch { cluster, strip: 0 })
+        self.catch_all.as_ref().map(|r| RouteMatch {
+            cluster: r.cluster,
+            strip: 0,
+            route: RouteId::CatchAll,
+        })
     }
 
-    /// The cluster for commands without keys.
-    pub fn catch_all(&self) -> Option<usize> {
-        self.catch_all
+    /// The route for commands without keys.
+    pub fn catch_all(&self) -> Option<RouteMatch> {
+        self.catch_all.as_ref().map(|r| RouteMatch {
+            cluster: r.cluster,
+            strip: 0,
+            route: RouteId::CatchAll,
+        })
+    }
+
+    /// The mirror policies of a route (empty for most routes).
+    pub fn mirrors(&self, route: RouteId) -> &[CompiledMirror] {
+        let r = match route {
+            RouteId::CatchAll => self.catch_all.as_ref(),
+            RouteId::Prefix(i) => self.prefixes.get(i as usize),
+        };
+        r.map(|r| r.mirrors.as_slice()).unwrap_or(&[])
+    }
+
+    /// True when some route has a mirror policy that is not `Forward`.
+    pub fn has_mirrors(&self) -> bool {
+        self.prefixes
+            .iter()
+            .chain(self.catch_all.as_ref())
+            .any(|r| r.mirrors.iter().any(|m| m.mode != MirrorMode::Forward))
     }
 }
 
-fn compile_cluster(c: &Cluster) -> Result<ClusterRoute, String> {
+fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, String> {
     let inputs: Vec<ShardInput<'_>> = c
         .shards
         .iter()
@@ -136,9 +248,48 @@ fn compile_cluster(c: &Cluster) -> Result<ClusterRoute, String> {
         .collect();
     let picker = build_picker(&c.hash, c.hashtag, &inputs)
         .map_err(|e| format!("cluster \"{}\": {e}", c.name))?;
+    let shards: Vec<ShardRoute> = c
+        .shards
+        .iter()
+        .map(|s| ShardRoute {
+            name: s.name.clone(),
+            primary: s
+                .endpoints
+                .iter()
+                .position(|e| e.role == Role::Primary)
+                .unwrap_or(0),
+            endpoints: s
+                .endpoints
+                .iter()
+                .map(|e| EndpointRoute {
+                    role: e.role,
+                    zone: e.zone.clone(),
+                    local: zone.is_some() && e.zone.as_deref() == zone,
+                })
+                .collect(),
+        })
+        .collect();
+    let local_shards = shards
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.endpoints.iter().any(|e| e.local))
+        .map(|(i, _)| i)
+        .collect();
+    let mut hot_keys: Vec<HotKeyRoute> = c
+        .hot_keys
+        .iter()
+        .map(|h| HotKeyRoute {
+            prefix: h.prefix.clone().into_bytes(),
+            read: h.read,
+        })
+        .collect();
+    hot_keys.sort_by_key(|h| std::cmp::Reverse(h.prefix.len()));
     Ok(ClusterRoute {
         name: c.name.clone(),
         picker,
-        shard_names: c.shards.iter().map(|s| s.name.clone()).collect(),
+        shards,
+        hot_keys,
+        read_policy: c.read_policy,
+        local_shards,
     })
 }

@@ -106,12 +106,14 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
 pub fn default_config() -> Config {
     let upstream = "127.0.0.1:6379".parse().expect("valid address");
     Config {
+        zone: None,
         listeners: vec![model::Listener {
             name: "default".to_string(),
             address: common::DEFAULT_LISTENER_ADDRESS
                 .parse()
                 .expect("valid address"),
             routes: RouteTable {
+                catch_all_mirrors: Vec::new(),
                 routes: Vec::new(),
                 case_insensitive: false,
                 catch_all: Some("default".to_string()),
@@ -122,6 +124,8 @@ pub fn default_config() -> Config {
             limits: Limits::default(),
         }],
         clusters: vec![model::Cluster {
+            hot_keys: Vec::new(),
+            read_policy: model::ReadPolicy::Primary,
             name: "default".to_string(),
             hash: HashPolicy::Maglev {
                 table_size: common::DEFAULT_TABLE_SIZE,

@@ -128,6 +128,7 @@ pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
         cx.resource.clear();
     }
     cx.finish(Config {
+        zone: None,
         listeners,
         clusters,
     })
@@ -245,6 +246,7 @@ fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: &HashSet<&str>) -> Route
         }
         if let (Some(prefix), Some(cluster)) = (prefix, cluster) {
             table.routes.push(PrefixRoute {
+                mirrors: Vec::new(),
                 prefix,
                 remove_prefix,
                 cluster,
@@ -311,6 +313,8 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         return None;
     }
     let cluster = Cluster {
+        hot_keys: Vec::new(),
+        read_policy: respway_filters::model::ReadPolicy::Primary,
         name: name.unwrap_or_default(),
         hash: hash.expect("a policy without errors"),
         hashtag,

@@ -253,6 +253,8 @@ pub(super) fn translate(
     }
     Some((
         Cluster {
+            hot_keys: Vec::new(),
+            read_policy: respway_filters::model::ReadPolicy::Primary,
             name: c.name.clone(),
             hash: hash?,
             hashtag: None,

@@ -359,6 +359,7 @@ fn routes(
             );
         }
         table.routes.push(PrefixRoute {
+            mirrors: Vec::new(),
             prefix: r.prefix.clone(),
             remove_prefix: r.remove_prefix,
             cluster: r.cluster.clone(),

@@ -153,6 +153,7 @@ pub fn translate(resources: &Resources) -> Result<Config, ConfigErrors> {
     }
 
     cx.finish(Config {
+        zone: None,
         listeners: listeners.into_iter().map(|l| l.listener).collect(),
         clusters: out_clusters,
     })
