@@ -47,11 +47,14 @@ fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         connect_timeout: Duration::from_secs(1),
         auth: None,
         db: 0,
+        hot_keys: Vec::new(),
+        read_policy: respway_filters::model::ReadPolicy::Primary,
     }
 }
 
 fn full_example_model() -> Config {
     Config {
+        zone: None,
         listeners: vec![Listener {
             name: "main".into(),
             address: "127.0.0.1:6380".parse().unwrap(),
@@ -61,15 +64,18 @@ fn full_example_model() -> Config {
                         prefix: "up:".into(),
                         remove_prefix: true,
                         cluster: "profile".into(),
+                        mirrors: Vec::new(),
                     },
                     PrefixRoute {
                         prefix: "sess:".into(),
                         remove_prefix: false,
                         cluster: "sessions".into(),
+                        mirrors: Vec::new(),
                     },
                 ],
                 case_insensitive: true,
                 catch_all: Some("main".into()),
+                catch_all_mirrors: Vec::new(),
             },
             downstream_password: Some("client-secret".into()),
             op_timeout: Duration::from_millis(250),
