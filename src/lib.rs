@@ -24,14 +24,16 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use respway_filters::model::{Cluster, Config};
+use respway_filters::hot_key::HotKeyStats;
+use respway_filters::mirror::MirrorStats;
+use respway_filters::model::{Cluster, Config, Role};
 use respway_filters::routing::Routing;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
 use crate::conn::ListenerCtx;
 use crate::stats::{ListenerStats, Registry};
-use crate::upstream::{EndpointConfig, EndpointHandle};
+use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints};
 
 /// Options of the process, as opposed to the configuration it serves.
 #[derive(Debug, Clone)]
@@ -177,6 +179,23 @@ impl Worker {
             // This worker's pools: one handle per (cluster, endpoint), shared by every
             // listener and connection of the worker.
             let endpoints = Arc::new(self.spawn_pools());
+            let primaries: Arc<Vec<Vec<usize>>> = Arc::new(
+                self.config
+                    .clusters
+                    .iter()
+                    .map(|c| {
+                        c.shards
+                            .iter()
+                            .map(|s| {
+                                s.endpoints
+                                    .iter()
+                                    .position(|e| e.role == Role::Primary)
+                                    .unwrap_or(0)
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            );
             for (i, listener) in listeners.into_iter().enumerate() {
                 let stats = Arc::new(ListenerStats::default());
                 self.registry.add(stats.clone());
@@ -187,8 +206,23 @@ impl Worker {
                     workers: self.workers,
                 });
                 let routing = self.routings[i].clone();
-                let endpoints = endpoints.clone();
-                tokio::spawn(accept_loop(listener, routing, endpoints, ctx));
+                let (queue, mirror_rx) = stack::MirrorQueue::new();
+                let parts = stack::Parts {
+                    mirror_stats: Arc::new(MirrorStats::new(routing.clusters.len())),
+                    hot_key_stats: Arc::new(HotKeyStats::new(&routing)),
+                    routing,
+                    endpoints: endpoints.clone(),
+                    primaries: primaries.clone(),
+                    mirror: Arc::new(queue),
+                };
+                self.registry
+                    .add_filters(parts.mirror_stats.clone(), parts.hot_key_stats.clone());
+                tokio::spawn(stack::run_mirror(
+                    mirror_rx,
+                    stack::shadow(&parts),
+                    parts.mirror_stats.clone(),
+                ));
+                tokio::spawn(accept_loop(listener, parts, ctx));
             }
             while !*self.stop.borrow() {
                 if self.stop.changed().await.is_err() {
@@ -200,29 +234,36 @@ impl Worker {
         drop(rt);
     }
 
-    fn spawn_pools(&self) -> Vec<Vec<EndpointHandle>> {
+    fn spawn_pools(&self) -> Endpoints {
         let mut by_addr: HashMap<(String, SocketAddr), EndpointHandle> = HashMap::new();
-        self.config
-            .clusters
-            .iter()
-            .map(|c| {
-                c.shards
-                    .iter()
-                    .map(|s| {
-                        let ep = s.primary();
-                        by_addr
-                            .entry((c.name.clone(), ep.address))
-                            .or_insert_with(|| {
-                                EndpointHandle::spawn(
-                                    endpoint_config(c, &s.name, ep.address),
-                                    c.connections_per_endpoint,
-                                )
-                            })
-                            .clone()
-                    })
-                    .collect()
-            })
-            .collect()
+        let mut handle = |c: &Cluster, shard: &str, addr: SocketAddr| {
+            by_addr
+                .entry((c.name.clone(), addr))
+                .or_insert_with(|| {
+                    EndpointHandle::spawn(
+                        endpoint_config(c, shard, addr),
+                        c.connections_per_endpoint,
+                    )
+                })
+                .clone()
+        };
+        Endpoints(
+            self.config
+                .clusters
+                .iter()
+                .map(|c| {
+                    c.shards
+                        .iter()
+                        .map(|s| {
+                            s.endpoints
+                                .iter()
+                                .map(|e| handle(c, &s.name, e.address))
+                                .collect()
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
     }
 }
 
@@ -260,19 +301,14 @@ fn bind_all(addrs: &[SocketAddr]) -> io::Result<Vec<TcpListener>> {
         .collect()
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    routing: Arc<Routing>,
-    endpoints: Arc<Vec<Vec<EndpointHandle>>>,
-    ctx: Arc<ListenerCtx>,
-) {
+async fn accept_loop(listener: TcpListener, parts: stack::Parts, ctx: Arc<ListenerCtx>) {
     let mut backoff = std::time::Duration::from_millis(5);
     loop {
         match listener.accept().await {
             Ok((stream, _peer)) => {
                 backoff = std::time::Duration::from_millis(5);
                 ctx.stats.connections.inc();
-                let chain = stack::build(&routing, &endpoints);
+                let chain = stack::build(&parts);
                 let ctx = ctx.clone();
                 tokio::spawn(async move {
                     ctx.stats

@@ -17,6 +17,10 @@ struct Args {
     /// Worker threads (default: the number of cores).
     #[arg(long)]
     workers: Option<usize>,
+    /// The zone this sidecar runs in, for zone-local reads (overrides `RESPWAY_ZONE` and the
+    /// config's `node.zone`).
+    #[arg(long, env = "RESPWAY_ZONE")]
+    zone: Option<String>,
     /// Only validate the configuration, then exit (0 = valid, 2 = invalid).
     #[arg(long)]
     check: bool,
@@ -31,7 +35,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(path) => match respway_xds::load_file(path) {
             Ok(c) => c,
             Err(errors) => {
@@ -41,6 +45,9 @@ fn main() -> ExitCode {
         },
         None => respway_xds::default_config(),
     };
+    if args.zone.is_some() {
+        config.zone = args.zone.clone();
+    }
     if args.check {
         return ExitCode::SUCCESS;
     }

@@ -1,41 +1,141 @@
 //! The only place the layer order is written. Outermost first:
 //!
-//! 1. `prefix_route` — picks the cluster from the key prefix. It runs first because every later
-//!    layer works within one cluster (its pickers, its shards).
-//! 2. `multi_key` — splits MGET/MSET/DEL/... per shard and checks same-shard commands. It
-//!    needs the cluster, and must run before hashing so that each sub-request is pinned to
-//!    its own shard.
-//! 3. `hash` — picks the shard of single-key requests; skips requests already pinned.
-//! 4. `upstream` — sends to the shard's primary over this worker's pooled connections.
+//! 1. `prefix_route` — picks the cluster (and route) from the key prefix. It runs first
+//!    because every later layer works within one cluster, and the mirror layer acts per route.
+//! 2. `mirror` — tees writes (optionally reads) to other clusters, or refuses writes during a
+//!    cut-over, or re-targets the request to the new cluster (new-first dual write). It sits
+//!    before hot keys and splitting so that a copy is one request, which the shadow chain
+//!    then fans out and splits for its own cluster.
+//! 3. `hot_key` — for keys under a hot prefix, writes go to every shard and reads to one. It
+//!    pins shards, so it must run before `multi_key` and `hash`.
+//! 4. `multi_key` — splits MGET/MSET/DEL/... per shard and checks same-shard commands; pins
+//!    each sub-request to its shard before hashing.
+//! 5. `hash` — picks the shard of single-key requests; skips requests already pinned.
+//! 6. `zone` — picks the endpoint in the shard: writes to the primary, reads by the cluster's
+//!    read policy, skipping unhealthy endpoints. Needs the shard, so it runs after hashing.
+//! 7. `upstream` — sends to that endpoint over this worker's pooled connections.
 //!
-//! Mirroring, hot keys and zone-local replica choice slot in between as issue 3 lands.
+//! A route with no mirror, no hot-key rule and the primary read policy pays one branch in
+//! each of the mirror, hot-key and zone layers.
 
 use std::convert::Infallible;
-use std::future::Ready;
 use std::sync::Arc;
 
-use futures_util::future::Either;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use respway_filters::hash_layer::{Hash, HashLayer};
-use respway_filters::multi_key::{self, MultiKey, MultiKeyLayer};
+use respway_filters::hot_key::{HotKey, HotKeyLayer, HotKeyStats};
+use respway_filters::mirror::{Mirror, MirrorLayer, MirrorSink, MirrorStats};
+use respway_filters::multi_key::{MultiKey, MultiKeyLayer};
 use respway_filters::prefix_route::{PrefixRoute, PrefixRouteLayer};
-use respway_filters::request::Reply;
+use respway_filters::request::{is_error, Request};
 use respway_filters::routing::Routing;
-use tower::ServiceBuilder;
+use respway_filters::zone::{HealthView, Zone, ZoneLayer};
+use tokio::sync::mpsc;
+use tower::{Service, ServiceBuilder};
 
-use crate::upstream::{EndpointHandle, Upstream, UpstreamFuture};
+use crate::upstream::{Endpoints, Upstream};
+
+/// The part of the chain below mirroring: also what mirrored copies go through.
+pub type Shadow = HotKey<MultiKey<Hash<Zone<Upstream>>>>;
 
 /// The whole chain for one connection.
-pub type Chain = PrefixRoute<MultiKey<Hash<Upstream>>>;
+pub type Chain = PrefixRoute<Mirror<Shadow>>;
 
 /// What the chain returns for one request.
-pub type ChainFuture =
-    Either<Ready<Result<Reply, Infallible>>, multi_key::ResponseFuture<UpstreamFuture>>;
+pub type ChainFuture = <Chain as Service<Request>>::Future;
 
-/// Builds the chain over `routing` and this worker's endpoint handles.
-pub fn build(routing: &Arc<Routing>, endpoints: &Arc<Vec<Vec<EndpointHandle>>>) -> Chain {
+/// Copies queued for mirroring per worker before new ones are dropped.
+const MIRROR_QUEUE: usize = 16 * 1024;
+/// Mirrored requests in flight per worker.
+const MIRROR_INFLIGHT: usize = 1024;
+
+/// Everything one worker's chains share for one listener.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    /// Compiled routes and pickers.
+    pub routing: Arc<Routing>,
+    /// This worker's endpoint handles (also the health view).
+    pub endpoints: Arc<Endpoints>,
+    /// Primary index per `[cluster][shard]`.
+    pub primaries: Arc<Vec<Vec<usize>>>,
+    /// Where mirrored copies go.
+    pub mirror: Arc<dyn MirrorSink>,
+    /// Mirror counters (this worker).
+    pub mirror_stats: Arc<MirrorStats>,
+    /// Hot-key counters (this worker).
+    pub hot_key_stats: Arc<HotKeyStats>,
+}
+
+/// Builds the chain below the mirror layer.
+pub fn shadow(p: &Parts) -> Shadow {
+    let health: Arc<dyn HealthView> = p.endpoints.clone();
     ServiceBuilder::new()
-        .layer(PrefixRouteLayer::new(routing.clone()))
-        .layer(MultiKeyLayer::new(routing.clone()))
-        .layer(HashLayer::new(routing.clone()))
-        .service(Upstream::new(endpoints.clone()))
+        .layer(HotKeyLayer::new(p.routing.clone(), p.hot_key_stats.clone()))
+        .layer(MultiKeyLayer::new(p.routing.clone()))
+        .layer(HashLayer::new(p.routing.clone()))
+        .layer(ZoneLayer::new(p.routing.clone(), health))
+        .service(Upstream::new(p.endpoints.clone(), p.primaries.clone()))
+}
+
+/// Builds the whole chain for one client connection.
+pub fn build(p: &Parts) -> Chain {
+    ServiceBuilder::new()
+        .layer(PrefixRouteLayer::new(p.routing.clone()))
+        .layer(MirrorLayer::new(
+            p.routing.clone(),
+            p.mirror.clone(),
+            p.mirror_stats.clone(),
+        ))
+        .service(shadow(p))
+}
+
+/// The worker's mirror queue: bounded, never blocks the client's path.
+#[derive(Debug)]
+pub struct MirrorQueue {
+    tx: mpsc::Sender<Request>,
+}
+
+impl MirrorSink for MirrorQueue {
+    fn try_send(&self, req: Request) -> bool {
+        self.tx.try_send(req).is_ok()
+    }
+}
+
+impl MirrorQueue {
+    /// A queue and the receiver its consumer task reads.
+    pub fn new() -> (MirrorQueue, mpsc::Receiver<Request>) {
+        let (tx, rx) = mpsc::channel(MIRROR_QUEUE);
+        (MirrorQueue { tx }, rx)
+    }
+}
+
+/// Sends queued copies through the shadow chain, at most `MIRROR_INFLIGHT` at a time, and
+/// counts the ones that fail. Runs until every queue handle is dropped.
+pub async fn run_mirror(
+    mut rx: mpsc::Receiver<Request>,
+    mut shadow: Shadow,
+    stats: Arc<MirrorStats>,
+) {
+    let mut inflight = FuturesUnordered::new();
+    let mut open = true;
+    while open || !inflight.is_empty() {
+        tokio::select! {
+            req = rx.recv(), if open && inflight.len() < MIRROR_INFLIGHT => match req {
+                Some(req) => {
+                    let cluster = req.cluster;
+                    let fut = shadow.call(req);
+                    inflight.push(async move {
+                        let reply: Result<_, Infallible> = fut.await;
+                        (cluster, reply)
+                    });
+                }
+                None => open = false,
+            },
+            Some((cluster, reply)) = inflight.next(), if !inflight.is_empty() => {
+                if reply.map(|r| is_error(&r)).unwrap_or(true) {
+                    stats.record_failed(cluster);
+                }
+            }
+        }
+    }
 }

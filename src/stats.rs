@@ -4,6 +4,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use respway_filters::hot_key::HotKeyStats;
+use respway_filters::mirror::MirrorStats;
+
 /// A monotonically increasing counter, written by one worker.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -41,6 +44,7 @@ pub struct ListenerStats {
 #[derive(Debug, Default)]
 pub struct Registry {
     workers: Mutex<Vec<Arc<ListenerStats>>>,
+    filters: Mutex<Vec<(Arc<MirrorStats>, Arc<HotKeyStats>)>>,
 }
 
 /// Sums over workers.
@@ -67,6 +71,22 @@ impl Registry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(s);
+    }
+
+    /// Registers a worker's mirror and hot-key counters.
+    pub fn add_filters(&self, mirror: Arc<MirrorStats>, hot: Arc<HotKeyStats>) {
+        self.filters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((mirror, hot));
+    }
+
+    /// Every worker's mirror and hot-key counters.
+    pub fn filters(&self) -> Vec<(Arc<MirrorStats>, Arc<HotKeyStats>)> {
+        self.filters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Sums every worker's counters.

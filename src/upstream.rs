@@ -12,7 +12,8 @@
 //! within the cluster's connect timeout; requests queued meanwhile wait for it. A failed
 //! connect starts a backoff (100 ms, doubling up to 5 s) during which requests get an
 //! immediate `-ERR` naming the shard, so a dead shard never hangs its clients and never
-//! affects other shards; the first request after the backoff tries again. In-flight requests
+//! affects other shards; after the backoff the endpoint is probed again (a failing endpoint is
+//! marked unhealthy for the zone layer, which skips it, so no request would come to retry). In-flight requests
 //! on a connection that breaks get `-ERR`; the next request reconnects at once.
 
 use std::collections::VecDeque;
@@ -20,6 +21,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -28,6 +30,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use respway_filters::codec_limits::Limits;
 use respway_filters::request::{error_reply, Reply, Request};
 use respway_filters::resp::{encode_command, reply_len};
+use respway_filters::zone::HealthView;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -67,22 +70,32 @@ pub struct EndpointConfig {
 pub struct EndpointHandle {
     conns: Arc<[mpsc::UnboundedSender<UpstreamRequest>]>,
     label: Arc<str>,
+    /// False while a connect to this endpoint is failing (written by this worker's
+    /// connection tasks, read by this worker's zone layer).
+    healthy: Arc<AtomicBool>,
 }
 
 impl EndpointHandle {
     /// Spawns `n` connection tasks for `cfg` on the current runtime.
     pub fn spawn(cfg: EndpointConfig, n: usize) -> EndpointHandle {
+        let healthy = Arc::new(AtomicBool::new(true));
         let conns: Vec<_> = (0..n.max(1))
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(run_connection(cfg.clone(), rx));
+                tokio::spawn(run_connection(cfg.clone(), rx, healthy.clone()));
                 tx
             })
             .collect();
         EndpointHandle {
             conns: conns.into(),
             label: cfg.label,
+            healthy,
         }
+    }
+
+    /// False while connecting to the endpoint fails.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
     }
 
     /// Queues `args` on connection `rr % n` and returns the reply's future.
@@ -99,19 +112,42 @@ impl EndpointHandle {
     }
 }
 
-/// The innermost service of the chain: sends a routed request to its shard's primary.
+/// One worker's endpoint handles, `[cluster][shard][endpoint]` in model order.
+#[derive(Debug, Default)]
+pub struct Endpoints(pub Vec<Vec<Vec<EndpointHandle>>>);
+
+impl Endpoints {
+    fn get(&self, cluster: usize, shard: usize, endpoint: usize) -> Option<&EndpointHandle> {
+        self.0.get(cluster)?.get(shard)?.get(endpoint)
+    }
+}
+
+impl HealthView for Endpoints {
+    fn healthy(&self, cluster: usize, shard: usize, endpoint: usize) -> bool {
+        self.get(cluster, shard, endpoint)
+            .is_some_and(EndpointHandle::is_healthy)
+    }
+}
+
+/// The innermost service of the chain: sends a routed request to the endpoint the zone
+/// layer chose (the shard's primary when it chose none).
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    /// `[cluster][shard]` → the primary endpoint's connections.
-    endpoints: Arc<Vec<Vec<EndpointHandle>>>,
+    endpoints: Arc<Endpoints>,
+    /// Index of each shard's primary, `[cluster][shard]`.
+    primaries: Arc<Vec<Vec<usize>>>,
     /// Round-robin over an endpoint's connections, per client connection (no shared atomic).
     rr: usize,
 }
 
 impl Upstream {
-    /// An upstream service over `endpoints[cluster][shard]`.
-    pub fn new(endpoints: Arc<Vec<Vec<EndpointHandle>>>) -> Self {
-        Upstream { endpoints, rr: 0 }
+    /// An upstream service over this worker's endpoints.
+    pub fn new(endpoints: Arc<Endpoints>, primaries: Arc<Vec<Vec<usize>>>) -> Self {
+        Upstream {
+            endpoints,
+            primaries,
+            rr: 0,
+        }
     }
 }
 
@@ -127,7 +163,16 @@ impl Service<Request> for Upstream {
 
     fn call(&mut self, req: Request) -> UpstreamFuture {
         let shard = req.shard.unwrap_or(0);
-        let Some(ep) = self.endpoints.get(req.cluster).and_then(|c| c.get(shard)) else {
+        let endpoint = match req.endpoint {
+            Some(e) => e,
+            None => self
+                .primaries
+                .get(req.cluster)
+                .and_then(|c| c.get(shard))
+                .copied()
+                .unwrap_or(0),
+        };
+        let Some(ep) = self.endpoints.get(req.cluster, shard, endpoint) else {
             return UpstreamFuture::Done(Some(error_reply("ERR respway: no such shard")));
         };
         self.rr = self.rr.wrapping_add(1);
@@ -165,17 +210,29 @@ impl Future for UpstreamFuture {
 
 // === connection task ===
 
-async fn run_connection(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<UpstreamRequest>) {
+async fn run_connection(
+    cfg: EndpointConfig,
+    mut rx: mpsc::UnboundedReceiver<UpstreamRequest>,
+    healthy: Arc<AtomicBool>,
+) {
     let mut backoff = BACKOFF_MIN;
     loop {
         // Connect lazily, on the first request: an endpoint nobody uses costs nothing, and a
-        // proxy started before its shards does not begin in backoff.
-        let Some(first) = rx.recv().await else {
-            return; // every handle dropped: the endpoint left the config
+        // proxy started before its shards does not begin in backoff. An endpoint marked
+        // unhealthy is probed without waiting for a request, because the zone layer sends
+        // it none until it recovers.
+        let first = if healthy.load(Ordering::Relaxed) {
+            match rx.recv().await {
+                Some(r) => Some(r),
+                None => return, // every handle dropped: the endpoint left the config
+            }
+        } else {
+            None
         };
         let err = match connect(&cfg).await {
             Ok(stream) => {
                 backoff = BACKOFF_MIN;
+                healthy.store(true, Ordering::Relaxed);
                 tracing::debug!(endpoint = %cfg.label, "connected");
                 match serve(stream, first, &mut rx, &cfg.label).await {
                     Ok(()) => return,
@@ -187,7 +244,10 @@ async fn run_connection(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<Ups
                 }
             }
             Err(e) => {
-                let _ = first.tx.send(unavailable(&cfg.label, &e));
+                healthy.store(false, Ordering::Relaxed);
+                if let Some(first) = first {
+                    let _ = first.tx.send(unavailable(&cfg.label, &e));
+                }
                 e
             }
         };
@@ -269,7 +329,7 @@ async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, String> {
 /// and nothing is in flight (`Ok`).
 async fn serve(
     mut stream: TcpStream,
-    first: UpstreamRequest,
+    first: Option<UpstreamRequest>,
     rx: &mut mpsc::UnboundedReceiver<UpstreamRequest>,
     label: &str,
 ) -> Result<(), String> {
@@ -284,8 +344,10 @@ async fn serve(
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
     let mut open = true;
-    encode_command(&first.args, &mut wbuf);
-    inflight.push_back(first.tx);
+    if let Some(first) = first {
+        encode_command(&first.args, &mut wbuf);
+        inflight.push_back(first.tx);
+    }
     let (mut rd, mut wr) = stream.split();
     let result = loop {
         if !open && inflight.is_empty() && wbuf.is_empty() {

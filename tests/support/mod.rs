@@ -172,9 +172,17 @@ impl Drop for Respway {
 
 /// Starts respway from YAML text (listener address 127.0.0.1:0 is fine).
 pub fn respway(yaml: &str, workers: usize) -> Respway {
+    respway_in_zone(yaml, workers, None)
+}
+
+/// Starts respway from YAML text, as a sidecar in `zone` (like `--zone`).
+pub fn respway_in_zone(yaml: &str, workers: usize, zone: Option<&str>) -> Respway {
     let resources = respway_xds::parse_yaml(yaml).unwrap_or_else(|e| panic!("bad test yaml: {e}"));
-    let config =
+    let mut config =
         respway_xds::translate(&resources).unwrap_or_else(|e| panic!("bad test config: {e}"));
+    if let Some(z) = zone {
+        config.zone = Some(z.to_string());
+    }
     let server = respway::start(config, respway::Options { workers }).expect("respway start");
     let addr = server.local_addrs()[0];
     Respway {

@@ -1,11 +1,15 @@
 //! Defaults, names and checks shared by both sources (the YAML reader and the Envoy
 //! translator), so that a rule is written once even where the error paths differ.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use respway_filters::hash::{build_picker, ShardInput};
-use respway_filters::model::{Cluster, Endpoint, HashPolicy, HashTag, KeyHash, Role};
+use respway_filters::model::{
+    Cluster, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, MirrorMode,
+    MirrorPolicy, ReadPolicy, Role, ZoneFallback,
+};
 
 /// Default listener address.
 pub(crate) const DEFAULT_LISTENER_ADDRESS: &str = "127.0.0.1:6380";
@@ -46,6 +50,137 @@ pub(crate) const KEY_HASHES: &[(&str, KeyHash)] = &[
     ("one_at_a_time", KeyHash::OneAtATime),
     ("murmur", KeyHash::Murmur),
 ];
+
+/// Mirror policies copy every eligible command unless a fraction is given: 100%.
+pub(crate) const FULL_FRACTION_PPM: u32 = 1_000_000;
+
+/// YAML names of the read policies (`zone_local` takes its fallback from `zone_fallback`).
+pub(crate) const READ_POLICIES: &[&str] = &["primary", "prefer_replica", "zone_local", "any"];
+
+/// YAML names of the zone-local fallbacks.
+pub(crate) const ZONE_FALLBACKS: &[(&str, ZoneFallback)] = &[
+    ("primary", ZoneFallback::Primary),
+    ("any_replica", ZoneFallback::AnyReplica),
+];
+
+/// YAML names of the hot-key read choices.
+pub(crate) const HOT_KEY_READS: &[(&str, HotKeyRead)] = &[
+    ("round_robin", HotKeyRead::RoundRobin),
+    ("random", HotKeyRead::Random),
+    ("same_zone", HotKeyRead::SameZone),
+];
+
+/// YAML names of the mirror modes (`dual_write` takes its primary side from `primary`).
+pub(crate) const MIRROR_MODES: &[&str] = &["forward", "dual_write", "read_only"];
+
+/// YAML names of the sides a dual-write mirror can make primary: `true` is the mirror.
+pub(crate) const MIRROR_PRIMARIES: &[(&str, bool)] = &[("route", false), ("mirror", true)];
+
+/// The read policy named `name` (a [`READ_POLICIES`] entry) with this zone-local fallback.
+pub(crate) fn read_policy(name: &str, fallback: ZoneFallback) -> Option<ReadPolicy> {
+    match name {
+        "primary" => Some(ReadPolicy::Primary),
+        "prefer_replica" => Some(ReadPolicy::PreferReplica),
+        "zone_local" => Some(ReadPolicy::ZoneLocal { fallback }),
+        "any" => Some(ReadPolicy::Any),
+        _ => None,
+    }
+}
+
+/// A problem found by [`check_mirrors`], located by the mirror's index in its route.
+#[derive(Debug, PartialEq)]
+pub(crate) enum MirrorProblem {
+    /// `mirror` mirrors the route onto the route's own cluster.
+    OwnCluster { mirror: usize },
+    /// `mirror` names the same cluster as the earlier `first`.
+    Duplicate { mirror: usize, first: usize },
+    /// `mirror` is a second dual-write mirror answering the client (after `first`).
+    SecondPrimary { mirror: usize, first: usize },
+    /// `mirror` is a second read-only mirror (after `first`).
+    SecondReadOnly { mirror: usize, first: usize },
+}
+
+/// Checks the mirror policies of one route whose own cluster is `route_cluster`: each mirror
+/// names another cluster, no cluster twice (the cluster identifies the mirror in Envoy
+/// resources); at most one mirror answers the client instead of the route's cluster, and at
+/// most one is read-only.
+pub(crate) fn check_mirrors(route_cluster: &str, mirrors: &[MirrorPolicy]) -> Vec<MirrorProblem> {
+    let mut out = Vec::new();
+    let mut clusters: HashMap<&str, usize> = HashMap::new();
+    let mut primary = None;
+    let mut read_only = None;
+    for (i, m) in mirrors.iter().enumerate() {
+        if m.cluster == route_cluster {
+            out.push(MirrorProblem::OwnCluster { mirror: i });
+        } else if !m.cluster.is_empty() {
+            // (An empty cluster is reported as required by the source.)
+            let first = *clusters.entry(&m.cluster).or_insert(i);
+            if first != i {
+                out.push(MirrorProblem::Duplicate { mirror: i, first });
+            }
+        }
+        match m.mode {
+            MirrorMode::DualWrite {
+                target_is_primary: true,
+            } => match primary {
+                Some(first) => out.push(MirrorProblem::SecondPrimary { mirror: i, first }),
+                None => primary = Some(i),
+            },
+            MirrorMode::ReadOnly => match read_only {
+                Some(first) => out.push(MirrorProblem::SecondReadOnly { mirror: i, first }),
+                None => read_only = Some(i),
+            },
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A problem found by [`check_hot_keys`] in the `prefix` of the rule at index `rule`.
+#[derive(Debug, PartialEq)]
+pub(crate) enum HotKeyProblem {
+    /// The prefix is empty.
+    Empty { rule: usize },
+    /// The prefix is also the one of the earlier rule `first`.
+    Duplicate { rule: usize, first: usize },
+}
+
+/// Checks a cluster's hot-key rules: each prefix is not empty and unique.
+pub(crate) fn check_hot_keys(rules: &[HotKeyRule]) -> Vec<HotKeyProblem> {
+    let mut out = Vec::new();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, r) in rules.iter().enumerate() {
+        if r.prefix.is_empty() {
+            out.push(HotKeyProblem::Empty { rule: i });
+        } else {
+            let first = *seen.entry(&r.prefix).or_insert(i);
+            if first != i {
+                out.push(HotKeyProblem::Duplicate { rule: i, first });
+            }
+        }
+    }
+    out
+}
+
+/// The rule's `prefix` and the reason for a [`HotKeyProblem`]; `position` maps an index of the
+/// checked rules to the index the source shows.
+pub(crate) fn hot_key_problem(
+    p: &HotKeyProblem,
+    rules: &[HotKeyRule],
+    position: impl Fn(usize) -> usize,
+) -> (usize, String) {
+    match *p {
+        HotKeyProblem::Empty { rule } => (position(rule), "must not be empty".to_string()),
+        HotKeyProblem::Duplicate { rule, first } => (
+            position(rule),
+            format!(
+                "duplicate hot-key prefix {:?} (also hot_keys[{}])",
+                rules[rule].prefix,
+                position(first)
+            ),
+        ),
+    }
+}
 
 /// `a, b, c` for an error message.
 pub(crate) fn one_of<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
@@ -451,6 +586,102 @@ mod tests {
             default_hash_key(&maglev, Some("redis-1"), a),
             "10.0.0.1:11211"
         );
+    }
+
+    #[test]
+    fn mirror_rules() {
+        let m = |cluster: &str, mode| MirrorPolicy {
+            cluster: cluster.to_string(),
+            mode,
+            include_reads: false,
+            fraction_ppm: FULL_FRACTION_PPM,
+        };
+        let dual = |target_is_primary| MirrorMode::DualWrite { target_is_primary };
+        assert_eq!(
+            check_mirrors(
+                "r",
+                &[
+                    m("a", dual(false)),
+                    m("b", MirrorMode::Forward),
+                    m("c", MirrorMode::ReadOnly)
+                ]
+            ),
+            vec![]
+        );
+        assert_eq!(
+            check_mirrors(
+                "r",
+                &[
+                    m("r", dual(false)),
+                    m("a", dual(true)),
+                    m("a", MirrorMode::ReadOnly),
+                    m("a", dual(true)),
+                    m("b", MirrorMode::ReadOnly),
+                    m("", dual(false)),
+                    m("", dual(false)),
+                ]
+            ),
+            vec![
+                MirrorProblem::OwnCluster { mirror: 0 },
+                MirrorProblem::Duplicate {
+                    mirror: 2,
+                    first: 1
+                },
+                MirrorProblem::Duplicate {
+                    mirror: 3,
+                    first: 1
+                },
+                MirrorProblem::SecondPrimary {
+                    mirror: 3,
+                    first: 1
+                },
+                MirrorProblem::SecondReadOnly {
+                    mirror: 4,
+                    first: 2
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn hot_key_rules() {
+        let rules: Vec<HotKeyRule> = ["A", "", "B", "A", "A"]
+            .iter()
+            .map(|p| HotKeyRule {
+                prefix: p.to_string(),
+                read: HotKeyRead::RoundRobin,
+            })
+            .collect();
+        let problems = check_hot_keys(&rules);
+        assert_eq!(
+            problems,
+            vec![
+                HotKeyProblem::Empty { rule: 1 },
+                HotKeyProblem::Duplicate { rule: 3, first: 0 },
+                HotKeyProblem::Duplicate { rule: 4, first: 0 },
+            ]
+        );
+        assert_eq!(
+            hot_key_problem(&problems[1], &rules, |i| i + 10),
+            (
+                13,
+                "duplicate hot-key prefix \"A\" (also hot_keys[10])".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn read_policy_names() {
+        for name in READ_POLICIES {
+            assert!(read_policy(name, ZoneFallback::Primary).is_some(), "{name}");
+        }
+        assert_eq!(
+            read_policy("zone_local", ZoneFallback::AnyReplica),
+            Some(ReadPolicy::ZoneLocal {
+                fallback: ZoneFallback::AnyReplica
+            })
+        );
+        assert_eq!(read_policy("replica", ZoneFallback::Primary), None);
     }
 
     #[test]

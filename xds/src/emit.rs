@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
 use envoy_types::pb::envoy::config::core::v3::{
     address, config_source::ConfigSourceSpecifier, data_source, socket_address, Address,
     AggregatedConfigSource, ApiVersion, ConfigSource, DataSource, Locality, Metadata,
-    SocketAddress, TypedExtensionConfig,
+    RuntimeFractionalPercent, SocketAddress, TypedExtensionConfig,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint as PbEndpoint, LbEndpoint,
@@ -27,15 +27,20 @@ use envoy_types::pb::envoy::config::listener::v3::{
     filter::ConfigType, Filter, FilterChain, Listener as PbListener,
 };
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
-    redis_proxy::{prefix_routes::Route, ConnPoolSettings, PrefixRoutes},
+    redis_proxy::{
+        prefix_routes::{route::RequestMirrorPolicy, Route},
+        ConnPoolSettings, PrefixRoutes,
+    },
     RedisProtocolOptions, RedisProxy,
 };
+use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
 use envoy_types::pb::google::protobuf::{
     value::Kind, Duration as PbDuration, ListValue, Struct, UInt32Value, UInt64Value, Value,
 };
 use envoy_types::util::pack_any;
 use respway_filters::model::{
-    Cluster, Config, HashPolicy, KeyHash, Listener, RingHashFunction, Role,
+    Cluster, Config, HashPolicy, HotKeyRead, KeyHash, Listener, MirrorMode, MirrorPolicy,
+    ReadPolicy, RingHashFunction, Role, ZoneFallback,
 };
 use std::net::SocketAddr;
 
@@ -45,7 +50,8 @@ use crate::pb::respway::v1 as rw;
 use crate::Resources;
 
 /// Writes a validated model out as Envoy v3 resources: one `Listener` per listener, and per
-/// cluster one EDS `Cluster` and its `ClusterLoadAssignment`.
+/// cluster one EDS `Cluster` and its `ClusterLoadAssignment`. The sidecar's zone, which Envoy
+/// takes from its bootstrap rather than from a resource, goes in [`Resources::node_zone`].
 ///
 /// The inverse of [`translate`](crate::translate) for models in canonical order (each
 /// shard's primary first, then its replicas by address), which is what both sources produce.
@@ -58,6 +64,7 @@ pub fn to_resources(config: &Config) -> Resources {
             .collect(),
         clusters: config.clusters.iter().map(cluster).collect(),
         endpoints: config.clusters.iter().map(load_assignment).collect(),
+        node_zone: config.zone.clone(),
     }
 }
 
@@ -68,8 +75,10 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
         .routes
         .routes
         .iter()
-        .map(|r| r.cluster.as_str())
-        .chain(l.routes.catch_all.as_deref());
+        .flat_map(|r| std::iter::once(&r.cluster).chain(r.mirrors.iter().map(|m| &m.cluster)))
+        .chain(l.routes.catch_all.iter())
+        .chain(l.routes.catch_all_mirrors.iter().map(|m| &m.cluster))
+        .map(String::as_str);
     let enable_hashtagging = routed
         .filter_map(|name| config.cluster(name))
         .any(|c| c.hashtag.is_some());
@@ -89,12 +98,19 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
                     prefix: r.prefix.clone(),
                     remove_prefix: r.remove_prefix,
                     cluster: r.cluster.clone(),
+                    request_mirror_policy: r.mirrors.iter().map(mirror_policy).collect(),
                     ..Default::default()
                 })
                 .collect(),
             case_insensitive: l.routes.case_insensitive,
             catch_all_route: l.routes.catch_all.as_ref().map(|c| Route {
                 cluster: c.clone(),
+                request_mirror_policy: l
+                    .routes
+                    .catch_all_mirrors
+                    .iter()
+                    .map(mirror_policy)
+                    .collect(),
                 ..Default::default()
             }),
         }),
@@ -108,6 +124,19 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
             max_multibulk_len: l.limits.max_multibulk_len as u64,
             max_inline_len: l.limits.max_inline_len as u64,
         }),
+        mirror_modes: l
+            .routes
+            .routes
+            .iter()
+            .flat_map(|r| r.mirrors.iter().map(|m| mirror_mode(Some(&r.prefix), m)))
+            .chain(
+                l.routes
+                    .catch_all_mirrors
+                    .iter()
+                    .filter(|_| l.routes.catch_all.is_some())
+                    .map(|m| mirror_mode(None, m)),
+            )
+            .collect(),
     };
     PbListener {
         name: l.name.clone(),
@@ -219,9 +248,78 @@ fn cluster(c: &Cluster) -> PbCluster {
             db: c.db,
             connections_per_endpoint: saturate(c.connections_per_endpoint),
             hashtag: Some(common::hashtag_string(c.hashtag)),
+            read_policy: match c.read_policy {
+                ReadPolicy::Primary => rw::ReadPolicy::Primary,
+                ReadPolicy::PreferReplica => rw::ReadPolicy::PreferReplica,
+                ReadPolicy::ZoneLocal { .. } => rw::ReadPolicy::ZoneLocal,
+                ReadPolicy::Any => rw::ReadPolicy::Any,
+            } as i32,
+            zone_fallback: match c.read_policy {
+                ReadPolicy::ZoneLocal {
+                    fallback: ZoneFallback::AnyReplica,
+                } => rw::ZoneFallback::AnyReplica,
+                _ => rw::ZoneFallback::Primary,
+            } as i32,
+            hot_keys: c
+                .hot_keys
+                .iter()
+                .map(|h| rw::HotKey {
+                    prefix: h.prefix.clone(),
+                    read: match h.read {
+                        HotKeyRead::RoundRobin => rw::HotKeyRead::RoundRobin,
+                        HotKeyRead::Random => rw::HotKeyRead::Random,
+                        HotKeyRead::SameZone => rw::HotKeyRead::SameZone,
+                    } as i32,
+                })
+                .collect(),
         }),
     );
     out
+}
+
+/// What Envoy can say of a mirror: its cluster, the share copied and whether reads are.
+fn mirror_policy(m: &MirrorPolicy) -> RequestMirrorPolicy {
+    RequestMirrorPolicy {
+        cluster: m.cluster.clone(),
+        runtime_fraction: Some(RuntimeFractionalPercent {
+            default_value: Some(fractional_percent(m.fraction_ppm)),
+            runtime_key: String::new(),
+        }),
+        exclude_read_commands: !m.include_reads,
+    }
+}
+
+/// What Envoy cannot say of a mirror: its migration mode, keyed by route and mirror cluster.
+fn mirror_mode(prefix: Option<&str>, m: &MirrorPolicy) -> rw::RouteMirrorMode {
+    let (mode, target_is_primary) = match m.mode {
+        MirrorMode::Forward => (rw::MirrorMode::Forward, false),
+        MirrorMode::DualWrite { target_is_primary } => {
+            (rw::MirrorMode::DualWrite, target_is_primary)
+        }
+        MirrorMode::ReadOnly => (rw::MirrorMode::ReadOnly, false),
+    };
+    rw::RouteMirrorMode {
+        prefix: prefix.map(str::to_string),
+        cluster: m.cluster.clone(),
+        mode: mode as i32,
+        target_is_primary,
+    }
+}
+
+/// Parts per million as the most readable exact `FractionalPercent` (`12` of `HUNDRED` rather
+/// than `120000` of `MILLION`).
+fn fractional_percent(ppm: u32) -> FractionalPercent {
+    let (numerator, denominator) = if ppm.is_multiple_of(10_000) {
+        (ppm / 10_000, DenominatorType::Hundred)
+    } else if ppm.is_multiple_of(100) {
+        (ppm / 100, DenominatorType::TenThousand)
+    } else {
+        (ppm, DenominatorType::Million)
+    };
+    FractionalPercent {
+        numerator,
+        denominator: denominator as i32,
+    }
 }
 
 fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {

@@ -52,6 +52,10 @@ pub struct Resources {
     pub clusters: Vec<Cluster>,
     /// Endpoints of the EDS clusters (EDS), one assignment per cluster.
     pub endpoints: Vec<ClusterLoadAssignment>,
+    /// The sidecar's zone. Not an Envoy resource: Envoy takes it from its bootstrap's
+    /// `node.locality.zone`, a YAML file from `node.zone`. [`translate`] copies it into
+    /// [`Config::zone`]; `None` when the source says none.
+    pub node_zone: Option<String>,
 }
 
 /// Reads a YAML configuration (schema in `xds/SCHEMA.md`) into Envoy v3 resources.
@@ -59,6 +63,7 @@ pub struct Resources {
 /// Everything is checked here already, with errors in the YAML's own terms (resource and key
 /// path, e.g. `cluster "main": shards[1].endpoints[0].address: invalid socket address
 /// "127.0.0.1:99999"`), including unknown keys anywhere. [`translate`] of the result succeeds.
+/// The file's `node.zone` is returned in [`Resources::node_zone`].
 ///
 /// # Errors
 /// Every problem found in the document, in document order.
@@ -66,7 +71,8 @@ pub fn parse_yaml(text: &str) -> Result<Resources, ConfigErrors> {
     yaml::parse(text).map(|config| to_resources(&config))
 }
 
-/// Reads, parses and translates a YAML configuration file.
+/// Reads, parses and translates a YAML configuration file. The file's `node.zone` is the
+/// result's [`Config::zone`].
 ///
 /// # Errors
 /// The file cannot be read, or [`parse_yaml`] / [`translate`] found problems; each error's
@@ -98,6 +104,7 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
         )])
     })?;
     let resources = parse_yaml(&text).map_err(in_file)?;
+    // The zone travels outside the Envoy resources (in `node_zone`), and translate keeps it.
     translate(&resources).map_err(in_file)
 }
 

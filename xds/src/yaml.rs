@@ -12,15 +12,17 @@ use std::time::Duration;
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    Cluster, Config, Endpoint, HashPolicy, HashTag, Listener, PrefixRoute, RingHashFunction, Role,
-    RouteTable, Shard, UpstreamAuth,
+    Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, Listener, MirrorMode,
+    MirrorPolicy, PrefixRoute, ReadPolicy, RingHashFunction, Role, RouteTable, Shard, UpstreamAuth,
+    ZoneFallback,
 };
 use serde_yaml_ng::{Mapping, Value};
 
-use crate::common::{self, SlotProblem};
+use crate::common::{self, MirrorProblem, SlotProblem};
 use crate::error::{index, join, ConfigErrors, Cx};
 
-const TOP_KEYS: &[&str] = &["listeners", "clusters"];
+const TOP_KEYS: &[&str] = &["node", "listeners", "clusters"];
+const NODE_KEYS: &[&str] = &["id", "zone"];
 const LISTENER_KEYS: &[&str] = &[
     "name",
     "address",
@@ -31,8 +33,14 @@ const LISTENER_KEYS: &[&str] = &[
     "routes",
 ];
 const LIMITS_KEYS: &[&str] = &["max_bulk_len", "max_multibulk_len", "max_inline_len"];
-const ROUTES_KEYS: &[&str] = &["case_insensitive", "catch_all", "prefixes"];
-const PREFIX_KEYS: &[&str] = &["prefix", "cluster", "remove_prefix"];
+const ROUTES_KEYS: &[&str] = &[
+    "case_insensitive",
+    "catch_all",
+    "catch_all_mirrors",
+    "prefixes",
+];
+const PREFIX_KEYS: &[&str] = &["prefix", "cluster", "remove_prefix", "mirrors"];
+const MIRROR_KEYS: &[&str] = &["cluster", "mode", "primary", "include_reads", "fraction"];
 const CLUSTER_KEYS: &[&str] = &[
     "name",
     "hash",
@@ -41,8 +49,12 @@ const CLUSTER_KEYS: &[&str] = &[
     "connect_timeout",
     "auth",
     "db",
+    "read_policy",
+    "zone_fallback",
+    "hot_keys",
     "shards",
 ];
+const HOT_KEY_KEYS: &[&str] = &["prefix", "read"];
 const AUTH_KEYS: &[&str] = &["username", "password"];
 const SHARD_KEYS: &[&str] = &["name", "hash_key", "weight", "slots", "endpoints"];
 const ENDPOINT_KEYS: &[&str] = &["address", "role", "zone"];
@@ -86,6 +98,8 @@ pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
         return Err(ConfigErrors(cx.errors));
     };
 
+    let zone = top.get("node").and_then(|v| node(&mut cx, v));
+
     // Route targets are checked against every cluster name in the file, so that a cluster with
     // errors of its own does not also make each route to it an error.
     let cluster_names: HashSet<&str> = top
@@ -128,10 +142,19 @@ pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
         cx.resource.clear();
     }
     cx.finish(Config {
-        zone: None,
+        zone,
         listeners,
         clusters,
     })
+}
+
+// === node ===
+
+/// The sidecar's own node: `id` (accepted, unused for now) and `zone`.
+fn node(cx: &mut Cx, v: &Value) -> Option<String> {
+    let m = Map::new(cx, v, "node", NODE_KEYS)?;
+    m.non_empty_string(cx, "id");
+    m.non_empty_string(cx, "zone")
 }
 
 // === listeners ===
@@ -211,6 +234,16 @@ fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: &HashSet<&str>) -> Route
             cx.err(m.at("catch_all"), format!("unknown cluster {c:?}"));
         }
     }
+    table.catch_all_mirrors = mirrors(
+        cx,
+        &m,
+        "catch_all_mirrors",
+        table.catch_all.as_deref(),
+        clusters,
+    );
+    if !table.catch_all_mirrors.is_empty() && table.catch_all.is_none() {
+        cx.err(m.at("catch_all_mirrors"), "requires catch_all");
+    }
     let prefixes = m.seq(cx, "prefixes").unwrap_or_default();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, p) in prefixes.iter().enumerate() {
@@ -226,6 +259,7 @@ fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: &HashSet<&str>) -> Route
                 cx.err(r.at("cluster"), format!("unknown cluster {c:?}"));
             }
         }
+        let mirrors = mirrors(cx, &r, "mirrors", cluster.as_deref(), clusters);
         if let Some(p) = &prefix {
             let key = if table.case_insensitive {
                 p.to_ascii_lowercase()
@@ -246,7 +280,7 @@ fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: &HashSet<&str>) -> Route
         }
         if let (Some(prefix), Some(cluster)) = (prefix, cluster) {
             table.routes.push(PrefixRoute {
-                mirrors: Vec::new(),
+                mirrors,
                 prefix,
                 remove_prefix,
                 cluster,
@@ -257,6 +291,119 @@ fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: &HashSet<&str>) -> Route
         cx.err(path, "at least one prefix or a catch_all is required");
     }
     table
+}
+
+/// The mirror policies under `key` of a route whose own cluster is `route_cluster`.
+fn mirrors(
+    cx: &mut Cx,
+    m: &Map<'_>,
+    key: &str,
+    route_cluster: Option<&str>,
+    clusters: &HashSet<&str>,
+) -> Vec<MirrorPolicy> {
+    let list = m.seq(cx, key).unwrap_or_default();
+    let at = m.at(key);
+    let mut out = Vec::new();
+    // The list index of each policy in `out`, for errors found across them.
+    let mut positions = Vec::new();
+    for (i, v) in list.iter().enumerate() {
+        let path = index(&at, i);
+        let before = cx.count();
+        let Some(p) = Map::new(cx, v, &path, MIRROR_KEYS) else {
+            continue;
+        };
+        let cluster = p.required_string(cx, "cluster");
+        if let Some(c) = &cluster {
+            if !clusters.contains(c.as_str()) {
+                cx.err(p.at("cluster"), format!("unknown cluster {c:?}"));
+            }
+        }
+        let mode = p.string(cx, "mode");
+        let target_is_primary =
+            p.string(cx, "primary").and_then(|s| {
+                match common::MIRROR_PRIMARIES.iter().find(|(n, _)| *n == s) {
+                    Some((_, t)) => Some(*t),
+                    None => {
+                        cx.err(
+                            p.at("primary"),
+                            format!(
+                                "unknown primary {s:?} (expected one of: {})",
+                                common::one_of(common::MIRROR_PRIMARIES.iter().map(|(n, _)| *n))
+                            ),
+                        );
+                        None
+                    }
+                }
+            });
+        let mode = match mode.as_deref() {
+            None | Some("dual_write") => Some(MirrorMode::DualWrite {
+                target_is_primary: target_is_primary.unwrap_or(false),
+            }),
+            Some("forward") => Some(MirrorMode::Forward),
+            Some("read_only") => Some(MirrorMode::ReadOnly),
+            Some(other) => {
+                cx.err(
+                    p.at("mode"),
+                    format!(
+                        "unknown mode {other:?} (expected one of: {})",
+                        common::one_of(common::MIRROR_MODES.iter().copied())
+                    ),
+                );
+                None
+            }
+        };
+        if p.get("primary").is_some()
+            && matches!(mode, Some(MirrorMode::Forward | MirrorMode::ReadOnly))
+        {
+            cx.err(p.at("primary"), "only used with mode dual_write");
+        }
+        let include_reads = p.boolean(cx, "include_reads").unwrap_or(false);
+        let fraction_ppm = p
+            .fraction_ppm(cx, "fraction")
+            .unwrap_or(common::FULL_FRACTION_PPM);
+        if let (Some(cluster), Some(mode), true) = (cluster, mode, cx.count() == before) {
+            out.push(MirrorPolicy {
+                cluster,
+                mode,
+                include_reads,
+                fraction_ppm,
+            });
+            positions.push(i);
+        }
+    }
+    if let Some(route_cluster) = route_cluster {
+        let item = |i: usize| index(&at, positions[i]);
+        for p in common::check_mirrors(route_cluster, &out) {
+            match p {
+                MirrorProblem::OwnCluster { mirror } => cx.err(
+                    join(&item(mirror), "cluster"),
+                    format!("{route_cluster:?} is the route's own cluster"),
+                ),
+                MirrorProblem::Duplicate { mirror, first } => cx.err(
+                    join(&item(mirror), "cluster"),
+                    format!(
+                        "duplicate mirror cluster {:?} (also {key}[{}])",
+                        out[mirror].cluster, positions[first]
+                    ),
+                ),
+                MirrorProblem::SecondPrimary { mirror, first } => cx.err(
+                    join(&item(mirror), "primary"),
+                    format!(
+                        "only one mirror of a route may be primary (also {key}[{}])",
+                        positions[first]
+                    ),
+                ),
+                MirrorProblem::SecondReadOnly { mirror, first } => cx.err(
+                    join(&item(mirror), "mode"),
+                    format!(
+                        "only one read_only mirror per route (also {key}[{}])",
+                        positions[first]
+                    ),
+                ),
+            }
+        }
+    }
+    out
 }
 
 // === clusters ===
@@ -308,13 +455,15 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         })
     });
     let db = m.uint(cx, "db", u32::MAX.into()).unwrap_or(0) as u32;
+    let read_policy = read_policy(cx, &m);
+    let hot_keys = hot_keys(cx, &m);
     let shards = shards(cx, &m, hash.as_ref(), hash_valid);
     if cx.count() > before {
         return None;
     }
     let cluster = Cluster {
-        hot_keys: Vec::new(),
-        read_policy: respway_filters::model::ReadPolicy::Primary,
+        hot_keys,
+        read_policy,
         name: name.unwrap_or_default(),
         hash: hash.expect("a policy without errors"),
         hashtag,
@@ -329,6 +478,90 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         return None;
     }
     Some(cluster)
+}
+
+/// `read_policy` and, for `zone_local`, its `zone_fallback`.
+fn read_policy(cx: &mut Cx, m: &Map<'_>) -> ReadPolicy {
+    let fallback = m.string(cx, "zone_fallback").and_then(|s| {
+        match common::ZONE_FALLBACKS.iter().find(|(n, _)| *n == s) {
+            Some((_, f)) => Some(*f),
+            None => {
+                cx.err(
+                    m.at("zone_fallback"),
+                    format!(
+                        "unknown zone fallback {s:?} (expected one of: {})",
+                        common::one_of(common::ZONE_FALLBACKS.iter().map(|(n, _)| *n))
+                    ),
+                );
+                None
+            }
+        }
+    });
+    let policy = match m.string(cx, "read_policy") {
+        None => Some(ReadPolicy::Primary),
+        Some(s) => {
+            let p = common::read_policy(&s, fallback.unwrap_or(ZoneFallback::Primary));
+            if p.is_none() {
+                cx.err(
+                    m.at("read_policy"),
+                    format!(
+                        "unknown read policy {s:?} (expected one of: {})",
+                        common::one_of(common::READ_POLICIES.iter().copied())
+                    ),
+                );
+            }
+            p
+        }
+    };
+    if m.get("zone_fallback").is_some()
+        && policy.is_some_and(|p| !matches!(p, ReadPolicy::ZoneLocal { .. }))
+    {
+        cx.err(
+            m.at("zone_fallback"),
+            "only used with read_policy zone_local",
+        );
+    }
+    policy.unwrap_or(ReadPolicy::Primary)
+}
+
+/// The cluster's `hot_keys` rules.
+fn hot_keys(cx: &mut Cx, m: &Map<'_>) -> Vec<HotKeyRule> {
+    let list = m.seq(cx, "hot_keys").unwrap_or_default();
+    let mut out = Vec::new();
+    let mut positions = Vec::new();
+    for (i, v) in list.iter().enumerate() {
+        let path = index(&m.at("hot_keys"), i);
+        let before = cx.count();
+        let Some(h) = Map::new(cx, v, &path, HOT_KEY_KEYS) else {
+            continue;
+        };
+        let prefix = h.required_string(cx, "prefix");
+        let read = match h.string(cx, "read") {
+            None => Some(HotKeyRead::RoundRobin),
+            Some(s) => match common::HOT_KEY_READS.iter().find(|(n, _)| *n == s) {
+                Some((_, r)) => Some(*r),
+                None => {
+                    cx.err(
+                        h.at("read"),
+                        format!(
+                            "unknown read {s:?} (expected one of: {})",
+                            common::one_of(common::HOT_KEY_READS.iter().map(|(n, _)| *n))
+                        ),
+                    );
+                    None
+                }
+            },
+        };
+        if let (Some(prefix), Some(read), true) = (prefix, read, cx.count() == before) {
+            out.push(HotKeyRule { prefix, read });
+            positions.push(i);
+        }
+    }
+    for p in common::check_hot_keys(&out) {
+        let (i, reason) = common::hot_key_problem(&p, &out, |i| positions[i]);
+        cx.err(format!("hot_keys[{i}].prefix"), reason);
+    }
+    out
 }
 
 fn hash_policy(cx: &mut Cx, v: &Value, path: &str) -> Option<HashPolicy> {
@@ -793,6 +1026,32 @@ impl<'v> Map<'v> {
                 None
             }
         }
+    }
+
+    /// A percentage from 0 to 100 (decimals allowed, down to 0.0001%) in parts per million.
+    fn fraction_ppm(&self, cx: &mut Cx, key: &str) -> Option<u32> {
+        let v = self.get(key)?;
+        let Some(percent) = v.as_f64() else {
+            cx.err(
+                self.at(key),
+                format!("expected a percentage (a number), got {}", kind(v)),
+            );
+            return None;
+        };
+        if !(0.0..=100.0).contains(&percent) {
+            cx.err(self.at(key), "must be between 0 and 100 (a percentage)");
+            return None;
+        }
+        let scaled = percent * 10_000.0;
+        let ppm = scaled.round();
+        if (scaled - ppm).abs() > 1e-6 {
+            cx.err(
+                self.at(key),
+                format!("{percent} has more than 4 decimal places (the resolution is 0.0001%)"),
+            );
+            return None;
+        }
+        Some(ppm as u32)
     }
 
     /// A duration string greater than zero.

@@ -5,14 +5,17 @@
 use std::collections::HashMap;
 
 use prost::{Message, Name};
-use respway_filters::model::{HashPolicy, HashTag, RingHashFunction, Role};
+use respway_filters::model::{
+    HashPolicy, HashTag, HotKeyRead, HotKeyRule, MirrorMode, MirrorPolicy, ReadPolicy as Reads,
+    RingHashFunction, Role, ZoneFallback,
+};
 use respway_xds::pb::envoy::config::cluster::v3::{
     cluster::{LbConfig, LbPolicy, MaglevLbConfig},
     load_balancing_policy, LoadBalancingPolicy, OutlierDetection,
 };
 use respway_xds::pb::envoy::config::core::v3::{
-    address, socket_address, Address, HealthCheck, Locality, Metadata, SocketAddress,
-    TypedExtensionConfig,
+    address, socket_address, Address, HealthCheck, Locality, Metadata, RuntimeFractionalPercent,
+    SocketAddress, TypedExtensionConfig,
 };
 use respway_xds::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
@@ -25,9 +28,12 @@ use respway_xds::pb::envoy::extensions::filters::network::redis_proxy::v3::{
 use respway_xds::pb::envoy::extensions::load_balancing_policies::{
     maglev::v3::Maglev, ring_hash::v3::RingHash,
 };
+use respway_xds::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
 use respway_xds::pb::google::protobuf::{value::Kind, Any, Struct, UInt64Value, Value};
-use respway_xds::pb::respway::v1::{shard_hashing, ShardHashing};
-use respway_xds::{parse_yaml, translate, Resources};
+use respway_xds::pb::respway::v1::{
+    self as rw, shard_hashing, ClusterOptions, ListenerSettings, RouteMirrorMode, ShardHashing,
+};
+use respway_xds::{parse_yaml, to_resources, translate, Resources};
 
 /// Resources for a small valid config: listener `main` → cluster `main`, two maglev shards.
 fn base() -> Resources {
@@ -259,11 +265,15 @@ fn unsupported_envoy_fields_are_refused_by_name() {
     let mut r = base();
     edit_redis(&mut r, |p| {
         let s = p.settings.as_mut().unwrap();
-        s.read_policy = ReadPolicy::PreferReplica as i32;
+        s.read_policy = ReadPolicy::PreferMaster as i32;
         s.enable_redirection = true;
         let routes = p.prefix_routes.as_mut().unwrap();
         routes.routes[0].request_mirror_policy = vec![RequestMirrorPolicy {
-            cluster: "main".into(),
+            cluster: "other".into(),
+            runtime_fraction: Some(RuntimeFractionalPercent {
+                default_value: Some(FractionalPercent::default()),
+                runtime_key: "redis.mirror".into(),
+            }),
             ..Default::default()
         }];
         routes.routes[0].key_formatter = "%KEY%".into();
@@ -295,10 +305,11 @@ fn unsupported_envoy_fields_are_refused_by_name() {
         errors(&r),
         r#"listener "main": filter_chains[0].filters[0]: unsupported network filter "envoy.filters.network.tcp_proxy" (type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy); respway runs envoy.filters.network.redis_proxy and respway.listener
 listener "main": filter_chains[0].filters[2].typed_config.settings.enable_redirection: not supported by respway
-listener "main": filter_chains[0].filters[2].typed_config.settings.read_policy: PREFER_REPLICA is not supported yet (only MASTER)
+listener "main": filter_chains[0].filters[2].typed_config.settings.read_policy: PREFER_MASTER is not supported by respway (use MASTER, PREFER_REPLICA, REPLICA, ANY or LOCAL_ZONE_AFFINITY, or respway.v1.ClusterOptions.read_policy)
 listener "main": filter_chains[0].filters[2].typed_config.custom_commands: not supported by respway
-listener "main": filter_chains[0].filters[2].typed_config.prefix_routes.routes[0].request_mirror_policy: not supported yet
 listener "main": filter_chains[0].filters[2].typed_config.prefix_routes.routes[0].key_formatter: not supported by respway
+listener "main": filter_chains[0].filters[2].typed_config.prefix_routes.routes[0].request_mirror_policy[0].cluster: unknown cluster "other"
+listener "main": filter_chains[0].filters[2].typed_config.prefix_routes.routes[0].request_mirror_policy[0].runtime_fraction.runtime_key: not supported by respway (it has no runtime; use default_value)
 listener "main": filter_chains[0].filters[2].typed_config.prefix_routes.catch_all_route.read_command_policy: not supported by respway
 cluster "main": health_checks: not supported by respway
 cluster "main": outlier_detection: not supported by respway"#
@@ -433,4 +444,526 @@ fn listeners_that_disagree_on_hashtagging() {
         errors(&r),
         r#"cluster "main": typed_extension_protocol_options: listeners "other" enable hashtagging and "main" do not; set respway.v1.ClusterOptions.hashtag"#
     );
+}
+
+/// Resources with clusters `main` and `next`; listener `main` routes `a:` and the catch-all to
+/// `main`, without mirrors.
+fn two_clusters() -> Resources {
+    parse_yaml(
+        r#"
+listeners:
+  - name: main
+    routes:
+      catch_all: main
+      prefixes: [{ prefix: "a:", cluster: main }]
+clusters:
+  - name: main
+    shards: [{ endpoints: [{ address: 10.0.0.1:6379 }] }]
+  - name: next
+    shards: [{ endpoints: [{ address: 10.0.1.1:6379 }] }]
+"#,
+    )
+    .unwrap()
+}
+
+/// Edits the listener's `respway.v1.ListenerSettings` in place.
+fn edit_settings(r: &mut Resources, f: impl FnOnce(&mut ListenerSettings)) {
+    let filter = &mut r.listeners[0].filter_chains[0].filters[0];
+    let Some(ConfigType::TypedConfig(any)) = &mut filter.config_type else {
+        panic!("typed_config")
+    };
+    let mut settings = ListenerSettings::decode(any.value.as_slice()).unwrap();
+    f(&mut settings);
+    *any = pack(&settings);
+}
+
+/// Edits cluster `i`'s `respway.v1.ClusterOptions` in place.
+fn edit_options(r: &mut Resources, i: usize, f: impl FnOnce(&mut ClusterOptions)) {
+    let any = r.clusters[i]
+        .typed_extension_protocol_options
+        .get_mut("respway.cluster")
+        .unwrap();
+    let mut options = ClusterOptions::decode(any.value.as_slice()).unwrap();
+    f(&mut options);
+    *any = pack(&options);
+}
+
+fn mirror_to(
+    cluster: &str,
+    fraction: Option<(u32, DenominatorType)>,
+    reads: bool,
+) -> RequestMirrorPolicy {
+    RequestMirrorPolicy {
+        cluster: cluster.into(),
+        runtime_fraction: fraction.map(|(numerator, d)| RuntimeFractionalPercent {
+            default_value: Some(FractionalPercent {
+                numerator,
+                denominator: d as i32,
+            }),
+            runtime_key: String::new(),
+        }),
+        exclude_read_commands: !reads,
+    }
+}
+
+fn dual_write(cluster: &str, target_is_primary: bool, reads: bool, ppm: u32) -> MirrorPolicy {
+    MirrorPolicy {
+        cluster: cluster.into(),
+        mode: MirrorMode::DualWrite { target_is_primary },
+        include_reads: reads,
+        fraction_ppm: ppm,
+    }
+}
+
+#[test]
+fn plain_envoy_mirror_policies_are_dual_writes_with_the_route_answering() {
+    use DenominatorType::{Hundred, Million, TenThousand};
+    let mut r = two_clusters();
+    r.listeners[0].filter_chains[0].filters.remove(0); // no respway.listener filter
+    r.clusters.push(r.clusters[1].clone());
+    r.clusters[2].name = "third".into();
+    let mut third = r.endpoints[1].clone();
+    third.cluster_name = "third".into();
+    r.endpoints.push(third);
+    edit_redis(&mut r, |p| {
+        let routes = p.prefix_routes.as_mut().unwrap();
+        routes.routes[0].request_mirror_policy = vec![
+            // Envoy: no runtime_fraction is everything, and reads are mirrored unless excluded.
+            mirror_to("next", None, true),
+            mirror_to("third", Some((7, TenThousand)), false),
+        ];
+        routes
+            .catch_all_route
+            .as_mut()
+            .unwrap()
+            .request_mirror_policy = vec![
+            mirror_to("next", Some((25, Hundred)), false),
+            // A numerator above the denominator is 100%, as in Envoy.
+            mirror_to("third", Some((150, Hundred)), false),
+        ];
+    });
+    let config = translate(&r).unwrap_or_else(|e| panic!("{e}"));
+    let routes = &config.listeners[0].routes;
+    assert_eq!(
+        routes.routes[0].mirrors,
+        [
+            dual_write("next", false, true, 1_000_000),
+            dual_write("third", false, false, 700),
+        ]
+    );
+    assert_eq!(
+        routes.catch_all_mirrors,
+        [
+            dual_write("next", false, false, 250_000),
+            dual_write("third", false, false, 1_000_000),
+        ]
+    );
+    edit_redis(&mut r, |p| {
+        p.prefix_routes.as_mut().unwrap().routes[0].request_mirror_policy =
+            vec![mirror_to("next", Some((3, Million)), false)];
+    });
+    assert_eq!(
+        translate(&r).unwrap().listeners[0].routes.routes[0].mirrors,
+        [dual_write("next", false, false, 3)]
+    );
+}
+
+#[test]
+fn mirrors_zone_read_policies_and_hot_keys_round_trip() {
+    let model = translate(
+        &parse_yaml(
+            r#"
+node: { zone: z2 }
+listeners:
+  - name: main
+    routes:
+      catch_all: main
+      catch_all_mirrors:
+        - { cluster: next, primary: mirror, fraction: 0.0001 }
+        - { cluster: third, mode: read_only, include_reads: true }
+      prefixes:
+        - prefix: "a:"
+          cluster: main
+          mirrors:
+            - { cluster: next, mode: forward, fraction: 12.5 }
+            - { cluster: third, include_reads: true, fraction: 0.07 }
+        - { prefix: "b:", cluster: next, mirrors: [{ cluster: main, fraction: 0 }] }
+clusters:
+  - name: main
+    read_policy: zone_local
+    zone_fallback: any_replica
+    hot_keys: [{ prefix: H_, read: same_zone }, { prefix: G_, read: random }, { prefix: F_ }]
+    shards: [{ endpoints: [{ address: 10.0.0.1:6379 }] }]
+  - name: next
+    read_policy: zone_local
+    shards: [{ endpoints: [{ address: 10.0.1.1:6379 }] }]
+  - name: third
+    read_policy: prefer_replica
+    shards: [{ endpoints: [{ address: 10.0.2.1:6379 }] }]
+"#,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(model.zone.as_deref(), Some("z2"));
+    let resources = to_resources(&model);
+    assert_eq!(translate(&resources).unwrap(), model);
+
+    // What Envoy can say goes in request_mirror_policy, each fraction in its coarsest exact
+    // denominator; the rest in respway.v1.ListenerSettings.mirror_modes.
+    let filters = &resources.listeners[0].filter_chains[0].filters;
+    let Some(ConfigType::TypedConfig(any)) = &filters[1].config_type else {
+        panic!("typed_config")
+    };
+    let redis = RedisProxy::decode(any.value.as_slice()).unwrap();
+    let routes = redis.prefix_routes.unwrap();
+    let fraction = |n, d: DenominatorType| Some((n, d));
+    assert_eq!(
+        routes.routes[0].request_mirror_policy,
+        [
+            mirror_to("next", fraction(1250, DenominatorType::TenThousand), false),
+            mirror_to("third", fraction(7, DenominatorType::TenThousand), true),
+        ]
+    );
+    assert_eq!(
+        routes.catch_all_route.unwrap().request_mirror_policy,
+        [
+            mirror_to("next", fraction(1, DenominatorType::Million), false),
+            mirror_to("third", fraction(100, DenominatorType::Hundred), true),
+        ]
+    );
+    let Some(ConfigType::TypedConfig(any)) = &filters[0].config_type else {
+        panic!("typed_config")
+    };
+    let settings = ListenerSettings::decode(any.value.as_slice()).unwrap();
+    let entry = |prefix: Option<&str>, cluster: &str, mode: rw::MirrorMode, primary: bool| {
+        RouteMirrorMode {
+            prefix: prefix.map(str::to_string),
+            cluster: cluster.into(),
+            mode: mode as i32,
+            target_is_primary: primary,
+        }
+    };
+    assert_eq!(
+        settings.mirror_modes,
+        [
+            entry(Some("a:"), "next", rw::MirrorMode::Forward, false),
+            entry(Some("a:"), "third", rw::MirrorMode::DualWrite, false),
+            entry(Some("b:"), "main", rw::MirrorMode::DualWrite, false),
+            entry(None, "next", rw::MirrorMode::DualWrite, true),
+            entry(None, "third", rw::MirrorMode::ReadOnly, false),
+        ]
+    );
+    let options = ClusterOptions::decode(
+        resources.clusters[0].typed_extension_protocol_options["respway.cluster"]
+            .value
+            .as_slice(),
+    )
+    .unwrap();
+    assert_eq!(
+        (options.read_policy, options.zone_fallback),
+        (
+            rw::ReadPolicy::ZoneLocal as i32,
+            rw::ZoneFallback::AnyReplica as i32
+        )
+    );
+    assert_eq!(
+        options.hot_keys,
+        [
+            rw::HotKey {
+                prefix: "H_".into(),
+                read: rw::HotKeyRead::SameZone as i32
+            },
+            rw::HotKey {
+                prefix: "G_".into(),
+                read: rw::HotKeyRead::Random as i32
+            },
+            rw::HotKey {
+                prefix: "F_".into(),
+                read: rw::HotKeyRead::RoundRobin as i32
+            },
+        ]
+    );
+    assert_eq!(resources.node_zone.as_deref(), Some("z2"));
+}
+
+#[test]
+fn mirror_policy_and_mode_errors() {
+    let mut r = two_clusters();
+    edit_redis(&mut r, |p| {
+        let routes = p.prefix_routes.as_mut().unwrap();
+        routes.routes[0].request_mirror_policy = vec![
+            mirror_to("main", None, false),
+            mirror_to("next", None, false),
+            mirror_to("next", None, false),
+            mirror_to("", None, false),
+            RequestMirrorPolicy {
+                cluster: "gone".into(),
+                runtime_fraction: Some(RuntimeFractionalPercent::default()),
+                exclude_read_commands: false,
+            },
+            RequestMirrorPolicy {
+                cluster: "next".into(),
+                runtime_fraction: Some(RuntimeFractionalPercent {
+                    default_value: Some(FractionalPercent {
+                        numerator: 1,
+                        denominator: 9,
+                    }),
+                    runtime_key: String::new(),
+                }),
+                exclude_read_commands: false,
+            },
+        ];
+    });
+    assert_eq!(
+        errors(&r),
+        r#"listener "main": filter_chains[0].filters[1].typed_config.prefix_routes.routes[0].request_mirror_policy[3].cluster: required
+listener "main": filter_chains[0].filters[1].typed_config.prefix_routes.routes[0].request_mirror_policy[4].cluster: unknown cluster "gone"
+listener "main": filter_chains[0].filters[1].typed_config.prefix_routes.routes[0].request_mirror_policy[4].runtime_fraction.default_value: required
+listener "main": filter_chains[0].filters[1].typed_config.prefix_routes.routes[0].request_mirror_policy[5].runtime_fraction.default_value.denominator: unknown value 9
+listener "main": filter_chains[0].filters[1].typed_config.prefix_routes.routes[0].request_mirror_policy[0].cluster: "main" is the route's own cluster
+listener "main": filter_chains[0].filters[1].typed_config.prefix_routes.routes[0].request_mirror_policy[2].cluster: duplicate mirror cluster "next" (also request_mirror_policy[1])
+listener "main": filter_chains[0].filters[1].typed_config.prefix_routes.routes[0].request_mirror_policy[5].cluster: duplicate mirror cluster "next" (also request_mirror_policy[1])"#
+    );
+
+    // The modes: entries must name a route and one of its mirrors, once.
+    let mut r = two_clusters();
+    r.clusters.push(r.clusters[1].clone());
+    r.clusters[2].name = "third".into();
+    let mut third = r.endpoints[1].clone();
+    third.cluster_name = "third".into();
+    r.endpoints.push(third);
+    edit_redis(&mut r, |p| {
+        let routes = p.prefix_routes.as_mut().unwrap();
+        routes.routes[0].request_mirror_policy = vec![
+            mirror_to("next", None, false),
+            mirror_to("third", None, false),
+        ];
+        routes
+            .catch_all_route
+            .as_mut()
+            .unwrap()
+            .request_mirror_policy = vec![
+            mirror_to("next", None, false),
+            mirror_to("third", None, false),
+        ];
+    });
+    let entry = |prefix: Option<&str>, cluster: &str, mode: i32, primary: bool| RouteMirrorMode {
+        prefix: prefix.map(str::to_string),
+        cluster: cluster.into(),
+        mode,
+        target_is_primary: primary,
+    };
+    use rw::MirrorMode::{DualWrite, Forward, ReadOnly};
+    edit_settings(&mut r, |s| {
+        s.mirror_modes = vec![
+            entry(Some("A:"), "next", Forward as i32, false),
+            entry(Some("a:"), "main", Forward as i32, false),
+            entry(Some("a:"), "next", Forward as i32, true),
+            entry(Some("a:"), "third", 9, false),
+            entry(Some("a:"), "third", DualWrite as i32, false),
+            entry(None, "next", DualWrite as i32, true),
+            entry(None, "third", DualWrite as i32, true),
+        ];
+    });
+    assert_eq!(
+        errors(&r),
+        r#"listener "main": filter_chains[0].filters[0].typed_config.mirror_modes[0].prefix: no route has the prefix "A:"
+listener "main": filter_chains[0].filters[0].typed_config.mirror_modes[1].cluster: routes[0] has no request_mirror_policy for cluster "main"
+listener "main": filter_chains[0].filters[0].typed_config.mirror_modes[2].target_is_primary: only used with MIRROR_MODE_DUAL_WRITE
+listener "main": filter_chains[0].filters[0].typed_config.mirror_modes[3].mode: unknown value 9
+listener "main": filter_chains[0].filters[0].typed_config.mirror_modes[4]: another entry for routes[0] and cluster "third" (also mirror_modes[3])
+listener "main": filter_chains[0].filters[0].typed_config.mirror_modes[6].target_is_primary: only one mirror of a route may be primary (also mirror_modes[5])"#
+    );
+    edit_settings(&mut r, |s| {
+        s.mirror_modes = vec![
+            entry(Some("a:"), "next", ReadOnly as i32, false),
+            entry(Some("a:"), "third", ReadOnly as i32, false),
+        ];
+    });
+    assert_eq!(
+        errors(&r),
+        r#"listener "main": filter_chains[0].filters[0].typed_config.mirror_modes[1].mode: only one MIRROR_MODE_READ_ONLY mirror per route (also mirror_modes[0])"#
+    );
+    edit_redis(&mut r, |p| {
+        p.prefix_routes.as_mut().unwrap().catch_all_route = None;
+    });
+    edit_settings(&mut r, |s| {
+        s.mirror_modes = vec![entry(None, "next", Forward as i32, false)];
+    });
+    assert_eq!(
+        errors(&r),
+        r#"listener "main": filter_chains[0].filters[0].typed_config.mirror_modes[0].prefix: unset, which names the catch_all_route, but there is none"#
+    );
+}
+
+#[test]
+fn envoy_read_policy_applies_to_clusters_without_their_own() {
+    let mut r = two_clusters();
+    edit_redis(&mut r, |p| {
+        p.prefix_routes.as_mut().unwrap().routes[0].request_mirror_policy =
+            vec![mirror_to("next", None, false)];
+    });
+    // Only `main` leaves its read policy to the listener; `next`, mirrored to, too.
+    for i in 0..2 {
+        edit_options(&mut r, i, |o| {
+            o.read_policy = rw::ReadPolicy::Unspecified as i32
+        });
+    }
+    let read_policies = |r: &Resources| -> Vec<Reads> {
+        translate(r)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .clusters
+            .iter()
+            .map(|c| c.read_policy)
+            .collect()
+    };
+    assert_eq!(read_policies(&r), [Reads::Primary, Reads::Primary]);
+    for (envoy, ours) in [
+        (ReadPolicy::Master, Reads::Primary),
+        (ReadPolicy::Replica, Reads::PreferReplica),
+        (ReadPolicy::PreferReplica, Reads::PreferReplica),
+        (ReadPolicy::Any, Reads::Any),
+        (
+            ReadPolicy::LocalZoneAffinity,
+            Reads::ZoneLocal {
+                fallback: ZoneFallback::AnyReplica,
+            },
+        ),
+    ] {
+        edit_redis(&mut r, |p| {
+            p.settings.as_mut().unwrap().read_policy = envoy as i32
+        });
+        assert_eq!(read_policies(&r), [ours, ours], "{envoy:?}");
+    }
+    // respway's own value wins.
+    edit_options(&mut r, 1, |o| {
+        o.read_policy = rw::ReadPolicy::Primary as i32
+    });
+    assert_eq!(
+        read_policies(&r),
+        [
+            Reads::ZoneLocal {
+                fallback: ZoneFallback::AnyReplica
+            },
+            Reads::Primary
+        ]
+    );
+    // A cluster no listener routes to reads from its primary.
+    let mut lone = r.clone();
+    edit_redis(&mut lone, |p| {
+        p.prefix_routes.as_mut().unwrap().routes[0].request_mirror_policy = vec![];
+    });
+    edit_options(&mut lone, 1, |o| o.read_policy = 0);
+    assert_eq!(read_policies(&lone)[1], Reads::Primary);
+
+    // Listeners that disagree.
+    let mut second = r.listeners[0].clone();
+    second.name = "other".into();
+    second.address = Some(addr("127.0.0.1", 6381));
+    r.listeners.push(second);
+    edit_redis(&mut r, |p| {
+        p.settings.as_mut().unwrap().read_policy = ReadPolicy::Replica as i32
+    });
+    assert_eq!(
+        errors(&r),
+        r#"cluster "main": typed_extension_protocol_options: listeners "main" (REPLICA), "other" (LOCAL_ZONE_AFFINITY) disagree on settings.read_policy; set respway.v1.ClusterOptions.read_policy"#
+    );
+    // REPLICA and PREFER_REPLICA are the same policy to respway.
+    edit_redis(&mut r, |p| {
+        p.settings.as_mut().unwrap().read_policy = ReadPolicy::PreferReplica as i32
+    });
+    let last = r.listeners.len() - 1;
+    r.listeners.swap(0, last);
+    edit_redis(&mut r, |p| {
+        p.settings.as_mut().unwrap().read_policy = ReadPolicy::Replica as i32
+    });
+    assert_eq!(read_policies(&r), [Reads::PreferReplica, Reads::Primary]);
+    edit_redis(&mut r, |p| {
+        p.settings.as_mut().unwrap().read_policy =
+            ReadPolicy::LocalZoneAffinityReplicasAndPrimary as i32
+    });
+    assert_eq!(
+        errors(&r),
+        r#"listener "other": filter_chains[0].filters[1].typed_config.settings.read_policy: LOCAL_ZONE_AFFINITY_REPLICAS_AND_PRIMARY is not supported by respway (use MASTER, PREFER_REPLICA, REPLICA, ANY or LOCAL_ZONE_AFFINITY, or respway.v1.ClusterOptions.read_policy)"#
+    );
+}
+
+#[test]
+fn cluster_options_read_policy_and_hot_keys() {
+    let mut r = two_clusters();
+    edit_options(&mut r, 0, |o| {
+        o.read_policy = rw::ReadPolicy::ZoneLocal as i32;
+        o.hot_keys = vec![
+            rw::HotKey {
+                prefix: "H_".into(),
+                read: rw::HotKeyRead::SameZone as i32,
+            },
+            rw::HotKey {
+                prefix: "h_".into(),
+                read: 0,
+            },
+        ];
+    });
+    let c = &translate(&r).unwrap().clusters[0];
+    assert_eq!(
+        c.read_policy,
+        Reads::ZoneLocal {
+            fallback: ZoneFallback::Primary
+        }
+    );
+    assert_eq!(
+        c.hot_keys,
+        [
+            HotKeyRule {
+                prefix: "H_".into(),
+                read: HotKeyRead::SameZone
+            },
+            HotKeyRule {
+                prefix: "h_".into(),
+                read: HotKeyRead::RoundRobin
+            },
+        ]
+    );
+    edit_options(&mut r, 0, |o| {
+        o.read_policy = rw::ReadPolicy::Any as i32;
+        o.zone_fallback = rw::ZoneFallback::AnyReplica as i32;
+        o.hot_keys = vec![
+            rw::HotKey {
+                prefix: String::new(),
+                read: 0,
+            },
+            rw::HotKey {
+                prefix: "X".into(),
+                read: 7,
+            },
+            rw::HotKey {
+                prefix: "X".into(),
+                read: 1,
+            },
+        ];
+    });
+    edit_options(&mut r, 1, |o| {
+        o.read_policy = 9;
+        o.zone_fallback = 5;
+    });
+    assert_eq!(
+        errors(&r),
+        r#"cluster "main": typed_extension_protocol_options["respway.cluster"].zone_fallback: only used with READ_POLICY_ZONE_LOCAL
+cluster "main": typed_extension_protocol_options["respway.cluster"].hot_keys[1].read: unknown value 7
+cluster "main": typed_extension_protocol_options["respway.cluster"].hot_keys[0].prefix: must not be empty
+cluster "main": typed_extension_protocol_options["respway.cluster"].hot_keys[2].prefix: duplicate hot-key prefix "X" (also hot_keys[1])
+cluster "next": typed_extension_protocol_options["respway.cluster"].zone_fallback: unknown value 5
+cluster "next": typed_extension_protocol_options["respway.cluster"].read_policy: unknown value 9"#
+    );
+}
+
+#[test]
+fn node_zone_is_carried_beside_the_resources() {
+    let mut r = base();
+    assert_eq!(translate(&r).unwrap().zone, None);
+    r.node_zone = Some("z1".into());
+    assert_eq!(translate(&r).unwrap().zone.as_deref(), Some("z1"));
+    r.node_zone = Some(String::new());
+    assert_eq!(errors(&r), "node: zone: must not be empty (leave it unset)");
 }

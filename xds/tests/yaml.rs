@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    Cluster, Config, Endpoint, HashPolicy, HashTag, KeyHash, Listener, PrefixRoute,
-    RingHashFunction, Role, RouteTable, Shard, UpstreamAuth,
+    Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, Listener,
+    MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RingHashFunction, Role, RouteTable, Shard,
+    UpstreamAuth, ZoneFallback,
 };
 use respway_xds::{default_config, load_file, parse_yaml, to_resources, translate};
 
@@ -48,13 +49,29 @@ fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         auth: None,
         db: 0,
         hot_keys: Vec::new(),
-        read_policy: respway_filters::model::ReadPolicy::Primary,
+        read_policy: ReadPolicy::Primary,
+    }
+}
+
+fn mirror(cluster: &str, mode: MirrorMode, include_reads: bool, fraction_ppm: u32) -> MirrorPolicy {
+    MirrorPolicy {
+        cluster: cluster.to_string(),
+        mode,
+        include_reads,
+        fraction_ppm,
+    }
+}
+
+fn hot(prefix: &str, read: HotKeyRead) -> HotKeyRule {
+    HotKeyRule {
+        prefix: prefix.to_string(),
+        read,
     }
 }
 
 fn full_example_model() -> Config {
     Config {
-        zone: None,
+        zone: Some("z1".into()),
         listeners: vec![Listener {
             name: "main".into(),
             address: "127.0.0.1:6380".parse().unwrap(),
@@ -64,18 +81,32 @@ fn full_example_model() -> Config {
                         prefix: "up:".into(),
                         remove_prefix: true,
                         cluster: "profile".into(),
-                        mirrors: Vec::new(),
+                        mirrors: vec![mirror(
+                            "main-v2",
+                            MirrorMode::DualWrite {
+                                target_is_primary: true,
+                            },
+                            true,
+                            1_000_000,
+                        )],
                     },
                     PrefixRoute {
                         prefix: "sess:".into(),
                         remove_prefix: false,
                         cluster: "sessions".into(),
-                        mirrors: Vec::new(),
+                        mirrors: vec![mirror("main-v2", MirrorMode::ReadOnly, false, 1_000_000)],
                     },
                 ],
                 case_insensitive: true,
                 catch_all: Some("main".into()),
-                catch_all_mirrors: Vec::new(),
+                catch_all_mirrors: vec![mirror(
+                    "main-v2",
+                    MirrorMode::DualWrite {
+                        target_is_primary: false,
+                    },
+                    false,
+                    125_000,
+                )],
             },
             downstream_password: Some("client-secret".into()),
             op_timeout: Duration::from_millis(250),
@@ -95,6 +126,13 @@ fn full_example_model() -> Config {
                     password: "upstream-secret".into(),
                 }),
                 db: 2,
+                read_policy: ReadPolicy::ZoneLocal {
+                    fallback: ZoneFallback::AnyReplica,
+                },
+                hot_keys: vec![
+                    hot("HIGH_FREQ_", HotKeyRead::SameZone),
+                    hot("cfg:", HotKeyRead::RoundRobin),
+                ],
                 ..cluster(
                     "main",
                     HashPolicy::Maglev { table_size: 65537 },
@@ -123,6 +161,7 @@ fn full_example_model() -> Config {
             },
             Cluster {
                 hashtag: None,
+                read_policy: ReadPolicy::PreferReplica,
                 ..cluster(
                     "profile",
                     HashPolicy::Ketama {
@@ -164,6 +203,22 @@ fn full_example_model() -> Config {
                     },
                 ],
             ),
+            Cluster {
+                read_policy: ReadPolicy::Any,
+                hot_keys: vec![hot("HIGH_FREQ_", HotKeyRead::Random)],
+                ..cluster(
+                    "main-v2",
+                    HashPolicy::Maglev { table_size: 65537 },
+                    vec![shard(
+                        "shard-0",
+                        "127.0.0.1:7401",
+                        vec![
+                            ep("127.0.0.1:7401", Role::Primary, Some("z1")),
+                            ep("127.0.0.1:7402", Role::Replica, Some("z2")),
+                        ],
+                    )],
+                )
+            },
         ],
     }
 }
@@ -386,9 +441,9 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener: unknown field (expected one of: listeners, clusters)
+        r#"listener: unknown field (expected one of: node, listeners, clusters)
 listener "l": limits.max_bulk: unknown field (expected one of: max_bulk_len, max_multibulk_len, max_inline_len)
-listener "l": routes.prefixes[0].strip: unknown field (expected one of: prefix, cluster, remove_prefix)
+listener "l": routes.prefixes[0].strip: unknown field (expected one of: prefix, cluster, remove_prefix, mirrors)
 cluster "c": hash.table_size: unknown field (expected one of: policy, key_hash)
 cluster "c": auth.user: unknown field (expected one of: username, password)
 cluster "c": shards[0].nmae: unknown field (expected one of: name, hash_key, weight, slots, endpoints)
@@ -603,7 +658,8 @@ fn schema_doc_examples_are_the_real_ones() {
         .map(|b| b.split("```").next().unwrap())
         .collect();
     let file = std::fs::read_to_string(root.join("examples/full.yaml")).unwrap();
-    let body = &file[file.find("listeners:").unwrap()..];
+    // The file's leading comment is not in the document's copy.
+    let body = &file[file.find("\nnode:").unwrap() + 1..];
     assert_eq!(
         blocks[0], body,
         "SCHEMA.md's full example differs from examples/full.yaml"
@@ -629,4 +685,304 @@ clusters:
     assert_eq!(config.clusters[1].name, "b");
     assert_eq!(config.clusters[1].connect_timeout, Duration::from_secs(2));
     assert_eq!(config.clusters[1].shards, config.clusters[0].shards);
+}
+
+/// Two clusters `a` and `b` and a listener routing `p:` to `a` with the given route body.
+fn with_routes(routes: &str, clusters_extra: &str) -> String {
+    format!(
+        r#"
+listeners:
+  - name: l
+    routes:
+{routes}
+clusters:
+  - name: a
+    shards: [{{ endpoints: [{{ address: 127.0.0.1:7001 }}] }}]
+  - name: b
+    shards: [{{ endpoints: [{{ address: 127.0.0.1:7002 }}] }}]
+  - name: c
+    shards: [{{ endpoints: [{{ address: 127.0.0.1:7003 }}] }}]
+{clusters_extra}"#
+    )
+}
+
+#[test]
+fn node_sets_the_zone() {
+    let base = r#"
+listeners: [{ name: l, routes: { catch_all: a } }]
+clusters: [{ name: a, shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }] }]
+"#;
+    assert_eq!(load(base).zone, None);
+    assert_eq!(load(&format!("node: {{ id: n1 }}{base}")).zone, None);
+    assert_eq!(load(&format!("node: {{ zone: null }}{base}")).zone, None);
+    let config = load(&format!("node: {{ id: n1, zone: us-east-1a }}{base}"));
+    assert_eq!(config.zone.as_deref(), Some("us-east-1a"));
+    // parse_yaml carries it beside the Envoy resources.
+    let resources = parse_yaml(&format!("node: {{ zone: z9 }}{base}")).unwrap();
+    assert_eq!(resources.node_zone.as_deref(), Some("z9"));
+    assert_eq!(
+        errors(&format!(
+            "node: {{ id: \"\", zone: \"\", region: r }}{base}"
+        )),
+        r#"node.region: unknown field (expected one of: id, zone)
+node.id: must not be empty (leave it out or use null)
+node.zone: must not be empty (leave it out or use null)"#
+    );
+    assert_eq!(
+        errors(&format!("node: {{ zone: 3 }}{base}")),
+        "node.zone: expected a string, got a number"
+    );
+}
+
+#[test]
+fn mirror_defaults_and_values() {
+    let config = load(&with_routes(
+        r#"
+      catch_all: a
+      catch_all_mirrors: [{ cluster: b }]
+      prefixes:
+        - prefix: "p:"
+          cluster: a
+          mirrors:
+            - { cluster: b, mode: forward, fraction: 0 }
+            - { cluster: c, mode: dual_write, primary: route, include_reads: true, fraction: 0.0001 }
+        - prefix: "q:"
+          cluster: b
+          mirrors:
+            - { cluster: a, primary: mirror, fraction: 33.3333 }
+            - { cluster: c, mode: read_only, fraction: 50 }
+"#,
+        "",
+    ));
+    let routes = &config.listeners[0].routes;
+    // Defaults: dual_write, the route answering, writes only, everything.
+    assert_eq!(
+        routes.catch_all_mirrors,
+        [mirror(
+            "b",
+            MirrorMode::DualWrite {
+                target_is_primary: false
+            },
+            false,
+            1_000_000
+        )]
+    );
+    assert_eq!(
+        routes.routes[0].mirrors,
+        [
+            mirror("b", MirrorMode::Forward, false, 0),
+            mirror(
+                "c",
+                MirrorMode::DualWrite {
+                    target_is_primary: false
+                },
+                true,
+                1
+            ),
+        ]
+    );
+    assert_eq!(
+        routes.routes[1].mirrors,
+        [
+            mirror(
+                "a",
+                MirrorMode::DualWrite {
+                    target_is_primary: true
+                },
+                false,
+                333_333
+            ),
+            mirror("c", MirrorMode::ReadOnly, false, 500_000),
+        ]
+    );
+    // No mirrors at all: empty lists.
+    let config = load(&with_routes(
+        "      catch_all: a\n      prefixes: [{ prefix: x, cluster: b }]",
+        "",
+    ));
+    assert!(config.listeners[0].routes.catch_all_mirrors.is_empty());
+    assert!(config.listeners[0].routes.routes[0].mirrors.is_empty());
+}
+
+#[test]
+fn mirror_errors() {
+    let text = with_routes(
+        r#"
+      catch_all_mirrors: [{ cluster: b }]
+      prefixes:
+        - prefix: "p:"
+          cluster: a
+          mirrors:
+            - { cluster: a }
+            - { cluster: nope }
+            - { cluster: b, mode: dual_write, primary: mirror }
+            - { cluster: b, mode: forward }
+            - { cluster: c, primary: mirror }
+        - prefix: "q:"
+          cluster: a
+          mirrors:
+            - { cluster: b, mode: read_only }
+            - { cluster: c, mode: read_only }
+            - { mode: mirror, primary: both, include_reads: 1, fraction: 100.5, copies: 2 }
+            - { cluster: b, fraction: 12.34567 }
+            - { cluster: c, fraction: "50%" }
+            - 7
+        - prefix: "r:"
+          cluster: a
+          mirrors:
+            # A mirror with errors of its own is left out of the checks across mirrors.
+            - { cluster: b, mode: forward, primary: route }
+            - { cluster: b, mode: forward }
+"#,
+        "",
+    );
+    assert_eq!(
+        errors(&text),
+        r#"listener "l": routes.catch_all_mirrors: requires catch_all
+listener "l": routes.prefixes[0].mirrors[1].cluster: unknown cluster "nope"
+listener "l": routes.prefixes[0].mirrors[0].cluster: "a" is the route's own cluster
+listener "l": routes.prefixes[0].mirrors[3].cluster: duplicate mirror cluster "b" (also mirrors[2])
+listener "l": routes.prefixes[0].mirrors[4].primary: only one mirror of a route may be primary (also mirrors[2])
+listener "l": routes.prefixes[1].mirrors[2].copies: unknown field (expected one of: cluster, mode, primary, include_reads, fraction)
+listener "l": routes.prefixes[1].mirrors[2].cluster: required
+listener "l": routes.prefixes[1].mirrors[2].primary: unknown primary "both" (expected one of: route, mirror)
+listener "l": routes.prefixes[1].mirrors[2].mode: unknown mode "mirror" (expected one of: forward, dual_write, read_only)
+listener "l": routes.prefixes[1].mirrors[2].include_reads: expected true or false, got a number
+listener "l": routes.prefixes[1].mirrors[2].fraction: must be between 0 and 100 (a percentage)
+listener "l": routes.prefixes[1].mirrors[3].fraction: 12.34567 has more than 4 decimal places (the resolution is 0.0001%)
+listener "l": routes.prefixes[1].mirrors[4].fraction: expected a percentage (a number), got a string
+listener "l": routes.prefixes[1].mirrors[5]: expected a mapping, got a number
+listener "l": routes.prefixes[1].mirrors[1].mode: only one read_only mirror per route (also mirrors[0])
+listener "l": routes.prefixes[2].mirrors[0].primary: only used with mode dual_write"#
+    );
+    assert_eq!(
+        errors(&with_routes(
+            "      catch_all: a\n      catch_all_mirrors: { cluster: b }",
+            ""
+        )),
+        r#"listener "l": routes.catch_all_mirrors: expected a list, got a mapping"#
+    );
+    assert_eq!(
+        errors(&with_routes(
+            "      catch_all: a\n      catch_all_mirrors: [{ cluster: a }, { cluster: b, primary: mirror }, { cluster: c, primary: mirror }]",
+            ""
+        )),
+        r#"listener "l": routes.catch_all_mirrors[0].cluster: "a" is the route's own cluster
+listener "l": routes.catch_all_mirrors[2].primary: only one mirror of a route may be primary (also catch_all_mirrors[1])"#
+    );
+}
+
+#[test]
+fn read_policies_and_hot_keys() {
+    let config = load(
+        r#"
+listeners: [{ name: l, routes: { catch_all: d } }]
+clusters:
+  - name: d
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: p
+    read_policy: primary
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: r
+    read_policy: prefer_replica
+    hot_keys: [{ prefix: HOT_ }]
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+  - name: z
+    read_policy: zone_local
+    hot_keys:
+      - { prefix: a, read: round_robin }
+      - { prefix: b, read: random }
+      - { prefix: ab, read: same_zone }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7004 }] }]
+  - name: zp
+    read_policy: zone_local
+    zone_fallback: primary
+    shards: [{ endpoints: [{ address: 127.0.0.1:7005 }] }]
+  - name: za
+    read_policy: zone_local
+    zone_fallback: any_replica
+    shards: [{ endpoints: [{ address: 127.0.0.1:7006 }] }]
+  - name: any
+    read_policy: any
+    hot_keys: []
+    shards: [{ endpoints: [{ address: 127.0.0.1:7007 }] }]
+"#,
+    );
+    let policies: Vec<(&str, ReadPolicy)> = config
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.read_policy))
+        .collect();
+    let zone_local = |fallback| ReadPolicy::ZoneLocal { fallback };
+    assert_eq!(
+        policies,
+        [
+            ("d", ReadPolicy::Primary),
+            ("p", ReadPolicy::Primary),
+            ("r", ReadPolicy::PreferReplica),
+            ("z", zone_local(ZoneFallback::Primary)),
+            ("zp", zone_local(ZoneFallback::Primary)),
+            ("za", zone_local(ZoneFallback::AnyReplica)),
+            ("any", ReadPolicy::Any),
+        ]
+    );
+    assert!(config.clusters[0].hot_keys.is_empty());
+    assert_eq!(
+        config.clusters[2].hot_keys,
+        [hot("HOT_", HotKeyRead::RoundRobin)]
+    );
+    assert_eq!(
+        config.clusters[3].hot_keys,
+        [
+            hot("a", HotKeyRead::RoundRobin),
+            hot("b", HotKeyRead::Random),
+            hot("ab", HotKeyRead::SameZone),
+        ]
+    );
+    assert!(config.clusters[6].hot_keys.is_empty());
+}
+
+#[test]
+fn read_policy_and_hot_key_errors() {
+    let text = r#"
+listeners: [{ name: l, routes: { catch_all: a } }]
+clusters:
+  - name: a
+    read_policy: replica
+    zone_fallback: any_replica
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    read_policy: prefer_replica
+    zone_fallback: any_replica
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    zone_fallback: nearest
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+  - name: d
+    hot_keys:
+      - { prefix: "" }
+      - { prefix: HOT_, read: sticky }
+      - { prefix: X_ }
+      - { prefix: X_, read: random }
+      - { read: random, ttl: 1 }
+      - HOT_
+    shards: [{ endpoints: [{ address: 127.0.0.1:7004 }] }]
+  - name: e
+    hot_keys: { prefix: HOT_ }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7005 }] }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"cluster "a": read_policy: unknown read policy "replica" (expected one of: primary, prefer_replica, zone_local, any)
+cluster "b": zone_fallback: only used with read_policy zone_local
+cluster "c": zone_fallback: unknown zone fallback "nearest" (expected one of: primary, any_replica)
+cluster "c": zone_fallback: only used with read_policy zone_local
+cluster "d": hot_keys[1].read: unknown read "sticky" (expected one of: round_robin, random, same_zone)
+cluster "d": hot_keys[4].ttl: unknown field (expected one of: prefix, read)
+cluster "d": hot_keys[4].prefix: required
+cluster "d": hot_keys[5]: expected a mapping, got a string
+cluster "d": hot_keys[0].prefix: must not be empty
+cluster "d": hot_keys[3].prefix: duplicate hot-key prefix "X_" (also hot_keys[2])
+cluster "e": hot_keys: expected a list, got a mapping"#
+    );
 }

@@ -2,7 +2,7 @@
 /// Upstream options of a cluster that Envoy's `RedisProtocolOptions` has no field for.
 ///
 /// Carried in `Cluster.typed_extension_protocol_options\["respway.cluster"\]`.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ClusterOptions {
     /// Database selected with `SELECT` on every new upstream connection; 0 sends no `SELECT`.
     #[prost(uint32, tag = "1")]
@@ -15,6 +15,20 @@ pub struct ClusterOptions {
     /// `RedisProxy.settings.enable_hashtagging`, none when they do not.
     #[prost(string, optional, tag = "3")]
     pub hashtag: ::core::option::Option<::prost::alloc::string::String>,
+    /// Which endpoint of a shard serves reads. READ_POLICY_UNSPECIFIED: follow the
+    /// `RedisProxy.settings.read_policy` of the listeners routing to (or mirroring to) this
+    /// cluster (MASTER: primary; PREFER_REPLICA and REPLICA: prefer replica; ANY: any), primary
+    /// when no listener does.
+    #[prost(enumeration = "ReadPolicy", tag = "4")]
+    pub read_policy: i32,
+    /// READ_POLICY_ZONE_LOCAL only: what serves reads when no replica in the sidecar's zone is
+    /// healthy.
+    #[prost(enumeration = "ZoneFallback", tag = "5")]
+    pub zone_fallback: i32,
+    /// Hot-key rules: keys under these prefixes are written to every shard and read from one.
+    /// Prefixes are not empty and unique within the cluster.
+    #[prost(message, repeated, tag = "6")]
+    pub hot_keys: ::prost::alloc::vec::Vec<HotKey>,
 }
 impl ::prost::Name for ClusterOptions {
     const NAME: &'static str = "ClusterOptions";
@@ -24,6 +38,26 @@ impl ::prost::Name for ClusterOptions {
     }
     fn type_url() -> ::prost::alloc::string::String {
         "type.googleapis.com/respway.v1.ClusterOptions".into()
+    }
+}
+/// A hot-key rule.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct HotKey {
+    /// Key prefix the rule applies to (matched case-sensitively on the key as forwarded).
+    #[prost(string, tag = "1")]
+    pub prefix: ::prost::alloc::string::String,
+    /// How reads of a hot key pick their one shard.
+    #[prost(enumeration = "HotKeyRead", tag = "2")]
+    pub read: i32,
+}
+impl ::prost::Name for HotKey {
+    const NAME: &'static str = "HotKey";
+    const PACKAGE: &'static str = "respway.v1";
+    fn full_name() -> ::prost::alloc::string::String {
+        "respway.v1.HotKey".into()
+    }
+    fn type_url() -> ::prost::alloc::string::String {
+        "type.googleapis.com/respway.v1.HotKey".into()
     }
 }
 /// Key-to-shard placement policies that Envoy has no built-in load balancer for.
@@ -129,6 +163,109 @@ impl ::prost::Name for ShardHashing {
         "type.googleapis.com/respway.v1.ShardHashing".into()
     }
 }
+/// Which endpoint of a shard serves reads; writes always go to the primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum ReadPolicy {
+    /// Not set here: see `ClusterOptions.read_policy`.
+    Unspecified = 0,
+    /// The primary.
+    Primary = 1,
+    /// A healthy replica if there is one, else the primary.
+    PreferReplica = 2,
+    /// A healthy replica in the sidecar's zone, else `zone_fallback`.
+    ZoneLocal = 3,
+    /// Any healthy endpoint, primary included, round-robin.
+    Any = 4,
+}
+impl ReadPolicy {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "READ_POLICY_UNSPECIFIED",
+            Self::Primary => "READ_POLICY_PRIMARY",
+            Self::PreferReplica => "READ_POLICY_PREFER_REPLICA",
+            Self::ZoneLocal => "READ_POLICY_ZONE_LOCAL",
+            Self::Any => "READ_POLICY_ANY",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "READ_POLICY_UNSPECIFIED" => Some(Self::Unspecified),
+            "READ_POLICY_PRIMARY" => Some(Self::Primary),
+            "READ_POLICY_PREFER_REPLICA" => Some(Self::PreferReplica),
+            "READ_POLICY_ZONE_LOCAL" => Some(Self::ZoneLocal),
+            "READ_POLICY_ANY" => Some(Self::Any),
+            _ => None,
+        }
+    }
+}
+/// Fallback of READ_POLICY_ZONE_LOCAL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum ZoneFallback {
+    /// The primary (the default).
+    Primary = 0,
+    /// A healthy replica in another zone, else the primary.
+    AnyReplica = 1,
+}
+impl ZoneFallback {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Primary => "ZONE_FALLBACK_PRIMARY",
+            Self::AnyReplica => "ZONE_FALLBACK_ANY_REPLICA",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "ZONE_FALLBACK_PRIMARY" => Some(Self::Primary),
+            "ZONE_FALLBACK_ANY_REPLICA" => Some(Self::AnyReplica),
+            _ => None,
+        }
+    }
+}
+/// Shard choice for reads of a hot key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum HotKeyRead {
+    /// Round-robin over the shards, per client connection (the default).
+    RoundRobin = 0,
+    /// A random shard.
+    Random = 1,
+    /// A shard with an endpoint in the sidecar's zone, round-robin among those; else any.
+    SameZone = 2,
+}
+impl HotKeyRead {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::RoundRobin => "HOT_KEY_READ_ROUND_ROBIN",
+            Self::Random => "HOT_KEY_READ_RANDOM",
+            Self::SameZone => "HOT_KEY_READ_SAME_ZONE",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "HOT_KEY_READ_ROUND_ROBIN" => Some(Self::RoundRobin),
+            "HOT_KEY_READ_RANDOM" => Some(Self::Random),
+            "HOT_KEY_READ_SAME_ZONE" => Some(Self::SameZone),
+            _ => None,
+        }
+    }
+}
 /// Twemproxy's key hash functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
@@ -190,7 +327,7 @@ impl KeyHash {
 ///
 /// Carried as the `typed_config` of a network filter named `respway.listener`, placed before the
 /// terminal `envoy.filters.network.redis_proxy` filter in the listener's only filter chain.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ListenerSettings {
     /// Replies one client connection may have outstanding before the proxy stops reading from it
     /// (backpressure). 0 means the default, 1024.
@@ -199,6 +336,12 @@ pub struct ListenerSettings {
     /// Decoder limits for client input. Unset means Redis's own defaults.
     #[prost(message, optional, tag = "2")]
     pub limits: ::core::option::Option<CodecLimits>,
+    /// Migration modes of the routes' mirror policies. Each entry names one
+    /// `RedisProxy.prefix_routes` route (by its prefix, or the catch-all route) and one of that
+    /// route's `request_mirror_policy` entries (by its cluster). A mirror policy without an entry
+    /// here keeps Envoy's meaning: MIRROR_MODE_DUAL_WRITE with the route's cluster answering.
+    #[prost(message, repeated, tag = "3")]
+    pub mirror_modes: ::prost::alloc::vec::Vec<RouteMirrorMode>,
 }
 impl ::prost::Name for ListenerSettings {
     const NAME: &'static str = "ListenerSettings";
@@ -232,5 +375,68 @@ impl ::prost::Name for CodecLimits {
     }
     fn type_url() -> ::prost::alloc::string::String {
         "type.googleapis.com/respway.v1.CodecLimits".into()
+    }
+}
+/// The migration mode of one route's mirror policy.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RouteMirrorMode {
+    /// The route: the `prefix` of a `RedisProxy.prefix_routes.routes` entry, compared exactly as
+    /// written (also when the routes are case-insensitive). Unset: the `catch_all_route`.
+    #[prost(string, optional, tag = "1")]
+    pub prefix: ::core::option::Option<::prost::alloc::string::String>,
+    /// The `cluster` of one of that route's `request_mirror_policy` entries.
+    #[prost(string, tag = "2")]
+    pub cluster: ::prost::alloc::string::String,
+    /// What happens to the route's commands.
+    #[prost(enumeration = "MirrorMode", tag = "3")]
+    pub mode: i32,
+    /// MIRROR_MODE_DUAL_WRITE only: the mirror cluster answers the client and the route's cluster
+    /// gets the copy (new-first). At most one mirror of a route may set it.
+    #[prost(bool, tag = "4")]
+    pub target_is_primary: bool,
+}
+impl ::prost::Name for RouteMirrorMode {
+    const NAME: &'static str = "RouteMirrorMode";
+    const PACKAGE: &'static str = "respway.v1";
+    fn full_name() -> ::prost::alloc::string::String {
+        "respway.v1.RouteMirrorMode".into()
+    }
+    fn type_url() -> ::prost::alloc::string::String {
+        "type.googleapis.com/respway.v1.RouteMirrorMode".into()
+    }
+}
+/// Migration modes of a mirror policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum MirrorMode {
+    /// Commands go to both clusters; the primary side answers, the other gets an asynchronous
+    /// copy (Envoy's request mirroring). The default.
+    DualWrite = 0,
+    /// No mirroring: the policy is kept but inactive.
+    Forward = 1,
+    /// Writes are refused with an error (a cut-over window); reads are served. At most one per
+    /// route.
+    ReadOnly = 2,
+}
+impl MirrorMode {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::DualWrite => "MIRROR_MODE_DUAL_WRITE",
+            Self::Forward => "MIRROR_MODE_FORWARD",
+            Self::ReadOnly => "MIRROR_MODE_READ_ONLY",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "MIRROR_MODE_DUAL_WRITE" => Some(Self::DualWrite),
+            "MIRROR_MODE_FORWARD" => Some(Self::Forward),
+            "MIRROR_MODE_READ_ONLY" => Some(Self::ReadOnly),
+            _ => None,
+        }
     }
 }

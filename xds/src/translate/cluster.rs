@@ -15,7 +15,8 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::{
 };
 use prost::Name;
 use respway_filters::model::{
-    Cluster, HashPolicy, HashTag, KeyHash, RingHashFunction, UpstreamAuth,
+    Cluster, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, ReadPolicy, RingHashFunction,
+    UpstreamAuth, ZoneFallback,
 };
 
 use super::{endpoint, inline_secret, positive_duration, type_name, unpack, unsupported};
@@ -32,16 +33,27 @@ pub(super) fn resource(c: &PbCluster, i: usize) -> String {
     }
 }
 
-/// Translates one cluster; `None` when it (or its endpoints) had errors. The second value is
-/// the hashtag from `respway.v1.ClusterOptions` when that says one; `None` leaves it to the
-/// listeners' `enable_hashtagging`.
+/// A translated cluster and what it leaves to the listeners routing to it.
+pub(super) struct Translated {
+    /// The model cluster; its `hashtag` and `read_policy` are placeholders until the caller
+    /// settles them.
+    pub(super) cluster: Cluster,
+    /// The hashtag from `respway.v1.ClusterOptions` when that says one; `None` leaves it to
+    /// the listeners' `enable_hashtagging`.
+    pub(super) hashtag: Option<Option<HashTag>>,
+    /// The read policy from `respway.v1.ClusterOptions` when that says one; `None` leaves it
+    /// to the listeners' `RedisProxy.settings.read_policy`.
+    pub(super) read_policy: Option<ReadPolicy>,
+}
+
+/// Translates one cluster; `None` when it (or its endpoints) had errors.
 #[allow(deprecated)] // deprecated Envoy fields are read to refuse them
 pub(super) fn translate(
     cx: &mut Cx,
     c: &PbCluster,
     i: usize,
     assignments: &HashMap<&str, &ClusterLoadAssignment>,
-) -> Option<(Cluster, Option<Option<HashTag>>)> {
+) -> Option<Translated> {
     cx.resource = resource(c, i);
     let before = cx.count();
     if c.name.is_empty() {
@@ -55,6 +67,10 @@ pub(super) fn translate(
 
     let mut auth = None;
     let mut options = rw::ClusterOptions::default();
+    let mut options_at = format!(
+        "typed_extension_protocol_options[{:?}]",
+        crate::names::CLUSTER_OPTIONS
+    );
     let mut keys: Vec<&String> = c.typed_extension_protocol_options.keys().collect();
     keys.sort();
     for key in keys {
@@ -68,7 +84,10 @@ pub(super) fn translate(
             }
         } else if name == rw::ClusterOptions::full_name() {
             match unpack::<rw::ClusterOptions>(any) {
-                Ok(o) => options = o,
+                Ok(o) => {
+                    options = o;
+                    options_at = at;
+                }
                 Err(e) => cx.err(at, e),
             }
         } else {
@@ -80,16 +99,12 @@ pub(super) fn translate(
     }
     let hashtag = options.hashtag.as_deref().map(|s| {
         common::parse_hashtag(s).unwrap_or_else(|e| {
-            cx.err(
-                format!(
-                    "typed_extension_protocol_options[{:?}].hashtag",
-                    crate::names::CLUSTER_OPTIONS
-                ),
-                e,
-            );
+            cx.err(join(&options_at, "hashtag"), e);
             None
         })
     });
+    let read_policy = read_policy(cx, &options_at, &options);
+    let hot_keys = hot_keys(cx, &options_at, &options.hot_keys);
 
     unsupported(
         cx,
@@ -251,10 +266,10 @@ pub(super) fn translate(
     if cx.count() > before {
         return None;
     }
-    Some((
-        Cluster {
-            hot_keys: Vec::new(),
-            read_policy: respway_filters::model::ReadPolicy::Primary,
+    Some(Translated {
+        cluster: Cluster {
+            hot_keys,
+            read_policy: ReadPolicy::Primary,
             name: c.name.clone(),
             hash: hash?,
             hashtag: None,
@@ -268,7 +283,72 @@ pub(super) fn translate(
             db: options.db,
         },
         hashtag,
-    ))
+        read_policy,
+    })
+}
+
+/// `ClusterOptions.read_policy` with its `zone_fallback`; `None` when unspecified.
+fn read_policy(cx: &mut Cx, at: &str, o: &rw::ClusterOptions) -> Option<ReadPolicy> {
+    let fallback = match rw::ZoneFallback::try_from(o.zone_fallback) {
+        Ok(rw::ZoneFallback::Primary) => ZoneFallback::Primary,
+        Ok(rw::ZoneFallback::AnyReplica) => ZoneFallback::AnyReplica,
+        Err(_) => {
+            cx.err(
+                join(at, "zone_fallback"),
+                format!("unknown value {}", o.zone_fallback),
+            );
+            ZoneFallback::Primary
+        }
+    };
+    let policy = match rw::ReadPolicy::try_from(o.read_policy) {
+        Ok(rw::ReadPolicy::Unspecified) => None,
+        Ok(rw::ReadPolicy::Primary) => Some(ReadPolicy::Primary),
+        Ok(rw::ReadPolicy::PreferReplica) => Some(ReadPolicy::PreferReplica),
+        Ok(rw::ReadPolicy::ZoneLocal) => Some(ReadPolicy::ZoneLocal { fallback }),
+        Ok(rw::ReadPolicy::Any) => Some(ReadPolicy::Any),
+        Err(_) => {
+            cx.err(
+                join(at, "read_policy"),
+                format!("unknown value {}", o.read_policy),
+            );
+            return None;
+        }
+    };
+    if fallback != ZoneFallback::Primary && !matches!(policy, Some(ReadPolicy::ZoneLocal { .. })) {
+        cx.err(
+            join(at, "zone_fallback"),
+            "only used with READ_POLICY_ZONE_LOCAL",
+        );
+    }
+    policy
+}
+
+/// `ClusterOptions.hot_keys`, checked like the YAML's.
+fn hot_keys(cx: &mut Cx, at: &str, list: &[rw::HotKey]) -> Vec<HotKeyRule> {
+    let mut out = Vec::new();
+    for (i, h) in list.iter().enumerate() {
+        let read = match rw::HotKeyRead::try_from(h.read) {
+            Ok(rw::HotKeyRead::RoundRobin) => HotKeyRead::RoundRobin,
+            Ok(rw::HotKeyRead::Random) => HotKeyRead::Random,
+            Ok(rw::HotKeyRead::SameZone) => HotKeyRead::SameZone,
+            Err(_) => {
+                cx.err(
+                    format!("{at}.hot_keys[{i}].read"),
+                    format!("unknown value {}", h.read),
+                );
+                HotKeyRead::RoundRobin
+            }
+        };
+        out.push(HotKeyRule {
+            prefix: h.prefix.clone(),
+            read,
+        });
+    }
+    for p in common::check_hot_keys(&out) {
+        let (i, reason) = common::hot_key_problem(&p, &out, |i| i);
+        cx.err(format!("{at}.hot_keys[{i}].prefix"), reason);
+    }
+    out
 }
 
 fn upstream_auth(cx: &mut Cx, at: &str, o: &RedisProtocolOptions) -> Option<UpstreamAuth> {

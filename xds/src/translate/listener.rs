@@ -1,22 +1,28 @@
 //! `Listener` → [`respway_filters::model::Listener`]: one filter chain holding Envoy's
-//! `RedisProxy` (routes, timeouts, downstream auth) and, optionally before it, respway's
-//! `ListenerSettings` (backpressure and codec limits).
+//! `RedisProxy` (routes and their mirror policies, timeouts, downstream auth) and, optionally
+//! before it, respway's `ListenerSettings` (backpressure, codec limits, mirror modes).
 
 use std::collections::{HashMap, HashSet};
 
 use envoy_types::pb::envoy::config::listener::v3::{filter::ConfigType, Listener as PbListener};
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
-    redis_proxy::{conn_pool_settings::ReadPolicy, prefix_routes::Route, ProtocolVersion},
+    redis_proxy::{
+        conn_pool_settings::ReadPolicy as EnvoyReadPolicy, prefix_routes::Route, PrefixRoutes,
+        ProtocolVersion,
+    },
     RedisProxy,
 };
+use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
 use prost::Name;
 use respway_filters::codec_limits::Limits;
-use respway_filters::model::{Listener, PrefixRoute, RouteTable};
+use respway_filters::model::{
+    Listener, MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RouteTable, ZoneFallback,
+};
 
 use super::{inline_secret, positive_duration, socket_address, type_name, unpack, unsupported};
-use crate::common;
+use crate::common::{self, MirrorProblem};
 use crate::error::{index, join, Cx};
-use crate::pb::respway::v1::ListenerSettings;
+use crate::pb::respway::v1::{self as rw, ListenerSettings};
 
 /// A translated listener and the Envoy flag that cluster hashtags may inherit.
 pub(super) struct Translated {
@@ -24,13 +30,20 @@ pub(super) struct Translated {
     pub(super) listener: Listener,
     /// `RedisProxy.settings.enable_hashtagging`.
     pub(super) enable_hashtagging: bool,
+    /// `RedisProxy.settings.read_policy` as respway's read policy, and its Envoy name.
+    pub(super) read_policy: (ReadPolicy, &'static str),
 }
 
 impl Translated {
-    /// Whether a route or the catch-all of this listener names `cluster`.
+    /// Whether a route, the catch-all or a mirror policy of either names `cluster`.
     pub(super) fn routes_to(&self, cluster: &str) -> bool {
         let r = &self.listener.routes;
-        r.catch_all.as_deref() == Some(cluster) || r.routes.iter().any(|p| p.cluster == cluster)
+        let mirrors = |m: &[MirrorPolicy]| m.iter().any(|m| m.cluster == cluster);
+        r.catch_all.as_deref() == Some(cluster)
+            || mirrors(&r.catch_all_mirrors)
+            || r.routes
+                .iter()
+                .any(|p| p.cluster == cluster || mirrors(&p.mirrors))
     }
 }
 
@@ -204,6 +217,7 @@ pub(super) fn translate(
     // RedisProxy.
     let mut op_timeout = common::DEFAULT_OP_TIMEOUT;
     let mut enable_hashtagging = false;
+    let mut read_policy = (ReadPolicy::Primary, "MASTER");
     if let Some(s) = &redis.settings {
         let sp = join(&rp, "settings");
         if let Some(d) = &s.op_timeout {
@@ -229,11 +243,26 @@ pub(super) fn translate(
             ],
         );
         // enable_command_stats is accepted either way: respway always keeps per-command stats.
-        match ReadPolicy::try_from(s.read_policy) {
-            Ok(ReadPolicy::Master) => {}
-            Ok(p) => cx.err(
+        // Clusters without respway.v1.ClusterOptions.read_policy follow it (see mod.rs).
+        match EnvoyReadPolicy::try_from(s.read_policy) {
+            Ok(p @ EnvoyReadPolicy::Master) => read_policy = (ReadPolicy::Primary, p.as_str_name()),
+            Ok(p @ (EnvoyReadPolicy::Replica | EnvoyReadPolicy::PreferReplica)) => {
+                read_policy = (ReadPolicy::PreferReplica, p.as_str_name());
+            }
+            Ok(p @ EnvoyReadPolicy::Any) => read_policy = (ReadPolicy::Any, p.as_str_name()),
+            Ok(p @ EnvoyReadPolicy::LocalZoneAffinity) => {
+                let fallback = ZoneFallback::AnyReplica;
+                read_policy = (ReadPolicy::ZoneLocal { fallback }, p.as_str_name());
+            }
+            Ok(
+                p @ (EnvoyReadPolicy::PreferMaster
+                | EnvoyReadPolicy::LocalZoneAffinityReplicasAndPrimary),
+            ) => cx.err(
                 join(&sp, "read_policy"),
-                format!("{} is not supported yet (only MASTER)", p.as_str_name()),
+                format!(
+                    "{} is not supported by respway (use MASTER, PREFER_REPLICA, REPLICA, ANY or LOCAL_ZONE_AFFINITY, or respway.v1.ClusterOptions.read_policy)",
+                    p.as_str_name()
+                ),
             ),
             Err(_) => cx.err(
                 join(&sp, "read_policy"),
@@ -284,10 +313,11 @@ pub(super) fn translate(
         .first()
         .and_then(|(field, ds)| inline_secret(cx, field, ds));
 
-    let routes = match &redis.prefix_routes {
-        Some(pr) => routes(cx, &join(&rp, "prefix_routes"), pr, clusters),
+    let routes_at = join(&rp, "prefix_routes");
+    let mut routes = match &redis.prefix_routes {
+        Some(pr) => routes(cx, &routes_at, pr, clusters),
         None => {
-            cx.err(join(&rp, "prefix_routes"), "required");
+            cx.err(&routes_at, "required");
             RouteTable::default()
         }
     };
@@ -295,6 +325,17 @@ pub(super) fn translate(
     // respway.v1.ListenerSettings.
     let mut max_pending = common::DEFAULT_MAX_PENDING;
     let mut limits = Limits::default();
+    let modes = match &settings {
+        Some((at, s)) => mirror_modes(cx, at, &s.mirror_modes, &mut routes),
+        None => HashMap::new(),
+    };
+    check_mirrors(
+        cx,
+        &routes_at,
+        settings.as_ref().map(|(at, _)| at.as_str()),
+        &modes,
+        &routes,
+    );
     if let Some((_, s)) = &settings {
         if s.max_pending_per_client != 0 {
             max_pending = s.max_pending_per_client as usize;
@@ -323,15 +364,14 @@ pub(super) fn translate(
             limits,
         },
         enable_hashtagging,
+        read_policy,
     })
 }
 
-fn routes(
-    cx: &mut Cx,
-    at: &str,
-    pr: &envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::redis_proxy::PrefixRoutes,
-    clusters: &HashSet<&str>,
-) -> RouteTable {
+/// A route of the route table: `Some(index)` in `routes`, `None` for the catch-all.
+type RouteId = Option<usize>;
+
+fn routes(cx: &mut Cx, at: &str, pr: &PrefixRoutes, clusters: &HashSet<&str>) -> RouteTable {
     let mut table = RouteTable {
         case_insensitive: pr.case_insensitive,
         ..Default::default()
@@ -359,7 +399,7 @@ fn routes(
             );
         }
         table.routes.push(PrefixRoute {
-            mirrors: Vec::new(),
+            mirrors: mirror_policies(cx, &ra, r, clusters),
             prefix: r.prefix.clone(),
             remove_prefix: r.remove_prefix,
             cluster: r.cluster.clone(),
@@ -376,6 +416,7 @@ fn routes(
         }
         check_cluster(cx, &join(&ca, "cluster"), &r.cluster, clusters);
         table.catch_all = Some(r.cluster.clone());
+        table.catch_all_mirrors = mirror_policies(cx, &ca, r, clusters);
     }
     if pr.routes.is_empty() && pr.catch_all_route.is_none() {
         cx.err(at, "at least one route or a catch_all_route is required");
@@ -383,10 +424,225 @@ fn routes(
     table
 }
 
-fn route_extras(cx: &mut Cx, at: &str, r: &Route) {
-    if !r.request_mirror_policy.is_empty() {
-        cx.err(join(at, "request_mirror_policy"), "not supported yet");
+/// The route's `request_mirror_policy` entries, in Envoy's meaning until
+/// `ListenerSettings.mirror_modes` says otherwise: dual-write, the route's cluster answering.
+fn mirror_policies(
+    cx: &mut Cx,
+    at: &str,
+    r: &Route,
+    clusters: &HashSet<&str>,
+) -> Vec<MirrorPolicy> {
+    let list = join(at, "request_mirror_policy");
+    let mut out = Vec::new();
+    for (i, m) in r.request_mirror_policy.iter().enumerate() {
+        let ma = index(&list, i);
+        check_cluster(cx, &join(&ma, "cluster"), &m.cluster, clusters);
+        // Envoy mirrors every command when runtime_fraction is unset.
+        let mut fraction_ppm = common::FULL_FRACTION_PPM;
+        if let Some(rf) = &m.runtime_fraction {
+            let rfa = join(&ma, "runtime_fraction");
+            if !rf.runtime_key.is_empty() {
+                cx.err(
+                    join(&rfa, "runtime_key"),
+                    "not supported by respway (it has no runtime; use default_value)",
+                );
+            }
+            match &rf.default_value {
+                Some(fp) => fraction_ppm = parts_per_million(cx, &join(&rfa, "default_value"), fp),
+                None => cx.err(join(&rfa, "default_value"), "required"),
+            }
+        }
+        out.push(MirrorPolicy {
+            cluster: m.cluster.clone(),
+            mode: MirrorMode::DualWrite {
+                target_is_primary: false,
+            },
+            include_reads: !m.exclude_read_commands,
+            fraction_ppm,
+        });
     }
+    out
+}
+
+/// A `FractionalPercent` in parts per million; like Envoy, a numerator above the denominator
+/// means 100%.
+fn parts_per_million(cx: &mut Cx, at: &str, fp: &FractionalPercent) -> u32 {
+    let scale: u64 = match DenominatorType::try_from(fp.denominator) {
+        Ok(DenominatorType::Hundred) => 10_000,
+        Ok(DenominatorType::TenThousand) => 100,
+        Ok(DenominatorType::Million) => 1,
+        Err(_) => {
+            cx.err(
+                join(at, "denominator"),
+                format!("unknown value {}", fp.denominator),
+            );
+            return common::FULL_FRACTION_PPM;
+        }
+    };
+    (u64::from(fp.numerator) * scale).min(common::FULL_FRACTION_PPM.into()) as u32
+}
+
+/// Applies `ListenerSettings.mirror_modes` (at `at`) to the routes' mirror policies. Returns
+/// which entry set the mode of each mirror, as (route, mirror index) → entry index.
+fn mirror_modes(
+    cx: &mut Cx,
+    at: &str,
+    modes: &[rw::RouteMirrorMode],
+    table: &mut RouteTable,
+) -> HashMap<(RouteId, usize), usize> {
+    let mut set_by: HashMap<(RouteId, usize), usize> = HashMap::new();
+    for (k, entry) in modes.iter().enumerate() {
+        let ea = index(&join(at, "mirror_modes"), k);
+        let before = cx.count();
+        let (route, route_name, mirrors) = match &entry.prefix {
+            Some(prefix) => match table.routes.iter().position(|r| r.prefix == *prefix) {
+                Some(ri) => (
+                    Some(ri),
+                    format!("routes[{ri}]"),
+                    &mut table.routes[ri].mirrors,
+                ),
+                None => {
+                    cx.err(
+                        join(&ea, "prefix"),
+                        format!("no route has the prefix {prefix:?}"),
+                    );
+                    continue;
+                }
+            },
+            None if table.catch_all.is_some() => (
+                None,
+                "catch_all_route".to_string(),
+                &mut table.catch_all_mirrors,
+            ),
+            None => {
+                cx.err(
+                    join(&ea, "prefix"),
+                    "unset, which names the catch_all_route, but there is none",
+                );
+                continue;
+            }
+        };
+        let mode = match rw::MirrorMode::try_from(entry.mode) {
+            Ok(rw::MirrorMode::DualWrite) => Some(MirrorMode::DualWrite {
+                target_is_primary: entry.target_is_primary,
+            }),
+            Ok(rw::MirrorMode::Forward) => Some(MirrorMode::Forward),
+            Ok(rw::MirrorMode::ReadOnly) => Some(MirrorMode::ReadOnly),
+            Err(_) => {
+                cx.err(join(&ea, "mode"), format!("unknown value {}", entry.mode));
+                None
+            }
+        };
+        if entry.target_is_primary && entry.mode != rw::MirrorMode::DualWrite as i32 {
+            cx.err(
+                join(&ea, "target_is_primary"),
+                "only used with MIRROR_MODE_DUAL_WRITE",
+            );
+        }
+        let targets: Vec<usize> = mirrors
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.cluster == entry.cluster)
+            .map(|(i, _)| i)
+            .collect();
+        if targets.is_empty() {
+            cx.err(
+                join(&ea, "cluster"),
+                format!(
+                    "{route_name} has no request_mirror_policy for cluster {:?}",
+                    entry.cluster
+                ),
+            );
+        }
+        for i in targets {
+            if let Some(first) = set_by.insert((route, i), k) {
+                cx.err(
+                    &ea,
+                    format!(
+                        "another entry for {route_name} and cluster {:?} (also mirror_modes[{first}])",
+                        entry.cluster
+                    ),
+                );
+                break;
+            }
+            if let (Some(mode), true) = (mode, cx.count() == before) {
+                mirrors[i].mode = mode;
+            }
+        }
+    }
+    set_by
+}
+
+/// The rules on a route's mirrors, once their modes are known. `settings` is where
+/// `ListenerSettings` is, if present; `set_by` says which of its `mirror_modes` entries set
+/// each mirror's mode.
+fn check_mirrors(
+    cx: &mut Cx,
+    at: &str,
+    settings: Option<&str>,
+    set_by: &HashMap<(RouteId, usize), usize>,
+    table: &RouteTable,
+) {
+    let routes = table
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (Some(i), r.cluster.as_str(), r.mirrors.as_slice()));
+    let catch_all = table
+        .catch_all
+        .as_deref()
+        .map(|c| (None, c, table.catch_all_mirrors.as_slice()));
+    for (route, cluster, mirrors) in routes.chain(catch_all) {
+        if cluster.is_empty() {
+            continue; // already an error
+        }
+        let route_at = match route {
+            Some(i) => index(&join(at, "routes"), i),
+            None => join(at, "catch_all_route"),
+        };
+        let policy = |i: usize| index(&join(&route_at, "request_mirror_policy"), i);
+        // Second primaries and read-only mirrors exist only through mirror_modes entries.
+        let entry = |i: usize, field: &str| match (settings, set_by.get(&(route, i))) {
+            (Some(s), Some(k)) => join(&index(&join(s, "mirror_modes"), *k), field),
+            _ => policy(i),
+        };
+        let entry_name = |i: usize| match set_by.get(&(route, i)) {
+            Some(k) => format!("mirror_modes[{k}]"),
+            None => format!("request_mirror_policy[{i}]"),
+        };
+        for p in common::check_mirrors(cluster, mirrors) {
+            match p {
+                MirrorProblem::OwnCluster { mirror } => cx.err(
+                    join(&policy(mirror), "cluster"),
+                    format!("{cluster:?} is the route's own cluster"),
+                ),
+                MirrorProblem::Duplicate { mirror, first } => cx.err(
+                    join(&policy(mirror), "cluster"),
+                    format!(
+                        "duplicate mirror cluster {:?} (also request_mirror_policy[{first}])",
+                        mirrors[mirror].cluster
+                    ),
+                ),
+                MirrorProblem::SecondPrimary { mirror, first } => cx.err(
+                    entry(mirror, "target_is_primary"),
+                    format!(
+                        "only one mirror of a route may be primary (also {})",
+                        entry_name(first)
+                    ),
+                ),
+                MirrorProblem::SecondReadOnly { mirror, first } => cx.err(
+                    entry(mirror, "mode"),
+                    format!(
+                        "only one MIRROR_MODE_READ_ONLY mirror per route (also {})",
+                        entry_name(first)
+                    ),
+                ),
+            }
+        }
+    }
+}
+
+fn route_extras(cx: &mut Cx, at: &str, r: &Route) {
     unsupported(
         cx,
         at,

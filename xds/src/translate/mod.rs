@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::config::core::v3::{
 };
 use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
 use prost::{Message, Name};
-use respway_filters::model::{Config, HashTag};
+use respway_filters::model::{Config, HashTag, ReadPolicy};
 
 use crate::common;
 use crate::error::{join, ConfigErrors, Cx};
@@ -33,7 +33,8 @@ use crate::Resources;
 /// `resources.endpoints` whose `cluster_name` is the cluster's `eds_cluster_config.service_name`
 /// or, when that is empty, the cluster's name; STATIC clusters use their `load_assignment`.
 /// Assignments that no cluster uses are ignored (an xDS server may send them before the
-/// cluster, or after it is gone).
+/// cluster, or after it is gone). No Envoy resource names the sidecar's zone: [`Config::zone`]
+/// is `resources.node_zone` (the bootstrap's `node.locality.zone`, or a file's `node.zone`).
 pub fn translate(resources: &Resources) -> Result<Config, ConfigErrors> {
     let mut cx = Cx::default();
     // Routes are checked against every cluster present, so that a cluster with errors of its
@@ -105,11 +106,16 @@ pub fn translate(resources: &Resources) -> Result<Config, ConfigErrors> {
         clusters.extend(translated);
     }
 
-    // A cluster without an explicit respway hashtag follows the Envoy listener-wide
-    // `enable_hashtagging` of the listeners that route to it.
+    // A cluster without an explicit respway hashtag (or read policy) follows the Envoy
+    // listener-wide `enable_hashtagging` (`read_policy`) of the listeners that route to it.
     let mut out_clusters = Vec::new();
-    for (mut c, explicit) in clusters {
-        c.hashtag = match explicit {
+    for t in clusters {
+        let mut c = t.cluster;
+        c.read_policy = match t.read_policy {
+            Some(p) => p,
+            None => inherited_read_policy(&mut cx, &c.name, &listeners),
+        };
+        c.hashtag = match t.hashtag {
             Some(tag) => tag,
             None => {
                 let flags: Vec<(&str, bool)> = listeners
@@ -152,11 +158,48 @@ pub fn translate(resources: &Resources) -> Result<Config, ConfigErrors> {
         out_clusters.push(c);
     }
 
+    let zone = resources.node_zone.clone();
+    if zone.as_deref() == Some("") {
+        cx.resource = "node".to_string();
+        cx.err("zone", "must not be empty (leave it unset)");
+    }
+
     cx.finish(Config {
-        zone: None,
+        zone,
         listeners: listeners.into_iter().map(|l| l.listener).collect(),
         clusters: out_clusters,
     })
+}
+
+/// The read policy of a cluster that `respway.v1.ClusterOptions` says nothing about: the one
+/// of the listeners routing to it (their `RedisProxy.settings.read_policy`), primary when
+/// none does. Listeners that disagree are an error.
+fn inherited_read_policy(
+    cx: &mut Cx,
+    cluster: &str,
+    listeners: &[listener::Translated],
+) -> ReadPolicy {
+    let routing: Vec<&listener::Translated> =
+        listeners.iter().filter(|l| l.routes_to(cluster)).collect();
+    let Some(first) = routing.first() else {
+        return ReadPolicy::Primary;
+    };
+    let policy = first.read_policy.0;
+    if routing.iter().any(|l| l.read_policy.0 != policy) {
+        cx.resource = format!("cluster {cluster:?}");
+        let each = routing
+            .iter()
+            .map(|l| format!("{:?} ({})", l.listener.name, l.read_policy.1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        cx.err(
+            "typed_extension_protocol_options",
+            format!(
+                "listeners {each} disagree on settings.read_policy; set respway.v1.ClusterOptions.read_policy"
+            ),
+        );
+    }
+    policy
 }
 
 // === helpers shared by the resource translators ===

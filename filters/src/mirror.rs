@@ -1,0 +1,313 @@
+//! `MirrorLayer`: request mirroring and the online-migration modes of a route.
+//!
+//! It sits right after `route` (it acts per route, so it needs [`Request::route`] and
+//! [`Request::cluster`]) and before `hotkey`, `split` and `hash`, so a request re-targeted to
+//! another cluster is placed with that cluster's own hot-key rules and shard picker, and a
+//! multi-key command is mirrored whole and split per cluster.
+//!
+//! For each request, [`Routing::mirrors`] gives the policies of its route. Most routes have
+//! none: the request passes through with no other work. Otherwise, per policy (`m.cluster`
+//! is the mirror cluster, `req.cluster` the route's own):
+//!
+//! - **Forward** ([`MirrorMode::Forward`]) does nothing.
+//! - **ReadOnly** ([`MirrorMode::ReadOnly`]): writes (see [`Request::is_read`]) are refused
+//!   with [`READ_ONLY`]; reads are served. A refused write is not mirrored either.
+//! - **DualWrite**, old-first ([`MirrorMode::DualWrite`] with `target_is_primary: false`):
+//!   eligible commands (writes, and reads too when `include_reads`), sampled by
+//!   `fraction_ppm`, are copied to `m.cluster` through the [`MirrorSink`]; the original goes
+//!   on unchanged.
+//! - **DualWrite**, new-first (`target_is_primary: true`): the original is re-targeted to
+//!   `m.cluster` — reads too, always, since switching reads is the point of this step — and
+//!   eligible sampled commands are copied to the route's own cluster. Only the first such
+//!   policy of a route re-targets; a further one (the translator should not allow two) acts
+//!   as old-first.
+//!
+//! A copy is the request with `cluster` set to the other side and `shard` and `endpoint`
+//! cleared; its arguments are the same `Bytes` (refcounts, no copy). The sink's consumer must
+//! send copies through a chain WITHOUT this layer (hot key and inward), or they would be
+//! mirrored again. Proxy-answered and unsupported commands ([`CommandClass::Proxy`],
+//! [`CommandClass::Unsupported`]) are neither mirrored nor refused; every data command is,
+//! with or without keys.
+//!
+//! # Invariants
+//!
+//! Mirrored sends never change the reply the client sees, never reorder it and never slow it
+//! beyond the enqueue: [`MirrorSink::try_send`] never blocks, a full queue drops the copy and
+//! counts it, and the reply of a copy only feeds counters (the consumer calls
+//! [`MirrorStats::record_failed`]). The client's request gets exactly one reply: the inner
+//! service's, or the read-only refusal.
+//!
+//! Sampling uses a small RNG per connection (created on first use), so no atomic is shared
+//! between connections; `fraction_ppm` of 0 and 1 000 000 draw no random number at all.
+
+use std::convert::Infallible;
+use std::fmt::Debug;
+use std::future::{ready, Ready};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::Either;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tower::{Layer, Service};
+
+use crate::command::CommandClass;
+use crate::model::MirrorMode;
+use crate::request::{error_reply, Reply, Request};
+use crate::routing::Routing;
+
+/// The refusal of a write on a read-only route (without the leading `-` and CRLF).
+pub const READ_ONLY: &str =
+    "ERR respway: route is read-only (migration cut-over), writes are refused";
+
+/// `fraction_ppm` meaning "every eligible command".
+const ALL_PPM: u32 = 1_000_000;
+
+/// Where mirrored copies go: a bounded queue drained by a task that sends them through the
+/// shadow chain and records failures with [`MirrorStats::record_failed`].
+pub trait MirrorSink: Send + Sync + Debug {
+    /// Queue a copy; false when the bounded queue is full (the copy is dropped). Never blocks.
+    fn try_send(&self, req: Request) -> bool;
+}
+
+/// Builds [`Mirror`] services over one routing table.
+#[derive(Debug, Clone)]
+pub struct MirrorLayer {
+    routing: Arc<Routing>,
+    sink: Arc<dyn MirrorSink>,
+    stats: Arc<MirrorStats>,
+}
+
+impl MirrorLayer {
+    /// A layer applying the mirror policies of `routing`, queueing copies on `sink` and
+    /// counting into `stats` (one per worker, sized for `routing.clusters`).
+    pub fn new(routing: Arc<Routing>, sink: Arc<dyn MirrorSink>, stats: Arc<MirrorStats>) -> Self {
+        MirrorLayer {
+            routing,
+            sink,
+            stats,
+        }
+    }
+}
+
+impl<S> Layer<S> for MirrorLayer {
+    type Service = Mirror<S>;
+    fn layer(&self, inner: S) -> Mirror<S> {
+        Mirror::new(
+            inner,
+            self.routing.clone(),
+            self.sink.clone(),
+            self.stats.clone(),
+        )
+    }
+}
+
+/// Applies the mirror policies of each request's route.
+#[derive(Debug, Clone)]
+pub struct Mirror<S> {
+    inner: S,
+    routing: Arc<Routing>,
+    sink: Arc<dyn MirrorSink>,
+    stats: Arc<MirrorStats>,
+    /// This connection's sampling RNG, created on the first fractional sample.
+    rng: Option<SmallRng>,
+}
+
+// === impl Mirror ===
+
+impl<S> Mirror<S> {
+    /// Wraps `inner` with the mirror policies of `routing`.
+    pub fn new(
+        inner: S,
+        routing: Arc<Routing>,
+        sink: Arc<dyn MirrorSink>,
+        stats: Arc<MirrorStats>,
+    ) -> Self {
+        Mirror {
+            inner,
+            routing,
+            sink,
+            stats,
+            rng: None,
+        }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// Applies the policies of `req`'s route; `Err` is the reply of a refused write.
+    fn apply(&mut self, req: &mut Request) -> Result<(), Reply> {
+        let policies = self.routing.mirrors(req.route);
+        if policies.is_empty()
+            || matches!(
+                req.cmd.class,
+                CommandClass::Proxy(_) | CommandClass::Unsupported
+            )
+        {
+            return Ok(());
+        }
+        let read = req.is_read();
+        if !read && policies.iter().any(|m| m.mode == MirrorMode::ReadOnly) {
+            return Err(error_reply(READ_ONLY));
+        }
+        let source = req.cluster;
+        let mut retarget = None;
+        for m in policies {
+            let MirrorMode::DualWrite { target_is_primary } = m.mode else {
+                continue;
+            };
+            let new_first = target_is_primary && retarget.is_none();
+            if new_first {
+                retarget = Some(m.cluster);
+            }
+            if (read && !m.include_reads) || !sample(&mut self.rng, m.fraction_ppm) {
+                continue;
+            }
+            let to = if new_first { source } else { m.cluster };
+            let mut copy = req.clone();
+            copy.cluster = to;
+            copy.shard = None;
+            copy.endpoint = None;
+            if self.sink.try_send(copy) {
+                self.stats.mirrored(to);
+            } else {
+                self.stats.dropped(to);
+            }
+        }
+        if let Some(cluster) = retarget {
+            req.cluster = cluster;
+            req.shard = None;
+            req.endpoint = None;
+        }
+        Ok(())
+    }
+}
+
+/// True for `ppm` parts per million of the calls.
+#[inline]
+fn sample(rng: &mut Option<SmallRng>, ppm: u32) -> bool {
+    if ppm >= ALL_PPM {
+        return true;
+    }
+    if ppm == 0 {
+        return false;
+    }
+    let rng = rng.get_or_insert_with(|| SmallRng::from_rng(&mut rand::rng()));
+    rng.random_range(0..ALL_PPM) < ppm
+}
+
+impl<S> Service<Request> for Mirror<S>
+where
+    S: Service<Request, Response = Reply, Error = Infallible>,
+{
+    type Response = Reply;
+    type Error = Infallible;
+    type Future = Either<Ready<Result<Reply, Infallible>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        match self.apply(&mut req) {
+            Ok(()) => Either::Right(self.inner.call(req)),
+            Err(reply) => Either::Left(ready(Ok(reply))),
+        }
+    }
+}
+
+// === impl MirrorStats ===
+
+/// Mirror counters of one worker, per cluster receiving copies (indexed like
+/// `Routing::clusters`).
+#[derive(Debug)]
+pub struct MirrorStats {
+    clusters: Vec<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    mirrored: AtomicU64,
+    dropped: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// The mirror counters of one cluster, read at one moment (or summed over workers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MirrorCounts {
+    /// Copies queued for this cluster.
+    pub mirrored: u64,
+    /// Copies dropped because the queue was full.
+    pub dropped: u64,
+    /// Queued copies that failed upstream (error reply or no reply), as the sink's consumer
+    /// reported them.
+    pub failed: u64,
+}
+
+impl MirrorStats {
+    /// Zeroed counters for `n_clusters` clusters.
+    pub fn new(n_clusters: usize) -> Self {
+        MirrorStats {
+            clusters: (0..n_clusters).map(|_| Counters::default()).collect(),
+        }
+    }
+
+    /// Counts a queued copy for `cluster` that failed; called by the sink's consumer. An
+    /// out-of-range `cluster` is ignored.
+    pub fn record_failed(&self, cluster: usize) {
+        if let Some(c) = self.clusters.get(cluster) {
+            c.failed.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The counters now, indexed by cluster.
+    pub fn snapshot(&self) -> Vec<MirrorCounts> {
+        self.clusters
+            .iter()
+            .map(|c| MirrorCounts {
+                mirrored: c.mirrored.load(Relaxed),
+                dropped: c.dropped.load(Relaxed),
+                failed: c.failed.load(Relaxed),
+            })
+            .collect()
+    }
+
+    fn mirrored(&self, cluster: usize) {
+        if let Some(c) = self.clusters.get(cluster) {
+            c.mirrored.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn dropped(&self, cluster: usize) {
+        if let Some(c) = self.clusters.get(cluster) {
+            c.dropped.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+impl MirrorCounts {
+    /// Adds up the snapshots of several workers, cluster by cluster (a shorter snapshot
+    /// counts as zeros for the clusters it lacks).
+    pub fn sum<'a>(snapshots: impl IntoIterator<Item = &'a [MirrorCounts]>) -> Vec<MirrorCounts> {
+        let mut out: Vec<MirrorCounts> = Vec::new();
+        for snap in snapshots {
+            if out.len() < snap.len() {
+                out.resize(snap.len(), MirrorCounts::default());
+            }
+            for (t, s) in out.iter_mut().zip(snap) {
+                t.mirrored += s.mirrored;
+                t.dropped += s.dropped;
+                t.failed += s.failed;
+            }
+        }
+        out
+    }
+}

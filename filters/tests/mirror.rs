@@ -1,0 +1,525 @@
+//! Layer contract of `MirrorLayer`, driven by hand (`poll_ready` / `call` / `poll`) over a
+//! mock inner service and a mock sink that both record what they got.
+
+use std::convert::Infallible;
+use std::future::{ready, Future, Ready};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tower::{Layer, Service, ServiceExt};
+
+use respway_filters::command::lookup;
+use respway_filters::mirror::{
+    Mirror, MirrorCounts, MirrorLayer, MirrorSink, MirrorStats, READ_ONLY,
+};
+use respway_filters::model::{
+    Cluster, Config, Endpoint, HashPolicy, Listener, MirrorMode, MirrorPolicy, PrefixRoute,
+    ReadPolicy, Role, RouteTable, Shard,
+};
+use respway_filters::request::{error_reply, Reply, Request};
+use respway_filters::routing::Routing;
+
+// === fixtures ===
+
+const OLD: usize = 0;
+const NEW: usize = 1;
+
+fn cluster(name: &str, hash: HashPolicy, n: u16, port: u16) -> Cluster {
+    Cluster {
+        name: name.to_string(),
+        hash,
+        hashtag: None,
+        shards: (0..n)
+            .map(|i| {
+                let address: SocketAddr = format!("127.0.0.1:{}", port + i).parse().unwrap();
+                Shard {
+                    name: format!("{name}-{i}"),
+                    hash_key: address.to_string(),
+                    weight: 1,
+                    slots: Vec::new(),
+                    endpoints: vec![Endpoint {
+                        address,
+                        role: Role::Primary,
+                        zone: None,
+                    }],
+                }
+            })
+            .collect(),
+        connections_per_endpoint: 1,
+        connect_timeout: Duration::from_secs(1),
+        auth: None,
+        db: 0,
+        hot_keys: Vec::new(),
+        read_policy: ReadPolicy::Primary,
+    }
+}
+
+fn policy(mode: MirrorMode, include_reads: bool, fraction_ppm: u32) -> MirrorPolicy {
+    MirrorPolicy {
+        cluster: "new".to_string(),
+        mode,
+        include_reads,
+        fraction_ppm,
+    }
+}
+
+fn route(prefix: &str, mirrors: Vec<MirrorPolicy>) -> PrefixRoute {
+    PrefixRoute {
+        prefix: prefix.to_string(),
+        remove_prefix: false,
+        cluster: "old".to_string(),
+        mirrors,
+    }
+}
+
+const OLD_FIRST: MirrorMode = MirrorMode::DualWrite {
+    target_is_primary: false,
+};
+const NEW_FIRST: MirrorMode = MirrorMode::DualWrite {
+    target_is_primary: true,
+};
+
+/// Cluster `old` (4 maglev shards) is migrating to `new` (2 slot shards); each route prefix
+/// is one policy. The catch-all (`old`) has none.
+fn routing() -> Arc<Routing> {
+    let listener = Listener {
+        name: "l".to_string(),
+        address: "127.0.0.1:6380".parse().unwrap(),
+        routes: RouteTable {
+            routes: vec![
+                route("dw:", vec![policy(OLD_FIRST, false, 1_000_000)]),
+                route("dwr:", vec![policy(OLD_FIRST, true, 1_000_000)]),
+                route("np:", vec![policy(NEW_FIRST, false, 1_000_000)]),
+                route("npr:", vec![policy(NEW_FIRST, true, 1_000_000)]),
+                route("half:", vec![policy(OLD_FIRST, true, 500_000)]),
+                route("zero:", vec![policy(OLD_FIRST, true, 0)]),
+                route("ro:", vec![policy(MirrorMode::ReadOnly, true, 1_000_000)]),
+                route("fw:", vec![policy(MirrorMode::Forward, true, 1_000_000)]),
+            ],
+            case_insensitive: false,
+            catch_all: Some("old".to_string()),
+            catch_all_mirrors: Vec::new(),
+        },
+        downstream_password: None,
+        op_timeout: Duration::from_secs(1),
+        max_pending_per_client: 1024,
+        limits: Default::default(),
+    };
+    let config = Config {
+        listeners: vec![listener.clone()],
+        clusters: vec![
+            cluster("old", HashPolicy::Maglev { table_size: 65537 }, 4, 7000),
+            cluster("new", HashPolicy::Crc16Slots, 2, 7100),
+        ],
+        zone: None,
+    };
+    Arc::new(Routing::build(&config, &listener).unwrap())
+}
+
+/// A request as the route layer leaves it: command resolved, cluster and route set.
+fn request(routing: &Routing, argv: &[&str]) -> Request {
+    let args: Vec<Bytes> = argv
+        .iter()
+        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+        .collect();
+    let cmd = lookup(&args[0]).unwrap().resolve(&args);
+    let mut keys = Vec::new();
+    cmd.key_indices(&args, &mut keys).unwrap();
+    let mut req = Request::new(cmd, args, keys.first().copied());
+    let m = match req.key {
+        Some(i) => routing.route(&req.args[i]).unwrap(),
+        None => routing.catch_all().unwrap(),
+    };
+    req.cluster = m.cluster;
+    req.route = m.route;
+    req
+}
+
+/// Records every request and answers `+from-<cluster>`.
+#[derive(Clone, Default)]
+struct Mock {
+    seen: Arc<Mutex<Vec<Request>>>,
+}
+
+impl Mock {
+    fn seen(&self) -> Vec<Request> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn from(cluster: usize) -> Reply {
+    Bytes::from(format!("+from-{cluster}\r\n"))
+}
+
+impl Service<Request> for Mock {
+    type Response = Reply;
+    type Error = Infallible;
+    type Future = Ready<Result<Reply, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let reply = from(req.cluster);
+        self.seen.lock().unwrap().push(req);
+        ready(Ok(reply))
+    }
+}
+
+/// A bounded queue that keeps what it accepted.
+#[derive(Debug)]
+struct Sink {
+    capacity: usize,
+    got: Mutex<Vec<Request>>,
+}
+
+impl Sink {
+    fn new(capacity: usize) -> Arc<Sink> {
+        Arc::new(Sink {
+            capacity,
+            got: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn got(&self) -> Vec<Request> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+impl MirrorSink for Sink {
+    fn try_send(&self, req: Request) -> bool {
+        let mut got = self.got.lock().unwrap();
+        if got.len() >= self.capacity {
+            return false;
+        }
+        got.push(req);
+        true
+    }
+}
+
+struct Setup {
+    routing: Arc<Routing>,
+    svc: Mirror<Mock>,
+    inner: Mock,
+    sink: Arc<Sink>,
+    stats: Arc<MirrorStats>,
+}
+
+fn setup(capacity: usize) -> Setup {
+    let routing = routing();
+    let inner = Mock::default();
+    let sink = Sink::new(capacity);
+    let stats = Arc::new(MirrorStats::new(routing.clusters.len()));
+    let svc = MirrorLayer::new(routing.clone(), sink.clone(), stats.clone()).layer(inner.clone());
+    Setup {
+        routing,
+        svc,
+        inner,
+        sink,
+        stats,
+    }
+}
+
+impl Setup {
+    /// `poll_ready` (must be ready), `call`, one poll (must be ready).
+    fn send(&mut self, argv: &[&str]) -> Reply {
+        let req = request(&self.routing, argv);
+        self.send_req(req)
+    }
+
+    fn send_req(&mut self, req: Request) -> Reply {
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(self.svc.poll_ready(&mut cx).is_ready());
+        let mut fut = self.svc.call(req);
+        match Pin::new(&mut fut).poll(&mut cx) {
+            Poll::Ready(Ok(r)) => r,
+            Poll::Pending => panic!("the reply should be ready"),
+        }
+    }
+}
+
+fn assert_same(got: &Request, sent: &Request) {
+    assert_eq!(got.args, sent.args);
+    assert_eq!(got.key, sent.key);
+    assert_eq!(got.cluster, sent.cluster);
+    assert_eq!(got.shard, sent.shard);
+    assert_eq!(got.endpoint, sent.endpoint);
+    assert_eq!(got.route, sent.route);
+    assert_eq!(got.cmd.name, sent.cmd.name);
+}
+
+// === pass-through ===
+
+#[test]
+fn routes_without_policies_pass_through() {
+    let mut t = setup(100);
+    let reqs = [
+        request(&t.routing, &["SET", "user:1", "v"]),
+        request(&t.routing, &["GET", "user:1"]),
+        request(&t.routing, &["EVAL", "return 1", "0"]),
+    ];
+    for r in &reqs {
+        assert_eq!(t.send_req(r.clone()), from(OLD));
+    }
+    let seen = t.inner.seen();
+    assert_eq!(seen.len(), 3);
+    for (got, sent) in seen.iter().zip(&reqs) {
+        assert_same(got, sent);
+    }
+    assert!(t.sink.got().is_empty());
+    assert_eq!(t.stats.snapshot(), vec![MirrorCounts::default(); 2]);
+}
+
+#[test]
+fn forward_mode_does_nothing() {
+    let mut t = setup(100);
+    assert_eq!(t.send(&["SET", "fw:a", "1"]), from(OLD));
+    assert_eq!(t.send(&["GET", "fw:a"]), from(OLD));
+    assert_eq!(t.inner.seen().len(), 2);
+    assert!(t.sink.got().is_empty());
+}
+
+// === dual write, old cluster primary ===
+
+#[test]
+fn old_first_dual_write_keeps_the_original_and_queues_a_copy_to_the_mirror() {
+    let mut t = setup(100);
+    let sent = request(&t.routing, &["SET", "dw:a", "1"]);
+
+    let reply = t.send_req(sent.clone());
+
+    assert_eq!(
+        reply,
+        from(OLD),
+        "the client's reply comes from the route's cluster"
+    );
+    let seen = t.inner.seen();
+    assert_eq!(seen.len(), 1);
+    assert_same(&seen[0], &sent);
+    let copies = t.sink.got();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].cluster, NEW);
+    assert_eq!(copies[0].shard, None);
+    assert_eq!(copies[0].endpoint, None);
+    assert_eq!(copies[0].args, sent.args);
+    assert_eq!(
+        t.stats.snapshot(),
+        vec![
+            MirrorCounts::default(),
+            MirrorCounts {
+                mirrored: 1,
+                dropped: 0,
+                failed: 0
+            }
+        ]
+    );
+}
+
+#[test]
+fn reads_are_mirrored_only_with_include_reads() {
+    let mut t = setup(100);
+    assert_eq!(t.send(&["GET", "dw:a"]), from(OLD));
+    assert!(t.sink.got().is_empty(), "include_reads is off");
+
+    assert_eq!(t.send(&["GET", "dwr:a"]), from(OLD));
+    let copies = t.sink.got();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].cluster, NEW);
+    assert_eq!(copies[0].args, vec!["GET", "dwr:a"]);
+}
+
+#[test]
+fn multi_key_commands_are_mirrored_whole() {
+    let mut t = setup(100);
+    let sent = request(&t.routing, &["MSET", "dw:a", "1", "dw:b", "2"]);
+    t.send_req(sent.clone());
+    assert_same(&t.inner.seen()[0], &sent);
+    let copies = t.sink.got();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].args, sent.args);
+    assert_eq!(copies[0].cluster, NEW);
+}
+
+// === dual write, new cluster primary ===
+
+#[test]
+fn new_first_dual_write_answers_from_the_mirror_and_copies_to_the_route_cluster() {
+    let mut t = setup(100);
+    let mut sent = request(&t.routing, &["SET", "np:a", "1"]);
+    // Whatever an outer layer pinned refers to the old cluster; it is cleared.
+    sent.shard = Some(3);
+    sent.endpoint = Some(0);
+
+    let reply = t.send_req(sent.clone());
+
+    assert_eq!(
+        reply,
+        from(NEW),
+        "the client's reply comes from the new cluster"
+    );
+    let seen = t.inner.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].cluster, NEW);
+    assert_eq!(seen[0].shard, None);
+    assert_eq!(seen[0].endpoint, None);
+    assert_eq!(seen[0].args, sent.args);
+    let copies = t.sink.got();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].cluster, OLD);
+    assert_eq!(copies[0].shard, None);
+    assert_eq!(copies[0].endpoint, None);
+    assert_eq!(copies[0].args, sent.args);
+    assert_eq!(t.stats.snapshot()[OLD].mirrored, 1);
+    assert_eq!(t.stats.snapshot()[NEW].mirrored, 0);
+}
+
+#[test]
+fn new_first_reads_always_go_to_the_mirror_and_are_copied_only_with_include_reads() {
+    let mut t = setup(100);
+    assert_eq!(t.send(&["GET", "np:a"]), from(NEW));
+    assert!(t.sink.got().is_empty());
+
+    assert_eq!(t.send(&["GET", "npr:a"]), from(NEW));
+    let copies = t.sink.got();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].cluster, OLD);
+}
+
+// === sampling ===
+
+#[test]
+fn fraction_zero_mirrors_nothing() {
+    let mut t = setup(usize::MAX);
+    for i in 0..1000 {
+        let key = format!("zero:{i}");
+        assert_eq!(t.send(&["SET", &key, "v"]), from(OLD));
+    }
+    assert_eq!(t.inner.seen().len(), 1000);
+    assert!(t.sink.got().is_empty());
+    assert_eq!(t.stats.snapshot()[NEW], MirrorCounts::default());
+}
+
+#[test]
+fn fraction_half_mirrors_about_half() {
+    let mut t = setup(usize::MAX);
+    for i in 0..10_000 {
+        let key = format!("half:{i}");
+        assert_eq!(t.send(&["SET", &key, "v"]), from(OLD));
+    }
+    let n = t.sink.got().len();
+    // Expected 5000, standard deviation 50: these bounds are 10 deviations away.
+    assert!((4500..=5500).contains(&n), "{n} of 10000 mirrored");
+    assert_eq!(t.stats.snapshot()[NEW].mirrored, n as u64);
+    assert_eq!(t.inner.seen().len(), 10_000, "every original still goes on");
+}
+
+// === a full queue ===
+
+#[test]
+fn a_full_queue_drops_copies_and_leaves_the_reply_alone() {
+    let mut t = setup(2);
+    for i in 0..5 {
+        let key = format!("dw:{i}");
+        assert_eq!(t.send(&["SET", &key, "v"]), from(OLD));
+    }
+    assert_eq!(t.inner.seen().len(), 5);
+    assert_eq!(t.sink.got().len(), 2);
+    assert_eq!(
+        t.stats.snapshot()[NEW],
+        MirrorCounts {
+            mirrored: 2,
+            dropped: 3,
+            failed: 0
+        }
+    );
+}
+
+// === read-only ===
+
+#[test]
+fn read_only_refuses_writes_and_serves_reads() {
+    let mut t = setup(100);
+    assert_eq!(t.send(&["SET", "ro:a", "1"]), error_reply(READ_ONLY));
+    assert_eq!(
+        t.send(&["INCR", "ro:a"]),
+        Bytes::from_static(
+            b"-ERR respway: route is read-only (migration cut-over), writes are refused\r\n"
+        )
+    );
+    assert!(
+        t.inner.seen().is_empty(),
+        "refused writes never reach the inner service"
+    );
+
+    assert_eq!(t.send(&["GET", "ro:a"]), from(OLD));
+    let seen = t.inner.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].args, vec!["GET", "ro:a"]);
+    assert!(t.sink.got().is_empty());
+}
+
+#[test]
+fn proxy_commands_are_neither_refused_nor_mirrored() {
+    let mut t = setup(100);
+    // A key-less command put on a read-only route and on a dual-write route by hand.
+    for prefix in ["ro:x", "dw:x"] {
+        let mut ping = request(&t.routing, &["PING"]);
+        ping.route = t.routing.route(prefix.as_bytes()).unwrap().route;
+        assert_eq!(t.send_req(ping), from(OLD));
+    }
+    assert_eq!(t.inner.seen().len(), 2);
+    assert!(t.sink.got().is_empty());
+}
+
+// === stats ===
+
+#[test]
+fn failures_are_recorded_by_the_consumer_and_workers_add_up() {
+    let a = MirrorStats::new(2);
+    a.record_failed(NEW);
+    a.record_failed(NEW);
+    a.record_failed(7); // out of range: ignored
+    let b = MirrorStats::new(2);
+    b.record_failed(OLD);
+
+    let mut t = setup(1);
+    t.send(&["SET", "dw:a", "1"]);
+    t.send(&["SET", "dw:b", "1"]);
+
+    let total = MirrorCounts::sum([
+        a.snapshot().as_slice(),
+        b.snapshot().as_slice(),
+        t.stats.snapshot().as_slice(),
+    ]);
+    assert_eq!(
+        total,
+        vec![
+            MirrorCounts {
+                mirrored: 0,
+                dropped: 0,
+                failed: 1
+            },
+            MirrorCounts {
+                mirrored: 1,
+                dropped: 1,
+                failed: 2
+            },
+        ]
+    );
+}
+
+// === through a runtime ===
+
+#[tokio::test(flavor = "current_thread")]
+async fn works_through_service_ext_on_a_runtime() {
+    let mut t = setup(100);
+    let req = request(&t.routing, &["SET", "np:a", "1"]);
+    let reply = t.svc.ready().await.unwrap().call(req).await.unwrap();
+    assert_eq!(reply, from(NEW));
+    assert_eq!(t.sink.got().len(), 1);
+}

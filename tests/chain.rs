@@ -1,0 +1,322 @@
+//! End-to-end tests of the filter chain against real redis-server processes: prefix routes,
+//! hot-key fan-out, request mirroring and migration modes, zone-local replica reads.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn get(c: &mut redis::Connection, k: &str) -> Option<String> {
+    redis::cmd("GET").arg(k).query(c).unwrap()
+}
+
+fn set(c: &mut redis::Connection, k: &str, v: &str) {
+    let _: () = redis::cmd("SET").arg(k).arg(v).query(c).unwrap();
+}
+
+fn shard_list(addrs: &[SocketAddr]) -> String {
+    let mut y = String::new();
+    for a in addrs {
+        y.push_str(&format!(
+            "      - endpoints: [ {{ address: \"{a}\", role: primary }} ]\n"
+        ));
+    }
+    y
+}
+
+#[test]
+fn prefix_routes_pick_clusters_and_strip_prefixes() {
+    let main = redis();
+    let profile = redis();
+    let freq = redis();
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes:\n      case_insensitive: true\n      catch_all: main\n      prefixes:\n        - {{ prefix: \"up:\", cluster: profile }}\n        - {{ prefix: \"up:vip:\", cluster: freq, remove_prefix: true }}\n        - {{ prefix: \"fc:\", cluster: freq, remove_prefix: true }}\nclusters:\n  - name: main\n    shards:\n{}  - name: profile\n    shards:\n{}  - name: freq\n    shards:\n{}",
+        shard_list(&[main.addr]),
+        shard_list(&[profile.addr]),
+        shard_list(&[freq.addr])
+    );
+    let rw = respway(&yaml, 1);
+    let mut c = sync_client(rw.addr);
+    set(&mut c, "up:1", "a");
+    set(&mut c, "UP:2", "b"); // case-insensitive match, key kept as sent
+    set(&mut c, "up:vip:3", "c"); // longest prefix wins, prefix removed
+    set(&mut c, "fc:4", "d");
+    set(&mut c, "other", "e");
+    let keys = |a: SocketAddr| {
+        let mut d = sync_client(a);
+        let mut k: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut d).unwrap();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(profile.addr), ["UP:2", "up:1"]);
+    assert_eq!(keys(freq.addr), ["3", "4"]);
+    assert_eq!(keys(main.addr), ["other"]);
+    // Reads come back through the same routes.
+    assert_eq!(get(&mut c, "up:vip:3").as_deref(), Some("c"));
+    assert_eq!(get(&mut c, "fc:4").as_deref(), Some("d"));
+    // Keys routed to different clusters cannot be combined.
+    let err = redis::cmd("MGET")
+        .arg("up:1")
+        .arg("other")
+        .query::<Vec<Option<String>>>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("different clusters"), "{err}");
+    // Key-less commands use the catch-all; same-cluster multi-key works.
+    let v: Vec<Option<String>> = redis::cmd("MGET")
+        .arg("up:1")
+        .arg("UP:2")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(v, [Some("a".to_string()), Some("b".to_string())]);
+}
+
+/// Reads per shard for a zipf(1.5) workload over 1000 keys whose 10 hottest keys are under
+/// the hot prefix (the hottest alone is ~38% of reads). Returns max/mean of GET calls.
+fn zipf_balance(hot_rule: bool) -> (f64, Vec<u64>) {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
+    let rule = if hot_rule {
+        "    hot_keys:\n      - { prefix: HIGH_FREQ_, read: round_robin }\n"
+    } else {
+        ""
+    };
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n{rule}    shards:\n{}",
+        shard_list(&addrs)
+    );
+    let rw = respway(&yaml, 1);
+    let mut c = sync_client(rw.addr);
+    let key = |rank: usize| {
+        if rank <= 10 {
+            format!("HIGH_FREQ_{rank}")
+        } else {
+            format!("k:{rank}")
+        }
+    };
+    let mut p = redis::pipe();
+    for r in 1..=1000 {
+        p.cmd("SET").arg(key(r)).arg(r).ignore();
+    }
+    let _: () = p.query(&mut c).unwrap();
+    // Deterministic zipf sample: inverse CDF over a fixed sequence.
+    let weights: Vec<f64> = (1..=1000).map(|r| (r as f64).powf(-1.5)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut cdf = Vec::with_capacity(1000);
+    let mut acc = 0.0;
+    for w in &weights {
+        acc += w / total;
+        cdf.push(acc);
+    }
+    let n = 20_000;
+    let mut p = redis::pipe();
+    let mut hottest = 0;
+    for i in 0..n {
+        let u = ((i as f64 * 0.618_033_988_75) % 1.0).max(1e-9);
+        let rank = cdf.iter().position(|&c| c >= u).unwrap_or(999) + 1;
+        if rank == 1 {
+            hottest += 1;
+        }
+        p.cmd("GET").arg(key(rank)).ignore();
+    }
+    assert!(
+        hottest * 100 / n >= 30,
+        "hot key is {}% of reads",
+        hottest * 100 / n
+    );
+    let _: () = p.query(&mut c).unwrap();
+    let gets: Vec<u64> = addrs.iter().map(|a| commandstat(*a, "get")).collect();
+    assert_eq!(gets.iter().sum::<u64>(), n as u64);
+    let mean = n as f64 / 4.0;
+    let max = *gets.iter().max().unwrap() as f64;
+    (max / mean, gets)
+}
+
+#[test]
+fn hot_keys_spread_reads_and_fan_out_writes() {
+    let (with, per_shard_with) = zipf_balance(true);
+    let (without, per_shard_without) = zipf_balance(false);
+    eprintln!("hot-key balance: with rule max/mean {with:.3} {per_shard_with:?}; without {without:.3} {per_shard_without:?}");
+    assert!(
+        with <= 1.15,
+        "with the rule the busiest shard serves {with:.3}x the mean"
+    );
+    assert!(
+        without > 1.5,
+        "without the rule the busiest shard serves {without:.3}x the mean"
+    );
+}
+
+#[test]
+fn hot_key_writes_reach_every_shard() {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    hot_keys:\n      - {{ prefix: HIGH_FREQ_ }}\n    shards:\n{}",
+        shard_list(&addrs)
+    );
+    let rw = respway(&yaml, 1);
+    let mut c = sync_client(rw.addr);
+    set(&mut c, "HIGH_FREQ_menu", "v1");
+    for a in &addrs {
+        let mut d = sync_client(*a);
+        assert_eq!(
+            get(&mut d, "HIGH_FREQ_menu").as_deref(),
+            Some("v1"),
+            "shard {a}"
+        );
+    }
+    let _: i64 = redis::cmd("DEL")
+        .arg("HIGH_FREQ_menu")
+        .query(&mut c)
+        .unwrap();
+    for a in &addrs {
+        assert_eq!(dbsize(*a), 0);
+    }
+    // One shard down: the write reports the failed shard; the others were written.
+    let mut shards = shards;
+    shards[2].kill();
+    let err = redis::cmd("SET")
+        .arg("HIGH_FREQ_x")
+        .arg("v")
+        .query::<()>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("hot-key write failed"), "{err}");
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn migration_yaml(old: &[SocketAddr], new: &[SocketAddr], mirror: &str) -> String {
+    format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes:\n      catch_all: old\n      catch_all_mirrors:\n        - {mirror}\nclusters:\n  - name: old\n    shards:\n{}  - name: new\n    shards:\n{}",
+        shard_list(old),
+        shard_list(new)
+    )
+}
+
+#[test]
+fn migration_modes_dual_write_switch_reads_read_only() {
+    let old: Vec<Proc> = (0..2).map(|_| redis()).collect();
+    let new: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let old_a: Vec<SocketAddr> = old.iter().map(|p| p.addr).collect();
+    let new_a: Vec<SocketAddr> = new.iter().map(|p| p.addr).collect();
+    let total = |a: &[SocketAddr]| a.iter().map(|x| dbsize(*x)).sum::<u64>();
+
+    // 1. Dual write, old cluster primary: both get the writes, reads come from old.
+    let rw = respway(
+        &migration_yaml(&old_a, &new_a, "{ cluster: new, mode: dual_write }"),
+        1,
+    );
+    let mut c = sync_client(rw.addr);
+    for i in 0..100 {
+        set(&mut c, &format!("user:{i}"), "v1");
+    }
+    wait_for("the mirror to catch up", || total(&new_a) == 100);
+    assert_eq!(total(&old_a), 100);
+    for s in &new {
+        assert_eq!(commandstat(s.addr, "get"), 0);
+    }
+    assert_eq!(get(&mut c, "user:1").as_deref(), Some("v1"));
+    for s in &new {
+        assert_eq!(
+            commandstat(s.addr, "get"),
+            0,
+            "reads are not mirrored by default"
+        );
+    }
+    drop(c);
+    drop(rw);
+
+    // 2. Switch reads: the new cluster answers, the old one still gets the writes.
+    let rw = respway(
+        &migration_yaml(
+            &old_a,
+            &new_a,
+            "{ cluster: new, mode: dual_write, primary: mirror }",
+        ),
+        1,
+    );
+    let mut c = sync_client(rw.addr);
+    set(&mut c, "only-new-reply", "v2");
+    assert_eq!(get(&mut c, "only-new-reply").as_deref(), Some("v2"));
+    let new_gets: u64 = new_a.iter().map(|a| commandstat(*a, "get")).sum();
+    assert_eq!(new_gets, 1, "reads come from the new cluster");
+    wait_for("the copy to the old cluster", || total(&old_a) == 101);
+    drop(c);
+    drop(rw);
+
+    // 3. Read-only cut-over window: writes refused, reads served.
+    let rw = respway(
+        &migration_yaml(&old_a, &new_a, "{ cluster: new, mode: read_only }"),
+        1,
+    );
+    let mut c = sync_client(rw.addr);
+    let err = redis::cmd("SET")
+        .arg("user:1")
+        .arg("x")
+        .query::<()>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+    assert_eq!(get(&mut c, "user:1").as_deref(), Some("v1"));
+}
+
+#[test]
+fn zone_local_reads_hit_the_same_zone_replica() {
+    let primary = redis();
+    let port = primary.addr.port().to_string();
+    let local = redis_with(&["--replicaof", "127.0.0.1", &port]);
+    let remote = redis_with(&["--replicaof", "127.0.0.1", &port]);
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    read_policy: zone_local\n    zone_fallback: primary\n    shards:\n      - endpoints:\n          - {{ address: \"{}\", role: primary, zone: z2 }}\n          - {{ address: \"{}\", role: replica, zone: z1 }}\n          - {{ address: \"{}\", role: replica, zone: z2 }}\n",
+        primary.addr, local.addr, remote.addr
+    );
+    let rw = respway_in_zone(&yaml, 1, Some("z1"));
+    let mut c = sync_client(rw.addr);
+    set(&mut c, "k", "v");
+    let mut p = sync_client(primary.addr);
+    let _: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut p).unwrap();
+    for _ in 0..50 {
+        assert_eq!(get(&mut c, "k").as_deref(), Some("v"));
+    }
+    assert_eq!(
+        commandstat(local.addr, "get"),
+        50,
+        "reads served by the z1 replica"
+    );
+    assert_eq!(commandstat(primary.addr, "get"), 0);
+    assert_eq!(commandstat(remote.addr, "get"), 0);
+    assert_eq!(
+        commandstat(primary.addr, "set"),
+        1,
+        "writes go to the primary"
+    );
+    // The local replica dies: reads fall back to the primary once it is marked unhealthy.
+    let mut local = local;
+    local.kill();
+    wait_for("reads to fall back to the primary", || {
+        redis::cmd("GET")
+            .arg("k")
+            .query::<Option<String>>(&mut c)
+            .ok()
+            .flatten()
+            .as_deref()
+            == Some("v")
+    });
+    let before = commandstat(primary.addr, "get");
+    for _ in 0..10 {
+        assert_eq!(get(&mut c, "k").as_deref(), Some("v"));
+    }
+    assert_eq!(commandstat(primary.addr, "get"), before + 10);
+    assert_eq!(
+        commandstat(remote.addr, "get"),
+        0,
+        "fallback is the primary, not the other zone"
+    );
+}

@@ -1,0 +1,472 @@
+//! `respway-compare` against real `redis-server`s: a 2-shard source cluster (with `AUTH` and a
+//! database number) and a 3-shard target cluster, both maglev. The test places keys with the
+//! pickers the data plane builds (through `Routing`, not the tool's own code), plants one
+//! difference of each kind, checks the summary and exit code 1, fixes them and checks exit 0.
+//!
+//! The harness here is deliberately tiny and private to this file: processes on free loopback
+//! ports, killed on drop (also when an assertion fails).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use respway_filters::codec_limits::Limits;
+use respway_filters::hash::ShardPicker;
+use respway_filters::resp::{encode_command, parse_reply, reply_len, Frame};
+use respway_filters::routing::Routing;
+
+const PASSWORD: &str = "src-secret";
+const SOURCE_DB: &str = "3";
+
+// === harness ===
+
+/// A `redis-server` on a free loopback port, killed on drop.
+struct Redis {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Redis {
+    fn start(password: Option<&str>) -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(p) = password {
+            cmd.args(["--requirepass", p]);
+        }
+        let child = cmd.spawn().expect("redis-server on PATH");
+        let redis = Redis {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut c) = Client::connect(redis.addr) {
+                // +PONG, or -NOAUTH when a password is set: either way it is serving.
+                if let Ok(Frame::Simple(_) | Frame::Error(_)) = c.try_cmd(&["PING"]) {
+                    return redis;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {port} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A blocking RESP client, just enough to fill shards.
+struct Client {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> std::io::Result<Client> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(Client {
+            stream,
+            buf: BytesMut::new(),
+        })
+    }
+
+    /// Connects, authenticates and selects `db` when asked.
+    fn open(addr: SocketAddr, password: Option<&str>, db: &str) -> Client {
+        let mut c = Client::connect(addr).expect("connect");
+        if let Some(p) = password {
+            c.ok(&["AUTH", p]);
+        }
+        c.ok(&["SELECT", db]);
+        c
+    }
+
+    fn try_cmd(&mut self, args: &[&str]) -> std::io::Result<Frame> {
+        let mut out = BytesMut::new();
+        encode_command(args, &mut out);
+        self.stream.write_all(&out)?;
+        loop {
+            let len = reply_len(&self.buf, &Limits::default())
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            if let Some(n) = len {
+                let reply: Bytes = self.buf.split_to(n).freeze();
+                return parse_reply(&reply).map_err(|e| std::io::Error::other(e.to_string()));
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn cmd(&mut self, args: &[&str]) -> Frame {
+        let reply = self.try_cmd(args).expect("redis reply");
+        assert!(!reply.is_error(), "{args:?}: {reply:?}");
+        reply
+    }
+
+    fn ok(&mut self, args: &[&str]) {
+        assert_eq!(self.cmd(args), Frame::ok(), "{args:?}");
+    }
+}
+
+// === the clusters ===
+
+/// One cluster: its shard servers, open clients and the data plane's picker.
+struct Cluster {
+    clients: Vec<Client>,
+    picker: Arc<dyn ShardPicker>,
+}
+
+impl Cluster {
+    /// The client of the shard owning `key`.
+    fn at(&mut self, key: &str) -> &mut Client {
+        let shard = self.picker.pick(key.as_bytes());
+        &mut self.clients[shard]
+    }
+
+    fn cmd(&mut self, args: &[&str]) -> Frame {
+        self.at(args[1]).cmd(args)
+    }
+
+    /// Keys of each shard (KEYS: the data is tiny).
+    fn keys_per_shard(&mut self) -> Vec<usize> {
+        self.clients
+            .iter_mut()
+            .map(|c| match c.cmd(&["KEYS", "*"]) {
+                Frame::Array(k) => k.len(),
+                other => panic!("KEYS: {other:?}"),
+            })
+            .collect()
+    }
+}
+
+struct Setup {
+    servers: Vec<Redis>,
+    config: PathBuf,
+    source: Cluster,
+    target: Cluster,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+fn setup() -> Setup {
+    let src: Vec<Redis> = (0..2).map(|_| Redis::start(Some(PASSWORD))).collect();
+    let dst: Vec<Redis> = (0..3).map(|_| Redis::start(None)).collect();
+    let shards = |servers: &[Redis]| {
+        servers
+            .iter()
+            .map(|r| {
+                format!(
+                    "      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+                    r.addr
+                )
+            })
+            .collect::<String>()
+    };
+    let yaml = format!(
+        "listeners:\n  - name: main\n    routes: {{ catch_all: src }}\n\
+         clusters:\n  - name: src\n    hash: {{ policy: maglev }}\n    auth: {{ password: {PASSWORD} }}\n    db: {SOURCE_DB}\n    shards:\n{}\
+         \x20 - name: dst\n    hash: {{ policy: maglev }}\n    shards:\n{}",
+        shards(&src),
+        shards(&dst)
+    );
+    let config = std::env::temp_dir().join(format!(
+        "respway-compare-{}-{}.yaml",
+        std::process::id(),
+        src[0].addr.port()
+    ));
+    std::fs::write(&config, yaml).expect("write config");
+    let model = respway_xds::load_file(&config).expect("valid config");
+    let routing = Routing::build(&model, &model.listeners[0]).expect("routing");
+    assert_eq!(routing.clusters[0].name, "src");
+    assert_eq!(routing.clusters[1].name, "dst");
+    let source = Cluster {
+        clients: src
+            .iter()
+            .map(|r| Client::open(r.addr, Some(PASSWORD), SOURCE_DB))
+            .collect(),
+        picker: routing.clusters[0].picker.clone(),
+    };
+    let target = Cluster {
+        clients: dst
+            .iter()
+            .map(|r| Client::open(r.addr, None, "0"))
+            .collect(),
+        picker: routing.clusters[1].picker.clone(),
+    };
+    Setup {
+        servers: src.into_iter().chain(dst).collect(),
+        config,
+        source,
+        target,
+    }
+}
+
+/// Writes the same data set through `c`: every type, some with TTLs, a big list.
+fn fill(c: &mut Cluster) -> usize {
+    let mut keys = 0;
+    for i in 0..20 {
+        let (k, v) = (format!("str:{i}"), format!("value-{i}"));
+        c.cmd(&["SET", &k, &v]);
+        keys += 1;
+    }
+    for i in 0..5 {
+        let k = format!("hash:{i}");
+        c.cmd(&["HSET", &k, "a", "1", "b", "2", "c", &i.to_string()]);
+        let k = format!("list:{i}");
+        c.cmd(&["RPUSH", &k, "x", "y", "z", &i.to_string()]);
+        let k = format!("set:{i}");
+        c.cmd(&["SADD", &k, "m1", "m2", "m3", &i.to_string()]);
+        let k = format!("zset:{i}");
+        c.cmd(&["ZADD", &k, "1", "one", "2.5", "two", "3", &format!("m{i}")]);
+        let k = format!("stream:{i}");
+        c.cmd(&["XADD", &k, "*", "f", "v"]);
+        let k = format!("ttl:{i}");
+        c.cmd(&["SET", &k, "v", "EX", "3600"]);
+        keys += 6;
+    }
+    // Bigger than --sample-big 10: compared by length only.
+    let items: Vec<String> = (0..30).map(|i| format!("item-{i}")).collect();
+    let mut args = vec!["RPUSH", "biglist"];
+    args.extend(items.iter().map(String::as_str));
+    c.cmd(&args);
+    // A key hashtag-placed like its sibling.
+    c.cmd(&["SET", "{user:7}:name", "seven"]);
+    keys + 2
+}
+
+/// Runs the binary with exactly these arguments.
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_respway-compare"))
+        .args(args)
+        .output()
+        .expect("run respway-compare")
+}
+
+/// Runs `src` → `dst` with small batches (so every shard takes several SCAN pages).
+fn compare(s: &Setup, extra: &[&str]) -> Output {
+    let config = s.config.to_str().expect("utf-8 temp path");
+    let mut args = vec!["--config", config, "--source", "src", "--target", "dst"];
+    args.extend(["--sample-big", "10", "--count", "7"]);
+    if !extra.contains(&"--rate") {
+        args.extend(["--rate", "100000"]);
+    }
+    args.extend(extra);
+    run(&args)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn summary(o: &Output) -> String {
+    let out = stdout(o);
+    out.lines()
+        .rfind(|l| l.starts_with("scanned "))
+        .unwrap_or_else(|| panic!("no summary in {out:?}, stderr {:?}", o.stderr))
+        .to_string()
+}
+
+// === tests ===
+
+#[test]
+fn compare_reports_each_kind_of_difference_then_passes_once_fixed() {
+    let mut s = setup();
+    let n = fill(&mut s.source);
+    assert_eq!(fill(&mut s.target), n);
+    // Both clusters really are spread over their shards.
+    assert!(s.source.keys_per_shard().iter().all(|&k| k > 0));
+    assert!(s.target.keys_per_shard().iter().all(|&k| k > 0));
+
+    // Same length, different content: not seen with --sample-big 10.
+    s.target.cmd(&["LSET", "biglist", "5", "changed"]);
+    let same = compare(&s, &[]);
+    assert_eq!(
+        summary(&same),
+        format!("scanned {n}, matched {n}, missing_in_target 0, type_mismatch 0, value_mismatch 0, ttl_mismatch 0")
+    );
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+
+    // One difference of each kind.
+    s.target.cmd(&["DEL", "str:3"]);
+    s.target.cmd(&["HSET", "hash:2", "b", "two"]);
+    s.target.cmd(&["DEL", "set:1"]);
+    s.target.cmd(&["SET", "set:1", "now a string"]);
+    s.target.cmd(&["PERSIST", "ttl:4"]);
+    let out = compare(&s, &[]);
+    let text = stdout(&out);
+    assert_eq!(
+        summary(&out),
+        format!(
+            "scanned {n}, matched {}, missing_in_target 1, type_mismatch 1, value_mismatch 1, ttl_mismatch 1",
+            n - 4
+        ),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for line in [
+        "missing_in_target \"str:3\": string on source, absent on target shard ",
+        "value_mismatch \"hash:2\": hash: field \"b\" is \"2\" on source, \"two\" on target",
+        "type_mismatch \"set:1\": set on source, string on target",
+        "ttl_mismatch \"ttl:4\": TTL ",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    // --max-mismatches limits what is printed, not what is counted.
+    let out = compare(&s, &["--max-mismatches", "1"]);
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("_mismatch \"") || l.starts_with("missing_in_target"))
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("... 3 more mismatches not shown (--max-mismatches 1)"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+
+    // More differences the value comparison must see.
+    s.target.cmd(&["LSET", "list:0", "1", "Y"]);
+    s.target.cmd(&["ZADD", "zset:3", "9", "two"]);
+    s.target.cmd(&["SET", "str:9", "value-9!"]);
+    s.target.cmd(&["XADD", "stream:2", "*", "f", "v2"]);
+    s.target.cmd(&["RPUSH", "biglist", "one more"]);
+    let out = compare(&s, &[]);
+    let text = stdout(&out);
+    for line in [
+        "value_mismatch \"list:0\": list: index 1 is \"y\" on source, \"Y\" on target",
+        "value_mismatch \"zset:3\": zset: rank ",
+        "value_mismatch \"str:9\": string: \"value-9\" (7 bytes) on source, \"value-9!\" (8 bytes) on target",
+        "value_mismatch \"stream:2\": stream: 1 entries on source, 2 on target",
+        "value_mismatch \"biglist\": list: 30 elements on source, 31 on target",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    assert!(
+        summary(&out).ends_with("value_mismatch 6, ttl_mismatch 1"),
+        "{text}"
+    );
+
+    // Fix everything: a clean pass.
+    s.target.cmd(&["SET", "str:3", "value-3"]);
+    s.target.cmd(&["HSET", "hash:2", "b", "2"]);
+    s.target.cmd(&["DEL", "set:1"]);
+    s.target.cmd(&["SADD", "set:1", "m1", "m2", "m3", "1"]);
+    s.target.cmd(&["EXPIRE", "ttl:4", "100"]);
+    s.target.cmd(&["LSET", "list:0", "1", "y"]);
+    s.target.cmd(&["ZADD", "zset:3", "2.5", "two"]);
+    s.target.cmd(&["SET", "str:9", "value-9"]);
+    s.target.cmd(&["DEL", "stream:2"]);
+    s.target.cmd(&["XADD", "stream:2", "*", "f", "v"]);
+    s.target.cmd(&["RPOP", "biglist"]);
+    let out = compare(&s, &[]);
+    assert_eq!(
+        summary(&out),
+        format!("scanned {n}, matched {n}, missing_in_target 0, type_mismatch 0, value_mismatch 0, ttl_mismatch 0"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(out.status.code(), Some(0));
+
+    // Keys only in the target are not the tool's business (one-way).
+    s.target.cmd(&["SET", "extra", "x"]);
+    assert_eq!(compare(&s, &[]).status.code(), Some(0));
+
+    // --limit bounds the keys scanned.
+    let out = compare(&s, &["--limit", "5"]);
+    assert!(
+        summary(&out).starts_with("scanned 5, matched 5,"),
+        "{}",
+        stdout(&out)
+    );
+
+    // --rate paces: 10 keys at 20 keys/s cannot take less than half a second (a lower bound
+    // only; the run may take longer on a slow machine).
+    let started = Instant::now();
+    let out = compare(&s, &["--limit", "10", "--rate", "20"]);
+    assert!(summary(&out).starts_with("scanned 10, matched 10,"));
+    assert!(
+        started.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn compare_usage_and_config_errors_exit_2() {
+    let s = setup();
+    let config = s.config.to_str().unwrap();
+    let out = run(&["--config", config, "--source", "src", "--target", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "respway-compare: --target: no cluster \"nope\" in the configuration (clusters: src, dst)\n"
+    );
+    let out = run(&[
+        "--config",
+        "/nonexistent/respway.yaml",
+        "--source",
+        "a",
+        "--target",
+        "b",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with("/nonexistent/respway.yaml: cannot read: "),
+        "{}",
+        stderr(&out)
+    );
+    // clap: a missing argument, a bad number.
+    assert_eq!(run(&["--config", config]).status.code(), Some(2));
+    let out = run(&[
+        "--config", config, "--source", "src", "--target", "dst", "--rate", "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+}
+
+#[test]
+fn compare_unreachable_shard_exits_3() {
+    let mut s = setup();
+    fill(&mut s.source);
+    // Stop one target shard: the comparison cannot be completed.
+    let target_shard = s.servers.len() - 1;
+    let redis = &mut s.servers[target_shard];
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    let out = compare(&s, &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cluster \"dst\" shard "));
+}
