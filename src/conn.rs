@@ -17,7 +17,10 @@ use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
@@ -29,18 +32,18 @@ use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use crate::local::{self, Local, SessionState};
-use crate::stack::{Chain, ChainFuture};
+use crate::stack::{self, Chain, ChainFuture, Parts};
 use crate::stats::ListenerStats;
 
 const READ_CHUNK: usize = 16 * 1024;
 /// Stop reading while this much reply data waits for the client to read it.
 const MAX_WBUF: usize = 256 * 1024;
 
-/// Shared, read-only state of the listener a session belongs to.
+/// Shared state of the listener a session belongs to, on one worker.
 #[derive(Debug)]
 pub struct ListenerCtx {
-    /// The listener's model.
-    pub listener: respway_filters::model::Listener,
+    /// The current configuration of this listener on this worker (swapped on config change).
+    pub slot: Arc<ListenerSlot>,
     /// Counters.
     pub stats: Arc<ListenerStats>,
     /// Every worker's counters (for INFO).
@@ -49,27 +52,84 @@ pub struct ListenerCtx {
     pub workers: usize,
 }
 
+/// One worker's current chain parts for one listener. A config change stores new parts and
+/// bumps `version`; each session compares versions (a plain load of a worker-local atomic)
+/// before it dispatches a batch, and rebuilds its chain when they differ. Requests already in
+/// flight keep the old chain's `Arc`s and finish on it.
+#[derive(Debug)]
+pub struct ListenerSlot {
+    /// The parts new chains are built from.
+    pub parts: ArcSwap<Parts>,
+    /// Bumped after every store.
+    pub version: AtomicU64,
+}
+
+impl ListenerSlot {
+    /// A slot holding `parts` at version 0.
+    pub fn new(parts: Parts) -> Self {
+        ListenerSlot {
+            parts: ArcSwap::from_pointee(parts),
+            version: AtomicU64::new(0),
+        }
+    }
+
+    /// Publishes new parts.
+    pub fn store(&self, parts: Parts) {
+        self.parts.store(Arc::new(parts));
+        self.version.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// A session's view of its listener's configuration.
+struct Live {
+    version: u64,
+    parts: Arc<Parts>,
+    chain: Chain,
+}
+
+impl Live {
+    fn load(slot: &ListenerSlot) -> Live {
+        let version = slot.version.load(Ordering::Acquire);
+        let parts = slot.parts.load_full();
+        let chain = stack::build(&parts);
+        Live {
+            version,
+            parts,
+            chain,
+        }
+    }
+
+    /// Picks up a new configuration, if there is one.
+    fn refresh(&mut self, slot: &ListenerSlot) {
+        if slot.version.load(Ordering::Acquire) != self.version {
+            *self = Live::load(slot);
+        }
+    }
+}
+
 enum Pending {
     Ready(Reply),
     Wait { fut: ChainFuture, deadline: Instant },
 }
 
 /// Serves one client until it leaves, sends QUIT, or breaks the protocol.
-pub async fn serve(mut stream: TcpStream, mut chain: Chain, ctx: Arc<ListenerCtx>) {
+pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>) {
     let _ = stream.set_nodelay(true);
+    let mut live = Live::load(&ctx.slot);
+    let listener = live.parts.listener.clone();
     let mut s = Session {
-        decoder: RequestDecoder::new(ctx.listener.limits),
+        decoder: RequestDecoder::new(listener.limits),
         rbuf: BytesMut::with_capacity(READ_CHUNK),
         wbuf: BytesMut::with_capacity(READ_CHUNK),
         pending: VecDeque::new(),
         timer: Box::pin(tokio::time::sleep_until(Instant::now())),
         timer_armed: false,
-        state: SessionState::new(ctx.listener.downstream_password.is_none()),
+        state: SessionState::new(listener.downstream_password.is_none()),
         closing: false,
         eof: false,
         keys: Vec::new(),
     };
-    let result = poll_fn(|cx| s.poll(cx, &mut stream, &mut chain, &ctx)).await;
+    let result = poll_fn(|cx| s.poll(cx, &mut stream, &mut live, &ctx)).await;
     if let Err(e) = result {
         tracing::debug!(error = %e, "client connection ended");
     }
@@ -95,14 +155,14 @@ impl Session {
         &mut self,
         cx: &mut Context<'_>,
         stream: &mut TcpStream,
-        chain: &mut Chain,
+        live: &mut Live,
         ctx: &ListenerCtx,
     ) -> Poll<io::Result<()>> {
         loop {
             let mut progress = false;
 
             // 1. Read and dispatch while the client may have more outstanding.
-            let max = ctx.listener.max_pending_per_client;
+            let max = live.parts.listener.max_pending_per_client;
             if !self.closing
                 && !self.eof
                 && self.pending.len() < max
@@ -123,7 +183,8 @@ impl Session {
                 }
             }
             if !self.rbuf.is_empty() && !self.closing {
-                self.decode_all(chain, ctx, max);
+                live.refresh(&ctx.slot);
+                self.decode_all(live, ctx, max);
             }
 
             // 2. Move finished replies, oldest first, into the write buffer.
@@ -199,12 +260,12 @@ impl Session {
         }
     }
 
-    fn decode_all(&mut self, chain: &mut Chain, ctx: &ListenerCtx, max: usize) {
+    fn decode_all(&mut self, live: &mut Live, ctx: &ListenerCtx, max: usize) {
         while self.pending.len() < max {
             match self.decoder.decode(&mut self.rbuf) {
                 Ok(Some(args)) => {
                     ctx.stats.commands.inc();
-                    let p = self.dispatch(args, chain, ctx);
+                    let p = self.dispatch(args, live, ctx);
                     self.pending.push_back(p);
                     if self.closing {
                         return;
@@ -222,12 +283,7 @@ impl Session {
         }
     }
 
-    fn dispatch(
-        &mut self,
-        args: Vec<bytes::Bytes>,
-        chain: &mut Chain,
-        ctx: &ListenerCtx,
-    ) -> Pending {
+    fn dispatch(&mut self, args: Vec<bytes::Bytes>, live: &mut Live, ctx: &ListenerCtx) -> Pending {
         let Some(cmd) = command::lookup(&args[0]) else {
             return Pending::Ready(local::unknown_command(&args));
         };
@@ -249,13 +305,15 @@ impl Session {
             return Pending::Ready(error_reply("NOAUTH Authentication required."));
         }
         match cmd.class {
-            CommandClass::Proxy(p) => match local::handle(p, &args, &mut self.state, ctx) {
-                Local::Reply(r) => Pending::Ready(r),
-                Local::ReplyAndClose(r) => {
-                    self.closing = true;
-                    Pending::Ready(r)
+            CommandClass::Proxy(p) => {
+                match local::handle(p, &args, &mut self.state, ctx, &live.parts.listener) {
+                    Local::Reply(r) => Pending::Ready(r),
+                    Local::ReplyAndClose(r) => {
+                        self.closing = true;
+                        Pending::Ready(r)
+                    }
                 }
-            },
+            }
             CommandClass::Unsupported => {
                 ctx.stats.unsupported.inc();
                 Pending::Ready(error_reply(&format!(
@@ -271,10 +329,10 @@ impl Session {
                 let req = Request::new(cmd, args, key);
                 // Every layer is always ready (queues are bounded per session, above).
                 let noop = std::task::Waker::noop();
-                let _ = chain.poll_ready(&mut Context::from_waker(noop));
+                let _ = live.chain.poll_ready(&mut Context::from_waker(noop));
                 Pending::Wait {
-                    fut: chain.call(req),
-                    deadline: Instant::now() + ctx.listener.op_timeout,
+                    fut: live.chain.call(req),
+                    deadline: Instant::now() + live.parts.listener.op_timeout,
                 }
             }
         }

@@ -5,6 +5,10 @@
 //!   runtime, its own `SO_REUSEPORT` listener socket per listener, its own sessions and its own
 //!   upstream connections (Envoy's worker model: nothing on the request path is shared
 //!   between workers but read-only config);
+//! - [`Server::apply`] hot-swaps the configuration: it is validated and compiled once, stored
+//!   in an `ArcSwap`, and each worker rebuilds its chain parts, reusing the connections to
+//!   endpoints that remain; sessions pick the new parts up before their next request, and
+//!   requests in flight finish on the chain they started with;
 //! - `conn`: one client session (decode, dispatch, replies in order, backpressure);
 //! - `stack`: the layer order of the chain;
 //! - `upstream`: pooled, pipelined connections to the Redis shards;
@@ -23,6 +27,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use respway_filters::hot_key::HotKeyStats;
 use respway_filters::mirror::MirrorStats;
@@ -31,7 +36,7 @@ use respway_filters::routing::Routing;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
-use crate::conn::ListenerCtx;
+use crate::conn::{ListenerCtx, ListenerSlot};
 use crate::stats::{ListenerStats, Registry};
 use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints};
 
@@ -42,6 +47,26 @@ pub struct Options {
     pub workers: usize,
 }
 
+/// One validated, compiled configuration.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Increases by one with every applied configuration (the first is 1).
+    pub version: u64,
+    /// The model.
+    pub config: Arc<Config>,
+    /// Compiled routing per listener, in listener order.
+    pub routings: Vec<Arc<Routing>>,
+}
+
+/// What every worker shares: the current snapshot and a way to hear of the next one.
+#[derive(Debug)]
+struct Shared {
+    current: ArcSwap<Snapshot>,
+    changed: watch::Sender<u64>,
+    /// Serializes `apply` (config changes are rare; the request path never takes it).
+    apply_lock: std::sync::Mutex<()>,
+}
+
 /// A running data plane. Dropping it does not stop it; call [`Server::shutdown`].
 #[derive(Debug)]
 pub struct Server {
@@ -49,6 +74,53 @@ pub struct Server {
     stop: watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
     registry: Arc<Registry>,
+    handle: ConfigHandle,
+}
+
+/// Applies configuration changes to a running [`Server`]; cheap to clone, usable from any
+/// thread (the xDS client and the SIGHUP reload hold one).
+#[derive(Debug, Clone)]
+pub struct ConfigHandle {
+    shared: Arc<Shared>,
+}
+
+impl ConfigHandle {
+    /// Validates and compiles `config`, then publishes it to every worker.
+    ///
+    /// # Errors
+    /// A message naming what is wrong; the running configuration is left unchanged. The set
+    /// of listeners (names and addresses) cannot change without a restart.
+    pub fn apply(&self, config: Config) -> Result<u64, String> {
+        let _guard = self
+            .shared
+            .apply_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let old = self.shared.current.load_full();
+        let same_listeners = old.config.listeners.len() == config.listeners.len()
+            && old
+                .config
+                .listeners
+                .iter()
+                .zip(&config.listeners)
+                .all(|(a, b)| a.name == b.name && a.address == b.address);
+        if !same_listeners {
+            return Err(
+                "listeners: adding, removing, renaming or moving a listener needs a restart"
+                    .to_string(),
+            );
+        }
+        let version = old.version + 1;
+        let snapshot = compile(config, version)?;
+        self.shared.current.store(Arc::new(snapshot));
+        self.shared.changed.send_replace(version);
+        Ok(version)
+    }
+
+    /// The snapshot being served.
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.shared.current.load_full()
+    }
 }
 
 impl Server {
@@ -60,6 +132,19 @@ impl Server {
     /// Counters summed over workers.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// A handle that applies configuration changes.
+    pub fn config_handle(&self) -> ConfigHandle {
+        self.handle.clone()
+    }
+
+    /// Shorthand for `config_handle().apply(config)`.
+    ///
+    /// # Errors
+    /// As [`ConfigHandle::apply`].
+    pub fn apply(&self, config: Config) -> Result<u64, String> {
+        self.handle.apply(config)
     }
 
     /// Stops accepting, closes every connection and joins the workers.
@@ -79,19 +164,32 @@ impl Server {
     }
 }
 
+fn compile(config: Config, version: u64) -> Result<Snapshot, String> {
+    let routings = config
+        .listeners
+        .iter()
+        .map(|l| Routing::build(&config, l).map(Arc::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Snapshot {
+        version,
+        config: Arc::new(config),
+        routings,
+    })
+}
+
 /// Starts the data plane for `config`.
 ///
 /// # Errors
 /// When a listener cannot be bound or the routing table cannot be built.
 pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     let workers = opts.workers.max(1);
-    let config = Arc::new(config);
-    let routings = config
-        .listeners
-        .iter()
-        .map(|l| Routing::build(&config, l).map(Arc::new))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(io::Error::other)?;
+    let snapshot = compile(config, 1).map_err(io::Error::other)?;
+    let (changed, _) = watch::channel(1);
+    let shared = Arc::new(Shared {
+        current: ArcSwap::from_pointee(snapshot),
+        changed,
+        apply_lock: std::sync::Mutex::new(()),
+    });
     let registry = Arc::new(Registry::default());
     let (stop, stop_rx) = watch::channel(false);
     let mut threads = Vec::with_capacity(workers);
@@ -102,14 +200,22 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<Vec<SocketAddr>>>();
         let bind_to: Vec<SocketAddr> = match &addrs {
             Some(a) => a.clone(),
-            None => config.listeners.iter().map(|l| l.address).collect(),
+            None => shared
+                .current
+                .load()
+                .config
+                .listeners
+                .iter()
+                .map(|l| l.address)
+                .collect(),
         };
         let worker = Worker {
-            config: config.clone(),
-            routings: routings.clone(),
+            id: w,
+            shared: shared.clone(),
             registry: registry.clone(),
             workers,
             stop: stop_rx.clone(),
+            pools: HashMap::new(),
         };
         let t = std::thread::Builder::new()
             .name(format!("respway-worker-{w}"))
@@ -136,15 +242,21 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         stop,
         threads,
         registry,
+        handle: ConfigHandle { shared },
     })
 }
 
+/// Identifies a pool: the same endpoint in the same cluster with the same settings.
+type PoolKey = (String, EndpointConfig, usize);
+
 struct Worker {
-    config: Arc<Config>,
-    routings: Vec<Arc<Routing>>,
+    id: usize,
+    shared: Arc<Shared>,
     registry: Arc<Registry>,
     workers: usize,
     stop: watch::Receiver<bool>,
+    /// This worker's upstream pools, kept across config changes for endpoints that remain.
+    pools: HashMap<PoolKey, EndpointHandle>,
 }
 
 impl Worker {
@@ -176,57 +288,46 @@ impl Worker {
                 .map(|l| l.local_addr())
                 .collect::<io::Result<Vec<_>>>();
             let _ = ready.send(bound);
-            // This worker's pools: one handle per (cluster, endpoint), shared by every
-            // listener and connection of the worker.
-            let endpoints = Arc::new(self.spawn_pools());
-            let primaries: Arc<Vec<Vec<usize>>> = Arc::new(
-                self.config
-                    .clusters
-                    .iter()
-                    .map(|c| {
-                        c.shards
-                            .iter()
-                            .map(|s| {
-                                s.endpoints
-                                    .iter()
-                                    .position(|e| e.role == Role::Primary)
-                                    .unwrap_or(0)
-                            })
-                            .collect()
-                    })
-                    .collect(),
-            );
-            for (i, listener) in listeners.into_iter().enumerate() {
+            let mut changed = self.shared.changed.subscribe();
+            let snapshot = self.shared.current.load_full();
+            let mut seen = snapshot.version;
+            let all_parts = self.build_parts(&snapshot);
+            let mut slots = Vec::new();
+            for (i, (listener, parts)) in listeners.into_iter().zip(all_parts).enumerate() {
                 let stats = Arc::new(ListenerStats::default());
                 self.registry.add(stats.clone());
+                let slot = Arc::new(ListenerSlot::new(parts));
+                slots.push(slot.clone());
                 let ctx = Arc::new(ListenerCtx {
-                    listener: self.config.listeners[i].clone(),
+                    slot,
                     stats,
                     registry: self.registry.clone(),
                     workers: self.workers,
                 });
-                let routing = self.routings[i].clone();
-                let (queue, mirror_rx) = stack::MirrorQueue::new();
-                let parts = stack::Parts {
-                    mirror_stats: Arc::new(MirrorStats::new(routing.clusters.len())),
-                    hot_key_stats: Arc::new(HotKeyStats::new(&routing)),
-                    routing,
-                    endpoints: endpoints.clone(),
-                    primaries: primaries.clone(),
-                    mirror: Arc::new(queue),
-                };
-                self.registry
-                    .add_filters(parts.mirror_stats.clone(), parts.hot_key_stats.clone());
-                tokio::spawn(stack::run_mirror(
-                    mirror_rx,
-                    stack::shadow(&parts),
-                    parts.mirror_stats.clone(),
-                ));
-                tokio::spawn(accept_loop(listener, parts, ctx));
+                let _ = i;
+                tokio::spawn(accept_loop(listener, ctx));
             }
-            while !*self.stop.borrow() {
-                if self.stop.changed().await.is_err() {
-                    break;
+            loop {
+                tokio::select! {
+                    r = self.stop.changed() => {
+                        if r.is_err() || *self.stop.borrow() {
+                            break;
+                        }
+                    }
+                    r = changed.changed() => {
+                        if r.is_err() {
+                            break;
+                        }
+                        let snapshot = self.shared.current.load_full();
+                        if snapshot.version == seen {
+                            continue;
+                        }
+                        seen = snapshot.version;
+                        for (slot, parts) in slots.iter().zip(self.build_parts(&snapshot)) {
+                            slot.store(parts);
+                        }
+                        tracing::debug!(worker = self.id, version = seen, "configuration swapped");
+                    }
                 }
             }
         });
@@ -234,21 +335,28 @@ impl Worker {
         drop(rt);
     }
 
-    fn spawn_pools(&self) -> Endpoints {
-        let mut by_addr: HashMap<(String, SocketAddr), EndpointHandle> = HashMap::new();
+    /// Builds this worker's chain parts for every listener of `snapshot`: endpoint handles
+    /// (reusing pools of endpoints that remain, spawning the new ones; pools no longer in the
+    /// config are dropped here and close once the last chain using them is gone), and a new
+    /// mirror queue with its consumer, whose shadow chain matches the new routing.
+    fn build_parts(&mut self, snapshot: &Snapshot) -> Vec<stack::Parts> {
+        let config = &snapshot.config;
+        let mut old = std::mem::take(&mut self.pools);
         let mut handle = |c: &Cluster, shard: &str, addr: SocketAddr| {
-            by_addr
-                .entry((c.name.clone(), addr))
-                .or_insert_with(|| {
-                    EndpointHandle::spawn(
-                        endpoint_config(c, shard, addr),
-                        c.connections_per_endpoint,
-                    )
-                })
-                .clone()
+            let key = (
+                c.name.clone(),
+                endpoint_config(c, shard, addr),
+                c.connections_per_endpoint,
+            );
+            let h = old
+                .remove(&key)
+                .or_else(|| self.pools.get(&key).cloned())
+                .unwrap_or_else(|| EndpointHandle::spawn(key.1.clone(), key.2));
+            self.pools.insert(key, h.clone());
+            h
         };
-        Endpoints(
-            self.config
+        let endpoints = Arc::new(Endpoints(
+            config
                 .clusters
                 .iter()
                 .map(|c| {
@@ -263,7 +371,53 @@ impl Worker {
                         .collect()
                 })
                 .collect(),
-        )
+        ));
+        let primaries: Arc<Vec<Vec<usize>>> = Arc::new(
+            config
+                .clusters
+                .iter()
+                .map(|c| {
+                    c.shards
+                        .iter()
+                        .map(|s| {
+                            s.endpoints
+                                .iter()
+                                .position(|e| e.role == Role::Primary)
+                                .unwrap_or(0)
+                        })
+                        .collect()
+                })
+                .collect(),
+        );
+        config
+            .listeners
+            .iter()
+            .zip(&snapshot.routings)
+            .enumerate()
+            .map(|(i, (listener, routing))| {
+                let (queue, mirror_rx) = stack::MirrorQueue::new();
+                let parts = stack::Parts {
+                    listener: Arc::new(listener.clone()),
+                    mirror_stats: Arc::new(MirrorStats::new(routing.clusters.len())),
+                    hot_key_stats: Arc::new(HotKeyStats::new(routing)),
+                    routing: routing.clone(),
+                    endpoints: endpoints.clone(),
+                    primaries: primaries.clone(),
+                    mirror: Arc::new(queue),
+                };
+                self.registry.set_filters(
+                    (self.id, i),
+                    parts.mirror_stats.clone(),
+                    parts.hot_key_stats.clone(),
+                );
+                tokio::spawn(stack::run_mirror(
+                    mirror_rx,
+                    stack::shadow(&parts),
+                    parts.mirror_stats.clone(),
+                ));
+                parts
+            })
+            .collect()
     }
 }
 
@@ -301,20 +455,19 @@ fn bind_all(addrs: &[SocketAddr]) -> io::Result<Vec<TcpListener>> {
         .collect()
 }
 
-async fn accept_loop(listener: TcpListener, parts: stack::Parts, ctx: Arc<ListenerCtx>) {
+async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
     let mut backoff = std::time::Duration::from_millis(5);
     loop {
         match listener.accept().await {
             Ok((stream, _peer)) => {
                 backoff = std::time::Duration::from_millis(5);
                 ctx.stats.connections.inc();
-                let chain = stack::build(&parts);
                 let ctx = ctx.clone();
                 tokio::spawn(async move {
                     ctx.stats
                         .active
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    conn::serve(stream, chain, ctx.clone()).await;
+                    conn::serve(stream, ctx.clone()).await;
                     ctx.stats
                         .active
                         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);

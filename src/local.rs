@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use respway_filters::command::{self, ProxyCommand};
+use respway_filters::model::Listener;
 use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::{write_integer, Frame};
 
@@ -77,6 +78,7 @@ pub fn handle(
     args: &[Bytes],
     state: &mut SessionState,
     ctx: &ListenerCtx,
+    listener: &Listener,
 ) -> Local {
     let reply = match cmd {
         ProxyCommand::Ping => match args.len() {
@@ -100,11 +102,11 @@ pub fn handle(
             ]);
             encode(&frame)
         }
-        ProxyCommand::Auth => auth(&args[1..], state, ctx),
-        ProxyCommand::Hello => return Local::Reply(hello(args, state, ctx)),
+        ProxyCommand::Auth => auth(&args[1..], state, listener),
+        ProxyCommand::Hello => return Local::Reply(hello(args, state, listener)),
         ProxyCommand::Client => client(args, state),
         ProxyCommand::Command => command_reply(args),
-        ProxyCommand::Info => info(args, ctx),
+        ProxyCommand::Info => info(args, ctx, listener),
     };
     Local::Reply(reply)
 }
@@ -115,8 +117,8 @@ fn encode(f: &Frame) -> Reply {
     out.freeze()
 }
 
-fn auth(args: &[Bytes], state: &mut SessionState, ctx: &ListenerCtx) -> Reply {
-    let Some(expected) = ctx.listener.downstream_password.as_deref() else {
+fn auth(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply {
+    let Some(expected) = listener.downstream_password.as_deref() else {
         return error_reply(
             "ERR AUTH <password> called without any password configured for the default user. \
              Are you sure your configuration is correct?",
@@ -137,7 +139,7 @@ fn auth(args: &[Bytes], state: &mut SessionState, ctx: &ListenerCtx) -> Reply {
     }
 }
 
-fn hello(args: &[Bytes], state: &mut SessionState, ctx: &ListenerCtx) -> Reply {
+fn hello(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply {
     let mut i = 1;
     if let Some(v) = args.get(1) {
         match std::str::from_utf8(v)
@@ -154,7 +156,7 @@ fn hello(args: &[Bytes], state: &mut SessionState, ctx: &ListenerCtx) -> Reply {
     while i < args.len() {
         match (lower(&args[i]).as_slice(), args.len() - i) {
             (b"auth", n) if n >= 3 => {
-                let r = auth(&args[i + 1..i + 3], state, ctx);
+                let r = auth(&args[i + 1..i + 3], state, listener);
                 if r.first() == Some(&b'-') {
                     return r;
                 }
@@ -274,7 +276,7 @@ fn command_reply(args: &[Bytes]) -> Reply {
     }
 }
 
-fn info(args: &[Bytes], ctx: &ListenerCtx) -> Reply {
+fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener) -> Reply {
     // INFO [section ...]: `server` and `proxy` exist; no argument, all, default or
     // everything give both; any other section is empty, as in Redis.
     let wants = |name: &str| {
@@ -297,7 +299,7 @@ fn info(args: &[Bytes], ctx: &ListenerCtx) -> Reply {
         "respway_version:{}\r\n",
         env!("CARGO_PKG_VERSION")
     ));
-    s.push_str(&format!("listener:{}\r\n", ctx.listener.name));
+    s.push_str(&format!("listener:{}\r\n", listener.name));
     s.push_str(&format!("workers:{}\r\n", ctx.workers));
     s.push_str(&format!("connected_clients:{}\r\n", t.active));
     s.push_str(&format!("total_connections_received:{}\r\n", t.connections));

@@ -52,6 +52,8 @@ const MIRROR_INFLIGHT: usize = 1024;
 /// Everything one worker's chains share for one listener.
 #[derive(Debug, Clone)]
 pub struct Parts {
+    /// The listener's settings (timeouts, limits, password).
+    pub listener: Arc<respway_filters::model::Listener>,
     /// Compiled routes and pickers.
     pub routing: Arc<Routing>,
     /// This worker's endpoint handles (also the health view).

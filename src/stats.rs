@@ -1,6 +1,7 @@
 //! Counters. Each worker has its own set (no cache line shared by all connections); a
 //! scrape sums them.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -39,12 +40,16 @@ pub struct ListenerStats {
     pub timeouts: Counter,
 }
 
+/// One worker's mirror and hot-key counters for one listener.
+pub type FilterStats = (Arc<MirrorStats>, Arc<HotKeyStats>);
+
 /// Every worker's counters, for INFO and the admin endpoint. The lock is taken only when a
 /// worker starts and when someone reads the totals, never per request.
 #[derive(Debug, Default)]
 pub struct Registry {
     workers: Mutex<Vec<Arc<ListenerStats>>>,
-    filters: Mutex<Vec<(Arc<MirrorStats>, Arc<HotKeyStats>)>>,
+    /// Keyed by (worker, listener); replaced on every config change.
+    filters: Mutex<HashMap<(usize, usize), FilterStats>>,
 }
 
 /// Sums over workers.
@@ -73,20 +78,28 @@ impl Registry {
             .push(s);
     }
 
-    /// Registers a worker's mirror and hot-key counters.
-    pub fn add_filters(&self, mirror: Arc<MirrorStats>, hot: Arc<HotKeyStats>) {
+    /// Registers the mirror and hot-key counters of (worker, listener) for the current
+    /// configuration (a config change starts them again from zero).
+    pub fn set_filters(
+        &self,
+        key: (usize, usize),
+        mirror: Arc<MirrorStats>,
+        hot: Arc<HotKeyStats>,
+    ) {
         self.filters
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((mirror, hot));
+            .insert(key, (mirror, hot));
     }
 
     /// Every worker's mirror and hot-key counters.
-    pub fn filters(&self) -> Vec<(Arc<MirrorStats>, Arc<HotKeyStats>)> {
+    pub fn filters(&self) -> Vec<FilterStats> {
         self.filters
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Sums every worker's counters.

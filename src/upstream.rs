@@ -51,7 +51,7 @@ pub struct UpstreamRequest {
 }
 
 /// How to reach and prepare one endpoint.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EndpointConfig {
     /// Socket address.
     pub address: SocketAddr,
