@@ -13,8 +13,8 @@ use support::*;
 
 fn yaml(shards: &[SocketAddr], shadow: SocketAddr, step: usize) -> String {
     // Each step changes something: shard count, a hot-key rule, a mirror, a prefix route.
-    let n = if step % 2 == 0 { 3 } else { 4 };
-    let hot = if step % 3 == 0 {
+    let n = if step.is_multiple_of(2) { 3 } else { 4 };
+    let hot = if step.is_multiple_of(3) {
         "    hot_keys:\n      - { prefix: HOT_ }\n"
     } else {
         ""
