@@ -66,6 +66,57 @@ fn main() -> ExitCode {
     for a in server.local_addrs() {
         tracing::info!(address = %a, workers, "listening");
     }
-    server.wait();
+    // The main thread waits for signals: SIGHUP reloads the static config file (every
+    // setting but the listener set can change this way, without dropping a request);
+    // SIGINT/SIGTERM stop the workers.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("respway: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let handle = server.config_handle();
+    let zone = args.zone.clone();
+    let path = args.config.clone();
+    rt.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut hup), Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::hangup()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot install signal handlers");
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    let Some(path) = &path else {
+                        tracing::warn!("SIGHUP: no --config file to reload");
+                        continue;
+                    };
+                    match respway_xds::load_file(path) {
+                        Ok(mut config) => {
+                            if zone.is_some() {
+                                config.zone = zone.clone();
+                            }
+                            match handle.apply(config) {
+                                Ok(v) => tracing::info!(version = v, "configuration reloaded"),
+                                Err(e) => tracing::error!(error = %e, "reload refused; the last good configuration stays"),
+                            }
+                        }
+                        Err(errors) => tracing::error!(%errors, "reload refused; the last good configuration stays"),
+                    }
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+    });
+    server.shutdown();
     ExitCode::SUCCESS
 }
