@@ -5,8 +5,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use respway_filters::command::{self, ProxyCommand};
+use respway_filters::hot_key::HotKeyRuleStats;
+use respway_filters::mirror::MirrorCounts;
 use respway_filters::model::Listener;
 use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::{write_integer, Frame};
@@ -276,9 +278,55 @@ fn command_reply(args: &[Bytes]) -> Reply {
     }
 }
 
+/// `# Mirror` (copies per receiving cluster) and `# Hotkeys` (per rule) sections, summed over
+/// workers, for the current configuration.
+fn info_filters(
+    s: &mut String,
+    ctx: &ListenerCtx,
+    _listener: &Listener,
+    wants: &dyn Fn(&str) -> bool,
+) {
+    let filters = ctx.registry.filters();
+    let routing = ctx.slot.parts.load().routing.clone();
+    if wants("mirror") {
+        let snaps: Vec<Vec<MirrorCounts>> = filters.iter().map(|(m, _)| m.snapshot()).collect();
+        let sum = MirrorCounts::sum(snaps.iter().map(Vec::as_slice));
+        s.push_str("# Mirror\r\n");
+        for (i, c) in sum.iter().enumerate() {
+            if c.mirrored + c.dropped + c.failed == 0 {
+                continue;
+            }
+            let name = routing
+                .clusters
+                .get(i)
+                .map(|c| c.name.as_str())
+                .unwrap_or("?");
+            s.push_str(&format!(
+                "mirror_{name}:mirrored={},dropped={},failed={}\r\n",
+                c.mirrored, c.dropped, c.failed
+            ));
+        }
+    }
+    if wants("hotkeys") {
+        let snaps: Vec<Vec<HotKeyRuleStats>> = filters.iter().map(|(_, h)| h.snapshot()).collect();
+        s.push_str("# Hotkeys\r\n");
+        for r in HotKeyRuleStats::sum(snaps.iter().map(Vec::as_slice)) {
+            let reads: Vec<String> = r.reads_per_shard.iter().map(u64::to_string).collect();
+            s.push_str(&format!(
+                "hotkey_{}_{}:fanned_out_writes={},partial_failures={},reads_per_shard={}\r\n",
+                r.cluster,
+                r.prefix,
+                r.fanned_out_writes,
+                r.partial_failures,
+                reads.join("/")
+            ));
+        }
+    }
+}
+
 fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener) -> Reply {
-    // INFO [section ...]: `server` and `proxy` exist; no argument, all, default or
-    // everything give both; any other section is empty, as in Redis.
+    // INFO [section ...]: `server`, `proxy`, `mirror` and `hotkeys` exist; no argument, all,
+    // default or everything give them all; any other section is empty, as in Redis.
     let wants = |name: &str| {
         args.len() == 1
             || args[1..].iter().any(|a| {
@@ -286,32 +334,30 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener) -> Reply {
                 a == name.as_bytes() || matches!(&a[..], b"all" | b"default" | b"everything")
             })
     };
-    let t = ctx.registry.totals();
     let mut s = String::with_capacity(512);
     if wants("server") {
         s.push_str("# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n");
     }
-    if !wants("proxy") {
-        return bulk(s.as_bytes());
+    if wants("proxy") {
+        let t = ctx.registry.totals();
+        s.push_str("# Proxy\r\nproxy:respway\r\n");
+        s.push_str(&format!(
+            "respway_version:{}\r\n",
+            env!("CARGO_PKG_VERSION")
+        ));
+        s.push_str(&format!("listener:{}\r\n", listener.name));
+        s.push_str(&format!(
+            "config_version:{}\r\n",
+            ctx.slot.version.load(std::sync::atomic::Ordering::Relaxed) + 1
+        ));
+        s.push_str(&format!("workers:{}\r\n", ctx.workers));
+        s.push_str(&format!("connected_clients:{}\r\n", t.active));
+        s.push_str(&format!("total_connections_received:{}\r\n", t.connections));
+        s.push_str(&format!("total_commands_processed:{}\r\n", t.commands));
+        s.push_str(&format!("protocol_errors:{}\r\n", t.protocol_errors));
+        s.push_str(&format!("unsupported_commands:{}\r\n", t.unsupported));
+        s.push_str(&format!("upstream_timeouts:{}\r\n", t.timeouts));
     }
-    s.push_str("# Proxy\r\nproxy:respway\r\n");
-    s.push_str(&format!(
-        "respway_version:{}\r\n",
-        env!("CARGO_PKG_VERSION")
-    ));
-    s.push_str(&format!("listener:{}\r\n", listener.name));
-    s.push_str(&format!("workers:{}\r\n", ctx.workers));
-    s.push_str(&format!("connected_clients:{}\r\n", t.active));
-    s.push_str(&format!("total_connections_received:{}\r\n", t.connections));
-    s.push_str(&format!("total_commands_processed:{}\r\n", t.commands));
-    s.push_str(&format!("protocol_errors:{}\r\n", t.protocol_errors));
-    s.push_str(&format!("unsupported_commands:{}\r\n", t.unsupported));
-    s.push_str(&format!("upstream_timeouts:{}\r\n", t.timeouts));
-    let mut out = BytesMut::with_capacity(s.len() + 16);
-    out.put_u8(b'$');
-    out.put_slice(s.len().to_string().as_bytes());
-    out.put_slice(b"\r\n");
-    out.put_slice(s.as_bytes());
-    out.put_slice(b"\r\n");
-    out.freeze()
+    info_filters(&mut s, ctx, listener, &wants);
+    bulk(s.as_bytes())
 }

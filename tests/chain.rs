@@ -167,6 +167,16 @@ fn hot_key_writes_reach_every_shard() {
             "shard {a}"
         );
     }
+    for _ in 0..8 {
+        assert_eq!(get(&mut c, "HIGH_FREQ_menu").as_deref(), Some("v1"));
+    }
+    let info: String = redis::cmd("INFO").arg("hotkeys").query(&mut c).unwrap();
+    assert!(
+        info.contains(
+            "hotkey_main_HIGH_FREQ_:fanned_out_writes=1,partial_failures=0,reads_per_shard=2/2/2/2"
+        ),
+        "{info}"
+    );
     let _: i64 = redis::cmd("DEL")
         .arg("HIGH_FREQ_menu")
         .query(&mut c)
@@ -219,6 +229,11 @@ fn migration_modes_dual_write_switch_reads_read_only() {
         set(&mut c, &format!("user:{i}"), "v1");
     }
     wait_for("the mirror to catch up", || total(&new_a) == 100);
+    let info: String = redis::cmd("INFO").arg("mirror").query(&mut c).unwrap();
+    assert!(
+        info.contains("mirror_new:mirrored=100,dropped=0,failed=0"),
+        "{info}"
+    );
     assert_eq!(total(&old_a), 100);
     for s in &new {
         assert_eq!(commandstat(s.addr, "get"), 0);
