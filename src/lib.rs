@@ -15,6 +15,7 @@
 //! - `local`: commands the proxy answers itself;
 //! - `stats`: per-worker counters.
 
+pub mod bootstrap;
 pub mod conn;
 pub mod local;
 pub mod stack;

@@ -1,24 +1,33 @@
-//! `respway --config FILE [--workers N]`: the sidecar binary. Parses arguments, loads the
-//! configuration (or the embedded default), starts the workers and waits for a signal.
+//! `respway --config FILE | --bootstrap FILE [--workers N] [--zone Z]`: the sidecar binary.
+//! Parses arguments, loads the configuration (a static file, the embedded default, or a
+//! bootstrap with an xDS management server), starts the workers and waits for signals.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use clap::Parser;
+use respway::bootstrap::Bootstrap;
+use respway::ConfigHandle;
+use respway_filters::model::Config;
 
 /// A Redis data plane: speak RESP to it, and it spreads keys over many Redis shards.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
-    /// Static configuration (YAML). Without it: listen on 127.0.0.1:6380, one upstream at
-    /// 127.0.0.1:6379.
-    #[arg(long, short)]
+    /// Static configuration (YAML). Without it (and without --bootstrap): listen on
+    /// 127.0.0.1:6380, one upstream at 127.0.0.1:6379. SIGHUP reloads it.
+    #[arg(long, short, conflicts_with = "bootstrap")]
     config: Option<PathBuf>,
+    /// Bootstrap (YAML): node id and zone, the xDS management server, static resources.
+    #[arg(long)]
+    bootstrap: Option<PathBuf>,
     /// Worker threads (default: the number of cores).
     #[arg(long)]
     workers: Option<usize>,
-    /// The zone this sidecar runs in, for zone-local reads (overrides `RESPWAY_ZONE` and the
-    /// config's `node.zone`).
+    /// The zone this sidecar runs in, for zone-local reads (overrides the config's or the
+    /// bootstrap's `node.zone`).
     #[arg(long, env = "RESPWAY_ZONE")]
     zone: Option<String>,
     /// Only validate the configuration, then exit (0 = valid, 2 = invalid).
@@ -35,19 +44,31 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let mut config = match &args.config {
-        Some(path) => match respway_xds::load_file(path) {
-            Ok(c) => c,
+    let bootstrap = match &args.bootstrap {
+        Some(path) => match Bootstrap::load(path) {
+            Ok(b) => Some(b),
             Err(errors) => {
                 eprintln!("{errors}");
                 return ExitCode::from(2);
             }
         },
-        None => respway_xds::default_config(),
+        None => None,
     };
-    if args.zone.is_some() {
-        config.zone = args.zone.clone();
-    }
+    let static_config = match (&args.config, &bootstrap) {
+        (Some(path), _) => match respway_xds::load_file(path) {
+            Ok(c) => Some(c),
+            Err(errors) => {
+                eprintln!("{errors}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, Some(b)) => b.static_config.clone(),
+        (None, None) => Some(respway_xds::default_config()),
+    };
+    let zone = args
+        .zone
+        .clone()
+        .or_else(|| bootstrap.as_ref().and_then(|b| b.zone.clone()));
     if args.check {
         return ExitCode::SUCCESS;
     }
@@ -56,19 +77,6 @@ fn main() -> ExitCode {
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let server = match respway::start(config, respway::Options { workers }) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("respway: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    for a in server.local_addrs() {
-        tracing::info!(address = %a, workers, "listening");
-    }
-    // The main thread waits for signals: SIGHUP reloads the static config file (every
-    // setting but the listener set can change this way, without dropping a request);
-    // SIGINT/SIGTERM stop the workers.
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -79,44 +87,130 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let handle = server.config_handle();
-    let zone = args.zone.clone();
-    let path = args.config.clone();
-    rt.block_on(async move {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut hup), Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::hangup()),
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            tracing::error!("cannot install signal handlers");
+    rt.block_on(run(args, bootstrap, static_config, zone, workers))
+}
+
+async fn run(
+    args: Args,
+    bootstrap: Option<Bootstrap>,
+    static_config: Option<Config>,
+    zone: Option<String>,
+    workers: usize,
+) -> ExitCode {
+    let with_zone = |mut c: Config| {
+        if zone.is_some() {
+            c.zone = zone.clone();
+        }
+        c
+    };
+    // The xDS client runs on this (main) thread's runtime; it applies through the server's
+    // config handle once the server runs. Without static resources the first configuration
+    // it receives starts the server.
+    let handle: Arc<OnceLock<ConfigHandle>> = Arc::new(OnceLock::new());
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Config>();
+    let xds = bootstrap
+        .as_ref()
+        .and_then(|b| Some((b.xds_server.clone()?, b.node_id.clone()?)));
+    let start_xds = |first_tx: Option<tokio::sync::oneshot::Sender<Config>>| {
+        let Some((server, node_id)) = xds.clone() else {
             return;
         };
-        loop {
-            tokio::select! {
-                _ = hup.recv() => {
-                    let Some(path) = &path else {
-                        tracing::warn!("SIGHUP: no --config file to reload");
-                        continue;
-                    };
-                    match respway_xds::load_file(path) {
-                        Ok(mut config) => {
-                            if zone.is_some() {
-                                config.zone = zone.clone();
-                            }
-                            match handle.apply(config) {
-                                Ok(v) => tracing::info!(version = v, "configuration reloaded"),
-                                Err(e) => tracing::error!(error = %e, "reload refused; the last good configuration stays"),
-                            }
-                        }
-                        Err(errors) => tracing::error!(%errors, "reload refused; the last good configuration stays"),
-                    }
+        let mut cfg = respway_xds::client::AdsClientConfig::new(server, node_id);
+        cfg.zone = zone.clone();
+        cfg.backoff_min = Duration::from_millis(100);
+        cfg.backoff_max = Duration::from_secs(5);
+        let handle = handle.clone();
+        let zone = zone.clone();
+        let mut first_tx = first_tx;
+        tokio::spawn(respway_xds::client::run(
+            cfg,
+            move |resources| {
+                let mut config = respway_xds::translate(resources).map_err(|e| e.to_string())?;
+                if zone.is_some() {
+                    config.zone = zone.clone();
                 }
-                _ = term.recv() => break,
-                _ = int.recv() => break,
+                match handle.get() {
+                    Some(h) => h.apply(config).map(|v| {
+                        tracing::info!(version = v, "configuration from xDS applied");
+                    }),
+                    None => match first_tx.take() {
+                        Some(tx) => tx
+                            .send(config)
+                            .map_err(|_| "the sidecar is shutting down".to_string()),
+                        None => Err("the sidecar is still starting".to_string()),
+                    },
+                }
+            },
+            None,
+        ));
+    };
+    let mut xds_started = false;
+    let config = match static_config {
+        Some(c) => with_zone(c),
+        None => {
+            xds_started = true;
+            tracing::info!("no static resources: waiting for the first configuration from xDS");
+            start_xds(Some(first_tx));
+            match first_rx.await {
+                Ok(c) => c,
+                Err(_) => return ExitCode::from(1),
             }
         }
-    });
+    };
+    let server = match respway::start(config, respway::Options { workers }) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("respway: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let _ = handle.set(server.config_handle());
+    if !xds_started {
+        // Static resources are served first; xDS updates (if configured) follow.
+        start_xds(None);
+    }
+    for a in server.local_addrs() {
+        tracing::info!(address = %a, workers, "listening");
+    }
+    signals(server.config_handle(), args.config.clone(), zone.clone()).await;
     server.shutdown();
     ExitCode::SUCCESS
+}
+
+/// Waits for signals: SIGHUP reloads the static config file (every setting but the listener
+/// set can change this way, without dropping a request); SIGINT/SIGTERM return.
+async fn signals(handle: ConfigHandle, path: Option<PathBuf>, zone: Option<String>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut hup), Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::hangup()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                let Some(path) = &path else {
+                    tracing::warn!("SIGHUP: no --config file to reload");
+                    continue;
+                };
+                match respway_xds::load_file(path) {
+                    Ok(mut config) => {
+                        if zone.is_some() {
+                            config.zone = zone.clone();
+                        }
+                        match handle.apply(config) {
+                            Ok(v) => tracing::info!(version = v, "configuration reloaded"),
+                            Err(e) => tracing::error!(error = %e, "reload refused; the last good configuration stays"),
+                        }
+                    }
+                    Err(errors) => tracing::error!(%errors, "reload refused; the last good configuration stays"),
+                }
+            }
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+        }
+    }
 }

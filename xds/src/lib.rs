@@ -1,6 +1,6 @@
 //! # respway-xds
 //!
-//! respway's configuration plane. A static YAML file and (later) the xDS stream both become
+//! respway's configuration plane. A static YAML file and the xDS stream both become
 //! the same Envoy v3 resources, and one translation turns those into the filters'
 //! [`respway_filters::model`]:
 //!
@@ -19,14 +19,32 @@
 //!   listener's filter chain, `typed_extension_protocol_options` and `load_balancing_policy` on
 //!   the cluster, and `filter_metadata` on endpoints (see [`names`]).
 //! - Envoy fields that respway does not implement are refused by name when set, never ignored.
+//!
+//! The xDS side (state-of-the-world ADS, `envoy.service.discovery.v3.AggregatedDiscoveryService`):
+//!
+//! ```text
+//! DIR/*.yaml ──poll──▶ cache (merge per node, validate, version) ──watch──▶ server (one task per ADS stream)
+//!                                                                            │ CDS → EDS → LDS, nonces, ACK/NACK
+//! sidecar ◀──apply(&Resources)── client (warming, ACK/NACK, backoff) ◀───────┘
+//! ```
+//!
+//! - [`cache`] turns a directory of resource files into a versioned snapshot per node.
+//! - [`server`] serves it over ADS and keeps per-node ACK/NACK status; [`admin`] is its HTTP
+//!   admin (`GET /status`, `POST /apply`), used by the `respway-xds` binary.
+//! - [`client`] is the sidecar's ADS client: it keeps the last accepted resources, applies a
+//!   set only once it is warm and valid, and NACKs what it cannot apply.
 
 #![warn(missing_docs)]
 
+pub mod admin;
+pub mod cache;
+pub mod client;
 mod common;
 mod emit;
 mod error;
 pub mod names;
 pub mod pb;
+pub mod server;
 mod translate;
 mod yaml;
 
@@ -57,6 +75,14 @@ pub struct Resources {
     /// [`Config::zone`]; `None` when the source says none.
     pub node_zone: Option<String>,
 }
+
+/// The xDS type URL of listeners (LDS).
+pub const LISTENER_TYPE_URL: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+/// The xDS type URL of clusters (CDS).
+pub const CLUSTER_TYPE_URL: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+/// The xDS type URL of cluster load assignments (EDS).
+pub const ENDPOINT_TYPE_URL: &str =
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 
 /// Reads a YAML configuration (schema in `xds/SCHEMA.md`) into Envoy v3 resources.
 ///

@@ -18,10 +18,13 @@ use respway_filters::model::{
 };
 use serde_yaml_ng::{Mapping, Value};
 
+use crate::cache::Targets;
 use crate::common::{self, MirrorProblem, SlotProblem};
 use crate::error::{index, join, ConfigErrors, Cx};
 
 const TOP_KEYS: &[&str] = &["node", "listeners", "clusters"];
+const FRAGMENT_TOP_KEYS: &[&str] = &["targets", "listeners", "clusters", "node"];
+const TARGETS_KEYS: &[&str] = &["node_ids", "zones"];
 const NODE_KEYS: &[&str] = &["id", "zone"];
 const LISTENER_KEYS: &[&str] = &[
     "name",
@@ -77,6 +80,36 @@ const POLICIES: &[(&str, &[&str])] = &[
 
 /// Reads a YAML document into the validated model, reporting every error.
 pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    parse_doc(text, Mode::Static).map(|(_, config)| config)
+}
+
+/// A resource file of the management server (`respway-xds serve --resources DIR`): the
+/// schema's `listeners` and `clusters`, either of which may be left out, and `targets` naming
+/// the sidecars it is for. Routes may name clusters of other files: those references are
+/// checked once the files are merged into a node's snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Fragment {
+    /// `None`: the file is for every node.
+    pub(crate) targets: Option<Targets>,
+    /// The file's listeners and clusters (`zone` is always `None`).
+    pub(crate) config: Config,
+}
+
+/// Reads a management-server resource file (see [`Fragment`]), reporting every error.
+pub(crate) fn parse_fragment(text: &str) -> Result<Fragment, ConfigErrors> {
+    parse_doc(text, Mode::Fragment).map(|(targets, config)| Fragment { targets, config })
+}
+
+/// Which document [`parse_doc`] reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The sidecar's static file: `node`, and both lists required.
+    Static,
+    /// A management-server file: `targets`, lists optional, cross-file cluster references.
+    Fragment,
+}
+
+fn parse_doc(text: &str, mode: Mode) -> Result<(Option<Targets>, Config), ConfigErrors> {
     let mut cx = Cx::default();
     // Anchors are resolved by the parser; merge keys (`<<: *base`) are applied here.
     let doc = serde_yaml_ng::from_str::<Value>(text).and_then(|mut v| v.apply_merge().map(|()| v));
@@ -88,20 +121,40 @@ pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
         }
     };
     if doc.is_null() {
-        cx.err(
-            "",
-            "the document is empty: listeners and clusters are required",
-        );
+        let what = match mode {
+            Mode::Static => "listeners and clusters are required",
+            Mode::Fragment => "a resource file defines listeners, clusters or both",
+        };
+        cx.err("", format!("the document is empty: {what}"));
         return Err(ConfigErrors(cx.errors));
     }
-    let Some(top) = Map::new(&mut cx, &doc, "", TOP_KEYS) else {
+    let keys = match mode {
+        Mode::Static => TOP_KEYS,
+        Mode::Fragment => FRAGMENT_TOP_KEYS,
+    };
+    let Some(top) = Map::new(&mut cx, &doc, "", keys) else {
         return Err(ConfigErrors(cx.errors));
     };
 
-    let zone = top.get("node").and_then(|v| node(&mut cx, v));
+    let mut zone = None;
+    let mut file_targets = None;
+    match mode {
+        Mode::Static => zone = top.get("node").and_then(|v| node(&mut cx, v)),
+        Mode::Fragment => {
+            if top.raw("node").is_some() {
+                cx.err(
+                    "node",
+                    "not used in a respway-xds resource file: a sidecar's own node is in its \
+                     bootstrap; name the sidecars a file is for with `targets`",
+                );
+            }
+            file_targets = top.raw("targets").and_then(|v| targets(&mut cx, v));
+        }
+    }
 
     // Route targets are checked against every cluster name in the file, so that a cluster with
-    // errors of its own does not also make each route to it an error.
+    // errors of its own does not also make each route to it an error. A management-server
+    // file may route to clusters of other files: translate checks the merged snapshot.
     let cluster_names: HashSet<&str> = top
         .get("clusters")
         .and_then(Value::as_sequence)
@@ -111,11 +164,19 @@ pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
                 .collect()
         })
         .unwrap_or_default();
+    let known = (mode == Mode::Static).then_some(&cluster_names);
+    let list = |cx: &mut Cx, key: &str| -> &[Value] {
+        match mode {
+            Mode::Static => top.non_empty_seq(cx, key),
+            Mode::Fragment => top.seq(cx, key).unwrap_or_default(),
+        }
+    };
 
+    let listener_values = list(&mut cx, "listeners");
     let mut listeners = Vec::new();
     let mut seen = HashMap::new();
-    for (i, v) in top.non_empty_seq(&mut cx, "listeners").iter().enumerate() {
-        listeners.extend(listener(&mut cx, v, i, &cluster_names));
+    for (i, v) in listener_values.iter().enumerate() {
+        listeners.extend(listener(&mut cx, v, i, known));
         if let Some(name) = v.get("name").and_then(Value::as_str) {
             if let Some(first) = seen.insert(name, i) {
                 cx.err(
@@ -127,9 +188,20 @@ pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
         cx.resource.clear();
     }
 
+    let cluster_values = list(&mut cx, "clusters");
+    if mode == Mode::Fragment
+        && listener_values.is_empty()
+        && cluster_values.is_empty()
+        && cx.count() == 0
+    {
+        cx.err(
+            "",
+            "defines no listeners and no clusters (a resource file defines either or both)",
+        );
+    }
     let mut clusters = Vec::new();
     let mut seen = HashMap::new();
-    for (i, v) in top.non_empty_seq(&mut cx, "clusters").iter().enumerate() {
+    for (i, v) in cluster_values.iter().enumerate() {
         clusters.extend(cluster(&mut cx, v, i));
         if let Some(name) = v.get("name").and_then(Value::as_str) {
             if let Some(first) = seen.insert(name, i) {
@@ -141,11 +213,47 @@ pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
         }
         cx.resource.clear();
     }
-    cx.finish(Config {
-        zone,
-        listeners,
-        clusters,
-    })
+    cx.finish((
+        file_targets,
+        Config {
+            zone,
+            listeners,
+            clusters,
+        },
+    ))
+}
+
+// === targets ===
+
+/// `targets: { node_ids: [...], zones: [...] }`: at least one id or zone, none empty or
+/// repeated.
+fn targets(cx: &mut Cx, v: &Value) -> Option<Targets> {
+    let before = cx.count();
+    let m = Map::new(cx, v, "targets", TARGETS_KEYS)?;
+    let mut out = Targets::default();
+    for (key, into) in [("node_ids", &mut out.node_ids), ("zones", &mut out.zones)] {
+        let at = m.at(key);
+        for (i, item) in m.seq(cx, key).unwrap_or_default().iter().enumerate() {
+            match item.as_str() {
+                Some("") => cx.err(index(&at, i), "must not be empty"),
+                Some(s) if into.iter().any(|x| x == s) => {
+                    cx.err(index(&at, i), format!("duplicate {s:?}"))
+                }
+                Some(s) => into.push(s.to_string()),
+                None => cx.err(
+                    index(&at, i),
+                    format!("expected a string, got {}", kind(item)),
+                ),
+            }
+        }
+    }
+    if out.node_ids.is_empty() && out.zones.is_empty() && cx.count() == before {
+        cx.err(
+            "targets",
+            "names no node id and no zone (leave `targets` out for a file for every node)",
+        );
+    }
+    (cx.count() == before).then_some(out)
 }
 
 // === node ===
@@ -166,7 +274,12 @@ fn resource_name(v: &Value, kind: &str, list: &str, i: usize) -> String {
     }
 }
 
-fn listener(cx: &mut Cx, v: &Value, i: usize, clusters: &HashSet<&str>) -> Option<Listener> {
+fn listener(
+    cx: &mut Cx,
+    v: &Value,
+    i: usize,
+    clusters: Option<&HashSet<&str>>,
+) -> Option<Listener> {
     cx.resource = resource_name(v, "listener", "listeners", i);
     let before = cx.count();
     let m = Map::new(cx, v, "", LISTENER_KEYS)?;
@@ -222,7 +335,7 @@ fn limits(cx: &mut Cx, v: &Value, path: &str) -> Limits {
     }
 }
 
-fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: &HashSet<&str>) -> RouteTable {
+fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: Option<&HashSet<&str>>) -> RouteTable {
     let mut table = RouteTable::default();
     let Some(m) = Map::new(cx, v, path, ROUTES_KEYS) else {
         return table;
@@ -230,7 +343,7 @@ fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: &HashSet<&str>) -> Route
     table.case_insensitive = m.boolean(cx, "case_insensitive").unwrap_or(false);
     table.catch_all = m.string(cx, "catch_all");
     if let Some(c) = &table.catch_all {
-        if !clusters.contains(c.as_str()) {
+        if clusters.is_some_and(|known| !known.contains(c.as_str())) {
             cx.err(m.at("catch_all"), format!("unknown cluster {c:?}"));
         }
     }
@@ -255,7 +368,7 @@ fn routes(cx: &mut Cx, v: &Value, path: &str, clusters: &HashSet<&str>) -> Route
         let cluster = r.required_string(cx, "cluster");
         let remove_prefix = r.boolean(cx, "remove_prefix").unwrap_or(false);
         if let Some(c) = &cluster {
-            if !clusters.contains(c.as_str()) {
+            if clusters.is_some_and(|known| !known.contains(c.as_str())) {
                 cx.err(r.at("cluster"), format!("unknown cluster {c:?}"));
             }
         }
@@ -299,7 +412,7 @@ fn mirrors(
     m: &Map<'_>,
     key: &str,
     route_cluster: Option<&str>,
-    clusters: &HashSet<&str>,
+    clusters: Option<&HashSet<&str>>,
 ) -> Vec<MirrorPolicy> {
     let list = m.seq(cx, key).unwrap_or_default();
     let at = m.at(key);
@@ -314,7 +427,7 @@ fn mirrors(
         };
         let cluster = p.required_string(cx, "cluster");
         if let Some(c) = &cluster {
-            if !clusters.contains(c.as_str()) {
+            if clusters.is_some_and(|known| !known.contains(c.as_str())) {
                 cx.err(p.at("cluster"), format!("unknown cluster {c:?}"));
             }
         }

@@ -230,7 +230,7 @@ pub(super) fn translate(
                     *cla,
                 )),
                 None => {
-                    cx.err("", format!("no ClusterLoadAssignment for {service:?}"));
+                    cx.err("", missing_assignment(service));
                     None
                 }
             }
@@ -644,4 +644,10 @@ fn key_hash_model(k: rw::KeyHash) -> KeyHash {
         rw::KeyHash::OneAtATime => KeyHash::OneAtATime,
         rw::KeyHash::Murmur => KeyHash::Murmur,
     }
+}
+
+/// The reason reported against an EDS cluster whose `ClusterLoadAssignment` is missing; the
+/// ADS client recognizes it as "not warm yet" rather than invalid.
+pub(crate) fn missing_assignment(service: &str) -> String {
+    format!("no ClusterLoadAssignment for {service:?}")
 }

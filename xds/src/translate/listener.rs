@@ -47,6 +47,39 @@ impl Translated {
     }
 }
 
+/// The clusters a listener routes or mirrors to, read from every `RedisProxy` filter of its
+/// filter chains (routes, catch-all and their mirror policies). Filters that do not decode
+/// are skipped: [`translate`] reports them. The ADS client uses this to know when a listener
+/// is warm (every cluster it names has arrived).
+pub(crate) fn referenced_clusters(l: &PbListener) -> Vec<String> {
+    let mut out = Vec::new();
+    for chain in &l.filter_chains {
+        for f in &chain.filters {
+            let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+                continue;
+            };
+            if type_name(any) != RedisProxy::full_name() {
+                continue;
+            }
+            let Ok(redis) = unpack::<RedisProxy>(any) else {
+                continue;
+            };
+            let Some(pr) = &redis.prefix_routes else {
+                continue;
+            };
+            let routes = pr.routes.iter().chain(pr.catch_all_route.iter());
+            for r in routes {
+                out.push(r.cluster.clone());
+                out.extend(r.request_mirror_policy.iter().map(|m| m.cluster.clone()));
+            }
+        }
+    }
+    out.retain(|c| !c.is_empty());
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Translates one listener; `None` when it had errors (all recorded in `cx`).
 #[allow(deprecated)] // deprecated Envoy fields are read to refuse them
 pub(super) fn translate(

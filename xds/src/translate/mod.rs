@@ -11,6 +11,9 @@ mod cluster;
 mod endpoint;
 mod listener;
 
+pub(crate) use cluster::missing_assignment;
+pub(crate) use listener::referenced_clusters;
+
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};

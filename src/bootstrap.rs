@@ -1,0 +1,172 @@
+//! The bootstrap file (`--bootstrap FILE`): who this sidecar is, where its management server
+//! is, and the static resources it serves until (or while) the server is away.
+//!
+//! ```yaml
+//! node: { id: sidecar-1, zone: z1 }       # id required with xds
+//! xds: { server: "http://127.0.0.1:18000" } # optional: the ADS management server
+//! static_resources:                       # optional: the same schema as --config
+//!   listeners: [...]
+//!   clusters: [...]
+//! ```
+//!
+//! Every error is reported at once, naming the file and the field.
+
+use std::path::Path;
+
+use respway_filters::model::Config;
+use serde_yaml_ng::Value;
+
+/// A parsed bootstrap.
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    /// `node.id`.
+    pub node_id: Option<String>,
+    /// `node.zone`.
+    pub zone: Option<String>,
+    /// `xds.server`.
+    pub xds_server: Option<String>,
+    /// `static_resources`, translated.
+    pub static_config: Option<Config>,
+}
+
+impl Bootstrap {
+    /// Reads and checks a bootstrap file.
+    ///
+    /// # Errors
+    /// Every problem, one per line, each prefixed with the file name.
+    pub fn load(path: &Path) -> Result<Bootstrap, String> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
+        Bootstrap::parse(&text).map_err(|errors| {
+            errors
+                .lines()
+                .map(|l| format!("{file}: {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    /// Parses bootstrap YAML text.
+    ///
+    /// # Errors
+    /// Every problem, one per line.
+    pub fn parse(text: &str) -> Result<Bootstrap, String> {
+        let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| format!("invalid YAML: {e}"))?;
+        let Value::Mapping(top) = doc else {
+            return Err("the bootstrap must be a mapping".into());
+        };
+        let mut errors = Vec::new();
+        let mut b = Bootstrap {
+            node_id: None,
+            zone: None,
+            xds_server: None,
+            static_config: None,
+        };
+        let string = |v: &Value, field: &str, errors: &mut Vec<String>| match v {
+            Value::String(s) if !s.is_empty() => Some(s.clone()),
+            Value::Null => None,
+            _ => {
+                errors.push(format!("{field}: must be a non-empty string"));
+                None
+            }
+        };
+        for (k, v) in &top {
+            match k.as_str() {
+                Some("node") => match v {
+                    Value::Mapping(m) => {
+                        for (nk, nv) in m {
+                            match nk.as_str() {
+                                Some("id") => b.node_id = string(nv, "node.id", &mut errors),
+                                Some("zone") => b.zone = string(nv, "node.zone", &mut errors),
+                                other => errors
+                                    .push(format!("node.{}: unknown field", other.unwrap_or("?"))),
+                            }
+                        }
+                    }
+                    _ => errors.push("node: must be a mapping".into()),
+                },
+                Some("xds") => match v {
+                    Value::Mapping(m) => {
+                        for (xk, xv) in m {
+                            match xk.as_str() {
+                                Some("server") => {
+                                    b.xds_server = string(xv, "xds.server", &mut errors)
+                                }
+                                other => errors
+                                    .push(format!("xds.{}: unknown field", other.unwrap_or("?"))),
+                            }
+                        }
+                    }
+                    _ => errors.push("xds: must be a mapping".into()),
+                },
+                Some("static_resources") => {
+                    let mut text = match serde_yaml_ng::to_string(v) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            errors.push(format!("static_resources: {e}"));
+                            continue;
+                        }
+                    };
+                    if let (Value::Mapping(m), Some(zone)) =
+                        (v, top.get("node").and_then(|n| n.get("zone")))
+                    {
+                        // The static resources take the node's zone, like xDS resources do.
+                        if !m.contains_key("node") {
+                            if let Some(z) = zone.as_str() {
+                                text.push_str(&format!("node: {{ zone: {z:?} }}\n"));
+                            }
+                        }
+                    }
+                    match respway_xds::parse_yaml(&text).and_then(|r| respway_xds::translate(&r)) {
+                        Ok(c) => b.static_config = Some(c),
+                        Err(e) => errors.extend(
+                            e.to_string()
+                                .lines()
+                                .map(|l| format!("static_resources: {l}")),
+                        ),
+                    }
+                }
+                other => errors.push(format!("{}: unknown field", other.unwrap_or("?"))),
+            }
+        }
+        if b.xds_server.is_some() && b.node_id.is_none() {
+            errors.push("node.id: required when xds.server is set".into());
+        }
+        if b.xds_server.is_none() && b.static_config.is_none() {
+            errors.push("static_resources: required when there is no xds.server".into());
+        }
+        if errors.is_empty() {
+            Ok(b)
+        } else {
+            Err(errors.join("\n"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_at_once() {
+        let err = Bootstrap::parse("node: { idd: x, zone: 3 }\nxds: { server: \"\" }\nfoo: 1\n")
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "node.idd: unknown field\nnode.zone: must be a non-empty string\nxds.server: must be a non-empty string\nfoo: unknown field\nstatic_resources: required when there is no xds.server"
+        );
+        let err = Bootstrap::parse("xds: { server: \"http://127.0.0.1:1\" }\n").unwrap_err();
+        assert_eq!(err, "node.id: required when xds.server is set");
+    }
+
+    #[test]
+    fn static_resources_take_the_node_zone() {
+        let b = Bootstrap::parse(
+            "node: { id: a, zone: z1 }\nstatic_resources:\n  listeners:\n    - name: l\n      routes: { catch_all: c }\n  clusters:\n    - name: c\n      shards:\n        - endpoints: [ { address: \"127.0.0.1:6379\" } ]\n",
+        )
+        .unwrap();
+        let c = b.static_config.unwrap();
+        assert_eq!(c.zone.as_deref(), Some("z1"));
+        assert_eq!(b.node_id.as_deref(), Some("a"));
+    }
+}

@@ -1,0 +1,338 @@
+//! Push fan-out benchmark: one `respway-xds` server, N simulated ADS clients.
+//!
+//! ```text
+//! cargo run --release -p respway-xds --example fanout -- --clients 1000 --rounds 5
+//! ```
+//!
+//! The server runs in a child process (this binary, re-executed with `--serve-child DIR`), so
+//! its memory is measured alone (VmRSS / VmHWM from `/proc/PID/status`). The parent opens N
+//! ADS streams, one HTTP/2 connection each, built directly on envoy-types' client like any
+//! xDS consumer: CDS and LDS wildcard, EDS by name, ACKing every response. Each round changes
+//! the resources through the admin endpoint (`POST /apply`: validate, write, load, push) and
+//! times, per client, from just before the POST until the client holds the new version of all
+//! three types; it prints p50/p99/max over the clients.
+#![allow(
+    clippy::print_stdout,
+    reason = "a benchmark: its report goes to stdout"
+)]
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use prost::Message;
+use respway_xds::pb::envoy::config::cluster::v3::Cluster;
+use respway_xds::pb::envoy::config::core::v3::Node;
+use respway_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use respway_xds::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use respway_xds::server::Server;
+use respway_xds::{CLUSTER_TYPE_URL, ENDPOINT_TYPE_URL, LISTENER_TYPE_URL};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Simulated ADS clients.
+    #[arg(long, default_value_t = 1000)]
+    clients: usize,
+    /// Snapshot changes to time.
+    #[arg(long, default_value_t = 5)]
+    rounds: u64,
+    /// Clusters in the served configuration (two shards each, a primary and a replica per shard).
+    #[arg(long, default_value_t = 8)]
+    clusters: usize,
+    /// Internal: run the server on this resource directory.
+    #[arg(long, hide = true)]
+    serve_child: Option<PathBuf>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    match args.serve_child.clone() {
+        Some(dir) => runtime.block_on(serve_child(dir)),
+        None => runtime.block_on(bench(args)),
+    }
+}
+
+/// The child: serves `dir`, prints `READY <grpc> <admin>`, exits when stdin closes.
+async fn serve_child(dir: PathBuf) {
+    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let line = format!(
+        "READY {} {}\n",
+        grpc.local_addr().expect("addr"),
+        admin.local_addr().expect("addr")
+    );
+    let server = Server::new(dir);
+    let stdin_closed = tokio::task::spawn_blocking(|| {
+        let mut sink = String::new();
+        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+    });
+    std::io::stdout()
+        .write_all(line.as_bytes())
+        .and_then(|()| std::io::stdout().flush())
+        .expect("stdout");
+    server
+        .serve(grpc, Some(admin), async {
+            let _ = stdin_closed.await;
+        })
+        .await
+        .expect("serve");
+}
+
+fn config(clusters: usize, round: u64) -> String {
+    let mut s = String::from("listeners:\n");
+    s.push_str(&format!(
+        "  - name: main\n    address: 127.0.0.1:16380\n    op_timeout: {}ms\n    routes:\n      catch_all: c0\n      prefixes:\n",
+        250 + round
+    ));
+    for c in 0..clusters {
+        s.push_str(&format!(
+            "        - {{ prefix: \"p{c}:\", cluster: c{c} }}\n"
+        ));
+    }
+    s.push_str("clusters:\n");
+    for c in 0..clusters {
+        // Cluster 0 changes every round: its connect timeout (CDS) and an address (EDS).
+        let timeout = if c == 0 { 500 + round } else { 500 };
+        let port = if c == 0 {
+            20000 + round
+        } else {
+            7000 + c as u64 * 10
+        };
+        s.push_str(&format!(
+            "  - name: c{c}\n    connect_timeout: {timeout}ms\n    read_policy: prefer_replica\n    shards:\n      - endpoints:\n          - {{ address: 127.0.0.1:{port}, role: primary, zone: z1 }}\n          - {{ address: 127.0.0.2:{port}, role: replica, zone: z2 }}\n      - endpoints:\n          - {{ address: 127.0.0.3:{port}, role: primary, zone: z2 }}\n          - {{ address: 127.0.0.4:{port}, role: replica, zone: z1 }}\n"
+        ));
+    }
+    s
+}
+
+/// `VmRSS` and `VmHWM` of `pid` (or self), in KiB.
+fn memory(pid: Option<u32>) -> (u64, u64) {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/status"),
+        None => "/proc/self/status".to_string(),
+    };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// One simulated client: the SotW handshake, then ACK everything; reports `(client, version,
+/// when)` each time it holds one version of all three types.
+async fn client(
+    id: usize,
+    grpc: SocketAddr,
+    report: mpsc::UnboundedSender<(usize, u64, Instant)>,
+    connecting: Arc<Semaphore>,
+) {
+    let permit = connecting.acquire().await.expect("semaphore");
+    let mut ads = AggregatedDiscoveryServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect")
+        .max_decoding_message_size(64 << 20);
+    let (tx, rx) = mpsc::channel(16);
+    let node = Node {
+        id: format!("sim-{id}"),
+        ..Default::default()
+    };
+    let req = |type_url: &str, version: &str, nonce: &str, names: Vec<String>| DiscoveryRequest {
+        version_info: version.to_string(),
+        node: Some(node.clone()),
+        resource_names: names,
+        type_url: type_url.to_string(),
+        response_nonce: nonce.to_string(),
+        ..Default::default()
+    };
+    tx.send(req(CLUSTER_TYPE_URL, "", "", vec![]))
+        .await
+        .expect("send");
+    tx.send(req(LISTENER_TYPE_URL, "", "", vec![]))
+        .await
+        .expect("send");
+    let mut inbound = ads
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .expect("stream")
+        .into_inner();
+    drop(permit);
+    let mut eds_names: Vec<String> = Vec::new();
+    let mut versions = [0u64; 3];
+    let mut reported = 0;
+    while let Ok(Some(resp)) = inbound.message().await {
+        let at = Instant::now();
+        let v: u64 = resp.version_info.parse().unwrap_or(0);
+        let i = match resp.type_url.as_str() {
+            CLUSTER_TYPE_URL => 0,
+            ENDPOINT_TYPE_URL => 1,
+            _ => 2,
+        };
+        versions[i] = v;
+        let mut names = Vec::new();
+        if i == 0 {
+            let wanted: Vec<String> = resp
+                .resources
+                .iter()
+                .filter_map(|a| Cluster::decode(a.value.as_slice()).ok())
+                .map(|c| c.name)
+                .collect();
+            if wanted != eds_names {
+                eds_names = wanted;
+                let _ = tx
+                    .send(req(ENDPOINT_TYPE_URL, "", "", eds_names.clone()))
+                    .await;
+            }
+        } else if i == 1 {
+            names = eds_names.clone();
+        }
+        let _ = tx
+            .send(req(&resp.type_url, &resp.version_info, &resp.nonce, names))
+            .await;
+        let held = *versions.iter().min().unwrap_or(&0);
+        if held > reported && versions.iter().all(|x| *x == versions[0]) {
+            reported = held;
+            let _ = report.send((id, held, at));
+        }
+    }
+}
+
+fn percentiles(mut d: Vec<Duration>) -> String {
+    d.sort();
+    let at = |p: f64| d[((d.len() as f64 * p).ceil() as usize).clamp(1, d.len()) - 1];
+    format!(
+        "p50 {:>7.1} ms  p99 {:>7.1} ms  max {:>7.1} ms",
+        at(0.50).as_secs_f64() * 1e3,
+        at(0.99).as_secs_f64() * 1e3,
+        d[d.len() - 1].as_secs_f64() * 1e3
+    )
+}
+
+async fn collect(
+    rx: &mut mpsc::UnboundedReceiver<(usize, u64, Instant)>,
+    n: usize,
+    version: u64,
+    since: Instant,
+) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while out.len() < n {
+        let (_, v, at) = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .expect("every client in time")
+            .expect("clients alive");
+        if v == version {
+            out.push(at.saturating_duration_since(since));
+        }
+    }
+    out
+}
+
+async fn bench(args: Args) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("base.yaml"), config(args.clusters, 0)).expect("write");
+    let mut child = Command::new(std::env::current_exe().expect("exe"))
+        .arg("--serve-child")
+        .arg(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the server");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("READY line");
+    let mut parts = line.split_whitespace().skip(1);
+    let grpc: SocketAddr = parts.next().expect("grpc").parse().expect("addr");
+    let admin = parts.next().expect("admin").to_string();
+    let pid = child.id();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (rss0, _) = memory(Some(pid));
+    let (self0, _) = memory(None);
+    println!(
+        "respway-xds fan-out: {} clients, {} clusters, {} rounds, {} cores",
+        args.clients,
+        args.clusters,
+        args.rounds,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!("server RSS idle: {}", mib(rss0));
+
+    let (report, mut reports) = mpsc::unbounded_channel();
+    // At most 64 connection handshakes at once (a sidecar fleet does not start in one instant).
+    let connecting = Arc::new(Semaphore::new(64));
+    let start = Instant::now();
+    for id in 0..args.clients {
+        tokio::spawn(client(id, grpc, report.clone(), connecting.clone()));
+    }
+    let initial = collect(&mut reports, args.clients, 1, start).await;
+    println!(
+        "initial sync of all clients: {:.2} s ({})",
+        start.elapsed().as_secs_f64(),
+        percentiles(initial)
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss1, _) = memory(Some(pid));
+    println!(
+        "server RSS with {} streams: {} (+{} , {:.1} KiB per stream)",
+        args.clients,
+        mib(rss1),
+        mib(rss1.saturating_sub(rss0)),
+        rss1.saturating_sub(rss0) as f64 / args.clients as f64
+    );
+
+    let mut all = Vec::new();
+    for round in 1..=args.rounds {
+        let text = config(args.clusters, round);
+        let t0 = Instant::now();
+        let version = respway_xds::admin::apply(&admin, "base.yaml", &text)
+            .await
+            .expect("apply");
+        let applied = t0.elapsed();
+        let lat = collect(&mut reports, args.clients, version, t0).await;
+        println!(
+            "round {round}: version {version}: apply (validate+write+load) {:.1} ms; all {} clients hold it: {}",
+            applied.as_secs_f64() * 1e3,
+            args.clients,
+            percentiles(lat.clone())
+        );
+        all.extend(lat);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (rss2, hwm2) = memory(Some(pid));
+    let (self2, _) = memory(None);
+    println!("all rounds: {}", percentiles(all));
+    println!(
+        "server RSS after the rounds: {}, peak (VmHWM) {}",
+        mib(rss2),
+        mib(hwm2)
+    );
+    println!(
+        "bench process (the simulated clients) RSS: {} -> {}",
+        mib(self0),
+        mib(self2)
+    );
+    drop(child.stdin.take());
+    let _ = child.wait();
+}

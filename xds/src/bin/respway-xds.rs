@@ -1,0 +1,399 @@
+//! `respway-xds`: the management server and its CLI.
+//!
+//! - `respway-xds serve --resources DIR --listen ADDR [--admin ADDR]` serves the YAML resource
+//!   files of DIR over ADS and pushes every valid edit (see `xds/SCHEMA.md`).
+//! - `respway-xds apply FILE --admin ADDR` validates FILE on the server and writes it into DIR.
+//! - `respway-xds status --admin ADDR` prints the served version, the files' state and what
+//!   each node has ACKed or NACKed.
+#![allow(
+    clippy::print_stdout,
+    reason = "a CLI: `status` and `apply` print their results on stdout"
+)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use respway_xds::admin;
+use respway_xds::cache::ResourceType;
+use respway_xds::server::{Server, ServerStatus};
+
+/// respway's xDS management server: serves YAML resource files to respway sidecars over ADS.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the resource files of a directory over ADS, pushing every valid edit.
+    Serve {
+        /// The directory of `*.yaml` resource files.
+        #[arg(long)]
+        resources: PathBuf,
+        /// The gRPC (ADS) listen address.
+        #[arg(long, default_value = "127.0.0.1:18000")]
+        listen: SocketAddr,
+        /// The admin HTTP listen address (`GET /status`, `POST /apply`); none when left out.
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+        /// How often the directory is scanned, in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        poll_ms: u64,
+    },
+    /// Validate a resource file on the server and write it into its directory (pushed at once).
+    Apply {
+        /// The YAML resource file.
+        file: PathBuf,
+        /// The server's admin address.
+        #[arg(long, default_value = "127.0.0.1:18001")]
+        admin: String,
+        /// The name to store it under in the directory (default: FILE's name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Print the served version, the files' state and each node's ACK/NACK state.
+    Status {
+        /// The server's admin address.
+        #[arg(long, default_value = "127.0.0.1:18001")]
+        admin: String,
+        /// Print the raw JSON of `GET /status`.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        match args.command {
+            Command::Serve {
+                resources,
+                listen,
+                admin,
+                poll_ms,
+            } => serve(resources, listen, admin, poll_ms).await,
+            Command::Apply { file, admin, name } => apply(file, &admin, name).await,
+            Command::Status { admin, json } => status(&admin, json).await,
+        }
+    })
+}
+
+async fn serve(
+    resources: PathBuf,
+    listen: SocketAddr,
+    admin: Option<SocketAddr>,
+    poll_ms: u64,
+) -> ExitCode {
+    if !resources.is_dir() {
+        eprintln!("--resources {}: not a directory", resources.display());
+        return ExitCode::from(2);
+    }
+    let grpc = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cannot listen on {listen}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let admin_listener = match admin {
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("cannot listen on {addr} (admin): {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let dir = resources.clone();
+    let server = match tokio::task::spawn_blocking(move || Server::new(dir)).await {
+        Ok(s) => s.with_poll_interval(Duration::from_millis(poll_ms.max(10))),
+        Err(e) => {
+            eprintln!("loading {}: {e}", resources.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(
+        grpc = %listen,
+        admin = ?admin,
+        resources = %resources.display(),
+        version = server.cache().snapshot().version,
+        "respway-xds serving"
+    );
+    let result = server.serve(grpc, admin_listener, shutdown_signal()).await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ADS server failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("shutting down");
+}
+
+async fn apply(file: PathBuf, admin: &str, name: Option<String>) -> ExitCode {
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let name = name.unwrap_or_else(|| {
+        file.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    match admin::apply(admin, &name, &text).await {
+        Ok(version) => {
+            println!("applied {name}: serving version {version}");
+            ExitCode::SUCCESS
+        }
+        Err(admin::AdminError::Refused(errors)) => {
+            for e in errors {
+                eprintln!("{e}");
+            }
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn status(admin: &str, json: bool) -> ExitCode {
+    let status = match admin::fetch_status(admin).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&status) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", table(&status));
+    }
+    ExitCode::SUCCESS
+}
+
+/// The status as text tables: files, then one row per node and type.
+fn table(s: &ServerStatus) -> String {
+    let mut out = format!("serving version {}\n", s.version);
+    let mut rows = vec![vec!["FILE".to_string(), "STATE".to_string()]];
+    for f in &s.files {
+        let state = match (&f.error, f.serving_previous) {
+            (None, _) => "ok".to_string(),
+            (Some(e), true) => format!("invalid (previous version served): {}", first_line(e)),
+            (Some(e), false) => format!("invalid (not served): {}", first_line(e)),
+        };
+        rows.push(vec![f.name.clone(), state]);
+    }
+    out.push_str(&columns(&rows));
+    for e in &s.errors {
+        out.push_str(&format!("snapshot error (not pushed): {e}\n"));
+    }
+    out.push('\n');
+    let mut rows = vec![[
+        "NODE",
+        "ZONE",
+        "CONNECTED",
+        "TYPE",
+        "SENT",
+        "ACKED",
+        "LAST NACK",
+    ]
+    .map(str::to_string)
+    .to_vec()];
+    for n in &s.nodes {
+        for (i, t) in ResourceType::PUSH_ORDER.into_iter().enumerate() {
+            let ts = n.types.get(t.type_url()).cloned().unwrap_or_default();
+            let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
+            let nack = match &ts.nack {
+                Some(nack) => format!(
+                    "{}{}",
+                    nack.version
+                        .as_ref()
+                        .map(|v| format!("v{v}: "))
+                        .unwrap_or_default(),
+                    first_line(&nack.message)
+                ),
+                None => "-".to_string(),
+            };
+            let (id, zone, conn) = if i == 0 {
+                (
+                    n.id.clone(),
+                    dash(&n.zone),
+                    if n.connected { "yes" } else { "no" }.to_string(),
+                )
+            } else {
+                Default::default()
+            };
+            rows.push(vec![
+                id,
+                zone,
+                conn,
+                t.short_name().to_string(),
+                dash(&ts.sent),
+                dash(&ts.acked),
+                nack,
+            ]);
+        }
+    }
+    out.push_str(&columns(&rows));
+    out
+}
+
+fn first_line(s: &str) -> String {
+    let mut lines = s.lines();
+    let first = lines.next().unwrap_or_default().to_string();
+    let more = lines.count();
+    if more > 0 {
+        format!("{first} (+{more} more)")
+    } else {
+        first
+    }
+}
+
+/// Left-aligned columns separated by two spaces.
+fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (i, c) in r.iter().enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(c);
+            } else {
+                line.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use respway_xds::server::{FileStatus, Nack, NodeStatus, TypeStatus};
+
+    use super::*;
+
+    #[test]
+    fn status_table() {
+        let acked = |v: &str| TypeStatus {
+            sent: Some(v.to_string()),
+            acked: Some(v.to_string()),
+            nack: None,
+        };
+        let types: BTreeMap<String, TypeStatus> = [
+            (respway_xds::CLUSTER_TYPE_URL, acked("2")),
+            (respway_xds::ENDPOINT_TYPE_URL, acked("3")),
+            (
+                respway_xds::LISTENER_TYPE_URL,
+                TypeStatus {
+                    sent: Some("3".into()),
+                    acked: Some("2".into()),
+                    nack: Some(Nack {
+                        version: Some("3".into()),
+                        message: "listener \"main\": address: in use\nmore".into(),
+                    }),
+                },
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let status = ServerStatus {
+            version: 3,
+            files: vec![
+                FileStatus {
+                    name: "base.yaml".into(),
+                    ok: true,
+                    error: None,
+                    serving_previous: false,
+                },
+                FileStatus {
+                    name: "z1.yaml".into(),
+                    ok: false,
+                    error: Some("z1.yaml: clusters[0].name: required".into()),
+                    serving_previous: true,
+                },
+            ],
+            errors: vec![],
+            nodes: vec![NodeStatus {
+                id: "sidecar-1".into(),
+                zone: Some("z1".into()),
+                connected: true,
+                types,
+            }],
+        };
+        assert_eq!(
+            table(&status),
+            "serving version 3\n\
+             FILE       STATE\n\
+             base.yaml  ok\n\
+             z1.yaml    invalid (previous version served): z1.yaml: clusters[0].name: required\n\
+             \n\
+             NODE       ZONE  CONNECTED  TYPE  SENT  ACKED  LAST NACK\n\
+             sidecar-1  z1    yes        CDS   2     2      -\n\
+             \x20                           EDS   3     3      -\n\
+             \x20                           LDS   3     2      v3: listener \"main\": address: in use (+1 more)\n"
+        );
+    }
+}

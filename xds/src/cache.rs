@@ -1,0 +1,1056 @@
+//! The management server's snapshot cache: a directory of YAML resource files, merged into one
+//! snapshot per node, validated, versioned and published on a [`watch`] channel that every
+//! ADS stream of [`crate::server`] follows.
+//!
+//! # Files
+//! Every `*.yaml` / `*.yml` file in the directory (not in subdirectories, and not hidden: names
+//! starting with `.` are skipped, which is where [`Cache::apply`] writes its temporary file) is
+//! the sidecar's YAML schema (`xds/SCHEMA.md`) with `listeners` and `clusters` both optional,
+//! no `node`, and an optional `targets: { node_ids: [...], zones: [...] }`.
+//!
+//! # Merge rules (also in `xds/SCHEMA.md`)
+//! - A file without `targets` is for every node. A file with `targets` is for the nodes whose
+//!   id is in `node_ids` **or** whose zone (the ADS request's `node.locality.zone`) is in
+//!   `zones`.
+//! - A node's snapshot is the union, by resource name (listeners and clusters separately), of
+//!   the files it matches. When several files define the same name, the most specific one wins:
+//!   a file matching the node by id, then by zone, then an untargeted file. Two files defining
+//!   the same name at the same precedence for some node is an error.
+//! - A node that matches no file gets no snapshot: the server does not answer it (it keeps what
+//!   it has, e.g. its bootstrap's static resources).
+//! - Each merged snapshot must have a listener and a cluster, and must pass [`crate::translate`]
+//!   (so routes may name clusters of other files).
+//!
+//! # Validation and versions
+//! A snapshot depends only on which named ids and zones a node has, so every distinct snapshot
+//! is built and translated when the files change, for every combination of a named id (or
+//! none) and a named zone (or none). A file that does not parse keeps its previous good
+//! version in the snapshot (or stays out, if it never had one) and is reported; a merged
+//! snapshot that fails translation for any node rejects the whole change, reported, and the
+//! previous snapshot stays. Each committed change gets the next version number (1, 2, ...);
+//! within it, each node's resources of one type keep the version at which they last changed,
+//! so `version_info` moves only for types whose content moved.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use envoy_types::pb::google::protobuf::Any;
+use prost::{Message, Name};
+use respway_filters::model::{self, Config};
+use tokio::sync::watch;
+
+use crate::yaml::{self, Fragment};
+use crate::{to_resources, translate, Resources};
+
+// === ResourceType ===
+
+/// The xDS resource types respway serves and consumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceType {
+    /// CDS: `envoy.config.cluster.v3.Cluster`.
+    Cluster,
+    /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
+    Endpoint,
+    /// LDS: `envoy.config.listener.v3.Listener`.
+    Listener,
+}
+
+impl ResourceType {
+    /// Make-before-break push order: clusters, then their endpoints, then the listeners that
+    /// use them.
+    pub const PUSH_ORDER: [ResourceType; 3] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+    ];
+
+    /// The type URL (`type.googleapis.com/...`).
+    pub fn type_url(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => crate::CLUSTER_TYPE_URL,
+            ResourceType::Endpoint => crate::ENDPOINT_TYPE_URL,
+            ResourceType::Listener => crate::LISTENER_TYPE_URL,
+        }
+    }
+
+    /// The type with this type URL, if respway serves it.
+    pub fn from_type_url(url: &str) -> Option<ResourceType> {
+        Self::PUSH_ORDER.into_iter().find(|t| t.type_url() == url)
+    }
+
+    /// `CDS`, `EDS` or `LDS`.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "CDS",
+            ResourceType::Endpoint => "EDS",
+            ResourceType::Listener => "LDS",
+        }
+    }
+
+    /// Position in [`Self::PUSH_ORDER`], for per-type arrays.
+    pub fn index(self) -> usize {
+        match self {
+            ResourceType::Cluster => 0,
+            ResourceType::Endpoint => 1,
+            ResourceType::Listener => 2,
+        }
+    }
+}
+
+// === Targets ===
+
+/// Which sidecars a resource file is for (its top-level `targets`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Targets {
+    /// Node ids (the ADS request's `node.id`).
+    pub node_ids: Vec<String>,
+    /// Zones (the ADS request's `node.locality.zone`).
+    pub zones: Vec<String>,
+}
+
+/// How specifically a file matches a node; the higher wins a name defined by several files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Level {
+    /// An untargeted file.
+    All,
+    /// The node's zone is in the file's `targets.zones`.
+    Zone,
+    /// The node's id is in the file's `targets.node_ids`.
+    NodeId,
+}
+
+impl Level {
+    fn describe(self) -> &'static str {
+        match self {
+            Level::All => "files for every node",
+            Level::Zone => "files targeting the zone",
+            Level::NodeId => "files targeting the node id",
+        }
+    }
+}
+
+/// A resource file that parsed.
+#[derive(Debug)]
+struct LoadedFile {
+    name: String,
+    text: String,
+    targets: Option<Targets>,
+    config: Config,
+}
+
+impl LoadedFile {
+    /// How the file matches node `id` in `zone`; `None` when it does not.
+    fn level(&self, id: &str, zone: Option<&str>) -> Option<Level> {
+        let Some(t) = &self.targets else {
+            return Some(Level::All);
+        };
+        if t.node_ids.iter().any(|n| n == id) {
+            Some(Level::NodeId)
+        } else if zone.is_some_and(|z| t.zones.iter().any(|x| x == z)) {
+            Some(Level::Zone)
+        } else {
+            None
+        }
+    }
+}
+
+// === Snapshot ===
+
+/// The resources of one type for one node, keyed by resource name (a listener's or cluster's
+/// `name`, an assignment's `cluster_name`), packed as `Any`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeResources {
+    /// The `version_info` sent with them: the snapshot version at which they last changed.
+    pub version: String,
+    /// The resources by name.
+    pub resources: BTreeMap<String, Any>,
+}
+
+/// What one node is served: one [`TypeResources`] per type.
+#[derive(Debug, Clone)]
+pub struct NodeSnapshot {
+    types: [Arc<TypeResources>; 3],
+}
+
+impl NodeSnapshot {
+    /// The node's resources of type `t`.
+    pub fn get(&self, t: ResourceType) -> &Arc<TypeResources> {
+        &self.types[t.index()]
+    }
+
+    fn from_resources(
+        r: &Resources,
+        previous: Option<&NodeSnapshot>,
+        version: u64,
+        interner: &mut Interner,
+    ) -> Self {
+        fn packed<T: Message + Name + Default + PartialEq>(
+            t: ResourceType,
+            items: &[T],
+            name: impl Fn(&T) -> &str,
+            previous: Option<&Arc<TypeResources>>,
+            version: u64,
+            interner: &mut Interner,
+        ) -> Arc<TypeResources> {
+            let resources: BTreeMap<String, Any> = items
+                .iter()
+                .map(|m| (name(m).to_string(), interner.intern(t, name(m), m)))
+                .collect();
+            match previous {
+                Some(prev) if prev.resources == resources => prev.clone(),
+                _ => Arc::new(TypeResources {
+                    version: version.to_string(),
+                    resources,
+                }),
+            }
+        }
+        let prev = |t: ResourceType| previous.map(|p| p.get(t));
+        let types = [
+            packed(
+                ResourceType::Cluster,
+                &r.clusters,
+                |c| &c.name,
+                prev(ResourceType::Cluster),
+                version,
+                interner,
+            ),
+            packed(
+                ResourceType::Endpoint,
+                &r.endpoints,
+                |e| &e.cluster_name,
+                prev(ResourceType::Endpoint),
+                version,
+                interner,
+            ),
+            packed(
+                ResourceType::Listener,
+                &r.listeners,
+                |l| &l.name,
+                prev(ResourceType::Listener),
+                version,
+                interner,
+            ),
+        ];
+        NodeSnapshot { types }
+    }
+}
+
+/// Packed resources by type and name, so that equal resources share their bytes across node
+/// classes and snapshots. Protobuf maps (e.g. endpoint metadata) encode in no fixed order, so
+/// two encodings of one message may differ; with this, unequal bytes mean unequal content,
+/// and streams compare bytes to decide what to push.
+#[derive(Default)]
+struct Interner {
+    pool: HashMap<(ResourceType, String), Vec<Any>>,
+}
+
+impl Interner {
+    /// Seeds the pool with every resource of `snapshot`.
+    fn seed(&mut self, snapshot: &Snapshot) {
+        for node in snapshot.nodes.values() {
+            for t in ResourceType::PUSH_ORDER {
+                for (name, any) in &node.get(t).resources {
+                    let list = self.pool.entry((t, name.clone())).or_default();
+                    if !list.iter().any(|a| a == any) {
+                        list.push(any.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// `m` packed: bytes already in the pool for an equal message, else a fresh encoding.
+    fn intern<T: Message + Name + Default + PartialEq>(
+        &mut self,
+        t: ResourceType,
+        name: &str,
+        m: &T,
+    ) -> Any {
+        let list = self.pool.entry((t, name.to_string())).or_default();
+        if let Some(a) = list
+            .iter()
+            .find(|a| T::decode(a.value.as_slice()).is_ok_and(|old| old == *m))
+        {
+            return a.clone();
+        }
+        let any = Any {
+            type_url: T::type_url(),
+            value: m.encode_to_vec(),
+        };
+        list.push(any.clone());
+        any
+    }
+}
+
+/// The files of one snapshot that a node matches, with how; nodes with the same key get the
+/// same resources.
+type ClassKey = Vec<(String, Level)>;
+
+/// One committed version of the resource directory: the files it was built from and the
+/// snapshot of every class of nodes.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// The version: 0 before any file was loaded, then 1, 2, ... per committed change.
+    pub version: u64,
+    files: Vec<Arc<LoadedFile>>,
+    nodes: HashMap<ClassKey, Arc<NodeSnapshot>>,
+}
+
+impl Snapshot {
+    /// The resources for node `id` in `zone`; `None` when no file is for it.
+    pub fn for_node(&self, id: &str, zone: Option<&str>) -> Option<Arc<NodeSnapshot>> {
+        let key = class_key(&self.files, id, zone);
+        if key.is_empty() {
+            return None;
+        }
+        self.nodes.get(&key).cloned()
+    }
+
+    /// The names of the files this snapshot was built from.
+    pub fn file_names(&self) -> impl Iterator<Item = &str> {
+        self.files.iter().map(|f| f.name.as_str())
+    }
+}
+
+fn class_key(files: &[Arc<LoadedFile>], id: &str, zone: Option<&str>) -> ClassKey {
+    files
+        .iter()
+        .filter_map(|f| f.level(id, zone).map(|l| (f.name.clone(), l)))
+        .collect()
+}
+
+/// The nodes a (named id, named zone) combination stands for, in words.
+fn describe_class(id: Option<&str>, zone: Option<&str>, any_zone_named: bool) -> String {
+    match (id, zone) {
+        (Some(id), Some(z)) => format!("node {id:?} in zone {z:?}"),
+        (Some(id), None) if any_zone_named => format!("node {id:?} in other zones"),
+        (Some(id), None) => format!("node {id:?}"),
+        (None, Some(z)) => format!("other nodes in zone {z:?}"),
+        (None, None) => "other nodes".to_string(),
+    }
+}
+
+/// Builds the snapshot of every class of nodes from `files`, carrying unchanged per-type
+/// versions over from `previous`. Errors name the file, resource and field, and the nodes
+/// whose merged snapshot has them.
+fn build(
+    files: Vec<Arc<LoadedFile>>,
+    previous: &Snapshot,
+    version: u64,
+) -> Result<Snapshot, Vec<String>> {
+    let ids: BTreeSet<&str> = files
+        .iter()
+        .filter_map(|f| f.targets.as_ref())
+        .flat_map(|t| t.node_ids.iter().map(String::as_str))
+        .collect();
+    let zones: BTreeSet<&str> = files
+        .iter()
+        .filter_map(|f| f.targets.as_ref())
+        .flat_map(|t| t.zones.iter().map(String::as_str))
+        .collect();
+    // Every distinct class: a node with a named id (or an unnamed one, which never equals a
+    // named id since those are not empty) in a named zone (or another one).
+    let mut classes: BTreeMap<ClassKey, Vec<String>> = BTreeMap::new();
+    for id in ids.iter().copied().map(Some).chain([None]) {
+        for zone in zones.iter().copied().map(Some).chain([None]) {
+            let key = class_key(&files, id.unwrap_or(""), zone);
+            if !key.is_empty() {
+                classes
+                    .entry(key)
+                    .or_default()
+                    .push(describe_class(id, zone, !zones.is_empty()));
+            }
+        }
+    }
+
+    let mut nodes = HashMap::new();
+    let mut interner = Interner::default();
+    interner.seed(previous);
+    // error text → the classes that have it, so an error in a file for every node is one line.
+    let mut errors: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (key, who) in classes {
+        match merge(&files, &key) {
+            Ok(resources) => {
+                let prev = previous.nodes.get(&key).map(|n| n.as_ref());
+                let snap = NodeSnapshot::from_resources(&resources, prev, version, &mut interner);
+                nodes.insert(key, Arc::new(snap));
+            }
+            Err(errs) => {
+                for e in errs {
+                    errors.entry(e).or_default().extend(who.iter().cloned());
+                }
+            }
+        }
+    }
+    if !errors.is_empty() {
+        let all = errors
+            .into_iter()
+            .map(|(e, who)| format!("{e} (in the snapshot for {})", who.join(", ")))
+            .collect();
+        return Err(all);
+    }
+    Ok(Snapshot {
+        version,
+        files,
+        nodes,
+    })
+}
+
+/// Merges the files of one class (see the module docs) and translates the result.
+fn merge(files: &[Arc<LoadedFile>], key: &ClassKey) -> Result<Resources, Vec<String>> {
+    let by_name: HashMap<&str, &LoadedFile> = files
+        .iter()
+        .map(|f| (f.name.as_str(), f.as_ref()))
+        .collect();
+    let mut errors = Vec::new();
+    // Where each resource of the merged snapshot comes from, to put the file in front of the
+    // translation's errors.
+    let mut origin: HashMap<String, String> = HashMap::new();
+
+    let mut listeners: BTreeMap<&str, Vec<(Level, &str, &model::Listener)>> = BTreeMap::new();
+    let mut clusters: BTreeMap<&str, Vec<(Level, &str, &model::Cluster)>> = BTreeMap::new();
+    for (name, level) in key {
+        let f = by_name[name.as_str()];
+        for l in &f.config.listeners {
+            listeners
+                .entry(&l.name)
+                .or_default()
+                .push((*level, &f.name, l));
+        }
+        for c in &f.config.clusters {
+            clusters
+                .entry(&c.name)
+                .or_default()
+                .push((*level, &f.name, c));
+        }
+    }
+    fn pick<'a, T>(
+        kind: &str,
+        name: &str,
+        defs: &[(Level, &'a str, &'a T)],
+        errors: &mut Vec<String>,
+    ) -> Option<(&'a str, &'a T)> {
+        let top = defs.iter().map(|d| d.0).max()?;
+        let winners: Vec<_> = defs.iter().filter(|d| d.0 == top).collect();
+        if winners.len() > 1 {
+            let files: Vec<String> = winners.iter().map(|d| format!("{:?}", d.1)).collect();
+            errors.push(format!(
+                "{kind} {name:?} is defined by {} at the same precedence ({})",
+                files.join(" and "),
+                top.describe()
+            ));
+            return None;
+        }
+        Some((winners[0].1, winners[0].2))
+    }
+    let mut config = Config {
+        zone: None,
+        listeners: Vec::new(),
+        clusters: Vec::new(),
+    };
+    for (name, defs) in &listeners {
+        if let Some((file, l)) = pick("listener", name, defs, &mut errors) {
+            origin.insert(format!("listener {name:?}"), file.to_string());
+            config.listeners.push(l.clone());
+        }
+    }
+    for (name, defs) in &clusters {
+        if let Some((file, c)) = pick("cluster", name, defs, &mut errors) {
+            origin.insert(format!("cluster {name:?}"), file.to_string());
+            origin.insert(
+                format!("cluster_load_assignment {name:?}"),
+                file.to_string(),
+            );
+            config.clusters.push(c.clone());
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    if config.listeners.is_empty() {
+        errors.push("no listener: a node's files must define at least one".to_string());
+    }
+    if config.clusters.is_empty() {
+        errors.push("no cluster: a node's files must define at least one".to_string());
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let resources = to_resources(&config);
+    match translate(&resources) {
+        Ok(_) => Ok(resources),
+        Err(e) => Err(e
+            .iter()
+            .map(|e| match origin.get(&e.resource) {
+                Some(file) => format!("{file}: {e}"),
+                None => e.to_string(),
+            })
+            .collect()),
+    }
+}
+
+// === Cache ===
+
+/// What became of one resource file at the last scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileState {
+    /// It parsed; its current content is in the served snapshot, unless the merged snapshot
+    /// was rejected (see [`LoadReport::errors`]).
+    Ok,
+    /// It did not parse (or could not be read).
+    Invalid {
+        /// Every error, one per line, each starting with the file name.
+        error: String,
+        /// Whether an earlier good version of the file is still served.
+        serving_previous: bool,
+    },
+}
+
+/// One resource file in a [`LoadReport`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileReport {
+    /// The file name inside the directory.
+    pub name: String,
+    /// Its state.
+    pub state: FileState,
+}
+
+/// The state of the resource directory: the served version and what was wrong at the last scan.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// The served snapshot version (0: nothing loaded yet).
+    pub version: u64,
+    /// The files found at the last scan, by name.
+    pub files: Vec<FileReport>,
+    /// Errors of the merged snapshot at the last scan; when not empty, the change was not
+    /// pushed and version [`LoadReport::version`] is still served.
+    pub errors: Vec<String>,
+}
+
+/// The result of one scan of the directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reload {
+    /// The new version, when the scan committed one.
+    pub committed: Option<u64>,
+    /// Every error of the scan (invalid files, then merge errors); empty when all is well.
+    pub errors: Vec<String>,
+}
+
+/// Why [`Cache::apply`] refused a file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    /// The name is not a plain `*.yaml`/`*.yml` file name.
+    #[error("invalid file name {0:?}: expected a plain name ending in .yaml or .yml")]
+    Name(String),
+    /// The file or the merged snapshot is invalid; nothing was written.
+    #[error("{}", .0.join("\n"))]
+    Invalid(Vec<String>),
+    /// The file could not be written.
+    #[error("cannot write {0}")]
+    Io(String),
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The directory's `*.yaml` contents at the last scan; `None` before the first.
+    seen: Option<BTreeMap<String, Result<String, String>>>,
+    files: Vec<FileReport>,
+    errors: Vec<String>,
+}
+
+/// The snapshot cache over one resource directory. Cheap to share (`Arc`); scans are
+/// serialized.
+#[derive(Debug)]
+pub struct Cache {
+    dir: PathBuf,
+    inner: Mutex<Inner>,
+    tx: watch::Sender<Arc<Snapshot>>,
+}
+
+impl Cache {
+    /// A cache over `dir`, with nothing loaded yet (version 0): call [`Cache::reload`] or run
+    /// [`Cache::watch`].
+    pub fn new(dir: impl Into<PathBuf>) -> Cache {
+        Cache {
+            dir: dir.into(),
+            inner: Mutex::new(Inner::default()),
+            tx: watch::Sender::new(Arc::new(Snapshot::default())),
+        }
+    }
+
+    /// The resource directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The served snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.tx.borrow().clone()
+    }
+
+    /// A receiver that sees every committed snapshot.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.tx.subscribe()
+    }
+
+    /// The served version and the errors of the last scan.
+    pub fn report(&self) -> LoadReport {
+        let inner = self.lock();
+        LoadReport {
+            version: self.tx.borrow().version,
+            files: inner.files.clone(),
+            errors: inner.errors.clone(),
+        }
+    }
+
+    /// Scans the directory now; commits and publishes a new snapshot when the files changed
+    /// and the result is valid. Blocking (file I/O and translation): from async code, call it
+    /// through `spawn_blocking`, as [`Cache::watch`] does.
+    pub fn reload(&self) -> Reload {
+        let mut inner = self.lock();
+        self.scan(&mut inner, None)
+    }
+
+    /// Polls the directory every `interval` (≈200 ms gives pushes well within a second of an
+    /// edit), forever.
+    pub async fn watch(self: Arc<Self>, interval: Duration) {
+        loop {
+            tokio::time::sleep(interval).await;
+            let this = self.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || this.reload()).await {
+                tracing::error!(error = %e, "resource directory scan panicked");
+            }
+        }
+    }
+
+    /// Validates `text` as resource file `name` (alone, and merged with the directory as it
+    /// would be with it), then writes it into the directory atomically (a hidden temporary
+    /// file renamed over `name`) and scans, so it is served as the next version. Returns the
+    /// served version afterwards. Blocking, like [`Cache::reload`].
+    ///
+    /// # Errors
+    /// A bad name, an invalid file or merged snapshot (nothing is written), or a write error.
+    pub fn apply(&self, name: &str, text: &str) -> Result<u64, ApplyError> {
+        if name.starts_with('.')
+            || name.contains('/')
+            || name.contains('\\')
+            || !is_resource_file(name)
+        {
+            return Err(ApplyError::Name(name.to_string()));
+        }
+        let mut inner = self.lock();
+        if let Err(e) = yaml::parse_fragment(text) {
+            return Err(ApplyError::Invalid(
+                e.iter().map(|e| prefixed(name, &e.to_string())).collect(),
+            ));
+        }
+        let (_, errors) = self.candidate(&self.read_dir(Some((name, text))));
+        if let Err(errors) = errors {
+            return Err(ApplyError::Invalid(errors));
+        }
+        let tmp = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let target = self.dir.join(name);
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &target))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                ApplyError::Io(format!("{}: {e}", target.display()))
+            })?;
+        self.scan(&mut inner, None);
+        if inner.errors.is_empty() {
+            // Other files may be invalid; they do not concern this one.
+            Ok(self.tx.borrow().version)
+        } else {
+            // Another file changed at the same moment and broke the merged snapshot.
+            Err(ApplyError::Invalid(inner.errors.clone()))
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The directory's resource files: name → content, or why it could not be read.
+    fn read_dir(&self, extra: Option<(&str, &str)>) -> BTreeMap<String, Result<String, String>> {
+        let mut out = BTreeMap::new();
+        match std::fs::read_dir(&self.dir) {
+            Ok(entries) => {
+                for e in entries.flatten() {
+                    let Ok(name) = e.file_name().into_string() else {
+                        continue;
+                    };
+                    if name.starts_with('.') || !is_resource_file(&name) {
+                        continue;
+                    }
+                    if !e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()) {
+                        continue;
+                    }
+                    let text = std::fs::read_to_string(e.path()).map_err(|e| e.to_string());
+                    out.insert(name, text);
+                }
+            }
+            Err(e) => {
+                out.insert(
+                    String::new(),
+                    Err(format!("cannot read {}: {e}", self.dir.display())),
+                );
+            }
+        }
+        if let Some((name, text)) = extra {
+            out.insert(name.to_string(), Ok(text.to_string()));
+        }
+        out
+    }
+
+    /// The snapshot `disk` would give: per-file states, and the new snapshot (`Ok(None)` when
+    /// it equals the served one) or the merge errors.
+    #[allow(clippy::type_complexity)]
+    fn candidate(
+        &self,
+        disk: &BTreeMap<String, Result<String, String>>,
+    ) -> (Vec<FileReport>, Result<Option<Snapshot>, Vec<String>>) {
+        let active = self.snapshot();
+        let previous = |name: &str| active.files.iter().find(|f| f.name == name).cloned();
+        let mut files = Vec::new();
+        let mut reports = Vec::new();
+        for (name, text) in disk {
+            if name.is_empty() {
+                // The directory itself could not be read: keep serving what is served.
+                let error = text.clone().err().unwrap_or_default();
+                reports.push(FileReport {
+                    name: self.dir.display().to_string(),
+                    state: FileState::Invalid {
+                        error,
+                        serving_previous: true,
+                    },
+                });
+                return (reports, Ok(None));
+            }
+            let parsed = match text {
+                Ok(text) => match previous(name) {
+                    Some(f) if f.text == *text => Ok(f),
+                    _ => yaml::parse_fragment(text)
+                        .map(|Fragment { targets, config }| {
+                            Arc::new(LoadedFile {
+                                name: name.clone(),
+                                text: text.clone(),
+                                targets,
+                                config,
+                            })
+                        })
+                        .map_err(|e| {
+                            e.iter()
+                                .map(|e| prefixed(name, &e.to_string()))
+                                .collect::<Vec<_>>()
+                                .join("\n")
+                        }),
+                },
+                Err(e) => Err(format!("{name}: cannot read: {e}")),
+            };
+            match parsed {
+                Ok(f) => {
+                    files.push(f);
+                    reports.push(FileReport {
+                        name: name.clone(),
+                        state: FileState::Ok,
+                    });
+                }
+                Err(error) => {
+                    let prev = previous(name);
+                    reports.push(FileReport {
+                        name: name.clone(),
+                        state: FileState::Invalid {
+                            error,
+                            serving_previous: prev.is_some(),
+                        },
+                    });
+                    files.extend(prev);
+                }
+            }
+        }
+        let unchanged = files.len() == active.files.len()
+            && files
+                .iter()
+                .zip(&active.files)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        if unchanged {
+            return (reports, Ok(None));
+        }
+        let result = build(files, &active, active.version + 1).map(Some);
+        (reports, result)
+    }
+
+    fn scan(&self, inner: &mut Inner, extra: Option<(&str, &str)>) -> Reload {
+        let disk = self.read_dir(extra);
+        if inner.seen.as_ref() == Some(&disk) {
+            return Reload {
+                committed: None,
+                errors: Vec::new(),
+            };
+        }
+        let (reports, result) = self.candidate(&disk);
+        let mut errors: Vec<String> = Vec::new();
+        for r in &reports {
+            if let FileState::Invalid {
+                error,
+                serving_previous,
+            } = &r.state
+            {
+                tracing::warn!(
+                    file = %r.name,
+                    serving_previous,
+                    "invalid resource file, not pushed:\n{error}"
+                );
+                errors.push(error.clone());
+            }
+        }
+        let mut committed = None;
+        match result {
+            Ok(Some(snapshot)) => {
+                let version = snapshot.version;
+                self.tx.send_replace(Arc::new(snapshot));
+                tracing::info!(version, "resource snapshot committed");
+                committed = Some(version);
+                inner.errors.clear();
+            }
+            Ok(None) => inner.errors.clear(),
+            Err(merge_errors) => {
+                for e in &merge_errors {
+                    tracing::warn!(
+                        version = self.tx.borrow().version,
+                        "merged snapshot invalid, not pushed; the served version stays: {e}"
+                    );
+                }
+                inner.errors = merge_errors.clone();
+                errors.extend(merge_errors);
+            }
+        }
+        inner.seen = Some(disk);
+        inner.files = reports;
+        Reload { committed, errors }
+    }
+}
+
+/// `name: ` in front of every line of `text`.
+fn prefixed(name: &str, text: &str) -> String {
+    text.lines()
+        .map(|l| format!("{name}: {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_resource_file(name: &str) -> bool {
+    name.ends_with(".yaml") || name.ends_with(".yml")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "
+listeners:
+  - name: main
+    routes: { catch_all: cache }
+clusters:
+  - name: cache
+    shards:
+      - endpoints: [{ address: 127.0.0.1:7001 }]
+";
+
+    fn dir_with(files: &[(&str, &str)]) -> (tempfile::TempDir, Cache) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).expect("write");
+        }
+        let cache = Cache::new(dir.path());
+        (dir, cache)
+    }
+
+    fn endpoint_of(
+        snap: &NodeSnapshot,
+        cluster: &str,
+    ) -> envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment {
+        let any = &snap.get(ResourceType::Endpoint).resources[cluster];
+        Message::decode(any.value.as_slice()).expect("decodes")
+    }
+
+    #[test]
+    fn untargeted_file_serves_every_node() {
+        let (_d, cache) = dir_with(&[("base.yaml", BASE)]);
+        let r = cache.reload();
+        assert_eq!(r.committed, Some(1), "{:?}", r.errors);
+        let snap = cache.snapshot();
+        let a = snap.for_node("a", None).expect("snapshot");
+        let b = snap.for_node("b", Some("z9")).expect("snapshot");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.get(ResourceType::Listener).version, "1");
+        assert_eq!(
+            a.get(ResourceType::Cluster)
+                .resources
+                .keys()
+                .collect::<Vec<_>>(),
+            ["cache"]
+        );
+    }
+
+    #[test]
+    fn targeted_files_override_by_name_most_specific_first() {
+        let zone = "
+targets: { zones: [z1] }
+clusters:
+  - name: cache
+    shards:
+      - endpoints: [{ address: 127.0.0.1:7101 }]
+";
+        let node = "
+targets: { node_ids: [n1] }
+clusters:
+  - name: cache
+    shards:
+      - endpoints: [{ address: 127.0.0.1:7201 }]
+";
+        let (_d, cache) = dir_with(&[("base.yaml", BASE), ("z1.yaml", zone), ("n1.yaml", node)]);
+        assert_eq!(cache.reload().errors, Vec::<String>::new());
+        let snap = cache.snapshot();
+        let base = snap.for_node("x", None).expect("base");
+        let z1 = snap.for_node("x", Some("z1")).expect("z1");
+        let n1 = snap.for_node("n1", Some("z1")).expect("n1");
+        let n1_elsewhere = snap.for_node("n1", None).expect("n1");
+        let cla = |s: &NodeSnapshot| endpoint_of(s, "cache");
+        assert_ne!(cla(&base), cla(&z1));
+        assert_ne!(cla(&z1), cla(&n1));
+        assert_eq!(cla(&n1), cla(&n1_elsewhere));
+        // The listener comes from the base file for all of them.
+        assert_eq!(
+            base.get(ResourceType::Listener),
+            n1.get(ResourceType::Listener)
+        );
+    }
+
+    #[test]
+    fn same_precedence_conflict_is_an_error_and_nothing_is_served() {
+        let (_d, cache) = dir_with(&[("a.yaml", BASE), ("b.yaml", BASE)]);
+        let r = cache.reload();
+        assert_eq!(r.committed, None);
+        assert!(
+            r.errors.iter().any(|e| e.starts_with(
+                "listener \"main\" is defined by \"a.yaml\" and \"b.yaml\" at the same precedence (files for every node)"
+            )),
+            "{:?}",
+            r.errors
+        );
+        assert_eq!(cache.snapshot().version, 0);
+    }
+
+    #[test]
+    fn invalid_file_keeps_its_previous_version() {
+        let (d, cache) = dir_with(&[("base.yaml", BASE)]);
+        assert_eq!(cache.reload().committed, Some(1));
+        std::fs::write(d.path().join("base.yaml"), BASE.replace("7001", "99999")).expect("write");
+        let r = cache.reload();
+        assert_eq!(r.committed, None);
+        assert_eq!(
+            r.errors,
+            [
+                "base.yaml: cluster \"cache\": shards[0].endpoints[0].address: invalid socket address \"127.0.0.1:99999\""
+            ]
+        );
+        let report = cache.report();
+        assert_eq!(report.version, 1);
+        assert!(matches!(
+            report.files[0].state,
+            FileState::Invalid {
+                serving_previous: true,
+                ..
+            }
+        ));
+        // Unchanged directory: no new scan result.
+        assert_eq!(cache.reload().errors, Vec::<String>::new());
+    }
+
+    #[test]
+    fn cross_file_reference_errors_name_the_file_and_nodes() {
+        let listener_only = "
+targets: { zones: [z1] }
+listeners:
+  - name: extra
+    address: 127.0.0.1:6390
+    routes: { catch_all: missing }
+";
+        let (_d, cache) = dir_with(&[("base.yaml", BASE), ("extra.yaml", listener_only)]);
+        let r = cache.reload();
+        assert_eq!(r.committed, None);
+        assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+        assert!(
+            r.errors[0].starts_with("extra.yaml: listener \"extra\": "),
+            "{}",
+            r.errors[0]
+        );
+        assert!(
+            r.errors[0].ends_with("(in the snapshot for other nodes in zone \"z1\")"),
+            "{}",
+            r.errors[0]
+        );
+    }
+
+    #[test]
+    fn versions_move_only_for_changed_types() {
+        let (d, cache) = dir_with(&[("base.yaml", BASE)]);
+        cache.reload();
+        std::fs::write(d.path().join("base.yaml"), BASE.replace("7001", "7002")).expect("write");
+        assert_eq!(cache.reload().committed, Some(2));
+        let snap = cache.snapshot().for_node("a", None).expect("snapshot");
+        assert_eq!(snap.get(ResourceType::Endpoint).version, "2");
+        assert_eq!(snap.get(ResourceType::Cluster).version, "1");
+        assert_eq!(snap.get(ResourceType::Listener).version, "1");
+    }
+
+    #[test]
+    fn node_section_and_empty_targets_are_refused() {
+        let text = "node: { zone: z1 }\ntargets: {}\nclusters: []\n";
+        let err = yaml::parse_fragment(text).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "node: not used in a respway-xds resource file: a sidecar's own node is in its bootstrap; name the sidecars a file is for with `targets`\n\
+             targets: names no node id and no zone (leave `targets` out for a file for every node)"
+        );
+    }
+
+    #[test]
+    fn apply_validates_then_writes_atomically() {
+        let (d, cache) = dir_with(&[("base.yaml", BASE)]);
+        cache.reload();
+        assert_eq!(
+            cache.apply("../x.yaml", BASE),
+            Err(ApplyError::Name("../x.yaml".into()))
+        );
+        let bad = "listeners:\n  - name: two\n    address: 127.0.0.1:6391\n    routes: { catch_all: nowhere }\n";
+        let Err(ApplyError::Invalid(errors)) = cache.apply("two.yaml", bad) else {
+            panic!("expected invalid");
+        };
+        assert!(errors[0].contains("nowhere"), "{errors:?}");
+        assert!(!d.path().join("two.yaml").exists());
+        let good = bad.replace("nowhere", "cache");
+        assert_eq!(cache.apply("two.yaml", &good), Ok(2));
+        assert!(d.path().join("two.yaml").exists());
+        let names: Vec<String> = std::fs::read_dir(d.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+
+        // Another file being invalid does not stop an apply.
+        std::fs::write(d.path().join("broken.yaml"), "listeners: [").expect("write");
+        let three = good.replace("6391", "6392");
+        assert_eq!(cache.apply("two.yaml", &three), Ok(3));
+        let report = cache.report();
+        let broken = report
+            .files
+            .iter()
+            .find(|f| f.name == "broken.yaml")
+            .expect("listed");
+        assert!(matches!(broken.state, FileState::Invalid { .. }));
+    }
+}

@@ -1,0 +1,607 @@
+//! The management server: state-of-the-world ADS
+//! (`envoy.service.discovery.v3.AggregatedDiscoveryService.StreamAggregatedResources`) over the
+//! [`Cache`], plus per-node ACK/NACK status for the admin endpoint.
+//!
+//! # Protocol
+//! One task per ADS stream follows the cache's snapshots and the stream's requests:
+//! - The first request must carry `node`; its `id` and `locality.zone` pick the node's snapshot
+//!   (see [`crate::cache`] for the merge rules). Later `node`s are ignored.
+//! - LDS and CDS subscriptions are wildcard (an empty `resource_names`, or `"*"`); EDS names its
+//!   cluster load assignments (a first EDS request with no names, or `"*"`, is wildcard too).
+//!   Other type URLs are not served (no response).
+//! - A request with an empty `response_nonce` opens (or reopens) a subscription and is answered
+//!   at once with the current resources, whatever `version_info` it carries (the client
+//!   compares content). A request whose nonce is not the latest sent for its type is stale and
+//!   ignored. A current ACK or NACK (`error_detail` set) is answered only when its
+//!   `resource_names` changed the subscription.
+//! - When a new snapshot is committed, every stream pushes the types whose content for its
+//!   subscription changed, in make-before-break order: CDS, EDS, then LDS. A push does not
+//!   wait for the previous response's ACK: the client answers the latest nonce.
+//! - Every response carries a new nonce (per stream) and the resources' `version_info` (see
+//!   [`crate::cache`]: the snapshot version at which that type last changed for the node).
+//! - A node no file is for gets no response; it keeps what it has.
+//! - Delta xDS is answered with `UNIMPLEMENTED`.
+//!
+//! Per node id, the server records the last version sent, the version the client reports as
+//! accepted (`version_info` of its requests), and the last NACK; [`Server::status`] and the
+//! admin `GET /status` show it. Nodes stay listed after they disconnect (as not connected),
+//! until the server restarts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::ControlPlane;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status as GrpcStatus, Streaming};
+
+use crate::cache::{Cache, FileState, NodeSnapshot, ResourceType, Snapshot, TypeResources};
+
+/// How often [`Server::serve`] scans the resource directory by default.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The `control_plane.identifier` of every response.
+const CONTROL_PLANE: &str = concat!("respway-xds/", env!("CARGO_PKG_VERSION"));
+
+// === Server ===
+
+/// The management server: a [`Cache`] over a resource directory, served over ADS, with an
+/// optional admin HTTP endpoint ([`crate::admin`]). Cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct Server {
+    cache: Arc<Cache>,
+    registry: Arc<Registry>,
+    poll_interval: Duration,
+}
+
+impl Server {
+    /// A server over the resource files in `resources_dir`, loaded now (blocking file I/O);
+    /// invalid files are logged and reported in [`Server::status`].
+    pub fn new(resources_dir: impl Into<PathBuf>) -> Server {
+        let cache = Arc::new(Cache::new(resources_dir));
+        cache.reload();
+        Server::from_cache(cache)
+    }
+
+    /// A server over an existing cache (loaded or not).
+    pub fn from_cache(cache: Arc<Cache>) -> Server {
+        Server {
+            cache,
+            registry: Arc::new(Registry::default()),
+            poll_interval: DEFAULT_POLL_INTERVAL,
+        }
+    }
+
+    /// Sets how often [`Server::serve`] scans the directory (default
+    /// [`DEFAULT_POLL_INTERVAL`]).
+    pub fn with_poll_interval(mut self, interval: Duration) -> Server {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// The snapshot cache.
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    /// The served version, the resource files' state and every node's ACK/NACK state.
+    pub fn status(&self) -> ServerStatus {
+        let report = self.cache.report();
+        ServerStatus {
+            version: report.version,
+            files: report
+                .files
+                .into_iter()
+                .map(|f| match f.state {
+                    FileState::Ok => FileStatus {
+                        name: f.name,
+                        ok: true,
+                        error: None,
+                        serving_previous: false,
+                    },
+                    FileState::Invalid {
+                        error,
+                        serving_previous,
+                    } => FileStatus {
+                        name: f.name,
+                        ok: false,
+                        error: Some(error),
+                        serving_previous,
+                    },
+                })
+                .collect(),
+            errors: report.errors,
+            nodes: self.registry.status(),
+        }
+    }
+
+    /// Serves ADS on `grpc` (and the admin endpoint on `admin`) and scans the resource
+    /// directory, until `shutdown` completes or the future is dropped. At shutdown every ADS
+    /// stream is ended (clients see the stream close and reconnect) and the listeners close.
+    ///
+    /// # Errors
+    /// The gRPC server failed.
+    pub async fn serve(
+        self,
+        grpc: TcpListener,
+        admin: Option<TcpListener>,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), tonic::transport::Error> {
+        // Dropped (or set) when this future ends: every stream task and the admin loop stop.
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let watcher = tokio::spawn(self.cache.clone().watch(self.poll_interval));
+        let _abort_watcher = AbortOnDrop(watcher);
+        if let Some(admin) = admin {
+            let server = self.clone();
+            let stop = stop_rx.clone();
+            tokio::spawn(crate::admin::serve(admin, server, stop));
+        }
+        let service = self.ads_service(stop_rx);
+        let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
+        let signal = async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        };
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .serve_with_incoming_shutdown(service, incoming, signal)
+            .await
+    }
+
+    /// The ADS service alone, for embedding in another tonic server; its streams end when
+    /// `stop` changes or its sender is dropped.
+    pub fn ads_service(
+        &self,
+        stop: watch::Receiver<bool>,
+    ) -> AggregatedDiscoveryServiceServer<Ads> {
+        AggregatedDiscoveryServiceServer::new(Ads {
+            cache: self.cache.clone(),
+            registry: self.registry.clone(),
+            stop,
+            next_stream: Arc::new(AtomicU64::new(1)),
+        })
+        .max_decoding_message_size(64 << 20)
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+// === status ===
+
+/// Everything `GET /status` reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerStatus {
+    /// The served snapshot version (0: nothing loaded).
+    pub version: u64,
+    /// The resource files at the last scan.
+    pub files: Vec<FileStatus>,
+    /// Errors of the merged snapshot at the last scan (the change was not pushed).
+    pub errors: Vec<String>,
+    /// Every node seen since the server started, by id.
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// One resource file in [`ServerStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileStatus {
+    /// The file name in the resource directory.
+    pub name: String,
+    /// Whether its current content parsed.
+    pub ok: bool,
+    /// Why not, one error per line.
+    pub error: Option<String>,
+    /// When not ok: whether an earlier good version of it is still served.
+    pub serving_previous: bool,
+}
+
+/// One node (by id) in [`ServerStatus`]. Streams of several sidecars sharing an id are merged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// `node.id`.
+    pub id: String,
+    /// `node.locality.zone`, when set.
+    pub zone: Option<String>,
+    /// Whether an ADS stream of this node is open.
+    pub connected: bool,
+    /// Per type URL.
+    pub types: BTreeMap<String, TypeStatus>,
+}
+
+/// One node's state for one resource type.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TypeStatus {
+    /// The `version_info` of the last response sent.
+    pub sent: Option<String>,
+    /// The version the node last reported as accepted (its requests' `version_info`).
+    pub acked: Option<String>,
+    /// The last NACK, until the node ACKs the latest version sent.
+    pub nack: Option<Nack>,
+}
+
+/// A rejected response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Nack {
+    /// The rejected version, when the NACK answered the latest response.
+    pub version: Option<String>,
+    /// `error_detail.message`: what the node found wrong.
+    pub message: String,
+}
+
+#[derive(Debug, Default)]
+struct NodeEntry {
+    zone: Option<String>,
+    streams: u32,
+    types: [TypeStatus; 3],
+}
+
+/// Per-node ACK/NACK state, shared by the stream tasks.
+#[derive(Debug, Default)]
+struct Registry {
+    nodes: Mutex<BTreeMap<String, NodeEntry>>,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, NodeEntry>> {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn connect(&self, id: &str, zone: Option<&str>) {
+        let mut nodes = self.lock();
+        let e = nodes.entry(id.to_string()).or_default();
+        e.zone = zone.map(str::to_string);
+        e.streams += 1;
+    }
+
+    fn disconnect(&self, id: &str) {
+        if let Some(e) = self.lock().get_mut(id) {
+            e.streams = e.streams.saturating_sub(1);
+        }
+    }
+
+    fn update(&self, id: &str, t: ResourceType, f: impl FnOnce(&mut TypeStatus)) {
+        if let Some(e) = self.lock().get_mut(id) {
+            f(&mut e.types[t.index()]);
+        }
+    }
+
+    fn status(&self) -> Vec<NodeStatus> {
+        self.lock()
+            .iter()
+            .map(|(id, e)| NodeStatus {
+                id: id.clone(),
+                zone: e.zone.clone(),
+                connected: e.streams > 0,
+                types: ResourceType::PUSH_ORDER
+                    .into_iter()
+                    .map(|t| (t.type_url().to_string(), e.types[t.index()].clone()))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+// === ADS service ===
+
+/// The ADS service over a [`Cache`]; see the module docs for the protocol.
+#[derive(Debug, Clone)]
+pub struct Ads {
+    cache: Arc<Cache>,
+    registry: Arc<Registry>,
+    stop: watch::Receiver<bool>,
+    next_stream: Arc<AtomicU64>,
+}
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Ads {
+    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, GrpcStatus>>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, GrpcStatus> {
+        if *self.stop.borrow() {
+            return Err(GrpcStatus::unavailable("respway-xds is shutting down"));
+        }
+        let (tx, rx) = mpsc::channel(8);
+        let stream = AdsStream {
+            id: self.next_stream.fetch_add(1, Ordering::Relaxed),
+            cache: self.cache.clone(),
+            registry: self.registry.clone(),
+            node: None,
+            types: Default::default(),
+            nonces: 0,
+            snapshot: None,
+        };
+        tokio::spawn(stream.run(request.into_inner(), tx, self.stop.clone()));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type DeltaAggregatedResourcesStream =
+        ReceiverStream<Result<DeltaDiscoveryResponse, GrpcStatus>>;
+
+    async fn delta_aggregated_resources(
+        &self,
+        _request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, GrpcStatus> {
+        Err(GrpcStatus::unimplemented(
+            "respway-xds serves state-of-the-world ADS only (StreamAggregatedResources)",
+        ))
+    }
+}
+
+/// What a stream subscribed to for one type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Subscription {
+    wildcard: bool,
+    names: BTreeSet<String>,
+}
+
+impl Subscription {
+    /// The subscription a request asks for. LDS and CDS: always wildcard. EDS: `"*"`, or an
+    /// empty list on the first request of the type, is wildcard; otherwise the names.
+    fn from_request(t: ResourceType, names: &[String], previous: Option<&Subscription>) -> Self {
+        let star = names.iter().any(|n| n == "*");
+        let wildcard = match t {
+            ResourceType::Cluster | ResourceType::Listener => true,
+            ResourceType::Endpoint => star || (names.is_empty() && previous.is_none()),
+        };
+        Subscription {
+            wildcard,
+            names: if wildcard {
+                BTreeSet::new()
+            } else {
+                names.iter().cloned().collect()
+            },
+        }
+    }
+
+    /// The resources of `res` this subscription covers, by name.
+    fn view<'a>(&'a self, res: &'a TypeResources) -> Vec<(&'a String, &'a [u8])> {
+        if self.wildcard {
+            res.resources
+                .iter()
+                .map(|(n, a)| (n, a.value.as_slice()))
+                .collect()
+        } else {
+            self.names
+                .iter()
+                .filter_map(|n| res.resources.get_key_value(n))
+                .map(|(n, a)| (n, a.value.as_slice()))
+                .collect()
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct TypeState {
+    /// `None` until the client asks for this type.
+    subscription: Option<Subscription>,
+    /// The latest nonce sent for this type.
+    nonce: String,
+    /// What was last sent, and for which subscription.
+    sent: Option<(Arc<TypeResources>, Subscription)>,
+}
+
+/// One ADS stream.
+struct AdsStream {
+    id: u64,
+    cache: Arc<Cache>,
+    registry: Arc<Registry>,
+    /// `(id, zone)` from the first request.
+    node: Option<(String, Option<String>)>,
+    types: [TypeState; 3],
+    nonces: u64,
+    /// The node's snapshot and the cache version it is from.
+    snapshot: Option<(u64, Option<Arc<NodeSnapshot>>)>,
+}
+
+type Outbox = mpsc::Sender<Result<DiscoveryResponse, GrpcStatus>>;
+
+impl AdsStream {
+    async fn run(
+        mut self,
+        mut inbound: Streaming<DiscoveryRequest>,
+        tx: Outbox,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut snapshots = self.cache.subscribe();
+        loop {
+            let out = tokio::select! {
+                msg = inbound.message() => match msg {
+                    Ok(Some(req)) => match self.on_request(req, &snapshots) {
+                        Ok(out) => out,
+                        Err(status) => {
+                            let _ = tx.send(Err(status)).await;
+                            break;
+                        }
+                    },
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(stream = self.id, %status, "ADS stream ended");
+                        break;
+                    }
+                },
+                changed = snapshots.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let snap = snapshots.borrow_and_update().clone();
+                    self.on_snapshot(&snap)
+                }
+                _ = stop.changed() => break,
+                () = tx.closed() => break,
+            };
+            for resp in out {
+                if tx.send(Ok(resp)).await.is_err() {
+                    break;
+                }
+            }
+        }
+        if let Some((id, _)) = &self.node {
+            self.registry.disconnect(id);
+            tracing::debug!(stream = self.id, node = %id, "ADS stream closed");
+        }
+    }
+
+    fn on_request(
+        &mut self,
+        req: DiscoveryRequest,
+        snapshots: &watch::Receiver<Arc<Snapshot>>,
+    ) -> Result<Vec<DiscoveryResponse>, GrpcStatus> {
+        if self.node.is_none() {
+            let Some(node) = &req.node else {
+                return Err(GrpcStatus::invalid_argument(
+                    "the first DiscoveryRequest of a stream must carry node",
+                ));
+            };
+            let zone = node
+                .locality
+                .as_ref()
+                .map(|l| l.zone.clone())
+                .filter(|z| !z.is_empty());
+            self.registry.connect(&node.id, zone.as_deref());
+            tracing::debug!(stream = self.id, node = %node.id, zone = ?zone, "ADS stream opened");
+            self.node = Some((node.id.clone(), zone));
+        }
+        let node_id = self.node.as_ref().map(|n| n.0.clone()).unwrap_or_default();
+        let Some(t) = ResourceType::from_type_url(&req.type_url) else {
+            tracing::debug!(stream = self.id, type_url = %req.type_url, "type not served; ignored");
+            return Ok(Vec::new());
+        };
+        let ts = &mut self.types[t.index()];
+        if !req.response_nonce.is_empty() {
+            let current = req.response_nonce == ts.nonce;
+            let sent_version = ts.sent.as_ref().map(|(r, _)| r.version.clone());
+            let accepted = (!req.version_info.is_empty()).then(|| req.version_info.clone());
+            match &req.error_detail {
+                Some(detail) => {
+                    tracing::warn!(
+                        node = %node_id,
+                        type_url = t.type_url(),
+                        rejected = ?sent_version.as_ref().filter(|_| current),
+                        "NACK: {}",
+                        detail.message
+                    );
+                    let nack = Nack {
+                        version: sent_version.filter(|_| current),
+                        message: detail.message.clone(),
+                    };
+                    self.registry.update(&node_id, t, |s| {
+                        s.acked = accepted;
+                        s.nack = Some(nack);
+                    });
+                }
+                None => self.registry.update(&node_id, t, |s| {
+                    if current && accepted.is_some() && accepted == sent_version {
+                        s.nack = None;
+                    }
+                    s.acked = accepted;
+                }),
+            }
+            if !current {
+                // Stale: a newer response is on its way; the client answers that one.
+                return Ok(Vec::new());
+            }
+        }
+        let sub = Subscription::from_request(t, &req.resource_names, ts.subscription.as_ref());
+        let changed = ts.subscription.as_ref() != Some(&sub);
+        ts.subscription = Some(sub);
+        let initial = req.response_nonce.is_empty();
+        if !(initial || changed) {
+            return Ok(Vec::new());
+        }
+        let snap = snapshots.borrow().clone();
+        Ok(self.respond(t, &snap, initial).into_iter().collect())
+    }
+
+    fn on_snapshot(&mut self, snap: &Snapshot) -> Vec<DiscoveryResponse> {
+        ResourceType::PUSH_ORDER
+            .into_iter()
+            .filter_map(|t| self.respond(t, snap, false))
+            .collect()
+    }
+
+    /// The node's snapshot in `snap`, computed once per cache version.
+    fn node_snapshot(&mut self, snap: &Snapshot) -> Option<Arc<NodeSnapshot>> {
+        let (id, zone) = self.node.as_ref()?;
+        match &self.snapshot {
+            Some((v, s)) if *v == snap.version => s.clone(),
+            _ => {
+                let s = snap.for_node(id, zone.as_deref());
+                self.snapshot = Some((snap.version, s.clone()));
+                s
+            }
+        }
+    }
+
+    /// A response for type `t` when the client subscribed to it and its resources changed
+    /// since the last one (or always, with `force`).
+    fn respond(
+        &mut self,
+        t: ResourceType,
+        snap: &Snapshot,
+        force: bool,
+    ) -> Option<DiscoveryResponse> {
+        let node = self.node_snapshot(snap)?;
+        let res = node.get(t);
+        let ts = &mut self.types[t.index()];
+        let sub = ts.subscription.as_ref()?;
+        if !force {
+            if let Some((sent, sent_sub)) = &ts.sent {
+                let same = (Arc::ptr_eq(sent, res) && sent_sub == sub)
+                    || sent_sub.view(sent) == sub.view(res);
+                if same {
+                    return None;
+                }
+            }
+        }
+        let resources = if sub.wildcard {
+            res.resources.values().cloned().collect()
+        } else {
+            sub.names
+                .iter()
+                .filter_map(|n| res.resources.get(n).cloned())
+                .collect()
+        };
+        self.nonces += 1;
+        let nonce = format!("{}-{}", self.id, self.nonces);
+        ts.nonce = nonce.clone();
+        ts.sent = Some((res.clone(), sub.clone()));
+        let version = res.version.clone();
+        if let Some((id, _)) = &self.node {
+            let v = version.clone();
+            self.registry.update(id, t, |s| s.sent = Some(v));
+        }
+        Some(DiscoveryResponse {
+            version_info: version,
+            resources,
+            canary: false,
+            type_url: t.type_url().to_string(),
+            nonce,
+            control_plane: Some(ControlPlane {
+                identifier: CONTROL_PLANE.to_string(),
+            }),
+            resource_errors: Vec::new(),
+        })
+    }
+}
