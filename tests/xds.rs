@@ -222,9 +222,9 @@ fn xds_edits_under_load_fail_no_request() {
         })
         .collect();
 
-    // 1. Edits: each is pushed and ACKed; time from save to ACK.
+    // 1. 50 edits: each is pushed and ACKed; time from save to ACK (reported, not asserted).
     let mut took = Vec::new();
-    for step in 1..=24 {
+    for step in 1..=50 {
         let v = mgmt.status().version;
         save(
             &res,

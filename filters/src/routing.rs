@@ -135,8 +135,11 @@ impl Routing {
                 .position(|c| c.name == name)
                 .ok_or_else(|| format!("route names unknown cluster \"{name}\""))
         };
+        // `forward` policies do nothing: they are left out here so that a route whose
+        // mirrors are all `forward` takes the mirror layer's no-policy path.
         let mirrors = |m: &[MirrorPolicy]| {
             m.iter()
+                .filter(|p| p.mode != MirrorMode::Forward)
                 .map(|p| {
                     Ok(CompiledMirror {
                         cluster: index(&p.cluster)?,
