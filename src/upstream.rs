@@ -103,8 +103,8 @@ impl EndpointHandle {
         let (tx, rx) = oneshot::channel();
         let conn = &self.conns[rr % self.conns.len()];
         match conn.send(UpstreamRequest { args, tx }) {
-            Ok(()) => UpstreamFuture::Waiting(rx, self.label.clone()),
-            Err(_) => UpstreamFuture::Done(Some(error_reply(&format!(
+            Ok(()) => UpstreamFuture::waiting(rx, self.label.clone()),
+            Err(_) => UpstreamFuture::done(Some(error_reply(&format!(
                 "ERR respway: {} is not available",
                 self.label
             )))),
@@ -173,37 +173,104 @@ impl Service<Request> for Upstream {
                 .unwrap_or(0),
         };
         let Some(ep) = self.endpoints.get(req.cluster, shard, endpoint) else {
-            return UpstreamFuture::Done(Some(error_reply("ERR respway: no such shard")));
+            return UpstreamFuture::done(Some(error_reply("ERR respway: no such shard")));
         };
         self.rr = self.rr.wrapping_add(1);
+        let primary = self
+            .primaries
+            .get(req.cluster)
+            .and_then(|c| c.get(shard))
+            .copied()
+            .unwrap_or(0);
+        if endpoint != primary && req.is_read() {
+            // A read sent to a replica: if the replica turns out to be unreachable, the read
+            // is retried once on the primary instead of failing (the zone layer skips the
+            // replica from then on). Costs one clone of the argument list, for replica reads
+            // only.
+            if let Some(p) = self.endpoints.get(req.cluster, shard, primary) {
+                let fallback = Some((p.clone(), req.args.clone(), self.rr));
+                let mut f = ep.send(req.args, self.rr);
+                f.fallback = fallback;
+                return f;
+            }
+        }
         ep.send(req.args, self.rr)
     }
 }
 
 /// The reply of one upstream request.
 #[derive(Debug)]
-pub enum UpstreamFuture {
+pub struct UpstreamFuture {
+    state: State,
+    /// For replica reads: the primary and the request, to retry there once when the replica
+    /// cannot be reached.
+    fallback: Option<(EndpointHandle, Vec<Bytes>, usize)>,
+}
+
+#[derive(Debug)]
+enum State {
     /// Waiting for the connection task.
     Waiting(oneshot::Receiver<Reply>, Arc<str>),
     /// Already answered (an error).
     Done(Option<Reply>),
 }
 
+impl UpstreamFuture {
+    fn waiting(rx: oneshot::Receiver<Reply>, label: Arc<str>) -> Self {
+        UpstreamFuture {
+            state: State::Waiting(rx, label),
+            fallback: None,
+        }
+    }
+
+    /// An already-known reply.
+    fn done(reply: Option<Reply>) -> Self {
+        UpstreamFuture {
+            state: State::Done(reply),
+            fallback: None,
+        }
+    }
+}
+
+/// True for the proxy's own "could not reach the endpoint" errors (never Redis's errors): the
+/// request did not run, so a read may safely go elsewhere.
+fn unreachable_reply(r: &[u8]) -> bool {
+    r.starts_with(b"-ERR respway: ")
+        && [
+            &b"unavailable"[..],
+            b"connection lost",
+            b"connection closed",
+            b"is not available",
+        ]
+        .iter()
+        .any(|m| r.windows(m.len()).any(|w| w == *m))
+}
+
 impl Future for UpstreamFuture {
     type Output = Result<Reply, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            UpstreamFuture::Waiting(rx, label) => match Pin::new(rx).poll(cx) {
-                Poll::Ready(Ok(r)) => Poll::Ready(Ok(r)),
-                Poll::Ready(Err(_)) => Poll::Ready(Ok(error_reply(&format!(
-                    "ERR respway: {label}: connection closed"
-                )))),
-                Poll::Pending => Poll::Pending,
-            },
-            UpstreamFuture::Done(r) => Poll::Ready(Ok(r
-                .take()
-                .unwrap_or_else(|| error_reply("ERR respway: reply polled twice")))),
+        let this = self.get_mut();
+        loop {
+            let reply = match &mut this.state {
+                State::Waiting(rx, label) => match Pin::new(rx).poll(cx) {
+                    Poll::Ready(Ok(r)) => r,
+                    Poll::Ready(Err(_)) => {
+                        error_reply(&format!("ERR respway: {label}: connection closed"))
+                    }
+                    Poll::Pending => return Poll::Pending,
+                },
+                State::Done(r) => r
+                    .take()
+                    .unwrap_or_else(|| error_reply("ERR respway: reply polled twice")),
+            };
+            if unreachable_reply(&reply) {
+                if let Some((primary, args, rr)) = this.fallback.take() {
+                    this.state = primary.send(args, rr).state;
+                    continue;
+                }
+            }
+            return Poll::Ready(Ok(reply));
         }
     }
 }
