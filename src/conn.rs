@@ -172,12 +172,20 @@ impl Session {
                 if self.rbuf.capacity() - self.rbuf.len() < 1024 {
                     self.rbuf.reserve(READ_CHUNK);
                 }
+                let spare = self.rbuf.capacity() - self.rbuf.len();
                 match stream.try_read_buf(&mut self.rbuf) {
                     Ok(0) => {
                         self.eof = true;
                         progress = true;
                     }
-                    Ok(_) => progress = true,
+                    Ok(n) => {
+                        // A short read drained the socket: skip the read that would only
+                        // return EAGAIN (see `upstream::clear_read_readiness`).
+                        if n < spare {
+                            crate::upstream::clear_read_readiness(stream);
+                        }
+                        progress = true;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => progress = true,
                     Err(e) => return Poll::Ready(Err(e)),
                 }
