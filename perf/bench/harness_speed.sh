@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Is respway-perf fast enough not to be the bottleneck? Runs redis-benchmark and
+# respway-perf, interleaved, against one redis-server with the same connections, pipeline
+# depth and command (GET of existing keys, 3-byte values), and prints the median
+# requests/s of each and their ratio.
+#
+#   perf/bench/harness_speed.sh                 # P=1 and P=16, 3 rounds
+#   PIPELINES="1" ROUNDS=5 THREADS=2 perf/bench/harness_speed.sh
+#
+# Everything on 127.0.0.1; the redis-server it starts is stopped on exit. Before each run it
+# waits (at most WAIT_BUDGET s in all) until other processes use less than BUSY_MAX cores.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${ROUNDS:-3}
+PIPELINES=${PIPELINES:-"1 16"}
+CLIENTS=${CLIENTS:-50}
+THREADS=${THREADS:-1}
+N_P1=${N_P1:-500000}
+N_P16=${N_P16:-3000000}
+BUSY_MAX=${BUSY_MAX:-0.3}
+WAIT_BUDGET=${WAIT_BUDGET:-600}
+P=${P:-target/release/respway-perf}
+[[ -x $P ]] || cargo build --release -p respway-perf
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+DIR=$(mktemp -d)
+redis-server --bind 127.0.0.1 --port "$PORT" --save "" --appendonly no --dir "$DIR" >"$DIR/redis.log" 2>&1 &
+RPID=$!
+trap 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null; rm -rf "$DIR"' EXIT
+for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+busy() { # cores used by everything over 1 s
+    local a b
+    a=($(head -n1 /proc/stat)); sleep 1; b=($(head -n1 /proc/stat))
+    awk -v u=$((b[1] + b[2] + b[3] + b[6] + b[7] - a[1] - a[2] - a[3] - a[6] - a[7])) \
+        -v t=$((b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] - a[1] - a[2] - a[3] - a[4] - a[5] - a[6] - a[7])) \
+        -v n="$(nproc)" 'BEGIN { printf "%.2f", (t > 0 ? u / t * n : 0) }'
+}
+WAITED=0
+wait_quiet() {
+    local t0=$SECONDS b
+    while ((WAITED + SECONDS - t0 < WAIT_BUDGET)); do
+        b=$(busy)
+        awk -v b="$b" -v m="$BUSY_MAX" 'BEGIN { exit !(b > m) }' || break
+        echo "  (machine busy: $b cores; waiting)" >&2
+        sleep 2
+    done
+    WAITED=$((WAITED + SECONDS - t0))
+}
+cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# The same kind of keys for both: redis-benchmark's key:000000NNNNNN and respway-perf's key:N,
+# 100 000 each, 3-byte values.
+redis-benchmark -p "$PORT" -t set -r 100000 -n 1000000 -P 16 -d 3 -q >/dev/null 2>&1
+"$P" run -t "127.0.0.1:$PORT" --keyspace 100000 --commands set=1 --value-size 3 --preload -n 1 -d 1s >/dev/null 2>&1
+echo "redis-server :$PORT, $(redis-cli -p "$PORT" dbsize) keys; $(nproc) cores; $(uptime)"
+
+declare -A RES
+for round in $(seq "$ROUNDS"); do
+    for pl in $PIPELINES; do
+        n=$([[ $pl == 1 ]] && echo "$N_P1" || echo "$N_P16")
+        for tool in redis-benchmark respway-perf; do
+            # alternate which tool goes first
+            if (( round % 2 == 0 )); then tool=$([[ $tool == redis-benchmark ]] && echo respway-perf || echo redis-benchmark); fi
+            wait_quiet
+            c0=$(cpu "$RPID")
+            w0=$(date +%s.%N)
+            if [[ $tool == redis-benchmark ]]; then
+                rps=$(/usr/bin/time -f "%U %S" -o "$DIR/time" redis-benchmark -p "$PORT" -c "$CLIENTS" -P "$pl" -t get -r 100000 -n "$n" --csv 2>/dev/null |
+                    tr -d '\r' | awk -F'","' '$1 == "\"GET" { print $2 + 0 }')
+            else
+                rps=$(/usr/bin/time -f "%U %S" -o "$DIR/time" "$P" run -t "127.0.0.1:$PORT" --keyspace 100000 --commands get=1 --value-size 3 \
+                    -c "$CLIENTS" -P "$pl" --threads "$THREADS" -n "$n" -d 60s 2>/dev/null |
+                    awk '/req\/s/ { for (i = 1; i <= NF; i++) if ($(i+1) == "req/s;") print $i }')
+            fi
+            w1=$(date +%s.%N)
+            c1=$(cpu "$RPID")
+            tool_cpu=$(awk '{ print $1 + $2 }' "$DIR/time")
+            echo "round $round -P $pl $tool: $rps req/s; its own CPU $(awk -v c="$tool_cpu" -v n="$n" 'BEGIN { printf "%.2f", c / n * 1e6 }') s per M requests; redis-server busy $(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v w0="$w0" -v w1="$w1" 'BEGIN { printf "%.0f%%", 100 * t / hz / (w1 - w0) }') of a core; load $(cut -d' ' -f1 /proc/loadavg)"
+            RES[$pl,$tool]+="$rps "
+        done
+    done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
+echo
+echo "| pipeline | redis-benchmark req/s (median of $ROUNDS) | respway-perf req/s (median of $ROUNDS) | ratio |"
+echo "|--:|--:|--:|--:|"
+for pl in $PIPELINES; do
+    a=$(median <<<"${RES[$pl,redis-benchmark]}")
+    b=$(median <<<"${RES[$pl,respway-perf]}")
+    awk -v p="$pl" -v a="$a" -v b="$b" 'BEGIN { printf "| %d | %.0f | %.0f | %.2f |\n", p, a, b, (a > 0 ? b / a : 0) }'
+done
+echo
+echo "The tool's own CPU includes respway-perf's request generation (done before its clock starts)."
+echo "commands: redis-benchmark -p PORT -c $CLIENTS -P PIPELINE -t get -r 100000 -n N --csv"
+echo "          $P run -t 127.0.0.1:PORT --keyspace 100000 --commands get=1 --value-size 3 -c $CLIENTS -P PIPELINE --threads $THREADS -n N -d 60s"
+echo "N = $N_P1 at -P 1, $N_P16 otherwise; waited $WAITED s for a quiet machine; $(uptime)"

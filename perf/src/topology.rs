@@ -1,0 +1,802 @@
+//! Local topologies: redis-server shards (with replicas), a standalone redis-server,
+//! nutcracker (twemproxy) and respway over the same shards — started from a described
+//! [`TopologySpec`] on free loopback ports, and always stopped: every process is a child
+//! killed when the [`Running`] topology is dropped (also on error or panic).
+//!
+//! Also the probes the comparison needs: a process's CPU time (`/proc/PID/stat`) and a
+//! server's executed commands (`INFO commandstats`).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use respway_filters::resp::{parse_reply, reply_len, Frame};
+use serde::{Deserialize, Serialize};
+
+use crate::closed::reply_limits;
+use crate::Error;
+
+/// A topology to start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopologySpec {
+    /// Shard primaries behind the proxies.
+    pub shards: usize,
+    /// Replicas per shard (`--replicaof` its primary).
+    pub replicas: usize,
+    /// The redis-server binary.
+    pub redis_server: String,
+    /// The nutcracker binary (`nutcracker`, else `/usr/sbin/nutcracker`).
+    pub nutcracker: Option<String>,
+    /// The respway binary (default: `$RESPWAY_BIN`, else `target/release/respway` in the
+    /// current directory or a parent).
+    pub respway: Option<PathBuf>,
+    /// What to measure, in order.
+    pub targets: Vec<TargetSpec>,
+}
+
+impl Default for TopologySpec {
+    fn default() -> Self {
+        TopologySpec {
+            shards: 3,
+            replicas: 0,
+            redis_server: "redis-server".into(),
+            nutcracker: None,
+            respway: None,
+            targets: vec![
+                TargetSpec::Redis { name: None },
+                TargetSpec::Nutcracker { name: None },
+                TargetSpec::Respway(RespwaySpec::default()),
+            ],
+        }
+    }
+}
+
+/// One thing to measure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TargetSpec {
+    /// A standalone redis-server (no proxy, no shards): the ceiling.
+    Redis {
+        /// Name in the report (default `redis`).
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// nutcracker over the shards: ketama, fnv1a_64, hash tag `{}`, one connection per server.
+    Nutcracker {
+        /// Name in the report (default `nutcracker`).
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// respway over the shards (the same ketama ring as nutcracker, so keys land alike).
+    Respway(RespwaySpec),
+    /// respway fed by the respway-xds management server: not available yet.
+    RespwayXds {
+        /// Name in the report.
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// Something started elsewhere (loopback only).
+    External {
+        /// Name in the report.
+        name: String,
+        /// Where it listens.
+        address: SocketAddr,
+        /// Its process, for CPU time.
+        #[serde(default)]
+        pid: Option<u32>,
+        /// Its shards' primaries, for the per-shard load balance.
+        #[serde(default)]
+        shards: Vec<SocketAddr>,
+    },
+}
+
+/// A respway target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RespwaySpec {
+    /// Name in the report (default `respway-w<workers>`).
+    pub name: Option<String>,
+    /// `--workers`.
+    pub workers: usize,
+    /// Hot-key prefixes (`hot_keys: [{ prefix }]` on the cluster): writes fan out to every
+    /// shard, reads pick one.
+    pub hot_keys: Vec<String>,
+    /// The cluster's `read_policy` (with replicas: e.g. `prefer_replica`).
+    pub read_policy: Option<String>,
+    /// The cluster's `connections_per_endpoint`.
+    pub connections_per_endpoint: Option<usize>,
+}
+
+impl Default for RespwaySpec {
+    fn default() -> Self {
+        RespwaySpec {
+            name: None,
+            workers: 1,
+            hot_keys: Vec::new(),
+            read_policy: None,
+            connections_per_endpoint: None,
+        }
+    }
+}
+
+impl TargetSpec {
+    /// The name in the report.
+    pub fn name(&self) -> String {
+        match self {
+            TargetSpec::Redis { name } => name.clone().unwrap_or_else(|| "redis".into()),
+            TargetSpec::Nutcracker { name } => name.clone().unwrap_or_else(|| "nutcracker".into()),
+            TargetSpec::Respway(r) => r
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("respway-w{}", r.workers)),
+            TargetSpec::RespwayXds { name } => name.clone().unwrap_or_else(|| "respway-xds".into()),
+            TargetSpec::External { name, .. } => name.clone(),
+        }
+    }
+
+    fn needs_shards(&self) -> bool {
+        matches!(
+            self,
+            TargetSpec::Nutcracker { .. } | TargetSpec::Respway(_) | TargetSpec::RespwayXds { .. }
+        )
+    }
+}
+
+/// A started (or external) target.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Target {
+    /// Name in the report.
+    pub name: String,
+    /// `redis`, `nutcracker`, `respway` or `external`.
+    pub kind: String,
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    /// The proxy process (none for a plain redis-server).
+    pub proxy_pid: Option<u32>,
+    /// The redis-servers that serve this target's commands (one for `redis`).
+    pub server_pids: Vec<u32>,
+    /// Endpoints per shard (primary first), for `INFO commandstats`.
+    pub shards: Vec<Vec<SocketAddr>>,
+    /// How it was started.
+    pub command: String,
+}
+
+/// A child process, killed and reaped on drop.
+#[derive(Debug)]
+pub struct Proc {
+    /// What it is.
+    pub name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(8)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running topology. Dropping it stops every process it started and removes its scratch
+/// directory (kept when `keep` is set).
+#[derive(Debug)]
+pub struct Running {
+    /// The targets, in the spec's order.
+    pub targets: Vec<Target>,
+    /// Shard endpoints (primary first, then replicas).
+    pub shards: Vec<Vec<SocketAddr>>,
+    procs: Vec<Proc>,
+    dir: PathBuf,
+    /// Keep the scratch directory (configs, logs) on drop.
+    pub keep: bool,
+}
+
+impl Running {
+    /// The scratch directory (configs and logs).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every started process: `(name, pid)`.
+    pub fn processes(&self) -> Vec<(String, u32)> {
+        self.procs
+            .iter()
+            .map(|p| (p.name.clone(), p.pid()))
+            .collect()
+    }
+
+    /// Checks that every started process still runs; names the first that does not.
+    pub fn check_alive(&mut self) -> Result<(), Error> {
+        for p in &mut self.procs {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Err(Error::Process(format!(
+                    "{} exited ({status}); its log ends with:\n{}",
+                    p.name,
+                    p.log_tail()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Proxies first, then the servers behind them.
+        while let Some(p) = self.procs.pop() {
+            drop(p);
+        }
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A free loopback port (bound, then released for the process about to use it).
+pub fn free_port() -> Result<u16, Error> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Starts everything `spec` describes. On any failure, whatever was started is stopped.
+pub fn start(spec: &TopologySpec) -> Result<Running, Error> {
+    let mut errs = Vec::new();
+    if spec.targets.is_empty() {
+        errs.push("targets: at least one target is needed".to_string());
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for t in &spec.targets {
+        if !names.insert(t.name()) {
+            errs.push(format!("targets: two targets are named {:?}", t.name()));
+        }
+        match t {
+            TargetSpec::RespwayXds { .. } => errs.push(format!(
+                "targets: {:?}: respway-xds (the management server) is not available yet; \
+                 use kind: respway (static YAML config) instead",
+                t.name()
+            )),
+            TargetSpec::External { address, .. } if !address.ip().is_loopback() => {
+                errs.push(format!(
+                    "targets: {:?}: {address} is not a loopback address",
+                    t.name()
+                ))
+            }
+            TargetSpec::Respway(r) if r.workers == 0 => errs.push(format!(
+                "targets: {:?}: workers must be at least 1",
+                t.name()
+            )),
+            _ => {}
+        }
+    }
+    let needs_shards = spec.targets.iter().any(TargetSpec::needs_shards);
+    if needs_shards && spec.shards == 0 {
+        errs.push("shards: at least one shard is needed for proxies".into());
+    }
+    if !errs.is_empty() {
+        return Err(Error::Config(errs.join("\n")));
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "respway-perf-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let mut run = Running {
+        targets: Vec::new(),
+        shards: Vec::new(),
+        procs: Vec::new(),
+        dir,
+        keep: false,
+    };
+    if needs_shards {
+        for s in 0..spec.shards {
+            let p = start_redis(&mut run, spec, &format!("shard{s}"), None)?;
+            run.shards.push(vec![p]);
+        }
+        for s in 0..spec.shards {
+            let primary = run.shards[s][0];
+            for r in 0..spec.replicas {
+                let a = start_redis(
+                    &mut run,
+                    spec,
+                    &format!("shard{s}-replica{r}"),
+                    Some(primary),
+                )?;
+                run.shards[s].push(a);
+            }
+        }
+        if spec.replicas > 0 {
+            for shard in run.shards.clone() {
+                for &r in &shard[1..] {
+                    wait_replica_synced(r)?;
+                }
+            }
+        }
+    }
+    let shard_pids: Vec<u32> = run
+        .procs
+        .iter()
+        .filter(|p| p.name.starts_with("shard"))
+        .map(Proc::pid)
+        .collect();
+    for t in &spec.targets {
+        let target = match t {
+            TargetSpec::Redis { .. } => {
+                let a = start_redis(&mut run, spec, &t.name(), None)?;
+                let pid = run.procs.last().map(Proc::pid);
+                Target {
+                    name: t.name(),
+                    kind: "redis".into(),
+                    addr: a,
+                    proxy_pid: None,
+                    server_pids: pid.into_iter().collect(),
+                    shards: vec![vec![a]],
+                    command: format!(
+                        "{} --port {} --save \"\" --appendonly no",
+                        spec.redis_server,
+                        a.port()
+                    ),
+                }
+            }
+            TargetSpec::Nutcracker { .. } => {
+                start_nutcracker(&mut run, spec, &t.name(), &shard_pids)?
+            }
+            TargetSpec::Respway(r) => start_respway(&mut run, spec, r, &t.name(), &shard_pids)?,
+            TargetSpec::RespwayXds { .. } => unreachable!("refused above"),
+            TargetSpec::External {
+                name,
+                address,
+                pid,
+                shards,
+            } => Target {
+                name: name.clone(),
+                kind: "external".into(),
+                addr: *address,
+                proxy_pid: *pid,
+                server_pids: Vec::new(),
+                shards: shards.iter().map(|&s| vec![s]).collect(),
+                command: format!("(started elsewhere) {address}"),
+            },
+        };
+        run.targets.push(target);
+    }
+    Ok(run)
+}
+
+fn spawn(run: &mut Running, name: &str, cmd: &mut Command) -> Result<(), Error> {
+    let log = run.dir.join(format!("{name}.log"));
+    let out = std::fs::File::create(&log)?;
+    let err = out.try_clone()?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| {
+            Error::Process(format!(
+                "{name}: could not start {:?}: {e}",
+                cmd.get_program()
+            ))
+        })?;
+    run.procs.push(Proc {
+        name: name.to_string(),
+        child,
+        log,
+    });
+    Ok(())
+}
+
+/// Waits until `addr` answers PING with PONG, failing early if the last started process
+/// exited.
+fn wait_ready(run: &mut Running, addr: SocketAddr) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(p) = run.procs.last_mut() {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Err(Error::Process(format!(
+                    "{} exited at start ({status}); its log ends with:\n{}",
+                    p.name,
+                    p.log_tail()
+                )));
+            }
+        }
+        if let Ok(Frame::Simple(s)) = command(addr, &[b"PING"]) {
+            if &s[..] == b"PONG" {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            let name = run.procs.last().map_or("?", |p| p.name.as_str());
+            return Err(Error::Process(format!(
+                "{name} did not answer PING on {addr} within 15 s"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn start_redis(
+    run: &mut Running,
+    spec: &TopologySpec,
+    name: &str,
+    replica_of: Option<SocketAddr>,
+) -> Result<SocketAddr, Error> {
+    let port = free_port()?;
+    let mut cmd = Command::new(&spec.redis_server);
+    cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .args(["--protected-mode", "no"])
+        .arg("--dir")
+        .arg(&run.dir)
+        .args(["--dbfilename", &format!("{name}.rdb")]);
+    if let Some(p) = replica_of {
+        cmd.args(["--replicaof", "127.0.0.1", &p.port().to_string()]);
+    }
+    spawn(run, name, &mut cmd)?;
+    let a = loopback(port);
+    wait_ready(run, a)?;
+    Ok(a)
+}
+
+fn wait_replica_synced(addr: SocketAddr) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Ok(Frame::Bulk(b)) = command(addr, &[b"INFO", b"replication"]) {
+            if String::from_utf8_lossy(&b).contains("master_link_status:up") {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(Error::Process(format!(
+        "replica {addr} did not sync within 15 s"
+    )))
+}
+
+fn nutcracker_bin(spec: &TopologySpec) -> String {
+    if let Some(n) = &spec.nutcracker {
+        return n.clone();
+    }
+    let in_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("nutcracker").is_file()));
+    if in_path {
+        "nutcracker".into()
+    } else {
+        "/usr/sbin/nutcracker".into()
+    }
+}
+
+fn start_nutcracker(
+    run: &mut Running,
+    spec: &TopologySpec,
+    name: &str,
+    shard_pids: &[u32],
+) -> Result<Target, Error> {
+    let port = free_port()?;
+    let stats = free_port()?;
+    let mut yml = format!(
+        "pool:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  \
+         hash_tag: \"{{}}\"\n  redis: true\n  auto_eject_hosts: false\n  server_connections: 1\n  \
+         preconnect: true\n  servers:\n"
+    );
+    for (i, s) in run.shards.iter().enumerate() {
+        yml.push_str(&format!("   - 127.0.0.1:{}:1 s{i}\n", s[0].port()));
+    }
+    let conf = run.dir.join(format!("{name}.yml"));
+    std::fs::write(&conf, yml)?;
+    let bin = nutcracker_bin(spec);
+    let mut cmd = Command::new(&bin);
+    cmd.arg("-c")
+        .arg(&conf)
+        .args(["-s", &stats.to_string(), "-a", "127.0.0.1"]);
+    spawn(run, name, &mut cmd)?;
+    let addr = loopback(port);
+    wait_ready(run, addr)?;
+    Ok(Target {
+        name: name.into(),
+        kind: "nutcracker".into(),
+        addr,
+        proxy_pid: run.procs.last().map(Proc::pid),
+        server_pids: shard_pids.to_vec(),
+        shards: run.shards.iter().map(|s| vec![s[0]]).collect(),
+        command: format!(
+            "{bin} -c {name}.yml (ketama, fnv1a_64, hash_tag {{}}, {} shards)",
+            run.shards.len()
+        ),
+    })
+}
+
+/// Finds the respway binary: the spec's, `$RESPWAY_BIN`, or `target/release/respway` in the
+/// current directory or one of its parents.
+pub fn respway_bin(spec: &TopologySpec) -> Result<PathBuf, Error> {
+    if let Some(p) = &spec.respway {
+        return if p.is_file() {
+            Ok(p.clone())
+        } else {
+            Err(Error::Config(format!(
+                "respway: {} is not a file",
+                p.display()
+            )))
+        };
+    }
+    if let Some(p) = std::env::var_os("RESPWAY_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let mut looked = Vec::new();
+    let mut dir = std::env::current_dir().ok();
+    while let Some(d) = dir {
+        let p = d.join("target/release/respway");
+        if p.is_file() {
+            return Ok(p);
+        }
+        looked.push(p.display().to_string());
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    Err(Error::Config(format!(
+        "respway binary not found (looked at {}): build it with `cargo build --release -p respway`, \
+         or set `respway:` in the topology or RESPWAY_BIN",
+        looked.first().map_or("target/release/respway", String::as_str)
+    )))
+}
+
+/// The respway YAML for a respway target over `shards` (see `xds/SCHEMA.md`).
+pub fn respway_config(port: u16, r: &RespwaySpec, shards: &[Vec<SocketAddr>]) -> String {
+    let mut y = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: main }}\n\
+         clusters:\n  - name: main\n    hash: {{ policy: ketama, key_hash: fnv1a_64 }}\n    hashtag: \"{{}}\"\n"
+    );
+    if let Some(p) = &r.read_policy {
+        y.push_str(&format!("    read_policy: {p}\n"));
+    }
+    if let Some(c) = r.connections_per_endpoint {
+        y.push_str(&format!("    connections_per_endpoint: {c}\n"));
+    }
+    if !r.hot_keys.is_empty() {
+        y.push_str("    hot_keys:\n");
+        for h in &r.hot_keys {
+            y.push_str(&format!("      - {{ prefix: {h:?} }}\n"));
+        }
+    }
+    y.push_str("    shards:\n");
+    for (i, s) in shards.iter().enumerate() {
+        y.push_str(&format!("      - name: s{i}\n        endpoints:\n"));
+        for (j, e) in s.iter().enumerate() {
+            let role = if j == 0 { "primary" } else { "replica" };
+            y.push_str(&format!(
+                "          - {{ address: \"{e}\", role: {role} }}\n"
+            ));
+        }
+    }
+    y
+}
+
+fn start_respway(
+    run: &mut Running,
+    spec: &TopologySpec,
+    r: &RespwaySpec,
+    name: &str,
+    shard_pids: &[u32],
+) -> Result<Target, Error> {
+    let bin = respway_bin(spec)?;
+    let port = free_port()?;
+    let conf = run.dir.join(format!("{name}.yaml"));
+    std::fs::write(&conf, respway_config(port, r, &run.shards))?;
+    let check = Command::new(&bin)
+        .arg("--config")
+        .arg(&conf)
+        .arg("--check")
+        .output()
+        .map_err(|e| Error::Process(format!("{name}: could not run {}: {e}", bin.display())))?;
+    if !check.status.success() {
+        return Err(Error::Config(format!(
+            "{name}: respway rejects its configuration:\n{}{}",
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        )));
+    }
+    let mut cmd = Command::new(&bin);
+    cmd.arg("--config")
+        .arg(&conf)
+        .args(["--workers", &r.workers.to_string()])
+        .env("RUST_LOG", "warn");
+    spawn(run, name, &mut cmd)?;
+    let addr = loopback(port);
+    wait_ready(run, addr)?;
+    Ok(Target {
+        name: name.into(),
+        kind: "respway".into(),
+        addr,
+        proxy_pid: run.procs.last().map(Proc::pid),
+        server_pids: shard_pids.to_vec(),
+        shards: run.shards.clone(),
+        command: format!(
+            "respway --config {name}.yaml --workers {} (ketama, fnv1a_64, hashtag {{}}{})",
+            r.workers,
+            if r.hot_keys.is_empty() {
+                String::new()
+            } else {
+                format!(", hot_keys {:?}", r.hot_keys)
+            }
+        ),
+    })
+}
+
+/// Sends one command on a fresh connection and reads its reply (2 s timeout).
+pub fn command(addr: SocketAddr, args: &[&[u8]]) -> Result<Frame, Error> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut out = bytes::BytesMut::new();
+    respway_filters::resp::encode_command(args, &mut out);
+    s.write_all(&out)?;
+    let limits = reply_limits();
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some(n) = reply_len(&buf, &limits).map_err(|e| Error::Run(e.to_string()))? {
+            return parse_reply(&Bytes::copy_from_slice(&buf[..n]))
+                .map_err(|e| Error::Run(e.to_string()));
+        }
+        let k = s.read(&mut chunk)?;
+        if k == 0 {
+            return Err(Error::Run(format!("{addr} closed the connection")));
+        }
+        buf.extend_from_slice(&chunk[..k]);
+    }
+}
+
+/// Commands a redis-server has executed (the sum of `calls=` over `INFO commandstats`,
+/// leaving out `INFO` itself, which the probe sends).
+pub fn commands_executed(addr: SocketAddr) -> Result<u64, Error> {
+    match command(addr, &[b"INFO", b"commandstats"])? {
+        Frame::Bulk(b) => Ok(sum_calls(&String::from_utf8_lossy(&b))),
+        other => Err(Error::Run(format!(
+            "INFO commandstats on {addr}: unexpected reply {other:?}"
+        ))),
+    }
+}
+
+/// Sums `calls=` of every `cmdstat_*` line but `cmdstat_info`.
+pub fn sum_calls(info: &str) -> u64 {
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+        .filter_map(|l| {
+            let calls = l.split_once("calls=")?.1;
+            calls.split(',').next()?.trim().parse::<u64>().ok()
+        })
+        .sum()
+}
+
+fn clk_tck() -> f64 {
+    static TCK: OnceLock<f64> = OnceLock::new();
+    *TCK.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .filter(|&t| t > 0.0)
+            .unwrap_or(100.0)
+    })
+}
+
+/// CPU time (user + system, all threads) a process has used, seconds, from `/proc/PID/stat`.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / clk_tck())
+}
+
+/// CPU time the whole machine spent running tasks (user + nice + system of `/proc/stat`,
+/// interrupts excluded), seconds over all cores.
+pub fn machine_task_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let f: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .take(3)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    Some(f.iter().sum::<u64>() as f64 / clk_tck())
+}
+
+/// The machine's 1-minute load average (`/proc/loadavg`).
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_commandstats() {
+        let info = "# Commandstats\r\ncmdstat_get:calls=10,usec=5,usec_per_call=0.5\r\n\
+                    cmdstat_info:calls=99,usec=1\r\ncmdstat_set:calls=5,usec=1\r\n";
+        assert_eq!(sum_calls(info), 15);
+    }
+
+    #[test]
+    fn own_cpu_time_is_readable() {
+        assert!(cpu_seconds(std::process::id()).is_some());
+        assert!(machine_task_seconds().is_some_and(|s| s > 0.0));
+        assert!(load_average().is_some());
+    }
+
+    #[test]
+    fn xds_is_not_available_yet() {
+        let spec = TopologySpec {
+            targets: vec![TargetSpec::RespwayXds { name: None }],
+            ..TopologySpec::default()
+        };
+        let e = start(&spec).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "targets: \"respway-xds\": respway-xds (the management server) is not available yet; \
+             use kind: respway (static YAML config) instead"
+        );
+    }
+
+    #[test]
+    fn respway_config_names_hot_keys_and_replicas() {
+        let a: SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:7002".parse().unwrap();
+        let y = respway_config(
+            6390,
+            &RespwaySpec {
+                hot_keys: vec!["HIGH_FREQ_".into()],
+                read_policy: Some("prefer_replica".into()),
+                ..RespwaySpec::default()
+            },
+            &[vec![a, b]],
+        );
+        assert!(
+            y.contains("hot_keys:\n      - { prefix: \"HIGH_FREQ_\" }"),
+            "{y}"
+        );
+        assert!(
+            y.contains("{ address: \"127.0.0.1:7002\", role: replica }"),
+            "{y}"
+        );
+        assert!(y.contains("read_policy: prefer_replica"), "{y}");
+    }
+}

@@ -1,0 +1,207 @@
+//! `compare` end to end on a tiny topology: two redis-server shards, a standalone
+//! redis-server, nutcracker and (when its binary has been built) respway — started, measured,
+//! and stopped again.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use respway_perf::compare::{compare, CompareOptions};
+use respway_perf::plot::compare_plots;
+use respway_perf::report::CompareResult;
+use respway_perf::scenario::{Load, Scenario};
+use respway_perf::topology::{self, RespwaySpec, TargetSpec, TopologySpec};
+use respway_perf::workload::{Cmd, HotKeys, Workload};
+use respway_perf::Control;
+
+/// The tests of this file run one at a time: one counts this process's child processes.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn has_nutcracker() -> bool {
+    std::path::Path::new("/usr/sbin/nutcracker").is_file()
+        || std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("nutcracker").is_file()))
+}
+
+fn tiny(targets: Vec<TargetSpec>) -> Scenario {
+    let mut sc = Scenario::new("tiny");
+    sc.workload = Workload {
+        keyspace: 500,
+        commands: [(Cmd::Get, 4.0), (Cmd::Set, 1.0), (Cmd::Mget, 1.0)]
+            .into_iter()
+            .collect(),
+        hot: Some(HotKeys {
+            prefix: "HIGH_FREQ_".into(),
+            share: 0.2,
+            keys: 3,
+        }),
+        multi_keys: 3,
+        ..Workload::default()
+    };
+    sc.load = Load {
+        connections: 4,
+        pipeline: 4,
+        duration: Duration::from_millis(700),
+        interval: Duration::from_millis(100),
+        pool_requests: 4000,
+        ..Load::default()
+    };
+    sc.rounds = 2;
+    sc.warmup = Duration::from_millis(200);
+    sc.preload = true;
+    sc.topology = TopologySpec {
+        shards: 2,
+        targets,
+        ..TopologySpec::default()
+    };
+    sc
+}
+
+fn assert_closed(r: &CompareResult) {
+    for t in &r.targets {
+        let addr: SocketAddr = t.address.parse().unwrap();
+        assert!(
+            TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err(),
+            "{} still listens on {addr} after compare returned",
+            t.name
+        );
+    }
+}
+
+#[test]
+fn compare_runs_end_to_end_on_a_tiny_topology() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut targets = vec![TargetSpec::Redis { name: None }];
+    if has_nutcracker() {
+        targets.push(TargetSpec::Nutcracker { name: None });
+    } else {
+        eprintln!("nutcracker not installed: comparing without it");
+    }
+    let respway = topology::respway_bin(&TopologySpec::default()).is_ok();
+    if respway {
+        targets.push(TargetSpec::Respway(RespwaySpec {
+            name: Some("respway-hot".into()),
+            hot_keys: vec!["HIGH_FREQ_".into()],
+            ..RespwaySpec::default()
+        }));
+    } else {
+        eprintln!("target/release/respway not built: comparing without respway");
+    }
+    let sc = tiny(targets);
+    let r = compare(&sc, &CompareOptions::default(), &Control::new()).unwrap();
+    assert_eq!(r.targets.len(), sc.topology.targets.len());
+    assert_eq!(r.preloaded_keys, 503);
+    for t in &r.targets {
+        assert_eq!(t.rounds.len(), 2, "{}", t.name);
+        assert!(t.throughput > 0.0, "{}", t.name);
+        assert_eq!(
+            t.summary.error_total, 0,
+            "{}: {:?}",
+            t.name, t.summary.errors
+        );
+        assert!(t.summary.latency.p50 > 0, "{}", t.name);
+        assert!(t.shard_balance.is_some(), "{}", t.name);
+        let executed: u64 = t.shard_commands.iter().sum();
+        // at least every measured request reached a server (MGET/hot keys may fan out)
+        assert!(
+            executed >= t.summary.replies,
+            "{}: {executed} < {}",
+            t.name,
+            t.summary.replies
+        );
+        match t.kind.as_str() {
+            "redis" => {
+                assert_eq!(t.shard_commands.len(), 1);
+                assert!(t.proxy_cpu_s_per_m.is_none());
+            }
+            _ => {
+                assert_eq!(t.shard_commands.len(), 2, "{}", t.name);
+                assert!(t.proxy_cpu_s_per_m.is_some(), "{}", t.name);
+            }
+        }
+        assert!(!t.summary.timeline.is_empty());
+    }
+    let text = r.text();
+    assert!(
+        text.contains("× redis") && text.contains("shard max/mean"),
+        "{text}"
+    );
+    assert!(r.markdown().starts_with("| target | req/s |"));
+    // JSON round trip and plots.
+    let json = serde_json::to_string(&r).unwrap();
+    let back: CompareResult = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.targets.len(), r.targets.len());
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("respway-perf-compare-{}", std::process::id()));
+    let plots = compare_plots(&dir, &back).unwrap();
+    for p in plots {
+        let len = std::fs::metadata(&p).unwrap().len();
+        assert!(len > 1000 && len < 200_000, "{}: {len} bytes", p.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_closed(&r);
+}
+
+/// Children of this process still alive (any thread's), by command name.
+fn children_named(name: &str) -> usize {
+    let mut n = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let kids = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for pid in kids.split_whitespace() {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == name {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn a_failed_start_stops_what_it_started() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Two shards start, then respway cannot: both shards must be gone afterwards.
+    let spec = TopologySpec {
+        shards: 2,
+        respway: Some(PathBuf::from("/nonexistent/respway")),
+        targets: vec![TargetSpec::Respway(RespwaySpec::default())],
+        ..TopologySpec::default()
+    };
+    assert_eq!(children_named("redis-server"), 0);
+    let e = topology::start(&spec).unwrap_err().to_string();
+    assert_eq!(e, "respway: /nonexistent/respway is not a file");
+    assert_eq!(children_named("redis-server"), 0);
+}
+
+#[test]
+fn replicas_start_synced_and_everything_stops_on_drop() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !has_nutcracker() {
+        eprintln!("nutcracker not installed: skipped");
+        return;
+    }
+    let spec = TopologySpec {
+        shards: 1,
+        replicas: 1,
+        targets: vec![TargetSpec::Nutcracker { name: None }],
+        ..TopologySpec::default()
+    };
+    let run = topology::start(&spec).unwrap();
+    assert_eq!(run.shards.len(), 1);
+    assert_eq!(run.shards[0].len(), 2, "primary + replica");
+    let info = topology::command(run.shards[0][1], &[b"INFO", b"replication"]).unwrap();
+    let respway_filters::resp::Frame::Bulk(info) = info else {
+        panic!("INFO: {info:?}")
+    };
+    assert!(String::from_utf8_lossy(&info).contains("master_link_status:up"));
+    let nut = run.targets[0].addr;
+    assert_eq!(
+        topology::command(nut, &[b"SET", b"k", b"v"]).unwrap(),
+        respway_filters::resp::Frame::Simple("OK".into())
+    );
+    assert_eq!(children_named("redis-server"), 2);
+    assert_eq!(children_named("nutcracker"), 1);
+    drop(run);
+    assert_eq!(children_named("redis-server"), 0);
+    assert_eq!(children_named("nutcracker"), 0);
+}
