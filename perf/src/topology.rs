@@ -719,8 +719,10 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks as f64 / clk_tck())
 }
 
-/// CPU time the whole machine spent running tasks (user + nice + system of `/proc/stat`,
-/// interrupts excluded), seconds over all cores.
+/// CPU time the whole machine was busy (user + nice + system + irq + softirq of
+/// `/proc/stat`), seconds over all cores. Interrupts are included because a process's own
+/// system time (`/proc/PID/stat`) includes the soft interrupts served in its context, which
+/// on loopback is most of the TCP work.
 pub fn machine_task_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let f: Vec<u64> = stat
@@ -728,10 +730,12 @@ pub fn machine_task_seconds() -> Option<f64> {
         .next()?
         .split_whitespace()
         .skip(1)
-        .take(3)
+        .take(7)
         .map(|x| x.parse().ok())
         .collect::<Option<_>>()?;
-    Some(f.iter().sum::<u64>() as f64 / clk_tck())
+    // user nice system idle iowait irq softirq
+    let busy = f[0] + f[1] + f[2] + f[5] + f[6];
+    Some(busy as f64 / clk_tck())
 }
 
 /// The machine's 1-minute load average (`/proc/loadavg`).

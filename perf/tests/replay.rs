@@ -241,3 +241,81 @@ fn generated_traffic_runs_closed_and_open_loop_without_errors() {
         "latency counts from the intended send time"
     );
 }
+
+/// A server that accepts connections, reads and never answers, until `stop` (10 s at most).
+fn silent_server(
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    l.set_nonblocking(true).unwrap();
+    let h = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut conns = Vec::new();
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < end && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok((s, _)) = l.accept() {
+                s.set_nonblocking(true).unwrap();
+                conns.push(s);
+            }
+            let mut buf = [0u8; 4096];
+            for c in &mut conns {
+                let _ = c.read(&mut buf);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    (addr, h)
+}
+
+#[test]
+fn a_silent_target_gives_timeouts_not_a_hang() {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (addr, server) = silent_server(Arc::clone(&stop));
+    let pools = Arc::new(generate_pools(&Workload::default(), 2, 64, 4).unwrap());
+    let t0 = std::time::Instant::now();
+    let closed = run_closed(
+        &ClosedConfig {
+            addr,
+            connections: 2,
+            pipeline: 4,
+            threads: 1,
+            duration: Duration::from_secs(10),
+            max_requests: 1000,
+            cycle: true,
+            reply_timeout: Duration::from_millis(300),
+            interval: Duration::from_millis(100),
+        },
+        Arc::clone(&pools),
+        &Control::new(),
+    )
+    .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert_eq!(closed.replies, 0);
+    assert_eq!(closed.sent, 8, "one batch per connection");
+    assert_eq!(
+        closed.errors.get(respway_perf::stats::ERR_TIMEOUT),
+        Some(&8)
+    );
+
+    let lens = pools.iter().map(|p| p.len()).collect();
+    let mut sched = RateSchedule::new(100.0, Arrival::Uniform, 1, lens);
+    let open = run_open(
+        &OpenConfig {
+            addr,
+            duration: Duration::from_millis(300),
+            max_requests: 1000,
+            drain: Duration::from_millis(300),
+            interval: Duration::from_millis(100),
+        },
+        pools,
+        &mut sched,
+        &Control::new(),
+    )
+    .unwrap();
+    assert_eq!(open.replies, 0);
+    assert_eq!(open.sent, 30);
+    assert_eq!(open.errors.get(respway_perf::stats::ERR_TIMEOUT), Some(&30));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    server.join().unwrap();
+}
