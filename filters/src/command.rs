@@ -553,35 +553,8 @@ impl NumkeysErrors {
     }
 }
 
-/// Parses a decimal integer as strictly as Redis's `string2ll`: optional `-`, no `+`, no
-/// spaces, no leading zeros, within `i64`.
-fn parse_i64(s: &[u8]) -> Option<i64> {
-    let (neg, digits) = match s {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, s),
-    };
-    match digits {
-        [b'0'] if !neg => return Some(0),
-        [b'1'..=b'9', ..] if digits.len() <= 19 => {}
-        _ => return None,
-    }
-    let mut v: u64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-    }
-    if neg {
-        if v <= i64::MAX as u64 + 1 {
-            Some((v as i64).wrapping_neg())
-        } else {
-            None
-        }
-    } else {
-        i64::try_from(v).ok()
-    }
-}
+// Numkeys arguments are parsed as strictly as Redis's `string2ll`, by the codec's parser.
+use crate::resp::parse_i64;
 
 #[cfg(test)]
 mod tests {

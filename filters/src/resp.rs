@@ -86,7 +86,7 @@ fn find_line_end(buf: &[u8], start: usize, scanned: &mut usize, max: usize, need
 
 /// Parses a decimal `i64` the way Redis's `string2ll` does: optional `-`, no `+`, no spaces,
 /// no leading zeros (`0` alone is fine, `-0` is not), no overflow.
-fn parse_i64(s: &[u8]) -> Option<i64> {
+pub(crate) fn parse_i64(s: &[u8]) -> Option<i64> {
     if s == b"0" {
         return Some(0);
     }
