@@ -5,42 +5,12 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::*;
 
 fn yaml(shards: &[SocketAddr], shadow: SocketAddr, step: usize) -> String {
-    // Each step changes something: shard count, a hot-key rule, a mirror, a prefix route.
-    let n = if step.is_multiple_of(2) { 3 } else { 4 };
-    let hot = if step.is_multiple_of(3) {
-        "    hot_keys:\n      - { prefix: HOT_ }\n"
-    } else {
-        ""
-    };
-    let mirror = if step % 4 == 1 {
-        "      catch_all_mirrors:\n        - { cluster: shadow, mode: dual_write }\n"
-    } else {
-        ""
-    };
-    let prefix = if step % 5 == 2 {
-        "      prefixes:\n        - { prefix: \"side:\", cluster: shadow }\n"
-    } else {
-        ""
-    };
-    let mut y = format!(
-        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    routes:\n      catch_all: main\n{mirror}{prefix}clusters:\n  - name: main\n{hot}    shards:\n"
-    );
-    for (i, a) in shards.iter().take(n).enumerate() {
-        y.push_str(&format!(
-            "      - name: s{i}\n        endpoints: [ {{ address: \"{a}\", role: primary }} ]\n"
-        ));
-    }
-    y.push_str(&format!(
-        "  - name: shadow\n    shards:\n      - endpoints: [ {{ address: \"{shadow}\", role: primary }} ]\n"
-    ));
-    y
+    churn_yaml("127.0.0.1:0", shards, shadow, step)
 }
 
 fn config(y: &str) -> respway_filters::model::Config {
@@ -64,36 +34,7 @@ fn config_swaps_under_load_fail_no_request() {
     let rw = respway(&yaml(&addrs, shadow.addr, 0), 2);
     let server = rw.server.as_ref().unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let clients: Vec<_> = (0..4)
-        .map(|t| {
-            let (stop, done, addr) = (stop.clone(), done.clone(), rw.addr);
-            std::thread::spawn(move || {
-                let mut c = sync_client(addr);
-                let deadline = Instant::now() + Duration::from_secs(20);
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    let key = format!("t{t}:k{}", i % 500);
-                    let val = format!("v{i}");
-                    // SET and GET in one pipeline: one write, decoded in one batch, so they
-                    // run on the same chain even when a swap moves the key to another shard.
-                    let (ok, got): (String, String) = redis::pipe()
-                        .cmd("SET")
-                        .arg(&key)
-                        .arg(&val)
-                        .cmd("GET")
-                        .arg(&key)
-                        .query(&mut c)
-                        .unwrap_or_else(|e| panic!("request failed at {i}: {e}"));
-                    assert_eq!(ok, "OK");
-                    assert_eq!(got, val, "wrong reply for {key}");
-                    i += 1;
-                }
-                done.fetch_add(i, Ordering::Relaxed);
-            })
-        })
-        .collect();
+    let load = set_get_load(rw.addr, 4, Duration::from_secs(20));
     // Let the pools connect, then count connections: swaps must not add any.
     std::thread::sleep(Duration::from_millis(300));
     let before: Vec<u64> = addrs[..3].iter().map(|a| total_connections(*a)).collect();
@@ -111,11 +52,7 @@ fn config_swaps_under_load_fail_no_request() {
     let err = server.apply(bad).unwrap_err();
     assert!(err.contains("nope"), "{err}");
     std::thread::sleep(Duration::from_millis(200));
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().expect("a client saw a failed or wrong reply");
-    }
-    let n = done.load(Ordering::Relaxed);
+    let n = load.finish();
     assert!(n > 200, "only {n} round trips");
     let after: Vec<u64> = addrs[..3].iter().map(|a| total_connections(*a)).collect();
     for (b, a) in before.iter().zip(&after) {

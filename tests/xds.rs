@@ -6,8 +6,6 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use respway_xds::server::{Server as Mgmt, ServerStatus};
@@ -79,34 +77,7 @@ impl Drop for MgmtProc {
 }
 
 fn resources(port: u16, shards: &[SocketAddr], shadow: SocketAddr, step: usize) -> String {
-    let n = if step.is_multiple_of(2) { 3 } else { 4 };
-    let hot = if step.is_multiple_of(3) {
-        "    hot_keys:\n      - { prefix: HOT_ }\n"
-    } else {
-        ""
-    };
-    let mirror = if step % 4 == 1 {
-        "      catch_all_mirrors:\n        - { cluster: shadow, mode: dual_write }\n"
-    } else {
-        ""
-    };
-    let prefix = if step % 5 == 2 {
-        "      prefixes:\n        - { prefix: \"side:\", cluster: shadow }\n"
-    } else {
-        ""
-    };
-    let mut y = format!(
-        "listeners:\n  - name: main\n    address: 127.0.0.1:{port}\n    routes:\n      catch_all: main\n{mirror}{prefix}clusters:\n  - name: main\n{hot}    shards:\n"
-    );
-    for (i, a) in shards.iter().take(n).enumerate() {
-        y.push_str(&format!(
-            "      - name: s{i}\n        endpoints: [ {{ address: \"{a}\", role: primary }} ]\n"
-        ));
-    }
-    y.push_str(&format!(
-        "  - name: shadow\n    shards:\n      - endpoints: [ {{ address: \"{shadow}\", role: primary }} ]\n"
-    ));
-    y
+    churn_yaml(&format!("127.0.0.1:{port}"), shards, shadow, step)
 }
 
 /// Writes a resource file atomically (as an editor's save would end up).
@@ -193,34 +164,7 @@ fn xds_edits_under_load_fail_no_request() {
     let respway = sidecar(&boot, port);
     wait_acked(&mgmt, "sidecar-1", 1);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let clients: Vec<_> = (0..4)
-        .map(|t| {
-            let (stop, done, addr) = (stop.clone(), done.clone(), respway.addr);
-            std::thread::spawn(move || {
-                let mut c = sync_client(addr);
-                let deadline = Instant::now() + Duration::from_secs(60);
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    let key = format!("t{t}:k{}", i % 500);
-                    let val = format!("v{i}");
-                    let (ok, got): (String, String) = redis::pipe()
-                        .cmd("SET")
-                        .arg(&key)
-                        .arg(&val)
-                        .cmd("GET")
-                        .arg(&key)
-                        .query(&mut c)
-                        .unwrap_or_else(|e| panic!("request failed at {i}: {e}"));
-                    assert_eq!(ok, "OK");
-                    assert_eq!(got, val, "wrong reply for {key}");
-                    i += 1;
-                }
-                done.fetch_add(i, Ordering::Relaxed);
-            })
-        })
-        .collect();
+    let load = set_get_load(respway.addr, 4, Duration::from_secs(60));
 
     // 1. 50 edits: each is pushed and ACKed; time from save to ACK (reported, not asserted).
     let mut took = Vec::new();
@@ -273,11 +217,7 @@ fn xds_edits_under_load_fail_no_request() {
     save(&res, "main.yaml", &resources(port, &addrs, shadow.addr, 6));
     wait_acked(&mgmt, "sidecar-1", v + 1);
 
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().expect("a client saw a failed or wrong reply");
-    }
-    let n = done.load(Ordering::Relaxed);
+    let n = load.finish();
     assert!(n > 500, "only {n} round trips");
     drop(respway);
     let _ = std::fs::remove_dir_all(&dir);

@@ -217,3 +217,89 @@ pub fn have(cmd: &str) -> bool {
         .map(|s| s.success())
         .unwrap_or(false)
 }
+
+/// Clients that each loop `SET k v` + `GET k` in one pipeline and check every reply, until
+/// [`Load::finish`] or `max` has passed. One pipeline is one write, decoded in one batch, so
+/// both run on the same chain even when a config swap moves the key to another shard.
+pub struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<u64>>,
+}
+
+/// Starts `clients` load threads against `addr`.
+pub fn set_get_load(addr: SocketAddr, clients: usize, max: Duration) -> Load {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads = (0..clients)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = sync_client(addr);
+                let deadline = Instant::now() + max;
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
+                {
+                    let key = format!("t{t}:k{}", i % 500);
+                    let val = format!("v{i}");
+                    let (ok, got): (String, String) = redis::pipe()
+                        .cmd("SET")
+                        .arg(&key)
+                        .arg(&val)
+                        .cmd("GET")
+                        .arg(&key)
+                        .query(&mut c)
+                        .unwrap_or_else(|e| panic!("request failed at {i}: {e}"));
+                    assert_eq!(ok, "OK");
+                    assert_eq!(got, val, "wrong reply for {key}");
+                    i += 1;
+                }
+                i
+            })
+        })
+        .collect();
+    Load { stop, threads }
+}
+
+impl Load {
+    /// Stops the clients and returns how many round trips they made; panics if any client saw
+    /// a failed or wrong reply.
+    pub fn finish(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .map(|t| t.join().expect("a client saw a failed or wrong reply"))
+            .sum()
+    }
+}
+
+/// A config that changes with `step`: 3 or 4 shards, a hot-key rule, a mirror to `shadow`, a
+/// prefix route — what the swap and xDS tests cycle through under load.
+pub fn churn_yaml(listen: &str, shards: &[SocketAddr], shadow: SocketAddr, step: usize) -> String {
+    let n = if step.is_multiple_of(2) { 3 } else { 4 };
+    let hot = if step.is_multiple_of(3) {
+        "    hot_keys:\n      - { prefix: HOT_ }\n"
+    } else {
+        ""
+    };
+    let mirror = if step % 4 == 1 {
+        "      catch_all_mirrors:\n        - { cluster: shadow, mode: dual_write }\n"
+    } else {
+        ""
+    };
+    let prefix = if step % 5 == 2 {
+        "      prefixes:\n        - { prefix: \"side:\", cluster: shadow }\n"
+    } else {
+        ""
+    };
+    let mut y = format!(
+        "listeners:\n  - name: main\n    address: {listen}\n    routes:\n      catch_all: main\n{mirror}{prefix}clusters:\n  - name: main\n{hot}    shards:\n"
+    );
+    for (i, a) in shards.iter().take(n).enumerate() {
+        y.push_str(&format!(
+            "      - name: s{i}\n        endpoints: [ {{ address: \"{a}\", role: primary }} ]\n"
+        ));
+    }
+    y.push_str(&format!(
+        "  - name: shadow\n    shards:\n      - endpoints: [ {{ address: \"{shadow}\", role: primary }} ]\n"
+    ));
+    y
+}
