@@ -3,20 +3,20 @@
 # writes each one's result.json, latency.svg and timeline.svg to perf/results/<scenario>/,
 # then prints a markdown report (tables, commands, load) on stdout.
 #
-#   perf/bench/scenarios.sh                          # all five, ~12 min on 2 cores
+#   perf/bench/scenarios.sh                          # all six, ~14 min on 2 cores
 #   SCENARIOS="uniform zipf-hot" perf/bench/scenarios.sh
 #
-# Needs target/release/respway (BUILD=1 builds it and respway-perf first). Every process a
+# Needs target/release/respway and respway-xds (BUILD=1 builds them and respway-perf first). Every process a
 # scenario starts is stopped when it ends (respway-perf compare owns them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-SCENARIOS=${SCENARIOS:-"uniform pipelined zipf-hot mget-heavy open-loop"}
+SCENARIOS=${SCENARIOS:-"uniform pipelined zipf-hot mget-heavy open-loop xds-push"}
 OUT=${OUT:-perf/results}
 P=target/release/respway-perf
 if [[ ${BUILD:-0} == 1 || ! -x $P ]]; then
-    cargo build --release -p respway-perf -p respway >&2
+    cargo build --release -p respway-perf -p respway -p respway-xds >&2
 fi
-[[ -x target/release/respway ]] || { echo "target/release/respway is missing: BUILD=1" >&2; exit 2; }
+for b in respway respway-xds; do [[ -x target/release/$b ]] || { echo "target/release/$b is missing: BUILD=1" >&2; exit 2; }; done
 BUSY_MAX=${BUSY_MAX:-0.3}
 WAIT_BUDGET=${WAIT_BUDGET:-900}
 busy() { # cores used by everything over 2 s

@@ -7,7 +7,10 @@
 //! 4. One unmeasured warm-up run per target, then `rounds` rounds; each round runs every
 //!    target once, the order rotated each round so no target always goes first (or right
 //!    after the same neighbour).
-//! 5. Around each run: the proxy's and the redis-servers' CPU time (`/proc/PID/stat`) and
+//! 5. `respway-xds` targets are reset to their own configuration before each measured run
+//!    and, during it, get the scenario's `config_pushes` at their times (each waits for the
+//!    sidecar's ACK); the pushes are reported and marked on the timeline plot.
+//! 6. Around each run: the proxy's and the redis-servers' CPU time (`/proc/PID/stat`) and
 //!    each shard endpoint's executed commands (`INFO commandstats`), for CPU seconds per
 //!    million requests and the per-shard balance (max / mean).
 
@@ -17,11 +20,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::report::{concat_timelines, median, CompareResult, Machine, RoundResult, TargetResult};
-use crate::scenario::{drive, preload, Scenario};
+use crate::report::{
+    concat_timelines, median, CompareResult, Machine, Marker, PushRecord, RoundResult, TargetResult,
+};
+use crate::scenario::{drive, preload, ConfigPush, Scenario};
 use crate::stats::Recorder;
 use crate::topology::{
-    self, commands_executed, cpu_seconds, load_average, machine_task_seconds, Running, Target,
+    self, commands_executed, cpu_seconds, load_average, machine_task_seconds, xds_push, Running,
+    Target, XdsControl,
 };
 use crate::workload::kind_names;
 use crate::{Control, Error};
@@ -72,6 +78,25 @@ pub fn compare(
         .map_or(0, |d| d.as_secs());
     let mut run: Running = topology::start(&sc.topology)?;
     run.keep = opts.keep;
+    if !sc.config_pushes.is_empty() {
+        for t in &run.targets {
+            if let Some(x) = &t.xds {
+                let mut r = x.base.clone();
+                for (i, p) in sc.config_pushes.iter().enumerate() {
+                    r = p.apply_to(&r);
+                    topology::check_respway(
+                        &sc.topology,
+                        &run,
+                        &format!("{}-push{i}", t.name),
+                        x,
+                        &r,
+                    )
+                    .map_err(|e| Error::Config(format!("config_pushes[{i}]: {e}")))?;
+                }
+            }
+        }
+    }
+    let mut pushes: Vec<PushRecord> = Vec::new();
     let pools = Arc::new(sc.load.pools(&sc.workload)?);
     let names = kind_names();
 
@@ -136,11 +161,45 @@ pub fn compare(
                 }
                 Some(c)
             };
+            let pushing = t.xds.as_ref().filter(|_| !sc.config_pushes.is_empty());
+            if let Some(x) = pushing {
+                xds_push(x, &x.base, PUSH_TIMEOUT).map_err(|e| {
+                    Error::Run(format!("resetting {} before round {round}: {e}", t.name))
+                })?;
+            }
             let (m0, o0, w0) = (machine_task_seconds(), ours(&run), Instant::now());
             let msg = format!("round {round}/{} {}", sc.rounds, t.name);
-            let rec = with_progress(&pb, base, &msg, ctl, || {
-                drive(t.addr, &sc.load, Arc::clone(&pools), sc.workload.seed, ctl)
-            })?;
+            let finished = AtomicBool::new(false);
+            let (rec, pushed) = std::thread::scope(|s| {
+                let pusher = pushing.map(|x| {
+                    let finished = &finished;
+                    s.spawn(move || run_pushes(x, &sc.config_pushes, w0, finished, ctl))
+                });
+                let rec = with_progress(&pb, base, &msg, ctl, || {
+                    drive(t.addr, &sc.load, Arc::clone(&pools), sc.workload.seed, ctl)
+                });
+                finished.store(true, Ordering::Relaxed);
+                let pushed = pusher
+                    .map(|h| h.join().unwrap_or_default())
+                    .unwrap_or_default();
+                (rec, pushed)
+            });
+            let rec = rec?;
+            for (push, at_s, outcome) in pushed {
+                let (version, ack_ms, error) = match outcome {
+                    Ok(o) => (Some(o.version), o.changed.then_some(o.ack_ms), None),
+                    Err(e) => (None, None, Some(e.to_string())),
+                };
+                pushes.push(PushRecord {
+                    target: t.name.clone(),
+                    round,
+                    label: push.describe(),
+                    at_s,
+                    version,
+                    ack_ms,
+                    error,
+                });
+            }
             let after = probe(t);
             let (m1, o1) = (machine_task_seconds(), ours(&run));
             let wall = w0.elapsed().as_secs_f64().max(1e-3);
@@ -178,6 +237,7 @@ pub fn compare(
     machine.load_after = load_average();
 
     let mut targets = Vec::new();
+    let mut markers = Vec::new();
     for (ti, t) in run.targets.iter().enumerate() {
         let sums: Vec<_> = recs[ti].iter().map(|r| r.summary(&names)).collect();
         let mut merged = recs[ti][0].clone();
@@ -195,6 +255,27 @@ pub fn compare(
         };
         summary.timeline =
             concat_timelines(&sums.iter().map(|s| s.timeline.clone()).collect::<Vec<_>>());
+        if markers.is_empty() {
+            // The first target that got pushes places the markers: each round's pushes at
+            // their time within that round, the rounds back to back as on the plot.
+            let mut offset = 0.0;
+            for (k, s) in sums.iter().enumerate() {
+                for p in pushes
+                    .iter()
+                    .filter(|p| p.target == t.name && p.round == k + 1)
+                {
+                    markers.push(Marker {
+                        t_s: offset + p.at_s,
+                        label: if p.error.is_some() {
+                            format!("{} (failed)", p.label)
+                        } else {
+                            p.label.clone()
+                        },
+                    });
+                }
+                offset += s.timeline.last().map_or(0.0, |p| p.t_s);
+            }
+        }
         let tps: Vec<f64> = rounds[ti].iter().map(|r| r.throughput).collect();
         let per_m = |cpu: Option<f64>| {
             cpu.filter(|_| replies > 0)
@@ -267,9 +348,45 @@ pub fn compare(
         started_unix,
         machine,
         targets,
-        markers: Vec::new(),
+        markers,
+        pushes,
         notes,
     })
+}
+
+/// How long a push may take to be ACKed.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Pushed<'a> = Vec<(&'a ConfigPush, f64, Result<topology::PushOutcome, Error>)>;
+
+/// Makes `pushes` to `x` at their times after `t0`, each on top of the ones before, until
+/// the run has `finished` or is stopped; returns each push made, when (s after `t0`), and
+/// its outcome.
+fn run_pushes<'a>(
+    x: &XdsControl,
+    pushes: &'a [ConfigPush],
+    t0: Instant,
+    finished: &AtomicBool,
+    ctl: &Control,
+) -> Pushed<'a> {
+    let mut out = Vec::new();
+    let mut spec = x.base.clone();
+    for p in pushes {
+        loop {
+            if finished.load(Ordering::Relaxed) || ctl.stopped() {
+                return out;
+            }
+            let now = t0.elapsed();
+            if now >= p.at {
+                break;
+            }
+            std::thread::sleep((p.at - now).min(Duration::from_millis(20)));
+        }
+        spec = p.apply_to(&spec);
+        let at_s = t0.elapsed().as_secs_f64();
+        out.push((p, at_s, xds_push(x, &spec, PUSH_TIMEOUT)));
+    }
+    out
 }
 
 /// Runs `f` while a thread moves the progress bar along with the clock and shows the live

@@ -52,6 +52,25 @@ pub struct Marker {
     pub label: String,
 }
 
+/// One configuration push to a `respway-xds` target during a measured run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushRecord {
+    /// The target.
+    pub target: String,
+    /// The round, from 1.
+    pub round: usize,
+    /// What it changed (the push's label, else its fields).
+    pub label: String,
+    /// Seconds after the run started when the file was sent.
+    pub at_s: f64,
+    /// The management server's version after it (none when it failed).
+    pub version: Option<u64>,
+    /// From sending to the sidecar's ACK, ms (none when it failed or changed nothing).
+    pub ack_ms: Option<f64>,
+    /// Why it failed (refused, NACKed, not ACKed in time).
+    pub error: Option<String>,
+}
+
 /// One measured run of one target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundResult {
@@ -138,6 +157,9 @@ pub struct CompareResult {
     pub targets: Vec<TargetResult>,
     /// Markers for the timeline plots.
     pub markers: Vec<Marker>,
+    /// Configuration pushes made during the rounds (to `respway-xds` targets).
+    #[serde(default)]
+    pub pushes: Vec<PushRecord>,
     /// Anything that makes the figures less trustworthy (errors, load, ...).
     pub notes: Vec<String>,
 }
@@ -283,10 +305,32 @@ impl CompareResult {
         for e in self.error_lines() {
             let _ = writeln!(s, "errors: {e}");
         }
+        for p in self.push_lines() {
+            let _ = writeln!(s, "push: {p}");
+        }
         for n in &self.notes {
             let _ = writeln!(s, "note: {n}");
         }
         s
+    }
+
+    /// One line per configuration push: when, what, and how long to the sidecar's ACK.
+    pub fn push_lines(&self) -> Vec<String> {
+        self.pushes
+            .iter()
+            .map(|p| {
+                let outcome = match (&p.error, p.version, p.ack_ms) {
+                    (Some(e), _, _) => format!("FAILED: {e}"),
+                    (None, Some(v), Some(ms)) => format!("version {v}, ACKed in {ms:.1} ms"),
+                    (None, Some(v), None) => format!("version {v}, nothing changed"),
+                    (None, None, _) => "no outcome".into(),
+                };
+                format!(
+                    "{} round {} at {:.2} s: {} → {outcome}",
+                    p.target, p.round, p.at_s, p.label
+                )
+            })
+            .collect()
     }
 
     /// The markdown table (for `perf/RESULTS.md`).

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::closed::{run_closed, ClosedConfig};
 use crate::open::{run_open, Arrival, OpenConfig, RateSchedule};
 use crate::stats::Recorder;
-use crate::topology::TopologySpec;
+use crate::topology::{RespwaySpec, TargetSpec, TopologySpec};
 use crate::workload::{generate_pools, preload_pools, RequestPool, Workload};
 use crate::{serde_duration, Control, Error};
 
@@ -173,7 +173,9 @@ impl Load {
     }
 }
 
-/// A config push during a run (needs respway-xds).
+/// A configuration push during each measured run of every `respway-xds` target: the fields
+/// given replace the target's current ones (pushes add up within a run; every run starts
+/// from the target's own configuration again).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigPush {
@@ -183,6 +185,66 @@ pub struct ConfigPush {
     /// What the marker on the plots says.
     #[serde(default)]
     pub label: String,
+    /// New hot-key prefixes (`[]`: none).
+    #[serde(default)]
+    pub hot_keys: Option<Vec<String>>,
+    /// New `read_policy` of the cluster.
+    #[serde(default)]
+    pub read_policy: Option<String>,
+    /// New `connections_per_endpoint`.
+    #[serde(default)]
+    pub connections_per_endpoint: Option<usize>,
+    /// Serve only the first N shards of the topology (shards added or removed on the fly).
+    #[serde(default)]
+    pub shards: Option<usize>,
+}
+
+impl ConfigPush {
+    /// `r` with this push's changes.
+    pub fn apply_to(&self, r: &RespwaySpec) -> RespwaySpec {
+        let mut out = r.clone();
+        if let Some(h) = &self.hot_keys {
+            out.hot_keys = h.clone();
+        }
+        if let Some(p) = &self.read_policy {
+            out.read_policy = Some(p.clone());
+        }
+        if let Some(c) = self.connections_per_endpoint {
+            out.connections_per_endpoint = Some(c);
+        }
+        if let Some(n) = self.shards {
+            out.shards = Some(n);
+        }
+        out
+    }
+
+    fn changes_nothing(&self) -> bool {
+        self.hot_keys.is_none()
+            && self.read_policy.is_none()
+            && self.connections_per_endpoint.is_none()
+            && self.shards.is_none()
+    }
+
+    /// The marker's text: the label, else what changes.
+    pub fn describe(&self) -> String {
+        if !self.label.is_empty() {
+            return self.label.clone();
+        }
+        let mut parts = Vec::new();
+        if let Some(h) = &self.hot_keys {
+            parts.push(format!("hot_keys {h:?}"));
+        }
+        if let Some(p) = &self.read_policy {
+            parts.push(format!("read_policy {p}"));
+        }
+        if let Some(c) = self.connections_per_endpoint {
+            parts.push(format!("connections {c}"));
+        }
+        if let Some(n) = self.shards {
+            parts.push(format!("{n} shards"));
+        }
+        parts.join(", ")
+    }
 }
 
 fn default_rounds() -> usize {
@@ -264,12 +326,49 @@ impl Scenario {
         if self.rounds == 0 || self.rounds > 100 {
             errs.push("rounds: must be between 1 and 100".into());
         }
-        if !self.config_pushes.is_empty() {
+        if !self.config_pushes.is_empty()
+            && !self
+                .topology
+                .targets
+                .iter()
+                .any(|t| matches!(t, TargetSpec::RespwayXds(_)))
+        {
             errs.push(
-                "config_pushes: pushing config during a run needs respway-xds (the management \
-                 server), which is not available yet"
+                "config_pushes: pushes go to respway-xds targets, and topology.targets has none \
+                 (add `- { kind: respway-xds }`)"
                     .into(),
             );
+        }
+        let mut last = Duration::ZERO;
+        for (i, p) in self.config_pushes.iter().enumerate() {
+            if p.at >= self.load.duration {
+                errs.push(format!(
+                    "config_pushes[{i}].at: {:?} is not within the run's duration ({:?})",
+                    p.at, self.load.duration
+                ));
+            }
+            if p.at < last {
+                errs.push(format!(
+                    "config_pushes[{i}].at: pushes must be in time order ({:?} comes after {last:?})",
+                    p.at
+                ));
+            }
+            last = p.at;
+            if p.changes_nothing() {
+                errs.push(format!(
+                    "config_pushes[{i}]: says nothing to change (hot_keys, read_policy, \
+                     connections_per_endpoint or shards)"
+                ));
+            }
+            if let Some(n) = p.shards {
+                if n == 0 || n > self.topology.shards {
+                    errs.push(format!(
+                        "config_pushes[{i}].shards: {n} is not between 1 and the topology's {} \
+                         shards",
+                        self.topology.shards
+                    ));
+                }
+            }
         }
         if errs.is_empty() {
             Ok(())
@@ -370,9 +469,36 @@ mod tests {
             "workload.keyspace: must be at least 1\n\
              load.rate: an open-loop run needs a rate > 0\n\
              rounds: must be between 1 and 100\n\
-             config_pushes: pushing config during a run needs respway-xds (the management \
-             server), which is not available yet"
+             config_pushes: pushes go to respway-xds targets, and topology.targets has none \
+             (add `- { kind: respway-xds }`)\n\
+             config_pushes[0]: says nothing to change (hot_keys, read_policy, \
+             connections_per_endpoint or shards)"
         );
+        let sc: Scenario = serde_yaml_ng::from_str(
+            "name: t\nload: { duration: 2s }\n\
+             topology: { shards: 2, targets: [{ kind: respway-xds, hot_keys: [H_] }] }\n\
+             config_pushes:\n\
+             - { at: 1s, hot_keys: [] }\n\
+             - { at: 500ms, shards: 3 }\n\
+             - { at: 2s, label: late, read_policy: prefer_replica }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            sc.validate().unwrap_err().to_string(),
+            "config_pushes[1].at: pushes must be in time order (500ms comes after 1s)\n\
+             config_pushes[1].shards: 3 is not between 1 and the topology's 2 shards\n\
+             config_pushes[2].at: 2s is not within the run's duration (2s)"
+        );
+        let TargetSpec::RespwayXds(base) = &sc.topology.targets[0] else {
+            panic!("{:?}", sc.topology.targets[0]);
+        };
+        assert_eq!(sc.topology.targets[0].name(), "respway-xds");
+        let after = sc.config_pushes[0].apply_to(base);
+        assert!(after.hot_keys.is_empty() && base.hot_keys == ["H_"]);
+        let after = sc.config_pushes[1].apply_to(&after);
+        assert_eq!(after.shards, Some(3));
+        assert_eq!(sc.config_pushes[0].describe(), "hot_keys []");
+        assert_eq!(sc.config_pushes[2].describe(), "late");
         let sc: Scenario = serde_yaml_ng::from_str(
             "name: t\ntopology: { shards: 2, targets: [{ kind: redis }, { kind: respway, workers: 2, hot_keys: [H_] }] }\n",
         )

@@ -17,6 +17,8 @@ use bytes::Bytes;
 use respway_filters::resp::{parse_reply, reply_len, Frame};
 use serde::{Deserialize, Serialize};
 
+use respway_xds::server::ServerStatus;
+
 use crate::closed::reply_limits;
 use crate::Error;
 
@@ -35,6 +37,9 @@ pub struct TopologySpec {
     /// The respway binary (default: `$RESPWAY_BIN`, else `target/release/respway` in the
     /// current directory or a parent).
     pub respway: Option<PathBuf>,
+    /// The respway-xds binary, for `respway-xds` targets (default: `$RESPWAY_XDS_BIN`, else
+    /// `target/release/respway-xds` in the current directory or a parent).
+    pub respway_xds: Option<PathBuf>,
     /// What to measure, in order.
     pub targets: Vec<TargetSpec>,
 }
@@ -47,6 +52,7 @@ impl Default for TopologySpec {
             redis_server: "redis-server".into(),
             nutcracker: None,
             respway: None,
+            respway_xds: None,
             targets: vec![
                 TargetSpec::Redis { name: None },
                 TargetSpec::Nutcracker { name: None },
@@ -74,12 +80,10 @@ pub enum TargetSpec {
     },
     /// respway over the shards (the same ketama ring as nutcracker, so keys land alike).
     Respway(RespwaySpec),
-    /// respway fed by the respway-xds management server: not available yet.
-    RespwayXds {
-        /// Name in the report.
-        #[serde(default)]
-        name: Option<String>,
-    },
+    /// respway fed over ADS by its own respway-xds management server (started with a
+    /// resources directory holding the same configuration as a `respway` target), so a
+    /// scenario's `config_pushes` can change it during the runs.
+    RespwayXds(RespwaySpec),
     /// Something started elsewhere (loopback only).
     External {
         /// Name in the report.
@@ -110,6 +114,8 @@ pub struct RespwaySpec {
     pub read_policy: Option<String>,
     /// The cluster's `connections_per_endpoint`.
     pub connections_per_endpoint: Option<usize>,
+    /// Use only the first N of the topology's shards (default: all).
+    pub shards: Option<usize>,
 }
 
 impl Default for RespwaySpec {
@@ -120,6 +126,7 @@ impl Default for RespwaySpec {
             hot_keys: Vec::new(),
             read_policy: None,
             connections_per_endpoint: None,
+            shards: None,
         }
     }
 }
@@ -134,7 +141,7 @@ impl TargetSpec {
                 .name
                 .clone()
                 .unwrap_or_else(|| format!("respway-w{}", r.workers)),
-            TargetSpec::RespwayXds { name } => name.clone().unwrap_or_else(|| "respway-xds".into()),
+            TargetSpec::RespwayXds(r) => r.name.clone().unwrap_or_else(|| "respway-xds".into()),
             TargetSpec::External { name, .. } => name.clone(),
         }
     }
@@ -142,7 +149,7 @@ impl TargetSpec {
     fn needs_shards(&self) -> bool {
         matches!(
             self,
-            TargetSpec::Nutcracker { .. } | TargetSpec::Respway(_) | TargetSpec::RespwayXds { .. }
+            TargetSpec::Nutcracker { .. } | TargetSpec::Respway(_) | TargetSpec::RespwayXds(_)
         )
     }
 }
@@ -164,6 +171,24 @@ pub struct Target {
     pub shards: Vec<Vec<SocketAddr>>,
     /// How it was started.
     pub command: String,
+    /// For a `respway-xds` target: how to change its configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xds: Option<XdsControl>,
+}
+
+/// How to push configuration to a `respway-xds` target.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct XdsControl {
+    /// The management server's admin endpoint (`POST /apply`, `GET /status`).
+    pub admin: SocketAddr,
+    /// The sidecar's node id.
+    pub node: String,
+    /// The sidecar's listener port.
+    pub port: u16,
+    /// The configuration it starts with (and is reset to before each run).
+    pub base: RespwaySpec,
+    /// Every shard of the topology (a configuration may use the first N).
+    pub all_shards: Vec<Vec<SocketAddr>>,
 }
 
 /// A child process, killed and reaped on drop.
@@ -272,21 +297,29 @@ pub fn start(spec: &TopologySpec) -> Result<Running, Error> {
             errs.push(format!("targets: two targets are named {:?}", t.name()));
         }
         match t {
-            TargetSpec::RespwayXds { .. } => errs.push(format!(
-                "targets: {:?}: respway-xds (the management server) is not available yet; \
-                 use kind: respway (static YAML config) instead",
-                t.name()
-            )),
             TargetSpec::External { address, .. } if !address.ip().is_loopback() => {
                 errs.push(format!(
                     "targets: {:?}: {address} is not a loopback address",
                     t.name()
                 ))
             }
-            TargetSpec::Respway(r) if r.workers == 0 => errs.push(format!(
-                "targets: {:?}: workers must be at least 1",
-                t.name()
-            )),
+            TargetSpec::Respway(r) | TargetSpec::RespwayXds(r) => {
+                if r.workers == 0 {
+                    errs.push(format!(
+                        "targets: {:?}: workers must be at least 1",
+                        t.name()
+                    ));
+                }
+                if let Some(n) = r.shards {
+                    if n == 0 || n > spec.shards {
+                        errs.push(format!(
+                            "targets: {:?}: shards: {n} is not between 1 and the topology's {} shards",
+                            t.name(),
+                            spec.shards
+                        ));
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -360,13 +393,16 @@ pub fn start(spec: &TopologySpec) -> Result<Running, Error> {
                         spec.redis_server,
                         a.port()
                     ),
+                    xds: None,
                 }
             }
             TargetSpec::Nutcracker { .. } => {
                 start_nutcracker(&mut run, spec, &t.name(), &shard_pids)?
             }
             TargetSpec::Respway(r) => start_respway(&mut run, spec, r, &t.name(), &shard_pids)?,
-            TargetSpec::RespwayXds { .. } => unreachable!("refused above"),
+            TargetSpec::RespwayXds(r) => {
+                start_respway_xds(&mut run, spec, r, &t.name(), &shard_pids)?
+            }
             TargetSpec::External {
                 name,
                 address,
@@ -380,6 +416,7 @@ pub fn start(spec: &TopologySpec) -> Result<Running, Error> {
                 server_pids: Vec::new(),
                 shards: shards.iter().map(|&s| vec![s]).collect(),
                 command: format!("(started elsewhere) {address}"),
+                xds: None,
             },
         };
         run.targets.push(target);
@@ -527,39 +564,62 @@ fn start_nutcracker(
             "{bin} -c {name}.yml (ketama, fnv1a_64, hash_tag {{}}, {} shards)",
             run.shards.len()
         ),
+        xds: None,
     })
 }
 
 /// Finds the respway binary: the spec's, `$RESPWAY_BIN`, or `target/release/respway` in the
 /// current directory or one of its parents.
 pub fn respway_bin(spec: &TopologySpec) -> Result<PathBuf, Error> {
-    if let Some(p) = &spec.respway {
+    find_bin(spec.respway.as_ref(), "RESPWAY_BIN", "respway", "respway")
+}
+
+/// Finds the respway-xds binary: the spec's, `$RESPWAY_XDS_BIN`, or
+/// `target/release/respway-xds` in the current directory or one of its parents.
+pub fn respway_xds_bin(spec: &TopologySpec) -> Result<PathBuf, Error> {
+    find_bin(
+        spec.respway_xds.as_ref(),
+        "RESPWAY_XDS_BIN",
+        "respway-xds",
+        "respway_xds",
+    )
+}
+
+fn find_bin(given: Option<&PathBuf>, env: &str, name: &str, field: &str) -> Result<PathBuf, Error> {
+    if let Some(p) = given {
         return if p.is_file() {
             Ok(p.clone())
         } else {
             Err(Error::Config(format!(
-                "respway: {} is not a file",
+                "{field}: {} is not a file",
                 p.display()
             )))
         };
     }
-    if let Some(p) = std::env::var_os("RESPWAY_BIN") {
+    if let Some(p) = std::env::var_os(env) {
         return Ok(PathBuf::from(p));
     }
     let mut looked = Vec::new();
     let mut dir = std::env::current_dir().ok();
     while let Some(d) = dir {
-        let p = d.join("target/release/respway");
+        let p = d.join("target/release").join(name);
         if p.is_file() {
             return Ok(p);
         }
         looked.push(p.display().to_string());
         dir = d.parent().map(Path::to_path_buf);
     }
+    let package = if name == "respway-xds" {
+        "respway-xds"
+    } else {
+        "respway"
+    };
     Err(Error::Config(format!(
-        "respway binary not found (looked at {}): build it with `cargo build --release -p respway`, \
-         or set `respway:` in the topology or RESPWAY_BIN",
-        looked.first().map_or("target/release/respway", String::as_str)
+        "{name} binary not found (looked at {}): build it with `cargo build --release -p {package}`, \
+         or set `{field}:` in the topology or {env}",
+        looked
+            .first()
+            .map_or(format!("target/release/{name}"), String::clone)
     )))
 }
 
@@ -582,7 +642,8 @@ pub fn respway_config(port: u16, r: &RespwaySpec, shards: &[Vec<SocketAddr>]) ->
         }
     }
     y.push_str("    shards:\n");
-    for (i, s) in shards.iter().enumerate() {
+    let n = r.shards.unwrap_or(shards.len()).min(shards.len());
+    for (i, s) in shards[..n].iter().enumerate() {
         y.push_str(&format!("      - name: s{i}\n        endpoints:\n"));
         for (j, e) in s.iter().enumerate() {
             let role = if j == 0 { "primary" } else { "replica" };
@@ -592,6 +653,51 @@ pub fn respway_config(port: u16, r: &RespwaySpec, shards: &[Vec<SocketAddr>]) ->
         }
     }
     y
+}
+
+/// Runs `respway --config CONF --check`: a configuration respway refuses is reported with
+/// its own words before anything starts.
+fn check_respway_config(bin: &Path, conf: &Path, name: &str) -> Result<(), Error> {
+    let check = Command::new(bin)
+        .arg("--config")
+        .arg(conf)
+        .arg("--check")
+        .output()
+        .map_err(|e| Error::Process(format!("{name}: could not run {}: {e}", bin.display())))?;
+    if check.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{name}: respway rejects its configuration:\n{}{}",
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        )))
+    }
+}
+
+/// Checks, with `respway --check`, the configuration `r` that a push would serve to `x`.
+pub fn check_respway(
+    spec: &TopologySpec,
+    run: &Running,
+    name: &str,
+    x: &XdsControl,
+    r: &RespwaySpec,
+) -> Result<(), Error> {
+    let conf = run.dir.join(format!("{name}.yaml"));
+    std::fs::write(&conf, respway_config(x.port, r, &x.all_shards))?;
+    check_respway_config(&respway_bin(spec)?, &conf, name)
+}
+
+fn describe_respway(r: &RespwaySpec) -> String {
+    let mut d = format!("--workers {} (ketama, fnv1a_64, hashtag {{}}", r.workers);
+    if let Some(n) = r.shards {
+        d.push_str(&format!(", first {n} shards"));
+    }
+    if !r.hot_keys.is_empty() {
+        d.push_str(&format!(", hot_keys {:?}", r.hot_keys));
+    }
+    d.push(')');
+    d
 }
 
 fn start_respway(
@@ -605,19 +711,7 @@ fn start_respway(
     let port = free_port()?;
     let conf = run.dir.join(format!("{name}.yaml"));
     std::fs::write(&conf, respway_config(port, r, &run.shards))?;
-    let check = Command::new(&bin)
-        .arg("--config")
-        .arg(&conf)
-        .arg("--check")
-        .output()
-        .map_err(|e| Error::Process(format!("{name}: could not run {}: {e}", bin.display())))?;
-    if !check.status.success() {
-        return Err(Error::Config(format!(
-            "{name}: respway rejects its configuration:\n{}{}",
-            String::from_utf8_lossy(&check.stdout),
-            String::from_utf8_lossy(&check.stderr)
-        )));
-    }
+    check_respway_config(&bin, &conf, name)?;
     let mut cmd = Command::new(&bin);
     cmd.arg("--config")
         .arg(&conf)
@@ -626,23 +720,184 @@ fn start_respway(
     spawn(run, name, &mut cmd)?;
     let addr = loopback(port);
     wait_ready(run, addr)?;
+    let used = r.shards.unwrap_or(run.shards.len()).min(run.shards.len());
     Ok(Target {
         name: name.into(),
         kind: "respway".into(),
         addr,
         proxy_pid: run.procs.last().map(Proc::pid),
         server_pids: shard_pids.to_vec(),
+        shards: run.shards[..used].to_vec(),
+        command: format!("respway --config {name}.yaml {}", describe_respway(r)),
+        xds: None,
+    })
+}
+
+/// The resource file a `respway-xds` target's management server serves.
+pub const XDS_FILE: &str = "respway.yaml";
+
+/// Starts a management server (`respway-xds serve`) over a resources directory holding the
+/// target's configuration, then respway with a bootstrap naming that server and no static
+/// resources, so everything it serves comes over ADS.
+fn start_respway_xds(
+    run: &mut Running,
+    spec: &TopologySpec,
+    r: &RespwaySpec,
+    name: &str,
+    shard_pids: &[u32],
+) -> Result<Target, Error> {
+    let bin = respway_bin(spec)?;
+    let xds_bin = respway_xds_bin(spec)?;
+    let port = free_port()?;
+    let text = respway_config(port, r, &run.shards);
+    let conf = run.dir.join(format!("{name}.yaml"));
+    std::fs::write(&conf, &text)?;
+    check_respway_config(&bin, &conf, name)?;
+    let resources = run.dir.join(format!("{name}-resources"));
+    std::fs::create_dir_all(&resources)?;
+    std::fs::write(resources.join(XDS_FILE), &text)?;
+    let (grpc, admin) = (loopback(free_port()?), loopback(free_port()?));
+    let mgmt = format!("{name}-management");
+    let mut cmd = Command::new(&xds_bin);
+    cmd.arg("serve")
+        .arg("--resources")
+        .arg(&resources)
+        .args(["--listen", &grpc.to_string(), "--admin", &admin.to_string()])
+        .args(["--poll-ms", "100"])
+        .env("RUST_LOG", "warn");
+    spawn(run, &mgmt, &mut cmd)?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(s) = xds_status(admin) {
+            if s.version > 0 && s.errors.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Process(format!(
+                    "{mgmt} did not load {XDS_FILE} within 15 s: {:?}",
+                    s.errors
+                )));
+            }
+        }
+        if let Some(p) = run.procs.last_mut() {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Err(Error::Process(format!(
+                    "{mgmt} exited at start ({status}); its log ends with:\n{}",
+                    p.log_tail()
+                )));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Process(format!(
+                "{mgmt} did not answer on {admin} within 15 s"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bootstrap = run.dir.join(format!("{name}-bootstrap.yaml"));
+    std::fs::write(
+        &bootstrap,
+        format!("node: {{ id: {name:?} }}\nxds: {{ server: \"http://{grpc}\" }}\n"),
+    )?;
+    let mut cmd = Command::new(&bin);
+    cmd.arg("--bootstrap")
+        .arg(&bootstrap)
+        .args(["--workers", &r.workers.to_string()])
+        .env("RUST_LOG", "warn");
+    spawn(run, name, &mut cmd)?;
+    let addr = loopback(port);
+    wait_ready(run, addr)?;
+    Ok(Target {
+        name: name.into(),
+        kind: "respway-xds".into(),
+        addr,
+        proxy_pid: run.procs.last().map(Proc::pid),
+        server_pids: shard_pids.to_vec(),
         shards: run.shards.clone(),
         command: format!(
-            "respway --config {name}.yaml --workers {} (ketama, fnv1a_64, hashtag {{}}{})",
-            r.workers,
-            if r.hot_keys.is_empty() {
-                String::new()
-            } else {
-                format!(", hot_keys {:?}", r.hot_keys)
-            }
+            "respway --bootstrap {name}-bootstrap.yaml {} fed by respway-xds serve \
+             --resources {name}-resources",
+            describe_respway(r)
         ),
+        xds: Some(XdsControl {
+            admin,
+            node: name.into(),
+            port,
+            base: r.clone(),
+            all_shards: run.shards.clone(),
+        }),
     })
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, Error> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f))
+}
+
+/// The management server's `GET /status`.
+pub fn xds_status(admin: SocketAddr) -> Result<ServerStatus, Error> {
+    block_on(respway_xds::admin::fetch_status(&admin.to_string()))?
+        .map_err(|e| Error::Run(e.to_string()))
+}
+
+/// What became of one configuration push.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushOutcome {
+    /// The management server's version after the push (unchanged when the configuration
+    /// was already in place).
+    pub version: u64,
+    /// Whether the configuration differed from what was served.
+    pub changed: bool,
+    /// From sending the file to the sidecar's ACK of every type the server sent it.
+    pub ack_ms: f64,
+}
+
+/// Serves `r` to a `respway-xds` target (`POST /apply`) and waits (at most `timeout`) until
+/// its sidecar has ACKed the new version of every type it was sent. A NACK is an error that
+/// carries the sidecar's message.
+pub fn xds_push(x: &XdsControl, r: &RespwaySpec, timeout: Duration) -> Result<PushOutcome, Error> {
+    let t0 = Instant::now();
+    let text = respway_config(x.port, r, &x.all_shards);
+    let admin = x.admin.to_string();
+    let before = xds_status(x.admin)?.version;
+    let version = block_on(respway_xds::admin::apply(&admin, XDS_FILE, &text))?
+        .map_err(|e| Error::Run(format!("{}: push refused: {e}", x.node)))?;
+    if version == before {
+        return Ok(PushOutcome {
+            version,
+            changed: false,
+            ack_ms: 0.0,
+        });
+    }
+    let want = version.to_string();
+    loop {
+        let s = xds_status(x.admin)?;
+        if let Some(n) = s.nodes.iter().find(|n| n.id == x.node) {
+            if let Some(nack) = n.types.values().find_map(|t| t.nack.as_ref()) {
+                return Err(Error::Run(format!(
+                    "{}: NACK of version {want}: {}",
+                    x.node, nack.message
+                )));
+            }
+            let sent_new = n.types.values().any(|t| t.sent.as_deref() == Some(&want));
+            if n.connected && sent_new && n.types.values().all(|t| t.acked == t.sent) {
+                return Ok(PushOutcome {
+                    version,
+                    changed: true,
+                    ack_ms: t0.elapsed().as_secs_f64() * 1e3,
+                });
+            }
+        }
+        if t0.elapsed() > timeout {
+            return Err(Error::Run(format!(
+                "{}: version {want} not ACKed within {timeout:?}",
+                x.node
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Sends one command on a fresh connection and reads its reply (2 s timeout).
@@ -767,16 +1022,48 @@ mod tests {
     }
 
     #[test]
-    fn xds_is_not_available_yet() {
+    fn targets_shard_counts_are_checked() {
         let spec = TopologySpec {
-            targets: vec![TargetSpec::RespwayXds { name: None }],
+            shards: 2,
+            targets: vec![
+                TargetSpec::RespwayXds(RespwaySpec {
+                    shards: Some(3),
+                    ..RespwaySpec::default()
+                }),
+                TargetSpec::Respway(RespwaySpec {
+                    shards: Some(0),
+                    workers: 0,
+                    ..RespwaySpec::default()
+                }),
+            ],
             ..TopologySpec::default()
         };
         let e = start(&spec).unwrap_err().to_string();
         assert_eq!(
             e,
-            "targets: \"respway-xds\": respway-xds (the management server) is not available yet; \
-             use kind: respway (static YAML config) instead"
+            "targets: \"respway-xds\": shards: 3 is not between 1 and the topology's 2 shards\n\
+             targets: \"respway-w0\": workers must be at least 1\n\
+             targets: \"respway-w0\": shards: 0 is not between 1 and the topology's 2 shards"
+        );
+    }
+
+    #[test]
+    fn respway_config_uses_the_first_shards() {
+        let a: SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:7002".parse().unwrap();
+        let r = RespwaySpec {
+            shards: Some(1),
+            ..RespwaySpec::default()
+        };
+        let y = respway_config(6390, &r, &[vec![a], vec![b]]);
+        assert!(
+            y.contains("127.0.0.1:7001") && !y.contains("127.0.0.1:7002"),
+            "{y}"
+        );
+        let y = respway_config(6390, &RespwaySpec::default(), &[vec![a], vec![b]]);
+        assert!(
+            y.contains("127.0.0.1:7001") && y.contains("127.0.0.1:7002"),
+            "{y}"
         );
     }
 

@@ -1,6 +1,9 @@
 //! `compare` end to end on a tiny topology: two redis-server shards, a standalone
-//! redis-server, nutcracker and (when its binary has been built) respway — started, measured,
-//! and stopped again.
+//! redis-server, nutcracker, respway, and respway fed by respway-xds with config pushes
+//! during the runs — started, measured, and stopped again.
+//!
+//! The respway and respway-xds binaries are the workspace's own (`cargo test --workspace`
+//! builds them next to this test), or `$RESPWAY_BIN` / `$RESPWAY_XDS_BIN`.
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -21,6 +24,33 @@ fn has_nutcracker() -> bool {
     std::path::Path::new("/usr/sbin/nutcracker").is_file()
         || std::env::var_os("PATH")
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("nutcracker").is_file()))
+}
+
+/// A workspace binary: `$ENV`, else the one built next to this test (`target/<profile>/`).
+fn workspace_bin(name: &str, env: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/compare-HASH → target/<profile>/NAME
+    let p = exe.parent().unwrap().parent().unwrap().join(name);
+    assert!(
+        p.is_file(),
+        "{} is not built: run the tests with `cargo test --workspace` (or build it with \
+         `cargo build -p {name}`, or set {env})",
+        p.display()
+    );
+    p
+}
+
+fn topology_spec(shards: usize, targets: Vec<TargetSpec>) -> TopologySpec {
+    TopologySpec {
+        shards,
+        targets,
+        respway: Some(workspace_bin("respway", "RESPWAY_BIN")),
+        respway_xds: Some(workspace_bin("respway-xds", "RESPWAY_XDS_BIN")),
+        ..TopologySpec::default()
+    }
 }
 
 fn tiny(targets: Vec<TargetSpec>) -> Scenario {
@@ -49,11 +79,7 @@ fn tiny(targets: Vec<TargetSpec>) -> Scenario {
     sc.rounds = 2;
     sc.warmup = Duration::from_millis(200);
     sc.preload = true;
-    sc.topology = TopologySpec {
-        shards: 2,
-        targets,
-        ..TopologySpec::default()
-    };
+    sc.topology = topology_spec(2, targets);
     sc
 }
 
@@ -77,16 +103,11 @@ fn compare_runs_end_to_end_on_a_tiny_topology() {
     } else {
         eprintln!("nutcracker not installed: comparing without it");
     }
-    let respway = topology::respway_bin(&TopologySpec::default()).is_ok();
-    if respway {
-        targets.push(TargetSpec::Respway(RespwaySpec {
-            name: Some("respway-hot".into()),
-            hot_keys: vec!["HIGH_FREQ_".into()],
-            ..RespwaySpec::default()
-        }));
-    } else {
-        eprintln!("target/release/respway not built: comparing without respway");
-    }
+    targets.push(TargetSpec::Respway(RespwaySpec {
+        name: Some("respway-hot".into()),
+        hot_keys: vec!["HIGH_FREQ_".into()],
+        ..RespwaySpec::default()
+    }));
     let sc = tiny(targets);
     let r = compare(&sc, &CompareOptions::default(), &Control::new()).unwrap();
     assert_eq!(r.targets.len(), sc.topology.targets.len());
@@ -204,4 +225,89 @@ fn replicas_start_synced_and_everything_stops_on_drop() {
     drop(run);
     assert_eq!(children_named("redis-server"), 0);
     assert_eq!(children_named("nutcracker"), 0);
+}
+
+#[test]
+fn config_pushes_reach_a_respway_xds_target_during_each_run() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // respway-xds starts on shard 0 only; each run adds shard 1, then a hot-key rule.
+    let mut sc = tiny(vec![
+        TargetSpec::Respway(RespwaySpec::default()),
+        TargetSpec::RespwayXds(RespwaySpec {
+            shards: Some(1),
+            ..RespwaySpec::default()
+        }),
+    ]);
+    sc.load.duration = Duration::from_millis(1200);
+    sc.config_pushes = serde_yaml_ng::from_str(
+        "- { at: 300ms, shards: 2, label: add shard s1 }\n\
+         - { at: 700ms, hot_keys: [HIGH_FREQ_] }\n",
+    )
+    .unwrap();
+    sc.validate().unwrap();
+    let r = compare(&sc, &CompareOptions::default(), &Control::new()).unwrap();
+    let x = r.targets.iter().find(|t| t.kind == "respway-xds").unwrap();
+    assert_eq!(x.summary.error_total, 0, "{:?}", x.summary.errors);
+    assert_eq!(x.shard_commands.len(), 2);
+    assert!(
+        x.shard_commands[1] > 0,
+        "the pushed shard got no commands: {:?}",
+        x.shard_commands
+    );
+    // Two pushes per round, each changed something (so every round started from the base
+    // configuration again) and was ACKed by the sidecar.
+    let lines = r.push_lines().join("\n");
+    assert_eq!(r.pushes.len(), 4, "{lines}");
+    let mut last_version = 0;
+    for (i, p) in r.pushes.iter().enumerate() {
+        assert_eq!(p.target, "respway-xds");
+        assert_eq!(p.round, 1 + i / 2);
+        assert!(p.error.is_none(), "{lines}");
+        assert!(
+            p.ack_ms.is_some_and(|ms| ms > 0.0 && ms < 10_000.0),
+            "{lines}"
+        );
+        let v = p.version.unwrap();
+        assert!(v > last_version, "{lines}");
+        last_version = v;
+        let (lo, hi) = if i % 2 == 0 { (0.3, 0.7) } else { (0.7, 1.2) };
+        assert!(p.at_s >= lo && p.at_s < hi, "{lines}");
+    }
+    assert_eq!(r.pushes[0].label, "add shard s1");
+    assert_eq!(r.pushes[1].label, "hot_keys [\"HIGH_FREQ_\"]");
+    // Markers on the timeline: one per push, in time order, the second round's after the
+    // first round's end.
+    assert_eq!(r.markers.len(), 4);
+    assert!(r.markers.windows(2).all(|w| w[0].t_s < w[1].t_s));
+    assert!(r.markers[2].t_s > 1.0, "{:?}", r.markers);
+    assert!(
+        r.text().contains("push: respway-xds round 2 at"),
+        "{}",
+        r.text()
+    );
+    // The static respway target got no pushes and served both shards throughout.
+    let plain = r.targets.iter().find(|t| t.kind == "respway").unwrap();
+    assert_eq!(plain.summary.error_total, 0);
+    assert!(plain.shard_commands.iter().all(|&c| c > 0));
+    assert_closed(&r);
+    assert_eq!(children_named("respway-xds"), 0);
+    assert_eq!(children_named("respway"), 0);
+}
+
+#[test]
+fn a_push_respway_refuses_is_reported_before_the_runs() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut sc = tiny(vec![TargetSpec::RespwayXds(RespwaySpec::default())]);
+    sc.config_pushes = serde_yaml_ng::from_str("- { at: 100ms, read_policy: sideways }\n").unwrap();
+    let e = compare(&sc, &CompareOptions::default(), &Control::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("config_pushes[0]: respway-xds-push0: respway rejects its configuration:"),
+        "{e}"
+    );
+    assert!(e.contains("read_policy"), "{e}");
+    assert_eq!(children_named("redis-server"), 0);
+    assert_eq!(children_named("respway-xds"), 0);
+    assert_eq!(children_named("respway"), 0);
 }

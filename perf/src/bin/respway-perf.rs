@@ -608,6 +608,9 @@ fn cmd_compare(a: CompareArgs, ctl: &Control) -> Result<(), Error> {
         for e in r.error_lines() {
             println!("\nerrors: {e}");
         }
+        for p in r.push_lines() {
+            println!("\npush: {p}");
+        }
         for n in &r.notes {
             println!("\nnote: {n}");
         }
