@@ -37,6 +37,7 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod scenario;
+pub mod sink;
 pub mod stats;
 pub mod topology;
 pub mod trace;

@@ -9,6 +9,7 @@
 //! respway-perf convert  --input monitor.txt --out trace.rwt
 //! respway-perf generate [--scenario F] [workload flags] --requests N --out trace.rwt
 //! respway-perf plot     --input result.json --out D
+//! respway-perf sink     --listen 127.0.0.1:0 [--reply-size 3] [--duration 10m]
 //! ```
 
 // The tables this CLI prints on stdout are its product.
@@ -63,6 +64,9 @@ enum Cmd_ {
     Generate(GenerateArgs),
     /// Redraw the plots of a comparison's JSON result.
     Plot(PlotArgs),
+    /// Serve a RESP "null server" that answers every command with the same bulk string, to
+    /// measure the harness's own ceiling (not a Redis). Prints the bound address on stdout.
+    Sink(SinkArgs),
 }
 
 /// Workload flags: each overrides the scenario's value.
@@ -306,6 +310,19 @@ struct PlotArgs {
     out: PathBuf,
 }
 
+#[derive(Debug, clap::Args)]
+struct SinkArgs {
+    /// Where to listen (loopback only; port 0 picks a free port).
+    #[arg(long, short = 'l')]
+    listen: SocketAddr,
+    /// Bytes of the bulk string sent as every reply.
+    #[arg(long, default_value_t = 3)]
+    reply_size: usize,
+    /// Exit after this long.
+    #[arg(long, short = 'd', default_value = "10m", value_parser = parse_duration)]
+    duration: Duration,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let ctl = Control::new();
@@ -318,6 +335,7 @@ fn main() -> ExitCode {
         Cmd_::Convert(a) => cmd_convert(a),
         Cmd_::Generate(a) => cmd_generate(a),
         Cmd_::Plot(a) => cmd_plot(a),
+        Cmd_::Sink(a) => cmd_sink(a, &ctl),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -844,5 +862,26 @@ fn cmd_plot(a: PlotArgs) -> Result<(), Error> {
     for p in plot::compare_plots(&a.out, &r)? {
         eprintln!("wrote {}", p.display());
     }
+    Ok(())
+}
+
+fn cmd_sink(a: SinkArgs, ctl: &Control) -> Result<(), Error> {
+    check_loopback(a.listen).map_err(|e| Error::Config(format!("--listen: {e}")))?;
+    let cfg = respway_perf::sink::SinkConfig {
+        reply_size: a.reply_size,
+        duration: a.duration,
+    };
+    cfg.validate()?;
+    let l = std::net::TcpListener::bind(a.listen)
+        .map_err(|e| Error::Run(format!("sink: cannot listen on {}: {e}", a.listen)))?;
+    let addr = l.local_addr()?;
+    // The bound address, once, for scripts that asked for port 0.
+    println!("{addr}");
+    std::io::stdout().flush()?;
+    let s = respway_perf::sink::run_sink(l, &cfg, ctl)?;
+    eprintln!(
+        "sink {addr}: {} commands answered over {} connections, {} protocol errors",
+        s.commands, s.connections, s.protocol_errors
+    );
     Ok(())
 }
