@@ -858,11 +858,29 @@ pub struct PushOutcome {
 /// its sidecar has ACKed the new version of every type it was sent. A NACK is an error that
 /// carries the sidecar's message.
 pub fn xds_push(x: &XdsControl, r: &RespwaySpec, timeout: Duration) -> Result<PushOutcome, Error> {
+    block_on(push_and_wait(
+        x,
+        respway_config(x.port, r, &x.all_shards),
+        timeout,
+    ))?
+}
+
+async fn push_and_wait(
+    x: &XdsControl,
+    text: String,
+    timeout: Duration,
+) -> Result<PushOutcome, Error> {
+    use respway_xds::admin;
     let t0 = Instant::now();
-    let text = respway_config(x.port, r, &x.all_shards);
-    let admin = x.admin.to_string();
-    let before = xds_status(x.admin)?.version;
-    let version = block_on(respway_xds::admin::apply(&admin, XDS_FILE, &text))?
+    let addr = x.admin.to_string();
+    let status = || async {
+        admin::fetch_status(&addr)
+            .await
+            .map_err(|e| Error::Run(e.to_string()))
+    };
+    let before = status().await?.version;
+    let version = admin::apply(&addr, XDS_FILE, &text)
+        .await
         .map_err(|e| Error::Run(format!("{}: push refused: {e}", x.node)))?;
     if version == before {
         return Ok(PushOutcome {
@@ -873,7 +891,7 @@ pub fn xds_push(x: &XdsControl, r: &RespwaySpec, timeout: Duration) -> Result<Pu
     }
     let want = version.to_string();
     loop {
-        let s = xds_status(x.admin)?;
+        let s = status().await?;
         if let Some(n) = s.nodes.iter().find(|n| n.id == x.node) {
             if let Some(nack) = n.types.values().find_map(|t| t.nack.as_ref()) {
                 return Err(Error::Run(format!(
@@ -896,7 +914,7 @@ pub fn xds_push(x: &XdsControl, r: &RespwaySpec, timeout: Duration) -> Result<Pu
                 x.node
             )));
         }
-        std::thread::sleep(Duration::from_millis(2));
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
