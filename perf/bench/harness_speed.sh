@@ -63,39 +63,52 @@ redis-benchmark -p "$PORT" -t set -r 100000 -n 1000000 -P 16 -d 3 -q >/dev/null 
 "$P" run -t "127.0.0.1:$PORT" --keyspace 100000 --commands set=1 --value-size 3 --preload -n 1 -d 1s >/dev/null 2>&1
 echo "redis-server :$PORT, $(redis-cli -p "$PORT" dbsize) keys; $(nproc) cores; $(uptime)"
 
-declare -A RES
-for round in $(seq "$ROUNDS"); do
-    for pl in $PIPELINES; do
-        n=$([[ $pl == 1 ]] && echo "$N_P1" || echo "$N_P16")
-        for tool in redis-benchmark respway-perf; do
-            # alternate which tool goes first
-            if (( round % 2 == 0 )); then tool=$([[ $tool == redis-benchmark ]] && echo respway-perf || echo redis-benchmark); fi
-            wait_quiet
-            c0=$(cpu "$RPID")
-            w0=$(date +%s.%N)
-            if [[ $tool == redis-benchmark ]]; then
-                rps=$(/usr/bin/time -f "%U %S" -o "$DIR/time" redis-benchmark -p "$PORT" -c "$CLIENTS" -P "$pl" -t get -r 100000 -n "$n" --csv 2>/dev/null |
-                    tr -d '\r' | awk -F'","' '$1 == "\"GET" { printf "%.0f\n", $2 }')
-            else
-                rps=$(/usr/bin/time -f "%U %S" -o "$DIR/time" "$P" run -t "127.0.0.1:$PORT" --keyspace 100000 --commands get=1 --value-size 3 \
-                    -c "$CLIENTS" -P "$pl" --threads "$THREADS" -n "$n" -d 60s 2>/dev/null |
-                    awk '/req\/s/ { for (i = 1; i <= NF; i++) if ($(i+1) == "req/s;") print $i }')
-            fi
-            w1=$(date +%s.%N)
-            c1=$(cpu "$RPID")
-            tool_cpu=$(awk '{ print $1 + $2 }' "$DIR/time")
-            echo "round $round -P $pl $tool: $rps req/s; its own CPU $(awk -v c="$tool_cpu" -v n="$n" 'BEGIN { printf "%.2f", c / n * 1e6 }') s per M requests; redis-server busy $(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v w0="$w0" -v w1="$w1" 'BEGIN { printf "%.0f%%", 100 * t / hz / (w1 - w0) }') of a core; load $(cut -d' ' -f1 /proc/loadavg)"
-            RES[$pl,$tool]+="$rps "
+# Every measurement: RES / CPU / BUSY[server,pipeline,tool] collect each round's req/s, the
+# tool's CPU-s per million requests and the server's % of a core.
+declare -A RES CPU BUSY
+# measure SERVER_NAME PORT PID: all rounds, both tools, interleaved (alternating which goes first).
+measure() {
+    local srv=$1 port=$2 pid=$3 round pl n tool rps c0 c1 w0 w1 per_m busy_pct
+    for round in $(seq "$ROUNDS"); do
+        for pl in $PIPELINES; do
+            n=$([[ $pl == 1 ]] && echo "$N_P1" || echo "$N_P16")
+            for tool in redis-benchmark respway-perf; do
+                if (( round % 2 == 0 )); then tool=$([[ $tool == redis-benchmark ]] && echo respway-perf || echo redis-benchmark); fi
+                wait_quiet
+                c0=$(cpu "$pid")
+                w0=$(date +%s.%N)
+                if [[ $tool == redis-benchmark ]]; then
+                    rps=$(/usr/bin/time -f "%U %S" -o "$DIR/time" redis-benchmark -p "$port" -c "$CLIENTS" -P "$pl" -t get -r 100000 -n "$n" --csv 2>/dev/null |
+                        tr -d '\r' | awk -F'","' '$1 == "\"GET" { printf "%.0f\n", $2 }') # %.0f: not 1.0582e+06
+                else
+                    rps=$(/usr/bin/time -f "%U %S" -o "$DIR/time" "$P" run -t "127.0.0.1:$port" --keyspace 100000 --commands get=1 --value-size 3 \
+                        -c "$CLIENTS" -P "$pl" --threads "$THREADS" -n "$n" -d 60s 2>/dev/null |
+                        awk '/req\/s/ { for (i = 1; i <= NF; i++) if ($(i+1) == "req/s;") print $i }')
+                fi
+                w1=$(date +%s.%N)
+                c1=$(cpu "$pid")
+                rps=${rps:-0}
+                per_m=$(awk -v c="$(awk '{ print $1 + $2 }' "$DIR/time")" -v n="$n" 'BEGIN { printf "%.2f", c / n * 1e6 }')
+                busy_pct=$(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v w0="$w0" -v w1="$w1" 'BEGIN { printf "%.0f", 100 * t / hz / (w1 - w0) }')
+                echo "round $round -P $pl $tool -> $srv: $rps req/s; its own CPU $per_m s per M requests; $srv busy $busy_pct% of a core; load $(cut -d' ' -f1 /proc/loadavg)"
+                RES[$srv,$pl,$tool]+="$rps "
+                CPU[$srv,$pl,$tool]+="$per_m "
+                BUSY[$srv,$pl,$tool]+="$busy_pct "
+            done
         done
     done
-done
+}
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
+range() { tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print (lo == hi ? lo : lo "–" hi) }'; }
+
+# Part 1: against one redis-server.
+measure redis-server "$PORT" "$RPID"
 echo
 echo "| pipeline | redis-benchmark req/s (median of $ROUNDS) | respway-perf req/s (median of $ROUNDS) | ratio |"
 echo "|--:|--:|--:|--:|"
 for pl in $PIPELINES; do
-    a=$(median <<<"${RES[$pl,redis-benchmark]}")
-    b=$(median <<<"${RES[$pl,respway-perf]}")
+    a=$(median <<<"${RES[redis-server,$pl,redis-benchmark]}")
+    b=$(median <<<"${RES[redis-server,$pl,respway-perf]}")
     awk -v p="$pl" -v a="$a" -v b="$b" 'BEGIN { printf "| %d | %.0f | %.0f | %.2f |\n", p, a, b, (a > 0 ? b / a : 0) }'
 done
 echo
@@ -119,52 +132,21 @@ for _ in $(seq 100); do
     sleep 0.05
 done
 [[ -n $SADDR ]] || { echo "the sink did not start: $(cat "$DIR/sink.log")" >&2; exit 1; }
-SPORT=${SADDR##*:}
 echo
 echo "sink $SADDR (pid $SPID, reply \$3 xxx); $(uptime)"
-
-declare -A SRES SCPU SBUSY
-for round in $(seq "$ROUNDS"); do
-    for pl in $PIPELINES; do
-        n=$([[ $pl == 1 ]] && echo "$N_P1" || echo "$N_P16")
-        for tool in redis-benchmark respway-perf; do
-            if (( round % 2 == 0 )); then tool=$([[ $tool == redis-benchmark ]] && echo respway-perf || echo redis-benchmark); fi
-            wait_quiet
-            c0=$(cpu "$SPID")
-            w0=$(date +%s.%N)
-            if [[ $tool == redis-benchmark ]]; then
-                rps=$(/usr/bin/time -f "%U %S" -o "$DIR/time" redis-benchmark -p "$SPORT" -c "$CLIENTS" -P "$pl" -t get -r 100000 -n "$n" --csv 2>/dev/null |
-                    tr -d '\r' | awk -F'","' '$1 == "\"GET" { printf "%.0f\n", $2 }') # %.0f: not 1.0582e+06
-            else
-                rps=$(/usr/bin/time -f "%U %S" -o "$DIR/time" "$P" run -t "127.0.0.1:$SPORT" --keyspace 100000 --commands get=1 --value-size 3 \
-                    -c "$CLIENTS" -P "$pl" --threads "$THREADS" -n "$n" -d 60s 2>/dev/null |
-                    awk '/req\/s/ { for (i = 1; i <= NF; i++) if ($(i+1) == "req/s;") print $i }')
-            fi
-            w1=$(date +%s.%N)
-            c1=$(cpu "$SPID")
-            rps=${rps:-0}
-            per_m=$(awk -v c="$(awk '{ print $1 + $2 }' "$DIR/time")" -v n="$n" 'BEGIN { printf "%.2f", c / n * 1e6 }')
-            sbusy=$(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v w0="$w0" -v w1="$w1" 'BEGIN { printf "%.0f", 100 * t / hz / (w1 - w0) }')
-            echo "round $round -P $pl $tool -> sink: $rps req/s; its own CPU $per_m s per M requests; sink busy $sbusy% of a core; load $(cut -d' ' -f1 /proc/loadavg)"
-            SRES[$pl,$tool]+="$rps "
-            SCPU[$pl,$tool]+="$per_m "
-            SBUSY[$pl,$tool]+="$sbusy "
-        done
-    done
-done
-range() { tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print (lo == hi ? lo : lo "–" hi) }'; }
+measure sink "${SADDR##*:}" "$SPID"
 echo
 echo "Against the sink (medians of $ROUNDS; CPU-s/M and sink busy: range over the rounds):"
 echo
 echo "| pipeline | redis-benchmark → redis-server req/s | redis-benchmark → sink req/s | respway-perf → sink req/s | client CPU-s / M req: redis-benchmark, respway-perf (sink) | sink busy, % of a core: redis-benchmark, respway-perf | respway-perf → sink / redis-benchmark → redis-server |"
 echo "|--:|--:|--:|--:|--:|--:|--:|"
 for pl in $PIPELINES; do
-    base=$(median <<<"${RES[$pl,redis-benchmark]}")
-    a=$(median <<<"${SRES[$pl,redis-benchmark]}")
-    b=$(median <<<"${SRES[$pl,respway-perf]}")
+    base=$(median <<<"${RES[redis-server,$pl,redis-benchmark]}")
+    a=$(median <<<"${RES[sink,$pl,redis-benchmark]}")
+    b=$(median <<<"${RES[sink,$pl,respway-perf]}")
     awk -v p="$pl" -v base="$base" -v a="$a" -v b="$b" \
-        -v ca="$(range <<<"${SCPU[$pl,redis-benchmark]}")" -v cb="$(range <<<"${SCPU[$pl,respway-perf]}")" \
-        -v sa="$(range <<<"${SBUSY[$pl,redis-benchmark]}")" -v sb="$(range <<<"${SBUSY[$pl,respway-perf]}")" \
+        -v ca="$(range <<<"${CPU[sink,$pl,redis-benchmark]}")" -v cb="$(range <<<"${CPU[sink,$pl,respway-perf]}")" \
+        -v sa="$(range <<<"${BUSY[sink,$pl,redis-benchmark]}")" -v sb="$(range <<<"${BUSY[sink,$pl,respway-perf]}")" \
         'BEGIN { printf "| %d | %.0f | %.0f | %.0f | %s, %s | %s%%, %s%% | **%.2f** |\n", p, base, a, b, ca, cb, sa, sb, (base > 0 ? b / base : 0) }'
 done
 echo

@@ -712,14 +712,7 @@ fn start_respway(
     let conf = run.dir.join(format!("{name}.yaml"));
     std::fs::write(&conf, respway_config(port, r, &run.shards))?;
     check_respway_config(&bin, &conf, name)?;
-    let mut cmd = Command::new(&bin);
-    cmd.arg("--config")
-        .arg(&conf)
-        .args(["--workers", &r.workers.to_string()])
-        .env("RUST_LOG", "warn");
-    spawn(run, name, &mut cmd)?;
-    let addr = loopback(port);
-    wait_ready(run, addr)?;
+    let addr = spawn_respway(run, &bin, name, "--config", &conf, r.workers, port)?;
     let used = r.shards.unwrap_or(run.shards.len()).min(run.shards.len());
     Ok(Target {
         name: name.into(),
@@ -731,6 +724,28 @@ fn start_respway(
         command: format!("respway --config {name}.yaml {}", describe_respway(r)),
         xds: None,
     })
+}
+
+/// Starts `respway FLAG FILE --workers N` (`--config` or `--bootstrap`) and waits until it
+/// answers PING on `port`.
+fn spawn_respway(
+    run: &mut Running,
+    bin: &Path,
+    name: &str,
+    flag: &str,
+    file: &Path,
+    workers: usize,
+    port: u16,
+) -> Result<SocketAddr, Error> {
+    let mut cmd = Command::new(bin);
+    cmd.arg(flag)
+        .arg(file)
+        .args(["--workers", &workers.to_string()])
+        .env("RUST_LOG", "warn");
+    spawn(run, name, &mut cmd)?;
+    let addr = loopback(port);
+    wait_ready(run, addr)?;
+    Ok(addr)
 }
 
 /// The resource file a `respway-xds` target's management server serves.
@@ -799,14 +814,7 @@ fn start_respway_xds(
         &bootstrap,
         format!("node: {{ id: {name:?} }}\nxds: {{ server: \"http://{grpc}\" }}\n"),
     )?;
-    let mut cmd = Command::new(&bin);
-    cmd.arg("--bootstrap")
-        .arg(&bootstrap)
-        .args(["--workers", &r.workers.to_string()])
-        .env("RUST_LOG", "warn");
-    spawn(run, name, &mut cmd)?;
-    let addr = loopback(port);
-    wait_ready(run, addr)?;
+    let addr = spawn_respway(run, &bin, name, "--bootstrap", &bootstrap, r.workers, port)?;
     Ok(Target {
         name: name.into(),
         kind: "respway-xds".into(),

@@ -326,30 +326,20 @@ fn respway_perf_closed_loop_runs_clean_against_the_sink() {
 #[test]
 fn respway_perf_run_cli_reports_no_errors_against_the_sink() {
     let sink = Sink::default();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_respway-perf"))
-        .args(["run", "-t", &sink.addr.to_string()])
-        .args([
-            "--keyspace",
-            "1000",
-            "--commands",
-            "get=1",
-            "--value-size",
-            "3",
-        ])
-        .args(["-c", "8", "-P", "16", "-n", "200000", "-d", "1s"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let st = wait_bounded(&mut child, Duration::from_secs(30));
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    let (st, out) = stdout_bounded(
+        Command::new(env!("CARGO_BIN_EXE_respway-perf"))
+            .args(["run", "-t", &sink.addr.to_string()])
+            .args([
+                "--keyspace",
+                "1000",
+                "--commands",
+                "get=1",
+                "--value-size",
+                "3",
+            ])
+            .args(["-c", "8", "-P", "16", "-n", "200000", "-d", "1s"]),
+        Duration::from_secs(30),
+    );
     assert!(st.success(), "{st}: {out}");
     // "127.0.0.1:PORT: N replies in T s = R req/s; errors 0"
     let first = out.lines().next().unwrap_or_default();
@@ -367,6 +357,26 @@ fn respway_perf_run_cli_reports_no_errors_against_the_sink() {
 fn in_path(bin: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+}
+
+/// Runs `cmd` (stdout captured, stderr dropped) for at most `limit`: its exit status and
+/// its output.
+fn stdout_bounded(cmd: &mut Command, limit: Duration) -> (std::process::ExitStatus, String) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let st = wait_bounded(&mut child, limit);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    (st, out)
 }
 
 /// Waits for `child` at most `limit`; kills it past that.
@@ -392,22 +402,12 @@ fn redis_benchmark_completes_against_the_sink() {
         return;
     }
     let sink = Sink::default();
-    let mut child = Command::new("redis-benchmark")
-        .args(["-h", "127.0.0.1", "-p", &sink.addr.port().to_string()])
-        .args(["-t", "get", "-n", "20000", "-P", "16", "-q"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let st = wait_bounded(&mut child, Duration::from_secs(30));
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    let (st, out) = stdout_bounded(
+        Command::new("redis-benchmark")
+            .args(["-h", "127.0.0.1", "-p", &sink.addr.port().to_string()])
+            .args(["-t", "get", "-n", "20000", "-P", "16", "-q"]),
+        Duration::from_secs(30),
+    );
     assert!(st.success(), "{st}: {out}");
     assert!(out.contains("GET"), "{out}");
     let stats = sink.stop();
