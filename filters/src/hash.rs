@@ -315,6 +315,29 @@ pub(crate) fn envoy_normalized_weights(
     Ok((weights, min, max))
 }
 
+/// Inputs shared by the hashers' unit tests.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use super::ShardInput;
+
+    /// Shards named by `keys`, with `weights`, no slot ranges.
+    pub(crate) fn shards<'a>(keys: &'a [String], weights: &[u32]) -> Vec<ShardInput<'a>> {
+        keys.iter()
+            .zip(weights)
+            .map(|(k, &w)| ShardInput {
+                hash_key: k,
+                weight: w,
+                slots: &[],
+            })
+            .collect()
+    }
+
+    /// `127.0.0.1:PORT` for each port of `range`.
+    pub(crate) fn ports(range: std::ops::RangeInclusive<u16>) -> Vec<String> {
+        range.map(|p| format!("127.0.0.1:{p}")).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

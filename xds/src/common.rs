@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use respway_filters::hash::maglev::is_prime;
 use respway_filters::hash::{build_picker, ShardInput};
 use respway_filters::model::{
     Cluster, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, MirrorMode,
@@ -222,24 +223,6 @@ pub(crate) fn picker_error(cluster: &Cluster) -> Option<String> {
     build_picker(&cluster.hash, cluster.hashtag, &inputs)
         .err()
         .map(|e| e.to_string())
-}
-
-/// Trial division; table sizes are at most a few million.
-pub(crate) fn is_prime(n: u64) -> bool {
-    if n < 2 {
-        return false;
-    }
-    if n.is_multiple_of(2) {
-        return n == 2;
-    }
-    let mut d = 3;
-    while d * d <= n {
-        if n.is_multiple_of(d) {
-            return false;
-        }
-        d += 2;
-    }
-    true
 }
 
 /// Problems with the numbers of a hash policy, as `(field under the policy, reason)`.
@@ -497,15 +480,6 @@ pub(crate) fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn primes() {
-        let primes: Vec<u64> = (0..30).filter(|n| is_prime(*n)).collect();
-        assert_eq!(primes, [2, 3, 5, 7, 11, 13, 17, 19, 23, 29]);
-        assert!(is_prime(65537));
-        assert!(is_prime(5_000_011));
-        assert!(!is_prime(65536));
-    }
 
     #[test]
     fn durations() {

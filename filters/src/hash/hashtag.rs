@@ -49,7 +49,7 @@ pub(crate) fn tagged(key: &[u8], tag: Option<HashTag>, allow_empty: bool) -> &[u
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const BRACES: HashTag = HashTag {
@@ -89,23 +89,24 @@ mod tests {
     }
 
     /// Codis `pkg/proxy/mapper_test.go`, `TestHashSlot`: key → the string it must hash like.
+    pub(crate) const CODIS_CASES: [(&str, &str); 12] = [
+        ("{abc}", "abc"),
+        ("{{{abc1}abc2}", "{{abc1"),
+        ("abc1{abc2{abc3}", "abc2{abc3"),
+        ("{{{{abc", "{{{{abc"),
+        ("{{{{abc}", "{{{abc"),
+        ("{{}{{abc", "{"),
+        ("abc}{abc", "abc}{abc"),
+        ("abc}{123}456", "123"),
+        ("123{abc}456", "abc"),
+        ("{}abc", ""),
+        ("abc{}123", ""),
+        ("123{456}", "456"),
+    ];
+
     #[test]
     fn codis_mapper_test_cases() {
-        let cases = [
-            ("{abc}", "abc"),
-            ("{{{abc1}abc2}", "{{abc1"),
-            ("abc1{abc2{abc3}", "abc2{abc3"),
-            ("{{{{abc", "{{{{abc"),
-            ("{{{{abc}", "{{{abc"),
-            ("{{}{{abc", "{"),
-            ("abc}{abc", "abc}{abc"),
-            ("abc}{123}456", "123"),
-            ("123{abc}456", "abc"),
-            ("{}abc", ""),
-            ("abc{}123", ""),
-            ("123{456}", "456"),
-        ];
-        for (key, want) in cases {
+        for (key, want) in CODIS_CASES {
             assert_eq!(codis(key), want, "key {key:?}");
         }
     }

@@ -167,8 +167,9 @@ impl ShardPicker for Maglev {
     }
 }
 
-/// Trial division; table sizes are at most [`MAX_TABLE_SIZE`].
-fn is_prime(n: u64) -> bool {
+/// Whether `n` is prime (a Maglev table size must be). Trial division; table sizes are at
+/// most [`MAX_TABLE_SIZE`].
+pub fn is_prime(n: u64) -> bool {
     if n < 2 {
         return false;
     }
@@ -188,21 +189,7 @@ fn is_prime(n: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn shards<'a>(keys: &'a [String], weights: &[u32]) -> Vec<ShardInput<'a>> {
-        keys.iter()
-            .zip(weights)
-            .map(|(k, &w)| ShardInput {
-                hash_key: k,
-                weight: w,
-                slots: &[],
-            })
-            .collect()
-    }
-
-    fn ports(range: std::ops::RangeInclusive<u16>) -> Vec<String> {
-        range.map(|p| format!("127.0.0.1:{p}")).collect()
-    }
+    use crate::hash::test_util::{ports, shards};
 
     /// `table[i]` for every slot, via hashes 0..M.
     fn assignments(m: &Maglev) -> Vec<usize> {
@@ -355,5 +342,6 @@ mod tests {
         assert!(is_prime(65537));
         assert!(is_prime(5_000_011));
         assert!(!is_prime(65539 * 3));
+        assert!(!is_prime(65536));
     }
 }

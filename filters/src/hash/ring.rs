@@ -168,21 +168,7 @@ impl ShardPicker for RingHash {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn shards<'a>(keys: &'a [String], weights: &[u32]) -> Vec<ShardInput<'a>> {
-        keys.iter()
-            .zip(weights)
-            .map(|(k, &w)| ShardInput {
-                hash_key: k,
-                weight: w,
-                slots: &[],
-            })
-            .collect()
-    }
-
-    fn ports(range: std::ops::RangeInclusive<u16>) -> Vec<String> {
-        range.map(|p| format!("127.0.0.1:{p}")).collect()
-    }
+    use crate::hash::test_util::{ports, shards};
 
     fn xx(keys: &[String], weights: &[u32], min: u64, max: u64) -> RingHash {
         RingHash::build(

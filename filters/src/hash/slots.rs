@@ -310,20 +310,7 @@ mod tests {
     /// Codis `mapper_test.go` `TestHashSlot` pairs hash alike; `"{}abc"` is slot 0.
     #[test]
     fn codis_hash_equalities() {
-        for (key, same) in [
-            ("{abc}", "abc"),
-            ("{{{abc1}abc2}", "{{abc1"),
-            ("abc1{abc2{abc3}", "abc2{abc3"),
-            ("{{{{abc", "{{{{abc"),
-            ("{{{{abc}", "{{{abc"),
-            ("{{}{{abc", "{"),
-            ("abc}{abc", "abc}{abc"),
-            ("abc}{123}456", "123"),
-            ("123{abc}456", "abc"),
-            ("{}abc", ""),
-            ("abc{}123", ""),
-            ("123{456}", "456"),
-        ] {
+        for (key, same) in crate::hash::hashtag::tests::CODIS_CASES {
             assert_eq!(
                 codis_slot(key.as_bytes(), BRACES, CODIS_SLOTS),
                 codis_slot(same.as_bytes(), BRACES, CODIS_SLOTS),
