@@ -20,13 +20,30 @@ fn addrs(p: &[Proc]) -> Vec<std::net::SocketAddr> {
     p.iter().map(|p| p.addr).collect()
 }
 
+/// Three shards and respway over them with this hash block (hash tags on). Keep the shards
+/// bound (`_shards`, not `_`) for as long as respway is used: dropping them stops them.
+fn three_shards_behind_respway(hash: &str, workers: usize) -> (Vec<Proc>, Respway) {
+    let shards = three_shards();
+    let rw = respway(&sharded_yaml(&addrs(&shards), hash, true), workers);
+    (shards, rw)
+}
+
+/// Runs `redis-cli -h 127.0.0.1 -p <port> <args>`; returns its stdout and stderr.
+fn redis_cli(port: u16, args: &[&str]) -> (String, String) {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn single_key_commands_of_each_type() {
-    let shards = three_shards();
-    let rw = respway(
-        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
-        2,
-    );
+    let (shards, rw) = three_shards_behind_respway("{ policy: maglev }", 2);
     let mut c = sync_client(rw.addr);
     let _: () = redis::cmd("SET")
         .arg("str")
@@ -125,11 +142,7 @@ fn single_key_commands_of_each_type() {
 
 #[test]
 fn pipeline_of_1000_across_shards_keeps_order() {
-    let shards = three_shards();
-    let rw = respway(
-        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
-        2,
-    );
+    let (shards, rw) = three_shards_behind_respway("{ policy: maglev }", 2);
     let mut c = sync_client(rw.addr);
     let mut p = redis::pipe();
     for i in 0..1000 {
@@ -163,11 +176,7 @@ fn pipeline_of_1000_across_shards_keeps_order() {
 
 #[test]
 fn multi_key_split_one_subcommand_per_shard() {
-    let shards = three_shards();
-    let rw = respway(
-        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
-        1,
-    );
+    let (shards, rw) = three_shards_behind_respway("{ policy: maglev }", 1);
     let mut c = sync_client(rw.addr);
     let mut mset = redis::cmd("MSET");
     for i in 0..100 {
@@ -212,11 +221,7 @@ fn multi_key_split_one_subcommand_per_shard() {
 
 #[test]
 fn crossslot_and_hashtags() {
-    let shards = three_shards();
-    let rw = respway(
-        &sharded_yaml(&addrs(&shards), "{ policy: crc16_slots }", true),
-        1,
-    );
+    let (_shards, rw) = three_shards_behind_respway("{ policy: crc16_slots }", 1);
     let mut c = sync_client(rw.addr);
     // "a" and "b" are in different crc16 thirds (slots 15495 and 3300).
     let _: () = redis::cmd("SET").arg("a").arg("1").query(&mut c).unwrap();
@@ -275,11 +280,7 @@ fn crossslot_and_hashtags() {
 
 #[test]
 fn unsupported_and_unknown_commands_keep_the_connection() {
-    let shards = three_shards();
-    let rw = respway(
-        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
-        1,
-    );
+    let (_shards, rw) = three_shards_behind_respway("{ policy: maglev }", 1);
     let mut c = sync_client(rw.addr);
     for cmd in [
         vec!["KEYS", "*"],
@@ -330,11 +331,7 @@ fn read_until_closed(s: &mut TcpStream) -> String {
 
 #[test]
 fn bad_resp_closes_only_that_connection() {
-    let shards = three_shards();
-    let rw = respway(
-        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
-        1,
-    );
+    let (_shards, rw) = three_shards_behind_respway("{ policy: maglev }", 1);
     let mut good = sync_client(rw.addr);
     let _: () = redis::cmd("SET")
         .arg("k")
@@ -368,11 +365,7 @@ fn bad_resp_closes_only_that_connection() {
 
 #[test]
 fn a_killed_shard_fails_only_its_keys() {
-    let mut shards = three_shards();
-    let rw = respway(
-        &sharded_yaml(&addrs(&shards), "{ policy: crc16_slots }", true),
-        1,
-    );
+    let (mut shards, rw) = three_shards_behind_respway("{ policy: crc16_slots }", 1);
     let mut c = sync_client(rw.addr);
     // crc16 thirds: find keys for shard 0 and shard 2.
     let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
@@ -433,20 +426,9 @@ fn a_killed_shard_fails_only_its_keys() {
 
 #[test]
 fn redis_cli_and_redis_benchmark_work() {
-    let shards = three_shards();
-    let rw = respway(
-        &sharded_yaml(&addrs(&shards), "{ policy: maglev }", true),
-        2,
-    );
-    let port = rw.addr.port().to_string();
-    let cli = |args: &[&str]| {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &port])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let (shards, rw) = three_shards_behind_respway("{ policy: maglev }", 2);
+    let port = rw.addr.port();
+    let cli = |args: &[&str]| redis_cli(port, args).0.trim().to_string();
     assert_eq!(cli(&["SET", "cli:key", "hello world"]), "OK");
     assert_eq!(cli(&["GET", "cli:key"]), "hello world");
     assert_eq!(cli(&["MSET", "a", "1", "b", "2", "c", "3"]), "OK");
@@ -456,7 +438,7 @@ fn redis_cli_and_redis_benchmark_work() {
             "-h",
             "127.0.0.1",
             "-p",
-            &port,
+            &port.to_string(),
             "-n",
             "2000",
             "-c",
@@ -601,20 +583,9 @@ fn downstream_auth_and_upstream_auth_and_select() {
         shard.addr
     );
     let rw = respway(&yaml, 1);
-    let port = rw.addr.port().to_string();
     let cli = |args: &[&str]| {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &port])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .trim()
-        .to_string()
+        let (stdout, stderr) = redis_cli(rw.addr.port(), args);
+        format!("{stdout}{stderr}").trim().to_string()
     };
     assert!(
         cli(&["GET", "k"]).starts_with("NOAUTH"),
@@ -632,13 +603,8 @@ fn downstream_auth_and_upstream_auth_and_select() {
     );
     // The key is in database 3 of the password-protected shard.
     let direct = |args: &[&str]| {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &shard.addr.port().to_string()])
-            .args(["-a", "shard-pw", "--no-auth-warning"])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        let args = [&["-a", "shard-pw", "--no-auth-warning"][..], args].concat();
+        redis_cli(shard.addr.port(), &args).0.trim().to_string()
     };
     assert_eq!(direct(&["-n", "3", "GET", "k"]), "v");
     assert_eq!(direct(&["-n", "0", "EXISTS", "k"]), "0");

@@ -137,6 +137,7 @@ mod tests {
         assert_eq!(parse_i64(b"0"), Some(0));
         assert_eq!(parse_i64(b"12"), Some(12));
         assert_eq!(parse_i64(b"-1"), Some(-1));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
         assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
         assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
         for bad in [

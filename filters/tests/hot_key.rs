@@ -1,56 +1,36 @@
 //! Layer contract of `HotKeyLayer`, driven by hand (`poll_ready` / `call` / `poll`) over a
 //! mock inner service that records what it got and answers scripted replies.
 
+mod support;
+
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
-use std::net::SocketAddr;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
 use tower::{Layer, Service, ServiceExt};
 
-use respway_filters::command::lookup;
 use respway_filters::hot_key::{HotKey, HotKeyLayer, HotKeyRuleStats, HotKeyStats};
 use respway_filters::model::{
-    Cluster, Config, Endpoint, HashPolicy, HotKeyRead, HotKeyRule, Listener, PrefixRoute,
-    ReadPolicy, Role, RouteTable, Shard,
+    Cluster, HashPolicy, HotKeyRead, HotKeyRule, PrefixRoute, RouteTable, Shard,
 };
 use respway_filters::request::{Reply, Request};
 use respway_filters::routing::Routing;
+use support::{noop_cx, ok, request, routing_of, send, Mock};
 
 // === fixtures ===
 
 fn shard(name: &str, port: u16, zone: &str) -> Shard {
-    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    Shard {
-        name: name.to_string(),
-        hash_key: address.to_string(),
-        weight: 1,
-        slots: Vec::new(),
-        endpoints: vec![Endpoint {
-            address,
-            role: Role::Primary,
-            zone: Some(zone.to_string()),
-        }],
-    }
+    support::shard(name, port, Some(zone))
 }
 
 fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>, hot_keys: Vec<HotKeyRule>) -> Cluster {
     Cluster {
-        name: name.to_string(),
-        hash,
-        hashtag: None,
-        shards,
-        connections_per_endpoint: 1,
-        connect_timeout: Duration::from_secs(1),
-        auth: None,
-        db: 0,
         hot_keys,
-        read_policy: ReadPolicy::Primary,
+        ..support::cluster(name, hash, shards)
     }
 }
 
@@ -87,103 +67,18 @@ fn routing(zone: Option<&str>) -> Arc<Routing> {
         vec![shard("p0", 7100, "z1"), shard("p1", 7101, "z2")],
         Vec::new(),
     );
-    let listener = Listener {
-        name: "l".to_string(),
-        address: "127.0.0.1:6380".parse().unwrap(),
-        routes: RouteTable {
-            routes: vec![PrefixRoute {
-                prefix: "p:".to_string(),
-                remove_prefix: true,
-                cluster: "plain".to_string(),
-                mirrors: Vec::new(),
-            }],
-            case_insensitive: false,
-            catch_all: Some("main".to_string()),
-            catch_all_mirrors: Vec::new(),
-        },
-        downstream_password: None,
-        op_timeout: Duration::from_secs(1),
-        max_pending_per_client: 1024,
-        limits: Default::default(),
+    let routes = RouteTable {
+        routes: vec![PrefixRoute {
+            prefix: "p:".to_string(),
+            remove_prefix: true,
+            cluster: "plain".to_string(),
+            mirrors: Vec::new(),
+        }],
+        case_insensitive: false,
+        catch_all: Some("main".to_string()),
+        catch_all_mirrors: Vec::new(),
     };
-    let config = Config {
-        listeners: vec![listener.clone()],
-        clusters: vec![main, plain],
-        zone: zone.map(str::to_string),
-    };
-    Arc::new(Routing::build(&config, &listener).unwrap())
-}
-
-/// A request as the route layer leaves it: command resolved, cluster and route set, route
-/// prefix removed.
-fn request(routing: &Routing, argv: &[&str]) -> Request {
-    let args: Vec<Bytes> = argv
-        .iter()
-        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-        .collect();
-    let cmd = lookup(&args[0]).unwrap().resolve(&args);
-    let mut keys = Vec::new();
-    cmd.key_indices(&args, &mut keys).unwrap();
-    let mut req = Request::new(cmd, args, keys.first().copied());
-    let m = match req.key {
-        Some(i) => routing.route(&req.args[i]).unwrap(),
-        None => routing.catch_all().unwrap(),
-    };
-    req.cluster = m.cluster;
-    req.route = m.route;
-    if let (Some(i), true) = (req.key, m.strip > 0) {
-        req.args[i] = req.args[i].slice(m.strip..);
-    }
-    req
-}
-
-type Answer = dyn Fn(&Request) -> Reply + Send + Sync;
-
-/// Records every request; answers `answer(req)` at once; stops being ready once it has
-/// taken `ready_for` calls.
-#[derive(Clone)]
-struct Mock {
-    seen: Arc<Mutex<Vec<Request>>>,
-    answer: Arc<Answer>,
-    ready_for: usize,
-}
-
-impl Mock {
-    fn new(answer: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
-        Mock {
-            seen: Arc::default(),
-            answer: Arc::new(answer),
-            ready_for: usize::MAX,
-        }
-    }
-
-    fn seen(&self) -> Vec<Request> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-impl Service<Request> for Mock {
-    type Response = Reply;
-    type Error = Infallible;
-    type Future = Ready<Result<Reply, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        if self.seen.lock().unwrap().len() < self.ready_for {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Pending
-        }
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        let reply = (self.answer)(&req);
-        self.seen.lock().unwrap().push(req);
-        ready(Ok(reply))
-    }
-}
-
-fn ok() -> Reply {
-    Bytes::from_static(b"+OK\r\n")
+    routing_of(routes, vec![main, plain], zone)
 }
 
 /// Replies `+shard<i>` for shard `i` (`+none` when not pinned).
@@ -198,25 +93,6 @@ fn hot_key(routing: &Arc<Routing>, inner: Mock) -> (HotKey<Mock>, Arc<HotKeyStat
     let stats = Arc::new(HotKeyStats::new(routing));
     let svc = HotKeyLayer::new(routing.clone(), stats.clone()).layer(inner);
     (svc, stats)
-}
-
-fn noop_cx() -> Context<'static> {
-    Context::from_waker(Waker::noop())
-}
-
-/// `poll_ready` (must be ready), `call`, and one poll (must be ready: the mock answers at once).
-fn send<S>(svc: &mut S, req: Request) -> Reply
-where
-    S: Service<Request, Response = Reply, Error = Infallible>,
-    S::Future: Unpin,
-{
-    let mut cx = noop_cx();
-    assert!(svc.poll_ready(&mut cx).is_ready());
-    let mut fut = svc.call(req);
-    match Pin::new(&mut fut).poll(&mut cx) {
-        Poll::Ready(Ok(r)) => r,
-        Poll::Pending => panic!("the reply should be ready"),
-    }
 }
 
 fn rule_stats(stats: &HotKeyStats, prefix: &str) -> HotKeyRuleStats {

@@ -1,27 +1,22 @@
 //! Layer contract of `MirrorLayer`, driven by hand (`poll_ready` / `call` / `poll`) over a
 //! mock inner service and a mock sink that both record what they got.
 
-use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
-use std::net::SocketAddr;
-use std::pin::Pin;
+mod support;
+
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
 use bytes::Bytes;
 use tower::{Layer, Service, ServiceExt};
 
-use respway_filters::command::lookup;
 use respway_filters::mirror::{
     Mirror, MirrorCounts, MirrorLayer, MirrorSink, MirrorStats, READ_ONLY,
 };
 use respway_filters::model::{
-    Cluster, Config, Endpoint, HashPolicy, Listener, MirrorMode, MirrorPolicy, PrefixRoute,
-    ReadPolicy, Role, RouteTable, Shard,
+    Cluster, HashPolicy, MirrorMode, MirrorPolicy, PrefixRoute, RouteTable,
 };
 use respway_filters::request::{error_reply, Reply, Request};
 use respway_filters::routing::Routing;
+use support::{request, routing_of, send, shard, Mock};
 
 // === fixtures ===
 
@@ -29,33 +24,10 @@ const OLD: usize = 0;
 const NEW: usize = 1;
 
 fn cluster(name: &str, hash: HashPolicy, n: u16, port: u16) -> Cluster {
-    Cluster {
-        name: name.to_string(),
-        hash,
-        hashtag: None,
-        shards: (0..n)
-            .map(|i| {
-                let address: SocketAddr = format!("127.0.0.1:{}", port + i).parse().unwrap();
-                Shard {
-                    name: format!("{name}-{i}"),
-                    hash_key: address.to_string(),
-                    weight: 1,
-                    slots: Vec::new(),
-                    endpoints: vec![Endpoint {
-                        address,
-                        role: Role::Primary,
-                        zone: None,
-                    }],
-                }
-            })
-            .collect(),
-        connections_per_endpoint: 1,
-        connect_timeout: Duration::from_secs(1),
-        auth: None,
-        db: 0,
-        hot_keys: Vec::new(),
-        read_policy: ReadPolicy::Primary,
-    }
+    let shards = (0..n)
+        .map(|i| shard(&format!("{name}-{i}"), port + i, None))
+        .collect();
+    support::cluster(name, hash, shards)
 }
 
 fn policy(mode: MirrorMode, include_reads: bool, fraction_ppm: u32) -> MirrorPolicy {
@@ -86,89 +58,31 @@ const NEW_FIRST: MirrorMode = MirrorMode::DualWrite {
 /// Cluster `old` (4 maglev shards) is migrating to `new` (2 slot shards); each route prefix
 /// is one policy. The catch-all (`old`) has none.
 fn routing() -> Arc<Routing> {
-    let listener = Listener {
-        name: "l".to_string(),
-        address: "127.0.0.1:6380".parse().unwrap(),
-        routes: RouteTable {
-            routes: vec![
-                route("dw:", vec![policy(OLD_FIRST, false, 1_000_000)]),
-                route("dwr:", vec![policy(OLD_FIRST, true, 1_000_000)]),
-                route("np:", vec![policy(NEW_FIRST, false, 1_000_000)]),
-                route("npr:", vec![policy(NEW_FIRST, true, 1_000_000)]),
-                route("half:", vec![policy(OLD_FIRST, true, 500_000)]),
-                route("zero:", vec![policy(OLD_FIRST, true, 0)]),
-                route("ro:", vec![policy(MirrorMode::ReadOnly, true, 1_000_000)]),
-                route("fw:", vec![policy(MirrorMode::Forward, true, 1_000_000)]),
-            ],
-            case_insensitive: false,
-            catch_all: Some("old".to_string()),
-            catch_all_mirrors: Vec::new(),
-        },
-        downstream_password: None,
-        op_timeout: Duration::from_secs(1),
-        max_pending_per_client: 1024,
-        limits: Default::default(),
-    };
-    let config = Config {
-        listeners: vec![listener.clone()],
-        clusters: vec![
-            cluster("old", HashPolicy::Maglev { table_size: 65537 }, 4, 7000),
-            cluster("new", HashPolicy::Crc16Slots, 2, 7100),
+    let routes = RouteTable {
+        routes: vec![
+            route("dw:", vec![policy(OLD_FIRST, false, 1_000_000)]),
+            route("dwr:", vec![policy(OLD_FIRST, true, 1_000_000)]),
+            route("np:", vec![policy(NEW_FIRST, false, 1_000_000)]),
+            route("npr:", vec![policy(NEW_FIRST, true, 1_000_000)]),
+            route("half:", vec![policy(OLD_FIRST, true, 500_000)]),
+            route("zero:", vec![policy(OLD_FIRST, true, 0)]),
+            route("ro:", vec![policy(MirrorMode::ReadOnly, true, 1_000_000)]),
+            route("fw:", vec![policy(MirrorMode::Forward, true, 1_000_000)]),
         ],
-        zone: None,
+        case_insensitive: false,
+        catch_all: Some("old".to_string()),
+        catch_all_mirrors: Vec::new(),
     };
-    Arc::new(Routing::build(&config, &listener).unwrap())
+    let clusters = vec![
+        cluster("old", HashPolicy::Maglev { table_size: 65537 }, 4, 7000),
+        cluster("new", HashPolicy::Crc16Slots, 2, 7100),
+    ];
+    routing_of(routes, clusters, None)
 }
 
-/// A request as the route layer leaves it: command resolved, cluster and route set.
-fn request(routing: &Routing, argv: &[&str]) -> Request {
-    let args: Vec<Bytes> = argv
-        .iter()
-        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-        .collect();
-    let cmd = lookup(&args[0]).unwrap().resolve(&args);
-    let mut keys = Vec::new();
-    cmd.key_indices(&args, &mut keys).unwrap();
-    let mut req = Request::new(cmd, args, keys.first().copied());
-    let m = match req.key {
-        Some(i) => routing.route(&req.args[i]).unwrap(),
-        None => routing.catch_all().unwrap(),
-    };
-    req.cluster = m.cluster;
-    req.route = m.route;
-    req
-}
-
-/// Records every request and answers `+from-<cluster>`.
-#[derive(Clone, Default)]
-struct Mock {
-    seen: Arc<Mutex<Vec<Request>>>,
-}
-
-impl Mock {
-    fn seen(&self) -> Vec<Request> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
+/// Answers `+from-<cluster>`.
 fn from(cluster: usize) -> Reply {
     Bytes::from(format!("+from-{cluster}\r\n"))
-}
-
-impl Service<Request> for Mock {
-    type Response = Reply;
-    type Error = Infallible;
-    type Future = Ready<Result<Reply, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        let reply = from(req.cluster);
-        self.seen.lock().unwrap().push(req);
-        ready(Ok(reply))
-    }
 }
 
 /// A bounded queue that keeps what it accepted.
@@ -212,7 +126,7 @@ struct Setup {
 
 fn setup(capacity: usize) -> Setup {
     let routing = routing();
-    let inner = Mock::default();
+    let inner = Mock::new(|req: &Request| from(req.cluster));
     let sink = Sink::new(capacity);
     let stats = Arc::new(MirrorStats::new(routing.clusters.len()));
     let svc = MirrorLayer::new(routing.clone(), sink.clone(), stats.clone()).layer(inner.clone());
@@ -233,13 +147,7 @@ impl Setup {
     }
 
     fn send_req(&mut self, req: Request) -> Reply {
-        let mut cx = Context::from_waker(Waker::noop());
-        assert!(self.svc.poll_ready(&mut cx).is_ready());
-        let mut fut = self.svc.call(req);
-        match Pin::new(&mut fut).poll(&mut cx) {
-            Poll::Ready(Ok(r)) => r,
-            Poll::Pending => panic!("the reply should be ready"),
-        }
+        send(&mut self.svc, req)
     }
 }
 

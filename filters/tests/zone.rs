@@ -2,12 +2,11 @@
 //! service that records the endpoint each request was given, and a mock health view whose
 //! failing set the test changes between calls.
 
+mod support;
+
 use std::collections::HashSet;
-use std::convert::Infallible;
-use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,9 +16,10 @@ use respway_filters::model::{
     Cluster, Config, Endpoint, HashPolicy, Listener, ReadPolicy, Role, RouteTable, Shard,
     ZoneFallback,
 };
-use respway_filters::request::{Reply, Request};
+use respway_filters::request::Request;
 use respway_filters::routing::Routing;
 use respway_filters::zone::{AllHealthy, HealthView, Zone, ZoneLayer};
+use support::{ok, Mock};
 use tower::{Layer, Service, ServiceExt};
 
 // --- fixtures ---------------------------------------------------------------------------
@@ -165,33 +165,6 @@ impl HealthView for Health {
     }
 }
 
-/// What the terminating service saw: `(cluster, shard, endpoint)` per request.
-type Seen = Arc<Mutex<Vec<(usize, Option<usize>, Option<usize>)>>>;
-
-/// Terminating service: records `(cluster, shard, endpoint)` of each request.
-#[derive(Debug, Clone, Default)]
-struct Record {
-    seen: Seen,
-}
-
-impl Service<Request> for Record {
-    type Response = Reply;
-    type Error = Infallible;
-    type Future = Ready<Result<Reply, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        self.seen
-            .lock()
-            .unwrap()
-            .push((req.cluster, req.shard, req.endpoint));
-        ready(Ok(Bytes::from_static(b"+OK\r\n")))
-    }
-}
-
 fn request(args: &[&'static str], cluster: usize, shard: Option<usize>) -> Request {
     let cmd = command::lookup(args[0].as_bytes()).expect("known command");
     let args: Vec<Bytes> = args
@@ -213,10 +186,11 @@ fn set(cluster: usize) -> Request {
     request(&["SET", "k", "v"], cluster, Some(0))
 }
 
-/// A zone service over the standard fixture (sidecar in z1).
+/// A zone service over the standard fixture (sidecar in z1), in front of a mock that
+/// answers `+OK`.
 struct Fixture {
-    svc: Zone<Record>,
-    seen: Seen,
+    svc: Zone<Mock>,
+    inner: Mock,
     health: Arc<Health>,
 }
 
@@ -227,17 +201,16 @@ impl Fixture {
 
     fn with_zone(zone: Option<&str>) -> Self {
         let health = Arc::new(Health::default());
-        let record = Record::default();
-        let seen = record.seen.clone();
-        let svc = ZoneLayer::new(routing(zone), health.clone()).layer(record);
-        Fixture { svc, seen, health }
+        let inner = Mock::new(|_: &Request| ok());
+        let svc = ZoneLayer::new(routing(zone), health.clone()).layer(inner.clone());
+        Fixture { svc, inner, health }
     }
 
     /// Drives one request through `poll_ready` + `call`; returns the endpoint it was given.
     async fn send(&mut self, req: Request) -> Option<usize> {
         let reply = self.svc.ready().await.unwrap().call(req).await.unwrap();
         assert_eq!(reply, Bytes::from_static(b"+OK\r\n"));
-        self.seen.lock().unwrap().last().unwrap().2
+        self.inner.seen().last().unwrap().endpoint
     }
 
     /// Endpoints chosen for `n` reads on shard 0 of `cluster`.
@@ -297,7 +270,12 @@ async fn zone_keeps_cluster_and_shard_and_defaults_to_shard_zero() {
     f.send(request(&["GET", "k"], ANY, Some(1))).await;
     // No shard pinned (a key-less command): shard 0, as the upstream reads it.
     assert_eq!(f.send(request(&["PING"], PRIMARY, None)).await, Some(P));
-    let seen = f.seen.lock().unwrap().clone();
+    let seen: Vec<_> = f
+        .inner
+        .seen()
+        .iter()
+        .map(|r| (r.cluster, r.shard, r.endpoint))
+        .collect();
     assert_eq!(
         seen,
         vec![(ANY, Some(1), Some(0)), (PRIMARY, None, Some(P))]
@@ -423,31 +401,27 @@ async fn zone_health_is_asked_only_until_a_candidate_is_found() {
 async fn zone_cursor_is_per_connection() {
     let routing = routing(Some("z1"));
     let layer = ZoneLayer::new(routing, Arc::new(AllHealthy));
-    let a = Record::default();
-    let b = Record::default();
+    let a = Mock::new(|_: &Request| ok());
+    let b = Mock::new(|_: &Request| ok());
     let mut conn_a = layer.layer(a.clone());
     let mut conn_b = layer.layer(b.clone());
     for _ in 0..3 {
         conn_a.ready().await.unwrap().call(get(ANY)).await.unwrap();
     }
     conn_b.ready().await.unwrap().call(get(ANY)).await.unwrap();
-    let ends = |r: &Record| {
-        r.seen
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|s| s.2)
-            .collect::<Vec<_>>()
-    };
+    let ends = |m: &Mock| m.seen().iter().map(|r| r.endpoint).collect::<Vec<_>>();
     assert_eq!(ends(&a), vec![Some(0), Some(1), Some(2)]);
     // A new connection starts its own rotation.
     assert_eq!(ends(&b), vec![Some(0)]);
     // A chosen start spreads connections.
-    let mut conn_c = layer.clone().with_rr_start(3).layer(Record::default());
-    let c_seen = conn_c.get_ref().seen.clone();
+    let mut conn_c = layer
+        .clone()
+        .with_rr_start(3)
+        .layer(Mock::new(|_: &Request| ok()));
+    let c = conn_c.get_ref().clone();
     conn_c.ready().await.unwrap().call(get(ANY)).await.unwrap();
-    assert_eq!(c_seen.lock().unwrap()[0].2, Some(3));
-    let _inner: Record = conn_c.into_inner();
+    assert_eq!(c.seen()[0].endpoint, Some(3));
+    let _inner: Mock = conn_c.into_inner();
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -433,10 +433,7 @@ fn listener_without_redis_proxy() {
 fn listeners_that_disagree_on_hashtagging() {
     let mut r = base();
     r.clusters[0].typed_extension_protocol_options.clear(); // no ClusterOptions.hashtag
-    let mut second = r.listeners[0].clone();
-    second.name = "other".into();
-    second.address = Some(addr("127.0.0.1", 6381));
-    r.listeners.push(second);
+    add_listener_other(&mut r);
     edit_redis(&mut r, |p| {
         p.settings.as_mut().unwrap().enable_hashtagging = false
     });
@@ -464,6 +461,25 @@ clusters:
 "#,
     )
     .unwrap()
+}
+
+/// [`two_clusters`] and a third cluster, `third`, a copy of `next`.
+fn three_clusters() -> Resources {
+    let mut r = two_clusters();
+    r.clusters.push(r.clusters[1].clone());
+    r.clusters[2].name = "third".into();
+    let mut third = r.endpoints[1].clone();
+    third.cluster_name = "third".into();
+    r.endpoints.push(third);
+    r
+}
+
+/// Adds listener `other`: a copy of the first listener, on 127.0.0.1:6381.
+fn add_listener_other(r: &mut Resources) {
+    let mut second = r.listeners[0].clone();
+    second.name = "other".into();
+    second.address = Some(addr("127.0.0.1", 6381));
+    r.listeners.push(second);
 }
 
 /// Edits the listener's `respway.v1.ListenerSettings` in place.
@@ -518,13 +534,8 @@ fn dual_write(cluster: &str, target_is_primary: bool, reads: bool, ppm: u32) -> 
 #[test]
 fn plain_envoy_mirror_policies_are_dual_writes_with_the_route_answering() {
     use DenominatorType::{Hundred, Million, TenThousand};
-    let mut r = two_clusters();
+    let mut r = three_clusters();
     r.listeners[0].filter_chains[0].filters.remove(0); // no respway.listener filter
-    r.clusters.push(r.clusters[1].clone());
-    r.clusters[2].name = "third".into();
-    let mut third = r.endpoints[1].clone();
-    third.cluster_name = "third".into();
-    r.endpoints.push(third);
     edit_redis(&mut r, |p| {
         let routes = p.prefix_routes.as_mut().unwrap();
         routes.routes[0].request_mirror_policy = vec![
@@ -727,12 +738,7 @@ listener "main": filter_chains[0].filters[1].typed_config.prefix_routes.routes[0
     );
 
     // The modes: entries must name a route and one of its mirrors, once.
-    let mut r = two_clusters();
-    r.clusters.push(r.clusters[1].clone());
-    r.clusters[2].name = "third".into();
-    let mut third = r.endpoints[1].clone();
-    third.cluster_name = "third".into();
-    r.endpoints.push(third);
+    let mut r = three_clusters();
     edit_redis(&mut r, |p| {
         let routes = p.prefix_routes.as_mut().unwrap();
         routes.routes[0].request_mirror_policy = vec![
@@ -858,10 +864,7 @@ fn envoy_read_policy_applies_to_clusters_without_their_own() {
     assert_eq!(read_policies(&lone)[1], Reads::Primary);
 
     // Listeners that disagree.
-    let mut second = r.listeners[0].clone();
-    second.name = "other".into();
-    second.address = Some(addr("127.0.0.1", 6381));
-    r.listeners.push(second);
+    add_listener_other(&mut r);
     edit_redis(&mut r, |p| {
         p.settings.as_mut().unwrap().read_policy = ReadPolicy::Replica as i32
     });

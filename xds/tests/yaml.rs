@@ -38,6 +38,24 @@ fn shard(name: &str, hash_key: &str, endpoints: Vec<Endpoint>) -> Shard {
     }
 }
 
+/// Shard `name` with its one endpoint, a primary at `addr` in no zone, hashed by `addr`.
+fn one_primary(name: &str, addr: &str) -> Shard {
+    shard(name, addr, vec![ep(addr, Role::Primary, None)])
+}
+
+/// Shard `name` hashed by its primary's address: a primary and a replica, each given as
+/// `(address, zone)`.
+fn primary_and_replica(name: &str, primary: (&str, &str), replica: (&str, &str)) -> Shard {
+    shard(
+        name,
+        primary.0,
+        vec![
+            ep(primary.0, Role::Primary, Some(primary.1)),
+            ep(replica.0, Role::Replica, Some(replica.1)),
+        ],
+    )
+}
+
 fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
     Cluster {
         name: name.to_string(),
@@ -137,23 +155,17 @@ fn full_example_model() -> Config {
                     "main",
                     HashPolicy::Maglev { table_size: 65537 },
                     vec![
-                        shard(
+                        primary_and_replica(
                             "s0",
-                            "127.0.0.1:7001",
-                            vec![
-                                ep("127.0.0.1:7001", Role::Primary, Some("z1")),
-                                ep("127.0.0.1:7101", Role::Replica, Some("z2")),
-                            ],
+                            ("127.0.0.1:7001", "z1"),
+                            ("127.0.0.1:7101", "z2"),
                         ),
                         Shard {
                             weight: 2,
-                            ..shard(
+                            ..primary_and_replica(
                                 "s1",
-                                "127.0.0.1:7002",
-                                vec![
-                                    ep("127.0.0.1:7002", Role::Primary, Some("z2")),
-                                    ep("127.0.0.1:7102", Role::Replica, Some("z1")),
-                                ],
+                                ("127.0.0.1:7002", "z2"),
+                                ("127.0.0.1:7102", "z1"),
                             )
                         },
                     ],
@@ -187,19 +199,11 @@ fn full_example_model() -> Config {
                 vec![
                     Shard {
                         slots: vec![(0, 8191)],
-                        ..shard(
-                            "shard-0",
-                            "127.0.0.1:7301",
-                            vec![ep("127.0.0.1:7301", Role::Primary, None)],
-                        )
+                        ..one_primary("shard-0", "127.0.0.1:7301")
                     },
                     Shard {
                         slots: vec![(8192, 16383)],
-                        ..shard(
-                            "shard-1",
-                            "127.0.0.1:7302",
-                            vec![ep("127.0.0.1:7302", Role::Primary, None)],
-                        )
+                        ..one_primary("shard-1", "127.0.0.1:7302")
                     },
                 ],
             ),
@@ -209,13 +213,10 @@ fn full_example_model() -> Config {
                 ..cluster(
                     "main-v2",
                     HashPolicy::Maglev { table_size: 65537 },
-                    vec![shard(
+                    vec![primary_and_replica(
                         "shard-0",
-                        "127.0.0.1:7401",
-                        vec![
-                            ep("127.0.0.1:7401", Role::Primary, Some("z1")),
-                            ep("127.0.0.1:7402", Role::Replica, Some("z2")),
-                        ],
+                        ("127.0.0.1:7401", "z1"),
+                        ("127.0.0.1:7402", "z2"),
                     )],
                 )
             },
