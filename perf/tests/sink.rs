@@ -369,14 +369,17 @@ fn stdout_bounded(cmd: &mut Command, limit: Duration) -> (std::process::ExitStat
         .spawn()
         .unwrap();
     let st = wait_bounded(&mut child, limit);
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    let out = read_all(child.stdout.take());
     (st, out)
+}
+
+/// Everything left in a child's captured output (empty when it was not captured).
+fn read_all(pipe: Option<impl Read>) -> String {
+    let mut s = String::new();
+    if let Some(mut p) = pipe {
+        p.read_to_string(&mut s).unwrap();
+    }
+    s
 }
 
 /// Waits for `child` at most `limit`; kills it past that.
@@ -442,13 +445,7 @@ fn the_cli_prints_its_address_serves_and_exits_after_its_duration() {
     drop(s);
     let st = wait_bounded(&mut child, Duration::from_secs(10));
     assert!(st.success(), "{st}");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = read_all(child.stderr.take());
     assert!(err.contains("2 commands"), "{err}");
 }
 
@@ -463,20 +460,8 @@ fn the_cli_refuses_a_non_loopback_address() {
         .spawn()
         .unwrap();
     let st = wait_bounded(&mut child, Duration::from_secs(10));
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let out = read_all(child.stdout.take());
+    let err = read_all(child.stderr.take());
     assert_eq!(st.code(), Some(2), "{err}");
     assert!(out.is_empty(), "nothing bound, no address printed: {out}");
     assert!(err.contains("not a loopback address"), "{err}");
