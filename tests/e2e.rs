@@ -424,6 +424,98 @@ fn a_killed_shard_fails_only_its_keys() {
         .unwrap();
 }
 
+/// A shard address that points at something that is not Redis (here a real HTTP server,
+/// `python3 -m http.server`, which answers RESP with an HTTP 400 page): its keys get an error
+/// naming the shard, the other shards' keys are served, and one pipeline mixing both gets
+/// every reply, in order.
+#[test]
+fn a_shard_that_is_not_redis_fails_only_its_keys() {
+    let port = free_port();
+    let http = Proc {
+        child: Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3"),
+        addr: ([127, 0, 0, 1], port).into(),
+        dir: None,
+    };
+    wait_port(http.addr, "python3 -m http.server");
+    let (a, b) = (redis(), redis());
+    let rw = respway(
+        &sharded_yaml(
+            &[a.addr, http.addr, b.addr],
+            "{ policy: crc16_slots }",
+            true,
+        ),
+        1,
+    );
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+    let mut out = bytes::BytesMut::new();
+    for k in &keys {
+        respway_filters::resp::encode_command(&[b"SET", k.as_bytes(), b"v"], &mut out);
+        respway_filters::resp::encode_command(&[b"GET", k.as_bytes()], &mut out);
+    }
+    let mut s = TcpStream::connect(rw.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&out).unwrap();
+    let limits = respway_filters::codec_limits::Limits::default();
+    let mut buf = Vec::new();
+    let mut replies = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    while replies.len() < 2 * keys.len() {
+        while let Some(n) = respway_filters::resp::reply_len(&buf, &limits).unwrap() {
+            replies.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            buf.drain(..n);
+        }
+        if replies.len() == 2 * keys.len() {
+            break;
+        }
+        let n = s.read(&mut chunk).expect("every reply arrives");
+        assert!(n > 0, "respway closed the client connection");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    assert!(buf.is_empty(), "more replies than requests");
+    let (mut served, mut failed) = (0, 0);
+    for (i, pair) in replies.chunks(2).enumerate() {
+        if pair[0] == "+OK\r\n" {
+            assert_eq!(pair[1], "$1\r\nv\r\n", "GET {}", keys[i]);
+            served += 1;
+        } else {
+            for r in pair {
+                // "connection lost: Protocol error: invalid reply type byte '<'" for those in
+                // flight when the page arrived, "unavailable: ..." for later ones.
+                assert!(
+                    r.starts_with("-ERR respway: shard s1 (") && r.ends_with("\r\n"),
+                    "{}: {r:?}",
+                    keys[i]
+                );
+            }
+            failed += 1;
+        }
+    }
+    assert!(
+        served > 100 && failed > 30,
+        "served {served} failed {failed}"
+    );
+    // The client connection and the other shards are fine.
+    let mut c = sync_client(rw.addr);
+    let v: String = redis::cmd("GET")
+        .arg("k0")
+        .query(&mut c)
+        .unwrap_or_default();
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+    let _ = v;
+}
+
 #[test]
 fn redis_cli_and_redis_benchmark_work() {
     let (shards, rw) = three_shards_behind_respway("{ policy: maglev }", 2);
