@@ -179,12 +179,18 @@ pub fn compare(
                     drive(t.addr, &sc.load, Arc::clone(&pools), sc.workload.seed, ctl)
                 });
                 finished.store(true, Ordering::Relaxed);
-                let pushed = pusher
-                    .map(|h| h.join().unwrap_or_default())
-                    .unwrap_or_default();
+                // A panic in the push thread is a bug: report it, do not drop its pushes.
+                let pushed = match pusher.map(|h| h.join()) {
+                    None => Ok(Vec::new()),
+                    Some(Ok(p)) => Ok(p),
+                    Some(Err(_)) => Err(Error::Run(format!(
+                        "the config-push thread for {} panicked in round {round}",
+                        t.name
+                    ))),
+                };
                 (rec, pushed)
             });
-            let rec = rec?;
+            let (rec, pushed) = (rec?, pushed?);
             for (push, at_s, outcome) in pushed {
                 let (version, ack_ms, error) = match outcome {
                     Ok(o) => (Some(o.version), o.changed.then_some(o.ack_ms), None),

@@ -688,6 +688,23 @@ pub fn check_respway(
     check_respway_config(&respway_bin(spec)?, &conf, name)
 }
 
+/// Writes respway's configuration for `r` over the topology's shards, listening on `port`,
+/// as `NAME.yaml` in the scratch directory and checks it with `respway --check`: the file and
+/// its text.
+fn write_checked_config(
+    run: &Running,
+    bin: &Path,
+    r: &RespwaySpec,
+    name: &str,
+    port: u16,
+) -> Result<(PathBuf, String), Error> {
+    let text = respway_config(port, r, &run.shards);
+    let conf = run.dir.join(format!("{name}.yaml"));
+    std::fs::write(&conf, &text)?;
+    check_respway_config(bin, &conf, name)?;
+    Ok((conf, text))
+}
+
 fn describe_respway(r: &RespwaySpec) -> String {
     let mut d = format!("--workers {} (ketama, fnv1a_64, hashtag {{}}", r.workers);
     if let Some(n) = r.shards {
@@ -709,9 +726,7 @@ fn start_respway(
 ) -> Result<Target, Error> {
     let bin = respway_bin(spec)?;
     let port = free_port()?;
-    let conf = run.dir.join(format!("{name}.yaml"));
-    std::fs::write(&conf, respway_config(port, r, &run.shards))?;
-    check_respway_config(&bin, &conf, name)?;
+    let (conf, _) = write_checked_config(run, &bin, r, name, port)?;
     let addr = spawn_respway(run, &bin, name, "--config", &conf, r.workers, port)?;
     let used = r.shards.unwrap_or(run.shards.len()).min(run.shards.len());
     Ok(Target {
@@ -764,10 +779,7 @@ fn start_respway_xds(
     let bin = respway_bin(spec)?;
     let xds_bin = respway_xds_bin(spec)?;
     let port = free_port()?;
-    let text = respway_config(port, r, &run.shards);
-    let conf = run.dir.join(format!("{name}.yaml"));
-    std::fs::write(&conf, &text)?;
-    check_respway_config(&bin, &conf, name)?;
+    let (_, text) = write_checked_config(run, &bin, r, name, port)?;
     let resources = run.dir.join(format!("{name}-resources"));
     std::fs::create_dir_all(&resources)?;
     std::fs::write(resources.join(XDS_FILE), &text)?;
