@@ -46,6 +46,42 @@ pub struct Listener {
     pub max_pending_per_client: usize,
     /// Codec limits for client input.
     pub limits: crate::codec_limits::Limits,
+    /// Per-client memory bounds and session rules.
+    pub client: ClientLimits,
+}
+
+/// Bounds on what one client connection may cost, and session rules of a listener.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientLimits {
+    /// Bytes of replies held for one client (ready to write, or expected from requests in
+    /// flight): at or above it the session reads and dispatches nothing more from that client
+    /// until it reads its replies (default 64 MiB).
+    pub buffer_limit: usize,
+    /// Bytes of replies held for one client past which its connection is closed (logged and
+    /// counted), like Redis's `client-output-buffer-limit` hard limit (default 256 MiB).
+    pub buffer_hard_limit: usize,
+    /// A client held at `buffer_limit` that takes no reply byte for this long is disconnected
+    /// (a client that writes a whole pipeline before reading, and would otherwise wait forever)
+    /// (default 30 s).
+    pub stall_timeout: Duration,
+    /// Failed `AUTH` attempts on one connection before it is closed (default 10).
+    pub max_auth_failures: u32,
+    /// Let `EVAL`/`EVALSHA`/`FCALL` with no keys run on the catch-all cluster's first shard
+    /// (default: refused, since a script that touches keys would write them on the wrong
+    /// shard).
+    pub allow_keyless_scripts: bool,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            buffer_limit: 64 << 20,
+            buffer_hard_limit: 256 << 20,
+            stall_timeout: Duration::from_secs(30),
+            max_auth_failures: 10,
+            allow_keyless_scripts: false,
+        }
+    }
 }
 
 /// Key-prefix routing (Envoy `RedisProxy.PrefixRoutes`).
@@ -117,6 +153,9 @@ pub struct Cluster {
     pub shards: Vec<Shard>,
     /// Persistent connections per worker and endpoint (default 1).
     pub connections_per_endpoint: usize,
+    /// Requests that may wait to be written on one upstream connection; beyond it a request
+    /// gets an immediate error naming the shard (default 16384).
+    pub max_queue_per_connection: usize,
     /// TCP connect timeout.
     pub connect_timeout: Duration,
     /// Upstream credentials sent as `AUTH` on connect.
@@ -315,3 +354,6 @@ pub enum KeyHash {
     /// Murmur (twemproxy's 32-bit murmur).
     Murmur,
 }
+
+/// Default of [`Cluster::max_queue_per_connection`].
+pub const DEFAULT_MAX_QUEUE_PER_CONNECTION: usize = 16384;

@@ -154,6 +154,7 @@ pub fn default_config() -> Config {
             downstream_password: None,
             op_timeout: common::DEFAULT_OP_TIMEOUT,
             max_pending_per_client: common::DEFAULT_MAX_PENDING,
+            client: Default::default(),
             limits: Limits::default(),
         }],
         clusters: vec![model::Cluster {
@@ -176,6 +177,7 @@ pub fn default_config() -> Config {
                 }],
             }],
             connections_per_endpoint: common::DEFAULT_CONNECTIONS_PER_ENDPOINT,
+            max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
             connect_timeout: common::DEFAULT_CONNECT_TIMEOUT,
             auth: None,
             db: 0,

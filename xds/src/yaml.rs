@@ -312,6 +312,7 @@ fn listener(
         downstream_password,
         op_timeout,
         max_pending_per_client: max_pending,
+        client: Default::default(),
         limits,
     })
 }
@@ -582,6 +583,7 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         hashtag,
         shards,
         connections_per_endpoint,
+        max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
         connect_timeout,
         auth,
         db,

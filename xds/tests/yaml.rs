@@ -63,6 +63,7 @@ fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         hashtag: Some(HashTag::default()),
         shards,
         connections_per_endpoint: 1,
+        max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
         connect_timeout: Duration::from_secs(1),
         auth: None,
         db: 0,
@@ -129,6 +130,7 @@ fn full_example_model() -> Config {
             downstream_password: Some("client-secret".into()),
             op_timeout: Duration::from_millis(250),
             max_pending_per_client: 2048,
+            client: Default::default(),
             limits: Limits {
                 max_bulk_len: 16 * 1024 * 1024,
                 max_multibulk_len: 65536,
@@ -138,6 +140,7 @@ fn full_example_model() -> Config {
         clusters: vec![
             Cluster {
                 connections_per_endpoint: 2,
+                max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
                 connect_timeout: Duration::from_millis(500),
                 auth: Some(UpstreamAuth {
                     username: Some("respway".into()),

@@ -46,6 +46,7 @@ pub fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         hashtag: None,
         shards,
         connections_per_endpoint: 1,
+        max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
         connect_timeout: Duration::from_secs(1),
         auth: None,
         db: 0,
@@ -63,6 +64,7 @@ pub fn routing_of(routes: RouteTable, clusters: Vec<Cluster>, zone: Option<&str>
         downstream_password: None,
         op_timeout: Duration::from_secs(1),
         max_pending_per_client: 1024,
+        client: Default::default(),
         limits: Default::default(),
     };
     let config = Config {

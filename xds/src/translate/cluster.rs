@@ -278,6 +278,7 @@ pub(super) fn translate(
                 0 => common::DEFAULT_CONNECTIONS_PER_ENDPOINT,
                 n => n as usize,
             },
+            max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
             connect_timeout: connect_timeout?,
             auth,
             db: options.db,

@@ -394,6 +394,7 @@ pub(super) fn translate(
             downstream_password,
             op_timeout,
             max_pending_per_client: max_pending,
+            client: Default::default(),
             limits,
         },
         enable_hashtagging,
