@@ -82,17 +82,20 @@ impl ListenerSlot {
 
 /// A session's view of its listener's configuration.
 struct Live {
+    /// The session's upstream connection choice (see [`stack::build`]).
+    conn: usize,
     version: u64,
     parts: Arc<Parts>,
     chain: Chain,
 }
 
 impl Live {
-    fn load(slot: &ListenerSlot) -> Live {
+    fn load(slot: &ListenerSlot, conn: usize) -> Live {
         let version = slot.version.load(Ordering::Acquire);
         let parts = slot.parts.load_full();
-        let chain = stack::build(&parts);
+        let chain = stack::build(&parts, conn);
         Live {
+            conn,
             version,
             parts,
             chain,
@@ -102,7 +105,7 @@ impl Live {
     /// Picks up a new configuration, if there is one.
     fn refresh(&mut self, slot: &ListenerSlot) {
         if slot.version.load(Ordering::Acquire) != self.version {
-            *self = Live::load(slot);
+            *self = Live::load(slot, self.conn);
         }
     }
 }
@@ -115,7 +118,9 @@ enum Pending {
 /// Serves one client until it leaves, sends QUIT, or breaks the protocol.
 pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>) {
     let _ = stream.set_nodelay(true);
-    let mut live = Live::load(&ctx.slot);
+    // This worker's count of accepted connections spreads sessions over each endpoint's
+    // connections.
+    let mut live = Live::load(&ctx.slot, ctx.stats.connections.get() as usize);
     let listener = live.parts.listener.clone();
     let mut s = Session {
         decoder: RequestDecoder::new(listener.limits),

@@ -413,7 +413,7 @@ impl Worker {
                 );
                 tokio::spawn(stack::run_mirror(
                     mirror_rx,
-                    stack::shadow(&parts),
+                    stack::shadow(&parts, 0),
                     parts.mirror_stats.clone(),
                 ));
                 parts

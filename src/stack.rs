@@ -68,19 +68,26 @@ pub struct Parts {
     pub hot_key_stats: Arc<HotKeyStats>,
 }
 
-/// Builds the chain below the mirror layer.
-pub fn shadow(p: &Parts) -> Shadow {
+/// Builds the chain below the mirror layer; `conn` picks the upstream connection to each
+/// endpoint for everything this chain sends (see [`Upstream::new`]).
+pub fn shadow(p: &Parts, conn: usize) -> Shadow {
     let health: Arc<dyn HealthView> = p.endpoints.clone();
     ServiceBuilder::new()
         .layer(HotKeyLayer::new(p.routing.clone(), p.hot_key_stats.clone()))
         .layer(MultiKeyLayer::new(p.routing.clone()))
         .layer(HashLayer::new(p.routing.clone()))
         .layer(ZoneLayer::new(p.routing.clone(), health))
-        .service(Upstream::new(p.endpoints.clone(), p.primaries.clone()))
+        .service(Upstream::new(
+            p.endpoints.clone(),
+            p.primaries.clone(),
+            conn,
+        ))
 }
 
-/// Builds the whole chain for one client connection.
-pub fn build(p: &Parts) -> Chain {
+/// Builds the whole chain for one client connection; `conn` as in [`shadow`], fixed per
+/// session (a rebuild after a config change passes the same value, so the session stays on
+/// the same connection of every endpoint that remains).
+pub fn build(p: &Parts, conn: usize) -> Chain {
     ServiceBuilder::new()
         .layer(PrefixRouteLayer::new(p.routing.clone()))
         .layer(MirrorLayer::new(
@@ -88,7 +95,7 @@ pub fn build(p: &Parts) -> Chain {
             p.mirror.clone(),
             p.mirror_stats.clone(),
         ))
-        .service(shadow(p))
+        .service(shadow(p, conn))
 }
 
 /// The worker's mirror queue: bounded, never blocks the client's path.

@@ -98,10 +98,10 @@ impl EndpointHandle {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// Queues `args` on connection `rr % n` and returns the reply's future.
-    pub fn send(&self, args: Vec<Bytes>, rr: usize) -> UpstreamFuture {
+    /// Queues `args` on connection `conn % n` and returns the reply's future.
+    pub fn send(&self, args: Vec<Bytes>, conn: usize) -> UpstreamFuture {
         let (tx, rx) = oneshot::channel();
-        let conn = &self.conns[rr % self.conns.len()];
+        let conn = &self.conns[conn % self.conns.len()];
         match conn.send(UpstreamRequest { args, tx }) {
             Ok(()) => UpstreamFuture::waiting(rx, self.label.clone()),
             Err(_) => UpstreamFuture::done(Some(error_reply(&format!(
@@ -136,17 +136,20 @@ pub struct Upstream {
     endpoints: Arc<Endpoints>,
     /// Index of each shard's primary, `[cluster][shard]`.
     primaries: Arc<Vec<Vec<usize>>>,
-    /// Round-robin over an endpoint's connections, per client connection (no shared atomic).
-    rr: usize,
+    /// Which of an endpoint's connections this client uses: fixed for the session's life, so
+    /// every command of one client to one endpoint travels on one connection (Redis orders
+    /// commands per connection only); sessions, not commands, are spread over connections.
+    conn: usize,
 }
 
 impl Upstream {
-    /// An upstream service over this worker's endpoints.
-    pub fn new(endpoints: Arc<Endpoints>, primaries: Arc<Vec<Vec<usize>>>) -> Self {
+    /// An upstream service over this worker's endpoints for one session; `conn` picks the
+    /// session's connection to every endpoint (`conn % connections_per_endpoint`).
+    pub fn new(endpoints: Arc<Endpoints>, primaries: Arc<Vec<Vec<usize>>>, conn: usize) -> Self {
         Upstream {
             endpoints,
             primaries,
-            rr: 0,
+            conn,
         }
     }
 }
@@ -175,7 +178,6 @@ impl Service<Request> for Upstream {
         let Some(ep) = self.endpoints.get(req.cluster, shard, endpoint) else {
             return UpstreamFuture::done(Some(error_reply("ERR respway: no such shard")));
         };
-        self.rr = self.rr.wrapping_add(1);
         let primary = self
             .primaries
             .get(req.cluster)
@@ -188,13 +190,13 @@ impl Service<Request> for Upstream {
             // replica from then on). Costs one clone of the argument list, for replica reads
             // only.
             if let Some(p) = self.endpoints.get(req.cluster, shard, primary) {
-                let fallback = Some((p.clone(), req.args.clone(), self.rr));
-                let mut f = ep.send(req.args, self.rr);
+                let fallback = Some((p.clone(), req.args.clone(), self.conn));
+                let mut f = ep.send(req.args, self.conn);
                 f.fallback = fallback;
                 return f;
             }
         }
-        ep.send(req.args, self.rr)
+        ep.send(req.args, self.conn)
     }
 }
 

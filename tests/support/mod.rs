@@ -303,3 +303,224 @@ pub fn churn_yaml(listen: &str, shards: &[SocketAddr], shadow: SocketAddr, step:
     ));
     y
 }
+
+/// A RESP value as the test client reads it (RESP2 and the RESP3 types).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resp {
+    /// `+...`
+    Simple(String),
+    /// `-...`
+    Error(String),
+    /// `:n`
+    Int(i64),
+    /// `$n` (None = `$-1` or RESP3 `_`)
+    Bulk(Option<Vec<u8>>),
+    /// `*n` (None = `*-1`)
+    Array(Option<Vec<Resp>>),
+    /// RESP3 `%`, `~`, `>`, `,`, `#`, `(`, `=` kept as (type byte, parts).
+    Other(u8, Vec<Resp>),
+}
+
+impl Resp {
+    /// The bulk or simple string as text (panics on other types).
+    pub fn text(&self) -> String {
+        match self {
+            Resp::Simple(s) => s.clone(),
+            Resp::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("expected a string reply, got {other:?}"),
+        }
+    }
+    /// True for `-...`.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Resp::Error(_))
+    }
+    /// The error text, if this is an error.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Resp::Error(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Encodes one command as a RESP array of bulk strings.
+pub fn encode_cmd(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The one raw RESP test client: a blocking socket, pipelines written as given, replies parsed
+/// one at a time. Every read has a timeout, so a test never hangs on a missing reply.
+pub struct RespConn {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl RespConn {
+    /// Connects with a 10 s read timeout.
+    pub fn connect(addr: SocketAddr) -> RespConn {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let _ = stream.set_nodelay(true);
+        RespConn {
+            stream,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Writes raw bytes.
+    pub fn write_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// Writes one command.
+    pub fn send(&mut self, args: &[&str]) {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        let mut out = Vec::new();
+        encode_cmd(&mut out, &a);
+        self.write_raw(&out).expect("write");
+    }
+
+    /// Writes every command in one write.
+    pub fn send_pipeline<S: AsRef<str>>(&mut self, cmds: &[Vec<S>]) {
+        let mut out = Vec::new();
+        for c in cmds {
+            let a: Vec<&[u8]> = c.iter().map(|s| s.as_ref().as_bytes()).collect();
+            encode_cmd(&mut out, &a);
+        }
+        self.write_raw(&out).expect("write");
+    }
+
+    /// Sends one command and reads its reply.
+    pub fn call(&mut self, args: &[&str]) -> Resp {
+        self.send(args);
+        self.read().expect("reply")
+    }
+
+    /// Reads one reply (an error on EOF, timeout or a malformed reply).
+    pub fn read(&mut self) -> std::io::Result<Resp> {
+        loop {
+            if let Some((v, n)) = parse_resp(&self.buf[self.pos..])? {
+                self.pos += n;
+                if self.pos == self.buf.len() {
+                    self.buf.clear();
+                    self.pos = 0;
+                }
+                return Ok(v);
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed",
+                ));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// Parses one RESP value from the start of `b`: `Ok(None)` when incomplete.
+pub fn parse_resp(b: &[u8]) -> std::io::Result<Option<(Resp, usize)>> {
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
+    let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
+        return Ok(None);
+    };
+    if eol == 0 {
+        return Err(bad("empty line"));
+    }
+    let line = std::str::from_utf8(&b[1..eol]).map_err(|_| bad("not utf8"))?;
+    let head = eol + 2;
+    let int = || line.parse::<i64>().map_err(|_| bad("bad length"));
+    let agg = |n: i64, mult: i64, t: u8| -> std::io::Result<Option<(Resp, usize)>> {
+        let mut at = head;
+        let mut items = Vec::new();
+        for _ in 0..n * mult {
+            match parse_resp(&b[at..])? {
+                Some((v, k)) => {
+                    items.push(v);
+                    at += k;
+                }
+                None => return Ok(None),
+            }
+        }
+        Ok(Some((
+            if t == b'*' {
+                Resp::Array(Some(items))
+            } else {
+                Resp::Other(t, items)
+            },
+            at,
+        )))
+    };
+    match b[0] {
+        b'+' => Ok(Some((Resp::Simple(line.to_string()), head))),
+        b'-' => Ok(Some((Resp::Error(line.to_string()), head))),
+        b':' => Ok(Some((Resp::Int(int()?), head))),
+        b'_' => Ok(Some((Resp::Bulk(None), head))),
+        b',' | b'#' | b'(' => Ok(Some((
+            Resp::Other(b[0], vec![Resp::Simple(line.to_string())]),
+            head,
+        ))),
+        b'$' | b'=' | b'!' => {
+            let n = int()?;
+            if n < 0 {
+                return Ok(Some((Resp::Bulk(None), head)));
+            }
+            let n = n as usize;
+            if b.len() < head + n + 2 {
+                return Ok(None);
+            }
+            let data = b[head..head + n].to_vec();
+            Ok(Some((
+                match b[0] {
+                    b'$' => Resp::Bulk(Some(data)),
+                    t => Resp::Other(t, vec![Resp::Bulk(Some(data))]),
+                },
+                head + n + 2,
+            )))
+        }
+        b'*' => {
+            let n = int()?;
+            if n < 0 {
+                return Ok(Some((Resp::Array(None), head)));
+            }
+            agg(n, 1, b'*')
+        }
+        b'~' | b'>' => agg(int()?, 1, b[0]),
+        b'%' | b'|' => agg(int()?, 2, b[0]),
+        _ => Err(bad("unknown type byte")),
+    }
+}
+
+/// The resident set size of this process, in bytes (Linux).
+pub fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// The resident set size of process `pid`, in bytes (Linux).
+pub fn rss_of(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap_or_default();
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
