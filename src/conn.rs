@@ -300,6 +300,11 @@ impl Session {
         let Some(cmd) = command::lookup(&args[0]) else {
             return Pending::Ready(local::unknown_command(&args));
         };
+        if self.state.refused_multi {
+            if let Some(r) = local::in_refused_multi(cmd.name, &mut self.state) {
+                return Pending::Ready(r);
+            }
+        }
         let cmd = cmd.resolve(&args);
         if !cmd.arity_ok(args.len()) {
             return Pending::Ready(error_reply(&format!(
@@ -329,6 +334,9 @@ impl Session {
             }
             CommandClass::Unsupported => {
                 ctx.stats.unsupported.inc();
+                if cmd.name == "multi" {
+                    self.state.refused_multi = true;
+                }
                 Pending::Ready(error_reply(&format!(
                     "ERR command '{}' is not supported by respway",
                     String::from_utf8_lossy(&args[0])

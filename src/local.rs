@@ -26,6 +26,9 @@ pub struct SessionState {
     pub name: Option<Bytes>,
     /// CLIENT ID (taken once per connection, not per request).
     pub id: u64,
+    /// A MULTI was refused: every command up to EXEC/DISCARD is refused and not forwarded, so
+    /// a client's transaction never runs piecemeal outside one.
+    pub refused_multi: bool,
 }
 
 impl SessionState {
@@ -35,6 +38,7 @@ impl SessionState {
             authenticated,
             name: None,
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+            refused_multi: false,
         }
     }
 }
@@ -72,6 +76,31 @@ pub fn unknown_command(args: &[Bytes]) -> Reply {
         msg.push_str(&format!("'{}' ", String::from_utf8_lossy(a)));
     }
     error_reply(&msg)
+}
+
+/// Inside a refused MULTI (see [`SessionState::refused_multi`]): the reply for `cmd`, or
+/// `None` for commands handled as usual (QUIT, RESET).
+pub fn in_refused_multi(name: &str, state: &mut SessionState) -> Option<Reply> {
+    Some(match name {
+        "exec" => {
+            state.refused_multi = false;
+            error_reply("EXECABORT Transaction discarded because of previous errors.")
+        }
+        "discard" => {
+            state.refused_multi = false;
+            ok()
+        }
+        "multi" => error_reply("ERR MULTI calls can not be nested"),
+        "watch" => error_reply("ERR WATCH inside MULTI is not allowed"),
+        "quit" => return None,
+        "reset" => {
+            state.refused_multi = false;
+            return None;
+        }
+        _ => error_reply(
+            "ERR respway: transactions are not supported: command not run, the MULTI before              it was refused (EXEC will abort)",
+        ),
+    })
 }
 
 /// Answers one locally served command.

@@ -286,7 +286,6 @@ fn unsupported_and_unknown_commands_keep_the_connection() {
         vec!["KEYS", "*"],
         vec!["FLUSHALL"],
         vec!["SUBSCRIBE", "ch"],
-        vec!["MULTI"],
         vec!["BLPOP", "l", "0"],
         vec!["CONFIG", "GET", "x"],
     ] {
@@ -311,6 +310,14 @@ fn unsupported_and_unknown_commands_keep_the_connection() {
         err.to_string().contains("wrong number of arguments"),
         "{err}"
     );
+    // A refused MULTI holds commands up to EXEC/DISCARD (tests/faults.rs); DISCARD ends it.
+    let err = redis::cmd("MULTI").query::<Value>(&mut c).unwrap_err();
+    assert!(
+        err.to_string().contains("is not supported by respway"),
+        "{err}"
+    );
+    let ok: String = redis::cmd("DISCARD").query(&mut c).unwrap();
+    assert_eq!(ok, "OK");
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
 }

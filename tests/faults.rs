@@ -123,3 +123,86 @@ fn order_and_last_write_win_with_two_connections_per_endpoint() {
 fn order_and_last_write_win_with_four_connections_per_endpoint() {
     order_holds_with(4);
 }
+
+/// Until transactions are supported, a refused MULTI must not let its queued commands run
+/// outside a transaction: everything up to EXEC/DISCARD is refused and not forwarded, and
+/// EXEC aborts like Redis does after a queuing error.
+#[test]
+fn refused_multi_runs_nothing_and_exec_aborts() {
+    let shards: Vec<Proc> = (0..2).map(|_| redis()).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let rw = respway(&sharded_yaml(&addrs, "{ policy: maglev }", true), 1);
+    let mut c = RespConn::connect(rw.addr);
+    let cmds: Vec<Vec<&str>> = vec![
+        vec!["MULTI"],
+        vec!["SET", "tx:{a}:1", "x"],
+        vec!["INCR", "tx:{a}:n"],
+        vec!["EXEC"],
+        vec!["MULTI"],
+        vec!["SET", "tx:{a}:2", "y"],
+        vec!["DISCARD"],
+        vec!["SET", "after", "z"],
+        vec!["MULTI"],
+        vec!["PING"],
+        vec!["WATCH", "k"],
+        vec!["MULTI"],
+        vec!["EXEC"],
+    ];
+    c.send_pipeline(&cmds);
+    let replies: Vec<Resp> = cmds.iter().map(|_| c.read().expect("reply")).collect();
+    assert!(replies[0].is_error(), "MULTI refused: {:?}", replies[0]);
+    assert!(
+        replies[1].is_error() && replies[2].is_error(),
+        "{replies:?}"
+    );
+    assert_eq!(
+        replies[3],
+        Resp::Error("EXECABORT Transaction discarded because of previous errors.".into())
+    );
+    assert!(replies[4].is_error() && replies[5].is_error());
+    assert_eq!(
+        replies[6],
+        Resp::Simple("OK".into()),
+        "DISCARD ends the state"
+    );
+    assert_eq!(
+        replies[7],
+        Resp::Simple("OK".into()),
+        "commands after DISCARD run"
+    );
+    assert!(
+        replies[8].is_error() && replies[9].is_error(),
+        "PING is queued too"
+    );
+    assert_eq!(
+        replies[10],
+        Resp::Error("ERR WATCH inside MULTI is not allowed".into())
+    );
+    assert_eq!(
+        replies[11],
+        Resp::Error("ERR MULTI calls can not be nested".into())
+    );
+    assert!(replies[12].error().unwrap_or("").starts_with("EXECABORT"));
+    // The redis crate's atomic pipeline fails as a whole and applies nothing.
+    let mut rc = sync_client(rw.addr);
+    let r: redis::RedisResult<(String, i64)> = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg("tx:{b}:1")
+        .arg("v")
+        .cmd("INCR")
+        .arg("tx:{b}:n")
+        .query(&mut rc);
+    assert!(r.is_err(), "an atomic pipeline cannot succeed: {r:?}");
+    let ok: String = redis::cmd("SET").arg("k2").arg("v").query(&mut rc).unwrap();
+    assert_eq!(ok, "OK", "the connection is usable after EXEC");
+    drop(rw);
+    for k in ["tx:{a}:1", "tx:{a}:n", "tx:{a}:2", "tx:{b}:1", "tx:{b}:n"] {
+        assert_eq!(
+            read_back(&addrs, k),
+            None,
+            "{k} was applied outside a transaction"
+        );
+    }
+    assert_eq!(read_back(&addrs, "after").as_deref(), Some("z"));
+}
