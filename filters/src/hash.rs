@@ -49,8 +49,9 @@ pub trait ShardPicker: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardInput<'a> {
     /// The string the shard is hashed by (Envoy: the primary's `ip:port` or the metadata
-    /// `hash_key`; twemproxy ketama: the server name, else `host:port`, just `host` for port
-    /// 11211). Unused by modula and the slot policies.
+    /// `hash_key`; twemproxy ketama and modula: the server name, else `host:port`, just `host`
+    /// for port 11211; modula only sorts the shards by it, as twemproxy does). Unused by the slot
+    /// policies.
     pub hash_key: &'a str,
     /// Relative weight, at least 1. Unused by the slot policies (but still must not be 0).
     pub weight: u32,

@@ -149,7 +149,8 @@ pub struct Cluster {
     pub hash: HashPolicy,
     /// Hashtag delimiters; `None` hashes the whole key.
     pub hashtag: Option<HashTag>,
-    /// Shards in configuration order (the order matters to ring hash and modula).
+    /// Shards in configuration order (the order matters to ring hash and even slot splits;
+    /// modula sorts them by hash key, as twemproxy does).
     pub shards: Vec<Shard>,
     /// Persistent connections per worker and endpoint (default 1).
     pub connections_per_endpoint: usize,

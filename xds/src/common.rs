@@ -198,7 +198,8 @@ pub(crate) fn slot_count(policy: &HashPolicy) -> Option<u32> {
 }
 
 /// Whether two shards of this policy must not share a hash key: Envoy's maglev and ring hash
-/// and twemproxy's ketama place shards by it (modula and the slot policies do not use it).
+/// and twemproxy's ketama place shards by it (modula only sorts shards by it, as twemproxy
+/// does; the slot policies do not use it).
 pub(crate) fn unique_hash_keys(policy: &HashPolicy) -> bool {
     matches!(
         policy,
@@ -436,6 +437,26 @@ pub(crate) fn default_hash_key(
 /// groups endpoints by locality, which loses the order they were written in).
 pub(crate) fn normalize_endpoints(endpoints: &mut [Endpoint]) {
     endpoints.sort_by_key(|e| (e.role != Role::Primary, e.address));
+}
+
+/// Why the client buffer hard limit `hard` cannot go with the (soft) limit `limit`, both in
+/// bytes, if it cannot: a client is disconnected past the hard limit, so it must be at least the
+/// limit at which its reading pauses. `*_default` says the value was not given (the default).
+/// The reason is reported against the hard limit's field.
+pub(crate) fn client_buffer_problem(
+    limit: usize,
+    limit_default: bool,
+    hard: usize,
+    hard_default: bool,
+) -> Option<String> {
+    let default = |d: bool| if d { " (the default)" } else { "" };
+    (hard < limit).then(|| {
+        format!(
+            "{hard}{} is less than client_buffer_limit {limit}{}",
+            default(hard_default),
+            default(limit_default)
+        )
+    })
 }
 
 /// Parses a human duration: an integer and a unit (`us`, `ms`, `s`, `m`, `h`).

@@ -137,6 +137,11 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
                     .map(|m| mirror_mode(None, m)),
             )
             .collect(),
+        client_buffer_limit: l.client.buffer_limit as u64,
+        client_buffer_hard_limit: l.client.buffer_hard_limit as u64,
+        client_stall_timeout: Some(duration(l.client.stall_timeout)),
+        max_auth_failures: l.client.max_auth_failures,
+        allow_keyless_scripts: l.client.allow_keyless_scripts,
     };
     PbListener {
         name: l.name.clone(),
@@ -247,6 +252,7 @@ fn cluster(c: &Cluster) -> PbCluster {
         pack_any(rw::ClusterOptions {
             db: c.db,
             connections_per_endpoint: saturate(c.connections_per_endpoint),
+            max_queue_per_connection: saturate(c.max_queue_per_connection),
             hashtag: Some(common::hashtag_string(c.hashtag)),
             read_policy: match c.read_policy {
                 ReadPolicy::Primary => rw::ReadPolicy::Primary,

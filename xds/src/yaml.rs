@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, Listener, MirrorMode,
-    MirrorPolicy, PrefixRoute, ReadPolicy, RingHashFunction, Role, RouteTable, Shard, UpstreamAuth,
-    ZoneFallback,
+    ClientLimits, Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, Listener,
+    MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RingHashFunction, Role, RouteTable, Shard,
+    UpstreamAuth, ZoneFallback, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
 
@@ -31,6 +31,11 @@ const LISTENER_KEYS: &[&str] = &[
     "address",
     "op_timeout",
     "max_pending_per_client",
+    "client_buffer_limit",
+    "client_buffer_hard_limit",
+    "client_stall_timeout",
+    "max_auth_failures",
+    "allow_keyless_scripts",
     "downstream_auth_password",
     "limits",
     "routes",
@@ -49,6 +54,7 @@ const CLUSTER_KEYS: &[&str] = &[
     "hash",
     "hashtag",
     "connections_per_endpoint",
+    "max_queue_per_connection",
     "connect_timeout",
     "auth",
     "db",
@@ -293,6 +299,7 @@ fn listener(
     let max_pending = m
         .positive(cx, "max_pending_per_client", u32::MAX.into())
         .map_or(common::DEFAULT_MAX_PENDING, |n| n as usize);
+    let client = client_limits(cx, &m);
     let downstream_password = m.non_empty_string(cx, "downstream_auth_password");
     let limits = match m.get("limits") {
         Some(v) => limits(cx, v, &m.at("limits")),
@@ -312,9 +319,46 @@ fn listener(
         downstream_password,
         op_timeout,
         max_pending_per_client: max_pending,
-        client: Default::default(),
+        client,
         limits,
     })
+}
+
+/// The listener's per-client bounds and session rules (`client_buffer_limit`,
+/// `client_buffer_hard_limit`, `client_stall_timeout`, `max_auth_failures`,
+/// `allow_keyless_scripts`).
+fn client_limits(cx: &mut Cx, m: &Map<'_>) -> ClientLimits {
+    let d = ClientLimits::default();
+    let max = usize::MAX as u64;
+    let before = cx.count();
+    let limit = m.positive(cx, "client_buffer_limit", max);
+    let hard = m.positive(cx, "client_buffer_hard_limit", max);
+    let buffer_limit = limit.map_or(d.buffer_limit, |n| n as usize);
+    let buffer_hard_limit = hard.map_or(d.buffer_hard_limit, |n| n as usize);
+    // Compared only when both read well (a wrong one is its own error).
+    if cx.count() == before {
+        if let Some(reason) = common::client_buffer_problem(
+            buffer_limit,
+            limit.is_none(),
+            buffer_hard_limit,
+            hard.is_none(),
+        ) {
+            cx.err(m.at("client_buffer_hard_limit"), reason);
+        }
+    }
+    ClientLimits {
+        buffer_limit,
+        buffer_hard_limit,
+        stall_timeout: m
+            .duration(cx, "client_stall_timeout")
+            .unwrap_or(d.stall_timeout),
+        max_auth_failures: m
+            .positive(cx, "max_auth_failures", u32::MAX.into())
+            .map_or(d.max_auth_failures, |n| n as u32),
+        allow_keyless_scripts: m
+            .boolean(cx, "allow_keyless_scripts")
+            .unwrap_or(d.allow_keyless_scripts),
+    }
 }
 
 fn limits(cx: &mut Cx, v: &Value, path: &str) -> Limits {
@@ -553,6 +597,9 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
     let connections_per_endpoint = m
         .positive(cx, "connections_per_endpoint", u32::MAX.into())
         .map_or(common::DEFAULT_CONNECTIONS_PER_ENDPOINT, |n| n as usize);
+    let max_queue_per_connection = m
+        .positive(cx, "max_queue_per_connection", u32::MAX.into())
+        .map_or(DEFAULT_MAX_QUEUE_PER_CONNECTION, |n| n as usize);
     let connect_timeout = m
         .duration(cx, "connect_timeout")
         .unwrap_or(common::DEFAULT_CONNECT_TIMEOUT);
@@ -583,7 +630,7 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         hashtag,
         shards,
         connections_per_endpoint,
-        max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
+        max_queue_per_connection,
         connect_timeout,
         auth,
         db,
@@ -1216,5 +1263,42 @@ impl<'v> Map<'v> {
             cx.err(self.at(key), "must not be empty");
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The model read from YAML is the model its Envoy resources translate to, for the
+    /// listener's client bounds and the cluster's upstream queue bound too.
+    #[test]
+    fn yaml_and_its_resources_give_the_same_model() {
+        let text = r#"
+listeners:
+  - name: l
+    client_buffer_limit: 1048576
+    client_buffer_hard_limit: 4194304
+    client_stall_timeout: 2m
+    max_auth_failures: 1
+    allow_keyless_scripts: true
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    max_queue_per_connection: 1
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+"#;
+        let direct = super::parse(text).unwrap();
+        let client = &direct.listeners[0].client;
+        assert_eq!(
+            (client.buffer_limit, client.buffer_hard_limit),
+            (1 << 20, 4 << 20)
+        );
+        assert_eq!(client.stall_timeout, std::time::Duration::from_secs(120));
+        assert_eq!(client.max_auth_failures, 1);
+        assert!(client.allow_keyless_scripts);
+        assert_eq!(direct.clusters[0].max_queue_per_connection, 1);
+        assert_eq!(
+            crate::translate(&crate::to_resources(&direct)).unwrap(),
+            direct
+        );
     }
 }

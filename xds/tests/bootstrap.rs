@@ -26,6 +26,9 @@ fn generated_code_is_fresh() {
         .out_dir(&out)
         .enable_type_names()
         .type_name_domain(["."], "type.googleapis.com")
+        // Well-known types (`google.protobuf.Duration`) are envoy-types' own, the ones Envoy's
+        // messages use, so no prost-types dependency is needed.
+        .prost_types_path("::envoy_types::pb::google::protobuf")
         .compile_protos(&files, &[&protos])
         .expect("protoc and prost-build");
 

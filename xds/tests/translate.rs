@@ -5,9 +5,11 @@
 use std::collections::HashMap;
 
 use prost::{Message, Name};
+use std::time::Duration;
+
 use respway_filters::model::{
-    HashPolicy, HashTag, HotKeyRead, HotKeyRule, MirrorMode, MirrorPolicy, ReadPolicy as Reads,
-    RingHashFunction, Role, ZoneFallback,
+    ClientLimits, HashPolicy, HashTag, HotKeyRead, HotKeyRule, MirrorMode, MirrorPolicy,
+    ReadPolicy as Reads, RingHashFunction, Role, ZoneFallback,
 };
 use respway_xds::pb::envoy::config::cluster::v3::{
     cluster::{LbConfig, LbPolicy, MaglevLbConfig},
@@ -29,7 +31,9 @@ use respway_xds::pb::envoy::extensions::load_balancing_policies::{
     maglev::v3::Maglev, ring_hash::v3::RingHash,
 };
 use respway_xds::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
-use respway_xds::pb::google::protobuf::{value::Kind, Any, Struct, UInt64Value, Value};
+use respway_xds::pb::google::protobuf::{
+    value::Kind, Any, Duration as PbDuration, Struct, UInt64Value, Value,
+};
 use respway_xds::pb::respway::v1::{
     self as rw, shard_hashing, ClusterOptions, ListenerSettings, RouteMirrorMode, ShardHashing,
 };
@@ -176,6 +180,8 @@ fn plain_envoy_resources_translate() {
         ]
     );
     assert_eq!(config.listeners[0].max_pending_per_client, 1024);
+    assert_eq!(config.listeners[0].client, ClientLimits::default());
+    assert_eq!(c.max_queue_per_connection, 16384);
 
     // The flag on: the cluster hashes by "{...}".
     edit_redis(&mut r, |p| {
@@ -969,4 +975,139 @@ fn node_zone_is_carried_beside_the_resources() {
     assert_eq!(translate(&r).unwrap().zone.as_deref(), Some("z1"));
     r.node_zone = Some(String::new());
     assert_eq!(errors(&r), "node: zone: must not be empty (leave it unset)");
+}
+
+#[test]
+fn client_limits_and_queue_bound_travel_in_the_extensions() {
+    let model = translate(
+        &parse_yaml(
+            r#"
+listeners:
+  - name: main
+    client_buffer_limit: 1048576
+    client_buffer_hard_limit: 8388608
+    client_stall_timeout: 250ms
+    max_auth_failures: 2
+    allow_keyless_scripts: true
+    routes: { catch_all: main }
+clusters:
+  - name: main
+    max_queue_per_connection: 512
+    shards: [{ endpoints: [{ address: 10.0.0.1:6379 }] }]
+"#,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let client = ClientLimits {
+        buffer_limit: 1 << 20,
+        buffer_hard_limit: 8 << 20,
+        stall_timeout: Duration::from_millis(250),
+        max_auth_failures: 2,
+        allow_keyless_scripts: true,
+    };
+    assert_eq!(model.listeners[0].client, client);
+    assert_eq!(model.clusters[0].max_queue_per_connection, 512);
+    let resources = to_resources(&model);
+    assert_eq!(translate(&resources).unwrap(), model);
+
+    // respway.v1.ListenerSettings and respway.v1.ClusterOptions carry them.
+    let Some(ConfigType::TypedConfig(any)) =
+        &resources.listeners[0].filter_chains[0].filters[0].config_type
+    else {
+        panic!("typed_config")
+    };
+    let settings = ListenerSettings::decode(any.value.as_slice()).unwrap();
+    assert_eq!(
+        (
+            settings.client_buffer_limit,
+            settings.client_buffer_hard_limit,
+            settings.client_stall_timeout,
+            settings.max_auth_failures,
+            settings.allow_keyless_scripts,
+        ),
+        (
+            1 << 20,
+            8 << 20,
+            Some(PbDuration {
+                seconds: 0,
+                nanos: 250_000_000
+            }),
+            2,
+            true
+        )
+    );
+    let options = ClusterOptions::decode(
+        resources.clusters[0].typed_extension_protocol_options["respway.cluster"]
+            .value
+            .as_slice(),
+    )
+    .unwrap();
+    assert_eq!(options.max_queue_per_connection, 512);
+
+    // 0 and unset are the defaults, as an xDS server leaving them out would send.
+    let mut r = resources;
+    edit_settings(&mut r, |s| {
+        s.client_buffer_limit = 0;
+        s.client_buffer_hard_limit = 0;
+        s.client_stall_timeout = None;
+        s.max_auth_failures = 0;
+        s.allow_keyless_scripts = false;
+    });
+    edit_options(&mut r, 0, |o| o.max_queue_per_connection = 0);
+    let config = translate(&r).unwrap();
+    assert_eq!(config.listeners[0].client, ClientLimits::default());
+    assert_eq!(config.clusters[0].max_queue_per_connection, 16384);
+    // One value given, the others defaulted.
+    edit_settings(&mut r, |s| s.client_buffer_hard_limit = 64 << 20);
+    assert_eq!(
+        translate(&r).unwrap().listeners[0].client,
+        ClientLimits {
+            buffer_hard_limit: 64 << 20,
+            ..ClientLimits::default()
+        }
+    );
+}
+
+#[test]
+fn client_limit_errors() {
+    let at = r#"listener "main": filter_chains[0].filters[0].typed_config"#;
+    let mut r = base();
+    edit_settings(&mut r, |s| {
+        s.client_buffer_limit = 2048;
+        s.client_buffer_hard_limit = 1024;
+        s.client_stall_timeout = Some(PbDuration::default());
+    });
+    assert_eq!(
+        errors(&r),
+        format!(
+            "{at}.client_buffer_hard_limit: 1024 is less than client_buffer_limit 2048
+{at}.client_stall_timeout: must be greater than 0"
+        )
+    );
+    edit_settings(&mut r, |s| {
+        s.client_buffer_limit = 0;
+        s.client_stall_timeout = Some(PbDuration {
+            seconds: -1,
+            nanos: 0,
+        });
+    });
+    assert_eq!(
+        errors(&r),
+        format!(
+            "{at}.client_buffer_hard_limit: 1024 is less than client_buffer_limit 67108864 (the default)
+{at}.client_stall_timeout: invalid duration (-1s, 0ns)"
+        )
+    );
+    edit_settings(&mut r, |s| {
+        s.client_buffer_limit = 512 << 20;
+        s.client_buffer_hard_limit = 0;
+        s.client_stall_timeout = None;
+    });
+    assert_eq!(
+        errors(&r),
+        format!(
+            "{at}.client_buffer_hard_limit: 268435456 (the default) is less than client_buffer_limit 536870912"
+        )
+    );
 }

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, Listener,
-    MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RingHashFunction, Role, RouteTable, Shard,
-    UpstreamAuth, ZoneFallback,
+    ClientLimits, Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash,
+    Listener, MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RingHashFunction, Role,
+    RouteTable, Shard, UpstreamAuth, ZoneFallback,
 };
 use respway_xds::{default_config, load_file, parse_yaml, to_resources, translate};
 
@@ -264,12 +264,23 @@ clusters:
     assert_eq!(l.op_timeout, Duration::from_secs(1));
     assert_eq!(l.max_pending_per_client, 1024);
     assert_eq!(l.limits, Limits::default());
+    assert_eq!(
+        l.client,
+        ClientLimits {
+            buffer_limit: 64 << 20,
+            buffer_hard_limit: 256 << 20,
+            stall_timeout: Duration::from_secs(30),
+            max_auth_failures: 10,
+            allow_keyless_scripts: false,
+        }
+    );
     assert_eq!(l.downstream_password, None);
     assert!(!l.routes.case_insensitive);
     let c = &config.clusters[0];
     assert_eq!(c.hash, HashPolicy::Maglev { table_size: 65537 });
     assert_eq!(c.hashtag, Some(HashTag::default()));
     assert_eq!(c.connections_per_endpoint, 1);
+    assert_eq!(c.max_queue_per_connection, 16384);
     assert_eq!(c.connect_timeout, Duration::from_secs(1));
     assert_eq!((c.auth.clone(), c.db), (None, 0));
     let s = &c.shards[0];
@@ -416,7 +427,7 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, downstream_auth_password, limits, routes)
+        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, downstream_auth_password, limits, routes)
 listener "main": op_timeout: must be greater than 0
 listener "main": routes.catch_all: unknown cluster "mian"
 listener "main": routes.prefixes[0].cluster: unknown cluster "profile"
@@ -988,5 +999,129 @@ cluster "d": hot_keys[5]: expected a mapping, got a string
 cluster "d": hot_keys[0].prefix: must not be empty
 cluster "d": hot_keys[3].prefix: duplicate hot-key prefix "X_" (also hot_keys[2])
 cluster "e": hot_keys: expected a list, got a mapping"#
+    );
+}
+
+#[test]
+fn client_limits_and_upstream_queue_bound() {
+    let text = r#"
+listeners:
+  - name: l
+    client_buffer_limit: 1048576
+    client_buffer_hard_limit: 4194304
+    client_stall_timeout: 1500ms
+    max_auth_failures: 3
+    allow_keyless_scripts: true
+    routes: { catch_all: a }
+  - name: equal
+    address: 127.0.0.1:6381
+    client_buffer_limit: 2048
+    client_buffer_hard_limit: 2048
+    allow_keyless_scripts: false
+    routes: { catch_all: a }
+  - name: only-hard
+    address: 127.0.0.1:6382
+    client_buffer_hard_limit: 67108864
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    max_queue_per_connection: 64
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+"#;
+    let config = load(text);
+    let d = ClientLimits::default();
+    assert_eq!(
+        config.listeners[0].client,
+        ClientLimits {
+            buffer_limit: 1 << 20,
+            buffer_hard_limit: 4 << 20,
+            stall_timeout: Duration::from_millis(1500),
+            max_auth_failures: 3,
+            allow_keyless_scripts: true,
+        }
+    );
+    assert_eq!(
+        config.listeners[1].client,
+        ClientLimits {
+            buffer_limit: 2048,
+            buffer_hard_limit: 2048,
+            ..d.clone()
+        }
+    );
+    // The hard limit may equal the default (soft) limit.
+    assert_eq!(
+        config.listeners[2].client,
+        ClientLimits {
+            buffer_hard_limit: 64 << 20,
+            ..d
+        }
+    );
+    assert_eq!(config.clusters[0].max_queue_per_connection, 64);
+    // The resources carry every value: translating them again gives the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+}
+
+#[test]
+fn client_limit_and_queue_bound_errors() {
+    let text = r#"
+listeners:
+  - name: l
+    client_buffer_limit: 0
+    client_buffer_hard_limit: -1
+    client_stall_timeout: 0s
+    max_auth_failures: 0
+    allow_keyless_scripts: "yes"
+    routes: { catch_all: a }
+  - name: m
+    address: 127.0.0.1:6381
+    client_buffer_limit: 2048
+    client_buffer_hard_limit: 1024
+    client_stall_timeout: 30
+    max_auth_failures: 4294967296
+    routes: { catch_all: a }
+  - name: n
+    address: 127.0.0.1:6382
+    client_buffer_limit: 536870912
+    client_stall_timeout: 5 minutes
+    max_auth_failures: -3
+    allow_keyless_scripts: 1
+    routes: { catch_all: a }
+  - name: o
+    address: 127.0.0.1:6383
+    client_buffer_hard_limit: 1024
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    max_queue_per_connection: 0
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    max_queue_per_connection: -1
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    max_queue_per_connection: 4294967296
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+  - name: d
+    max_queue_per_connection: "16"
+    shards: [{ endpoints: [{ address: 127.0.0.1:7004 }] }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"listener "l": client_buffer_limit: must be greater than 0
+listener "l": client_buffer_hard_limit: expected an unsigned integer, got a number
+listener "l": client_stall_timeout: must be greater than 0
+listener "l": max_auth_failures: must be greater than 0
+listener "l": allow_keyless_scripts: expected true or false, got a string
+listener "m": client_buffer_hard_limit: 1024 is less than client_buffer_limit 2048
+listener "m": client_stall_timeout: expected a string, got a number
+listener "m": max_auth_failures: must be at most 4294967295
+listener "n": client_buffer_hard_limit: 268435456 (the default) is less than client_buffer_limit 536870912
+listener "n": client_stall_timeout: invalid duration "5 minutes" (expected an integer and a unit: us, ms, s, m or h, e.g. "250ms")
+listener "n": max_auth_failures: expected an unsigned integer, got a number
+listener "n": allow_keyless_scripts: expected true or false, got a number
+listener "o": client_buffer_hard_limit: 1024 is less than client_buffer_limit 67108864 (the default)
+cluster "a": max_queue_per_connection: must be greater than 0
+cluster "b": max_queue_per_connection: expected an unsigned integer, got a number
+cluster "c": max_queue_per_connection: must be at most 4294967295
+cluster "d": max_queue_per_connection: expected an unsigned integer, got a string"#
     );
 }

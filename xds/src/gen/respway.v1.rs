@@ -29,6 +29,10 @@ pub struct ClusterOptions {
     /// Prefixes are not empty and unique within the cluster.
     #[prost(message, repeated, tag = "6")]
     pub hot_keys: ::prost::alloc::vec::Vec<HotKey>,
+    /// Requests that may wait to be written on one upstream connection; beyond it a request gets
+    /// an immediate error naming the shard. 0 means the default, 16384.
+    #[prost(uint32, tag = "7")]
+    pub max_queue_per_connection: u32,
 }
 impl ::prost::Name for ClusterOptions {
     const NAME: &'static str = "ClusterOptions";
@@ -342,6 +346,30 @@ pub struct ListenerSettings {
     /// here keeps Envoy's meaning: MIRROR_MODE_DUAL_WRITE with the route's cluster answering.
     #[prost(message, repeated, tag = "3")]
     pub mirror_modes: ::prost::alloc::vec::Vec<RouteMirrorMode>,
+    /// Bytes of replies held for one client (ready to write, or expected from requests in
+    /// flight): at or above it the proxy reads and dispatches nothing more from that client until
+    /// it reads its replies. 0 means the default, 67108864 (64 MiB).
+    #[prost(uint64, tag = "4")]
+    pub client_buffer_limit: u64,
+    /// Bytes of replies held for one client past which its connection is closed, like Redis's
+    /// `client-output-buffer-limit` hard limit. 0 means the default, 268435456 (256 MiB). Must be
+    /// at least `client_buffer_limit` (as defaulted).
+    #[prost(uint64, tag = "5")]
+    pub client_buffer_hard_limit: u64,
+    /// A client held at `client_buffer_limit` that takes no reply byte for this long is
+    /// disconnected. Unset means the default, 30s; when set, greater than 0.
+    #[prost(message, optional, tag = "6")]
+    pub client_stall_timeout: ::core::option::Option<
+        ::envoy_types::pb::google::protobuf::Duration,
+    >,
+    /// Failed `AUTH` attempts on one connection before it is closed. 0 means the default, 10.
+    #[prost(uint32, tag = "7")]
+    pub max_auth_failures: u32,
+    /// Let `EVAL`/`EVALSHA`/`FCALL` with no keys run on the catch-all cluster's first shard
+    /// (default false: refused, since a script that touches keys would write them on the wrong
+    /// shard).
+    #[prost(bool, tag = "8")]
+    pub allow_keyless_scripts: bool,
 }
 impl ::prost::Name for ListenerSettings {
     const NAME: &'static str = "ListenerSettings";

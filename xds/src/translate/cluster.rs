@@ -278,7 +278,10 @@ pub(super) fn translate(
                 0 => common::DEFAULT_CONNECTIONS_PER_ENDPOINT,
                 n => n as usize,
             },
-            max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
+            max_queue_per_connection: match options.max_queue_per_connection {
+                0 => respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
+                n => n as usize,
+            },
             connect_timeout: connect_timeout?,
             auth,
             db: options.db,

@@ -1,6 +1,7 @@
 //! `Listener` → [`respway_filters::model::Listener`]: one filter chain holding Envoy's
 //! `RedisProxy` (routes and their mirror policies, timeouts, downstream auth) and, optionally
-//! before it, respway's `ListenerSettings` (backpressure, codec limits, mirror modes).
+//! before it, respway's `ListenerSettings` (backpressure, codec limits, mirror modes, per-client
+//! buffer bounds and session rules).
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,7 +17,8 @@ use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, Fr
 use prost::Name;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    Listener, MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RouteTable, ZoneFallback,
+    ClientLimits, Listener, MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RouteTable,
+    ZoneFallback,
 };
 
 use super::{inline_secret, positive_duration, socket_address, type_name, unpack, unsupported};
@@ -358,6 +360,7 @@ pub(super) fn translate(
     // respway.v1.ListenerSettings.
     let mut max_pending = common::DEFAULT_MAX_PENDING;
     let mut limits = Limits::default();
+    let mut client = ClientLimits::default();
     let modes = match &settings {
         Some((at, s)) => mirror_modes(cx, at, &s.mirror_modes, &mut routes),
         None => HashMap::new(),
@@ -369,7 +372,8 @@ pub(super) fn translate(
         &modes,
         &routes,
     );
-    if let Some((_, s)) = &settings {
+    if let Some((at, s)) = &settings {
+        client = client_limits(cx, at, s);
         if s.max_pending_per_client != 0 {
             max_pending = s.max_pending_per_client as usize;
         }
@@ -394,12 +398,58 @@ pub(super) fn translate(
             downstream_password,
             op_timeout,
             max_pending_per_client: max_pending,
-            client: Default::default(),
+            client,
             limits,
         },
         enable_hashtagging,
         read_policy,
     })
+}
+
+/// `ListenerSettings`' (at `at`) per-client bounds and session rules; each 0 or unset is
+/// the default, and the hard buffer limit is at least the limit.
+fn client_limits(cx: &mut Cx, at: &str, s: &ListenerSettings) -> ClientLimits {
+    let d = ClientLimits::default();
+    let before = cx.count();
+    let mut bytes = |field: &str, v: u64, default: usize| match v {
+        0 => default,
+        v => usize::try_from(v).unwrap_or_else(|_| {
+            cx.err(join(at, field), format!("must be at most {}", usize::MAX));
+            default
+        }),
+    };
+    let buffer_limit = bytes("client_buffer_limit", s.client_buffer_limit, d.buffer_limit);
+    let buffer_hard_limit = bytes(
+        "client_buffer_hard_limit",
+        s.client_buffer_hard_limit,
+        d.buffer_hard_limit,
+    );
+    if cx.count() == before {
+        if let Some(reason) = common::client_buffer_problem(
+            buffer_limit,
+            s.client_buffer_limit == 0,
+            buffer_hard_limit,
+            s.client_buffer_hard_limit == 0,
+        ) {
+            cx.err(join(at, "client_buffer_hard_limit"), reason);
+        }
+    }
+    let stall_timeout = match &s.client_stall_timeout {
+        Some(t) => {
+            positive_duration(cx, &join(at, "client_stall_timeout"), t).unwrap_or(d.stall_timeout)
+        }
+        None => d.stall_timeout,
+    };
+    ClientLimits {
+        buffer_limit,
+        buffer_hard_limit,
+        stall_timeout,
+        max_auth_failures: match s.max_auth_failures {
+            0 => d.max_auth_failures,
+            n => n,
+        },
+        allow_keyless_scripts: s.allow_keyless_scripts,
+    }
 }
 
 /// A route of the route table: `Some(index)` in `routes`, `None` for the catch-all.
