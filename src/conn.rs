@@ -36,6 +36,9 @@ use crate::stack::{self, Chain, ChainFuture, Parts};
 use crate::stats::ListenerStats;
 
 const READ_CHUNK: usize = 16 * 1024;
+/// How long past its upstream deadline (and `op_timeout` more) a request may wait before the
+/// session answers it itself: covers a reconnect after a stuck connection.
+const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1);
 /// Stop reading while this much reply data waits for the client to read it.
 const MAX_WBUF: usize = 256 * 1024;
 
@@ -347,13 +350,18 @@ impl Session {
                     return Pending::Ready(error_reply(&format!("ERR {e}")));
                 }
                 let key = self.keys.first().copied();
-                let req = Request::new(cmd, args, key);
+                let mut req = Request::new(cmd, args, key);
+                let op_timeout = live.parts.listener.op_timeout;
+                let deadline = Instant::now() + op_timeout;
+                req.deadline = Some(deadline.into_std());
                 // Every layer is always ready (queues are bounded per session, above).
                 let noop = std::task::Waker::noop();
                 let _ = live.chain.poll_ready(&mut Context::from_waker(noop));
                 Pending::Wait {
                     fut: live.chain.call(req),
-                    deadline: Instant::now() + live.parts.listener.op_timeout,
+                    // The upstream answers at `deadline` with an error naming the shard; this
+                    // is only a backstop for a request lost on the way.
+                    deadline: deadline + op_timeout + BACKSTOP,
                 }
             }
         }

@@ -39,7 +39,7 @@ use tokio::sync::watch;
 
 use crate::conn::{ListenerCtx, ListenerSlot};
 use crate::stats::{ListenerStats, Registry};
-use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints};
+use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints, UpstreamStats};
 
 /// Options of the process, as opposed to the configuration it serves.
 #[derive(Debug, Clone)]
@@ -217,7 +217,9 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
             workers,
             stop: stop_rx.clone(),
             pools: HashMap::new(),
+            upstream_stats: Arc::new(UpstreamStats::default()),
         };
+        registry.add_upstream(worker.upstream_stats.clone());
         let t = std::thread::Builder::new()
             .name(format!("respway-worker-{w}"))
             .spawn(move || worker.run(bind_to, ready_tx))?;
@@ -258,6 +260,8 @@ struct Worker {
     stop: watch::Receiver<bool>,
     /// This worker's upstream pools, kept across config changes for endpoints that remain.
     pools: HashMap<PoolKey, EndpointHandle>,
+    /// This worker's upstream counters (kept across config changes).
+    upstream_stats: Arc<UpstreamStats>,
 }
 
 impl Worker {
@@ -352,7 +356,9 @@ impl Worker {
             let h = old
                 .remove(&key)
                 .or_else(|| self.pools.get(&key).cloned())
-                .unwrap_or_else(|| EndpointHandle::spawn(key.1.clone(), key.2));
+                .unwrap_or_else(|| {
+                    EndpointHandle::spawn(key.1.clone(), key.2, self.upstream_stats.clone())
+                });
             self.pools.insert(key, h.clone());
             h
         };
@@ -436,6 +442,7 @@ fn endpoint_config(c: &Cluster, shard: &str, address: SocketAddr) -> EndpointCon
             v
         }),
         db: c.db,
+        max_queue: c.max_queue_per_connection,
     }
 }
 

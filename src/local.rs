@@ -386,6 +386,20 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener) -> Reply {
         s.push_str(&format!("protocol_errors:{}\r\n", t.protocol_errors));
         s.push_str(&format!("unsupported_commands:{}\r\n", t.unsupported));
         s.push_str(&format!("upstream_timeouts:{}\r\n", t.timeouts));
+        let u = ctx.registry.upstream_totals();
+        for (kind, n) in &u.errors {
+            s.push_str(&format!("upstream_errors_{}:{n}\r\n", kind.name()));
+        }
+        s.push_str(&format!("upstream_connects:{}\r\n", u.connects));
+        s.push_str(&format!(
+            "upstream_connect_failures:{}\r\n",
+            u.connect_failures
+        ));
+        s.push_str(&format!("upstream_stuck_connections:{}\r\n", u.stuck));
+        s.push_str(&format!(
+            "upstream_protocol_errors:{}\r\n",
+            u.protocol_errors
+        ));
     }
     info_filters(&mut s, ctx, listener, &wants);
     bulk(s.as_bytes())

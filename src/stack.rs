@@ -81,6 +81,7 @@ pub fn shadow(p: &Parts, conn: usize) -> Shadow {
             p.endpoints.clone(),
             p.primaries.clone(),
             conn,
+            p.listener.op_timeout,
         ))
 }
 

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 use respway_filters::hot_key::HotKeyStats;
 use respway_filters::mirror::MirrorStats;
 
+use crate::upstream::{ErrorKind, UpstreamStats};
+
 /// A monotonically increasing counter, written by one worker.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -50,6 +52,23 @@ pub struct Registry {
     workers: Mutex<Vec<Arc<ListenerStats>>>,
     /// Keyed by (worker, listener); replaced on every config change.
     filters: Mutex<HashMap<(usize, usize), FilterStats>>,
+    /// Each worker's upstream counters.
+    upstream: Mutex<Vec<Arc<UpstreamStats>>>,
+}
+
+/// Upstream counters summed over workers.
+#[derive(Debug, Default, Clone)]
+pub struct UpstreamTotals {
+    /// Errors by kind, in [`ErrorKind::ALL`] order.
+    pub errors: Vec<(ErrorKind, u64)>,
+    /// Connections opened.
+    pub connects: u64,
+    /// Failed connect attempts.
+    pub connect_failures: u64,
+    /// Connections replaced because requests on them stopped being answered.
+    pub stuck: u64,
+    /// Connections closed because the peer broke the protocol.
+    pub protocol_errors: u64,
 }
 
 /// Sums over workers.
@@ -90,6 +109,30 @@ impl Registry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, (mirror, hot));
+    }
+
+    /// Registers a worker's upstream counters.
+    pub fn add_upstream(&self, s: Arc<UpstreamStats>) {
+        self.upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(s);
+    }
+
+    /// Sums every worker's upstream counters.
+    pub fn upstream_totals(&self) -> UpstreamTotals {
+        let w = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        UpstreamTotals {
+            errors: ErrorKind::ALL
+                .iter()
+                .map(|&k| (k, w.iter().map(|s| s.errors(k)).sum()))
+                .collect(),
+            connects: w.iter().map(|s| get(&s.connects)).sum(),
+            connect_failures: w.iter().map(|s| get(&s.connect_failures)).sum(),
+            stuck: w.iter().map(|s| get(&s.stuck)).sum(),
+            protocol_errors: w.iter().map(|s| get(&s.protocol_errors)).sum(),
+        }
     }
 
     /// Every worker's mirror and hot-key counters.

@@ -8,20 +8,36 @@
 //! is what makes a proxy cheaper than a connection per client (ARCHITECTURE.md, "What costs
 //! CPU").
 //!
-//! Failure handling: connections are opened lazily by the first request that needs them,
-//! within the cluster's connect timeout; requests queued meanwhile wait for it. A failed
-//! connect starts a backoff (100 ms, doubling up to 5 s) during which requests get an
-//! immediate `-ERR` naming the shard, so a dead shard never hangs its clients and never
-//! affects other shards; after the backoff the endpoint is probed again (a failing endpoint is
-//! marked unhealthy for the zone layer, which skips it, so no request would come to retry). In-flight requests
-//! on a connection that breaks get `-ERR`; the next request reconnects at once.
+//! Order: a session always uses the same connection of an endpoint (see [`Upstream::new`]),
+//! and Redis executes one connection's commands in order, so one client's commands run in the
+//! order it sent them.
+//!
+//! Bounds and failures (every failure is an [`UpstreamError`] naming the shard; it becomes
+//! RESP bytes only when it leaves this module):
+//! - each connection's queue holds at most `max_queue_per_connection` requests; a request that
+//!   does not fit is answered at once (`queue full`) and never sent;
+//! - a request whose client stopped waiting (its deadline passed, or the client left) before
+//!   it was written is answered with a timeout and never written;
+//! - a written request still unanswered at its deadline is answered with a timeout; when the
+//!   oldest unanswered request is [`STUCK_MARGIN`] past its deadline the connection is stuck
+//!   (a shard that stopped mid-reply, or a frozen process): it is closed, what it holds fails,
+//!   and a new one is opened;
+//! - connections are opened lazily, verified with a `PING` (a frozen process still accepts TCP
+//!   connections) within the cluster's connect timeout. A failed connect starts a backoff
+//!   (100 ms, doubling up to 5 s) during which requests get an immediate error, so a dead shard
+//!   never hangs its clients; a request that arrives during the backoff after a fast failure
+//!   (connection refused) tries once more at once (at most one attempt per [`RETRY_MIN`]), so a
+//!   shard that comes back is used by the first request after it;
+//! - a connection that breaks the protocol, or is lost soon after it was opened, is reopened
+//!   after the backoff too, not in a tight loop.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -34,20 +50,169 @@ use respway_filters::zone::HealthView;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tower::Service;
 
 /// Most requests taken from the queue in one turn.
 const BATCH: usize = 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long past its deadline the oldest unanswered request may wait before its connection
+/// counts as stuck and is replaced.
+pub const STUCK_MARGIN: Duration = Duration::from_millis(500);
+/// Least time between two connect attempts triggered by requests during a backoff.
+pub const RETRY_MIN: Duration = Duration::from_millis(20);
+/// A connection lost sooner than this after it was opened is reopened after the backoff.
+const MIN_HEALTHY_LIFE: Duration = Duration::from_secs(1);
+/// Bytes of pending writes past which a connection takes no more requests from its queue.
+const MAX_WBUF: usize = 1 << 20;
+/// A read buffer grown past this by a large reply is given back once it is empty.
+const KEEP_RBUF: usize = 256 * 1024;
+const RBUF: usize = 16 * 1024;
+
+/// Why an upstream request failed. Rendered as `-ERR respway: shard NAME (ADDR) ...`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamError {
+    /// The endpoint could not be reached (connect failed, or in backoff): not sent.
+    Unavailable(Arc<str>),
+    /// The connection broke while the request was in flight: it may have run.
+    ConnectionLost(Arc<str>),
+    /// The connection task is gone (the endpoint left the configuration): not sent.
+    Closed,
+    /// No reply by the deadline. It may have run if it was written.
+    Timeout,
+    /// The connection's queue was full: not sent.
+    QueueFull(usize),
+    /// The request named a shard or endpoint that does not exist: not sent.
+    NoShard,
+}
+
+impl UpstreamError {
+    /// True when the request certainly did not reach Redis, or broke on the way, so a read
+    /// may be sent elsewhere.
+    pub fn retryable_read(&self) -> bool {
+        matches!(
+            self,
+            UpstreamError::Unavailable(_)
+                | UpstreamError::ConnectionLost(_)
+                | UpstreamError::Closed
+                | UpstreamError::QueueFull(_)
+        )
+    }
+
+    /// The error's kind, as counted in INFO.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            UpstreamError::Unavailable(_) => ErrorKind::Unavailable,
+            UpstreamError::ConnectionLost(_) => ErrorKind::ConnectionLost,
+            UpstreamError::Closed => ErrorKind::Closed,
+            UpstreamError::Timeout => ErrorKind::Timeout,
+            UpstreamError::QueueFull(_) => ErrorKind::QueueFull,
+            UpstreamError::NoShard => ErrorKind::NoShard,
+        }
+    }
+
+    /// The RESP error frame for a client, naming the endpoint.
+    pub fn to_reply(&self, label: &str) -> Reply {
+        error_reply(&format!("ERR respway: {}", Shown(self, label)))
+    }
+}
+
+struct Shown<'a>(&'a UpstreamError, &'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let label = self.1;
+        match self.0 {
+            UpstreamError::Unavailable(e) => write!(f, "{label} unavailable: {e}"),
+            UpstreamError::ConnectionLost(e) => write!(f, "{label}: connection lost: {e}"),
+            UpstreamError::Closed => write!(f, "{label}: connection closed"),
+            UpstreamError::Timeout => write!(f, "{label}: upstream timeout"),
+            UpstreamError::QueueFull(n) => {
+                write!(f, "{label}: queue full ({n} requests waiting)")
+            }
+            UpstreamError::NoShard => write!(f, "no such shard"),
+        }
+    }
+}
+
+/// Kinds of [`UpstreamError`], for counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// [`UpstreamError::Unavailable`].
+    Unavailable = 0,
+    /// [`UpstreamError::ConnectionLost`].
+    ConnectionLost,
+    /// [`UpstreamError::Closed`].
+    Closed,
+    /// [`UpstreamError::Timeout`].
+    Timeout,
+    /// [`UpstreamError::QueueFull`].
+    QueueFull,
+    /// [`UpstreamError::NoShard`].
+    NoShard,
+}
+
+impl ErrorKind {
+    /// Every kind, in counter order.
+    pub const ALL: [ErrorKind; 6] = [
+        ErrorKind::Unavailable,
+        ErrorKind::ConnectionLost,
+        ErrorKind::Closed,
+        ErrorKind::Timeout,
+        ErrorKind::QueueFull,
+        ErrorKind::NoShard,
+    ];
+
+    /// The INFO field suffix.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::ConnectionLost => "connection_lost",
+            ErrorKind::Closed => "closed",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::QueueFull => "queue_full",
+            ErrorKind::NoShard => "no_shard",
+        }
+    }
+}
+
+/// One worker's upstream counters (kept across configuration changes).
+#[derive(Debug, Default)]
+pub struct UpstreamStats {
+    errors: [AtomicU64; 6],
+    /// Connections opened (first connects and reconnects).
+    pub connects: AtomicU64,
+    /// Connect attempts that failed.
+    pub connect_failures: AtomicU64,
+    /// Connections closed because requests on them stopped being answered.
+    pub stuck: AtomicU64,
+    /// Connections closed because the peer broke the protocol.
+    pub protocol_errors: AtomicU64,
+}
+
+impl UpstreamStats {
+    /// Counts one error of `kind`.
+    pub fn count(&self, kind: ErrorKind) {
+        self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Errors of `kind` so far.
+    pub fn errors(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind as usize].load(Ordering::Relaxed)
+    }
+}
+
+type ReplyTx = oneshot::Sender<Result<Reply, UpstreamError>>;
 
 /// One request handed to a connection task.
 #[derive(Debug)]
 pub struct UpstreamRequest {
     /// The command to send.
     pub args: Vec<Bytes>,
+    /// When the client stops waiting.
+    pub deadline: Instant,
     /// Where the reply goes.
-    pub tx: oneshot::Sender<Reply>,
+    pub tx: ReplyTx,
 }
 
 /// How to reach and prepare one endpoint.
@@ -63,26 +228,36 @@ pub struct EndpointConfig {
     pub auth: Option<Vec<Bytes>>,
     /// `SELECT` on connect when non-zero.
     pub db: u32,
+    /// Requests that may wait in one connection's queue.
+    pub max_queue: usize,
 }
 
 /// This worker's connections to one endpoint.
 #[derive(Debug, Clone)]
 pub struct EndpointHandle {
-    conns: Arc<[mpsc::UnboundedSender<UpstreamRequest>]>,
+    conns: Arc<[mpsc::Sender<UpstreamRequest>]>,
     label: Arc<str>,
     /// False while a connect to this endpoint is failing (written by this worker's
     /// connection tasks, read by this worker's zone layer).
     healthy: Arc<AtomicBool>,
+    stats: Arc<UpstreamStats>,
+    max_queue: usize,
 }
 
 impl EndpointHandle {
     /// Spawns `n` connection tasks for `cfg` on the current runtime.
-    pub fn spawn(cfg: EndpointConfig, n: usize) -> EndpointHandle {
+    pub fn spawn(cfg: EndpointConfig, n: usize, stats: Arc<UpstreamStats>) -> EndpointHandle {
         let healthy = Arc::new(AtomicBool::new(true));
+        let max_queue = cfg.max_queue.max(1);
         let conns: Vec<_> = (0..n.max(1))
             .map(|_| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(run_connection(cfg.clone(), rx, healthy.clone()));
+                let (tx, rx) = mpsc::channel(max_queue);
+                tokio::spawn(run_connection(
+                    cfg.clone(),
+                    rx,
+                    healthy.clone(),
+                    stats.clone(),
+                ));
                 tx
             })
             .collect();
@@ -90,6 +265,8 @@ impl EndpointHandle {
             conns: conns.into(),
             label: cfg.label,
             healthy,
+            stats,
+            max_queue,
         }
     }
 
@@ -98,17 +275,22 @@ impl EndpointHandle {
         self.healthy.load(Ordering::Relaxed)
     }
 
+    /// `shard <name> (<addr>)`.
+    pub fn label(&self) -> &Arc<str> {
+        &self.label
+    }
+
     /// Queues `args` on connection `conn % n` and returns the reply's future.
-    pub fn send(&self, args: Vec<Bytes>, conn: usize) -> UpstreamFuture {
+    pub fn send(&self, args: Vec<Bytes>, conn: usize, deadline: Instant) -> UpstreamFuture {
         let (tx, rx) = oneshot::channel();
-        let conn = &self.conns[conn % self.conns.len()];
-        match conn.send(UpstreamRequest { args, tx }) {
-            Ok(()) => UpstreamFuture::waiting(rx, self.label.clone()),
-            Err(_) => UpstreamFuture::done(Some(error_reply(&format!(
-                "ERR respway: {} is not available",
-                self.label
-            )))),
-        }
+        let queue = &self.conns[conn % self.conns.len()];
+        let failed = match queue.try_send(UpstreamRequest { args, deadline, tx }) {
+            Ok(()) => return UpstreamFuture::waiting(rx, self.label.clone()),
+            Err(mpsc::error::TrySendError::Full(_)) => UpstreamError::QueueFull(self.max_queue),
+            Err(mpsc::error::TrySendError::Closed(_)) => UpstreamError::Closed,
+        };
+        self.stats.count(failed.kind());
+        UpstreamFuture::failed(failed, self.label.clone())
     }
 }
 
@@ -140,16 +322,24 @@ pub struct Upstream {
     /// every command of one client to one endpoint travels on one connection (Redis orders
     /// commands per connection only); sessions, not commands, are spread over connections.
     conn: usize,
+    /// Deadline of requests that carry none (mirrored copies, tests).
+    default_timeout: Duration,
 }
 
 impl Upstream {
     /// An upstream service over this worker's endpoints for one session; `conn` picks the
     /// session's connection to every endpoint (`conn % connections_per_endpoint`).
-    pub fn new(endpoints: Arc<Endpoints>, primaries: Arc<Vec<Vec<usize>>>, conn: usize) -> Self {
+    pub fn new(
+        endpoints: Arc<Endpoints>,
+        primaries: Arc<Vec<Vec<usize>>>,
+        conn: usize,
+        default_timeout: Duration,
+    ) -> Self {
         Upstream {
             endpoints,
             primaries,
             conn,
+            default_timeout,
         }
     }
 }
@@ -160,43 +350,40 @@ impl Service<Request> for Upstream {
     type Future = UpstreamFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // The connection queues are unbounded; each session bounds its own pending replies.
+        // Each connection's queue is bounded; a full one answers at once instead of waiting.
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request) -> UpstreamFuture {
         let shard = req.shard.unwrap_or(0);
-        let endpoint = match req.endpoint {
-            Some(e) => e,
-            None => self
-                .primaries
-                .get(req.cluster)
-                .and_then(|c| c.get(shard))
-                .copied()
-                .unwrap_or(0),
-        };
-        let Some(ep) = self.endpoints.get(req.cluster, shard, endpoint) else {
-            return UpstreamFuture::done(Some(error_reply("ERR respway: no such shard")));
-        };
         let primary = self
             .primaries
             .get(req.cluster)
             .and_then(|c| c.get(shard))
             .copied()
             .unwrap_or(0);
+        let endpoint = req.endpoint.unwrap_or(primary);
+        let Some(ep) = self.endpoints.get(req.cluster, shard, endpoint) else {
+            return UpstreamFuture::failed(UpstreamError::NoShard, Arc::from(""));
+        };
+        let deadline = match req.deadline {
+            Some(d) => Instant::from_std(d),
+            None => Instant::now() + self.default_timeout,
+        };
         if endpoint != primary && req.is_read() {
             // A read sent to a replica: if the replica turns out to be unreachable, the read
             // is retried once on the primary instead of failing (the zone layer skips the
             // replica from then on). Costs one clone of the argument list, for replica reads
             // only.
             if let Some(p) = self.endpoints.get(req.cluster, shard, primary) {
-                let fallback = Some((p.clone(), req.args.clone(), self.conn));
-                let mut f = ep.send(req.args, self.conn);
+                let fallback = Some(Box::new((p.clone(), req.args.clone(), self.conn)));
+                let mut f = ep.send(req.args, self.conn, deadline);
                 f.fallback = fallback;
+                f.deadline = deadline;
                 return f;
             }
         }
-        ep.send(req.args, self.conn)
+        ep.send(req.args, self.conn, deadline)
     }
 }
 
@@ -204,48 +391,43 @@ impl Service<Request> for Upstream {
 #[derive(Debug)]
 pub struct UpstreamFuture {
     state: State,
+    label: Arc<str>,
     /// For replica reads: the primary and the request, to retry there once when the replica
     /// cannot be reached.
-    fallback: Option<(EndpointHandle, Vec<Bytes>, usize)>,
+    fallback: Option<Box<(EndpointHandle, Vec<Bytes>, usize)>>,
+    deadline: Instant,
 }
 
 #[derive(Debug)]
 enum State {
     /// Waiting for the connection task.
-    Waiting(oneshot::Receiver<Reply>, Arc<str>),
-    /// Already answered (an error).
-    Done(Option<Reply>),
+    Waiting(oneshot::Receiver<Result<Reply, UpstreamError>>),
+    /// Already failed.
+    Failed(Option<UpstreamError>),
 }
 
 impl UpstreamFuture {
-    fn waiting(rx: oneshot::Receiver<Reply>, label: Arc<str>) -> Self {
+    fn waiting(rx: oneshot::Receiver<Result<Reply, UpstreamError>>, label: Arc<str>) -> Self {
         UpstreamFuture {
-            state: State::Waiting(rx, label),
+            state: State::Waiting(rx),
+            label,
             fallback: None,
+            deadline: far_future(),
         }
     }
 
-    /// An already-known reply.
-    fn done(reply: Option<Reply>) -> Self {
+    fn failed(e: UpstreamError, label: Arc<str>) -> Self {
         UpstreamFuture {
-            state: State::Done(reply),
+            state: State::Failed(Some(e)),
+            label,
             fallback: None,
+            deadline: far_future(),
         }
     }
 }
 
-/// True for the proxy's own "could not reach the endpoint" errors (never Redis's errors): the
-/// request did not run, so a read may safely go elsewhere.
-fn unreachable_reply(r: &[u8]) -> bool {
-    r.starts_with(b"-ERR respway: ")
-        && [
-            &b"unavailable"[..],
-            b"connection lost",
-            b"connection closed",
-            b"is not available",
-        ]
-        .iter()
-        .any(|m| r.windows(m.len()).any(|w| w == *m))
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
 }
 
 impl Future for UpstreamFuture {
@@ -254,30 +436,41 @@ impl Future for UpstreamFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         loop {
-            let reply = match &mut this.state {
-                State::Waiting(rx, label) => match Pin::new(rx).poll(cx) {
+            let result = match &mut this.state {
+                State::Waiting(rx) => match Pin::new(rx).poll(cx) {
                     Poll::Ready(Ok(r)) => r,
-                    Poll::Ready(Err(_)) => {
-                        error_reply(&format!("ERR respway: {label}: connection closed"))
-                    }
+                    Poll::Ready(Err(_)) => Err(UpstreamError::Closed),
                     Poll::Pending => return Poll::Pending,
                 },
-                State::Done(r) => r
-                    .take()
-                    .unwrap_or_else(|| error_reply("ERR respway: reply polled twice")),
+                State::Failed(e) => Err(e.take().unwrap_or(UpstreamError::Closed)),
             };
-            if unreachable_reply(&reply) {
-                if let Some((primary, args, rr)) = this.fallback.take() {
-                    this.state = primary.send(args, rr).state;
-                    continue;
+            match result {
+                Ok(reply) => return Poll::Ready(Ok(reply)),
+                Err(e) => {
+                    if e.retryable_read() {
+                        if let Some(fb) = this.fallback.take() {
+                            let (primary, args, conn) = *fb;
+                            let next = primary.send(args, conn, this.deadline);
+                            this.state = next.state;
+                            this.label = next.label;
+                            continue;
+                        }
+                    }
+                    return Poll::Ready(Ok(e.to_reply(&this.label)));
                 }
             }
-            return Poll::Ready(Ok(reply));
         }
     }
 }
 
 // === connection task ===
+
+/// One request written (or being written) on a connection, waiting for its reply.
+struct Inflight {
+    /// `None` once answered with a timeout: its reply, when it comes, is dropped.
+    tx: Option<ReplyTx>,
+    deadline: Instant,
+}
 
 /// Reads what the socket has and completes every whole reply, oldest request first.
 ///
@@ -287,18 +480,18 @@ impl Future for UpstreamFuture {
 fn read_replies(
     stream: &TcpStream,
     rbuf: &mut BytesMut,
-    inflight: &mut VecDeque<oneshot::Sender<Reply>>,
+    inflight: &mut VecDeque<Inflight>,
     limits: &Limits,
-) -> std::io::Result<()> {
+) -> Result<(), Fail> {
     if rbuf.capacity() - rbuf.len() < 4096 {
-        rbuf.reserve(16 * 1024);
+        rbuf.reserve(RBUF);
     }
     let spare = rbuf.capacity() - rbuf.len();
     let n = match stream.try_read_buf(rbuf) {
-        Ok(0) => return Err(std::io::Error::other("connection closed by server")),
+        Ok(0) => return Err(Fail::Io("connection closed by server".into())),
         Ok(n) => n,
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) => return Err(Fail::Io(e.to_string())),
     };
     if n < spare {
         clear_read_readiness(stream);
@@ -309,16 +502,22 @@ fn read_replies(
                 let reply = rbuf.split_to(n).freeze();
                 match inflight.pop_front() {
                     // A receiver that timed out or left is simply gone.
-                    Some(tx) => {
-                        let _ = tx.send(reply);
+                    Some(Inflight { tx: Some(tx), .. }) => {
+                        let _ = tx.send(Ok(reply));
                     }
-                    None => return Err(std::io::Error::other("reply with no request")),
+                    Some(_) => {}
+                    None => return Err(Fail::Protocol("reply with no request".into())),
                 }
             }
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(std::io::Error::other(e.to_string())),
+            Ok(None) => break,
+            Err(e) => return Err(Fail::Protocol(e.to_string())),
         }
     }
+    if rbuf.is_empty() && rbuf.capacity() > KEEP_RBUF {
+        // Give back what a large reply made the buffer grow to.
+        *rbuf = BytesMut::with_capacity(RBUF);
+    }
+    Ok(())
 }
 
 /// Marks the socket not readable without a syscall (see [`read_replies`]). Safe against a
@@ -330,60 +529,151 @@ pub(crate) fn clear_read_readiness(stream: &TcpStream) {
     });
 }
 
+/// How a live connection ended badly.
+#[derive(Debug)]
+enum Fail {
+    /// Socket error or EOF.
+    Io(String),
+    /// The peer sent something that is not a reply to our requests.
+    Protocol(String),
+    /// Requests stopped being answered.
+    Stuck,
+}
+
+impl fmt::Display for Fail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fail::Io(e) => f.write_str(e),
+            Fail::Protocol(e) => write!(f, "Protocol error: {e}"),
+            Fail::Stuck => write!(
+                f,
+                "no reply within the request timeout plus {STUCK_MARGIN:?}; connection replaced"
+            ),
+        }
+    }
+}
+
+/// Answers a request that will not be sent, counting the error.
+fn answer(tx: ReplyTx, e: UpstreamError, stats: &UpstreamStats) {
+    stats.count(e.kind());
+    let _ = tx.send(Err(e));
+}
+
 async fn run_connection(
     cfg: EndpointConfig,
-    mut rx: mpsc::UnboundedReceiver<UpstreamRequest>,
+    mut rx: mpsc::Receiver<UpstreamRequest>,
     healthy: Arc<AtomicBool>,
+    stats: Arc<UpstreamStats>,
 ) {
     let mut backoff = BACKOFF_MIN;
+    // Set when the next connect is a probe after a backoff, not triggered by a request.
+    let mut probe = false;
     loop {
         // Connect lazily, on the first request: an endpoint nobody uses costs nothing, and a
-        // proxy started before its shards does not begin in backoff. An endpoint marked
-        // unhealthy is probed without waiting for a request, because the zone layer sends
-        // it none until it recovers.
-        let first = if healthy.load(Ordering::Relaxed) {
+        // proxy started before its shards does not begin in backoff. After a failure the
+        // endpoint is probed when the backoff ends without waiting for a request, because the
+        // zone layer sends an unhealthy endpoint none until it recovers.
+        let first = if probe {
+            None
+        } else {
             match rx.recv().await {
                 Some(r) => Some(r),
                 None => return, // every handle dropped: the endpoint left the config
             }
-        } else {
-            None
         };
-        let err = match connect(&cfg).await {
+        let (failure, refused) = match connect(&cfg).await {
             Ok(stream) => {
-                backoff = BACKOFF_MIN;
+                stats.connects.fetch_add(1, Ordering::Relaxed);
                 healthy.store(true, Ordering::Relaxed);
+                probe = false;
                 tracing::debug!(endpoint = %cfg.label, "connected");
-                match serve(stream, first, &mut rx, &cfg.label).await {
+                let opened = Instant::now();
+                match serve(stream, first, &mut rx, &stats).await {
                     Ok(()) => return,
                     Err(e) => {
-                        // A connection that worked is retried at once, on the next request.
                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
-                        continue;
+                        if matches!(e, Fail::Protocol(_)) {
+                            stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if matches!(e, Fail::Stuck) {
+                            stats.stuck.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let flapping =
+                            matches!(e, Fail::Protocol(_)) || opened.elapsed() < MIN_HEALTHY_LIFE;
+                        if !flapping && !matches!(e, Fail::Stuck) {
+                            // A connection that worked for a while is reopened at once, on the
+                            // next request.
+                            backoff = BACKOFF_MIN;
+                            continue;
+                        }
+                        // A stuck shard, or one that breaks the protocol or drops us right
+                        // away, is reopened after the backoff (and probed with a PING).
+                        (e.to_string(), false)
                     }
                 }
             }
             Err(e) => {
-                healthy.store(false, Ordering::Relaxed);
+                stats.connect_failures.fetch_add(1, Ordering::Relaxed);
                 if let Some(first) = first {
-                    let _ = first.tx.send(unavailable(&cfg.label, &e));
+                    answer(
+                        first.tx,
+                        UpstreamError::Unavailable(e.text.clone().into()),
+                        &stats,
+                    );
                 }
-                e
+                (e.text, e.refused)
             }
         };
-        tracing::warn!(endpoint = %cfg.label, error = %err, ?backoff, "upstream connect failed");
-        let reply = unavailable(&cfg.label, &err);
+        healthy.store(false, Ordering::Relaxed);
+        tracing::warn!(endpoint = %cfg.label, error = %failure, ?backoff, "upstream unavailable");
+        let mut reason: Arc<str> = failure.into();
         // Whatever queued during the failed attempt is answered now, and so is everything
-        // that arrives during the backoff: a dead shard must not hang its clients.
+        // that arrives during the backoff: a dead shard must not hang its clients. While the
+        // shard refuses connections (a process restarting), a request waits for one more
+        // attempt (at most one per RETRY_MIN), so a shard that is back serves the first
+        // request after it; what queued meanwhile shares that attempt's outcome.
+        fail_queued(&mut rx, &reason, &stats);
         let sleep = tokio::time::sleep(backoff);
         tokio::pin!(sleep);
+        let mut last_attempt = Instant::now();
+        let mut refused = refused;
+        probe = true;
         loop {
             tokio::select! {
                 biased;
                 _ = &mut sleep => break,
                 req = rx.recv() => match req {
-                    Some(req) => { let _ = req.tx.send(reply.clone()); }
                     None => return,
+                    Some(req) if !refused => {
+                        answer(req.tx, UpstreamError::Unavailable(reason.clone()), &stats);
+                    }
+                    Some(req) => {
+                        tokio::time::sleep_until(last_attempt + RETRY_MIN).await;
+                        last_attempt = Instant::now();
+                        match connect(&cfg).await {
+                            Ok(stream) => {
+                                stats.connects.fetch_add(1, Ordering::Relaxed);
+                                healthy.store(true, Ordering::Relaxed);
+                                backoff = BACKOFF_MIN;
+                                tracing::info!(endpoint = %cfg.label, "upstream reachable again");
+                                match serve(stream, Some(req), &mut rx, &stats).await {
+                                    Ok(()) => return,
+                                    Err(e) => {
+                                        tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
+                                        probe = false;
+                                        break;
+                                    }
+                                }
+                            }
+                            Err(e) => {
+                                stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+                                refused = e.refused;
+                                reason = e.text.into();
+                                answer(req.tx, UpstreamError::Unavailable(reason.clone()), &stats);
+                                fail_queued(&mut rx, &reason, &stats);
+                            }
+                        }
+                    }
                 },
             }
         }
@@ -391,16 +681,53 @@ async fn run_connection(
     }
 }
 
-fn unavailable(label: &str, err: &str) -> Reply {
-    error_reply(&format!("ERR respway: {label} unavailable: {err}"))
+/// Answers everything queued right now as unavailable.
+fn fail_queued(rx: &mut mpsc::Receiver<UpstreamRequest>, reason: &Arc<str>, stats: &UpstreamStats) {
+    while let Ok(req) = rx.try_recv() {
+        answer(req.tx, UpstreamError::Unavailable(reason.clone()), stats);
+    }
 }
 
-async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, String> {
+/// A failed connect attempt.
+struct ConnectError {
+    text: String,
+    /// The TCP connect itself was refused: nothing listens (yet), so trying again soon is
+    /// cheap and finds a restarted shard at once.
+    refused: bool,
+}
+
+impl From<String> for ConnectError {
+    fn from(text: String) -> Self {
+        ConnectError {
+            text,
+            refused: false,
+        }
+    }
+}
+
+async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, ConnectError> {
+    let started = Instant::now();
+    let timed_out = || {
+        ConnectError::from(format!(
+            "connect timeout after {:?} (no answer to PING)",
+            cfg.connect_timeout
+        ))
+    };
+    let mut stream =
+        match tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(cfg.address)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                return Err(ConnectError {
+                    refused: e.kind() == std::io::ErrorKind::ConnectionRefused,
+                    text: e.to_string(),
+                })
+            }
+            Err(_) => return Err(timed_out()),
+        };
     let attempt = async {
-        let mut stream = TcpStream::connect(cfg.address)
-            .await
-            .map_err(|e| e.to_string())?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        // AUTH and SELECT when configured, and always a PING: a process that is frozen or
+        // not Redis still accepts TCP connections, but does not answer it.
         let mut hello = Vec::new();
         if let Some(auth) = &cfg.auth {
             let mut args = vec![Bytes::from_static(b"AUTH")];
@@ -413,35 +740,39 @@ async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, String> {
                 Bytes::from(cfg.db.to_string()),
             ]);
         }
-        if !hello.is_empty() {
-            let mut out = BytesMut::new();
-            for args in &hello {
-                encode_command(args, &mut out);
+        hello.push(vec![Bytes::from_static(b"PING")]);
+        let mut out = BytesMut::new();
+        for args in &hello {
+            encode_command(args, &mut out);
+        }
+        stream.write_all(&out).await.map_err(|e| e.to_string())?;
+        let mut buf = BytesMut::with_capacity(256);
+        let mut answered = 0;
+        while answered < hello.len() {
+            if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                return Err("closed during handshake".to_string());
             }
-            stream.write_all(&out).await.map_err(|e| e.to_string())?;
-            let mut buf = BytesMut::with_capacity(256);
-            let mut answered = 0;
-            while answered < hello.len() {
-                if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-                    return Err("closed during handshake".to_string());
+            while let Some(n) = reply_len(&buf, &Limits::default())
+                .map_err(|e| format!("handshake: Protocol error: {e}"))?
+            {
+                let reply = buf.split_to(n);
+                if reply.first() == Some(&b'-') {
+                    let text = String::from_utf8_lossy(&reply[1..reply.len() - 2]);
+                    return Err(format!("handshake refused: {text}"));
                 }
-                while let Some(n) =
-                    reply_len(&buf, &Limits::default()).map_err(|e| e.to_string())?
-                {
-                    let reply = buf.split_to(n);
-                    if reply.first() == Some(&b'-') {
-                        let text = String::from_utf8_lossy(&reply[1..reply.len() - 2]);
-                        return Err(format!("handshake refused: {text}"));
-                    }
-                    answered += 1;
-                }
+                answered += 1;
             }
         }
-        Ok(stream)
+        if !buf.is_empty() {
+            return Err("handshake: Protocol error: unexpected data".to_string());
+        }
+        Ok(())
     };
-    match tokio::time::timeout(cfg.connect_timeout, attempt).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("connect timeout after {:?}", cfg.connect_timeout)),
+    let left = cfg.connect_timeout.saturating_sub(started.elapsed());
+    match tokio::time::timeout(left, attempt).await {
+        Ok(Ok(())) => Ok(stream),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(timed_out()),
     }
 }
 
@@ -450,30 +781,40 @@ async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, String> {
 async fn serve(
     stream: TcpStream,
     first: Option<UpstreamRequest>,
-    rx: &mut mpsc::UnboundedReceiver<UpstreamRequest>,
-    label: &str,
-) -> Result<(), String> {
+    rx: &mut mpsc::Receiver<UpstreamRequest>,
+    stats: &UpstreamStats,
+) -> Result<(), Fail> {
     // Replies from Redis are trusted to be well formed; only absurd sizes are refused.
     let limits = Limits {
         max_bulk_len: usize::MAX >> 1,
         max_multibulk_len: usize::MAX >> 1,
         max_inline_len: usize::MAX >> 1,
     };
-    let mut inflight: VecDeque<oneshot::Sender<Reply>> = VecDeque::new();
+    let mut inflight: VecDeque<Inflight> = VecDeque::new();
     let mut batch: Vec<UpstreamRequest> = Vec::with_capacity(64);
-    let mut wbuf = BytesMut::with_capacity(16 * 1024);
-    let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let mut wbuf = BytesMut::with_capacity(RBUF);
+    let mut rbuf = BytesMut::with_capacity(RBUF);
     let mut open = true;
+    // Follows the oldest unanswered request: at its deadline it is answered with a timeout;
+    // STUCK_MARGIN later, the connection is replaced.
+    let timer = tokio::time::sleep_until(far_future());
+    tokio::pin!(timer);
+    let mut timer_armed = false;
     if let Some(first) = first {
-        encode_command(&first.args, &mut wbuf);
-        inflight.push_back(first.tx);
+        enqueue(first, &mut wbuf, &mut inflight, Instant::now(), stats);
     }
     let result = loop {
         if !open && inflight.is_empty() && wbuf.is_empty() {
             break Ok(());
         }
+        if !timer_armed {
+            if let Some(front) = inflight.front() {
+                timer.as_mut().reset(front.deadline);
+                timer_armed = true;
+            }
+        }
         tokio::select! {
-            n = rx.recv_many(&mut batch, BATCH), if open && wbuf.len() < 1 << 20 => {
+            n = rx.recv_many(&mut batch, BATCH), if open && wbuf.len() < MAX_WBUF => {
                 if n == 0 {
                     open = false;
                     continue;
@@ -490,34 +831,93 @@ async fn serve(
                         Err(_) => break,
                     }
                 }
+                let now = Instant::now();
                 for req in batch.drain(..) {
-                    encode_command(&req.args, &mut wbuf);
-                    inflight.push_back(req.tx);
+                    enqueue(req, &mut wbuf, &mut inflight, now, stats);
+                }
+                if wbuf.is_empty() {
+                    continue;
                 }
                 // Write now if the socket takes it; the select below covers the rest.
                 match stream.try_write(&wbuf) {
                     Ok(n) => wbuf.advance(n),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => break Err(e.to_string()),
+                    Err(e) => break Err(Fail::Io(e.to_string())),
                 }
             }
             w = stream.writable(), if !wbuf.is_empty() => match w.and_then(|()| stream.try_write(&wbuf)) {
-                Ok(n) => wbuf.advance(n),
+                Ok(n) => {
+                    wbuf.advance(n);
+                    if wbuf.is_empty() && wbuf.capacity() > MAX_WBUF {
+                        wbuf = BytesMut::with_capacity(RBUF);
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => break Err(e.to_string()),
+                Err(e) => break Err(Fail::Io(e.to_string())),
             },
             r = stream.readable() => {
-                if let Err(e) = r.and_then(|()| read_replies(&stream, &mut rbuf, &mut inflight, &limits)) {
-                    break Err(e.to_string());
+                let r = r.map_err(|e| Fail::Io(e.to_string()))
+                    .and_then(|()| read_replies(&stream, &mut rbuf, &mut inflight, &limits));
+                if let Err(e) = r {
+                    break Err(e);
+                }
+            }
+            () = &mut timer, if timer_armed => {
+                timer_armed = false;
+                let now = Instant::now();
+                // Answer every request past its deadline (their replies, if they come, are
+                // dropped in order); replace the connection once the oldest is far past it.
+                for f in inflight.iter_mut() {
+                    if f.deadline > now {
+                        break;
+                    }
+                    if let Some(tx) = f.tx.take() {
+                        answer(tx, UpstreamError::Timeout, stats);
+                    }
+                }
+                match inflight.front() {
+                    Some(front) if front.tx.is_none() && front.deadline + STUCK_MARGIN <= now => {
+                        break Err(Fail::Stuck);
+                    }
+                    Some(front) if front.tx.is_none() => {
+                        timer.as_mut().reset(front.deadline + STUCK_MARGIN);
+                        timer_armed = true;
+                    }
+                    _ => {}
                 }
             }
         }
     };
     if let Err(e) = &result {
-        let reply = error_reply(&format!("ERR respway: {label}: connection lost: {e}"));
-        for tx in inflight.drain(..) {
-            let _ = tx.send(reply.clone());
+        let reason: Arc<str> = e.to_string().into();
+        for f in inflight.drain(..) {
+            if let Some(tx) = f.tx {
+                answer(tx, UpstreamError::ConnectionLost(reason.clone()), stats);
+            }
         }
     }
     result
+}
+
+/// Encodes a dequeued request, unless its client stopped waiting (deadline passed, or the
+/// client left): such a request is never written.
+fn enqueue(
+    req: UpstreamRequest,
+    wbuf: &mut BytesMut,
+    inflight: &mut VecDeque<Inflight>,
+    now: Instant,
+    stats: &UpstreamStats,
+) {
+    if req.tx.is_closed() {
+        return;
+    }
+    if req.deadline <= now {
+        answer(req.tx, UpstreamError::Timeout, stats);
+        return;
+    }
+    encode_command(&req.args, wbuf);
+    inflight.push_back(Inflight {
+        tx: Some(req.tx),
+        deadline: req.deadline,
+    });
 }

@@ -206,3 +206,244 @@ fn refused_multi_runs_nothing_and_exec_aborts() {
     }
     assert_eq!(read_back(&addrs, "after").as_deref(), Some("z"));
 }
+
+/// Two clusters of one shard each: keys `a:*` go to `a`, everything else to `b`.
+fn two_cluster_yaml(a: SocketAddr, b: SocketAddr, op_timeout: &str, extra: &str) -> String {
+    format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    op_timeout: {op_timeout}\n{extra}    routes:\n      catch_all: b\n      prefixes:\n        - {{ prefix: \"a:\", cluster: a }}\nclusters:\n  - name: a\n    connect_timeout: 300ms\n    shards:\n      - endpoints: [ {{ address: \"{a}\", role: primary }} ]\n  - name: b\n    connect_timeout: 300ms\n    shards:\n      - endpoints: [ {{ address: \"{b}\", role: primary }} ]\n"
+    )
+}
+
+fn signal(p: &Proc, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &p.child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+/// What one client saw of its RPUSHes: `acked` ids, ids answered with a timeout (with the time
+/// each was sent), ids refused without being sent (unavailable / queue full).
+#[derive(Default)]
+struct Outcome {
+    acked: Vec<u64>,
+    timed_out: Vec<(u64, Instant)>,
+    refused: Vec<u64>,
+    other: Vec<String>,
+}
+
+/// Clients pipelining `RPUSH list id` until `until`; each client has its own list.
+fn rpush_clients(
+    addr: SocketAddr,
+    lists: Vec<String>,
+    depth: usize,
+    until: Instant,
+) -> Vec<std::thread::JoinHandle<(String, Outcome)>> {
+    lists
+        .into_iter()
+        .map(|list| {
+            std::thread::spawn(move || {
+                let mut c = RespConn::connect(addr);
+                let mut o = Outcome::default();
+                let mut id = 0u64;
+                while Instant::now() < until {
+                    let ids: Vec<u64> = (id..id + depth as u64).collect();
+                    id += depth as u64;
+                    let cmds: Vec<Vec<String>> = ids
+                        .iter()
+                        .map(|i| vec!["RPUSH".into(), list.clone(), i.to_string()])
+                        .collect();
+                    let sent = Instant::now();
+                    c.send_pipeline(&cmds);
+                    for &i in &ids {
+                        match c.read().expect("every command gets a reply") {
+                            Resp::Int(_) => o.acked.push(i),
+                            Resp::Error(e) if e.contains("upstream timeout") => {
+                                o.timed_out.push((i, sent))
+                            }
+                            Resp::Error(e)
+                                if e.contains("unavailable") || e.contains("queue full") =>
+                            {
+                                o.refused.push(i)
+                            }
+                            r => o.other.push(format!("{r:?}")),
+                        }
+                    }
+                }
+                (list, o)
+            })
+        })
+        .collect()
+}
+
+fn list_ids(shard: SocketAddr, list: &str) -> Vec<u64> {
+    let mut c = RespConn::connect(shard);
+    match c.call(&["LRANGE", list, "0", "-1"]) {
+        Resp::Array(Some(items)) => items.iter().map(|v| v.text().parse().unwrap()).collect(),
+        r => panic!("LRANGE {list}: {r:?}"),
+    }
+}
+
+/// A frozen shard (SIGSTOP) must cost only its own keys: other clients are unaffected, its
+/// clients get timeouts and then fast errors naming it, and after SIGCONT it executes nothing
+/// that was still waiting when its client was told it timed out, nor anything refused.
+#[test]
+fn a_frozen_shard_fails_fast_and_runs_nothing_it_was_not_sent_in_time() {
+    let a = redis();
+    let b = redis();
+    let rw = respway(&two_cluster_yaml(a.addr, b.addr, "300ms", ""), 1);
+    let start = Instant::now();
+    let until = start + Duration::from_millis(3500);
+    let a_lists: Vec<String> = (0..8).map(|i| format!("a:list{i}")).collect();
+    let b_lists: Vec<String> = (0..8).map(|i| format!("b:list{i}")).collect();
+    let a_clients = rpush_clients(rw.addr, a_lists, 20, until);
+    let b_clients = rpush_clients(rw.addr, b_lists, 20, until);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&a, "-STOP");
+    let stopped = Instant::now();
+    std::thread::sleep(Duration::from_millis(2500));
+    let a_out: Vec<_> = a_clients.into_iter().map(|t| t.join().unwrap()).collect();
+    let b_out: Vec<_> = b_clients.into_iter().map(|t| t.join().unwrap()).collect();
+    // The info shows the errors counted by kind before the shard is back.
+    let info = RespConn::connect(rw.addr).call(&["INFO", "proxy"]).text();
+    signal(&a, "-CONT");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(rw);
+    for (list, o) in &b_out {
+        assert!(
+            o.timed_out.is_empty() && o.refused.is_empty() && o.other.is_empty(),
+            "{list}: the other shard's clients are unaffected"
+        );
+        assert_eq!(
+            list_ids(b.addr, list),
+            o.acked,
+            "{list}: every acknowledged push, in order"
+        );
+    }
+    let mut late = 0;
+    let mut refused = 0;
+    for (list, o) in &a_out {
+        assert!(o.other.is_empty(), "{list}: {:?}", o.other);
+        let executed = list_ids(a.addr, list);
+        let set: std::collections::HashSet<u64> = executed.iter().copied().collect();
+        for id in &o.acked {
+            assert!(set.contains(id), "{list}: acknowledged push {id} lost");
+        }
+        let mut sorted = executed.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, executed, "{list}: pushes ran out of order");
+        for id in &o.refused {
+            assert!(!set.contains(id), "{list}: push {id} was refused but ran");
+        }
+        refused += o.refused.len();
+        for (id, sent) in &o.timed_out {
+            if set.contains(id) {
+                late += 1;
+                // Only what was written before the connection was found stuck may still run:
+                // written within op_timeout + the stuck margin of the freeze.
+                assert!(
+                    *sent < stopped + Duration::from_millis(300 + 500 + 250),
+                    "{list}: push {id} sent {:?} after the freeze ran after its timeout",
+                    sent.duration_since(stopped)
+                );
+            }
+        }
+    }
+    assert!(
+        refused > 0,
+        "after the connection is found stuck, requests fail fast"
+    );
+    assert!(info.contains("upstream_stuck_connections:1"), "{info}");
+    eprintln!("frozen shard: {late} pushes ran after their timeout, {refused} refused");
+}
+
+/// A shard that stops in the middle of a reply and keeps its socket open: the connection is
+/// replaced, and the shard's keys are served again on a new one.
+#[test]
+fn a_shard_that_stalls_mid_reply_is_reconnected() {
+    let fake = FakeShard::start(|i| {
+        if i == 0 {
+            FakeMode::StallAfter(4)
+        } else {
+            FakeMode::Normal
+        }
+    });
+    let b = redis();
+    let rw = respway(&two_cluster_yaml(fake.addr, b.addr, "200ms", ""), 1);
+    let mut c = RespConn::connect(rw.addr);
+    let start = Instant::now();
+    let mut timeouts = 0;
+    let recovered = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never recovered ({timeouts} timeouts)"
+        );
+        match c.call(&["GET", "a:k"]) {
+            Resp::Bulk(Some(v)) if timeouts > 0 => break v,
+            Resp::Bulk(Some(_)) => {}
+            Resp::Error(e) => {
+                assert!(e.contains("shard"), "the error names the shard: {e}");
+                timeouts += 1;
+            }
+            r => panic!("{r:?}"),
+        }
+    };
+    assert_eq!(recovered, b"v");
+    assert!(fake.accepted.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    // The other cluster never noticed.
+    assert_eq!(c.call(&["SET", "b:k", "1"]), Resp::Simple("OK".into()));
+}
+
+/// A peer that answers garbage fails only its keys, and is reconnected with backoff, not in a
+/// tight loop.
+#[test]
+fn a_shard_that_answers_garbage_is_reconnected_with_backoff() {
+    let fake = FakeShard::start(|_| FakeMode::Garbage);
+    let b = redis();
+    let rw = respway(&two_cluster_yaml(fake.addr, b.addr, "300ms", ""), 1);
+    let mut c = RespConn::connect(rw.addr);
+    let until = Instant::now() + Duration::from_secs(2);
+    let (mut errors, mut ok) = (0, 0);
+    while Instant::now() < until {
+        let r = c.call(&["SET", "a:k", "1"]);
+        assert!(r.error().is_some_and(|e| e.contains("shard")), "{r:?}");
+        errors += 1;
+        assert_eq!(c.call(&["SET", "b:k", "1"]), Resp::Simple("OK".into()));
+        ok += 1;
+    }
+    let accepted = fake.accepted.load(std::sync::atomic::Ordering::Relaxed);
+    // Backoff 100 ms, doubling: about 5 attempts in 2 s (request-triggered retries are for
+    // fast failures such as connection refused, not for a peer that answers).
+    assert!(accepted <= 8, "{accepted} connections in 2 s: no backoff");
+    eprintln!("garbage shard: {accepted} connections, {errors} errors, {ok} other-shard replies");
+}
+
+/// A shard that is restarted is used by the first request after it is back.
+#[test]
+fn a_restarted_shard_serves_the_first_request_after_it_is_back() {
+    let mut a = redis();
+    let b = redis();
+    let port = a.addr.port();
+    let rw = respway(&two_cluster_yaml(a.addr, b.addr, "300ms", ""), 1);
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(c.call(&["SET", "a:k", "1"]), Resp::Simple("OK".into()));
+    a.kill();
+    // While it is down its keys fail fast; keep requests coming so the backoff grows.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        let r = c.call(&["SET", "a:k", "2"]);
+        assert!(
+            r.error().is_some_and(|e| e.contains("unavailable")),
+            "{r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _a = redis_on(port);
+    assert_eq!(
+        c.call(&["SET", "a:k", "3"]),
+        Resp::Simple("OK".into()),
+        "the first request after the shard is back"
+    );
+    assert_eq!(c.call(&["GET", "a:k"]).text(), "3");
+}

@@ -32,6 +32,9 @@ pub struct Request {
     pub endpoint: Option<usize>,
     /// The route taken (set by the route layer).
     pub route: RouteId,
+    /// When the client stops waiting for the reply (`op_timeout` after it was read); a
+    /// request still queued at its deadline is answered with a timeout and never written.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Request {
@@ -45,6 +48,7 @@ impl Request {
             shard: None,
             endpoint: None,
             route: RouteId::CatchAll,
+            deadline: None,
         }
     }
 
