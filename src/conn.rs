@@ -39,8 +39,12 @@ const READ_CHUNK: usize = 16 * 1024;
 /// How long past its upstream deadline (and `op_timeout` more) a request may wait before the
 /// session answers it itself: covers a reconnect after a stuck connection.
 const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1);
-/// Stop reading while this much reply data waits for the client to read it.
-const MAX_WBUF: usize = 256 * 1024;
+/// Requests a new client may have in flight before any of its replies arrived.
+const WINDOW_START: usize = 64;
+/// A read buffer grown past this (a large command) is given back once it is empty.
+const KEEP_RBUF: usize = 64 * 1024;
+/// A write buffer grown past this (large replies) is given back once it is empty.
+const KEEP_WBUF: usize = 256 * 1024;
 
 /// Shared state of the listener a session belongs to, on one worker.
 #[derive(Debug)]
@@ -53,6 +57,11 @@ pub struct ListenerCtx {
     pub registry: Arc<crate::stats::Registry>,
     /// Workers in this process (for INFO).
     pub workers: usize,
+    /// Set when the process drains: sessions read nothing more, answer what they have read,
+    /// and close.
+    pub draining: std::sync::atomic::AtomicBool,
+    /// Wakes every session when draining starts.
+    pub drain: tokio::sync::Notify,
 }
 
 /// One worker's current chain parts for one listener. A config change stores new parts and
@@ -127,17 +136,36 @@ pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>) {
     let listener = live.parts.listener.clone();
     let mut s = Session {
         decoder: RequestDecoder::new(listener.limits),
-        rbuf: BytesMut::with_capacity(READ_CHUNK),
-        wbuf: BytesMut::with_capacity(READ_CHUNK),
+        // Buffers are allocated by the first read and write, and given back when a burst
+        // made them grow: an idle connection costs little.
+        rbuf: BytesMut::new(),
+        wbuf: BytesMut::new(),
         pending: VecDeque::new(),
         timer: Box::pin(tokio::time::sleep_until(Instant::now())),
         timer_armed: false,
         state: SessionState::new(listener.downstream_password.is_none()),
         closing: false,
         eof: false,
+        draining: false,
         keys: Vec::new(),
+        ready_bytes: 0,
+        waits: 0,
+        avg_reply: 64,
+        window: WINDOW_START,
+        last_taken: Instant::now(),
+        stall_timer: None,
     };
-    let result = poll_fn(|cx| s.poll(cx, &mut stream, &mut live, &ctx)).await;
+    let drained = ctx.drain.notified();
+    tokio::pin!(drained);
+    let result = poll_fn(|cx| {
+        if !s.draining
+            && (ctx.draining.load(Ordering::Relaxed) || drained.as_mut().poll(cx).is_ready())
+        {
+            s.draining = true;
+        }
+        s.poll(cx, &mut stream, &mut live, &ctx)
+    })
+    .await;
     if let Err(e) = result {
         tracing::debug!(error = %e, "client connection ended");
     }
@@ -155,7 +183,35 @@ struct Session {
     closing: bool,
     /// The client closed its side.
     eof: bool,
+    /// The process drains: read nothing more, answer what was read, then close.
+    draining: bool,
     keys: Vec<usize>,
+    /// Bytes of replies in `pending` that are ready (answered by the proxy itself).
+    ready_bytes: usize,
+    /// Requests in `pending` waiting for the upstream.
+    waits: usize,
+    /// Running average of this client's reply sizes: the expected bytes of each reply in
+    /// flight, so that the buffer bound holds before the replies arrive.
+    avg_reply: usize,
+    /// Requests this client may have in flight now (below `max_pending_per_client`): starts
+    /// at [`WINDOW_START`] and grows by one per reply that arrives while the bytes held stay
+    /// under the bound (doubling per round trip), halves when they reach it. Reply sizes are
+    /// unknown until they arrive, so this is what keeps a burst of large replies near the
+    /// bound instead of `max_pending_per_client` times their size.
+    window: usize,
+    /// When the client last took reply bytes (or the session started).
+    last_taken: Instant,
+    /// Armed while the session is held at its buffer limit by a client that does not read.
+    stall_timer: Option<Pin<Box<Sleep>>>,
+}
+
+/// Why a session ends on its own.
+#[derive(Debug)]
+enum Cut {
+    /// More reply bytes held than the hard limit.
+    HardLimit(usize),
+    /// Held at the limit, nothing read by the client for the stall timeout.
+    Stalled(usize),
 }
 
 impl Session {
@@ -166,15 +222,23 @@ impl Session {
         live: &mut Live,
         ctx: &ListenerCtx,
     ) -> Poll<io::Result<()>> {
+        let limits = &live.parts.listener.client;
+        let (limit, hard, stall) = (
+            limits.buffer_limit,
+            limits.buffer_hard_limit,
+            limits.stall_timeout,
+        );
         loop {
             let mut progress = false;
 
-            // 1. Read and dispatch while the client may have more outstanding.
-            let max = live.parts.listener.max_pending_per_client;
+            // 1. Read and dispatch while the client may have more outstanding and the bytes
+            //    held for it stay under its bound.
+            let max = live.parts.listener.max_pending_per_client.min(self.window);
             if !self.closing
                 && !self.eof
+                && !self.draining
                 && self.pending.len() < max
-                && self.wbuf.len() < MAX_WBUF
+                && self.held() < limit
                 && stream.poll_read_ready(cx).is_ready()
             {
                 if self.rbuf.capacity() - self.rbuf.len() < 1024 {
@@ -200,19 +264,34 @@ impl Session {
             }
             if !self.rbuf.is_empty() && !self.closing {
                 live.refresh(&ctx.slot);
-                self.decode_all(live, ctx, max);
+                let before = self.pending.len();
+                self.decode_all(live, ctx, max, limit);
+                progress |= self.pending.len() != before;
+            }
+            if self.rbuf.is_empty() && self.rbuf.capacity() > KEEP_RBUF {
+                self.rbuf = BytesMut::new();
             }
 
             // 2. Move finished replies, oldest first, into the write buffer.
             while let Some(front) = self.pending.front_mut() {
                 let reply = match front {
                     Pending::Ready(_) => match self.pending.pop_front() {
-                        Some(Pending::Ready(r)) => r,
+                        Some(Pending::Ready(r)) => {
+                            self.ready_bytes -= r.len();
+                            r
+                        }
                         _ => unreachable!("front was Ready"),
                     },
                     Pending::Wait { fut, deadline } => match Pin::new(fut).poll(cx) {
                         Poll::Ready(Ok(r)) => {
                             self.pending.pop_front();
+                            self.waits -= 1;
+                            self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
+                            if self.held() + r.len() < limit {
+                                self.window = self.window.saturating_add(1);
+                            } else {
+                                self.window = (self.window / 2).max(1);
+                            }
                             r
                         }
                         Poll::Ready(Err(never)) => match never {},
@@ -220,6 +299,7 @@ impl Session {
                             let deadline = *deadline;
                             if self.poll_timeout(cx, deadline) {
                                 self.pending.pop_front();
+                                self.waits -= 1;
                                 ctx.stats.timeouts.inc();
                                 error_reply("ERR respway: upstream timeout")
                             } else {
@@ -230,30 +310,86 @@ impl Session {
                 };
                 self.wbuf.extend_from_slice(&reply);
                 progress = true;
+                if self.wbuf.len() > hard {
+                    return Poll::Ready(Err(self.cut(ctx, Cut::HardLimit(self.wbuf.len()))));
+                }
             }
 
             // 3. Write what is ready, in as few syscalls as possible.
+            let mut blocked = false;
             while !self.wbuf.is_empty() {
                 match stream.poll_write_ready(cx) {
                     Poll::Ready(Ok(())) => match stream.try_write(&self.wbuf) {
                         Ok(n) => {
                             self.wbuf.advance(n);
+                            self.last_taken = Instant::now();
                             progress = true;
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                         Err(e) => return Poll::Ready(Err(e)),
                     },
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => break,
+                    Poll::Pending => {
+                        blocked = true;
+                        break;
+                    }
                 }
             }
-            if self.wbuf.is_empty() && self.pending.is_empty() && (self.closing || self.eof) {
+            if self.wbuf.is_empty() && self.wbuf.capacity() > KEEP_WBUF {
+                self.wbuf = BytesMut::new();
+            }
+            // A client held at its bound that takes nothing (it may be writing a pipeline it
+            // will only read after the last command, and waits for us as we wait for it) is
+            // disconnected after the stall timeout instead of waiting forever.
+            if blocked && self.held() >= limit {
+                let at = self.last_taken + stall;
+                if Instant::now() >= at {
+                    return Poll::Ready(Err(self.cut(ctx, Cut::Stalled(self.held()))));
+                }
+                let t = self
+                    .stall_timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                if t.deadline() != at {
+                    t.as_mut().reset(at);
+                }
+                if t.as_mut().poll(cx).is_ready() {
+                    continue;
+                }
+            } else if self.stall_timer.is_some() {
+                self.stall_timer = None;
+            }
+            if self.wbuf.is_empty()
+                && self.pending.is_empty()
+                && (self.closing || self.eof || self.draining)
+            {
                 return Poll::Ready(Ok(()));
             }
             if !progress {
                 return Poll::Pending;
             }
         }
+    }
+
+    /// Bytes held for this client: replies waiting to be written, replies ready in order, and
+    /// the expected size of the replies in flight.
+    fn held(&self) -> usize {
+        self.wbuf.len() + self.ready_bytes + self.waits * self.avg_reply
+    }
+
+    /// Ends the session for exceeding its output bound: logged and counted.
+    fn cut(&mut self, ctx: &ListenerCtx, why: Cut) -> io::Error {
+        ctx.stats.output_limit_closes.inc();
+        let text = match why {
+            Cut::HardLimit(n) => format!(
+                "client output buffer over its hard limit ({n} bytes held): connection closed"
+            ),
+            Cut::Stalled(n) => format!(
+                "client output buffer at its limit ({n} bytes held) and nothing read for the \
+                 stall timeout: connection closed"
+            ),
+        };
+        tracing::warn!(client_id = self.state.id, "{text}");
+        io::Error::other(text)
     }
 
     /// True when `deadline` has passed; otherwise makes sure the timer will wake us by then.
@@ -276,12 +412,16 @@ impl Session {
         }
     }
 
-    fn decode_all(&mut self, live: &mut Live, ctx: &ListenerCtx, max: usize) {
-        while self.pending.len() < max {
+    fn decode_all(&mut self, live: &mut Live, ctx: &ListenerCtx, max: usize, limit: usize) {
+        while self.pending.len() < max && self.held() < limit {
             match self.decoder.decode(&mut self.rbuf) {
                 Ok(Some(args)) => {
                     ctx.stats.commands.inc();
                     let p = self.dispatch(args, live, ctx);
+                    match &p {
+                        Pending::Ready(r) => self.ready_bytes += r.len(),
+                        Pending::Wait { .. } => self.waits += 1,
+                    }
                     self.pending.push_back(p);
                     if self.closing {
                         return;
@@ -290,8 +430,9 @@ impl Session {
                 Ok(None) => return,
                 Err(e) => {
                     ctx.stats.protocol_errors.inc();
-                    self.pending
-                        .push_back(Pending::Ready(error_reply(&format!("ERR {e}"))));
+                    let r = error_reply(&format!("ERR {e}"));
+                    self.ready_bytes += r.len();
+                    self.pending.push_back(Pending::Ready(r));
                     self.closing = true;
                     return;
                 }

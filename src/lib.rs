@@ -308,6 +308,8 @@ impl Worker {
                     stats,
                     registry: self.registry.clone(),
                     workers: self.workers,
+                    draining: std::sync::atomic::AtomicBool::new(false),
+                    drain: tokio::sync::Notify::new(),
                 });
                 let _ = i;
                 tokio::spawn(accept_loop(listener, ctx));

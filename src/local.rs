@@ -386,6 +386,11 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener) -> Reply {
         s.push_str(&format!("protocol_errors:{}\r\n", t.protocol_errors));
         s.push_str(&format!("unsupported_commands:{}\r\n", t.unsupported));
         s.push_str(&format!("upstream_timeouts:{}\r\n", t.timeouts));
+        s.push_str(&format!(
+            "client_output_buffer_limit_disconnections:{}\r\n",
+            t.output_limit_closes
+        ));
+        s.push_str(&format!("auth_failures:{}\r\n", t.auth_failures));
         let u = ctx.registry.upstream_totals();
         for (kind, n) in &u.errors {
             s.push_str(&format!("upstream_errors_{}:{n}\r\n", kind.name()));

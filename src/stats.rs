@@ -40,6 +40,10 @@ pub struct ListenerStats {
     pub unsupported: Counter,
     /// Requests answered with an upstream timeout.
     pub timeouts: Counter,
+    /// Client connections closed for holding too many reply bytes.
+    pub output_limit_closes: Counter,
+    /// Failed AUTH attempts.
+    pub auth_failures: Counter,
 }
 
 /// One worker's mirror and hot-key counters for one listener.
@@ -86,6 +90,10 @@ pub struct Totals {
     pub unsupported: u64,
     /// Upstream timeouts.
     pub timeouts: u64,
+    /// Clients closed for their output buffer.
+    pub output_limit_closes: u64,
+    /// Failed AUTH attempts.
+    pub auth_failures: u64,
 }
 
 impl Registry {
@@ -156,6 +164,8 @@ impl Registry {
             t.protocol_errors += s.protocol_errors.get();
             t.unsupported += s.unsupported.get();
             t.timeouts += s.timeouts.get();
+            t.output_limit_closes += s.output_limit_closes.get();
+            t.auth_failures += s.auth_failures.get();
         }
         t
     }

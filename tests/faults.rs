@@ -447,3 +447,139 @@ fn a_restarted_shard_serves_the_first_request_after_it_is_back() {
     );
     assert_eq!(c.call(&["GET", "a:k"]).text(), "3");
 }
+
+/// A client that pipelines large GETs and never reads its replies: respway stops reading it
+/// at the buffer limit (its RSS stays within the bound plus buffers), other clients are
+/// served, and after the stall timeout the client is disconnected, logged and counted.
+#[test]
+fn a_client_that_never_reads_is_bounded_and_then_disconnected() {
+    let shard = redis();
+    let yaml = sharded_yaml(&[shard.addr], "{ policy: maglev }", true).replace(
+        "    op_timeout: 2s\n",
+        "    op_timeout: 2s\n    client_buffer_limit: 16777216\n    client_stall_timeout: 2s\n",
+    );
+    let rw = respway_process(&yaml, &[]);
+    let value = "x".repeat(100 * 1024);
+    assert_eq!(
+        RespConn::connect(rw.addr).call(&["SET", "big", &value]),
+        Resp::Simple("OK".into())
+    );
+    let before = rss_of(rw.child.id());
+    // 20,000 GETs of 100 KiB = 2 GB of replies, written by a thread that never reads.
+    let mut hog = RespConn::connect(rw.addr);
+    let mut out = Vec::new();
+    for _ in 0..20_000 {
+        encode_cmd(&mut out, &[b"GET", b"big"]);
+    }
+    let mut writer = hog.stream.try_clone().unwrap();
+    let w = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = writer.write_all(&out);
+    });
+    let mut peak = 0;
+    let mut other = RespConn::connect(rw.addr);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500) {
+        peak = peak.max(rss_of(rw.child.id()));
+        let k = format!("k{}", start.elapsed().as_micros());
+        assert_eq!(other.call(&["SET", &k, "1"]), Resp::Simple("OK".into()));
+        assert_eq!(
+            other.call(&["GET", &k]).text(),
+            "1",
+            "other clients are served"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let grew = peak.saturating_sub(before);
+    eprintln!("non-reading client: respway RSS {before} -> peak {peak} (+{grew} bytes)");
+    assert!(
+        grew < 16 * 1024 * 1024 + 32 * 1024 * 1024,
+        "RSS grew by {grew} bytes with a 16 MiB client buffer limit"
+    );
+    // Held at the limit with nothing read for 2 s: disconnected.
+    std::thread::sleep(Duration::from_millis(1500));
+    hog.stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut got = 0usize;
+    let closed = loop {
+        match hog.read() {
+            Ok(_) => got += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        got < 20_000,
+        "the client was disconnected before all its replies ({got})"
+    );
+    eprintln!("after {got} replies: {closed}");
+    let _ = w.join();
+    let info = other.call(&["INFO", "proxy"]).text();
+    assert!(
+        info.contains("client_output_buffer_limit_disconnections:1"),
+        "{info}"
+    );
+    assert!(
+        process_log(&rw).contains("output buffer"),
+        "the disconnection is logged"
+    );
+}
+
+/// A client that writes a whole pipeline of large values before it reads anything (redis-py
+/// `pipeline(transaction=False)`) completes as against Redis when its replies fit the bound.
+#[test]
+fn a_large_pipeline_written_before_reading_completes() {
+    let shard = redis();
+    let rw = respway(&sharded_yaml(&[shard.addr], "{ policy: maglev }", true), 1);
+    let value = vec![b'v'; 4 << 20];
+    let k = 8;
+    let mut out = Vec::new();
+    for i in 0..k {
+        let key = format!("big{i}");
+        encode_cmd(&mut out, &[b"SET", key.as_bytes(), &value]);
+    }
+    for i in 0..k {
+        let key = format!("big{i}");
+        encode_cmd(&mut out, &[b"GET", key.as_bytes()]);
+    }
+    for round in 0..2 {
+        // SETs then GETs, and then interleaved SET/GET pairs.
+        let mut c = RespConn::connect(rw.addr);
+        let mut writer = c.stream.try_clone().unwrap();
+        let bytes = if round == 0 {
+            out.clone()
+        } else {
+            let mut o = Vec::new();
+            for i in 0..k {
+                let key = format!("mix{i}");
+                encode_cmd(&mut o, &[b"SET", key.as_bytes(), &value]);
+                encode_cmd(&mut o, &[b"GET", key.as_bytes()]);
+            }
+            o
+        };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let w = std::thread::spawn(move || {
+            use std::io::Write;
+            let r = writer.write_all(&bytes);
+            let _ = done_tx.send(r.is_ok());
+        });
+        assert_eq!(
+            done_rx.recv_timeout(Duration::from_secs(20)),
+            Ok(true),
+            "round {round}: respway stopped reading a pipeline whose replies fit the bound"
+        );
+        w.join().unwrap();
+        for i in 0..2 * k {
+            let r = c.read().expect("reply");
+            let get = if round == 0 { i >= k } else { i % 2 == 1 };
+            if get {
+                assert!(
+                    matches!(&r, Resp::Bulk(Some(v)) if v.len() == 4 << 20),
+                    "round {round} reply {i}"
+                );
+            } else {
+                assert_eq!(r, Resp::Simple("OK".into()));
+            }
+        }
+    }
+}

@@ -641,3 +641,40 @@ fn fake_conn(
         }
     }
 }
+
+/// Starts the `respway` binary (`--workers 1`) on a config whose first listener address
+/// `127.0.0.1:0` is replaced by a free port; stderr goes to `log` in the process's directory.
+pub fn respway_process(yaml: &str, extra_args: &[&str]) -> Proc {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("respway-proc-{port}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("respway.yaml");
+    std::fs::write(
+        &path,
+        yaml.replacen("127.0.0.1:0", &format!("127.0.0.1:{port}"), 1),
+    )
+    .expect("write config");
+    let log = std::fs::File::create(dir.join("log")).expect("log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_respway"))
+        .args(["--config", path.to_str().expect("utf8"), "--workers", "1"])
+        .args(extra_args)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("respway binary");
+    let p = Proc {
+        child,
+        addr: ([127, 0, 0, 1], port).into(),
+        dir: Some(dir),
+    };
+    wait_port(p.addr, "respway");
+    p
+}
+
+/// The log the process wrote (see [`respway_process`]).
+pub fn process_log(p: &Proc) -> String {
+    p.dir
+        .as_ref()
+        .and_then(|d| std::fs::read_to_string(d.join("log")).ok())
+        .unwrap_or_default()
+}
