@@ -72,7 +72,7 @@ struct Shared {
 #[derive(Debug)]
 pub struct Server {
     addrs: Vec<SocketAddr>,
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Stop>,
     threads: Vec<JoinHandle<()>>,
     registry: Arc<Registry>,
     handle: ConfigHandle,
@@ -150,10 +150,22 @@ impl Server {
 
     /// Stops accepting, closes every connection and joins the workers.
     pub fn shutdown(self) {
-        let _ = self.stop.send(true);
+        let _ = self.stop.send(Stop::Now);
         for t in self.threads {
             let _ = t.join();
         }
+    }
+
+    /// Graceful drain (Envoy's `--drain-time-s`): stops accepting, lets every session answer
+    /// the commands it has already read (reading nothing more), closes each session once it
+    /// owes nothing, and joins the workers when all are closed or `timeout` has passed
+    /// (whatever is still open then is closed). Returns the sessions cut by the timeout.
+    pub fn drain(self, timeout: std::time::Duration) -> u64 {
+        let _ = self.stop.send(Stop::Drain(timeout));
+        for t in self.threads {
+            let _ = t.join();
+        }
+        self.registry.totals().active
     }
 
     /// Blocks until the workers end (they end on [`Server::shutdown`] from another handle
@@ -192,7 +204,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         apply_lock: std::sync::Mutex::new(()),
     });
     let registry = Arc::new(Registry::default());
-    let (stop, stop_rx) = watch::channel(false);
+    let (stop, stop_rx) = watch::channel(Stop::Run);
     let mut threads = Vec::with_capacity(workers);
     // Worker 0 binds first (resolving port 0); the others bind the same addresses with
     // SO_REUSEPORT so the kernel spreads connections over them.
@@ -230,7 +242,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
                 }
             }
             Ok(Err(e)) => {
-                let _ = stop.send(true);
+                let _ = stop.send(Stop::Now);
                 for t in threads {
                     let _ = JoinHandle::join(t);
                 }
@@ -249,6 +261,17 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     })
 }
 
+/// What the workers are told to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Serve.
+    Run,
+    /// Drain for at most this long, then stop.
+    Drain(std::time::Duration),
+    /// Stop now.
+    Now,
+}
+
 /// Identifies a pool: the same endpoint in the same cluster with the same settings.
 type PoolKey = (String, EndpointConfig, usize);
 
@@ -257,7 +280,7 @@ struct Worker {
     shared: Arc<Shared>,
     registry: Arc<Registry>,
     workers: usize,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<Stop>,
     /// This worker's upstream pools, kept across config changes for endpoints that remain.
     pools: HashMap<PoolKey, EndpointHandle>,
     /// This worker's upstream counters (kept across config changes).
@@ -298,6 +321,8 @@ impl Worker {
             let mut seen = snapshot.version;
             let all_parts = self.build_parts(&snapshot);
             let mut slots = Vec::new();
+            let mut ctxs = Vec::new();
+            let mut accepts = Vec::new();
             for (i, (listener, parts)) in listeners.into_iter().zip(all_parts).enumerate() {
                 let stats = Arc::new(ListenerStats::default());
                 self.registry.add(stats.clone());
@@ -312,13 +337,21 @@ impl Worker {
                     drain: tokio::sync::Notify::new(),
                 });
                 let _ = i;
-                tokio::spawn(accept_loop(listener, ctx));
+                ctxs.push(ctx.clone());
+                accepts.push(tokio::spawn(accept_loop(listener, ctx)));
             }
             loop {
                 tokio::select! {
                     r = self.stop.changed() => {
-                        if r.is_err() || *self.stop.borrow() {
-                            break;
+                        let stop = *self.stop.borrow();
+                        match stop {
+                            _ if r.is_err() => break,
+                            Stop::Run => continue,
+                            Stop::Now => break,
+                            Stop::Drain(timeout) => {
+                                drain(&ctxs, accepts, timeout, self.id).await;
+                                break;
+                            }
                         }
                     }
                     r = changed.changed() => {
@@ -427,6 +460,47 @@ impl Worker {
                 parts
             })
             .collect()
+    }
+}
+
+/// Stops accepting (the listening sockets close), tells every session to answer what it has
+/// read and close, and waits until all have closed or `timeout` has passed.
+async fn drain(
+    ctxs: &[Arc<ListenerCtx>],
+    accepts: Vec<tokio::task::JoinHandle<()>>,
+    timeout: std::time::Duration,
+    worker: usize,
+) {
+    use std::sync::atomic::Ordering;
+    for a in &accepts {
+        a.abort();
+    }
+    for a in accepts {
+        let _ = a.await;
+    }
+    for c in ctxs {
+        c.draining.store(true, Ordering::Relaxed);
+        c.drain.notify_waiters();
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let open = || {
+        ctxs.iter()
+            .map(|c| c.stats.active.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    while open() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let left = open();
+    if left > 0 {
+        tracing::warn!(
+            worker,
+            sessions = left,
+            ?timeout,
+            "drain timeout: closing sessions still open"
+        );
+    } else {
+        tracing::info!(worker, "drained: every session answered and closed");
     }
 }
 

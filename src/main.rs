@@ -33,6 +33,10 @@ struct Args {
     /// Only validate the configuration, then exit (0 = valid, 2 = invalid).
     #[arg(long)]
     check: bool,
+    /// On SIGTERM/SIGINT: stop accepting, answer every command already read, then exit 0;
+    /// sessions still open after this many seconds are closed (Envoy's `--drain-time-s`).
+    #[arg(long, default_value_t = 5.0)]
+    drain_time_s: f64,
 }
 
 fn main() -> ExitCode {
@@ -173,7 +177,14 @@ async fn run(
         tracing::info!(address = %a, workers, "listening");
     }
     signals(server.config_handle(), args.config.clone(), zone.clone()).await;
-    server.shutdown();
+    let drain = Duration::from_secs_f64(args.drain_time_s.max(0.0));
+    tracing::info!(?drain, "draining");
+    let cut = tokio::task::spawn_blocking(move || server.drain(drain))
+        .await
+        .unwrap_or(0);
+    if cut > 0 {
+        tracing::warn!(sessions = cut, "sessions closed by the drain timeout");
+    }
     ExitCode::SUCCESS
 }
 

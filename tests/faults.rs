@@ -583,3 +583,93 @@ fn a_large_pipeline_written_before_reading_completes() {
         }
     }
 }
+
+/// SIGTERM during pipelines: respway stops accepting, answers every command it has read, then
+/// exits 0; a command it did not answer was not run.
+#[test]
+fn sigterm_answers_every_command_read_and_exits_zero() {
+    let shards: Vec<Proc> = (0..2).map(|_| redis()).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let mut rw = respway_process(&sharded_yaml(&addrs, "{ policy: maglev }", true), &[]);
+    let addr = rw.addr;
+    let lists: Vec<String> = (0..8).map(|i| format!("term:{i}")).collect();
+    let started = std::sync::Arc::new(std::sync::Barrier::new(lists.len() + 1));
+    let clients: Vec<_> = lists
+        .iter()
+        .cloned()
+        .map(|list| {
+            let started = started.clone();
+            std::thread::spawn(move || {
+                let mut c = RespConn::connect(addr);
+                let mut acked = Vec::new();
+                let mut id = 0u64;
+                started.wait();
+                'outer: loop {
+                    let cmds: Vec<Vec<String>> = (id..id + 50)
+                        .map(|i| vec!["RPUSH".into(), list.clone(), i.to_string()])
+                        .collect();
+                    if c.write_raw(&{
+                        let mut o = Vec::new();
+                        for cmd in &cmds {
+                            let a: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+                            encode_cmd(&mut o, &a);
+                        }
+                        o
+                    })
+                    .is_err()
+                    {
+                        break;
+                    }
+                    for i in id..id + 50 {
+                        match c.read() {
+                            Ok(Resp::Int(_)) => acked.push(i),
+                            Ok(r) => panic!("{list}: {r:?}"),
+                            Err(_) => break 'outer,
+                        }
+                    }
+                    id += 50;
+                    assert!(id < 10_000_000);
+                }
+                (list, acked)
+            })
+        })
+        .collect();
+    started.wait();
+    std::thread::sleep(Duration::from_millis(400));
+    signal(&rw, "-TERM");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = rw.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "respway did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        status.success(),
+        "exit status {status:?}: {}",
+        process_log(&rw)
+    );
+    let mut total = 0;
+    for t in clients {
+        let (list, acked) = t.join().unwrap();
+        let on_shards: Vec<u64> = addrs.iter().flat_map(|&a| list_ids(a, &list)).collect();
+        assert!(
+            !acked.is_empty(),
+            "{list}: the client made progress before SIGTERM"
+        );
+        assert!(
+            on_shards == acked,
+            "{list}: {} pushes applied on the shards, {} answered (the same ones, in order, \
+             expected)",
+            on_shards.len(),
+            acked.len()
+        );
+        total += acked.len();
+    }
+    assert!(process_log(&rw).contains("drained"), "{}", process_log(&rw));
+    eprintln!("SIGTERM: {total} pushes answered, none applied unanswered");
+}
