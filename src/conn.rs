@@ -490,6 +490,17 @@ impl Session {
                 if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
                     return Pending::Ready(error_reply(&format!("ERR {e}")));
                 }
+                if self.keys.is_empty()
+                    && local::is_script(cmd.name)
+                    && !live.parts.listener.client.allow_keyless_scripts
+                {
+                    return Pending::Ready(error_reply(&format!(
+                        "ERR respway: {} with no keys is refused: scripts are routed by their \
+                         keys, and one that declares none would run on an arbitrary shard (the \
+                         listener's allow_keyless_scripts allows it)",
+                        cmd.name.to_ascii_uppercase()
+                    )));
+                }
                 let key = self.keys.first().copied();
                 let mut req = Request::new(cmd, args, key);
                 let op_timeout = live.parts.listener.op_timeout;

@@ -222,6 +222,15 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
                 .map(|l| l.address)
                 .collect(),
         };
+        let names: Vec<String> = shared
+            .current
+            .load()
+            .config
+            .listeners
+            .iter()
+            .map(|l| l.name.clone())
+            .collect();
+        let bind_to: Vec<(String, SocketAddr)> = names.into_iter().zip(bind_to).collect();
         let worker = Worker {
             id: w,
             shared: shared.clone(),
@@ -290,7 +299,7 @@ struct Worker {
 impl Worker {
     fn run(
         mut self,
-        bind_to: Vec<SocketAddr>,
+        bind_to: Vec<(String, SocketAddr)>,
         ready: std::sync::mpsc::Sender<io::Result<Vec<SocketAddr>>>,
     ) {
         let rt = match tokio::runtime::Builder::new_current_thread()
@@ -522,21 +531,31 @@ fn endpoint_config(c: &Cluster, shard: &str, address: SocketAddr) -> EndpointCon
     }
 }
 
-fn bind_all(addrs: &[SocketAddr]) -> io::Result<Vec<TcpListener>> {
+/// Binds every listener; an error names the listener and the address.
+fn bind_all(addrs: &[(String, SocketAddr)]) -> io::Result<Vec<TcpListener>> {
     addrs
         .iter()
-        .map(|&addr| {
-            let socket = if addr.is_ipv4() {
-                TcpSocket::new_v4()?
-            } else {
-                TcpSocket::new_v6()?
-            };
-            socket.set_reuseaddr(true)?;
-            socket.set_reuseport(true)?;
-            socket.bind(addr)?;
-            socket.listen(1024)
+        .map(|(name, addr)| {
+            bind_one(*addr).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("listener {name:?}: cannot listen on {addr}: {e}"),
+                )
+            })
         })
         .collect()
+}
+
+fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {

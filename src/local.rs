@@ -26,6 +26,8 @@ pub struct SessionState {
     pub name: Option<Bytes>,
     /// CLIENT ID (taken once per connection, not per request).
     pub id: u64,
+    /// Failed AUTH attempts on this connection.
+    pub auth_failures: u32,
     /// A MULTI was refused: every command up to EXEC/DISCARD is refused and not forwarded, so
     /// a client's transaction never runs piecemeal outside one.
     pub refused_multi: bool,
@@ -39,6 +41,7 @@ impl SessionState {
             name: None,
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
             refused_multi: false,
+            auth_failures: 0,
         }
     }
 }
@@ -103,6 +106,14 @@ pub fn in_refused_multi(name: &str, state: &mut SessionState) -> Option<Reply> {
     })
 }
 
+/// True for the script and function calls whose keys are declared by a count.
+pub fn is_script(name: &str) -> bool {
+    matches!(
+        name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    )
+}
+
 /// Answers one locally served command.
 pub fn handle(
     cmd: ProxyCommand,
@@ -133,8 +144,18 @@ pub fn handle(
             ]);
             encode(&frame)
         }
-        ProxyCommand::Auth => auth(&args[1..], state, listener),
-        ProxyCommand::Hello => return Local::Reply(hello(args, state, listener)),
+        ProxyCommand::Auth => {
+            let r = auth(&args[1..], state, listener);
+            return after_auth(r, state, ctx, listener);
+        }
+        ProxyCommand::Hello => {
+            let failures = state.auth_failures;
+            let r = hello(args, state, listener);
+            if state.auth_failures != failures {
+                return after_auth(r, state, ctx, listener);
+            }
+            return Local::Reply(r);
+        }
         ProxyCommand::Client => client(args, state),
         ProxyCommand::Command => command_reply(args),
         ProxyCommand::Info => info(args, ctx, listener),
@@ -146,6 +167,34 @@ fn encode(f: &Frame) -> Reply {
     let mut out = BytesMut::new();
     f.encode(&mut out);
     out.freeze()
+}
+
+/// Counts a failed AUTH, and closes the connection after `max_auth_failures` of them.
+fn after_auth(r: Reply, state: &SessionState, ctx: &ListenerCtx, listener: &Listener) -> Local {
+    if !r.starts_with(b"-WRONGPASS") {
+        return Local::Reply(r);
+    }
+    ctx.stats.auth_failures.inc();
+    if state.auth_failures >= listener.client.max_auth_failures {
+        tracing::warn!(
+            client_id = state.id,
+            failures = state.auth_failures,
+            "too many failed AUTH attempts: connection closed"
+        );
+        return Local::ReplyAndClose(r);
+    }
+    Local::Reply(r)
+}
+
+/// Compares in time that depends only on the lengths, not on where the bytes differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u64;
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= u64::from(x ^ y);
+    }
+    std::hint::black_box(diff) == 0
 }
 
 fn auth(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply {
@@ -162,10 +211,12 @@ fn auth(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply 
         _ => return error_reply("ERR syntax error"),
     };
     let user_ok = user.is_none_or(|u| &u[..] == b"default");
-    if user_ok && &pass[..] == expected.as_bytes() {
+    let pass_ok = constant_time_eq(pass, expected.as_bytes());
+    if user_ok && pass_ok {
         state.authenticated = true;
         ok()
     } else {
+        state.auth_failures += 1;
         error_reply("WRONGPASS invalid username-password pair or user is disabled.")
     }
 }

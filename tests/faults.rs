@@ -223,8 +223,9 @@ fn signal(p: &Proc, sig: &str) {
     assert!(ok, "kill {sig}");
 }
 
-/// What one client saw of its RPUSHes: `acked` ids, ids answered with a timeout (with the time
-/// each was sent), ids refused without being sent (unavailable / queue full).
+/// What one client saw of its RPUSHes: `acked` ids, ids whose outcome is unknown (timed out or
+/// lost with a broken connection; with the time each was sent), ids refused without being
+/// sent (unavailable / queue full).
 #[derive(Default)]
 struct Outcome {
     acked: Vec<u64>,
@@ -259,7 +260,11 @@ fn rpush_clients(
                     for &i in &ids {
                         match c.read().expect("every command gets a reply") {
                             Resp::Int(_) => o.acked.push(i),
-                            Resp::Error(e) if e.contains("upstream timeout") => {
+                            // Timed out, or lost with the connection: it may have run.
+                            Resp::Error(e)
+                                if e.contains("upstream timeout")
+                                    || e.contains("connection lost") =>
+                            {
                                 o.timed_out.push((i, sent))
                             }
                             Resp::Error(e)
@@ -672,4 +677,169 @@ fn sigterm_answers_every_command_read_and_exits_zero() {
     }
     assert!(process_log(&rw).contains("drained"), "{}", process_log(&rw));
     eprintln!("SIGTERM: {total} pushes answered, none applied unanswered");
+}
+
+/// Wrong passwords are counted, and the connection is closed after `max_auth_failures`.
+#[test]
+fn failed_auth_attempts_are_counted_and_limited() {
+    let shard = redis();
+    let yaml = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    downstream_auth_password: pw-1\n    max_auth_failures: 3\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+        shard.addr
+    );
+    let rw = respway(&yaml, 1);
+    let wrong = Resp::Error("WRONGPASS invalid username-password pair or user is disabled.".into());
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(c.call(&["AUTH", "pw-2"]), wrong);
+    assert_eq!(
+        c.call(&["AUTH", "pw-"]),
+        wrong,
+        "a prefix is not the password"
+    );
+    assert_eq!(c.call(&["HELLO", "2", "AUTH", "default", "x"]), wrong);
+    assert!(c.read().is_err(), "closed after the third failure");
+    let mut ok = RespConn::connect(rw.addr);
+    assert_eq!(ok.call(&["AUTH", "pw-2"]), wrong);
+    assert_eq!(ok.call(&["AUTH", "pw-1"]), Resp::Simple("OK".into()));
+    let info = ok.call(&["INFO", "proxy"]).text();
+    assert!(info.contains("auth_failures:4"), "{info}");
+}
+
+/// A listener that cannot bind says which listener and which address.
+#[test]
+fn a_bind_failure_names_the_listener_and_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let shard = redis();
+    let yaml = format!(
+        "listeners:\n  - name: edge\n    address: {addr}\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+        shard.addr
+    );
+    // SO_REUSEPORT would share a port with another socket of the same user that also set
+    // it; the std listener does not, so binding fails.
+    let resources = respway_xds::parse_yaml(&yaml).unwrap();
+    let config = respway_xds::translate(&resources).unwrap();
+    let err =
+        respway::start(config, respway::Options { workers: 1 }).expect_err("the port is taken");
+    let text = err.to_string();
+    assert!(
+        text.contains("listener \"edge\"") && text.contains(&addr.to_string()),
+        "{text}"
+    );
+}
+
+/// A script that declares no keys would run on an arbitrary shard; it is refused unless the
+/// listener allows it.
+#[test]
+fn keyless_scripts_are_refused_unless_allowed() {
+    let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
+    let rw = respway(&yaml, 1);
+    let mut c = RespConn::connect(rw.addr);
+    let r = c.call(&["EVAL", "redis.call('SET', 'kl', '1') return 1", "0"]);
+    assert!(
+        r.error()
+            .is_some_and(|e| e.contains("EVAL with no keys is refused")),
+        "{r:?}"
+    );
+    for cmd in [
+        vec!["EVALSHA", "0000000000000000000000000000000000000000", "0"],
+        vec!["FCALL", "f", "0"],
+        vec!["EVAL_RO", "return 1", "0"],
+    ] {
+        let r = c.call(&cmd);
+        assert!(
+            r.error().is_some_and(|e| e.contains("no keys is refused")),
+            "{cmd:?}: {r:?}"
+        );
+    }
+    assert_eq!(
+        c.call(&["EVAL", "return redis.call('SET', KEYS[1], '1')", "1", "kl2"]),
+        Resp::Simple("OK".into()),
+        "scripts with keys run"
+    );
+    assert_eq!(
+        read_back(&addrs, "kl"),
+        None,
+        "the refused script ran nowhere"
+    );
+    let allowed = respway(
+        &yaml.replace(
+            "    op_timeout: 2s\n",
+            "    op_timeout: 2s\n    allow_keyless_scripts: true\n",
+        ),
+        1,
+    );
+    let mut c = RespConn::connect(allowed.addr);
+    assert_eq!(c.call(&["EVAL", "return 7", "0"]), Resp::Int(7));
+}
+
+/// A shard killed under load and restarted (with an fsync-always AOF, so Redis itself keeps
+/// what it acknowledged): every acknowledged push is there afterwards, in order, and the
+/// other shard's clients never noticed.
+#[test]
+fn a_shard_killed_and_restarted_under_load_loses_no_acknowledged_write() {
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut a = redis_with(&aof);
+    let b = redis();
+    let port = a.addr.port();
+    let rw = respway(&two_cluster_yaml(a.addr, b.addr, "500ms", ""), 1);
+    let until = Instant::now() + Duration::from_millis(2500);
+    let a_clients = rpush_clients(
+        rw.addr,
+        (0..4).map(|i| format!("a:l{i}")).collect(),
+        10,
+        until,
+    );
+    let b_clients = rpush_clients(
+        rw.addr,
+        (0..4).map(|i| format!("b:l{i}")).collect(),
+        10,
+        until,
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    std::thread::sleep(Duration::from_millis(700));
+    let restarted = Instant::now();
+    let a2 = redis_on_with(port, &aof);
+    let back = restarted.elapsed();
+    let a_out: Vec<_> = a_clients.into_iter().map(|t| t.join().unwrap()).collect();
+    let b_out: Vec<_> = b_clients.into_iter().map(|t| t.join().unwrap()).collect();
+    for (list, o) in &b_out {
+        assert!(
+            o.timed_out.is_empty() && o.refused.is_empty() && o.other.is_empty(),
+            "{list}"
+        );
+        assert_eq!(list_ids(b.addr, list).len(), o.acked.len(), "{list}");
+    }
+    let mut failed = 0;
+    for (list, o) in &a_out {
+        assert!(o.other.is_empty(), "{list}: {:?}", o.other);
+        let executed = list_ids(a2.addr, list);
+        let set: std::collections::HashSet<u64> = executed.iter().copied().collect();
+        let lost: Vec<_> = o.acked.iter().filter(|i| !set.contains(i)).collect();
+        assert!(
+            lost.is_empty(),
+            "{list}: acknowledged pushes lost: {}",
+            lost.len()
+        );
+        for id in &o.refused {
+            assert!(!set.contains(id), "{list}: push {id} was refused but ran");
+        }
+        let mut sorted = executed.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, executed, "{list}: out of order");
+        assert!(
+            o.acked.len() > 10,
+            "{list}: pushes were acknowledged after the restart"
+        );
+        failed += o.refused.len() + o.timed_out.len();
+    }
+    eprintln!(
+        "kill/restart: shard back after {back:?}; {failed} requests failed while it was down"
+    );
+    drop(rw);
+    drop(a);
 }

@@ -71,7 +71,13 @@ pub fn redis_with(extra: &[&str]) -> Proc {
 
 /// Starts `redis-server` on this port (a shard coming back after a crash).
 pub fn redis_on(port: u16) -> Proc {
-    try_redis(port, &[]).unwrap_or_else(|| panic!("could not start redis-server on {port}"))
+    redis_on_with(port, &[])
+}
+
+/// Starts `redis-server` on this port with extra arguments (in the same directory as the one
+/// before it on this port, so an AOF written there is loaded).
+pub fn redis_on_with(port: u16, extra: &[&str]) -> Proc {
+    try_redis(port, extra).unwrap_or_else(|| panic!("could not start redis-server on {port}"))
 }
 
 fn try_redis(port: u16, extra: &[&str]) -> Option<Proc> {
