@@ -598,16 +598,17 @@ async fn run_connection(
                         if matches!(e, Fail::Stuck) {
                             stats.stuck.fetch_add(1, Ordering::Relaxed);
                         }
-                        let flapping =
-                            matches!(e, Fail::Protocol(_)) || opened.elapsed() < MIN_HEALTHY_LIFE;
-                        if !flapping && !matches!(e, Fail::Stuck) {
-                            // A connection that worked for a while is reopened at once, on the
-                            // next request.
+                        let flapping = matches!(e, Fail::Protocol(_))
+                            || (opened.elapsed() < MIN_HEALTHY_LIFE && !matches!(e, Fail::Stuck));
+                        if !flapping {
+                            // A connection that worked for a while, or got stuck, is reopened
+                            // at once, on the next request (the PING of the new connection
+                            // tells a frozen shard from a stuck connection).
                             backoff = BACKOFF_MIN;
                             continue;
                         }
-                        // A stuck shard, or one that breaks the protocol or drops us right
-                        // away, is reopened after the backoff (and probed with a PING).
+                        // A peer that breaks the protocol or drops us right away is reopened
+                        // after the backoff.
                         (e.to_string(), false)
                     }
                 }

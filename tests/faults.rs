@@ -313,7 +313,18 @@ fn a_frozen_shard_fails_fast_and_runs_nothing_it_was_not_sent_in_time() {
     // The info shows the errors counted by kind before the shard is back.
     let info = RespConn::connect(rw.addr).call(&["INFO", "proxy"]).text();
     signal(&a, "-CONT");
-    std::thread::sleep(Duration::from_millis(300));
+    // The shard is probed again when its backoff ends (at most 5 s): its keys are served
+    // again without restarting anything.
+    let resumed = Instant::now();
+    let mut c = RespConn::connect(rw.addr);
+    while c.call(&["GET", "a:probe"]).is_error() {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(8),
+            "never recovered after SIGCONT"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let recovery = resumed.elapsed();
     drop(rw);
     for (list, o) in &b_out {
         assert!(
@@ -360,7 +371,10 @@ fn a_frozen_shard_fails_fast_and_runs_nothing_it_was_not_sent_in_time() {
         "after the connection is found stuck, requests fail fast"
     );
     assert!(info.contains("upstream_stuck_connections:1"), "{info}");
-    eprintln!("frozen shard: {late} pushes ran after their timeout, {refused} refused");
+    eprintln!(
+        "frozen shard: {late} pushes ran after their timeout, {refused} refused, served again \
+         {recovery:?} after SIGCONT"
+    );
 }
 
 /// A shard that stops in the middle of a reply and keeps its socket open: the connection is
@@ -395,6 +409,10 @@ fn a_shard_that_stalls_mid_reply_is_reconnected() {
         }
     };
     assert_eq!(recovered, b"v");
+    eprintln!(
+        "stalled shard: {timeouts} requests failed, served again {:?} after the stall",
+        start.elapsed()
+    );
     assert!(fake.accepted.load(std::sync::atomic::Ordering::Relaxed) >= 2);
     // The other cluster never noticed.
     assert_eq!(c.call(&["SET", "b:k", "1"]), Resp::Simple("OK".into()));
