@@ -130,7 +130,13 @@ fn full_example_model() -> Config {
             downstream_password: Some("client-secret".into()),
             op_timeout: Duration::from_millis(250),
             max_pending_per_client: 2048,
-            client: Default::default(),
+            client: respway_filters::model::ClientLimits {
+                buffer_limit: 32 << 20,
+                buffer_hard_limit: 128 << 20,
+                stall_timeout: Duration::from_secs(10),
+                max_auth_failures: 5,
+                allow_keyless_scripts: false,
+            },
             limits: Limits {
                 max_bulk_len: 16 * 1024 * 1024,
                 max_multibulk_len: 65536,
@@ -140,7 +146,7 @@ fn full_example_model() -> Config {
         clusters: vec![
             Cluster {
                 connections_per_endpoint: 2,
-                max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
+                max_queue_per_connection: 8192,
                 connect_timeout: Duration::from_millis(500),
                 auth: Some(UpstreamAuth {
                     username: Some("respway".into()),
