@@ -114,11 +114,19 @@ impl Live {
         }
     }
 
-    /// Picks up a new configuration, if there is one.
-    fn refresh(&mut self, slot: &ListenerSlot) {
-        if slot.version.load(Ordering::Acquire) != self.version {
-            *self = Live::load(slot, self.conn);
+    /// Picks up a new configuration, if there is one, unless commands are still in flight
+    /// on the current one (`in_flight`): a new configuration may send the session's next
+    /// commands on other connections (a new pool, or another shard), and they must not pass
+    /// the ones before them. Returns false while the session must wait for those.
+    fn refresh(&mut self, slot: &ListenerSlot, in_flight: bool) -> bool {
+        if slot.version.load(Ordering::Acquire) == self.version {
+            return true;
         }
+        if in_flight {
+            return false;
+        }
+        *self = Live::load(slot, self.conn);
+        true
     }
 }
 
@@ -262,8 +270,7 @@ impl Session {
                     Err(e) => return Poll::Ready(Err(e)),
                 }
             }
-            if !self.rbuf.is_empty() && !self.closing {
-                live.refresh(&ctx.slot);
+            if !self.rbuf.is_empty() && !self.closing && live.refresh(&ctx.slot, self.waits > 0) {
                 let before = self.pending.len();
                 self.decode_all(live, ctx, max, limit);
                 progress |= self.pending.len() != before;
