@@ -438,23 +438,16 @@ fn a_killed_shard_fails_only_its_keys() {
 #[test]
 fn a_shard_that_is_not_redis_fails_only_its_keys() {
     let port = free_port();
-    let http = Proc {
-        child: Command::new("python3")
-            .args([
-                "-m",
-                "http.server",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python3"),
-        addr: ([127, 0, 0, 1], port).into(),
-        dir: None,
-    };
-    wait_port(http.addr, "python3 -m http.server");
+    let http = Spawn::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .on_port(port)
+        .start();
     let (a, b) = (redis(), redis());
     let rw = respway(
         &sharded_yaml(
@@ -562,34 +555,13 @@ fn redis_cli_and_redis_benchmark_work() {
 #[test]
 fn keys_written_through_nutcracker_are_found_through_respway() {
     let shards = three_shards();
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!("respway-nc-{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("nutcracker.yml");
-    let mut yml = format!(
-        "alpha:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{{}}\"\n  redis: true\n  auto_eject_hosts: false\n  servers:\n"
+    let mut yml = String::from(
+        "alpha:\n  listen: 127.0.0.1:0\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{}\"\n  redis: true\n  auto_eject_hosts: false\n  servers:\n",
     );
     for s in &shards {
         yml.push_str(&format!("   - {}:1\n", s.addr));
     }
-    std::fs::write(&conf, yml).unwrap();
-    let child = Command::new("nutcracker")
-        .args([
-            "-c",
-            conf.to_str().unwrap(),
-            "-s",
-            &free_port().to_string(),
-            "-o",
-            dir.join("nc.log").to_str().unwrap(),
-        ])
-        .spawn()
-        .expect("nutcracker must be installed (apt-get install nutcracker)");
-    let nc = Proc {
-        child,
-        addr: ([127, 0, 0, 1], port).into(),
-        dir: Some(dir),
-    };
-    wait_port(nc.addr, "nutcracker");
+    let nc = nutcracker(&yml);
 
     let n = 10_000;
     // nutcracker closes connections that send CLIENT SETINFO (as the redis crate does on
