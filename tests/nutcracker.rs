@@ -9,8 +9,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use respway_filters::hash::{build_picker, ShardInput};
@@ -91,25 +90,16 @@ fn write_through_nutcracker(nc: SocketAddr) {
     let mut out = Vec::new();
     for i in 0..KEYS {
         let (key, val) = (key_of(i), i.to_string());
-        out.extend_from_slice(
-            format!(
-                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{val}\r\n",
-                key.len(),
-                val.len()
-            )
-            .as_bytes(),
-        );
+        encode_cmd(&mut out, &[b"SET", key.as_bytes(), val.as_bytes()]);
     }
-    let mut s = TcpStream::connect(nc).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&out).unwrap();
+    let mut c = RespConn::connect(nc);
+    c.write_raw(&out).unwrap();
     let expect = b"+OK\r\n".repeat(KEYS);
     let mut got = Vec::new();
-    let mut buf = [0u8; 65536];
     while got.len() < expect.len() {
-        let k = s.read(&mut buf).expect("nutcracker replies");
-        assert!(k > 0, "nutcracker closed the connection");
-        got.extend_from_slice(&buf[..k]);
+        let k = c.read_raw().expect("nutcracker replies");
+        assert!(!k.is_empty(), "nutcracker closed the connection");
+        got.extend_from_slice(&k);
     }
     assert!(got == expect, "every SET through nutcracker succeeded");
 }
