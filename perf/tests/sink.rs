@@ -354,11 +354,6 @@ fn respway_perf_run_cli_reports_no_errors_against_the_sink() {
     assert_eq!(stats.commands, replies);
 }
 
-fn in_path(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-}
-
 /// Runs `cmd` (stdout captured, stderr dropped) for at most `limit`: its exit status and
 /// its output.
 fn stdout_bounded(cmd: &mut Command, limit: Duration) -> (std::process::ExitStatus, String) {
@@ -400,7 +395,7 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> std::process::ExitStatus 
 
 #[test]
 fn redis_benchmark_completes_against_the_sink() {
-    if !in_path("redis-benchmark") {
+    if !respway_testkit::have("redis-benchmark") {
         eprintln!("redis-benchmark not installed: skipped");
         return;
     }
