@@ -341,37 +341,26 @@ fn migration_steps_change_online_with_sighup() {
     let old_a: Vec<SocketAddr> = old.iter().map(|p| p.addr).collect();
     let new_a: Vec<SocketAddr> = new.iter().map(|p| p.addr).collect();
     let total = |a: &[SocketAddr]| a.iter().map(|x| dbsize(*x)).sum::<u64>();
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!("respway-sighup-{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("respway.yaml");
+    let proc_ = Spawn::new(env!("CARGO_BIN_EXE_respway"))
+        .config(
+            "--config",
+            "respway.yaml",
+            &migration_yaml(&old_a, &new_a, "{ cluster: new, mode: dual_write }"),
+        )
+        .args(["--workers", "1"])
+        .start();
+    let port = proc_.addr.port();
+    let path = proc_.config.clone().expect("config file");
     let write = |mirror: &str| {
         let y = migration_yaml(&old_a, &new_a, mirror)
             .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
         std::fs::write(&path, y).unwrap();
     };
-    write("{ cluster: new, mode: dual_write }");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
-        .args(["--config", path.to_str().unwrap(), "--workers", "1"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id().to_string();
-    let proc_ = Proc {
-        child,
-        addr: ([127, 0, 0, 1], port).into(),
-        dir: Some(dir.clone()),
-    };
-    wait_port(proc_.addr, "respway");
     let hup = |mirror: &str,
                c: &mut redis::Connection,
                probe: &dyn Fn(&mut redis::Connection) -> bool| {
         write(mirror);
-        let ok = std::process::Command::new("kill")
-            .args(["-HUP", &pid])
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        proc_.signal("-HUP");
         wait_for(&format!("reload to {mirror}"), || probe(c));
     };
     let mut c = sync_client(proc_.addr);
@@ -418,10 +407,7 @@ fn migration_steps_change_online_with_sighup() {
     );
     // An invalid file is refused; the last good configuration keeps serving.
     std::fs::write(&path, "listeners: [").unwrap();
-    std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
+    proc_.signal("-HUP");
     std::thread::sleep(Duration::from_millis(200));
     set(&mut c, "e", "5");
     assert_eq!(get(&mut c, "e").as_deref(), Some("5"));

@@ -3,158 +3,70 @@
 //! pickers the data plane builds (through `Routing`, not the tool's own code), plants one
 //! difference of each kind, checks the summary and exit code 1, fixes them and checks exit 0.
 //!
-//! The harness here is deliberately tiny and private to this file: processes on free loopback
+//! The servers come from the workspace's test harness (`respway-testkit`): free loopback
 //! ports, killed on drop (also when an assertion fails).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use respway_filters::codec_limits::Limits;
 use respway_filters::hash::ShardPicker;
-use respway_filters::resp::{encode_command, parse_reply, reply_len, Frame};
 use respway_filters::routing::Routing;
+use respway_testkit::{redis, redis_with, Proc, Resp, RespConn};
 
 const PASSWORD: &str = "src-secret";
 const SOURCE_DB: &str = "3";
 
-// === harness ===
+// === clients ===
 
-/// A `redis-server` on a free loopback port, killed on drop.
-struct Redis {
-    child: Child,
-    addr: SocketAddr,
+/// Connects, authenticates and selects `db` when asked.
+fn open(addr: SocketAddr, password: Option<&str>, db: &str) -> RespConn {
+    let mut c = RespConn::connect(addr);
+    if let Some(p) = password {
+        ok(&mut c, &["AUTH", p]);
+    }
+    ok(&mut c, &["SELECT", db]);
+    c
 }
 
-impl Redis {
-    fn start(password: Option<&str>) -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Some(p) = password {
-            cmd.args(["--requirepass", p]);
-        }
-        let child = cmd.spawn().expect("redis-server on PATH");
-        let redis = Redis {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut c) = Client::connect(redis.addr) {
-                // +PONG, or -NOAUTH when a password is set: either way it is serving.
-                if let Ok(Frame::Simple(_) | Frame::Error(_)) = c.try_cmd(&["PING"]) {
-                    return redis;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on {port} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// One command whose reply must not be an error.
+fn cmd(c: &mut RespConn, args: &[&str]) -> Resp {
+    let reply = c.call(args);
+    assert!(!reply.is_error(), "{args:?}: {reply:?}");
+    reply
 }
 
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A blocking RESP client, just enough to fill shards.
-struct Client {
-    stream: TcpStream,
-    buf: BytesMut,
-}
-
-impl Client {
-    fn connect(addr: SocketAddr) -> std::io::Result<Client> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(Client {
-            stream,
-            buf: BytesMut::new(),
-        })
-    }
-
-    /// Connects, authenticates and selects `db` when asked.
-    fn open(addr: SocketAddr, password: Option<&str>, db: &str) -> Client {
-        let mut c = Client::connect(addr).expect("connect");
-        if let Some(p) = password {
-            c.ok(&["AUTH", p]);
-        }
-        c.ok(&["SELECT", db]);
-        c
-    }
-
-    fn try_cmd(&mut self, args: &[&str]) -> std::io::Result<Frame> {
-        let mut out = BytesMut::new();
-        encode_command(args, &mut out);
-        self.stream.write_all(&out)?;
-        loop {
-            let len = reply_len(&self.buf, &Limits::default())
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
-            if let Some(n) = len {
-                let reply: Bytes = self.buf.split_to(n).freeze();
-                return parse_reply(&reply).map_err(|e| std::io::Error::other(e.to_string()));
-            }
-            let mut chunk = [0u8; 16 * 1024];
-            let n = self.stream.read(&mut chunk)?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    fn cmd(&mut self, args: &[&str]) -> Frame {
-        let reply = self.try_cmd(args).expect("redis reply");
-        assert!(!reply.is_error(), "{args:?}: {reply:?}");
-        reply
-    }
-
-    fn ok(&mut self, args: &[&str]) {
-        assert_eq!(self.cmd(args), Frame::ok(), "{args:?}");
-    }
+fn ok(c: &mut RespConn, args: &[&str]) {
+    assert_eq!(cmd(c, args), Resp::Simple("OK".into()), "{args:?}");
 }
 
 // === the clusters ===
 
 /// One cluster: its shard servers, open clients and the data plane's picker.
 struct Cluster {
-    clients: Vec<Client>,
+    clients: Vec<RespConn>,
     picker: Arc<dyn ShardPicker>,
 }
 
 impl Cluster {
     /// The client of the shard owning `key`.
-    fn at(&mut self, key: &str) -> &mut Client {
+    fn at(&mut self, key: &str) -> &mut RespConn {
         let shard = self.picker.pick(key.as_bytes());
         &mut self.clients[shard]
     }
 
-    fn cmd(&mut self, args: &[&str]) -> Frame {
-        self.at(args[1]).cmd(args)
+    fn cmd(&mut self, args: &[&str]) -> Resp {
+        cmd(self.at(args[1]), args)
     }
 
     /// Keys of each shard (KEYS: the data is tiny).
     fn keys_per_shard(&mut self) -> Vec<usize> {
         self.clients
             .iter_mut()
-            .map(|c| match c.cmd(&["KEYS", "*"]) {
-                Frame::Array(k) => k.len(),
+            .map(|c| match cmd(c, &["KEYS", "*"]) {
+                Resp::Array(Some(k)) => k.len(),
                 other => panic!("KEYS: {other:?}"),
             })
             .collect()
@@ -162,7 +74,7 @@ impl Cluster {
 }
 
 struct Setup {
-    servers: Vec<Redis>,
+    servers: Vec<Proc>,
     config: PathBuf,
     source: Cluster,
     target: Cluster,
@@ -175,9 +87,11 @@ impl Drop for Setup {
 }
 
 fn setup() -> Setup {
-    let src: Vec<Redis> = (0..2).map(|_| Redis::start(Some(PASSWORD))).collect();
-    let dst: Vec<Redis> = (0..3).map(|_| Redis::start(None)).collect();
-    let shards = |servers: &[Redis]| {
+    let src: Vec<Proc> = (0..2)
+        .map(|_| redis_with(&["--requirepass", PASSWORD]))
+        .collect();
+    let dst: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let shards = |servers: &[Proc]| {
         servers
             .iter()
             .map(|r| {
@@ -208,15 +122,12 @@ fn setup() -> Setup {
     let source = Cluster {
         clients: src
             .iter()
-            .map(|r| Client::open(r.addr, Some(PASSWORD), SOURCE_DB))
+            .map(|r| open(r.addr, Some(PASSWORD), SOURCE_DB))
             .collect(),
         picker: routing.clusters[0].picker.clone(),
     };
     let target = Cluster {
-        clients: dst
-            .iter()
-            .map(|r| Client::open(r.addr, None, "0"))
-            .collect(),
+        clients: dst.iter().map(|r| open(r.addr, None, "0")).collect(),
         picker: routing.clusters[1].picker.clone(),
     };
     Setup {
@@ -463,9 +374,7 @@ fn compare_unreachable_shard_exits_3() {
     fill(&mut s.source);
     // Stop one target shard: the comparison cannot be completed.
     let target_shard = s.servers.len() - 1;
-    let redis = &mut s.servers[target_shard];
-    let _ = redis.child.kill();
-    let _ = redis.child.wait();
+    s.servers[target_shard].kill();
     let out = compare(&s, &[]);
     assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cluster \"dst\" shard "));

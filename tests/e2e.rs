@@ -4,8 +4,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -322,17 +321,9 @@ fn unsupported_and_unknown_commands_keep_the_connection() {
     assert_eq!(pong, "PONG");
 }
 
-fn read_until_closed(s: &mut TcpStream) -> String {
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) => panic!("connection not closed after protocol error: {e}"),
-        }
-    }
+fn read_until_closed(c: &mut RespConn) -> String {
+    let (out, end) = c.read_until_closed(Duration::from_secs(5));
+    end.unwrap_or_else(|e| panic!("connection not closed after protocol error: {e}"));
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -352,20 +343,20 @@ fn bad_resp_closes_only_that_connection() {
         b"\"unbalanced\r\n",
         b"*99999999999\r\n",
     ] {
-        let mut s = TcpStream::connect(rw.addr).unwrap();
+        let mut c = RespConn::connect(rw.addr);
         // A valid command first: its reply must still arrive, in order.
-        s.write_all(b"PING\r\n").unwrap();
-        s.write_all(bad).unwrap();
-        let out = read_until_closed(&mut s);
+        c.write_raw(b"PING\r\n").unwrap();
+        c.write_raw(bad).unwrap();
+        let out = read_until_closed(&mut c);
         assert!(
             out.starts_with("+PONG\r\n-ERR Protocol error"),
             "{bad:?} gave {out:?}"
         );
     }
     // Inline commands work (telnet / nc style).
-    let mut s = TcpStream::connect(rw.addr).unwrap();
-    s.write_all(b"GET k\r\nQUIT\r\n").unwrap();
-    assert_eq!(read_until_closed(&mut s), "$1\r\nv\r\n+OK\r\n");
+    let mut c = RespConn::connect(rw.addr);
+    c.write_raw(b"GET k\r\nQUIT\r\n").unwrap();
+    assert_eq!(read_until_closed(&mut c), "$1\r\nv\r\n+OK\r\n");
     let v: String = redis::cmd("GET").arg("k").query(&mut good).unwrap();
     assert_eq!(v, "v");
 }
@@ -438,23 +429,16 @@ fn a_killed_shard_fails_only_its_keys() {
 #[test]
 fn a_shard_that_is_not_redis_fails_only_its_keys() {
     let port = free_port();
-    let http = Proc {
-        child: Command::new("python3")
-            .args([
-                "-m",
-                "http.server",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python3"),
-        addr: ([127, 0, 0, 1], port).into(),
-        dir: None,
-    };
-    wait_port(http.addr, "python3 -m http.server");
+    let http = Spawn::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .on_port(port)
+        .start();
     let (a, b) = (redis(), redis());
     let rw = respway(
         &sharded_yaml(
@@ -465,42 +449,36 @@ fn a_shard_that_is_not_redis_fails_only_its_keys() {
         1,
     );
     let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
-    let mut out = bytes::BytesMut::new();
+    let mut out = Vec::new();
     for k in &keys {
-        respway_filters::resp::encode_command(&[b"SET", k.as_bytes(), b"v"], &mut out);
-        respway_filters::resp::encode_command(&[b"GET", k.as_bytes()], &mut out);
+        encode_cmd(&mut out, &[b"SET", k.as_bytes(), b"v"]);
+        encode_cmd(&mut out, &[b"GET", k.as_bytes()]);
     }
-    let mut s = TcpStream::connect(rw.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&out).unwrap();
-    let limits = respway_filters::codec_limits::Limits::default();
-    let mut buf = Vec::new();
+    let mut c = RespConn::connect(rw.addr);
+    c.write_raw(&out).unwrap();
     let mut replies = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
     while replies.len() < 2 * keys.len() {
-        while let Some(n) = respway_filters::resp::reply_len(&buf, &limits).unwrap() {
-            replies.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-            buf.drain(..n);
+        match c.read() {
+            Ok(r) => replies.push(r),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                panic!("respway closed the client connection")
+            }
+            Err(e) => panic!("every reply arrives: {e}"),
         }
-        if replies.len() == 2 * keys.len() {
-            break;
-        }
-        let n = s.read(&mut chunk).expect("every reply arrives");
-        assert!(n > 0, "respway closed the client connection");
-        buf.extend_from_slice(&chunk[..n]);
     }
-    assert!(buf.is_empty(), "more replies than requests");
+    assert!(c.buffered().is_empty(), "more replies than requests");
     let (mut served, mut failed) = (0, 0);
     for (i, pair) in replies.chunks(2).enumerate() {
-        if pair[0] == "+OK\r\n" {
-            assert_eq!(pair[1], "$1\r\nv\r\n", "GET {}", keys[i]);
+        if pair[0] == Resp::Simple("OK".into()) {
+            assert_eq!(pair[1], Resp::bulk("v"), "GET {}", keys[i]);
             served += 1;
         } else {
             for r in pair {
                 // "connection lost: Protocol error: invalid reply type byte '<'" for those in
                 // flight when the page arrived, "unavailable: ..." for later ones.
                 assert!(
-                    r.starts_with("-ERR respway: shard s1 (") && r.ends_with("\r\n"),
+                    r.error()
+                        .is_some_and(|e| e.starts_with("ERR respway: shard s1 (")),
                     "{}: {r:?}",
                     keys[i]
                 );
@@ -562,34 +540,13 @@ fn redis_cli_and_redis_benchmark_work() {
 #[test]
 fn keys_written_through_nutcracker_are_found_through_respway() {
     let shards = three_shards();
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!("respway-nc-{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("nutcracker.yml");
-    let mut yml = format!(
-        "alpha:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{{}}\"\n  redis: true\n  auto_eject_hosts: false\n  servers:\n"
+    let mut yml = String::from(
+        "alpha:\n  listen: 127.0.0.1:0\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{}\"\n  redis: true\n  auto_eject_hosts: false\n  servers:\n",
     );
     for s in &shards {
         yml.push_str(&format!("   - {}:1\n", s.addr));
     }
-    std::fs::write(&conf, yml).unwrap();
-    let child = Command::new("nutcracker")
-        .args([
-            "-c",
-            conf.to_str().unwrap(),
-            "-s",
-            &free_port().to_string(),
-            "-o",
-            dir.join("nc.log").to_str().unwrap(),
-        ])
-        .spawn()
-        .expect("nutcracker must be installed (apt-get install nutcracker)");
-    let nc = Proc {
-        child,
-        addr: ([127, 0, 0, 1], port).into(),
-        dir: Some(dir),
-    };
-    wait_port(nc.addr, "nutcracker");
+    let nc = nutcracker(&yml);
 
     let n = 10_000;
     // nutcracker closes connections that send CLIENT SETINFO (as the redis crate does on
@@ -604,25 +561,16 @@ fn keys_written_through_nutcracker_are_found_through_respway() {
     let mut out = Vec::new();
     for i in 0..n {
         let (key, val) = (key_of(i), i.to_string());
-        out.extend_from_slice(
-            format!(
-                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{val}\r\n",
-                key.len(),
-                val.len()
-            )
-            .as_bytes(),
-        );
+        encode_cmd(&mut out, &[b"SET", key.as_bytes(), val.as_bytes()]);
     }
-    let mut s = TcpStream::connect(nc.addr).unwrap();
-    s.write_all(&out).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut c = RespConn::connect(nc.addr);
+    c.write_raw(&out).unwrap();
     let expect = b"+OK\r\n".repeat(n);
     let mut got = Vec::new();
-    let mut buf = [0u8; 65536];
     while got.len() < expect.len() {
-        let k = s.read(&mut buf).expect("nutcracker replies");
-        assert!(k > 0, "nutcracker closed the connection");
-        got.extend_from_slice(&buf[..k]);
+        let k = c.read_raw().expect("nutcracker replies");
+        assert!(!k.is_empty(), "nutcracker closed the connection");
+        got.extend_from_slice(&k);
     }
     assert!(got == expect, "every SET through nutcracker succeeded");
     let per_shard: Vec<u64> = shards.iter().map(|s| dbsize(s.addr)).collect();
@@ -777,19 +725,20 @@ fn bounded_pending_replies_keep_order_under_a_deep_pipeline() {
             .as_bytes(),
         );
     }
-    let mut s = TcpStream::connect(rw.addr).unwrap();
+    let mut c = RespConn::connect(rw.addr);
     let writer = {
-        let mut s = s.try_clone().unwrap();
+        let mut s = c.stream.try_clone().unwrap();
         std::thread::spawn(move || s.write_all(&out).unwrap())
     };
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let mut expect = Vec::new();
     for i in 0..n {
         let v = i.to_string();
         expect.extend_from_slice(format!("+OK\r\n${}\r\n{v}\r\n", v.len()).as_bytes());
     }
-    let mut got = vec![0u8; expect.len()];
-    s.read_exact(&mut got).unwrap();
+    let got = c.read_exact_raw(expect.len()).unwrap();
     writer.join().unwrap();
     assert!(got == expect, "replies out of order or lost");
 }

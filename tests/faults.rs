@@ -214,15 +214,6 @@ fn two_cluster_yaml(a: SocketAddr, b: SocketAddr, op_timeout: &str, extra: &str)
     )
 }
 
-fn signal(p: &Proc, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &p.child.id().to_string()])
-        .status()
-        .expect("kill")
-        .success();
-    assert!(ok, "kill {sig}");
-}
-
 /// What one client saw of its RPUSHes: `acked` ids, ids whose outcome is unknown (timed out or
 /// lost with a broken connection; with the time each was sent), ids refused without being
 /// sent (unavailable / queue full).
@@ -305,14 +296,14 @@ fn a_frozen_shard_fails_fast_and_runs_nothing_it_was_not_sent_in_time() {
     let a_clients = rpush_clients(rw.addr, a_lists, 20, until);
     let b_clients = rpush_clients(rw.addr, b_lists, 20, until);
     std::thread::sleep(Duration::from_millis(500));
-    signal(&a, "-STOP");
+    a.signal("-STOP");
     let stopped = Instant::now();
     std::thread::sleep(Duration::from_millis(2500));
     let a_out: Vec<_> = a_clients.into_iter().map(|t| t.join().unwrap()).collect();
     let b_out: Vec<_> = b_clients.into_iter().map(|t| t.join().unwrap()).collect();
     // The info shows the errors counted by kind before the shard is back.
     let info = RespConn::connect(rw.addr).call(&["INFO", "proxy"]).text();
-    signal(&a, "-CONT");
+    a.signal("-CONT");
     // The shard is probed again when its backoff ends (at most 5 s): its keys are served
     // again without restarting anything.
     let resumed = Instant::now();
@@ -543,7 +534,7 @@ fn a_client_that_never_reads_is_bounded_and_then_disconnected() {
         "{info}"
     );
     assert!(
-        process_log(&rw).contains("output buffer"),
+        rw.log().contains("output buffer"),
         "the disconnection is logged"
     );
 }
@@ -659,7 +650,7 @@ fn sigterm_answers_every_command_read_and_exits_zero() {
         .collect();
     started.wait();
     std::thread::sleep(Duration::from_millis(400));
-    signal(&rw, "-TERM");
+    rw.signal("-TERM");
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(s) = rw.child.try_wait().unwrap() {
@@ -671,11 +662,7 @@ fn sigterm_answers_every_command_read_and_exits_zero() {
         );
         std::thread::sleep(Duration::from_millis(10));
     };
-    assert!(
-        status.success(),
-        "exit status {status:?}: {}",
-        process_log(&rw)
-    );
+    assert!(status.success(), "exit status {status:?}: {}", rw.log());
     let mut total = 0;
     for t in clients {
         let (list, acked) = t.join().unwrap();
@@ -693,7 +680,7 @@ fn sigterm_answers_every_command_read_and_exits_zero() {
         );
         total += acked.len();
     }
-    assert!(process_log(&rw).contains("drained"), "{}", process_log(&rw));
+    assert!(rw.log().contains("drained"), "{}", rw.log());
     eprintln!("SIGTERM: {total} pushes answered, none applied unanswered");
 }
 

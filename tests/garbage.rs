@@ -9,11 +9,10 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use rand::rngs::SmallRng;
@@ -110,24 +109,15 @@ fn damage(rng: &mut SmallRng, mut b: Vec<u8>) -> Vec<u8> {
 /// Sends `bytes`, closes the sending side, and reads until respway closes (at most 5 s).
 /// Returns what it wrote back, or `None` when it did not close in time.
 fn exchange(addr: SocketAddr, bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
+    let mut c = RespConn::connect(addr);
     // respway may close first (protocol error): a failed write is part of the game.
-    let _ = s.write_all(bytes);
-    let _ = s.shutdown(Shutdown::Write);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut out = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    while Instant::now() < deadline {
-        match s.read(&mut buf) {
-            Ok(0) => return Some(out),
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Some(out),
-            Err(_) => {} // timeout: keep waiting until the deadline
-        }
+    let _ = c.write_raw(bytes);
+    let _ = c.stream.shutdown(Shutdown::Write);
+    match c.read_until_closed(Duration::from_secs(5)) {
+        (out, Ok(())) => Some(out),
+        (out, Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => Some(out),
+        _ => None,
     }
-    None
 }
 
 /// Checks that `out` is a sequence of whole replies; returns how many.

@@ -9,9 +9,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use respway_filters::hash::{build_picker, ShardInput};
@@ -73,14 +71,9 @@ fn key_of(i: usize) -> String {
 
 /// Starts nutcracker over `servers` (config order) with this distribution and key hash,
 /// hash_tag `{}`, and waits for its listener.
-fn nutcracker(servers: &[Server], distribution: &str, hash: &str) -> Proc {
-    let port = free_port();
-    let dir =
-        std::env::temp_dir().join(format!("respway-nutcracker-{port}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("nutcracker.yml");
+fn start_nutcracker(servers: &[Server], distribution: &str, hash: &str) -> Proc {
     let mut yml = format!(
-        "alpha:\n  listen: 127.0.0.1:{port}\n  hash: {hash}\n  distribution: {distribution}\n  hash_tag: \"{{}}\"\n  redis: true\n  auto_eject_hosts: false\n  servers:\n"
+        "alpha:\n  listen: 127.0.0.1:0\n  hash: {hash}\n  distribution: {distribution}\n  hash_tag: \"{{}}\"\n  redis: true\n  auto_eject_hosts: false\n  servers:\n"
     );
     for s in servers {
         match s.name {
@@ -88,27 +81,7 @@ fn nutcracker(servers: &[Server], distribution: &str, hash: &str) -> Proc {
             None => yml.push_str(&format!("   - {}:{}\n", s.redis.addr, s.weight)),
         }
     }
-    std::fs::write(&conf, yml).unwrap();
-    let child = Command::new("nutcracker")
-        .args([
-            "-c",
-            conf.to_str().unwrap(),
-            "-s",
-            &free_port().to_string(),
-            "-o",
-            dir.join("nutcracker.log").to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nutcracker must be installed (apt-get install nutcracker)");
-    let nc = Proc {
-        child,
-        addr: ([127, 0, 0, 1], port).into(),
-        dir: Some(dir),
-    };
-    wait_port(nc.addr, "nutcracker");
-    nc
+    nutcracker(&yml)
 }
 
 /// Writes `SET key_of(i) i` for every key through nutcracker in one raw pipeline (nutcracker
@@ -117,25 +90,16 @@ fn write_through_nutcracker(nc: SocketAddr) {
     let mut out = Vec::new();
     for i in 0..KEYS {
         let (key, val) = (key_of(i), i.to_string());
-        out.extend_from_slice(
-            format!(
-                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{val}\r\n",
-                key.len(),
-                val.len()
-            )
-            .as_bytes(),
-        );
+        encode_cmd(&mut out, &[b"SET", key.as_bytes(), val.as_bytes()]);
     }
-    let mut s = TcpStream::connect(nc).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&out).unwrap();
+    let mut c = RespConn::connect(nc);
+    c.write_raw(&out).unwrap();
     let expect = b"+OK\r\n".repeat(KEYS);
     let mut got = Vec::new();
-    let mut buf = [0u8; 65536];
     while got.len() < expect.len() {
-        let k = s.read(&mut buf).expect("nutcracker replies");
-        assert!(k > 0, "nutcracker closed the connection");
-        got.extend_from_slice(&buf[..k]);
+        let k = c.read_raw().expect("nutcracker replies");
+        assert!(!k.is_empty(), "nutcracker closed the connection");
+        got.extend_from_slice(&k);
     }
     assert!(got == expect, "every SET through nutcracker succeeded");
 }
@@ -239,7 +203,7 @@ fn check(spec: &[(Option<&'static str>, u32)], distribution: &str, hash: &str, p
         names,
         "the servers must be listed out of twemproxy's sorted order"
     );
-    let nc = nutcracker(&servers, distribution, hash);
+    let nc = start_nutcracker(&servers, distribution, hash);
     write_through_nutcracker(nc.addr);
     drop(nc);
     let at = placement(&servers);
@@ -287,7 +251,7 @@ fn modula_unnamed_servers_out_of_sorted_order_match_nutcracker() {
     }
     let names: Vec<String> = pool.iter().map(Server::twemproxy_name).collect();
     assert_ne!(twemproxy_sorted(&names), names);
-    let nc = nutcracker(&pool, "modula", "murmur");
+    let nc = start_nutcracker(&pool, "modula", "murmur");
     write_through_nutcracker(nc.addr);
     drop(nc);
     let at = placement(&pool);

@@ -129,19 +129,11 @@ fn bootstrap(dir: &Path, grpc: u16, static_yaml: Option<&str>) -> PathBuf {
 }
 
 fn sidecar(bootstrap: &Path, port: u16) -> Proc {
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
+    Spawn::new(env!("CARGO_BIN_EXE_respway"))
         .args(["--bootstrap", bootstrap.to_str().unwrap(), "--workers", "2"])
         .env("RUST_LOG", "warn")
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let p = Proc {
-        child,
-        addr: ([127, 0, 0, 1], port).into(),
-        dir: None,
-    };
-    wait_port(p.addr, "respway");
-    p
+        .on_port(port)
+        .start()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

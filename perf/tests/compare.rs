@@ -21,9 +21,7 @@ use respway_perf::Control;
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn has_nutcracker() -> bool {
-    std::path::Path::new("/usr/sbin/nutcracker").is_file()
-        || std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("nutcracker").is_file()))
+    respway_testkit::nutcracker_bin().is_some()
 }
 
 /// A workspace binary: `$ENV`, else the one built next to this test (`target/<profile>/`).

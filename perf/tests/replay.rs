@@ -2,12 +2,10 @@
 //! the expected keys and values (binary escapes included), live recording round-trips, and
 //! both drivers run clean.
 
-mod support;
-
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use respway_filters::resp::Frame;
 use respway_perf::closed::{run_closed, ClosedConfig};
 use respway_perf::open::{run_open, Arrival, ListSchedule, OpenConfig, RateSchedule};
 use respway_perf::record::{record, RecordConfig};
@@ -15,7 +13,7 @@ use respway_perf::replay::{DbMode, ReplayPlan};
 use respway_perf::trace::{self, read_monitor, ReadOptions};
 use respway_perf::workload::{generate_pools, kind_names, Cmd, Workload};
 use respway_perf::Control;
-use support::Redis;
+use respway_testkit::{redis, FakeMode, FakeShard, Resp, RespConn};
 
 /// A capture as `redis-cli MONITOR` prints it: quoting, binary escapes, several clients, a
 /// Lua line (skipped: the EVAL would run it), a SUBSCRIBE (never replayed).
@@ -34,30 +32,40 @@ const CAPTURE: &str = r#"OK
 1700000000.001100 [0 127.0.0.1:50002] "set" "caf\xc3\xa9" "\xe2\x82\xac"
 "#;
 
-fn check_replayed(r: &Redis) {
+/// One command on a fresh connection, and its reply.
+fn cmd(addr: SocketAddr, args: &[&[u8]]) -> Resp {
+    RespConn::connect(addr).call_bytes(args)
+}
+
+/// `GET key` on a fresh connection (`None` for nil).
+fn get(addr: SocketAddr, key: &[u8]) -> Option<Vec<u8>> {
+    RespConn::connect(addr).get(key)
+}
+
+fn check_replayed(r: SocketAddr) {
     assert_eq!(
-        r.get(b"bin:key").as_deref(),
+        get(r, b"bin:key").as_deref(),
         Some(&b"\x00\x01\xfe\xff\r\n\t\"quoted\" \\ end"[..])
     );
     assert_eq!(
-        r.get(b"seq").as_deref(),
+        get(r, b"seq").as_deref(),
         Some(&b"abc"[..]),
         "per-client order kept"
     );
-    assert_eq!(r.get(b"ctr").as_deref(), Some(&b"2"[..]));
-    assert_eq!(r.get("café".as_bytes()).as_deref(), Some("€".as_bytes()));
+    assert_eq!(get(r, b"ctr").as_deref(), Some(&b"2"[..]));
+    assert_eq!(get(r, "café".as_bytes()).as_deref(), Some("€".as_bytes()));
     assert_eq!(
-        r.get(b"from:lua"),
+        get(r, b"from:lua"),
         None,
         "Lua-run commands are not replayed"
     );
     assert_eq!(
-        r.cmd(&[b"HGET", b"h:1", b"field one"]),
-        Frame::Bulk("va'lue".into())
+        cmd(r, &[b"HGET", b"h:1", b"field one"]),
+        Resp::bulk("va'lue")
     );
     assert_eq!(
-        r.cmd(&[b"LRANGE", b"list", b"0", b"-1"]),
-        Frame::Array(vec![Frame::Bulk("two".into()), Frame::Bulk("one".into())])
+        cmd(r, &[b"LRANGE", b"list", b"0", b"-1"]),
+        Resp::Array(Some(vec![Resp::bulk("two"), Resp::bulk("one")]))
     );
 }
 
@@ -69,7 +77,7 @@ fn monitor_capture_replays_as_fast_as_possible() {
     assert_eq!(t.skipped["lua"], 1);
     assert_eq!(t.skipped["never replayed: subscribe"], 1);
     let plan = ReplayPlan::new(&t, 64, DbMode::Ignore);
-    let r = Redis::start();
+    let r = redis();
     let rec = run_closed(
         &ClosedConfig {
             addr: r.addr,
@@ -88,7 +96,7 @@ fn monitor_capture_replays_as_fast_as_possible() {
     .unwrap();
     assert_eq!(rec.replies, 10);
     assert!(rec.errors.is_empty(), "{:?}", rec.errors);
-    check_replayed(&r);
+    check_replayed(r.addr);
 }
 
 #[test]
@@ -101,7 +109,7 @@ fn monitor_capture_replays_with_its_timing_via_the_trace_format() {
     assert_eq!(back.events, t.events);
     let plan = ReplayPlan::new(&back, 2, DbMode::Ignore);
     assert_eq!(plan.pools.len(), 2);
-    let r = Redis::start();
+    let r = redis();
     let mut sched = ListSchedule::new(plan.timed(10.0));
     let rec = run_open(
         &OpenConfig {
@@ -118,13 +126,13 @@ fn monitor_capture_replays_with_its_timing_via_the_trace_format() {
     .unwrap();
     assert_eq!(rec.replies, 10);
     assert!(rec.errors.is_empty(), "{:?}", rec.errors);
-    check_replayed(&r);
+    check_replayed(r.addr);
 }
 
 #[test]
 fn live_recording_replays_onto_another_server() {
-    let src = Redis::start();
-    let dst = Redis::start();
+    let src = redis();
+    let dst = redis();
     let addr = src.addr;
     let recorder = std::thread::spawn(move || {
         record(
@@ -138,10 +146,10 @@ fn live_recording_replays_onto_another_server() {
         )
     });
     std::thread::sleep(Duration::from_millis(300));
-    src.cmd(&[b"SET", b"k1", b"v\x001"]);
-    src.cmd(&[b"SELECT", b"0"]);
-    src.cmd(&[b"RPUSH", b"l", b"a", b"b"]);
-    src.cmd(&[b"HSET", b"h", b"f", b"v"]);
+    cmd(src.addr, &[b"SET", b"k1", b"v\x001"]);
+    cmd(src.addr, &[b"SELECT", b"0"]);
+    cmd(src.addr, &[b"RPUSH", b"l", b"a", b"b"]);
+    cmd(src.addr, &[b"HSET", b"h", b"f", b"v"]);
     let t = recorder.join().unwrap().unwrap();
     let names: Vec<Vec<u8>> = t
         .events
@@ -175,14 +183,14 @@ fn live_recording_replays_onto_another_server() {
     )
     .unwrap();
     assert!(rec.errors.is_empty(), "{:?}", rec.errors);
-    assert_eq!(dst.get(b"k1").as_deref(), Some(&b"v\x001"[..]));
-    assert_eq!(dst.cmd(&[b"LLEN", b"l"]), Frame::Integer(2));
-    assert_eq!(dst.cmd(&[b"HGET", b"h", b"f"]), Frame::Bulk("v".into()));
+    assert_eq!(get(dst.addr, b"k1").as_deref(), Some(&b"v\x001"[..]));
+    assert_eq!(cmd(dst.addr, &[b"LLEN", b"l"]), Resp::Int(2));
+    assert_eq!(cmd(dst.addr, &[b"HGET", b"h", b"f"]), Resp::bulk("v"));
 }
 
 #[test]
 fn generated_traffic_runs_closed_and_open_loop_without_errors() {
-    let r = Redis::start();
+    let r = redis();
     let w = Workload {
         keyspace: 1000,
         commands: Cmd::ALL.iter().map(|&c| (c, 1.0)).collect(),
@@ -242,36 +250,11 @@ fn generated_traffic_runs_closed_and_open_loop_without_errors() {
     );
 }
 
-/// A server that accepts connections, reads and never answers, until `stop` (10 s at most).
-fn silent_server(
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    l.set_nonblocking(true).unwrap();
-    let h = std::thread::spawn(move || {
-        use std::io::Read;
-        let mut conns = Vec::new();
-        let end = std::time::Instant::now() + Duration::from_secs(10);
-        while std::time::Instant::now() < end && !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            if let Ok((s, _)) = l.accept() {
-                s.set_nonblocking(true).unwrap();
-                conns.push(s);
-            }
-            let mut buf = [0u8; 4096];
-            for c in &mut conns {
-                let _ = c.read(&mut buf);
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    });
-    (addr, h)
-}
-
 #[test]
 fn a_silent_target_gives_timeouts_not_a_hang() {
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (addr, server) = silent_server(Arc::clone(&stop));
+    // Accepts connections, reads and never answers.
+    let silent = FakeShard::start(|_| FakeMode::Silent);
+    let addr = silent.addr;
     let pools = Arc::new(generate_pools(&Workload::default(), 2, 64, 4).unwrap());
     let t0 = std::time::Instant::now();
     let closed = run_closed(
@@ -316,6 +299,5 @@ fn a_silent_target_gives_timeouts_not_a_hang() {
     assert_eq!(open.replies, 0);
     assert_eq!(open.sent, 30);
     assert_eq!(open.errors.get(respway_perf::stats::ERR_TIMEOUT), Some(&30));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    server.join().unwrap();
+    drop(silent);
 }

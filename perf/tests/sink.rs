@@ -4,7 +4,7 @@
 //! non-loopback addresses and exits after its duration.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -14,6 +14,7 @@ use respway_perf::closed::{run_closed, ClosedConfig};
 use respway_perf::sink::{run_sink, Scan, Scanner, SinkConfig, SinkStats, PROTOCOL_ERROR};
 use respway_perf::workload::{generate_pools, Cmd, Workload};
 use respway_perf::{Control, Error};
+use respway_testkit::RespConn;
 
 const REPLY: &[u8] = b"$3\r\nxxx\r\n";
 
@@ -52,12 +53,16 @@ impl Sink {
         h.join().expect("sink thread").expect("sink result")
     }
 
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).unwrap();
-        s.set_nodelay(true).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-        s
+    /// A raw client (TCP_NODELAY) with 5 s read and write timeouts.
+    fn connect(&self) -> RespConn {
+        let c = RespConn::connect(self.addr);
+        c.stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        c.stream
+            .set_write_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        c
     }
 }
 
@@ -102,23 +107,25 @@ fn commands_within(ends: &[usize], upto: usize) -> usize {
     ends.iter().filter(|&&e| e <= upto).count()
 }
 
-fn read_exact_replies(s: &mut TcpStream, n: usize) {
-    let mut got = vec![0u8; n * REPLY.len()];
-    s.read_exact(&mut got)
+fn read_exact_replies(c: &mut RespConn, n: usize) {
+    let got = c
+        .read_exact_raw(n * REPLY.len())
         .unwrap_or_else(|e| panic!("reading {n} replies: {e}"));
     assert_eq!(got, REPLY.repeat(n));
 }
 
 /// Nothing more arrives within 100 ms.
-fn assert_nothing_more(s: &mut TcpStream) {
-    s.set_read_timeout(Some(Duration::from_millis(100)))
+fn assert_nothing_more(c: &mut RespConn) {
+    c.stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
-    let mut b = [0u8; 64];
-    match s.read(&mut b) {
+    match c.read_raw() {
         Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-        other => panic!("unexpected bytes or close: {other:?} {:?}", &b[..8]),
+        other => panic!("unexpected bytes or close: {other:?}"),
     }
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
 }
 
 #[test]
@@ -209,16 +216,16 @@ fn sink_replies_once_per_command_wherever_the_stream_is_cut() {
     for cut in 0..=buf.len() {
         assert!(t0.elapsed() < Duration::from_secs(30), "too slow");
         let before = commands_within(&ends, cut);
-        s.write_all(&buf[..cut]).unwrap();
+        s.write_raw(&buf[..cut]).unwrap();
         std::thread::sleep(Duration::from_millis(2));
         read_exact_replies(&mut s, before);
-        s.write_all(&buf[cut..]).unwrap();
+        s.write_raw(&buf[cut..]).unwrap();
         read_exact_replies(&mut s, ends.len() - before);
         expected_total += ends.len() as u64;
     }
     // One byte per write (TCP_NODELAY: one segment each).
     for b in &buf {
-        s.write_all(std::slice::from_ref(b)).unwrap();
+        s.write_raw(std::slice::from_ref(b)).unwrap();
     }
     read_exact_replies(&mut s, ends.len());
     expected_total += ends.len() as u64;
@@ -227,7 +234,7 @@ fn sink_replies_once_per_command_wherever_the_stream_is_cut() {
     let many = 100_000;
     let deep = b"P\n".repeat(many);
     let writer = {
-        let mut w = s.try_clone().unwrap();
+        let mut w = s.stream.try_clone().unwrap();
         std::thread::spawn(move || w.write_all(&deep))
     };
     read_exact_replies(&mut s, many);
@@ -248,10 +255,9 @@ fn sink_reply_size_is_configurable() {
         duration: Duration::from_secs(60),
     });
     let mut s = sink.connect();
-    s.write_all(b"PING\r\nPING\r\n").unwrap();
+    s.write_raw(b"PING\r\nPING\r\n").unwrap();
     let one = [b"$100\r\n".as_slice(), &[b'x'; 100], b"\r\n"].concat();
-    let mut got = vec![0u8; 2 * one.len()];
-    s.read_exact(&mut got).unwrap();
+    let got = s.read_exact_raw(2 * one.len()).unwrap();
     assert_eq!(got, one.repeat(2));
     assert!(SinkConfig {
         reply_size: usize::MAX,
@@ -270,16 +276,15 @@ fn a_protocol_error_gets_an_error_and_closes_the_connection() {
         b"PING\r\n*1\r\n$4\r\nPING\r\n*2\r\n$1\r\nab\r\n",
     ] {
         let mut s = sink.connect();
-        s.write_all(bad).unwrap();
-        let mut got = Vec::new();
-        // Until EOF (the read timeout bounds it).
-        s.read_to_end(&mut got)
-            .expect("the sink closes the connection");
+        s.write_raw(bad).unwrap();
+        // Until EOF (5 s at most).
+        let (got, end) = s.read_until_closed(Duration::from_secs(5));
+        end.expect("the sink closes the connection");
         assert_eq!(got, [REPLY, REPLY, PROTOCOL_ERROR].concat());
     }
     // The sink still serves new connections.
     let mut s = sink.connect();
-    s.write_all(b"PING\r\n").unwrap();
+    s.write_raw(b"PING\r\n").unwrap();
     read_exact_replies(&mut s, 1);
     drop(s);
     let stats = sink.stop();
@@ -354,11 +359,6 @@ fn respway_perf_run_cli_reports_no_errors_against_the_sink() {
     assert_eq!(stats.commands, replies);
 }
 
-fn in_path(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-}
-
 /// Runs `cmd` (stdout captured, stderr dropped) for at most `limit`: its exit status and
 /// its output.
 fn stdout_bounded(cmd: &mut Command, limit: Duration) -> (std::process::ExitStatus, String) {
@@ -400,7 +400,7 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> std::process::ExitStatus 
 
 #[test]
 fn redis_benchmark_completes_against_the_sink() {
-    if !in_path("redis-benchmark") {
+    if !respway_testkit::have("redis-benchmark") {
         eprintln!("redis-benchmark not installed: skipped");
         return;
     }
@@ -436,11 +436,12 @@ fn the_cli_prints_its_address_serves_and_exits_after_its_duration() {
         .unwrap();
     let addr: SocketAddr = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"*1\r\n$4\r\nPING\r\nPING\r\n").unwrap();
-    let mut got = vec![0u8; 2 * REPLY.len()];
-    s.read_exact(&mut got).unwrap();
+    let mut s = RespConn::connect(addr);
+    s.stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    s.write_raw(b"*1\r\n$4\r\nPING\r\nPING\r\n").unwrap();
+    let got = s.read_exact_raw(2 * REPLY.len()).unwrap();
     assert_eq!(got, REPLY.repeat(2));
     drop(s);
     let st = wait_bounded(&mut child, Duration::from_secs(10));

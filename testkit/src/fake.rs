@@ -1,0 +1,123 @@
+//! Fake shards, for faults a real `redis-server` cannot produce on demand.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::resp::{parse_resp, Resp};
+
+/// How a [`FakeShard`] treats one accepted connection (numbered from 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FakeMode {
+    /// Answers like a tiny Redis: PING → PONG, GET → `$1 v`, anything else → `+OK`.
+    Normal,
+    /// Normal for this many commands, then half a reply, then silence with the socket open.
+    StallAfter(usize),
+    /// Answers every command, PING included, with bytes that are not RESP.
+    Garbage,
+    /// Reads everything and never answers, with the socket open.
+    Silent,
+}
+
+/// A fake shard on a free loopback port. Stopped (and its threads ended) on drop.
+pub struct FakeShard {
+    pub addr: SocketAddr,
+    /// Connections accepted so far.
+    pub accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FakeShard {
+    /// Starts a fake shard; `mode(i)` decides how connection `i` behaves.
+    pub fn start(mode: fn(usize) -> FakeMode) -> FakeShard {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a, s) = (accepted.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut conns = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let i = a.fetch_add(1, Ordering::Relaxed);
+                        let s = s.clone();
+                        let m = mode(i);
+                        conns.push(std::thread::spawn(move || fake_conn(stream, m, s)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+            for c in conns {
+                let _ = c.join();
+            }
+        });
+        FakeShard {
+            addr,
+            accepted,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FakeShard {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn fake_conn(mut stream: TcpStream, mode: FakeMode, stop: Arc<AtomicBool>) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buf = Vec::new();
+    let mut served = 0usize;
+    let mut stalled = mode == FakeMode::Silent;
+    let mut chunk = [0u8; 16 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(_) => continue,
+        }
+        if stalled {
+            buf.clear();
+            continue;
+        }
+        let mut out = Vec::new();
+        let mut at = 0;
+        while let Ok(Some((cmd, n))) = parse_resp(&buf[at..]) {
+            at += n;
+            let name = match &cmd {
+                Resp::Array(Some(a)) if !a.is_empty() => a[0].text().to_ascii_uppercase(),
+                _ => String::new(),
+            };
+            match mode {
+                FakeMode::Garbage => out.extend_from_slice(b"<html>not redis</html>\r\n"),
+                FakeMode::StallAfter(k) if served >= k => {
+                    out.extend_from_slice(b"$10\r\nabc");
+                    stalled = true;
+                    break;
+                }
+                _ => out.extend_from_slice(match name.as_str() {
+                    "PING" => b"+PONG\r\n",
+                    "GET" => b"$1\r\nv\r\n",
+                    _ => b"+OK\r\n",
+                }),
+            }
+            served += 1;
+        }
+        buf.drain(..at);
+        if stream.write_all(&out).is_err() {
+            return;
+        }
+    }
+}

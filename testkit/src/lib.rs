@@ -1,0 +1,29 @@
+//! # respway-testkit
+//!
+//! The one test harness of the workspace: every process a test starts runs on a free loopback
+//! port and is killed when its handle is dropped (also when the test panics), and one raw RESP
+//! client reads what comes back.
+//!
+//! - [`process`] — [`Proc`] (a child killed on drop, with its scratch directory and log),
+//!   [`free_port`], [`wait_port`], [`Spawn`] (any binary, optionally on a config file whose
+//!   `127.0.0.1:0` becomes a free port: tests pass `env!("CARGO_BIN_EXE_respway")`),
+//!   [`have`], [`rss_of`].
+//! - [`servers`] — `redis-server` ([`redis`], [`redis_with`], [`redis_on`], [`redis_on_with`])
+//!   and nutcracker ([`nutcracker`]).
+//! - [`fake`] — [`FakeShard`], a shard that misbehaves on demand ([`FakeMode`]).
+//! - [`resp`] — the raw client [`RespConn`], the values it reads ([`Resp`]), [`parse_resp`],
+//!   [`encode_cmd`] and the one-shot [`raw_command`].
+//!
+//! Everything here panics on failure, with a message naming what failed: it is test code.
+//! It depends on nothing but `std` — not on `respway` (whose tests use it) and not on
+//! `respway-filters`, so replies are checked with a parser that is not the code under test.
+
+pub mod fake;
+pub mod process;
+pub mod resp;
+pub mod servers;
+
+pub use fake::{FakeMode, FakeShard};
+pub use process::{free_port, have, loopback, rss_of, wait_port, Proc, Spawn};
+pub use resp::{encode_cmd, parse_resp, raw_command, Resp, RespConn};
+pub use servers::{nutcracker, nutcracker_bin, redis, redis_on, redis_on_with, redis_with};
