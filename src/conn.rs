@@ -249,11 +249,29 @@ impl Session {
                 && self.held() < limit
                 && stream.poll_read_ready(cx).is_ready()
             {
-                if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                // A connection that never sent anything holds no read buffer: the first read
+                // goes to the stack, and the buffer is allocated once bytes arrived.
+                let mut first = [0u8; 512];
+                let unallocated = self.rbuf.capacity() == 0;
+                if !unallocated && self.rbuf.capacity() - self.rbuf.len() < 1024 {
                     self.rbuf.reserve(READ_CHUNK);
                 }
-                let spare = self.rbuf.capacity() - self.rbuf.len();
-                match stream.try_read_buf(&mut self.rbuf) {
+                let spare = if unallocated {
+                    first.len()
+                } else {
+                    self.rbuf.capacity() - self.rbuf.len()
+                };
+                let read = if unallocated {
+                    stream.try_read(&mut first).inspect(|&n| {
+                        if n > 0 {
+                            self.rbuf.reserve(READ_CHUNK);
+                            self.rbuf.extend_from_slice(&first[..n]);
+                        }
+                    })
+                } else {
+                    stream.try_read_buf(&mut self.rbuf)
+                };
+                match read {
                     Ok(0) => {
                         self.eof = true;
                         progress = true;

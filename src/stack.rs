@@ -131,7 +131,10 @@ pub async fn run_mirror(
     while open || !inflight.is_empty() {
         tokio::select! {
             req = rx.recv(), if open && inflight.len() < MIRROR_INFLIGHT => match req {
-                Some(req) => {
+                Some(mut req) => {
+                    // A copy's op_timeout runs from when it leaves the queue, not from when
+                    // the client's command was read.
+                    req.deadline = None;
                     let cluster = req.cluster;
                     let fut = shadow.call(req);
                     inflight.push(async move {

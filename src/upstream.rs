@@ -285,12 +285,12 @@ impl EndpointHandle {
         let (tx, rx) = oneshot::channel();
         let queue = &self.conns[conn % self.conns.len()];
         let failed = match queue.try_send(UpstreamRequest { args, deadline, tx }) {
-            Ok(()) => return UpstreamFuture::waiting(rx, self.label.clone()),
+            Ok(()) => return UpstreamFuture::waiting(rx, self.label.clone(), deadline),
             Err(mpsc::error::TrySendError::Full(_)) => UpstreamError::QueueFull(self.max_queue),
             Err(mpsc::error::TrySendError::Closed(_)) => UpstreamError::Closed,
         };
         self.stats.count(failed.kind());
-        UpstreamFuture::failed(failed, self.label.clone())
+        UpstreamFuture::failed(failed, self.label.clone(), deadline)
     }
 }
 
@@ -364,7 +364,8 @@ impl Service<Request> for Upstream {
             .unwrap_or(0);
         let endpoint = req.endpoint.unwrap_or(primary);
         let Some(ep) = self.endpoints.get(req.cluster, shard, endpoint) else {
-            return UpstreamFuture::failed(UpstreamError::NoShard, Arc::from(""));
+            let deadline = Instant::now();
+            return UpstreamFuture::failed(UpstreamError::NoShard, Arc::from(""), deadline);
         };
         let deadline = match req.deadline {
             Some(d) => Instant::from_std(d),
@@ -379,7 +380,6 @@ impl Service<Request> for Upstream {
                 let fallback = Some(Box::new((p.clone(), req.args.clone(), self.conn)));
                 let mut f = ep.send(req.args, self.conn, deadline);
                 f.fallback = fallback;
-                f.deadline = deadline;
                 return f;
             }
         }
@@ -407,21 +407,25 @@ enum State {
 }
 
 impl UpstreamFuture {
-    fn waiting(rx: oneshot::Receiver<Result<Reply, UpstreamError>>, label: Arc<str>) -> Self {
+    fn waiting(
+        rx: oneshot::Receiver<Result<Reply, UpstreamError>>,
+        label: Arc<str>,
+        deadline: Instant,
+    ) -> Self {
         UpstreamFuture {
             state: State::Waiting(rx),
             label,
             fallback: None,
-            deadline: far_future(),
+            deadline,
         }
     }
 
-    fn failed(e: UpstreamError, label: Arc<str>) -> Self {
+    fn failed(e: UpstreamError, label: Arc<str>, deadline: Instant) -> Self {
         UpstreamFuture {
             state: State::Failed(Some(e)),
             label,
             fallback: None,
-            deadline: far_future(),
+            deadline,
         }
     }
 }
