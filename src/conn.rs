@@ -163,12 +163,17 @@ pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>) {
         last_taken: Instant::now(),
         stall_timer: None,
     };
+    // Registered once with the first poll, the drain notification wakes this task when the
+    // process drains; after that the flag alone is read (one atomic load per poll).
     let drained = ctx.drain.notified();
     tokio::pin!(drained);
+    let mut registered = false;
     let result = poll_fn(|cx| {
-        if !s.draining
-            && (ctx.draining.load(Ordering::Relaxed) || drained.as_mut().poll(cx).is_ready())
-        {
+        if !registered {
+            registered = true;
+            let _ = drained.as_mut().poll(cx);
+        }
+        if !s.draining && ctx.draining.load(Ordering::Relaxed) {
             s.draining = true;
         }
         s.poll(cx, &mut stream, &mut live, &ctx)
@@ -251,17 +256,18 @@ impl Session {
             {
                 // A connection that never sent anything holds no read buffer: the first read
                 // goes to the stack, and the buffer is allocated once bytes arrived.
-                let mut first = [0u8; 512];
+                const FIRST: usize = 512;
                 let unallocated = self.rbuf.capacity() == 0;
                 if !unallocated && self.rbuf.capacity() - self.rbuf.len() < 1024 {
                     self.rbuf.reserve(READ_CHUNK);
                 }
                 let spare = if unallocated {
-                    first.len()
+                    FIRST
                 } else {
                     self.rbuf.capacity() - self.rbuf.len()
                 };
                 let read = if unallocated {
+                    let mut first = [0u8; FIRST];
                     stream.try_read(&mut first).inspect(|&n| {
                         if n > 0 {
                             self.rbuf.reserve(READ_CHUNK);
