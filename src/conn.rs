@@ -160,7 +160,6 @@ pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>) {
         waits: 0,
         avg_reply: 64,
         window: WINDOW_START,
-        last_taken: Instant::now(),
         stall_timer: None,
     };
     // Registered once with the first poll, the drain notification wakes this task when the
@@ -212,9 +211,8 @@ struct Session {
     /// unknown until they arrive, so this is what keeps a burst of large replies near the
     /// bound instead of `max_pending_per_client` times their size.
     window: usize,
-    /// When the client last took reply bytes (or the session started).
-    last_taken: Instant,
-    /// Armed while the session is held at its buffer limit by a client that does not read.
+    /// Armed while the session is held at its buffer limit by a client that does not read:
+    /// set `stall_timeout` ahead when the hold starts and each time the client takes bytes.
     stall_timer: Option<Pin<Box<Sleep>>>,
 }
 
@@ -348,12 +346,13 @@ impl Session {
 
             // 3. Write what is ready, in as few syscalls as possible.
             let mut blocked = false;
+            let mut took = false;
             while !self.wbuf.is_empty() {
                 match stream.poll_write_ready(cx) {
                     Poll::Ready(Ok(())) => match stream.try_write(&self.wbuf) {
                         Ok(n) => {
                             self.wbuf.advance(n);
-                            self.last_taken = Instant::now();
+                            took = true;
                             progress = true;
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -372,19 +371,19 @@ impl Session {
             // A client held at its bound that takes nothing (it may be writing a pipeline it
             // will only read after the last command, and waits for us as we wait for it) is
             // disconnected after the stall timeout instead of waiting forever.
+            // The clock is read only while held at the bound, not per write.
             if blocked && self.held() >= limit {
-                let at = self.last_taken + stall;
-                if Instant::now() >= at {
-                    return Poll::Ready(Err(self.cut(ctx, Cut::Stalled(self.held()))));
-                }
-                let t = self
-                    .stall_timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-                if t.deadline() != at {
-                    t.as_mut().reset(at);
-                }
+                let t = match &mut self.stall_timer {
+                    Some(t) => {
+                        if took {
+                            t.as_mut().reset(Instant::now() + stall);
+                        }
+                        t
+                    }
+                    None => self.stall_timer.insert(Box::pin(tokio::time::sleep(stall))),
+                };
                 if t.as_mut().poll(cx).is_ready() {
-                    continue;
+                    return Poll::Ready(Err(self.cut(ctx, Cut::Stalled(self.held()))));
                 }
             } else if self.stall_timer.is_some() {
                 self.stall_timer = None;

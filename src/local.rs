@@ -101,7 +101,8 @@ pub fn in_refused_multi(name: &str, state: &mut SessionState) -> Option<Reply> {
             return None;
         }
         _ => error_reply(
-            "ERR respway: transactions are not supported: command not run, the MULTI before              it was refused (EXEC will abort)",
+            "ERR respway: transactions are not supported: command not run, the MULTI before \
+             it was refused (EXEC will abort)",
         ),
     })
 }
@@ -145,16 +146,14 @@ pub fn handle(
             encode(&frame)
         }
         ProxyCommand::Auth => {
+            let before = state.auth_failures;
             let r = auth(&args[1..], state, listener);
-            return after_auth(r, state, ctx, listener);
+            return after_auth(r, before, state, ctx, listener);
         }
         ProxyCommand::Hello => {
-            let failures = state.auth_failures;
+            let before = state.auth_failures;
             let r = hello(args, state, listener);
-            if state.auth_failures != failures {
-                return after_auth(r, state, ctx, listener);
-            }
-            return Local::Reply(r);
+            return after_auth(r, before, state, ctx, listener);
         }
         ProxyCommand::Client => client(args, state),
         ProxyCommand::Command => command_reply(args),
@@ -169,9 +168,16 @@ fn encode(f: &Frame) -> Reply {
     out.freeze()
 }
 
-/// Counts a failed AUTH, and closes the connection after `max_auth_failures` of them.
-fn after_auth(r: Reply, state: &SessionState, ctx: &ListenerCtx, listener: &Listener) -> Local {
-    if !r.starts_with(b"-WRONGPASS") {
+/// Counts a failed AUTH (`auth` counted it in `state` when the failures are above `before`),
+/// and closes the connection after `max_auth_failures` of them.
+fn after_auth(
+    r: Reply,
+    before: u32,
+    state: &SessionState,
+    ctx: &ListenerCtx,
+    listener: &Listener,
+) -> Local {
+    if state.auth_failures == before {
         return Local::Reply(r);
     }
     ctx.stats.auth_failures.inc();

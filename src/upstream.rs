@@ -377,7 +377,7 @@ impl Service<Request> for Upstream {
             // replica from then on). Costs one clone of the argument list, for replica reads
             // only.
             if let Some(p) = self.endpoints.get(req.cluster, shard, primary) {
-                let fallback = Some(Box::new((p.clone(), req.args.clone(), self.conn)));
+                let fallback = Some((p.clone(), req.args.clone(), self.conn));
                 let mut f = ep.send(req.args, self.conn, deadline);
                 f.fallback = fallback;
                 return f;
@@ -394,7 +394,7 @@ pub struct UpstreamFuture {
     label: Arc<str>,
     /// For replica reads: the primary and the request, to retry there once when the replica
     /// cannot be reached.
-    fallback: Option<Box<(EndpointHandle, Vec<Bytes>, usize)>>,
+    fallback: Option<(EndpointHandle, Vec<Bytes>, usize)>,
     deadline: Instant,
 }
 
@@ -452,8 +452,7 @@ impl Future for UpstreamFuture {
                 Ok(reply) => return Poll::Ready(Ok(reply)),
                 Err(e) => {
                     if e.retryable_read() {
-                        if let Some(fb) = this.fallback.take() {
-                            let (primary, args, conn) = *fb;
+                        if let Some((primary, args, conn)) = this.fallback.take() {
                             let next = primary.send(args, conn, this.deadline);
                             this.state = next.state;
                             this.label = next.label;

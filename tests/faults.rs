@@ -156,6 +156,13 @@ fn refused_multi_runs_nothing_and_exec_aborts() {
         "{replies:?}"
     );
     assert_eq!(
+        replies[1].error(),
+        Some(
+            "ERR respway: transactions are not supported: command not run, the MULTI before it \
+             was refused (EXEC will abort)"
+        )
+    );
+    assert_eq!(
         replies[3],
         Resp::Error("EXECABORT Transaction discarded because of previous errors.".into())
     );
