@@ -136,11 +136,11 @@ enum Pending {
 }
 
 /// Serves one client until it leaves, sends QUIT, or breaks the protocol.
-pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>) {
+/// `seq` (this worker's accept count for the listener) picks the session's connection to
+/// each endpoint.
+pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usize) {
     let _ = stream.set_nodelay(true);
-    // This worker's count of accepted connections spreads sessions over each endpoint's
-    // connections.
-    let mut live = Live::load(&ctx.slot, ctx.stats.connections.get() as usize);
+    let mut live = Live::load(&ctx.slot, seq);
     let listener = live.parts.listener.clone();
     let mut s = Session {
         decoder: RequestDecoder::new(listener.limits),

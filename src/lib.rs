@@ -564,13 +564,17 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
         match listener.accept().await {
             Ok((stream, _peer)) => {
                 backoff = std::time::Duration::from_millis(5);
+                // The accept count, taken here (not when the session first runs, when several
+                // sessions accepted in one turn would read the same value), spreads sessions
+                // over each endpoint's connections.
+                let seq = ctx.stats.connections.get() as usize;
                 ctx.stats.connections.inc();
                 let ctx = ctx.clone();
                 tokio::spawn(async move {
                     ctx.stats
                         .active
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    conn::serve(stream, ctx.clone()).await;
+                    conn::serve(stream, ctx.clone(), seq).await;
                     ctx.stats
                         .active
                         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
