@@ -112,6 +112,8 @@ fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         hashtag: Some(HashTag::default()),
         shards,
         connections_per_endpoint: 1,
+        databases: respway_filters::model::DEFAULT_DATABASES,
+        dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
         max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
         connect_timeout: Duration::from_secs(1),
         auth: None,
@@ -147,6 +149,7 @@ fn listener(routes: RouteTable) -> Listener {
         downstream_password: None,
         op_timeout: Duration::from_secs(1),
         max_pending_per_client: 1024,
+        resp: Default::default(),
         client: Default::default(),
         limits: Limits::default(),
     }

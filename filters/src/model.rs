@@ -48,6 +48,41 @@ pub struct Listener {
     pub limits: crate::codec_limits::Limits,
     /// Per-client memory bounds and session rules.
     pub client: ClientLimits,
+    /// The RESP versions spoken with clients, and what the proxy says it is.
+    pub resp: RespSettings,
+}
+
+/// Which RESP versions a listener speaks with its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProtocolMode {
+    /// Each client chooses with `HELLO` (RESP2 until it sends `HELLO 3`), as Redis does
+    /// (default).
+    #[default]
+    Auto,
+    /// RESP2 only: `HELLO 3` answers `-NOPROTO` (Envoy's `protocol_version: RESP2`).
+    Resp2,
+    /// RESP3 only: every command but `HELLO`, `AUTH` and `QUIT` answers `-NOPROTO` until
+    /// the client sent `HELLO 3` (Envoy's `protocol_version: RESP3`).
+    Resp3,
+}
+
+/// Protocol settings of a listener.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RespSettings {
+    /// Which RESP versions clients may use.
+    pub protocol: ProtocolMode,
+    /// The Redis version the proxy reports (`HELLO`'s `version`, `INFO`'s `redis_version`),
+    /// which clients read to pick features (default: the version of the command table).
+    pub advertised_version: String,
+}
+
+impl Default for RespSettings {
+    fn default() -> Self {
+        RespSettings {
+            protocol: ProtocolMode::Auto,
+            advertised_version: crate::command::REDIS_VERSION.to_string(),
+        }
+    }
 }
 
 /// Bounds on what one client connection may cost, and session rules of a listener.
@@ -161,8 +196,15 @@ pub struct Cluster {
     pub connect_timeout: Duration,
     /// Upstream credentials sent as `AUTH` on connect.
     pub auth: Option<UpstreamAuth>,
-    /// Database sent as `SELECT` on connect (0 = none sent).
+    /// The shards' database a client's database 0 maps to: a client that sent `SELECT n`
+    /// uses database `db + n` (0 = none sent on connect for clients that never select).
     pub db: u32,
+    /// Databases a client may `SELECT` on this cluster: `0..databases` (default 16, as
+    /// Redis's `databases`). Connections per database are opened on first use.
+    pub databases: u32,
+    /// Dedicated connections (transactions) one worker may have open to one endpoint at
+    /// once; they are reused, not closed, between transactions (default 32).
+    pub dedicated_connections: usize,
     /// Hot-key rules: keys under these prefixes are written to every shard and read from one.
     pub hot_keys: Vec<HotKeyRule>,
     /// Which endpoint of a shard serves reads.
@@ -356,5 +398,9 @@ pub enum KeyHash {
     Murmur,
 }
 
+/// Default of [`Cluster::databases`].
+pub const DEFAULT_DATABASES: u32 = 16;
+/// Default of [`Cluster::dedicated_connections`].
+pub const DEFAULT_DEDICATED_CONNECTIONS: usize = 32;
 /// Default of [`Cluster::max_queue_per_connection`].
 pub const DEFAULT_MAX_QUEUE_PER_CONNECTION: usize = 16384;

@@ -319,6 +319,7 @@ fn listener(
         downstream_password,
         op_timeout,
         max_pending_per_client: max_pending,
+        resp: Default::default(),
         client,
         limits,
     })
@@ -630,6 +631,8 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         hashtag,
         shards,
         connections_per_endpoint,
+        databases: respway_filters::model::DEFAULT_DATABASES,
+        dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
         max_queue_per_connection,
         connect_timeout,
         auth,

@@ -63,6 +63,8 @@ fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         hashtag: Some(HashTag::default()),
         shards,
         connections_per_endpoint: 1,
+        databases: respway_filters::model::DEFAULT_DATABASES,
+        dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
         max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
         connect_timeout: Duration::from_secs(1),
         auth: None,
@@ -130,6 +132,7 @@ fn full_example_model() -> Config {
             downstream_password: Some("client-secret".into()),
             op_timeout: Duration::from_millis(250),
             max_pending_per_client: 2048,
+            resp: Default::default(),
             client: respway_filters::model::ClientLimits {
                 buffer_limit: 32 << 20,
                 buffer_hard_limit: 128 << 20,
@@ -146,6 +149,8 @@ fn full_example_model() -> Config {
         clusters: vec![
             Cluster {
                 connections_per_endpoint: 2,
+                databases: respway_filters::model::DEFAULT_DATABASES,
+                dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
                 max_queue_per_connection: 8192,
                 connect_timeout: Duration::from_millis(500),
                 auth: Some(UpstreamAuth {

@@ -46,6 +46,8 @@ pub fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         hashtag: None,
         shards,
         connections_per_endpoint: 1,
+        databases: respway_filters::model::DEFAULT_DATABASES,
+        dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
         max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
         connect_timeout: Duration::from_secs(1),
         auth: None,
@@ -64,6 +66,7 @@ pub fn routing_of(routes: RouteTable, clusters: Vec<Cluster>, zone: Option<&str>
         downstream_password: None,
         op_timeout: Duration::from_secs(1),
         max_pending_per_client: 1024,
+        resp: Default::default(),
         client: Default::default(),
         limits: Default::default(),
     };

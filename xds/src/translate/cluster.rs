@@ -278,6 +278,8 @@ pub(super) fn translate(
                 0 => common::DEFAULT_CONNECTIONS_PER_ENDPOINT,
                 n => n as usize,
             },
+            databases: respway_filters::model::DEFAULT_DATABASES,
+            dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
             max_queue_per_connection: match options.max_queue_per_connection {
                 0 => respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
                 n => n as usize,

@@ -398,6 +398,7 @@ pub(super) fn translate(
             downstream_password,
             op_timeout,
             max_pending_per_client: max_pending,
+            resp: Default::default(),
             client,
             limits,
         },
