@@ -23,16 +23,19 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, BytesMut};
-use respway_filters::command::{self, CommandClass};
-use respway_filters::request::{error_reply, Reply, Request};
+use bytes::{Buf, Bytes, BytesMut};
+use respway_filters::command::{self, CommandClass, ProxyCommand};
+use respway_filters::model::ProtocolMode;
+use respway_filters::request::{error_reply, is_error, Flavor, Reply, Request};
 use respway_filters::resp::RequestDecoder;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
+use crate::fanout::{self, BoxReply};
 use crate::local::{self, Local, SessionState};
 use crate::stack::{self, Chain, ChainFuture, Parts};
+use crate::tx::{self, Pinned, Tx};
 use crate::stats::ListenerStats;
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -133,6 +136,21 @@ impl Live {
 enum Pending {
     Ready(Reply),
     Wait { fut: ChainFuture, deadline: Instant },
+    /// Fan-outs, transactions, forwards: a future of its own.
+    Other { fut: BoxReply, deadline: Instant },
+}
+
+/// Which connections a command travels on. A session's commands on one lane keep their
+/// order (one connection per endpoint); before a command goes on another lane, the session
+/// waits until what it has in flight is answered, so it cannot pass them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// Answered by the proxy.
+    Local,
+    /// The shared connections of this protocol and database.
+    Shared(Flavor),
+    /// The dedicated connection of the session's n-th transaction.
+    Dedicated(u64),
 }
 
 /// Serves one client until it leaves, sends QUIT, or breaks the protocol.
@@ -161,6 +179,10 @@ pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usize) {
         avg_reply: 64,
         window: WINDOW_START,
         stall_timer: None,
+        tx: None,
+        lane: Lane::Local,
+        pins: 0,
+        stashed: None,
     };
     // Registered once with the first poll, the drain notification wakes this task when the
     // process drains; after that the flag alone is read (one atomic load per poll).
@@ -214,6 +236,14 @@ struct Session {
     /// Armed while the session is held at its buffer limit by a client that does not read:
     /// set `stall_timeout` ahead when the hold starts and each time the client takes bytes.
     stall_timer: Option<Pin<Box<Sleep>>>,
+    /// The transaction in progress (`WATCH` or `MULTI` seen).
+    tx: Option<Tx>,
+    /// The lane of the commands in flight.
+    lane: Lane,
+    /// Transactions pinned so far (names their lanes).
+    pins: u64,
+    /// A decoded command waiting for the commands in flight on another lane.
+    stashed: Option<Vec<Bytes>>,
 }
 
 /// Why a session ends on its own.
@@ -292,7 +322,10 @@ impl Session {
                     Err(e) => return Poll::Ready(Err(e)),
                 }
             }
-            if !self.rbuf.is_empty() && !self.closing && live.refresh(&ctx.slot, self.waits > 0) {
+            if (!self.rbuf.is_empty() || self.stashed.is_some())
+                && !self.closing
+                && live.refresh(&ctx.slot, self.waits > 0)
+            {
                 let before = self.pending.len();
                 self.decode_all(live, ctx, max, limit);
                 progress |= self.pending.len() != before;
@@ -310,6 +343,25 @@ impl Session {
                             r
                         }
                         _ => unreachable!("front was Ready"),
+                    },
+                    Pending::Other { fut, deadline } => match fut.as_mut().poll(cx) {
+                        Poll::Ready(r) => {
+                            self.pending.pop_front();
+                            self.waits -= 1;
+                            self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
+                            r
+                        }
+                        Poll::Pending => {
+                            let deadline = *deadline;
+                            if self.poll_timeout(cx, deadline) {
+                                self.pending.pop_front();
+                                self.waits -= 1;
+                                ctx.stats.timeouts.inc();
+                                error_reply("ERR respway: upstream timeout")
+                            } else {
+                                break;
+                            }
+                        }
                     },
                     Pending::Wait { fut, deadline } => match Pin::new(fut).poll(cx) {
                         Poll::Ready(Ok(r)) => {
@@ -390,6 +442,7 @@ impl Session {
             }
             if self.wbuf.is_empty()
                 && self.pending.is_empty()
+                && (self.stashed.is_none() || self.closing)
                 && (self.closing || self.eof || self.draining)
             {
                 return Poll::Ready(Ok(()));
@@ -442,15 +495,55 @@ impl Session {
         }
     }
 
+    /// The lane `args` would travel on.
+    fn lane_of(&self, args: &[Bytes]) -> Lane {
+        let Some(cmd) = command::lookup(&args[0]) else {
+            return Lane::Local;
+        };
+        let cmd = cmd.resolve(args);
+        let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
+        match cmd.class {
+            CommandClass::Transaction => Lane::Dedicated(self.pins),
+            _ if in_multi => Lane::Dedicated(self.pins),
+            CommandClass::Proxy(ProxyCommand::Command | ProxyCommand::Info) => {
+                Lane::Shared(self.state.flavor())
+            }
+            CommandClass::Proxy(_) | CommandClass::Unsupported => Lane::Local,
+            _ => Lane::Shared(self.state.flavor()),
+        }
+    }
+
     fn decode_all(&mut self, live: &mut Live, ctx: &ListenerCtx, max: usize, limit: usize) {
         while self.pending.len() < max && self.held() < limit {
-            match self.decoder.decode(&mut self.rbuf) {
+            let decoded = match self.stashed.take() {
+                Some(args) => Ok(Some(args)),
+                None => self.decoder.decode(&mut self.rbuf),
+            };
+            match decoded {
                 Ok(Some(args)) => {
+                    let lane = self.lane_of(&args);
+                    // A transaction that starts pins a new connection: its lane is the next.
+                    let lane = match lane {
+                        Lane::Dedicated(_) if self.tx.as_ref().is_none_or(|t| t.pinned.is_none()) => {
+                            Lane::Dedicated(self.pins + 1)
+                        }
+                        l => l,
+                    };
+                    if lane != Lane::Local && lane != self.lane && self.waits > 0 {
+                        self.stashed = Some(args);
+                        return;
+                    }
                     ctx.stats.commands.inc();
                     let p = self.dispatch(args, live, ctx);
                     match &p {
                         Pending::Ready(r) => self.ready_bytes += r.len(),
-                        Pending::Wait { .. } => self.waits += 1,
+                        Pending::Wait { .. } | Pending::Other { .. } => {
+                            self.waits += 1;
+                            self.lane = match lane {
+                                Lane::Dedicated(_) => Lane::Dedicated(self.pins),
+                                l => l,
+                            };
+                        }
                     }
                     self.pending.push_back(p);
                     if self.closing {
@@ -470,47 +563,83 @@ impl Session {
         }
     }
 
-    fn dispatch(&mut self, args: Vec<bytes::Bytes>, live: &mut Live, ctx: &ListenerCtx) -> Pending {
+    fn dispatch(&mut self, mut args: Vec<Bytes>, live: &mut Live, ctx: &ListenerCtx) -> Pending {
+        let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
         let Some(cmd) = command::lookup(&args[0]) else {
+            self.mark_dirty();
             return Pending::Ready(local::unknown_command(&args));
         };
-        if self.state.refused_multi {
-            if let Some(r) = local::in_refused_multi(cmd.name, &mut self.state) {
-                return Pending::Ready(r);
-            }
-        }
         let cmd = cmd.resolve(&args);
         if !cmd.arity_ok(args.len()) {
+            self.mark_dirty();
             return Pending::Ready(error_reply(&format!(
                 "ERR wrong number of arguments for '{}' command",
                 cmd.name
             )));
         }
+        let proxy = |p| cmd.class == CommandClass::Proxy(p);
         if !self.state.authenticated
-            && !matches!(
-                cmd.class,
-                CommandClass::Proxy(command::ProxyCommand::Auth)
-                    | CommandClass::Proxy(command::ProxyCommand::Hello)
-                    | CommandClass::Proxy(command::ProxyCommand::Quit)
-            )
+            && !(proxy(ProxyCommand::Auth) || proxy(ProxyCommand::Hello) || proxy(ProxyCommand::Quit))
         {
             return Pending::Ready(error_reply("NOAUTH Authentication required."));
         }
+        if live.parts.listener.resp.protocol == ProtocolMode::Resp3
+            && !self.state.resp3
+            && !(proxy(ProxyCommand::Auth) || proxy(ProxyCommand::Hello) || proxy(ProxyCommand::Quit))
+        {
+            return Pending::Ready(error_reply(
+                "NOPROTO this listener speaks RESP3 only: send HELLO 3 first",
+            ));
+        }
+        let op_timeout = live.parts.listener.op_timeout;
+        let deadline = Instant::now() + op_timeout;
+        let backstop = deadline + op_timeout + BACKSTOP;
+        if in_multi || cmd.class == CommandClass::Transaction {
+            return self.dispatch_tx(cmd, args, live, ctx, deadline);
+        }
+        let flavor = self.state.flavor();
         match cmd.class {
             CommandClass::Proxy(p) => {
-                match local::handle(p, &args, &mut self.state, ctx, &live.parts.listener) {
+                if p == ProxyCommand::Reset {
+                    self.tx = None;
+                }
+                if self.tx.is_some() && matches!(p, ProxyCommand::Select | ProxyCommand::Hello) {
+                    return Pending::Ready(error_reply(&format!(
+                        "ERR respway: {} is not allowed while a WATCH is active (the transaction's connection keeps its protocol and database)",
+                        cmd.name.to_ascii_uppercase()
+                    )));
+                }
+                let databases = live.parts.databases;
+                match local::handle(p, &args, &mut self.state, ctx, &live.parts.listener, databases) {
                     Local::Reply(r) => Pending::Ready(r),
                     Local::ReplyAndClose(r) => {
                         self.closing = true;
                         Pending::Ready(r)
                     }
+                    Local::Forward => Pending::Other {
+                        fut: fanout::one(args, &live.parts, flavor, live.conn, deadline),
+                        deadline: backstop,
+                    },
+                    Local::InfoWithKeyspace(text) => Pending::Other {
+                        fut: fanout::info_with_keyspace(
+                            text,
+                            self.state.resp3,
+                            &live.parts,
+                            flavor,
+                            live.conn,
+                            deadline,
+                        ),
+                        deadline: backstop,
+                    },
                 }
             }
+            CommandClass::Fanout(kind) => Pending::Other {
+                fut: fanout::call(kind, args, &live.parts, flavor, live.conn, deadline),
+                deadline: backstop,
+            },
+            CommandClass::Transaction => unreachable!("handled above"),
             CommandClass::Unsupported => {
                 ctx.stats.unsupported.inc();
-                if cmd.name == "multi" {
-                    self.state.refused_multi = true;
-                }
                 Pending::Ready(error_reply(&format!(
                     "ERR command '{}' is not supported by respway",
                     String::from_utf8_lossy(&args[0])
@@ -532,10 +661,10 @@ impl Session {
                     )));
                 }
                 let key = self.keys.first().copied();
+                args.shrink_to_fit();
                 let mut req = Request::new(cmd, args, key);
-                let op_timeout = live.parts.listener.op_timeout;
-                let deadline = Instant::now() + op_timeout;
                 req.deadline = Some(deadline.into_std());
+                req.flavor = flavor;
                 // Every layer is always ready (queues are bounded per session, above).
                 let noop = std::task::Waker::noop();
                 let _ = live.chain.poll_ready(&mut Context::from_waker(noop));
@@ -543,9 +672,246 @@ impl Session {
                     fut: live.chain.call(req),
                     // The upstream answers at `deadline` with an error naming the shard; this
                     // is only a backstop for a request lost on the way.
-                    deadline: deadline + op_timeout + BACKSTOP,
+                    deadline: backstop,
                 }
             }
         }
+    }
+
+    /// A command refused while a `MULTI` is queueing makes `EXEC` abort, as in Redis.
+    fn mark_dirty(&mut self) {
+        if let Some(t) = self.tx.as_mut().filter(|t| t.multi) {
+            t.dirty = true;
+        }
+    }
+
+    /// Refuses a command inside `MULTI` (and marks the transaction).
+    fn refuse_in_tx(&mut self, reply: Reply) -> Pending {
+        self.mark_dirty();
+        Pending::Ready(reply)
+    }
+
+    /// Pins the transaction to the primary of `(cluster, shard)` and sends what was queued.
+    fn pin(
+        &mut self,
+        cluster: usize,
+        shard: usize,
+        live: &Live,
+        deadline: Instant,
+    ) -> Result<Vec<crate::upstream::UpstreamFuture>, Reply> {
+        let parts = &live.parts;
+        let primary = parts
+            .primaries
+            .get(cluster)
+            .and_then(|s| s.get(shard))
+            .copied()
+            .unwrap_or(0);
+        let ep = parts
+            .endpoints
+            .get(cluster, shard, primary)
+            .ok_or_else(|| error_reply("ERR respway: no such shard"))?;
+        let conn = ep
+            .take_dedicated(self.state.flavor())
+            .map_err(|e| e.to_reply(ep.label()))?;
+        self.pins += 1;
+        let tx = self.tx.as_mut().expect("pin inside a transaction");
+        let sent = tx
+            .queued
+            .drain(..)
+            .map(|args| conn.send(args, deadline))
+            .collect();
+        tx.pinned = Some(Pinned {
+            cluster,
+            shard,
+            conn,
+        });
+        Ok(sent)
+    }
+
+    /// Sends `args` on the transaction's connection, after the replies of `before` (queued
+    /// commands sent at pin time, whose replies the client already had): an error among
+    /// those is the reply instead.
+    fn send_pinned(
+        &mut self,
+        args: Vec<Bytes>,
+        before: Vec<crate::upstream::UpstreamFuture>,
+        deadline: Instant,
+        op_timeout: std::time::Duration,
+    ) -> Pending {
+        let Some(p) = self.tx.as_ref().and_then(|t| t.pinned.as_ref()) else {
+            return Pending::Ready(error_reply("ERR respway: transaction has no connection"));
+        };
+        let f = p.conn.send(args, deadline);
+        Pending::Other {
+            fut: Box::pin(async move {
+                let mut first_err = None;
+                for b in before {
+                    let Ok(r) = b.await;
+                    if is_error(&r) && first_err.is_none() {
+                        first_err = Some(r);
+                    }
+                }
+                let Ok(r) = f.await;
+                first_err.unwrap_or(r)
+            }),
+            deadline: deadline + op_timeout + BACKSTOP,
+        }
+    }
+
+    /// Transaction commands, and every command while a `MULTI` is queueing.
+    fn dispatch_tx(
+        &mut self,
+        cmd: &'static command::CommandInfo,
+        mut args: Vec<Bytes>,
+        live: &mut Live,
+        ctx: &ListenerCtx,
+        deadline: Instant,
+    ) -> Pending {
+        let op_timeout = live.parts.listener.op_timeout;
+        let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
+        let pinned = self.tx.as_ref().and_then(|t| t.pinned.as_ref()).map(|p| (p.cluster, p.shard));
+        match cmd.name {
+            "multi" if in_multi => return Pending::Ready(error_reply("ERR MULTI calls can not be nested")),
+            "multi" => {
+                let tx = self.tx.get_or_insert_with(|| Tx::new(op_timeout));
+                tx.multi = true;
+                if pinned.is_some() {
+                    return self.send_pinned(args, Vec::new(), deadline, op_timeout);
+                }
+                tx.queued.push(args);
+                return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+            }
+            "watch" if in_multi => {
+                return Pending::Ready(error_reply("ERR WATCH inside MULTI is not allowed"))
+            }
+            "exec" | "discard" if !in_multi => {
+                return Pending::Ready(error_reply(&format!(
+                    "ERR {} without MULTI",
+                    cmd.name.to_ascii_uppercase()
+                )))
+            }
+            "unwatch" if !in_multi => {
+                let Some(tx) = self.tx.take() else {
+                    return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+                };
+                if tx.pinned.is_none() {
+                    return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+                }
+                self.tx = Some(tx);
+                let p = self.send_pinned(args, Vec::new(), deadline, op_timeout);
+                if let Some(tx) = self.tx.take() {
+                    tx.finish();
+                }
+                return p;
+            }
+            "exec" | "discard" => {
+                let mut tx = self.tx.take().expect("in MULTI");
+                let discard = cmd.name == "discard";
+                if tx.dirty || discard {
+                    let Some(p) = tx.pinned.as_ref() else {
+                        // Nothing reached Redis.
+                        return Pending::Ready(if discard {
+                            Bytes::from_static(b"+OK\r\n")
+                        } else {
+                            error_reply("EXECABORT Transaction discarded because of previous errors.")
+                        });
+                    };
+                    let f = p.conn.send(vec![Bytes::from_static(b"DISCARD")], deadline);
+                    tx.finish();
+                    return Pending::Other {
+                        fut: Box::pin(async move {
+                            let Ok(r) = f.await;
+                            if discard || is_error(&r) {
+                                r
+                            } else {
+                                error_reply(
+                                    "EXECABORT Transaction discarded because of previous errors.",
+                                )
+                            }
+                        }),
+                        deadline: deadline + op_timeout + BACKSTOP,
+                    };
+                }
+                let mut before = Vec::new();
+                if tx.pinned.is_none() {
+                    if tx.queued.len() <= 1 {
+                        // MULTI then EXEC with nothing queued and nothing watched.
+                        return Pending::Ready(Bytes::from_static(b"*0\r\n"));
+                    }
+                    // Only key-less commands: they run on the catch-all cluster's first shard.
+                    let cluster = live.parts.routing.routed_clusters().first().copied().unwrap_or(0);
+                    self.tx = Some(tx);
+                    match self.pin(cluster, 0, live, deadline) {
+                        Ok(b) => before = b,
+                        Err(e) => {
+                            self.tx = None;
+                            return Pending::Ready(e);
+                        }
+                    }
+                    tx = self.tx.take().expect("pinned");
+                }
+                self.tx = Some(tx);
+                let p = self.send_pinned(args, before, deadline, op_timeout);
+                if let Some(tx) = self.tx.take() {
+                    tx.finish();
+                }
+                return p;
+            }
+            _ => {}
+        }
+        // WATCH (outside MULTI), or a command queued inside MULTI.
+        match cmd.class {
+            CommandClass::Proxy(ProxyCommand::Ping | ProxyCommand::Echo | ProxyCommand::Time)
+            | CommandClass::Transaction => {}
+            CommandClass::Proxy(ProxyCommand::Quit) => {
+                self.tx = None;
+                self.closing = true;
+                return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+            }
+            CommandClass::Proxy(ProxyCommand::Reset) => {
+                self.tx = None;
+                return self.dispatch(args, live, ctx);
+            }
+            CommandClass::Single | CommandClass::SameShard | CommandClass::Split(_) => {}
+            _ => {
+                return self.refuse_in_tx(error_reply(&format!(
+                    "ERR respway: '{}' is not allowed inside a transaction",
+                    cmd.name.to_ascii_uppercase()
+                )))
+            }
+        }
+        let place = tx::place(&live.parts.routing, cmd, &mut args, &mut self.keys);
+        let here = match place {
+            Ok(h) => h,
+            Err(e) => return self.refuse_in_tx(e),
+        };
+        if cmd.name == "watch" && here.is_none() {
+            return Pending::Ready(error_reply("ERR wrong number of arguments for 'watch' command"));
+        }
+        if self.tx.is_none() {
+            self.tx = Some(Tx::new(op_timeout));
+        }
+        let mut before = Vec::new();
+        match (here, pinned) {
+            (Some(h), Some(p)) if h != p => return self.refuse_in_tx(error_reply(tx::CROSSSLOT)),
+            (Some((c, sh)), None) => match self.pin(c, sh, live, deadline) {
+                Ok(b) => before = b,
+                Err(e) => {
+                    if !in_multi {
+                        self.tx = None;
+                    }
+                    return self.refuse_in_tx(e);
+                }
+            },
+            (None, None) => {
+                // A key-less command before the shard is known: queued until it is.
+                if let Some(t) = self.tx.as_mut() {
+                    t.queued.push(args);
+                }
+                return Pending::Ready(Bytes::from_static(b"+QUEUED\r\n"));
+            }
+            _ => {}
+        }
+        self.send_pinned(args, before, deadline, op_timeout)
     }
 }

@@ -17,9 +17,11 @@
 
 pub mod bootstrap;
 pub mod conn;
+pub mod fanout;
 pub mod local;
 pub mod stack;
 pub mod stats;
+pub mod tx;
 pub mod upstream;
 
 use std::collections::HashMap;
@@ -455,6 +457,13 @@ impl Worker {
                     endpoints: endpoints.clone(),
                     primaries: primaries.clone(),
                     mirror: Arc::new(queue),
+                    databases: routing
+                        .routed_clusters()
+                        .iter()
+                        .filter_map(|&c| config.clusters.get(c))
+                        .map(|c| c.databases)
+                        .min()
+                        .unwrap_or(respway_filters::model::DEFAULT_DATABASES),
                 };
                 self.registry.set_filters(
                     (self.id, i),
@@ -527,6 +536,8 @@ fn endpoint_config(c: &Cluster, shard: &str, address: SocketAddr) -> EndpointCon
             v
         }),
         db: c.db,
+        databases: c.databases,
+        dedicated: c.dedicated_connections,
         max_queue: c.max_queue_per_connection,
     }
 }

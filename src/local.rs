@@ -1,12 +1,15 @@
-//! Commands the proxy answers itself: PING, ECHO, QUIT, SELECT 0, HELLO 2, COMMAND,
-//! CLIENT SETNAME/GETNAME/ID, INFO (with a proxy section), AUTH (when a downstream password is
-//! configured) and TIME.
+//! Commands the proxy answers itself: PING, ECHO, QUIT, SELECT, HELLO (2 and 3), CLIENT
+//! SETNAME/GETNAME/ID/INFO/LIST/SETINFO/NO-EVICT/NO-TOUCH/TRACKING off, INFO (with a proxy
+//! section; the keyspace section is summed over the shards by the session), AUTH (when a
+//! downstream password is configured), RESET, READONLY/READWRITE and TIME. COMMAND is
+//! forwarded to a shard (its reply describes the same Redis the command table came from).
+//! Every reply is in the client's protocol (RESP2, or RESP3 after `HELLO 3`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use respway_filters::command::{self, ProxyCommand};
+use respway_filters::command::ProxyCommand;
 use respway_filters::hot_key::HotKeyRuleStats;
 use respway_filters::mirror::MirrorCounts;
 use respway_filters::model::Listener;
@@ -28,9 +31,12 @@ pub struct SessionState {
     pub id: u64,
     /// Failed AUTH attempts on this connection.
     pub auth_failures: u32,
-    /// A MULTI was refused: every command up to EXEC/DISCARD is refused and not forwarded, so
-    /// a client's transaction never runs piecemeal outside one.
-    pub refused_multi: bool,
+    /// RESP3 (`HELLO 3`).
+    pub resp3: bool,
+    /// The selected database (`SELECT n`).
+    pub db: u8,
+    /// `CLIENT SETINFO lib-name` / `lib-ver`.
+    pub lib: (Option<Bytes>, Option<Bytes>),
 }
 
 impl SessionState {
@@ -40,8 +46,18 @@ impl SessionState {
             authenticated,
             name: None,
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
-            refused_multi: false,
             auth_failures: 0,
+            resp3: false,
+            db: 0,
+            lib: (None, None),
+        }
+    }
+
+    /// Upstream connections this client's commands use.
+    pub fn flavor(&self) -> respway_filters::request::Flavor {
+        respway_filters::request::Flavor {
+            resp3: self.resp3,
+            db: self.db,
         }
     }
 }
@@ -53,6 +69,11 @@ pub enum Local {
     Reply(Reply),
     /// Answer, then close the connection (QUIT).
     ReplyAndClose(Reply),
+    /// Send the command as it is to one shard and hand its reply on (COMMAND ...).
+    Forward,
+    /// INFO text of the proxy's sections; the session adds the shards' summed `# Keyspace`
+    /// and encodes it.
+    InfoWithKeyspace(String),
 }
 
 fn ok() -> Reply {
@@ -81,32 +102,6 @@ pub fn unknown_command(args: &[Bytes]) -> Reply {
     error_reply(&msg)
 }
 
-/// Inside a refused MULTI (see [`SessionState::refused_multi`]): the reply for `cmd`, or
-/// `None` for commands handled as usual (QUIT, RESET).
-pub fn in_refused_multi(name: &str, state: &mut SessionState) -> Option<Reply> {
-    Some(match name {
-        "exec" => {
-            state.refused_multi = false;
-            error_reply("EXECABORT Transaction discarded because of previous errors.")
-        }
-        "discard" => {
-            state.refused_multi = false;
-            ok()
-        }
-        "multi" => error_reply("ERR MULTI calls can not be nested"),
-        "watch" => error_reply("ERR WATCH inside MULTI is not allowed"),
-        "quit" => return None,
-        "reset" => {
-            state.refused_multi = false;
-            return None;
-        }
-        _ => error_reply(
-            "ERR respway: transactions are not supported: command not run, the MULTI before \
-             it was refused (EXEC will abort)",
-        ),
-    })
-}
-
 /// True for the script and function calls whose keys are declared by a count.
 pub fn is_script(name: &str) -> bool {
     matches!(
@@ -122,7 +117,9 @@ pub fn handle(
     state: &mut SessionState,
     ctx: &ListenerCtx,
     listener: &Listener,
+    databases: u32,
 ) -> Local {
+    let resp3 = state.resp3;
     let reply = match cmd {
         ProxyCommand::Ping => match args.len() {
             1 => Bytes::from_static(b"+PONG\r\n"),
@@ -131,10 +128,22 @@ pub fn handle(
         ProxyCommand::Echo => bulk(&args[1]),
         ProxyCommand::Quit => return Local::ReplyAndClose(ok()),
         ProxyCommand::Select => match std::str::from_utf8(&args[1]).ok().map(str::parse::<i64>) {
-            Some(Ok(0)) => ok(),
+            Some(Ok(n)) if (0..i64::from(databases.min(256))).contains(&n) => {
+                state.db = n as u8;
+                ok()
+            }
             Some(Ok(_)) => error_reply("ERR DB index is out of range"),
             _ => error_reply("ERR value is not an integer or out of range"),
         },
+        ProxyCommand::Reset => {
+            state.resp3 = false;
+            state.db = 0;
+            state.name = None;
+            state.lib = (None, None);
+            state.authenticated = listener.downstream_password.is_none();
+            Bytes::from_static(b"+RESET\r\n")
+        }
+        ProxyCommand::ReadMode => ok(),
         ProxyCommand::Time => {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -156,8 +165,8 @@ pub fn handle(
             return after_auth(r, before, state, ctx, listener);
         }
         ProxyCommand::Client => client(args, state),
-        ProxyCommand::Command => command_reply(args),
-        ProxyCommand::Info => info(args, ctx, listener),
+        ProxyCommand::Command => return Local::Forward,
+        ProxyCommand::Info => return info(args, ctx, listener, resp3),
     };
     Local::Reply(reply)
 }
@@ -228,19 +237,35 @@ fn auth(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply 
 }
 
 fn hello(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply {
+    use respway_filters::model::ProtocolMode;
     let mut i = 1;
+    let mut proto = if state.resp3 { 3 } else { 2 };
     if let Some(v) = args.get(1) {
         match std::str::from_utf8(v)
             .ok()
             .and_then(|s| s.parse::<i64>().ok())
         {
-            Some(2) => i = 2,
+            Some(v @ (2 | 3)) => {
+                let allowed = match listener.resp.protocol {
+                    ProtocolMode::Auto => true,
+                    ProtocolMode::Resp2 => v == 2,
+                    ProtocolMode::Resp3 => v == 3,
+                };
+                if !allowed {
+                    return error_reply(
+                        "NOPROTO sorry, this protocol version is not supported by this listener.",
+                    );
+                }
+                proto = v;
+                i = 2;
+            }
             Some(_) => {
                 return error_reply("NOPROTO sorry, this protocol version is not supported.")
             }
             None => return error_reply("ERR Protocol version is not an integer or out of range"),
         }
     }
+    let mut name = None;
     while i < args.len() {
         match (lower(&args[i]).as_slice(), args.len() - i) {
             (b"auth", n) if n >= 3 => {
@@ -251,7 +276,7 @@ fn hello(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply
                 i += 3;
             }
             (b"setname", n) if n >= 2 => {
-                state.name = Some(args[i + 1].clone());
+                name = Some(args[i + 1].clone());
                 i += 2;
             }
             _ => {
@@ -265,23 +290,44 @@ fn hello(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply
     if !state.authenticated {
         return error_reply("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
     }
+    if let Some(n) = name {
+        state.name = (!n.is_empty()).then_some(n);
+    }
+    state.resp3 = proto == 3;
     let s = |v: &'static str| Frame::Bulk(Bytes::from_static(v.as_bytes()));
-    encode(&Frame::Array(vec![
-        s("server"),
-        s("respway"),
-        s("version"),
-        s(env!("CARGO_PKG_VERSION")),
-        s("proto"),
-        Frame::Integer(2),
-        s("id"),
-        Frame::Integer(state.id as i64),
-        s("mode"),
-        s("standalone"),
-        s("role"),
-        s("master"),
-        s("modules"),
-        Frame::Array(vec![]),
-    ]))
+    encode(&Frame::map(
+        state.resp3,
+        vec![
+            (s("server"), s("redis")),
+            (
+                s("version"),
+                Frame::Bulk(Bytes::from(listener.resp.advertised_version.clone())),
+            ),
+            (s("proto"), Frame::Integer(proto)),
+            (s("id"), Frame::Integer(state.id as i64)),
+            (s("mode"), s("standalone")),
+            (s("role"), s("master")),
+            (s("modules"), Frame::Array(vec![])),
+        ],
+    ))
+}
+
+/// This client's `CLIENT INFO` / `CLIENT LIST` line (the fields clients and tools read).
+fn client_line(state: &SessionState) -> String {
+    fn text(b: &Option<Bytes>) -> String {
+        b.as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    }
+    format!(
+        "id={} name={} db={} resp={} lib-name={} lib-ver={}\n",
+        state.id,
+        text(&state.name),
+        state.db,
+        if state.resp3 { 3 } else { 2 },
+        text(&state.lib.0),
+        text(&state.lib.1),
+    )
 }
 
 fn client(args: &[Bytes], state: &mut SessionState) -> Reply {
@@ -302,64 +348,45 @@ fn client(args: &[Bytes], state: &mut SessionState) -> Reply {
         }
         (b"getname", 2) => match &state.name {
             Some(n) => bulk(n),
-            None => Bytes::from_static(b"$-1\r\n"),
+            None => encode(&Frame::null(state.resp3)),
+        },
+        (b"info", 2) => encode(&Frame::text(state.resp3, client_line(state).as_bytes())),
+        // The sidecar's view: this client (other sessions live on other workers' tasks).
+        (b"list", 2) => encode(&Frame::text(state.resp3, client_line(state).as_bytes())),
+        (b"no-evict" | b"no-touch", 3) => match lower(&args[2]).as_slice() {
+            b"on" | b"off" => ok(),
+            _ => error_reply("ERR syntax error"),
+        },
+        (b"tracking", n) if n >= 3 => match lower(&args[2]).as_slice() {
+            b"off" => ok(),
+            b"on" => error_reply(
+                "ERR respway: client-side caching (CLIENT TRACKING on) is not supported",
+            ),
+            _ => error_reply("ERR syntax error"),
         },
         (b"id", 2) => {
             let mut out = BytesMut::with_capacity(24);
             write_integer(&mut out, b':', state.id as i64);
             out.freeze()
         }
-        // Client libraries announce themselves; accept and ignore.
-        (b"setinfo", 4) => ok(),
+        // Client libraries announce themselves (shown by CLIENT INFO).
+        (b"setinfo", 4) => match lower(&args[2]).as_slice() {
+            b"lib-name" => {
+                state.lib.0 = Some(args[3].clone());
+                ok()
+            }
+            b"lib-ver" => {
+                state.lib.1 = Some(args[3].clone());
+                ok()
+            }
+            _ => error_reply(&format!(
+                "ERR Unrecognized option '{}'",
+                String::from_utf8_lossy(&args[2])
+            )),
+        },
         _ => error_reply(&format!(
             "ERR command 'client|{}' is not supported by respway",
             String::from_utf8_lossy(&sub)
-        )),
-    }
-}
-
-fn command_entry(c: &command::CommandInfo) -> Frame {
-    let (first, last, step) = c.legacy_range;
-    Frame::Array(vec![
-        Frame::Bulk(Bytes::from_static(c.name.as_bytes())),
-        Frame::Integer(c.arity as i64),
-        Frame::Array(
-            c.flag_names
-                .iter()
-                .map(|f| Frame::Simple(Bytes::from_static(f.as_bytes())))
-                .collect(),
-        ),
-        Frame::Integer(first as i64),
-        Frame::Integer(last as i64),
-        Frame::Integer(step as i64),
-    ])
-}
-
-fn command_reply(args: &[Bytes]) -> Reply {
-    let sub = args.get(1).map(|a| lower(a));
-    match sub.as_deref() {
-        None => encode(&Frame::Array(
-            command::all().iter().map(command_entry).collect(),
-        )),
-        Some(b"count") => {
-            let mut out = BytesMut::new();
-            write_integer(&mut out, b':', command::all().len() as i64);
-            out.freeze()
-        }
-        Some(b"info") => encode(&Frame::Array(
-            args[2..]
-                .iter()
-                .map(|n| match command::lookup(n) {
-                    Some(c) => command_entry(c),
-                    None => Frame::NullArray,
-                })
-                .collect(),
-        )),
-        // redis-cli asks for docs to show hints; we have none to give.
-        Some(b"docs") => Bytes::from_static(b"*0\r\n"),
-        Some(other) => error_reply(&format!(
-            "ERR command 'command|{}' is not supported by respway",
-            String::from_utf8_lossy(other)
         )),
     }
 }
@@ -410,7 +437,7 @@ fn info_filters(
     }
 }
 
-fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener) -> Reply {
+fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> Local {
     // INFO [section ...]: `server`, `proxy`, `mirror` and `hotkeys` exist; no argument, all,
     // default or everything give them all; any other section is empty, as in Redis.
     let wants = |name: &str| {
@@ -422,7 +449,11 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener) -> Reply {
     };
     let mut s = String::with_capacity(512);
     if wants("server") {
-        s.push_str("# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n");
+        s.push_str(&format!(
+            "# Server\r\nredis_version:{}\r\nredis_mode:standalone\r\n",
+            listener.resp.advertised_version
+        ));
+        s.push_str(&format!("process_id:{}\r\n", std::process::id()));
     }
     if wants("proxy") {
         let t = ctx.registry.totals();
@@ -464,5 +495,48 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener) -> Reply {
         ));
     }
     info_filters(&mut s, ctx, listener, &wants);
-    bulk(s.as_bytes())
+    if wants("keyspace") {
+        return Local::InfoWithKeyspace(s);
+    }
+    Local::Reply(encode(&Frame::text(resp3, s.as_bytes())))
+}
+
+/// Adds up the `# Keyspace` sections of the shards' `INFO keyspace` replies
+/// (`db0:keys=3,expires=0,avg_ttl=0`): keys and expires summed, avg_ttl the largest.
+pub fn sum_keyspace(replies: &[Reply]) -> String {
+    let mut dbs: std::collections::BTreeMap<u32, (u64, u64, u64)> = Default::default();
+    for r in replies {
+        let Ok(frame) = respway_filters::resp::parse_reply(r) else {
+            continue;
+        };
+        let text = match frame {
+            Frame::Bulk(b) => b,
+            Frame::Verbatim(b) => b.slice(4.min(b.len())..),
+            _ => continue,
+        };
+        for line in String::from_utf8_lossy(&text).lines() {
+            let Some((db, rest)) = line.split_once(':') else {
+                continue;
+            };
+            let Some(n) = db.strip_prefix("db").and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let e = dbs.entry(n).or_default();
+            for kv in rest.split(',') {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, "0"));
+                let v: u64 = v.trim().parse().unwrap_or(0);
+                match k {
+                    "keys" => e.0 += v,
+                    "expires" => e.1 += v,
+                    "avg_ttl" => e.2 = e.2.max(v),
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut s = String::from("# Keyspace\r\n");
+    for (db, (k, e, t)) in dbs {
+        s.push_str(&format!("db{db}:keys={k},expires={e},avg_ttl={t}\r\n"));
+    }
+    s
 }

@@ -66,6 +66,8 @@ pub struct Parts {
     pub mirror_stats: Arc<MirrorStats>,
     /// Hot-key counters (this worker).
     pub hot_key_stats: Arc<HotKeyStats>,
+    /// Databases a client may `SELECT` (the smallest `databases` of the routed clusters).
+    pub databases: u32,
 }
 
 /// Builds the chain below the mirror layer; `conn` picks the upstream connection to each

@@ -37,14 +37,14 @@ use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use respway_filters::codec_limits::Limits;
-use respway_filters::request::{error_reply, Reply, Request};
+use respway_filters::request::{error_reply, Flavor, Reply, Request};
 use respway_filters::resp::{encode_command, reply_len};
 use respway_filters::zone::HealthView;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -85,6 +85,8 @@ pub enum UpstreamError {
     QueueFull(usize),
     /// The request named a shard or endpoint that does not exist: not sent.
     NoShard,
+    /// Every dedicated connection this worker may open to the endpoint is in use: not sent.
+    Busy(usize),
 }
 
 impl UpstreamError {
@@ -97,6 +99,7 @@ impl UpstreamError {
                 | UpstreamError::ConnectionLost(_)
                 | UpstreamError::Closed
                 | UpstreamError::QueueFull(_)
+                | UpstreamError::Busy(_)
         )
     }
 
@@ -109,6 +112,7 @@ impl UpstreamError {
             UpstreamError::Timeout => ErrorKind::Timeout,
             UpstreamError::QueueFull(_) => ErrorKind::QueueFull,
             UpstreamError::NoShard => ErrorKind::NoShard,
+            UpstreamError::Busy(_) => ErrorKind::Busy,
         }
     }
 
@@ -132,6 +136,10 @@ impl fmt::Display for Shown<'_> {
                 write!(f, "{label}: queue full ({n} requests waiting)")
             }
             UpstreamError::NoShard => write!(f, "no such shard"),
+            UpstreamError::Busy(n) => write!(
+                f,
+                "{label}: all {n} dedicated connections (transactions) of this worker are in use"
+            ),
         }
     }
 }
@@ -151,17 +159,20 @@ pub enum ErrorKind {
     QueueFull,
     /// [`UpstreamError::NoShard`].
     NoShard,
+    /// [`UpstreamError::Busy`].
+    Busy,
 }
 
 impl ErrorKind {
     /// Every kind, in counter order.
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 7] = [
         ErrorKind::Unavailable,
         ErrorKind::ConnectionLost,
         ErrorKind::Closed,
         ErrorKind::Timeout,
         ErrorKind::QueueFull,
         ErrorKind::NoShard,
+        ErrorKind::Busy,
     ];
 
     /// The INFO field suffix.
@@ -173,6 +184,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::QueueFull => "queue_full",
             ErrorKind::NoShard => "no_shard",
+            ErrorKind::Busy => "busy",
         }
     }
 }
@@ -180,7 +192,7 @@ impl ErrorKind {
 /// One worker's upstream counters (kept across configuration changes).
 #[derive(Debug, Default)]
 pub struct UpstreamStats {
-    errors: [AtomicU64; 6],
+    errors: [AtomicU64; 7],
     /// Connections opened (first connects and reconnects).
     pub connects: AtomicU64,
     /// Connect attempts that failed.
@@ -226,71 +238,236 @@ pub struct EndpointConfig {
     pub connect_timeout: Duration,
     /// `AUTH` arguments (without the command name), sent on connect.
     pub auth: Option<Vec<Bytes>>,
-    /// `SELECT` on connect when non-zero.
+    /// The database a client's database 0 maps to (`SELECT db + n` on connect for a
+    /// connection of client database n, when non-zero).
     pub db: u32,
+    /// Client databases (`SELECT n` with `n < databases`).
+    pub databases: u32,
+    /// Dedicated connections this worker may have open at once.
+    pub dedicated: usize,
     /// Requests that may wait in one connection's queue.
     pub max_queue: usize,
 }
 
-/// This worker's connections to one endpoint.
+/// This worker's connections to one endpoint: per [`Flavor`] (protocol and database), the
+/// shared multiplexed connections (spawned on first use) and the idle dedicated ones.
 #[derive(Debug, Clone)]
 pub struct EndpointHandle {
-    conns: Arc<[mpsc::Sender<UpstreamRequest>]>,
-    label: Arc<str>,
+    inner: Arc<EndpointInner>,
+}
+
+#[derive(Debug)]
+struct EndpointInner {
+    cfg: EndpointConfig,
+    /// Shared connections per flavor.
+    n: usize,
+    /// Indexed by [`Flavor::index`].
+    flavors: Box<[FlavorPools]>,
+    /// Dedicated connections open now (idle or in use).
+    dedicated_open: Arc<AtomicUsize>,
     /// False while a connect to this endpoint is failing (written by this worker's
     /// connection tasks, read by this worker's zone layer).
     healthy: Arc<AtomicBool>,
     stats: Arc<UpstreamStats>,
-    max_queue: usize,
+}
+
+#[derive(Debug, Default)]
+struct FlavorPools {
+    shared: OnceLock<Box<[mpsc::Sender<UpstreamRequest>]>>,
+    /// Dedicated connections between two transactions (one worker's sessions only; taken
+    /// when a transaction starts and given back when it ends).
+    idle: Mutex<Vec<mpsc::Sender<UpstreamRequest>>>,
 }
 
 impl EndpointHandle {
-    /// Spawns `n` connection tasks for `cfg` on the current runtime.
+    /// This worker's pools for `cfg` with `n` shared connections per flavor; the RESP2
+    /// database-0 connections are spawned now (they connect on their first request), the
+    /// others on first use.
     pub fn spawn(cfg: EndpointConfig, n: usize, stats: Arc<UpstreamStats>) -> EndpointHandle {
-        let healthy = Arc::new(AtomicBool::new(true));
-        let max_queue = cfg.max_queue.max(1);
-        let conns: Vec<_> = (0..n.max(1))
-            .map(|_| {
-                let (tx, rx) = mpsc::channel(max_queue);
-                tokio::spawn(run_connection(
-                    cfg.clone(),
-                    rx,
-                    healthy.clone(),
-                    stats.clone(),
-                ));
-                tx
-            })
+        let flavors = (0..2 * cfg.databases.clamp(1, 256) as usize)
+            .map(|_| FlavorPools::default())
             .collect();
-        EndpointHandle {
-            conns: conns.into(),
-            label: cfg.label,
-            healthy,
-            stats,
-            max_queue,
-        }
+        let h = EndpointHandle {
+            inner: Arc::new(EndpointInner {
+                cfg,
+                n: n.max(1),
+                flavors,
+                dedicated_open: Arc::new(AtomicUsize::new(0)),
+                healthy: Arc::new(AtomicBool::new(true)),
+                stats,
+            }),
+        };
+        h.shared(Flavor::default());
+        h
     }
 
     /// False while connecting to the endpoint fails.
     pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+        self.inner.healthy.load(Ordering::Relaxed)
     }
 
     /// `shard <name> (<addr>)`.
     pub fn label(&self) -> &Arc<str> {
-        &self.label
+        &self.inner.cfg.label
     }
 
-    /// Queues `args` on connection `conn % n` and returns the reply's future.
-    pub fn send(&self, args: Vec<Bytes>, conn: usize, deadline: Instant) -> UpstreamFuture {
-        let (tx, rx) = oneshot::channel();
-        let queue = &self.conns[conn % self.conns.len()];
-        let failed = match queue.try_send(UpstreamRequest { args, deadline, tx }) {
-            Ok(()) => return UpstreamFuture::waiting(rx, self.label.clone(), deadline),
-            Err(mpsc::error::TrySendError::Full(_)) => UpstreamError::QueueFull(self.max_queue),
-            Err(mpsc::error::TrySendError::Closed(_)) => UpstreamError::Closed,
+    fn pools(&self, flavor: Flavor) -> Option<&FlavorPools> {
+        self.inner.flavors.get(flavor.index())
+    }
+
+    fn shared(&self, flavor: Flavor) -> Option<&[mpsc::Sender<UpstreamRequest>]> {
+        let i = &self.inner;
+        let pools = self.pools(flavor)?;
+        Some(pools.shared.get_or_init(|| {
+            (0..i.n)
+                .map(|_| {
+                    let (tx, rx) = mpsc::channel(i.cfg.max_queue.max(1));
+                    tokio::spawn(run_connection(
+                        i.cfg.clone(),
+                        flavor,
+                        None,
+                        rx,
+                        i.healthy.clone(),
+                        i.stats.clone(),
+                    ));
+                    tx
+                })
+                .collect()
+        }))
+    }
+
+    /// Queues `args` on this flavor's connection `conn % n` and returns the reply's future.
+    pub fn send(
+        &self,
+        args: Vec<Bytes>,
+        flavor: Flavor,
+        conn: usize,
+        deadline: Instant,
+    ) -> UpstreamFuture {
+        let label = self.inner.cfg.label.clone();
+        let Some(conns) = self.shared(flavor) else {
+            return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
-        self.stats.count(failed.kind());
-        UpstreamFuture::failed(failed, self.label.clone(), deadline)
+        send_on(&conns[conn % conns.len()], args, deadline, label, &self.inner.stats, self.inner.cfg.max_queue)
+    }
+
+    /// A dedicated connection of `flavor` for one transaction: an idle one, or a new one
+    /// while fewer than the cluster's `dedicated_connections` are open.
+    pub fn take_dedicated(&self, flavor: Flavor) -> Result<Dedicated, UpstreamError> {
+        let i = &self.inner;
+        let pools = self.pools(flavor).ok_or(UpstreamError::NoShard)?;
+        let mut idle = pools.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(tx) = idle.pop() {
+            if !tx.is_closed() {
+                return Ok(Dedicated { tx, handle: self.clone(), flavor });
+            }
+        }
+        drop(idle);
+        let open = i.dedicated_open.fetch_add(1, Ordering::Relaxed);
+        if open >= i.cfg.dedicated.max(1) {
+            i.dedicated_open.fetch_sub(1, Ordering::Relaxed);
+            i.stats.count(ErrorKind::Busy);
+            return Err(UpstreamError::Busy(i.cfg.dedicated.max(1)));
+        }
+        let (tx, rx) = mpsc::channel(i.cfg.max_queue.max(1));
+        tokio::spawn(run_connection(
+            i.cfg.clone(),
+            flavor,
+            Some(OpenGuard(i.dedicated_open.clone())),
+            rx,
+            i.healthy.clone(),
+            i.stats.clone(),
+        ));
+        Ok(Dedicated { tx, handle: self.clone(), flavor })
+    }
+
+    /// Dedicated connections open now (idle or in use), all flavors.
+    pub fn dedicated_open(&self) -> usize {
+        self.inner.dedicated_open.load(Ordering::Relaxed)
+    }
+}
+
+fn send_on(
+    queue: &mpsc::Sender<UpstreamRequest>,
+    args: Vec<Bytes>,
+    deadline: Instant,
+    label: Arc<str>,
+    stats: &UpstreamStats,
+    max_queue: usize,
+) -> UpstreamFuture {
+    let (tx, rx) = oneshot::channel();
+    let failed = match queue.try_send(UpstreamRequest { args, deadline, tx }) {
+        Ok(()) => return UpstreamFuture::waiting(rx, label, deadline),
+        Err(mpsc::error::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),
+        Err(mpsc::error::TrySendError::Closed(_)) => UpstreamError::Closed,
+    };
+    stats.count(failed.kind());
+    UpstreamFuture::failed(failed, label, deadline)
+}
+
+/// Decrements the count of open dedicated connections when their task ends.
+#[derive(Debug)]
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection one session holds for a transaction (`WATCH` ... `EXEC`): its commands run
+/// on it alone, in order. It never reconnects: if it breaks or a reply is late, it is closed
+/// (which discards a `MULTI` in progress on Redis) and every later command on it fails.
+#[derive(Debug)]
+pub struct Dedicated {
+    tx: mpsc::Sender<UpstreamRequest>,
+    handle: EndpointHandle,
+    flavor: Flavor,
+}
+
+impl Dedicated {
+    /// Queues `args` and returns the reply's future.
+    pub fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
+        let i = &self.handle.inner;
+        send_on(&self.tx, args, deadline, i.cfg.label.clone(), &i.stats, i.cfg.max_queue)
+    }
+
+    /// `shard <name> (<addr>)`.
+    pub fn label(&self) -> &Arc<str> {
+        self.handle.label()
+    }
+
+    /// Ends the transaction: sends `cleanup` (e.g. `DISCARD`, `UNWATCH` for a client that
+    /// left mid-transaction; nothing after `EXEC`), then a `PING`; once the `PING` is
+    /// answered the connection is idle again and goes back to the pool. Answers are awaited
+    /// by a task of its own, so the session does not wait.
+    pub fn release(self, cleanup: &[&'static [u8]], timeout: Duration) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let deadline = Instant::now() + timeout;
+        let futs: Vec<UpstreamFuture> = cleanup
+            .iter()
+            .chain(std::iter::once(&&b"PING"[..]))
+            .map(|c| self.send(vec![Bytes::from_static(c)], deadline))
+            .collect();
+        tokio::spawn(async move {
+            // Errors of the cleanup commands themselves are expected (`DISCARD` without
+            // `MULTI`); an error of the proxy's own (connection lost, timeout) is not.
+            let mut clean = true;
+            let mut last = Bytes::new();
+            for f in futs {
+                let Ok(r) = f.await;
+                clean &= !r.starts_with(b"-ERR respway:");
+                last = r;
+            }
+            clean &= &last[..] == b"+PONG\r\n";
+            if clean && !self.tx.is_closed() {
+                if let Some(pools) = self.handle.pools(self.flavor) {
+                    pools.idle.lock().unwrap_or_else(|e| e.into_inner()).push(self.tx);
+                }
+            }
+        });
     }
 }
 
@@ -299,7 +476,8 @@ impl EndpointHandle {
 pub struct Endpoints(pub Vec<Vec<Vec<EndpointHandle>>>);
 
 impl Endpoints {
-    fn get(&self, cluster: usize, shard: usize, endpoint: usize) -> Option<&EndpointHandle> {
+    /// The handle of one endpoint.
+    pub fn get(&self, cluster: usize, shard: usize, endpoint: usize) -> Option<&EndpointHandle> {
         self.0.get(cluster)?.get(shard)?.get(endpoint)
     }
 }
@@ -377,13 +555,13 @@ impl Service<Request> for Upstream {
             // replica from then on). Costs one clone of the argument list, for replica reads
             // only.
             if let Some(p) = self.endpoints.get(req.cluster, shard, primary) {
-                let fallback = Some((p.clone(), req.args.clone(), self.conn));
-                let mut f = ep.send(req.args, self.conn, deadline);
+                let fallback = Some((p.clone(), req.args.clone(), req.flavor, self.conn));
+                let mut f = ep.send(req.args, req.flavor, self.conn, deadline);
                 f.fallback = fallback;
                 return f;
             }
         }
-        ep.send(req.args, self.conn, deadline)
+        ep.send(req.args, req.flavor, self.conn, deadline)
     }
 }
 
@@ -394,7 +572,7 @@ pub struct UpstreamFuture {
     label: Arc<str>,
     /// For replica reads: the primary and the request, to retry there once when the replica
     /// cannot be reached.
-    fallback: Option<(EndpointHandle, Vec<Bytes>, usize)>,
+    fallback: Option<(EndpointHandle, Vec<Bytes>, Flavor, usize)>,
     deadline: Instant,
 }
 
@@ -452,8 +630,8 @@ impl Future for UpstreamFuture {
                 Ok(reply) => return Poll::Ready(Ok(reply)),
                 Err(e) => {
                     if e.retryable_read() {
-                        if let Some((primary, args, conn)) = this.fallback.take() {
-                            let next = primary.send(args, conn, this.deadline);
+                        if let Some((primary, args, flavor, conn)) = this.fallback.take() {
+                            let next = primary.send(args, flavor, conn, this.deadline);
                             this.state = next.state;
                             this.label = next.label;
                             continue;
@@ -503,6 +681,12 @@ fn read_replies(
         match reply_len(rbuf, limits) {
             Ok(Some(n)) => {
                 let reply = rbuf.split_to(n).freeze();
+                if reply.first() == Some(&b'>') {
+                    // RESP3 out-of-band data (nothing the proxy sends asks for it: no
+                    // SUBSCRIBE, no CLIENT TRACKING): not the reply to a request.
+                    tracing::debug!("push message from upstream dropped");
+                    continue;
+                }
                 match inflight.pop_front() {
                     // A receiver that timed out or left is simply gone.
                     Some(Inflight { tx: Some(tx), .. }) => {
@@ -562,12 +746,36 @@ fn answer(tx: ReplyTx, e: UpstreamError, stats: &UpstreamStats) {
     let _ = tx.send(Err(e));
 }
 
+/// One connection's task. A shared connection (`dedicated` is `None`) reconnects after
+/// failures as described in the module docs; a dedicated one ends at its first failure (its
+/// holder's later commands then fail with `connection closed`), and `dedicated` counts it
+/// open until then.
 async fn run_connection(
     cfg: EndpointConfig,
+    flavor: Flavor,
+    dedicated: Option<OpenGuard>,
     mut rx: mpsc::Receiver<UpstreamRequest>,
     healthy: Arc<AtomicBool>,
     stats: Arc<UpstreamStats>,
 ) {
+    if dedicated.is_some() {
+        let Some(first) = rx.recv().await else { return };
+        match connect(&cfg, flavor).await {
+            Ok(stream) => {
+                stats.connects.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = serve(stream, Some(first), &mut rx, &stats, true).await {
+                    tracing::debug!(endpoint = %cfg.label, error = %e, "dedicated connection closed");
+                }
+            }
+            Err(e) => {
+                stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+                let reason: Arc<str> = e.text.into();
+                answer(first.tx, UpstreamError::Unavailable(reason.clone()), &stats);
+                fail_queued(&mut rx, &reason, &stats);
+            }
+        }
+        return;
+    }
     let mut backoff = BACKOFF_MIN;
     // Set when the next connect is a probe after a backoff, not triggered by a request.
     let mut probe = false;
@@ -584,14 +792,14 @@ async fn run_connection(
                 None => return, // every handle dropped: the endpoint left the config
             }
         };
-        let (failure, refused) = match connect(&cfg).await {
+        let (failure, refused) = match connect(&cfg, flavor).await {
             Ok(stream) => {
                 stats.connects.fetch_add(1, Ordering::Relaxed);
                 healthy.store(true, Ordering::Relaxed);
                 probe = false;
                 tracing::debug!(endpoint = %cfg.label, "connected");
                 let opened = Instant::now();
-                match serve(stream, first, &mut rx, &stats).await {
+                match serve(stream, first, &mut rx, &stats, false).await {
                     Ok(()) => return,
                     Err(e) => {
                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
@@ -654,13 +862,13 @@ async fn run_connection(
                     Some(req) => {
                         tokio::time::sleep_until(last_attempt + RETRY_MIN).await;
                         last_attempt = Instant::now();
-                        match connect(&cfg).await {
+                        match connect(&cfg, flavor).await {
                             Ok(stream) => {
                                 stats.connects.fetch_add(1, Ordering::Relaxed);
                                 healthy.store(true, Ordering::Relaxed);
                                 backoff = BACKOFF_MIN;
                                 tracing::info!(endpoint = %cfg.label, "upstream reachable again");
-                                match serve(stream, Some(req), &mut rx, &stats).await {
+                                match serve(stream, Some(req), &mut rx, &stats, false).await {
                                     Ok(()) => return,
                                     Err(e) => {
                                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
@@ -709,7 +917,7 @@ impl From<String> for ConnectError {
     }
 }
 
-async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, ConnectError> {
+async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<TcpStream, ConnectError> {
     let started = Instant::now();
     let timed_out = || {
         ConnectError::from(format!(
@@ -738,11 +946,12 @@ async fn connect(cfg: &EndpointConfig) -> Result<TcpStream, ConnectError> {
             args.extend(auth.iter().cloned());
             hello.push(args);
         }
-        if cfg.db != 0 {
-            hello.push(vec![
-                Bytes::from_static(b"SELECT"),
-                Bytes::from(cfg.db.to_string()),
-            ]);
+        if flavor.resp3 {
+            hello.push(vec![Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")]);
+        }
+        let db = cfg.db + u32::from(flavor.db);
+        if db != 0 {
+            hello.push(vec![Bytes::from_static(b"SELECT"), Bytes::from(db.to_string())]);
         }
         hello.push(vec![Bytes::from_static(b"PING")]);
         let mut out = BytesMut::new();
@@ -787,6 +996,7 @@ async fn serve(
     first: Option<UpstreamRequest>,
     rx: &mut mpsc::Receiver<UpstreamRequest>,
     stats: &UpstreamStats,
+    dedicated: bool,
 ) -> Result<(), Fail> {
     // Replies from Redis are trusted to be well formed; only absurd sizes are refused.
     let limits = Limits {
@@ -805,7 +1015,9 @@ async fn serve(
     tokio::pin!(timer);
     let mut timer_armed = false;
     if let Some(first) = first {
-        enqueue(first, &mut wbuf, &mut inflight, Instant::now(), stats);
+        if !enqueue(first, &mut wbuf, &mut inflight, Instant::now(), stats) && dedicated {
+            return Err(Fail::Stuck);
+        }
     }
     let result = loop {
         if !open && inflight.is_empty() && wbuf.is_empty() {
@@ -836,8 +1048,14 @@ async fn serve(
                     }
                 }
                 let now = Instant::now();
+                let mut late = false;
                 for req in batch.drain(..) {
-                    enqueue(req, &mut wbuf, &mut inflight, now, stats);
+                    late |= !enqueue(req, &mut wbuf, &mut inflight, now, stats);
+                }
+                // A dedicated connection never skips a command of its transaction: one that
+                // is too late closes it instead (Redis discards the MULTI).
+                if late && dedicated {
+                    break Err(Fail::Stuck);
                 }
                 if wbuf.is_empty() {
                     continue;
@@ -880,6 +1098,10 @@ async fn serve(
                     }
                 }
                 match inflight.front() {
+                    Some(front) if front.tx.is_none() && dedicated => {
+                        let _ = front;
+                        break Err(Fail::Stuck);
+                    }
                     Some(front) if front.tx.is_none() && front.deadline + STUCK_MARGIN <= now => {
                         break Err(Fail::Stuck);
                     }
@@ -904,24 +1126,26 @@ async fn serve(
 }
 
 /// Encodes a dequeued request, unless its client stopped waiting (deadline passed, or the
-/// client left): such a request is never written.
+/// client left): such a request is never written. False when it was skipped because its
+/// deadline had passed.
 fn enqueue(
     req: UpstreamRequest,
     wbuf: &mut BytesMut,
     inflight: &mut VecDeque<Inflight>,
     now: Instant,
     stats: &UpstreamStats,
-) {
+) -> bool {
     if req.tx.is_closed() {
-        return;
+        return true;
     }
     if req.deadline <= now {
         answer(req.tx, UpstreamError::Timeout, stats);
-        return;
+        return false;
     }
     encode_command(&req.args, wbuf);
     inflight.push_back(Inflight {
         tx: Some(req.tx),
         deadline: req.deadline,
     });
+    true
 }

@@ -69,6 +69,8 @@ FLAG_CONST = dict(FLAGS)
 # Classification rules (documented in command.rs). Applied in this order, first match wins:
 #   1. PROXY: answered by respway itself (a container's subcommands inherit it);
 #   2. SPLIT: split per shard and merged;
+#   2b. TRANSACTION: MULTI / EXEC / DISCARD / WATCH / UNWATCH (a dedicated connection);
+#   2c. FANOUT: SCRIPT and FUNCTION subcommands sent to every shard (or one);
 #   3. UNSUPPORTED: commands with keys that a sharding proxy still cannot serve;
 #   4. `blocking`, `pubsub` or `admin` flag -> Unsupported;
 #   5. no keys at all -> Unsupported (cluster-wide, connection or server commands);
@@ -86,6 +88,23 @@ PROXY = {
     "info": "Info",
     "auth": "Auth",
     "time": "Time",
+    "reset": "Reset",
+    "readonly": "ReadMode",
+    "readwrite": "ReadMode",
+}
+
+TRANSACTION = {"multi", "exec", "discard", "watch", "unwatch"}
+
+FANOUT = {
+    "script|load": "ScriptLoad",
+    "script|exists": "ScriptExists",
+    "script|flush": "ScriptFlush",
+    "function|load": "FunctionWrite",
+    "function|delete": "FunctionWrite",
+    "function|flush": "FunctionWrite",
+    "function|restore": "FunctionWrite",
+    "function|list": "FunctionRead",
+    "function|dump": "FunctionRead",
 }
 
 SPLIT = {
@@ -98,11 +117,6 @@ SPLIT = {
 }
 
 UNSUPPORTED = {
-    "multi": "transactions span connections and shards",
-    "exec": "transactions span connections and shards",
-    "discard": "transactions span connections and shards",
-    "watch": "transactions span connections and shards",
-    "unwatch": "transactions span connections and shards",
     "move": "moves a key to another database of one server",
     "migrate": "moves keys between servers",
     "restore-asking": "Redis Cluster internal",
@@ -438,6 +452,10 @@ def classify(c: Cmd) -> tuple[str, str]:
         return f"CommandClass::Proxy(ProxyCommand::{PROXY[top]})", "answered by the proxy"
     if c.name in SPLIT:
         return f"CommandClass::Split(SplitKind::{SPLIT[c.name]})", "split per shard and merged"
+    if c.name in TRANSACTION:
+        return "CommandClass::Transaction", "transaction, on a dedicated connection"
+    if c.name in FANOUT:
+        return f"CommandClass::Fanout(FanoutKind::{FANOUT[c.name]})", "sent to every shard"
     if c.name in UNSUPPORTED:
         return "CommandClass::Unsupported", UNSUPPORTED[c.name]
     for flag in ("blocking", "pubsub", "admin"):

@@ -21,12 +21,17 @@
 //! as a comment above every entry of the generated table):
 //!
 //! 1. **Proxy**: `PING`, `ECHO`, `QUIT`, `SELECT`, `HELLO`, `COMMAND`, `CLIENT`, `INFO`,
-//!    `AUTH`, `TIME` are answered by the proxy ([`ProxyCommand`]); the subcommands of
-//!    `COMMAND` and `CLIENT` inherit their parent's class.
+//!    `AUTH`, `TIME`, `RESET`, `READONLY`, `READWRITE` are answered by the proxy
+//!    ([`ProxyCommand`]); the subcommands of `COMMAND` and `CLIENT` inherit their parent's
+//!    class.
 //! 2. **Split**: `MGET` ([`SplitKind::Mget`]), `MSET` ([`SplitKind::Mset`]) and `DEL`,
 //!    `UNLINK`, `EXISTS`, `TOUCH` ([`SplitKind::SumInt`]).
-//! 3. **Unsupported** by name although they have keys: `MULTI`, `EXEC`, `DISCARD`, `WATCH`,
-//!    `UNWATCH` (transactions), `MOVE` (another database), `MIGRATE`, `RESTORE-ASKING`.
+//! 2b. **Transaction**: `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH` (the session pins a
+//!    dedicated connection to the transaction's shard).
+//! 2c. **Fanout**: `SCRIPT LOAD | EXISTS | FLUSH` (every endpoint), `FUNCTION LOAD | DELETE |
+//!    FLUSH | RESTORE` (every primary), `FUNCTION LIST | DUMP` (one primary) ([`FanoutKind`]).
+//! 3. **Unsupported** by name although they have keys: `MOVE` (another database),
+//!    `MIGRATE`, `RESTORE-ASKING`.
 //! 4. **Unsupported** when Redis flags the command `blocking` (`BLPOP`, `BRPOP`, `BLMOVE`,
 //!    `BLMPOP`, `BZPOPMIN`, `BZMPOP`, `XREAD`, `XREADGROUP`, ...), `pubsub` (`SUBSCRIBE`,
 //!    `PUBLISH`, `SPUBLISH`, `PUBSUB ...`) or `admin` (`CONFIG SET`, `DEBUG`, `SHUTDOWN`,
@@ -193,6 +198,12 @@ pub enum CommandClass {
     SameShard,
     /// Answered by the proxy itself.
     Proxy(ProxyCommand),
+    /// `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH`: the session runs the transaction on a
+    /// dedicated connection to the one shard all its keys hash to.
+    Transaction,
+    /// Key-less commands sent to several endpoints of every cluster the listener routes to,
+    /// their replies merged.
+    Fanout(FanoutKind),
     /// Not supported by a sharding proxy: blocking, pub/sub, transactions, admin and
     /// cluster-wide commands, and key-less commands the proxy does not answer.
     Unsupported,
@@ -207,6 +218,22 @@ pub enum SplitKind {
     Mset,
     /// `DEL`, `UNLINK`, `EXISTS`, `TOUCH`: one sub-command per shard; integer replies summed.
     SumInt,
+}
+
+/// Where a [`CommandClass::Fanout`] command goes and how its replies are merged.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum FanoutKind {
+    /// `SCRIPT LOAD`: every endpoint (replicas run `EVALSHA_RO` too); the SHA1 if all agree.
+    ScriptLoad,
+    /// `SCRIPT EXISTS`: every endpoint; 1 for a script only where every endpoint has it.
+    ScriptExists,
+    /// `SCRIPT FLUSH`: every endpoint; `OK` when all are.
+    ScriptFlush,
+    /// `FUNCTION LOAD | DELETE | FLUSH | RESTORE`: every primary (replicas get them by
+    /// replication); the first reply when all succeed.
+    FunctionWrite,
+    /// `FUNCTION LIST | DUMP`: the first primary of the first cluster.
+    FunctionRead,
 }
 
 /// A command answered by the proxy itself.
@@ -232,6 +259,10 @@ pub enum ProxyCommand {
     Auth,
     /// `TIME`.
     Time,
+    /// `RESET`.
+    Reset,
+    /// `READONLY`, `READWRITE` (Redis Cluster's replica-read switch): accepted, no effect.
+    ReadMode,
 }
 
 /// Every top-level command (subcommands in [`CommandInfo::subcommands`]), sorted by name.

@@ -481,7 +481,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Split(SplitKind::SumInt),
         subcommands: &[],
     },
-    // discard: transactions span connections and shards
+    // discard: transaction, on a dedicated connection
     CommandInfo {
         name: "discard",
         arity: 1,
@@ -490,7 +490,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@fast", "@transaction"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Transaction,
         subcommands: &[],
     },
     // dump: one key
@@ -611,7 +611,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::SameShard,
         subcommands: &[],
     },
-    // exec: transactions span connections and shards
+    // exec: transaction, on a dedicated connection
     CommandInfo {
         name: "exec",
         arity: 1,
@@ -620,7 +620,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow", "@transaction"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Transaction,
         subcommands: &[],
     },
     // exists: split per shard and merged
@@ -1747,7 +1747,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::SameShard,
         subcommands: &[],
     },
-    // multi: transactions span connections and shards
+    // multi: transaction, on a dedicated connection
     CommandInfo {
         name: "multi",
         arity: 1,
@@ -1756,7 +1756,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@fast", "@transaction"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Transaction,
         subcommands: &[],
     },
     // object: no keys
@@ -2046,7 +2046,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // readonly: no keys
+    // readonly: answered by the proxy
     CommandInfo {
         name: "readonly",
         arity: 1,
@@ -2055,10 +2055,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@fast", "@connection"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::ReadMode),
         subcommands: &[],
     },
-    // readwrite: no keys
+    // readwrite: answered by the proxy
     CommandInfo {
         name: "readwrite",
         arity: 1,
@@ -2067,7 +2067,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@fast", "@connection"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::ReadMode),
         subcommands: &[],
     },
     // rename: several keys, all on one shard
@@ -2126,7 +2126,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // reset: no keys
+    // reset: answered by the proxy
     CommandInfo {
         name: "reset",
         arity: 1,
@@ -2142,7 +2142,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@fast", "@connection"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Reset),
         subcommands: &[],
     },
     // restore: one key
@@ -2942,7 +2942,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // unwatch: transactions span connections and shards
+    // unwatch: transaction, on a dedicated connection
     CommandInfo {
         name: "unwatch",
         arity: 1,
@@ -2951,7 +2951,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@fast", "@transaction"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Transaction,
         subcommands: &[],
     },
     // wait: no keys
@@ -2966,7 +2966,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // watch: transactions span connections and shards
+    // watch: transaction, on a dedicated connection
     CommandInfo {
         name: "watch",
         arity: -2,
@@ -2979,7 +2979,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: -1,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::Transaction,
         subcommands: &[],
     },
     // xack: one key
@@ -4558,7 +4558,7 @@ static SUB_CONFIG: [CommandInfo; 5] = [
 
 /// Subcommands of `FUNCTION`, sorted by name.
 static SUB_FUNCTION: [CommandInfo; 9] = [
-    // function|delete: no keys
+    // function|delete: sent to every shard
     CommandInfo {
         name: "function|delete",
         arity: 3,
@@ -4567,10 +4567,10 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@write", "@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::FunctionWrite),
         subcommands: &[],
     },
-    // function|dump: no keys
+    // function|dump: sent to every shard
     CommandInfo {
         name: "function|dump",
         arity: 2,
@@ -4579,10 +4579,10 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::FunctionRead),
         subcommands: &[],
     },
-    // function|flush: no keys
+    // function|flush: sent to every shard
     CommandInfo {
         name: "function|flush",
         arity: -2,
@@ -4591,7 +4591,7 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@write", "@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::FunctionWrite),
         subcommands: &[],
     },
     // function|help: no keys
@@ -4618,7 +4618,7 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // function|list: no keys
+    // function|list: sent to every shard
     CommandInfo {
         name: "function|list",
         arity: -2,
@@ -4627,10 +4627,10 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::FunctionRead),
         subcommands: &[],
     },
-    // function|load: no keys
+    // function|load: sent to every shard
     CommandInfo {
         name: "function|load",
         arity: -3,
@@ -4639,10 +4639,10 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@write", "@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::FunctionWrite),
         subcommands: &[],
     },
-    // function|restore: no keys
+    // function|restore: sent to every shard
     CommandInfo {
         name: "function|restore",
         arity: -3,
@@ -4651,7 +4651,7 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@write", "@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::FunctionWrite),
         subcommands: &[],
     },
     // function|stats: no keys
@@ -5070,7 +5070,7 @@ static SUB_SCRIPT: [CommandInfo; 6] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // script|exists: no keys
+    // script|exists: sent to every shard
     CommandInfo {
         name: "script|exists",
         arity: -3,
@@ -5079,10 +5079,10 @@ static SUB_SCRIPT: [CommandInfo; 6] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::ScriptExists),
         subcommands: &[],
     },
-    // script|flush: no keys
+    // script|flush: sent to every shard
     CommandInfo {
         name: "script|flush",
         arity: -2,
@@ -5091,7 +5091,7 @@ static SUB_SCRIPT: [CommandInfo; 6] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::ScriptFlush),
         subcommands: &[],
     },
     // script|help: no keys
@@ -5118,7 +5118,7 @@ static SUB_SCRIPT: [CommandInfo; 6] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // script|load: no keys
+    // script|load: sent to every shard
     CommandInfo {
         name: "script|load",
         arity: 3,
@@ -5127,7 +5127,7 @@ static SUB_SCRIPT: [CommandInfo; 6] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::ScriptLoad),
         subcommands: &[],
     },
 ];

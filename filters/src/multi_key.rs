@@ -164,6 +164,7 @@ where
             }
             let mut sub = Request::new(req.cmd, args, Some(1));
             sub.deadline = req.deadline;
+            sub.flavor = req.flavor;
             sub.cluster = req.cluster;
             sub.shard = Some(shard);
             parts.push(Part {

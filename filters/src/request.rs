@@ -35,6 +35,26 @@ pub struct Request {
     /// When the client stops waiting for the reply (`op_timeout` after it was read); a
     /// request still queued at its deadline is answered with a timeout and never written.
     pub deadline: Option<std::time::Instant>,
+    /// The client's protocol and database, which pick the upstream connections (replies
+    /// come from Redis in the client's protocol).
+    pub flavor: Flavor,
+}
+
+/// What an upstream connection is set up for: the RESP version it negotiated (`HELLO 3`) and
+/// the client database it selected. Requests of one flavor go to connections of that flavor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Flavor {
+    /// RESP3 (`HELLO 3`) instead of RESP2.
+    pub resp3: bool,
+    /// The client's database (`SELECT n`), below the cluster's `databases`.
+    pub db: u8,
+}
+
+impl Flavor {
+    /// Index among a cluster's flavors: `db * 2 + resp3`.
+    pub fn index(self) -> usize {
+        usize::from(self.db) * 2 + usize::from(self.resp3)
+    }
 }
 
 impl Request {
@@ -49,6 +69,7 @@ impl Request {
             endpoint: None,
             route: RouteId::CatchAll,
             deadline: None,
+            flavor: Flavor::default(),
         }
     }
 
@@ -76,7 +97,7 @@ pub fn error_reply(msg: &str) -> Reply {
     out.freeze()
 }
 
-/// True when the encoded reply is an error frame.
+/// True when the encoded reply is an error frame (RESP2 `-`, or RESP3 blob error `!`).
 pub fn is_error(reply: &[u8]) -> bool {
-    reply.first() == Some(&b'-')
+    matches!(reply.first(), Some(b'-' | b'!'))
 }

@@ -230,6 +230,20 @@ impl Routing {
         r.map(|r| r.mirrors.as_slice()).unwrap_or(&[])
     }
 
+    /// Every cluster a route of this listener (or one of its mirrors) sends to: the catch-all
+    /// first, then in route order, each once.
+    pub fn routed_clusters(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for r in self.catch_all.iter().chain(&self.prefixes) {
+            for c in std::iter::once(r.cluster).chain(r.mirrors.iter().map(|m| m.cluster)) {
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+        out
+    }
+
     /// True when some route has a mirror policy that is not `Forward`.
     pub fn has_mirrors(&self) -> bool {
         self.prefixes

@@ -869,8 +869,15 @@ fn show_frame(f: &Frame) -> String {
         Frame::Error(s) => format!("-{}", String::from_utf8_lossy(s)),
         Frame::Integer(n) => format!(":{n}"),
         Frame::Bulk(b) => preview(b),
-        Frame::Null | Frame::NullArray => "nil".to_string(),
-        Frame::Array(items) => format!("an array of {}", items.len()),
+        Frame::Null | Frame::NullArray | Frame::Nil => "nil".to_string(),
+        Frame::Array(items) | Frame::Set(items) | Frame::Push(items) => {
+            format!("an array of {}", items.len())
+        }
+        Frame::Map(pairs) => format!("a map of {}", pairs.len()),
+        Frame::Boolean(b) => format!("#{}", if *b { 't' } else { 'f' }),
+        Frame::Double(t) | Frame::BigNumber(t) => String::from_utf8_lossy(t).into_owned(),
+        Frame::BlobError(s) => format!("-{}", String::from_utf8_lossy(s)),
+        Frame::Verbatim(b) => preview(b),
     }
 }
 

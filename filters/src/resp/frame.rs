@@ -2,8 +2,10 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-/// A RESP2 reply, as the proxy builds or inspects it (merging `MGET`, summing `DEL`,
-/// proxy-generated replies). Parsed frames hold zero-copy slices of the read buffer.
+/// A RESP2 or RESP3 reply, as the proxy builds or inspects it (merging `MGET`, summing
+/// `DEL`, proxy-generated replies). Parsed frames hold zero-copy slices of the read buffer,
+/// and encode back to exactly the bytes they were parsed from (RESP3 doubles and big numbers
+/// keep their text).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     /// `+<text>\r\n` (text without CR/LF).
@@ -20,6 +22,24 @@ pub enum Frame {
     Array(Vec<Frame>),
     /// `*-1\r\n`, the null array.
     NullArray,
+    /// RESP3 `_\r\n`, the null.
+    Nil,
+    /// RESP3 `#t\r\n` / `#f\r\n`.
+    Boolean(bool),
+    /// RESP3 `,<text>\r\n` (the text as sent: `1.5`, `inf`, `-nan`).
+    Double(Bytes),
+    /// RESP3 `(<digits>\r\n`.
+    BigNumber(Bytes),
+    /// RESP3 `!<len>\r\n<msg>\r\n`, an error with a binary-safe message.
+    BlobError(Bytes),
+    /// RESP3 `=<len>\r\n<fmt>:<text>\r\n`; holds `<fmt>:<text>` (e.g. `txt:...`).
+    Verbatim(Bytes),
+    /// RESP3 `%<n>\r\n` followed by `n` key/value pairs.
+    Map(Vec<(Frame, Frame)>),
+    /// RESP3 `~<n>\r\n` followed by `n` frames.
+    Set(Vec<Frame>),
+    /// RESP3 `><n>\r\n` followed by `n` frames (out-of-band data such as pub/sub messages).
+    Push(Vec<Frame>),
 }
 
 impl Frame {
@@ -56,7 +76,47 @@ impl Frame {
 
     /// Whether this is an error reply.
     pub fn is_error(&self) -> bool {
-        matches!(self, Frame::Error(_))
+        matches!(self, Frame::Error(_) | Frame::BlobError(_))
+    }
+
+    /// The null of a protocol version: `$-1` in RESP2, `_` in RESP3.
+    pub fn null(resp3: bool) -> Frame {
+        if resp3 {
+            Frame::Nil
+        } else {
+            Frame::Null
+        }
+    }
+
+    /// A map: a RESP3 map, or in RESP2 the flat array of keys and values Redis sends.
+    pub fn map(resp3: bool, pairs: Vec<(Frame, Frame)>) -> Frame {
+        if resp3 {
+            Frame::Map(pairs)
+        } else {
+            Frame::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect())
+        }
+    }
+
+    /// A set: a RESP3 set, or in RESP2 an array.
+    pub fn set(resp3: bool, items: Vec<Frame>) -> Frame {
+        if resp3 {
+            Frame::Set(items)
+        } else {
+            Frame::Array(items)
+        }
+    }
+
+    /// Text for a human (`INFO`, `CLIENT LIST`): a RESP3 verbatim string (`txt:`), or in RESP2
+    /// a bulk string, as Redis sends it.
+    pub fn text(resp3: bool, text: &[u8]) -> Frame {
+        if resp3 {
+            let mut v = Vec::with_capacity(text.len() + 4);
+            v.extend_from_slice(b"txt:");
+            v.extend_from_slice(text);
+            Frame::Verbatim(Bytes::from(v))
+        } else {
+            Frame::Bulk(Bytes::copy_from_slice(text))
+        }
     }
 
     /// Appends the RESP encoding of this frame to `out`. CR and LF inside `Simple` / `Error`
@@ -71,6 +131,26 @@ impl Frame {
             Frame::NullArray => out.extend_from_slice(b"*-1\r\n"),
             Frame::Array(items) => {
                 write_array_header(out, items.len());
+                for item in items {
+                    item.encode(out);
+                }
+            }
+            Frame::Nil => out.extend_from_slice(b"_\r\n"),
+            Frame::Boolean(b) => out.extend_from_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
+            Frame::Double(t) => write_line(out, b',', t),
+            Frame::BigNumber(t) => write_line(out, b'(', t),
+            Frame::BlobError(b) => write_blob(out, b'!', b),
+            Frame::Verbatim(b) => write_blob(out, b'=', b),
+            Frame::Map(pairs) => {
+                write_number(out, b'%', false, pairs.len() as u64);
+                for (k, v) in pairs {
+                    k.encode(out);
+                    v.encode(out);
+                }
+            }
+            Frame::Set(items) | Frame::Push(items) => {
+                let prefix = if matches!(self, Frame::Set(_)) { b'~' } else { b'>' };
+                write_number(out, prefix, false, items.len() as u64);
                 for item in items {
                     item.encode(out);
                 }
@@ -122,6 +202,13 @@ pub fn write_bulk_header(out: &mut BytesMut, len: usize) {
 /// Writes an array header `*<len>\r\n`; follow it with `len` frames.
 pub fn write_array_header(out: &mut BytesMut, len: usize) {
     write_number(out, b'*', false, len as u64);
+}
+
+fn write_blob(out: &mut BytesMut, prefix: u8, data: &[u8]) {
+    out.reserve(data.len() + 16);
+    write_number(out, prefix, false, data.len() as u64);
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Writes a whole bulk string `$<len>\r\n<data>\r\n`.

@@ -51,10 +51,10 @@ fn element(
         return Ok(Step::Incomplete);
     };
     let (max_line, too_long) = match kind {
-        b'+' | b'-' => (limits.max_bulk_len, "too big reply line"),
-        b':' => (MAX_HEADER_LINE, "too big integer string"),
-        b'$' => (MAX_HEADER_LINE, "too big bulk count string"),
-        b'*' => (MAX_HEADER_LINE, "too big mbulk count string"),
+        b'+' | b'-' | b',' | b'(' => (limits.max_bulk_len, "too big reply line"),
+        b':' | b'_' | b'#' => (MAX_HEADER_LINE, "too big integer string"),
+        b'$' | b'!' | b'=' => (MAX_HEADER_LINE, "too big bulk count string"),
+        b'*' | b'%' | b'~' | b'>' | b'|' => (MAX_HEADER_LINE, "too big mbulk count string"),
         other => {
             return Err(ProtocolError(format!(
                 "invalid reply type byte '{}'",
@@ -72,22 +72,23 @@ fn element(
     };
     let body = &buf[start + 1..cr];
     let next = cr + 2;
+    if lf != b'\n' {
+        return Err(ProtocolError::new("reply line not terminated by CRLF"));
+    }
     match kind {
-        b'+' | b'-' => {
-            if lf != b'\n' {
-                return Err(ProtocolError::new("reply line not terminated by CRLF"));
-            }
-            Ok(Step::Done(next))
-        }
+        b'+' | b'-' | b',' | b'(' => Ok(Step::Done(next)),
+        b'_' if body.is_empty() => Ok(Step::Done(next)),
+        b'#' if body == b"t" || body == b"f" => Ok(Step::Done(next)),
+        b'_' | b'#' => Err(ProtocolError::new("invalid RESP3 null or boolean")),
         b':' => {
-            if lf != b'\n' || parse_i64(body).is_none() {
+            if parse_i64(body).is_none() {
                 return Err(ProtocolError::new("invalid integer reply"));
             }
             Ok(Step::Done(next))
         }
-        b'$' => match parse_i64(body) {
-            Some(-1) if lf == b'\n' => Ok(Step::Done(next)),
-            Some(n) if lf == b'\n' && n >= 0 && n as u64 <= limits.max_bulk_len as u64 => {
+        b'$' | b'!' | b'=' => match parse_i64(body) {
+            Some(-1) if kind == b'$' => Ok(Step::Done(next)),
+            Some(n) if n >= 0 && n as u64 <= limits.max_bulk_len as u64 => {
                 let Some(end) = next
                     .checked_add(n as usize)
                     .filter(|e| e.checked_add(2).is_some())
@@ -105,9 +106,20 @@ fn element(
             _ => Err(ProtocolError::new("invalid bulk length")),
         },
         _ => match parse_i64(body) {
-            Some(-1 | 0) if lf == b'\n' => Ok(Step::Done(next)),
-            Some(n) if lf == b'\n' && n > 0 && n as u64 <= limits.max_multibulk_len as u64 => {
-                Ok(Step::Open(n as usize, next))
+            Some(-1) if kind == b'*' => Ok(Step::Done(next)),
+            Some(0) if kind != b'|' => Ok(Step::Done(next)),
+            Some(n) if n > 0 && n as u64 <= limits.max_multibulk_len as u64 => {
+                // A map holds n pairs; an attribute (n pairs) describes the element after it,
+                // so it and that element are scanned as one aggregate of 2n + 1.
+                let n = n as usize;
+                Ok(Step::Open(
+                    match kind {
+                        b'%' => 2 * n,
+                        b'|' => 2 * n + 1,
+                        _ => n,
+                    },
+                    next,
+                ))
             }
             _ => Err(ProtocolError::new("invalid multibulk length")),
         },
@@ -212,7 +224,10 @@ fn incomplete() -> ProtocolError {
 /// Parses the frame at `pos`; returns it and the offset just past it.
 fn parse_at(buf: &Bytes, pos: usize, depth: usize) -> Result<(Frame, usize), ProtocolError> {
     let kind = *buf.get(pos).ok_or_else(incomplete)?;
-    if !matches!(kind, b'+' | b'-' | b':' | b'$' | b'*') {
+    if !matches!(
+        kind,
+        b'+' | b'-' | b':' | b'$' | b'*' | b'_' | b'#' | b',' | b'(' | b'!' | b'=' | b'%' | b'~' | b'>' | b'|'
+    ) {
         return Err(ProtocolError(format!(
             "invalid reply type byte '{}'",
             show_byte(kind)
@@ -228,24 +243,30 @@ fn parse_at(buf: &Bytes, pos: usize, depth: usize) -> Result<(Frame, usize), Pro
     let next = cr + 2;
     let bad = |what: &str| ProtocolError::new(what);
     match kind {
-        b'+' | b'-' => {
+        b'+' | b'-' | b',' | b'(' => {
             if lf != b'\n' {
                 return Err(bad("reply line not terminated by CRLF"));
             }
             let text = buf.slice(pos + 1..cr);
-            let frame = if kind == b'+' {
-                Frame::Simple(text)
-            } else {
-                Frame::Error(text)
+            let frame = match kind {
+                b'+' => Frame::Simple(text),
+                b'-' => Frame::Error(text),
+                b',' => Frame::Double(text),
+                _ => Frame::BigNumber(text),
             };
             Ok((frame, next))
         }
+        b'_' if lf == b'\n' && body.is_empty() => Ok((Frame::Nil, next)),
+        b'#' if lf == b'\n' && (body == b"t" || body == b"f") => {
+            Ok((Frame::Boolean(body == b"t"), next))
+        }
+        b'_' | b'#' => Err(bad("invalid RESP3 null or boolean")),
         b':' => match parse_i64(body) {
             Some(n) if lf == b'\n' => Ok((Frame::Integer(n), next)),
             _ => Err(bad("invalid integer reply")),
         },
-        b'$' => match parse_i64(body) {
-            Some(-1) if lf == b'\n' => Ok((Frame::Null, next)),
+        b'$' | b'!' | b'=' => match parse_i64(body) {
+            Some(-1) if lf == b'\n' && kind == b'$' => Ok((Frame::Null, next)),
             Some(n) if lf == b'\n' && n >= 0 => {
                 let avail = buf.len() - next;
                 if n as u64 > avail as u64 || avail - (n as usize) < 2 {
@@ -255,12 +276,18 @@ fn parse_at(buf: &Bytes, pos: usize, depth: usize) -> Result<(Frame, usize), Pro
                 if buf[end] != b'\r' || buf[end + 1] != b'\n' {
                     return Err(bad("bulk data not terminated by CRLF"));
                 }
-                Ok((Frame::Bulk(buf.slice(next..end)), end + 2))
+                let data = buf.slice(next..end);
+                let frame = match kind {
+                    b'$' => Frame::Bulk(data),
+                    b'!' => Frame::BlobError(data),
+                    _ => Frame::Verbatim(data),
+                };
+                Ok((frame, end + 2))
             }
             _ => Err(bad("invalid bulk length")),
         },
         _ => match parse_i64(body) {
-            Some(-1) if lf == b'\n' => Ok((Frame::NullArray, next)),
+            Some(-1) if lf == b'\n' && kind == b'*' => Ok((Frame::NullArray, next)),
             Some(n) if lf == b'\n' && n >= 0 => {
                 if n > 0 && depth == MAX_REPLY_DEPTH {
                     return Err(bad("reply nested too deep"));
@@ -271,14 +298,31 @@ fn parse_at(buf: &Bytes, pos: usize, depth: usize) -> Result<(Frame, usize), Pro
                     return Err(incomplete());
                 }
                 let n = n as usize;
-                let mut items = Vec::with_capacity(n.min(1024));
+                let count = if matches!(kind, b'%' | b'|') { 2 * n } else { n };
+                let mut items = Vec::with_capacity(count.min(1024));
                 let mut at = next;
-                for _ in 0..n {
+                for _ in 0..count {
                     let (item, end) = parse_at(buf, at, depth + 1)?;
                     items.push(item);
                     at = end;
                 }
-                Ok((Frame::Array(items), at))
+                let frame = match kind {
+                    b'*' => Frame::Array(items),
+                    b'~' => Frame::Set(items),
+                    b'>' => Frame::Push(items),
+                    b'%' => {
+                        let mut pairs = Vec::with_capacity(n);
+                        let mut it = items.into_iter();
+                        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                            pairs.push((k, v));
+                        }
+                        Frame::Map(pairs)
+                    }
+                    // An attribute describes the element after it; the proxy has no use
+                    // for it and hands on the element.
+                    _ => return parse_at(buf, at, depth),
+                };
+                Ok((frame, at))
             }
             _ => Err(bad("invalid multibulk length")),
         },

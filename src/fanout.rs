@@ -1,0 +1,164 @@
+//! Key-less commands sent to several endpoints and merged: `SCRIPT LOAD | EXISTS | FLUSH` to
+//! every endpoint of every cluster the listener routes to (so `EVALSHA` works wherever its
+//! keys land, replicas included), `FUNCTION LOAD | DELETE | FLUSH | RESTORE` to every
+//! primary, and one-endpoint forwards (`FUNCTION LIST | DUMP`, `COMMAND ...`) to the first
+//! primary of the catch-all cluster. Also the shards' `INFO keyspace`, summed.
+//!
+//! These go over the session's shared connections of its protocol and database, like its
+//! other commands, so they stay in order with them.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::{Bytes, BytesMut};
+use respway_filters::command::FanoutKind;
+use respway_filters::request::{error_reply, is_error, Flavor, Reply};
+use respway_filters::resp::{parse_reply, Frame};
+use tokio::time::Instant;
+
+use crate::stack::Parts;
+use crate::upstream::UpstreamFuture;
+
+/// A reply computed by a future of its own.
+pub type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
+
+/// Sends `args` to the endpoints `kind` names and merges the replies.
+pub fn call(
+    kind: FanoutKind,
+    args: Vec<Bytes>,
+    parts: &Parts,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> BoxReply {
+    let replicas_too = matches!(
+        kind,
+        FanoutKind::ScriptLoad | FanoutKind::ScriptExists | FanoutKind::ScriptFlush
+    );
+    if kind == FanoutKind::FunctionRead {
+        return one(args, parts, flavor, conn, deadline);
+    }
+    let futs = targets(parts, replicas_too, &args, flavor, conn, deadline);
+    Box::pin(async move {
+        let replies = join(futs).await;
+        if replies.is_empty() {
+            return error_reply("ERR respway: no shard to send the command to");
+        }
+        if let Some(e) = replies.iter().find(|r| is_error(r)) {
+            return e.clone();
+        }
+        match kind {
+            FanoutKind::ScriptExists => script_exists(&replies),
+            _ => replies[0].clone(),
+        }
+    })
+}
+
+/// Sends `args` to the first primary of the catch-all (or first routed) cluster.
+pub fn one(
+    args: Vec<Bytes>,
+    parts: &Parts,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> BoxReply {
+    let first = parts.routing.routed_clusters().first().copied();
+    let primary = first.and_then(|c| parts.primaries.get(c).and_then(|s| s.first()).copied());
+    let ep = first
+        .zip(primary)
+        .and_then(|(c, p)| parts.endpoints.get(c, 0, p));
+    match ep {
+        Some(ep) => {
+            let f = ep.send(args, flavor, conn, deadline);
+            Box::pin(async move {
+                let Ok(r) = f.await;
+                r
+            })
+        }
+        None => Box::pin(async { error_reply("ERR respway: no shard to send the command to") }),
+    }
+}
+
+/// `INFO` with the proxy's sections (`text`) and the shards' keyspace summed.
+pub fn info_with_keyspace(
+    text: String,
+    resp3: bool,
+    parts: &Parts,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> BoxReply {
+    let args = vec![Bytes::from_static(b"INFO"), Bytes::from_static(b"keyspace")];
+    let futs = targets(parts, false, &args, flavor, conn, deadline);
+    Box::pin(async move {
+        let replies = join(futs).await;
+        let ok: Vec<Reply> = replies.into_iter().filter(|r| !is_error(r)).collect();
+        let mut s = text;
+        s.push_str(&crate::local::sum_keyspace(&ok));
+        let mut out = BytesMut::new();
+        Frame::text(resp3, s.as_bytes()).encode(&mut out);
+        out.freeze()
+    })
+}
+
+fn targets(
+    parts: &Parts,
+    replicas_too: bool,
+    args: &[Bytes],
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> Vec<UpstreamFuture> {
+    let mut futs = Vec::new();
+    for c in parts.routing.routed_clusters() {
+        let Some(shards) = parts.endpoints.0.get(c) else {
+            continue;
+        };
+        for (s, eps) in shards.iter().enumerate() {
+            let primary = parts
+                .primaries
+                .get(c)
+                .and_then(|p| p.get(s))
+                .copied()
+                .unwrap_or(0);
+            for (e, ep) in eps.iter().enumerate() {
+                if replicas_too || e == primary {
+                    futs.push(ep.send(args.to_vec(), flavor, conn, deadline));
+                }
+            }
+        }
+    }
+    futs
+}
+
+async fn join(futs: Vec<UpstreamFuture>) -> Vec<Reply> {
+    let mut out = Vec::with_capacity(futs.len());
+    for f in futs {
+        let Ok(r) = f.await;
+        out.push(r);
+    }
+    out
+}
+
+/// 1 for a script only where every endpoint has it.
+fn script_exists(replies: &[Reply]) -> Reply {
+    let mut all: Option<Vec<i64>> = None;
+    for r in replies {
+        let Ok(Frame::Array(items)) = parse_reply(r) else {
+            return error_reply("ERR respway: unexpected SCRIPT EXISTS reply from a shard");
+        };
+        let v: Vec<i64> = items
+            .iter()
+            .map(|f| match f {
+                Frame::Integer(n) => *n,
+                _ => 0,
+            })
+            .collect();
+        all = Some(match all {
+            None => v,
+            Some(a) => a.iter().zip(&v).map(|(x, y)| x & y).collect(),
+        });
+    }
+    let frame = Frame::Array(all.unwrap_or_default().into_iter().map(Frame::Integer).collect());
+    frame.to_bytes()
+}

@@ -1,0 +1,142 @@
+//! Transactions: `MULTI` / `EXEC` / `DISCARD` / `WATCH` / `UNWATCH` when every key of the
+//! transaction hashes to one shard, as in Redis Cluster.
+//!
+//! A session in a transaction is pinned to a [`Dedicated`] connection to that shard's
+//! primary, taken from a per-worker, per-endpoint pool of idle ones (so a transaction costs
+//! no connect). `WATCH` pins at once; after `MULTI` the first command with keys picks the
+//! shard, and what was queued before it (`MULTI`, key-less commands such as `PING`) is sent
+//! first. A command whose keys hash to another shard answers `-CROSSSLOT` and marks the
+//! transaction: `EXEC` then sends `DISCARD` and answers `-EXECABORT`, so nothing is applied.
+//! Keys under a mirrored route or a hot-key prefix are refused inside a transaction (their
+//! writes would have to reach several clusters or shards, which one `EXEC` cannot make
+//! atomic), and so are commands that would change the connection (`SELECT`, `HELLO`, ...).
+//!
+//! When the transaction ends the connection goes back to the pool once a `PING` after
+//! `EXEC`/`DISCARD`/`UNWATCH` is answered; a client that leaves mid-transaction has
+//! `DISCARD` and `UNWATCH` sent for it first. A dedicated connection that breaks or answers
+//! late is closed, never reconnected under the transaction.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use respway_filters::command::{CommandClass, CommandInfo};
+use respway_filters::request::{error_reply, Reply};
+use respway_filters::routing::Routing;
+
+use crate::upstream::Dedicated;
+
+/// Redis Cluster's error for keys of one request (or transaction) on different slots.
+pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+
+/// A session's transaction state.
+#[derive(Debug)]
+pub struct Tx {
+    /// `MULTI` was received: commands are queued until `EXEC` / `DISCARD`.
+    pub multi: bool,
+    /// A command was refused while queueing: `EXEC` aborts.
+    pub dirty: bool,
+    /// The shard and connection, once a key (or `EXEC`) decided them.
+    pub pinned: Option<Pinned>,
+    /// Commands accepted before the shard was known (`MULTI`, key-less commands).
+    pub queued: Vec<Vec<Bytes>>,
+    /// How long the cleanup after the transaction may take.
+    pub timeout: Duration,
+}
+
+/// The connection a transaction runs on.
+#[derive(Debug)]
+pub struct Pinned {
+    /// Cluster index.
+    pub cluster: usize,
+    /// Shard index.
+    pub shard: usize,
+    /// The connection.
+    pub conn: Dedicated,
+}
+
+impl Tx {
+    /// A transaction state with nothing pinned yet.
+    pub fn new(timeout: Duration) -> Tx {
+        Tx {
+            multi: false,
+            dirty: false,
+            pinned: None,
+            queued: Vec::new(),
+            timeout,
+        }
+    }
+
+    /// The transaction ended normally (its last command is sent): the connection returns to
+    /// the pool once it is idle.
+    pub fn finish(mut self) {
+        if let Some(p) = self.pinned.take() {
+            p.conn.release(&[], self.timeout);
+        }
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        // Ended without EXEC/DISCARD/UNWATCH (the client left, RESET, QUIT): whatever is
+        // open on the connection is discarded before it is reused.
+        if let Some(p) = self.pinned.take() {
+            p.conn.release(&[b"DISCARD", b"UNWATCH"], self.timeout);
+        }
+    }
+}
+
+/// Where the keys of a command inside a transaction live: `(cluster, shard)`, or `None` for
+/// a command without keys. Applies the routes' prefix removal to `args`.
+///
+/// # Errors
+/// The reply for a command that cannot be part of the transaction: keys on several
+/// clusters or shards (`CROSSSLOT`), keys of a mirrored route or under a hot-key prefix.
+pub fn place(
+    routing: &Routing,
+    cmd: &CommandInfo,
+    args: &mut [Bytes],
+    keys: &mut Vec<usize>,
+) -> Result<Option<(usize, usize)>, Reply> {
+    if !matches!(
+        cmd.class,
+        CommandClass::Single
+            | CommandClass::SameShard
+            | CommandClass::Split(_)
+            | CommandClass::Transaction
+    ) {
+        return Ok(None);
+    }
+    cmd.key_indices(args, keys)
+        .map_err(|e| error_reply(&format!("ERR {e}")))?;
+    let mut at: Option<(usize, usize)> = None;
+    for &i in keys.iter() {
+        let m = routing.route(&args[i]).ok_or_else(|| {
+            error_reply(&format!(
+                "ERR respway: no route for key '{}'",
+                String::from_utf8_lossy(&args[i])
+            ))
+        })?;
+        if !routing.mirrors(m.route).is_empty() {
+            return Err(error_reply(
+                "ERR respway: keys of a mirrored route cannot be used in a transaction (the \
+                 copy to the other cluster could not be part of it)",
+            ));
+        }
+        if m.strip > 0 {
+            args[i] = args[i].slice(m.strip..);
+        }
+        let c = &routing.clusters[m.cluster];
+        if c.hot_keys.iter().any(|r| args[i].starts_with(&r.prefix)) {
+            return Err(error_reply(
+                "ERR respway: hot keys (written to every shard) cannot be used in a transaction",
+            ));
+        }
+        let here = (m.cluster, c.picker.pick(&args[i]));
+        match at {
+            None => at = Some(here),
+            Some(a) if a != here => return Err(error_reply(CROSSSLOT)),
+            Some(_) => {}
+        }
+    }
+    Ok(at)
+}
