@@ -1,0 +1,226 @@
+//! Today's client libraries, unchanged and on their default settings, through respway over 3
+//! real redis-server shards: redis-py, node-redis and ioredis at the versions pinned in
+//! `tests/clients/` (`requirements.txt`, `package.json` + `package-lock.json`).
+//!
+//! Each test runs one of the scripts there (`py_client.py`, `node_redis.mjs`, `ioredis.mjs`),
+//! which prints a line per scenario and exits 1 if any failed. With `--proxy` they run
+//! against respway, including what only a sharding proxy does (a cross-shard transaction
+//! refused); without it against one plain redis-server, which checks the scripts themselves.
+//!
+//! The libraries are installed by `tests/clients/setup.sh` (CI runs it); a test whose library
+//! is missing fails and says so rather than skipping.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// How long one script may run before it is killed (and the test fails). The scripts bound
+/// each scenario (5 s) and each connection attempt themselves, so a stalled one fails alone.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The hash tags the scripts use for a transaction over several shards (`CROSS_TAGS` in
+/// `py_client.py` and `common.mjs`): with `crc16_slots` over 3 shards each is on its own shard.
+const CROSS_TAGS: [&str; 3] = ["a", "b", "c"];
+
+fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+const SETUP: &str =
+    "run tests/clients/setup.sh (it installs the pinned redis-py, node-redis and ioredis)";
+
+/// Runs `program args` in `tests/clients` with a bound of [`SCRIPT_TIMEOUT`]; returns whether
+/// it exited 0 and what it printed (stdout and stderr, interleaved as written).
+fn run_bounded(program: &str, args: &[&str]) -> (bool, String) {
+    let log = std::env::temp_dir().join(format!(
+        "respway-clients-{}-{}.log",
+        std::process::id(),
+        free_port()
+    ));
+    let out = std::fs::File::create(&log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(clients_dir())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not start {program}: {e}; {SETUP}"));
+    let deadline = Instant::now() + SCRIPT_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    match status {
+        Some(s) if s.success() => (true, text),
+        Some(s) => {
+            text.push_str(&format!("[{program} exited with {s}]\n"));
+            (false, text)
+        }
+        None => {
+            text.push_str(&format!(
+                "[{program} killed after {}s]\n",
+                SCRIPT_TIMEOUT.as_secs()
+            ));
+            (false, text)
+        }
+    }
+}
+
+/// Panics (naming `setup.sh`) unless python3 imports the pinned `redis` version.
+fn require_redis_py() {
+    let reqs = std::fs::read_to_string(clients_dir().join("requirements.txt")).expect("reqs");
+    let want = reqs
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("redis=="))
+        .expect("requirements.txt pins redis==VERSION");
+    let (ok, out) = run_bounded("python3", &["-c", "import redis; print(redis.__version__)"]);
+    assert!(
+        ok && out.trim() == want,
+        "python3 cannot import redis=={want} (got: {}); {SETUP}",
+        out.trim()
+    );
+}
+
+/// Panics (naming `setup.sh`) unless `tests/clients/node_modules` has the versions that
+/// `package.json` pins.
+fn require_node_modules() {
+    assert!(
+        clients_dir().join("node_modules").is_dir(),
+        "tests/clients/node_modules is missing; {SETUP}"
+    );
+    let check = "const p = require('./package.json'); let bad = []; \
+                 for (const [n, v] of Object.entries(p.dependencies)) { \
+                   let got; try { got = require(n + '/package.json').version; } catch (e) { got = 'missing'; } \
+                   if (got !== v) bad.push(n + ' ' + got + ' (want ' + v + ')'); } \
+                 if (bad.length) { console.log(bad.join(', ')); process.exit(1); }";
+    let (ok, out) = run_bounded("node", &["-e", check]);
+    assert!(
+        ok,
+        "tests/clients/node_modules does not hold the pinned packages: {}; {SETUP}",
+        out.trim()
+    );
+}
+
+/// Runs a client script against `addr` and fails the test, with everything it printed,
+/// unless it exits 0.
+fn run_client(program: &str, script: &str, addr: std::net::SocketAddr, extra: &[&str]) {
+    let addr = addr.to_string();
+    let mut args = vec![script, "--addr", &addr];
+    args.extend_from_slice(extra);
+    let (ok, out) = run_bounded(program, &args);
+    if ok {
+        eprintln!("{program} {}:\n{out}", args.join(" "));
+    }
+    assert!(
+        ok,
+        "{script} {} failed; its output:\n{out}",
+        args[1..].join(" ")
+    );
+}
+
+/// Three shards behind respway (`crc16_slots`, hash tags on), after checking that the
+/// scripts' cross-shard tags really are on three different shards.
+fn three_shards_behind_respway() -> (Vec<Proc>, Respway) {
+    let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let addrs: Vec<_> = shards.iter().map(|s| s.addr).collect();
+    let rw = respway(&sharded_yaml(&addrs, "{ policy: crc16_slots }", true), 1);
+    let mut c = sync_client(rw.addr);
+    let mut owners = Vec::new();
+    for tag in CROSS_TAGS {
+        let key = format!("{{{tag}}}probe");
+        let _: () = redis::cmd("SET").arg(&key).arg("1").query(&mut c).unwrap();
+        let on: Vec<usize> = (0..shards.len())
+            .filter(|&i| RespConn::connect(addrs[i]).get(&key).is_some())
+            .collect();
+        assert_eq!(on.len(), 1, "{key} is on shards {on:?}");
+        owners.push(on[0]);
+        let _: i64 = redis::cmd("DEL").arg(&key).query(&mut c).unwrap();
+    }
+    owners.sort_unstable();
+    owners.dedup();
+    assert_eq!(
+        owners.len(),
+        3,
+        "the tags {CROSS_TAGS:?} must be on three different shards"
+    );
+    (shards, rw)
+}
+
+fn through_respway(program: &str, script: &str, extra: &[&str]) {
+    let (_shards, rw) = three_shards_behind_respway();
+    let mut args = vec!["--proxy"];
+    args.extend_from_slice(extra);
+    run_client(program, script, rw.addr, &args);
+}
+
+fn against_plain_redis(program: &str, script: &str, extra: &[&str]) {
+    let r = redis();
+    run_client(program, script, r.addr, extra);
+}
+
+// --- through respway ----------------------------------------------------------------------
+
+#[test]
+fn redis_py_default_through_respway() {
+    require_redis_py();
+    through_respway("python3", "py_client.py", &["--protocol", "default"]);
+}
+
+#[test]
+fn redis_py_protocol_2_through_respway() {
+    require_redis_py();
+    through_respway("python3", "py_client.py", &["--protocol", "2"]);
+}
+
+#[test]
+fn node_redis_default_through_respway() {
+    require_node_modules();
+    through_respway("node", "node_redis.mjs", &[]);
+}
+
+#[test]
+fn ioredis_default_through_respway() {
+    require_node_modules();
+    through_respway("node", "ioredis.mjs", &[]);
+}
+
+// --- the scripts themselves, against one plain redis-server -------------------------------
+
+#[test]
+fn redis_py_default_against_plain_redis() {
+    require_redis_py();
+    against_plain_redis("python3", "py_client.py", &["--protocol", "default"]);
+}
+
+#[test]
+fn redis_py_protocol_2_against_plain_redis() {
+    require_redis_py();
+    against_plain_redis("python3", "py_client.py", &["--protocol", "2"]);
+}
+
+#[test]
+fn node_redis_default_against_plain_redis() {
+    require_node_modules();
+    against_plain_redis("node", "node_redis.mjs", &[]);
+}
+
+#[test]
+fn ioredis_default_against_plain_redis() {
+    require_node_modules();
+    against_plain_redis("node", "ioredis.mjs", &[]);
+}
