@@ -6,8 +6,8 @@ use std::time::Duration;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
     ClientLimits, Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash,
-    Listener, MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RingHashFunction, Role,
-    RouteTable, Shard, UpstreamAuth, ZoneFallback,
+    Listener, MirrorMode, MirrorPolicy, PrefixRoute, ProtocolMode, ReadPolicy, RespSettings,
+    RingHashFunction, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback,
 };
 use respway_xds::{default_config, load_file, parse_yaml, to_resources, translate};
 
@@ -132,7 +132,10 @@ fn full_example_model() -> Config {
             downstream_password: Some("client-secret".into()),
             op_timeout: Duration::from_millis(250),
             max_pending_per_client: 2048,
-            resp: Default::default(),
+            resp: RespSettings {
+                protocol: ProtocolMode::Auto,
+                advertised_version: "7.0.15".into(),
+            },
             client: respway_filters::model::ClientLimits {
                 buffer_limit: 32 << 20,
                 buffer_hard_limit: 128 << 20,
@@ -283,6 +286,13 @@ clusters:
             stall_timeout: Duration::from_secs(30),
             max_auth_failures: 10,
             allow_keyless_scripts: false,
+        }
+    );
+    assert_eq!(
+        l.resp,
+        RespSettings {
+            protocol: ProtocolMode::Auto,
+            advertised_version: respway_filters::command::REDIS_VERSION.to_string(),
         }
     );
     assert_eq!(l.downstream_password, None);
@@ -438,7 +448,7 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, downstream_auth_password, limits, routes)
+        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, protocol, advertised_redis_version, downstream_auth_password, limits, routes)
 listener "main": op_timeout: must be greater than 0
 listener "main": routes.catch_all: unknown cluster "mian"
 listener "main": routes.prefixes[0].cluster: unknown cluster "profile"
@@ -1134,5 +1144,99 @@ cluster "a": max_queue_per_connection: must be greater than 0
 cluster "b": max_queue_per_connection: expected an unsigned integer, got a number
 cluster "c": max_queue_per_connection: must be at most 4294967295
 cluster "d": max_queue_per_connection: expected an unsigned integer, got a string"#
+    );
+}
+
+#[test]
+fn protocol_and_advertised_version() {
+    let text = r#"
+listeners:
+  - name: auto
+    protocol: auto
+    advertised_redis_version: "7.2.4"
+    routes: { catch_all: a }
+  - name: resp2
+    address: 127.0.0.1:6381
+    protocol: resp2
+    advertised_redis_version: 6.2.14
+    routes: { catch_all: a }
+  - name: resp3
+    address: 127.0.0.1:6382
+    protocol: resp3
+    routes: { catch_all: a }
+  - name: unset
+    address: 127.0.0.1:6383
+    protocol: null
+    advertised_redis_version: null
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+"#;
+    let config = load(text);
+    let d = RespSettings::default();
+    let resp: Vec<&RespSettings> = config.listeners.iter().map(|l| &l.resp).collect();
+    assert_eq!(
+        resp,
+        [
+            &RespSettings {
+                protocol: ProtocolMode::Auto,
+                advertised_version: "7.2.4".into(),
+            },
+            &RespSettings {
+                protocol: ProtocolMode::Resp2,
+                advertised_version: "6.2.14".into(),
+            },
+            &RespSettings {
+                protocol: ProtocolMode::Resp3,
+                ..d.clone()
+            },
+            &d,
+        ]
+    );
+    // The resources carry every value: translating them again gives the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+}
+
+#[test]
+fn protocol_and_advertised_version_errors() {
+    let text = r#"
+listeners:
+  - name: l
+    protocol: resp4
+    advertised_redis_version: ""
+    routes: { catch_all: a }
+  - name: m
+    address: 127.0.0.1:6381
+    protocol: 3
+    advertised_redis_version: 7.2
+    routes: { catch_all: a }
+  - name: n
+    address: 127.0.0.1:6382
+    protocol: RESP3
+    advertised_redis_version: 7.2.4-rc1
+    routes: { catch_all: a }
+  - name: o
+    address: 127.0.0.1:6383
+    advertised_redis_version: "7..2"
+    routes: { catch_all: a }
+  - name: p
+    address: 127.0.0.1:6384
+    advertised_redis_version: [7, 2]
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"listener "l": protocol: unknown protocol "resp4" (expected one of: auto, resp2, resp3)
+listener "l": advertised_redis_version: must not be empty (leave it out or use null)
+listener "m": protocol: expected a string, got a number
+listener "m": advertised_redis_version: expected a string, got a number (quote the version, e.g. "7.2")
+listener "n": protocol: unknown protocol "RESP3" (expected one of: auto, resp2, resp3)
+listener "n": advertised_redis_version: invalid version "7.2.4-rc1" (expected digits and dots, e.g. "7.2.4")
+listener "o": advertised_redis_version: invalid version "7..2" (expected digits and dots, e.g. "7.2.4")
+listener "p": advertised_redis_version: expected a string, got a list"#
     );
 }
