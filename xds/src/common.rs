@@ -36,6 +36,10 @@ pub(crate) const DEFAULT_CRC32_SLOTS: u32 = 1024;
 pub(crate) const MAX_CRC32_SLOTS: u32 = 1 << 20;
 /// Redis Cluster's slot count.
 pub(crate) const CRC16_SLOTS: u32 = 16384;
+/// Most databases a cluster may offer its clients (`SELECT 0` to `SELECT 255`).
+pub(crate) const MAX_DATABASES: u32 = 256;
+/// Most dedicated (transaction) connections per worker and endpoint.
+pub(crate) const MAX_DEDICATED_CONNECTIONS: u32 = 65535;
 /// Twemproxy hashes `host` alone (no port) for servers on memcached's port.
 const TWEMPROXY_DEFAULT_PORT: u16 = 11211;
 

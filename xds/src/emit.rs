@@ -265,6 +265,8 @@ fn cluster(c: &Cluster) -> PbCluster {
             db: c.db,
             connections_per_endpoint: saturate(c.connections_per_endpoint),
             max_queue_per_connection: saturate(c.max_queue_per_connection),
+            databases: c.databases,
+            dedicated_connections: saturate(c.dedicated_connections),
             hashtag: Some(common::hashtag_string(c.hashtag)),
             read_policy: match c.read_policy {
                 ReadPolicy::Primary => rw::ReadPolicy::Primary,

@@ -14,7 +14,8 @@ use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
     ClientLimits, Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, Listener,
     MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RespSettings, RingHashFunction, Role,
-    RouteTable, Shard, UpstreamAuth, ZoneFallback, DEFAULT_MAX_QUEUE_PER_CONNECTION,
+    RouteTable, Shard, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES,
+    DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
 
@@ -57,9 +58,11 @@ const CLUSTER_KEYS: &[&str] = &[
     "hashtag",
     "connections_per_endpoint",
     "max_queue_per_connection",
+    "dedicated_connections",
     "connect_timeout",
     "auth",
     "db",
+    "databases",
     "read_policy",
     "zone_fallback",
     "hot_keys",
@@ -649,6 +652,13 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
     let max_queue_per_connection = m
         .positive(cx, "max_queue_per_connection", u32::MAX.into())
         .map_or(DEFAULT_MAX_QUEUE_PER_CONNECTION, |n| n as usize);
+    let dedicated_connections = m
+        .positive(
+            cx,
+            "dedicated_connections",
+            common::MAX_DEDICATED_CONNECTIONS.into(),
+        )
+        .map_or(DEFAULT_DEDICATED_CONNECTIONS, |n| n as usize);
     let connect_timeout = m
         .duration(cx, "connect_timeout")
         .unwrap_or(common::DEFAULT_CONNECT_TIMEOUT);
@@ -665,6 +675,9 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         })
     });
     let db = m.uint(cx, "db", u32::MAX.into()).unwrap_or(0) as u32;
+    let databases = m
+        .positive(cx, "databases", common::MAX_DATABASES.into())
+        .map_or(DEFAULT_DATABASES, |n| n as u32);
     let read_policy = read_policy(cx, &m);
     let hot_keys = hot_keys(cx, &m);
     let shards = shards(cx, &m, hash.as_ref(), hash_valid);
@@ -679,8 +692,8 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         hashtag,
         shards,
         connections_per_endpoint,
-        databases: respway_filters::model::DEFAULT_DATABASES,
-        dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
+        databases,
+        dedicated_connections,
         max_queue_per_connection,
         connect_timeout,
         auth,
@@ -1320,8 +1333,8 @@ impl<'v> Map<'v> {
 #[cfg(test)]
 mod tests {
     /// The model read from YAML is the model its Envoy resources translate to, for the
-    /// listener's client bounds and protocol settings and the cluster's upstream queue bound
-    /// too.
+    /// listener's client bounds and protocol settings and the cluster's upstream queue bound,
+    /// databases and dedicated connections too.
     #[test]
     fn yaml_and_its_resources_give_the_same_model() {
         let text = r#"
@@ -1338,6 +1351,8 @@ listeners:
 clusters:
   - name: a
     max_queue_per_connection: 1
+    databases: 2
+    dedicated_connections: 3
     shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
 "#;
         let direct = super::parse(text).unwrap();
@@ -1354,7 +1369,9 @@ clusters:
             (resp.protocol, resp.advertised_version.as_str()),
             (respway_filters::model::ProtocolMode::Resp3, "7.2.4")
         );
-        assert_eq!(direct.clusters[0].max_queue_per_connection, 1);
+        let c = &direct.clusters[0];
+        assert_eq!(c.max_queue_per_connection, 1);
+        assert_eq!((c.databases, c.dedicated_connections), (2, 3));
         assert_eq!(
             crate::translate(&crate::to_resources(&direct)).unwrap(),
             direct

@@ -185,6 +185,7 @@ fn plain_envoy_resources_translate() {
     assert_eq!(config.listeners[0].client, ClientLimits::default());
     assert_eq!(config.listeners[0].resp, RespSettings::default());
     assert_eq!(c.max_queue_per_connection, 16384);
+    assert_eq!((c.databases, c.dedicated_connections), (16, 32));
 
     // The flag on: the cluster hashes by "{...}".
     edit_redis(&mut r, |p| {
@@ -1269,6 +1270,68 @@ fn protocol_and_advertised_version_errors() {
         errors(&r),
         format!(
             "{at}.advertised_redis_version: invalid version \"7.2.\" (expected digits and dots, e.g. \"7.2.4\")"
+        )
+    );
+}
+
+#[test]
+fn databases_and_dedicated_connections_travel_in_cluster_options() {
+    let model = translate(
+        &parse_yaml(
+            r#"
+listeners:
+  - name: main
+    routes: { catch_all: main }
+clusters:
+  - name: main
+    db: 3
+    databases: 4
+    dedicated_connections: 2
+    shards: [{ endpoints: [{ address: 10.0.0.1:6379 }] }]
+"#,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let c = &model.clusters[0];
+    assert_eq!((c.db, c.databases, c.dedicated_connections), (3, 4, 2));
+    let resources = to_resources(&model);
+    assert_eq!(translate(&resources).unwrap(), model);
+    let options = ClusterOptions::decode(
+        resources.clusters[0].typed_extension_protocol_options["respway.cluster"]
+            .value
+            .as_slice(),
+    )
+    .unwrap();
+    assert_eq!((options.databases, options.dedicated_connections), (4, 2));
+
+    // 0 is the default, as an xDS server leaving them out would send.
+    let mut r = resources;
+    edit_options(&mut r, 0, |o| {
+        o.databases = 0;
+        o.dedicated_connections = 0;
+    });
+    let c = &translate(&r).unwrap().clusters[0];
+    assert_eq!((c.databases, c.dedicated_connections), (16, 32));
+    // The largest values.
+    edit_options(&mut r, 0, |o| {
+        o.databases = 256;
+        o.dedicated_connections = 65535;
+    });
+    let c = &translate(&r).unwrap().clusters[0];
+    assert_eq!((c.databases, c.dedicated_connections), (256, 65535));
+
+    // Beyond them.
+    edit_options(&mut r, 0, |o| {
+        o.databases = 257;
+        o.dedicated_connections = 65536;
+    });
+    let at = r#"cluster "main": typed_extension_protocol_options["respway.cluster"]"#;
+    assert_eq!(
+        errors(&r),
+        format!(
+            "{at}.databases: must be at most 256
+{at}.dedicated_connections: must be at most 65535"
         )
     );
 }

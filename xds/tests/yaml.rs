@@ -152,8 +152,8 @@ fn full_example_model() -> Config {
         clusters: vec![
             Cluster {
                 connections_per_endpoint: 2,
-                databases: respway_filters::model::DEFAULT_DATABASES,
-                dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
+                databases: 16,
+                dedicated_connections: 32,
                 max_queue_per_connection: 8192,
                 connect_timeout: Duration::from_millis(500),
                 auth: Some(UpstreamAuth {
@@ -302,6 +302,7 @@ clusters:
     assert_eq!(c.hashtag, Some(HashTag::default()));
     assert_eq!(c.connections_per_endpoint, 1);
     assert_eq!(c.max_queue_per_connection, 16384);
+    assert_eq!((c.databases, c.dedicated_connections), (16, 32));
     assert_eq!(c.connect_timeout, Duration::from_secs(1));
     assert_eq!((c.auth.clone(), c.db), (None, 0));
     let s = &c.shards[0];
@@ -1238,5 +1239,68 @@ listener "n": protocol: unknown protocol "RESP3" (expected one of: auto, resp2, 
 listener "n": advertised_redis_version: invalid version "7.2.4-rc1" (expected digits and dots, e.g. "7.2.4")
 listener "o": advertised_redis_version: invalid version "7..2" (expected digits and dots, e.g. "7.2.4")
 listener "p": advertised_redis_version: expected a string, got a list"#
+    );
+}
+
+#[test]
+fn databases_and_dedicated_connections() {
+    let text = r#"
+listeners:
+  - name: l
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    db: 4
+    databases: 1
+    dedicated_connections: 1
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    databases: 256
+    dedicated_connections: 65535
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    databases: null
+    dedicated_connections: null
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+"#;
+    let config = load(text);
+    let got: Vec<(u32, u32, usize)> = config
+        .clusters
+        .iter()
+        .map(|c| (c.db, c.databases, c.dedicated_connections))
+        .collect();
+    assert_eq!(got, [(4, 1, 1), (0, 256, 65535), (0, 16, 32)]);
+    // The resources carry every value: translating them again gives the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+}
+
+#[test]
+fn databases_and_dedicated_connection_errors() {
+    let text = r#"
+listeners:
+  - name: l
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    databases: 0
+    dedicated_connections: 0
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    databases: 257
+    dedicated_connections: 65536
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    databases: -1
+    dedicated_connections: "32"
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"cluster "a": dedicated_connections: must be greater than 0
+cluster "a": databases: must be greater than 0
+cluster "b": dedicated_connections: must be at most 65535
+cluster "b": databases: must be at most 256
+cluster "c": dedicated_connections: expected an unsigned integer, got a string
+cluster "c": databases: expected an unsigned integer, got a number"#
     );
 }

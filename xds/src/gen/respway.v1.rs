@@ -33,6 +33,16 @@ pub struct ClusterOptions {
     /// an immediate error naming the shard. 0 means the default, 16384.
     #[prost(uint32, tag = "7")]
     pub max_queue_per_connection: u32,
+    /// Databases a client may `SELECT` on this cluster, 0 to `databases - 1`; a client's database
+    /// n is the shards' database `db` + n, each with its own connections, opened on first use.
+    /// 0 means the default, 16 (as Redis's `databases`); at most 256.
+    #[prost(uint32, tag = "8")]
+    pub databases: u32,
+    /// Connections one worker may have open to one endpoint for transactions (`MULTI`/`WATCH`);
+    /// they are reused, not closed, between transactions, and beyond them a transaction gets an
+    /// error. 0 means the default, 32; at most 65535.
+    #[prost(uint32, tag = "9")]
+    pub dedicated_connections: u32,
 }
 impl ::prost::Name for ClusterOptions {
     const NAME: &'static str = "ClusterOptions";
