@@ -9,7 +9,7 @@ use respway_filters::hash::maglev::is_prime;
 use respway_filters::hash::{build_picker, ShardInput};
 use respway_filters::model::{
     Cluster, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, MirrorMode,
-    MirrorPolicy, ReadPolicy, Role, ZoneFallback,
+    MirrorPolicy, ProtocolMode, ReadPolicy, Role, ZoneFallback,
 };
 
 /// Default listener address.
@@ -36,6 +36,10 @@ pub(crate) const DEFAULT_CRC32_SLOTS: u32 = 1024;
 pub(crate) const MAX_CRC32_SLOTS: u32 = 1 << 20;
 /// Redis Cluster's slot count.
 pub(crate) const CRC16_SLOTS: u32 = 16384;
+/// Most databases a cluster may offer its clients (`SELECT 0` to `SELECT 255`).
+pub(crate) const MAX_DATABASES: u32 = 256;
+/// Most dedicated (transaction) connections per worker and endpoint.
+pub(crate) const MAX_DEDICATED_CONNECTIONS: u32 = 65535;
 /// Twemproxy hashes `host` alone (no port) for servers on memcached's port.
 const TWEMPROXY_DEFAULT_PORT: u16 = 11211;
 
@@ -76,6 +80,22 @@ pub(crate) const MIRROR_MODES: &[&str] = &["forward", "dual_write", "read_only"]
 
 /// YAML names of the sides a dual-write mirror can make primary: `true` is the mirror.
 pub(crate) const MIRROR_PRIMARIES: &[(&str, bool)] = &[("route", false), ("mirror", true)];
+
+/// YAML names of the listener protocol modes.
+pub(crate) const PROTOCOL_MODES: &[(&str, ProtocolMode)] = &[
+    ("auto", ProtocolMode::Auto),
+    ("resp2", ProtocolMode::Resp2),
+    ("resp3", ProtocolMode::Resp3),
+];
+
+/// Why `s` cannot be the Redis version a listener advertises, if it cannot: it must be
+/// groups of digits separated by dots, like `7.2.4` (clients compare it to pick features).
+pub(crate) fn redis_version_problem(s: &str) -> Option<String> {
+    let valid = s
+        .split('.')
+        .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
+    (!valid).then(|| format!("invalid version {s:?} (expected digits and dots, e.g. \"7.2.4\")"))
+}
 
 /// The read policy named `name` (a [`READ_POLICIES`] entry) with this zone-local fallback.
 pub(crate) fn read_policy(name: &str, fallback: ZoneFallback) -> Option<ReadPolicy> {
@@ -513,6 +533,16 @@ mod tests {
         assert!(parse_duration("1").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("1d").is_err());
+    }
+
+    #[test]
+    fn redis_versions() {
+        for ok in ["7.2.4", "7", "6.2", "10.0.0.1"] {
+            assert_eq!(redis_version_problem(ok), None, "{ok}");
+        }
+        for bad in ["", ".", "7.", ".7", "7..2", "7.2.4-rc1", "v7", " 7.2"] {
+            assert!(redis_version_problem(bad).is_some(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -29,7 +29,7 @@ use envoy_types::pb::envoy::config::listener::v3::{
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
     redis_proxy::{
         prefix_routes::{route::RequestMirrorPolicy, Route},
-        ConnPoolSettings, PrefixRoutes,
+        ConnPoolSettings, PrefixRoutes, ProtocolVersion,
     },
     RedisProtocolOptions, RedisProxy,
 };
@@ -40,7 +40,7 @@ use envoy_types::pb::google::protobuf::{
 use envoy_types::util::pack_any;
 use respway_filters::model::{
     Cluster, Config, HashPolicy, HotKeyRead, KeyHash, Listener, MirrorMode, MirrorPolicy,
-    ReadPolicy, RingHashFunction, Role, ZoneFallback,
+    ProtocolMode, ReadPolicy, RingHashFunction, Role, ZoneFallback,
 };
 use std::net::SocketAddr;
 
@@ -115,6 +115,12 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
             }),
         }),
         downstream_auth_passwords: l.downstream_password.iter().map(|p| inline(p)).collect(),
+        // What Envoy can say of the protocol: RESP3 enforced. Its RESP2 is also proto3's unset,
+        // so the mode itself is always written in `ListenerSettings.protocol` as well.
+        protocol_version: match l.resp.protocol {
+            ProtocolMode::Resp3 => ProtocolVersion::Resp3,
+            ProtocolMode::Auto | ProtocolMode::Resp2 => ProtocolVersion::Resp2,
+        } as i32,
         ..Default::default()
     };
     let settings = rw::ListenerSettings {
@@ -142,6 +148,12 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
         client_stall_timeout: Some(duration(l.client.stall_timeout)),
         max_auth_failures: l.client.max_auth_failures,
         allow_keyless_scripts: l.client.allow_keyless_scripts,
+        protocol: match l.resp.protocol {
+            ProtocolMode::Auto => rw::Protocol::Auto,
+            ProtocolMode::Resp2 => rw::Protocol::Resp2,
+            ProtocolMode::Resp3 => rw::Protocol::Resp3,
+        } as i32,
+        advertised_redis_version: l.resp.advertised_version.clone(),
     };
     PbListener {
         name: l.name.clone(),
@@ -253,6 +265,8 @@ fn cluster(c: &Cluster) -> PbCluster {
             db: c.db,
             connections_per_endpoint: saturate(c.connections_per_endpoint),
             max_queue_per_connection: saturate(c.max_queue_per_connection),
+            databases: c.databases,
+            dedicated_connections: saturate(c.dedicated_connections),
             hashtag: Some(common::hashtag_string(c.hashtag)),
             read_policy: match c.read_policy {
                 ReadPolicy::Primary => rw::ReadPolicy::Primary,

@@ -13,8 +13,9 @@ use std::time::Duration;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
     ClientLimits, Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, Listener,
-    MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RingHashFunction, Role, RouteTable, Shard,
-    UpstreamAuth, ZoneFallback, DEFAULT_MAX_QUEUE_PER_CONNECTION,
+    MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RespSettings, RingHashFunction, Role,
+    RouteTable, Shard, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES,
+    DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
 
@@ -36,6 +37,8 @@ const LISTENER_KEYS: &[&str] = &[
     "client_stall_timeout",
     "max_auth_failures",
     "allow_keyless_scripts",
+    "protocol",
+    "advertised_redis_version",
     "downstream_auth_password",
     "limits",
     "routes",
@@ -55,9 +58,11 @@ const CLUSTER_KEYS: &[&str] = &[
     "hashtag",
     "connections_per_endpoint",
     "max_queue_per_connection",
+    "dedicated_connections",
     "connect_timeout",
     "auth",
     "db",
+    "databases",
     "read_policy",
     "zone_fallback",
     "hot_keys",
@@ -300,6 +305,7 @@ fn listener(
         .positive(cx, "max_pending_per_client", u32::MAX.into())
         .map_or(common::DEFAULT_MAX_PENDING, |n| n as usize);
     let client = client_limits(cx, &m);
+    let resp = resp_settings(cx, &m);
     let downstream_password = m.non_empty_string(cx, "downstream_auth_password");
     let limits = match m.get("limits") {
         Some(v) => limits(cx, v, &m.at("limits")),
@@ -319,7 +325,7 @@ fn listener(
         downstream_password,
         op_timeout,
         max_pending_per_client: max_pending,
-        resp: Default::default(),
+        resp,
         client,
         limits,
     })
@@ -359,6 +365,51 @@ fn client_limits(cx: &mut Cx, m: &Map<'_>) -> ClientLimits {
         allow_keyless_scripts: m
             .boolean(cx, "allow_keyless_scripts")
             .unwrap_or(d.allow_keyless_scripts),
+    }
+}
+
+/// The listener's `protocol` and `advertised_redis_version`.
+fn resp_settings(cx: &mut Cx, m: &Map<'_>) -> RespSettings {
+    let d = RespSettings::default();
+    let protocol = m.string(cx, "protocol").and_then(|s| {
+        match common::PROTOCOL_MODES.iter().find(|(n, _)| *n == s) {
+            Some((_, p)) => Some(*p),
+            None => {
+                cx.err(
+                    m.at("protocol"),
+                    format!(
+                        "unknown protocol {s:?} (expected one of: {})",
+                        common::one_of(common::PROTOCOL_MODES.iter().map(|(n, _)| *n))
+                    ),
+                );
+                None
+            }
+        }
+    });
+    // An unquoted `7.2` or `7` is a YAML number (and `7.20` would read as 7.2): it must be
+    // quoted.
+    let key = "advertised_redis_version";
+    let advertised_version = match m.get(key) {
+        Some(Value::Number(_)) => {
+            cx.err(
+                m.at(key),
+                "expected a string, got a number (quote the version, e.g. \"7.2\")",
+            );
+            None
+        }
+        _ => m
+            .non_empty_string(cx, key)
+            .and_then(|v| match common::redis_version_problem(&v) {
+                Some(reason) => {
+                    cx.err(m.at(key), reason);
+                    None
+                }
+                None => Some(v),
+            }),
+    };
+    RespSettings {
+        protocol: protocol.unwrap_or(d.protocol),
+        advertised_version: advertised_version.unwrap_or(d.advertised_version),
     }
 }
 
@@ -601,6 +652,13 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
     let max_queue_per_connection = m
         .positive(cx, "max_queue_per_connection", u32::MAX.into())
         .map_or(DEFAULT_MAX_QUEUE_PER_CONNECTION, |n| n as usize);
+    let dedicated_connections = m
+        .positive(
+            cx,
+            "dedicated_connections",
+            common::MAX_DEDICATED_CONNECTIONS.into(),
+        )
+        .map_or(DEFAULT_DEDICATED_CONNECTIONS, |n| n as usize);
     let connect_timeout = m
         .duration(cx, "connect_timeout")
         .unwrap_or(common::DEFAULT_CONNECT_TIMEOUT);
@@ -617,6 +675,9 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         })
     });
     let db = m.uint(cx, "db", u32::MAX.into()).unwrap_or(0) as u32;
+    let databases = m
+        .positive(cx, "databases", common::MAX_DATABASES.into())
+        .map_or(DEFAULT_DATABASES, |n| n as u32);
     let read_policy = read_policy(cx, &m);
     let hot_keys = hot_keys(cx, &m);
     let shards = shards(cx, &m, hash.as_ref(), hash_valid);
@@ -631,8 +692,8 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         hashtag,
         shards,
         connections_per_endpoint,
-        databases: respway_filters::model::DEFAULT_DATABASES,
-        dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
+        databases,
+        dedicated_connections,
         max_queue_per_connection,
         connect_timeout,
         auth,
@@ -1272,7 +1333,8 @@ impl<'v> Map<'v> {
 #[cfg(test)]
 mod tests {
     /// The model read from YAML is the model its Envoy resources translate to, for the
-    /// listener's client bounds and the cluster's upstream queue bound too.
+    /// listener's client bounds and protocol settings and the cluster's upstream queue bound,
+    /// databases and dedicated connections too.
     #[test]
     fn yaml_and_its_resources_give_the_same_model() {
         let text = r#"
@@ -1283,10 +1345,14 @@ listeners:
     client_stall_timeout: 2m
     max_auth_failures: 1
     allow_keyless_scripts: true
+    protocol: resp3
+    advertised_redis_version: "7.2.4"
     routes: { catch_all: a }
 clusters:
   - name: a
     max_queue_per_connection: 1
+    databases: 2
+    dedicated_connections: 3
     shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
 "#;
         let direct = super::parse(text).unwrap();
@@ -1298,7 +1364,14 @@ clusters:
         assert_eq!(client.stall_timeout, std::time::Duration::from_secs(120));
         assert_eq!(client.max_auth_failures, 1);
         assert!(client.allow_keyless_scripts);
-        assert_eq!(direct.clusters[0].max_queue_per_connection, 1);
+        let resp = &direct.listeners[0].resp;
+        assert_eq!(
+            (resp.protocol, resp.advertised_version.as_str()),
+            (respway_filters::model::ProtocolMode::Resp3, "7.2.4")
+        );
+        let c = &direct.clusters[0];
+        assert_eq!(c.max_queue_per_connection, 1);
+        assert_eq!((c.databases, c.dedicated_connections), (2, 3));
         assert_eq!(
             crate::translate(&crate::to_resources(&direct)).unwrap(),
             direct

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use respway_filters::model::{
     ClientLimits, HashPolicy, HashTag, HotKeyRead, HotKeyRule, MirrorMode, MirrorPolicy,
-    ReadPolicy as Reads, RingHashFunction, Role, ZoneFallback,
+    ProtocolMode, ReadPolicy as Reads, RespSettings, RingHashFunction, Role, ZoneFallback,
 };
 use respway_xds::pb::envoy::config::cluster::v3::{
     cluster::{LbConfig, LbPolicy, MaglevLbConfig},
@@ -24,7 +24,9 @@ use respway_xds::pb::envoy::config::endpoint::v3::{
 };
 use respway_xds::pb::envoy::config::listener::v3::{filter::ConfigType, Filter};
 use respway_xds::pb::envoy::extensions::filters::network::redis_proxy::v3::{
-    redis_proxy::{conn_pool_settings::ReadPolicy, prefix_routes::route::RequestMirrorPolicy},
+    redis_proxy::{
+        conn_pool_settings::ReadPolicy, prefix_routes::route::RequestMirrorPolicy, ProtocolVersion,
+    },
     RedisProxy,
 };
 use respway_xds::pb::envoy::extensions::load_balancing_policies::{
@@ -181,7 +183,9 @@ fn plain_envoy_resources_translate() {
     );
     assert_eq!(config.listeners[0].max_pending_per_client, 1024);
     assert_eq!(config.listeners[0].client, ClientLimits::default());
+    assert_eq!(config.listeners[0].resp, RespSettings::default());
     assert_eq!(c.max_queue_per_connection, 16384);
+    assert_eq!((c.databases, c.dedicated_connections), (16, 32));
 
     // The flag on: the cluster hashes by "{...}".
     edit_redis(&mut r, |p| {
@@ -1108,6 +1112,226 @@ fn client_limit_errors() {
         errors(&r),
         format!(
             "{at}.client_buffer_hard_limit: 268435456 (the default) is less than client_buffer_limit 536870912"
+        )
+    );
+}
+
+/// The listener's `RedisProxy` and `respway.v1.ListenerSettings` as `to_resources` wrote them.
+fn redis_and_settings(r: &Resources) -> (RedisProxy, ListenerSettings) {
+    let filters = &r.listeners[0].filter_chains[0].filters;
+    let decode = |f: &Filter| {
+        let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+            panic!("typed_config")
+        };
+        any.value.clone()
+    };
+    (
+        RedisProxy::decode(decode(&filters[1]).as_slice()).unwrap(),
+        ListenerSettings::decode(decode(&filters[0]).as_slice()).unwrap(),
+    )
+}
+
+#[test]
+fn envoy_protocol_version_and_listener_settings_protocol() {
+    // Plain Envoy, no respway.listener filter: RESP2 (also proto3's unset) lets clients choose,
+    // RESP3 is enforced.
+    let mut r = base();
+    r.listeners[0].filter_chains[0].filters.remove(0);
+    let resp = |r: &Resources| {
+        translate(r).unwrap_or_else(|e| panic!("{e}")).listeners[0]
+            .resp
+            .clone()
+    };
+    edit_redis(&mut r, |p| {
+        p.protocol_version = ProtocolVersion::Resp2 as i32
+    });
+    assert_eq!(resp(&r), RespSettings::default());
+    assert_eq!(resp(&r).protocol, ProtocolMode::Auto);
+    edit_redis(&mut r, |p| {
+        p.protocol_version = ProtocolVersion::Resp3 as i32
+    });
+    assert_eq!(
+        resp(&r),
+        RespSettings {
+            protocol: ProtocolMode::Resp3,
+            ..RespSettings::default()
+        }
+    );
+
+    // ListenerSettings.protocol, when set, wins over protocol_version.
+    let mut r = base();
+    use rw::Protocol as P;
+    use ProtocolVersion::{Resp2, Resp3};
+    for (envoy, own, mode) in [
+        (Resp2, P::Unspecified, ProtocolMode::Auto),
+        (Resp3, P::Unspecified, ProtocolMode::Resp3),
+        (Resp2, P::Auto, ProtocolMode::Auto),
+        (Resp2, P::Resp2, ProtocolMode::Resp2),
+        (Resp2, P::Resp3, ProtocolMode::Resp3),
+        (Resp3, P::Auto, ProtocolMode::Auto),
+        (Resp3, P::Resp2, ProtocolMode::Resp2),
+        (Resp3, P::Resp3, ProtocolMode::Resp3),
+    ] {
+        edit_redis(&mut r, |p| p.protocol_version = envoy as i32);
+        edit_settings(&mut r, |s| s.protocol = own as i32);
+        assert_eq!(resp(&r).protocol, mode, "{envoy:?} with {own:?}");
+    }
+
+    // The advertised version: empty is the default.
+    edit_settings(&mut r, |s| s.advertised_redis_version = "7.2.4".into());
+    assert_eq!(resp(&r).advertised_version, "7.2.4");
+    edit_settings(&mut r, |s| s.advertised_redis_version = String::new());
+    assert_eq!(
+        resp(&r).advertised_version,
+        respway_filters::command::REDIS_VERSION
+    );
+}
+
+#[test]
+fn protocol_and_advertised_version_round_trip() {
+    for (name, mode, envoy, own) in [
+        (
+            "auto",
+            ProtocolMode::Auto,
+            ProtocolVersion::Resp2,
+            rw::Protocol::Auto,
+        ),
+        (
+            "resp2",
+            ProtocolMode::Resp2,
+            ProtocolVersion::Resp2,
+            rw::Protocol::Resp2,
+        ),
+        (
+            "resp3",
+            ProtocolMode::Resp3,
+            ProtocolVersion::Resp3,
+            rw::Protocol::Resp3,
+        ),
+    ] {
+        let model = translate(
+            &parse_yaml(&format!(
+                r#"
+listeners:
+  - name: main
+    protocol: {name}
+    advertised_redis_version: "6.2.14"
+    routes: {{ catch_all: main }}
+clusters:
+  - name: main
+    shards: [{{ endpoints: [{{ address: 10.0.0.1:6379 }}] }}]
+"#
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            model.listeners[0].resp,
+            RespSettings {
+                protocol: mode,
+                advertised_version: "6.2.14".into(),
+            }
+        );
+        let resources = to_resources(&model);
+        let (redis, settings) = redis_and_settings(&resources);
+        assert_eq!(redis.protocol_version, envoy as i32, "{name}");
+        assert_eq!(settings.protocol, own as i32, "{name}");
+        assert_eq!(settings.advertised_redis_version, "6.2.14");
+        assert_eq!(translate(&resources).unwrap(), model);
+    }
+}
+
+#[test]
+fn protocol_and_advertised_version_errors() {
+    let at = r#"listener "main": filter_chains[0].filters[0].typed_config"#;
+    let rp = r#"listener "main": filter_chains[0].filters[1].typed_config"#;
+    let mut r = base();
+    edit_redis(&mut r, |p| p.protocol_version = 2);
+    edit_settings(&mut r, |s| {
+        s.protocol = 4;
+        s.advertised_redis_version = "7.x".into();
+    });
+    assert_eq!(
+        errors(&r),
+        format!(
+            "{rp}.protocol_version: unknown value 2
+{at}.protocol: unknown value 4
+{at}.advertised_redis_version: invalid version \"7.x\" (expected digits and dots, e.g. \"7.2.4\")"
+        )
+    );
+    edit_redis(&mut r, |p| {
+        p.protocol_version = ProtocolVersion::Resp3 as i32
+    });
+    edit_settings(&mut r, |s| {
+        s.protocol = rw::Protocol::Unspecified as i32;
+        s.advertised_redis_version = "7.2.".into();
+    });
+    assert_eq!(
+        errors(&r),
+        format!(
+            "{at}.advertised_redis_version: invalid version \"7.2.\" (expected digits and dots, e.g. \"7.2.4\")"
+        )
+    );
+}
+
+#[test]
+fn databases_and_dedicated_connections_travel_in_cluster_options() {
+    let model = translate(
+        &parse_yaml(
+            r#"
+listeners:
+  - name: main
+    routes: { catch_all: main }
+clusters:
+  - name: main
+    db: 3
+    databases: 4
+    dedicated_connections: 2
+    shards: [{ endpoints: [{ address: 10.0.0.1:6379 }] }]
+"#,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let c = &model.clusters[0];
+    assert_eq!((c.db, c.databases, c.dedicated_connections), (3, 4, 2));
+    let resources = to_resources(&model);
+    assert_eq!(translate(&resources).unwrap(), model);
+    let options = ClusterOptions::decode(
+        resources.clusters[0].typed_extension_protocol_options["respway.cluster"]
+            .value
+            .as_slice(),
+    )
+    .unwrap();
+    assert_eq!((options.databases, options.dedicated_connections), (4, 2));
+
+    // 0 is the default, as an xDS server leaving them out would send.
+    let mut r = resources;
+    edit_options(&mut r, 0, |o| {
+        o.databases = 0;
+        o.dedicated_connections = 0;
+    });
+    let c = &translate(&r).unwrap().clusters[0];
+    assert_eq!((c.databases, c.dedicated_connections), (16, 32));
+    // The largest values.
+    edit_options(&mut r, 0, |o| {
+        o.databases = 256;
+        o.dedicated_connections = 65535;
+    });
+    let c = &translate(&r).unwrap().clusters[0];
+    assert_eq!((c.databases, c.dedicated_connections), (256, 65535));
+
+    // Beyond them.
+    edit_options(&mut r, 0, |o| {
+        o.databases = 257;
+        o.dedicated_connections = 65536;
+    });
+    let at = r#"cluster "main": typed_extension_protocol_options["respway.cluster"]"#;
+    assert_eq!(
+        errors(&r),
+        format!(
+            "{at}.databases: must be at most 256
+{at}.dedicated_connections: must be at most 65535"
         )
     );
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
     ClientLimits, Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash,
-    Listener, MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RingHashFunction, Role,
-    RouteTable, Shard, UpstreamAuth, ZoneFallback,
+    Listener, MirrorMode, MirrorPolicy, PrefixRoute, ProtocolMode, ReadPolicy, RespSettings,
+    RingHashFunction, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback,
 };
 use respway_xds::{default_config, load_file, parse_yaml, to_resources, translate};
 
@@ -132,7 +132,10 @@ fn full_example_model() -> Config {
             downstream_password: Some("client-secret".into()),
             op_timeout: Duration::from_millis(250),
             max_pending_per_client: 2048,
-            resp: Default::default(),
+            resp: RespSettings {
+                protocol: ProtocolMode::Auto,
+                advertised_version: "7.0.15".into(),
+            },
             client: respway_filters::model::ClientLimits {
                 buffer_limit: 32 << 20,
                 buffer_hard_limit: 128 << 20,
@@ -149,8 +152,8 @@ fn full_example_model() -> Config {
         clusters: vec![
             Cluster {
                 connections_per_endpoint: 2,
-                databases: respway_filters::model::DEFAULT_DATABASES,
-                dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
+                databases: 16,
+                dedicated_connections: 32,
                 max_queue_per_connection: 8192,
                 connect_timeout: Duration::from_millis(500),
                 auth: Some(UpstreamAuth {
@@ -285,6 +288,13 @@ clusters:
             allow_keyless_scripts: false,
         }
     );
+    assert_eq!(
+        l.resp,
+        RespSettings {
+            protocol: ProtocolMode::Auto,
+            advertised_version: respway_filters::command::REDIS_VERSION.to_string(),
+        }
+    );
     assert_eq!(l.downstream_password, None);
     assert!(!l.routes.case_insensitive);
     let c = &config.clusters[0];
@@ -292,6 +302,7 @@ clusters:
     assert_eq!(c.hashtag, Some(HashTag::default()));
     assert_eq!(c.connections_per_endpoint, 1);
     assert_eq!(c.max_queue_per_connection, 16384);
+    assert_eq!((c.databases, c.dedicated_connections), (16, 32));
     assert_eq!(c.connect_timeout, Duration::from_secs(1));
     assert_eq!((c.auth.clone(), c.db), (None, 0));
     let s = &c.shards[0];
@@ -438,7 +449,7 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, downstream_auth_password, limits, routes)
+        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, protocol, advertised_redis_version, downstream_auth_password, limits, routes)
 listener "main": op_timeout: must be greater than 0
 listener "main": routes.catch_all: unknown cluster "mian"
 listener "main": routes.prefixes[0].cluster: unknown cluster "profile"
@@ -1134,5 +1145,162 @@ cluster "a": max_queue_per_connection: must be greater than 0
 cluster "b": max_queue_per_connection: expected an unsigned integer, got a number
 cluster "c": max_queue_per_connection: must be at most 4294967295
 cluster "d": max_queue_per_connection: expected an unsigned integer, got a string"#
+    );
+}
+
+#[test]
+fn protocol_and_advertised_version() {
+    let text = r#"
+listeners:
+  - name: auto
+    protocol: auto
+    advertised_redis_version: "7.2.4"
+    routes: { catch_all: a }
+  - name: resp2
+    address: 127.0.0.1:6381
+    protocol: resp2
+    advertised_redis_version: 6.2.14
+    routes: { catch_all: a }
+  - name: resp3
+    address: 127.0.0.1:6382
+    protocol: resp3
+    routes: { catch_all: a }
+  - name: unset
+    address: 127.0.0.1:6383
+    protocol: null
+    advertised_redis_version: null
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+"#;
+    let config = load(text);
+    let d = RespSettings::default();
+    let resp: Vec<&RespSettings> = config.listeners.iter().map(|l| &l.resp).collect();
+    assert_eq!(
+        resp,
+        [
+            &RespSettings {
+                protocol: ProtocolMode::Auto,
+                advertised_version: "7.2.4".into(),
+            },
+            &RespSettings {
+                protocol: ProtocolMode::Resp2,
+                advertised_version: "6.2.14".into(),
+            },
+            &RespSettings {
+                protocol: ProtocolMode::Resp3,
+                ..d.clone()
+            },
+            &d,
+        ]
+    );
+    // The resources carry every value: translating them again gives the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+}
+
+#[test]
+fn protocol_and_advertised_version_errors() {
+    let text = r#"
+listeners:
+  - name: l
+    protocol: resp4
+    advertised_redis_version: ""
+    routes: { catch_all: a }
+  - name: m
+    address: 127.0.0.1:6381
+    protocol: 3
+    advertised_redis_version: 7.2
+    routes: { catch_all: a }
+  - name: n
+    address: 127.0.0.1:6382
+    protocol: RESP3
+    advertised_redis_version: 7.2.4-rc1
+    routes: { catch_all: a }
+  - name: o
+    address: 127.0.0.1:6383
+    advertised_redis_version: "7..2"
+    routes: { catch_all: a }
+  - name: p
+    address: 127.0.0.1:6384
+    advertised_redis_version: [7, 2]
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"listener "l": protocol: unknown protocol "resp4" (expected one of: auto, resp2, resp3)
+listener "l": advertised_redis_version: must not be empty (leave it out or use null)
+listener "m": protocol: expected a string, got a number
+listener "m": advertised_redis_version: expected a string, got a number (quote the version, e.g. "7.2")
+listener "n": protocol: unknown protocol "RESP3" (expected one of: auto, resp2, resp3)
+listener "n": advertised_redis_version: invalid version "7.2.4-rc1" (expected digits and dots, e.g. "7.2.4")
+listener "o": advertised_redis_version: invalid version "7..2" (expected digits and dots, e.g. "7.2.4")
+listener "p": advertised_redis_version: expected a string, got a list"#
+    );
+}
+
+#[test]
+fn databases_and_dedicated_connections() {
+    let text = r#"
+listeners:
+  - name: l
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    db: 4
+    databases: 1
+    dedicated_connections: 1
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    databases: 256
+    dedicated_connections: 65535
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    databases: null
+    dedicated_connections: null
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+"#;
+    let config = load(text);
+    let got: Vec<(u32, u32, usize)> = config
+        .clusters
+        .iter()
+        .map(|c| (c.db, c.databases, c.dedicated_connections))
+        .collect();
+    assert_eq!(got, [(4, 1, 1), (0, 256, 65535), (0, 16, 32)]);
+    // The resources carry every value: translating them again gives the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+}
+
+#[test]
+fn databases_and_dedicated_connection_errors() {
+    let text = r#"
+listeners:
+  - name: l
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    databases: 0
+    dedicated_connections: 0
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    databases: 257
+    dedicated_connections: 65536
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    databases: -1
+    dedicated_connections: "32"
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"cluster "a": dedicated_connections: must be greater than 0
+cluster "a": databases: must be greater than 0
+cluster "b": dedicated_connections: must be at most 65535
+cluster "b": databases: must be at most 256
+cluster "c": dedicated_connections: expected an unsigned integer, got a string
+cluster "c": databases: expected an unsigned integer, got a number"#
     );
 }

@@ -33,6 +33,16 @@ pub struct ClusterOptions {
     /// an immediate error naming the shard. 0 means the default, 16384.
     #[prost(uint32, tag = "7")]
     pub max_queue_per_connection: u32,
+    /// Databases a client may `SELECT` on this cluster, 0 to `databases - 1`; a client's database
+    /// n is the shards' database `db` + n, each with its own connections, opened on first use.
+    /// 0 means the default, 16 (as Redis's `databases`); at most 256.
+    #[prost(uint32, tag = "8")]
+    pub databases: u32,
+    /// Connections one worker may have open to one endpoint for transactions (`MULTI`/`WATCH`);
+    /// they are reused, not closed, between transactions, and beyond them a transaction gets an
+    /// error. 0 means the default, 32; at most 65535.
+    #[prost(uint32, tag = "9")]
+    pub dedicated_connections: u32,
 }
 impl ::prost::Name for ClusterOptions {
     const NAME: &'static str = "ClusterOptions";
@@ -370,6 +380,17 @@ pub struct ListenerSettings {
     /// shard).
     #[prost(bool, tag = "8")]
     pub allow_keyless_scripts: bool,
+    /// Which RESP versions clients may use. PROTOCOL_UNSPECIFIED follows
+    /// `RedisProxy.protocol_version`: RESP3 is PROTOCOL_RESP3, and RESP2 (the proto default, which
+    /// proto3 cannot tell from unset) is PROTOCOL_AUTO. Any other value wins over
+    /// `protocol_version`.
+    #[prost(enumeration = "Protocol", tag = "9")]
+    pub protocol: i32,
+    /// The Redis version the proxy reports in `HELLO`'s `version` and `INFO`'s `redis_version`
+    /// (clients pick features by it): digits separated by dots, such as "7.2.4". Empty means the
+    /// version of the proxy's command table.
+    #[prost(string, tag = "10")]
+    pub advertised_redis_version: ::prost::alloc::string::String,
 }
 impl ::prost::Name for ListenerSettings {
     const NAME: &'static str = "ListenerSettings";
@@ -431,6 +452,43 @@ impl ::prost::Name for RouteMirrorMode {
     }
     fn type_url() -> ::prost::alloc::string::String {
         "type.googleapis.com/respway.v1.RouteMirrorMode".into()
+    }
+}
+/// Which RESP versions a listener speaks with its clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum Protocol {
+    /// Not set here: see `ListenerSettings.protocol`.
+    Unspecified = 0,
+    /// Each client picks with `HELLO` (RESP2 until it sends `HELLO 3`), as Redis does.
+    Auto = 1,
+    /// RESP2 only: `HELLO 3` answers `-NOPROTO`.
+    Resp2 = 2,
+    /// RESP3 only: commands before `HELLO 3` answer `-NOPROTO` (Envoy's `protocol_version: RESP3`).
+    Resp3 = 3,
+}
+impl Protocol {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "PROTOCOL_UNSPECIFIED",
+            Self::Auto => "PROTOCOL_AUTO",
+            Self::Resp2 => "PROTOCOL_RESP2",
+            Self::Resp3 => "PROTOCOL_RESP3",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "PROTOCOL_UNSPECIFIED" => Some(Self::Unspecified),
+            "PROTOCOL_AUTO" => Some(Self::Auto),
+            "PROTOCOL_RESP2" => Some(Self::Resp2),
+            "PROTOCOL_RESP3" => Some(Self::Resp3),
+            _ => None,
+        }
     }
 }
 /// Migration modes of a mirror policy.

@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::{
 use prost::Name;
 use respway_filters::model::{
     Cluster, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, ReadPolicy, RingHashFunction,
-    UpstreamAuth, ZoneFallback,
+    UpstreamAuth, ZoneFallback, DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS,
 };
 
 use super::{endpoint, inline_secret, positive_duration, type_name, unpack, unsupported};
@@ -105,6 +105,20 @@ pub(super) fn translate(
     });
     let read_policy = read_policy(cx, &options_at, &options);
     let hot_keys = hot_keys(cx, &options_at, &options.hot_keys);
+    let databases = match options.databases {
+        0 => DEFAULT_DATABASES,
+        n => at_most(cx, &options_at, "databases", n, common::MAX_DATABASES),
+    };
+    let dedicated_connections = match options.dedicated_connections {
+        0 => DEFAULT_DEDICATED_CONNECTIONS,
+        n => at_most(
+            cx,
+            &options_at,
+            "dedicated_connections",
+            n,
+            common::MAX_DEDICATED_CONNECTIONS,
+        ) as usize,
+    };
 
     unsupported(
         cx,
@@ -278,8 +292,8 @@ pub(super) fn translate(
                 0 => common::DEFAULT_CONNECTIONS_PER_ENDPOINT,
                 n => n as usize,
             },
-            databases: respway_filters::model::DEFAULT_DATABASES,
-            dedicated_connections: respway_filters::model::DEFAULT_DEDICATED_CONNECTIONS,
+            databases,
+            dedicated_connections,
             max_queue_per_connection: match options.max_queue_per_connection {
                 0 => respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
                 n => n as usize,
@@ -291,6 +305,16 @@ pub(super) fn translate(
         hashtag,
         read_policy,
     })
+}
+
+/// `ClusterOptions` (at `at`) count `field`, `n`, when it is at most `max` (else an error, and
+/// `max` to carry on).
+fn at_most(cx: &mut Cx, at: &str, field: &str, n: u32, max: u32) -> u32 {
+    if n > max {
+        cx.err(join(at, field), format!("must be at most {max}"));
+        return max;
+    }
+    n
 }
 
 /// `ClusterOptions.read_policy` with its `zone_fallback`; `None` when unspecified.

@@ -1,7 +1,7 @@
 //! `Listener` → [`respway_filters::model::Listener`]: one filter chain holding Envoy's
-//! `RedisProxy` (routes and their mirror policies, timeouts, downstream auth) and, optionally
-//! before it, respway's `ListenerSettings` (backpressure, codec limits, mirror modes, per-client
-//! buffer bounds and session rules).
+//! `RedisProxy` (routes and their mirror policies, timeouts, downstream auth, protocol version)
+//! and, optionally before it, respway's `ListenerSettings` (backpressure, codec limits, mirror
+//! modes, per-client buffer bounds and session rules, protocol mode and advertised version).
 
 use std::collections::{HashMap, HashSet};
 
@@ -17,8 +17,8 @@ use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, Fr
 use prost::Name;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    ClientLimits, Listener, MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RouteTable,
-    ZoneFallback,
+    ClientLimits, Listener, MirrorMode, MirrorPolicy, PrefixRoute, ProtocolMode, ReadPolicy,
+    RespSettings, RouteTable, ZoneFallback,
 };
 
 use super::{inline_secret, positive_duration, socket_address, type_name, unpack, unsupported};
@@ -322,12 +322,19 @@ pub(super) fn translate(
             ("custom_commands", !redis.custom_commands.is_empty()),
         ],
     );
-    if redis.protocol_version != ProtocolVersion::Resp2 as i32 {
-        cx.err(
-            join(&rp, "protocol_version"),
-            "only RESP2 is supported by respway",
-        );
-    }
+    // RESP2 is also proto3's unset, so it leaves the choice to the clients (unless
+    // ListenerSettings.protocol says otherwise); RESP3 is enforced as Envoy does.
+    let envoy_protocol = match ProtocolVersion::try_from(redis.protocol_version) {
+        Ok(ProtocolVersion::Resp2) => ProtocolMode::Auto,
+        Ok(ProtocolVersion::Resp3) => ProtocolMode::Resp3,
+        Err(_) => {
+            cx.err(
+                join(&rp, "protocol_version"),
+                format!("unknown value {}", redis.protocol_version),
+            );
+            ProtocolMode::Auto
+        }
+    };
 
     let mut passwords: Vec<(String, _)> = redis
         .downstream_auth_passwords
@@ -361,6 +368,10 @@ pub(super) fn translate(
     let mut max_pending = common::DEFAULT_MAX_PENDING;
     let mut limits = Limits::default();
     let mut client = ClientLimits::default();
+    let mut resp = RespSettings {
+        protocol: envoy_protocol,
+        ..RespSettings::default()
+    };
     let modes = match &settings {
         Some((at, s)) => mirror_modes(cx, at, &s.mirror_modes, &mut routes),
         None => HashMap::new(),
@@ -374,6 +385,7 @@ pub(super) fn translate(
     );
     if let Some((at, s)) = &settings {
         client = client_limits(cx, at, s);
+        resp_settings(cx, at, s, &mut resp);
         if s.max_pending_per_client != 0 {
             max_pending = s.max_pending_per_client as usize;
         }
@@ -398,7 +410,7 @@ pub(super) fn translate(
             downstream_password,
             op_timeout,
             max_pending_per_client: max_pending,
-            resp: Default::default(),
+            resp,
             client,
             limits,
         },
@@ -450,6 +462,28 @@ fn client_limits(cx: &mut Cx, at: &str, s: &ListenerSettings) -> ClientLimits {
             n => n,
         },
         allow_keyless_scripts: s.allow_keyless_scripts,
+    }
+}
+
+/// `ListenerSettings`' (at `at`) protocol mode, which wins over `RedisProxy.protocol_version`
+/// when set, and advertised version (empty: the default).
+fn resp_settings(cx: &mut Cx, at: &str, s: &ListenerSettings, resp: &mut RespSettings) {
+    match rw::Protocol::try_from(s.protocol) {
+        Ok(rw::Protocol::Unspecified) => {}
+        Ok(rw::Protocol::Auto) => resp.protocol = ProtocolMode::Auto,
+        Ok(rw::Protocol::Resp2) => resp.protocol = ProtocolMode::Resp2,
+        Ok(rw::Protocol::Resp3) => resp.protocol = ProtocolMode::Resp3,
+        Err(_) => cx.err(
+            join(at, "protocol"),
+            format!("unknown value {}", s.protocol),
+        ),
+    }
+    let version = &s.advertised_redis_version;
+    if !version.is_empty() {
+        match common::redis_version_problem(version) {
+            Some(reason) => cx.err(join(at, "advertised_redis_version"), reason),
+            None => resp.advertised_version = version.clone(),
+        }
     }
 }
 
