@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate respway-filters' Redis command table (filters/src/command_table.rs).
+"""Generate respway-filters' Redis command table (filters/src/command_table.rs) and COMMANDS.md.
 
 The table is taken from a real redis-server's own `COMMAND` reply (names, arity, flags,
 legacy first/last/step, ACL categories, key specs and subcommands), so it matches the
@@ -9,12 +9,15 @@ decided here by the rules in `classify()`, and embedded in the generated file.
 Usage (from anywhere; paths are relative to this script):
 
     python3 filters/scripts/gen_command_table.py            # regenerate the table
-    python3 filters/scripts/gen_command_table.py --check    # exit 1 if it is out of date
+    python3 filters/scripts/gen_command_table.py --check    # exit 1 if either file is out of date
 
 What it does: starts `redis-server --port 0 --unixsocket <tmp>/redis.sock` (no TCP, no
 persistence) in a temporary directory, runs `redis-cli -3 --json COMMAND` and a list of
 `COMMAND GETKEYS` probes against it, stops the server, renders Rust source, pipes it
-through `rustfmt --edition 2021` and writes (or, with --check, compares) the result.
+through `rustfmt --edition 2021` and writes (or, with --check, compares) the result. It
+also renders COMMANDS.md at the repository root: one row per command and subcommand with
+its class and what respway does with it (`describe()`), plus the Redis 7.2 additions a
+7.0 server does not list (`REDIS_72_EXTRAS`); --check compares that file too.
 
 Needs python3 (no third-party packages), redis-server, redis-cli and rustfmt on PATH
 (or given by --redis-server / --redis-cli / $RUSTFMT). `--dump-json FILE` saves the raw
@@ -36,6 +39,7 @@ from pathlib import Path
 
 SCRIPT_DIR = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = SCRIPT_DIR.parent / "src" / "command_table.rs"
+DEFAULT_MARKDOWN = SCRIPT_DIR.parent.parent / "COMMANDS.md"
 
 # ---------------------------------------------------------------------------------------
 # Flags: every flag name Redis 7.0 can report in COMMAND, in Redis's reply order, with the
@@ -470,6 +474,256 @@ def classify(c: Cmd) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------------
+# COMMANDS.md: what respway does with every command (the phrases mirror src/local.rs,
+# src/conn.rs, src/fanout.rs, src/tx.rs and filters/src/multi_key.rs; keep them in step)
+# ---------------------------------------------------------------------------------------
+
+# Commands Redis 7.2 added that a 7.0 server does not list, so they are not in the
+# generated table: (name, class shown, what respway does). Hand-maintained; an entry the
+# server does list is skipped (the server's own entry is classified as usual).
+REDIS_72_EXTRAS = [
+    (
+        "client|no-touch",
+        "Proxy",
+        "answered locally: `on`/`off` accepted, no effect (resolved by the `CLIENT` container)",
+    ),
+    (
+        "client|setinfo",
+        "Proxy",
+        "answered locally: `LIB-NAME`/`LIB-VER` kept for `CLIENT INFO` (resolved by the "
+        "`CLIENT` container)",
+    ),
+    ("waitaof", "none", "unknown to the command table: `-ERR unknown command`"),
+    ("cluster|myshardid", "Unsupported", "refused, as the rest of `CLUSTER`"),
+]
+
+# CLIENT subcommands that `fn client` (src/local.rs) answers; the others are refused.
+CLIENT_LOCAL = {
+    "client|getname": "answered locally: this client's name",
+    "client|id": "answered locally: this client's id",
+    "client|info": "answered locally: this client's line",
+    "client|list": "answered locally: this client only (no arguments)",
+    "client|no-evict": "answered locally: `on`/`off` accepted, no effect",
+    "client|setname": "answered locally: names this client",
+    "client|tracking": "answered locally: `off` accepted; `on` refused (no client-side caching)",
+}
+
+PROXY_PHRASE = {
+    "Ping": "answered locally: `PONG` or the message",
+    "Echo": "answered locally",
+    "Quit": "answered locally: `+OK`, then the connection is closed",
+    "Select": "answered locally: per-client database, up to the cluster's `databases`",
+    "Hello": "answered locally: protocol 2 or 3, `AUTH`, `SETNAME`",
+    "Auth": "answered locally: checked against the listener's password",
+    "Time": "answered locally: the proxy's clock",
+    "Reset": "answered locally: RESP2, database 0, no name, authentication reset",
+    "ReadMode": "accepted, no effect",
+    "Info": "answered locally: proxy sections + `# Keyspace` summed over the shards' primaries",
+    "Command": "forwarded to the first primary of the catch-all cluster (Redis's own reply)",
+}
+
+SPLIT_PHRASE = {
+    "Mget": "split per shard; values merged in key order",
+    "Mset": "split per shard; `+OK` when every shard says OK (not atomic across shards)",
+    "SumInt": "split per shard; counts summed",
+}
+
+TRANSACTION_PHRASE = {
+    "multi": "starts a transaction; its first command with keys pins the session to that shard",
+    "exec": "runs on the pinned connection; `-EXECABORT` after a `-CROSSSLOT`",
+    "discard": "sent on the pinned connection",
+    "watch": "pins the session to the keys' shard at once",
+    "unwatch": "sent on the pinned connection",
+}
+
+FANOUT_PHRASE = {
+    "ScriptLoad": "sent to every endpoint of every routed cluster; the SHA1 when all agree",
+    "ScriptExists": "sent to every endpoint of every routed cluster; 1 only where all have it",
+    "ScriptFlush": "sent to every endpoint of every routed cluster; `OK` when all are",
+    "FunctionWrite": "sent to every primary; the first reply when all succeed",
+    "FunctionRead": "sent to the first primary of the catch-all cluster",
+}
+
+SCRIPTS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
+
+# Unsupported today, planned (issue 12): pub/sub, blocking commands, SCAN / KEYS / DBSIZE.
+PLANNED_NAMES = {"scan", "keys", "dbsize", "pubsub"}
+
+CLASS_DOC = [
+    ("Single", "forwarded to the shard that owns the key."),
+    (
+        "Split",
+        "`MGET`, `MSET`, `DEL`, `UNLINK`, `EXISTS`, `TOUCH`: split into one sub-command per "
+        "shard, replies merged (`MGET` in key order, `MSET` one `+OK`, sums for "
+        "`DEL`/`UNLINK`/`EXISTS`/`TOUCH`). `MSET` is not atomic across shards.",
+    ),
+    (
+        "SameShard",
+        "all keys must hash to one shard (use `{hashtags}`), else `-CROSSSLOT Keys in request "
+        "don't hash to the same shard`. `EVAL`/`EVALSHA`/`FCALL` (and their `_RO` forms) are "
+        "routed by their keys; with no keys they are refused unless the listener's "
+        "`allow_keyless_scripts` is set.",
+    ),
+    (
+        "Transaction",
+        "`MULTI` `EXEC` `DISCARD` `WATCH` `UNWATCH`: the session is pinned to a dedicated "
+        "connection to the one shard all the transaction's keys hash to; a key on another "
+        "shard answers `-CROSSSLOT Keys in request don't hash to the same slot` and `EXEC` "
+        "then `-EXECABORT`; keys on a mirrored route or under a hot-key prefix are refused "
+        "inside a transaction.",
+    ),
+    (
+        "Fanout",
+        "`SCRIPT LOAD` / `EXISTS` / `FLUSH` go to every endpoint of every routed cluster "
+        "(`EXISTS` answers 1 only where all have the script); `FUNCTION LOAD` / `DELETE` / "
+        "`FLUSH` / `RESTORE` to every primary; `FUNCTION LIST` / `DUMP` to the first primary "
+        "of the catch-all cluster.",
+    ),
+    (
+        "Proxy",
+        "answered by respway itself: `PING`, `ECHO`, `QUIT`, `SELECT` (per-client database, "
+        "up to the cluster's `databases`), `HELLO` (2 and 3), `AUTH`, `TIME`, `RESET`, "
+        "`READONLY`/`READWRITE` (accepted no-ops), `CLIENT SETNAME`/`GETNAME`/`ID`/`INFO`/"
+        "`LIST` (this client only)/`SETINFO`/`NO-EVICT`/`NO-TOUCH`/`TRACKING off` (`TRACKING "
+        "on` is refused), `INFO` (proxy sections + `# Keyspace` summed over the shards' "
+        "primaries); `COMMAND` and its subcommands are forwarded to the first primary of the "
+        "catch-all cluster, so the reply is Redis's own. Other `CLIENT` subcommands answer "
+        "`-ERR command 'client|x' is not supported by respway`.",
+    ),
+    (
+        "Unsupported",
+        "refused with `-ERR command 'X' is not supported by respway` (X as the client sent "
+        "it); the connection stays open. The last column gives the generator's reason. "
+        "Pub/sub, blocking commands and `SCAN`/`KEYS`/`DBSIZE` are planned (issue 12).",
+    ),
+]
+
+
+def class_name(cls: str) -> str:
+    """`CommandClass::Split(SplitKind::Mget)` -> `Split`."""
+    return cls.removeprefix("CommandClass::").split("(")[0]
+
+
+def class_kind(cls: str) -> str:
+    """`CommandClass::Split(SplitKind::Mget)` -> `Mget` (empty without a kind)."""
+    if "(" not in cls:
+        return ""
+    return cls.split("(", 1)[1].rstrip(")").split("::")[-1]
+
+
+def describe(c: Cmd) -> str:
+    """One phrase: what respway does with `c` at runtime."""
+    cls, kind = class_name(c.cls), class_kind(c.cls)
+    top = c.parent.name if c.parent else c.name
+    if cls == "Single":
+        return "forwarded to the shard that owns the key"
+    if cls == "Split":
+        return SPLIT_PHRASE[kind]
+    if cls == "SameShard":
+        if c.name in SCRIPTS:
+            return (
+                "routed by its keys (all on one shard, else `-CROSSSLOT`); no keys: refused "
+                "unless `allow_keyless_scripts`"
+            )
+        return "all keys on one shard (hashtags), else `-CROSSSLOT`"
+    if cls == "Transaction":
+        return TRANSACTION_PHRASE[c.name]
+    if cls == "Fanout":
+        return FANOUT_PHRASE[kind]
+    if cls == "Proxy":
+        if kind == "Client":
+            if c.name in CLIENT_LOCAL:
+                return CLIENT_LOCAL[c.name]
+            sub = c.name.split("|", 1)[1] if c.parent else "x"
+            what = "unknown subcommand: " if c.parent is None else ""
+            return f"{what}refused: `-ERR command 'client|{sub}' is not supported by respway`"
+        return PROXY_PHRASE[kind]
+    if cls == "Unsupported":
+        reason = c.reason
+        if reason == "no keys":
+            reason = "no keys (cluster-wide)"
+        planned = (
+            "`blocking`" in reason or "`pubsub`" in reason or top in PLANNED_NAMES
+        )
+        return f"refused: {reason}" + ("; planned (issue 12)" if planned else "")
+    raise SystemExit(f"{c.name}: no description for class {c.cls}; teach describe()")
+
+
+def md_name(name: str) -> str:
+    return name.upper().replace("|", " ")
+
+
+def md_cell(text: str) -> str:
+    # A `|` splits a GFM table cell even inside a code span, unless escaped.
+    return text.replace("|", "\\|")
+
+
+def render_markdown(data: dict) -> str:
+    version = data["redis_version"]
+    cmds = sorted((Cmd(raw) for raw in data["command"]), key=lambda c: c.name)
+    listed = {c.name for c in cmds} | {s.name for c in cmds for s in c.subs}
+    by_name = {c.name: c for c in cmds}
+    # rows: (sort key, name, class, phrase)
+    rows = []
+    for c in cmds:
+        rows.append(((c.name, ""), c.name, class_name(c.cls), describe(c)))
+        for s in c.subs:
+            rows.append(((c.name, s.name), s.name, class_name(s.cls), describe(s)))
+    extras = [e for e in REDIS_72_EXTRAS if e[0] not in listed]
+    for name, cls, phrase in extras:
+        parent = name.split("|", 1)[0] if "|" in name else None
+        if parent is not None and parent not in by_name:
+            raise SystemExit(f"REDIS_72_EXTRAS: {name}: no container {parent!r} in the table")
+        key = (parent, name) if parent else (name, "")
+        rows.append((key, name, cls, phrase + " *(Redis 7.2; hand-maintained)*"))
+    rows.sort(key=lambda r: r[0])
+
+    counts: dict[str, int] = {}
+    for _, _, cls, _ in rows:
+        counts[cls] = counts.get(cls, 0) + 1
+    order = [name for name, _ in CLASS_DOC]
+    summary = ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
+    if "none" in counts:
+        summary += f", {counts['none']} unknown"
+
+    out = []
+    out.append(
+        "<!-- @generated by filters/scripts/gen_command_table.py. Do not edit by hand: change\n"
+        "     the script and rerun `python3 filters/scripts/gen_command_table.py`. -->\n\n"
+    )
+    out.append("# What respway does with every Redis command\n\n")
+    out.append(
+        f"Generated from the `COMMAND` reply of redis-server {version} by "
+        "`filters/scripts/gen_command_table.py`, from the same rules as "
+        "`filters/src/command_table.rs`. Regenerate both with\n\n"
+        "    python3 filters/scripts/gen_command_table.py\n\n"
+        "(`--check` fails when either file is stale).\n\n"
+    )
+    if extras:
+        out.append(
+            f"Commands added in Redis 7.2 that a {version} server does not list are kept by hand "
+            "in the script (`REDIS_72_EXTRAS`) and marked *(Redis 7.2; hand-maintained)*: "
+            + ", ".join(f"`{md_name(e[0])}`" for e in extras)
+            + ".\n\n"
+        )
+    out.append(
+        "A container's own row (`CLIENT`, `OBJECT`, `XINFO`, ...) is what an unknown "
+        "subcommand gets: it resolves to the container.\n\n"
+        f"{len(rows)} rows: {summary}.\n\n"
+    )
+    out.append("## Classes\n\n")
+    for name, doc in CLASS_DOC:
+        out.append(f"- **{name}**: {doc}\n")
+    out.append("\n## Commands\n\n")
+    out.append("| Command | Class | What respway does |\n")
+    out.append("|---|---|---|\n")
+    for _, name, cls, phrase in rows:
+        cls_cell = "—" if cls == "none" else cls
+        out.append(f"| `{md_cell(md_name(name))}` | {cls_cell} | {md_cell(phrase)} |\n")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------
 # Perfect hash over the top-level names (must match `phf_*` in command.rs)
 # ---------------------------------------------------------------------------------------
 M64 = (1 << 64) - 1
@@ -679,8 +933,11 @@ def rustfmt(text: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if the file is out of date")
+    ap.add_argument("--check", action="store_true", help="exit 1 if a file is out of date")
     ap.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="file to write/check")
+    ap.add_argument(
+        "--markdown", type=Path, default=DEFAULT_MARKDOWN, help="COMMANDS.md to write/check"
+    )
     ap.add_argument("--redis-server", default="redis-server")
     ap.add_argument("--redis-cli", default="redis-cli")
     ap.add_argument("--input-json", type=Path, help="render from a --dump-json file")
@@ -697,22 +954,29 @@ def main() -> int:
     if args.dump_json:
         args.dump_json.write_text(json.dumps(data, indent=1) + "\n")
 
-    text = rustfmt(render(data))
+    outputs = [
+        (args.output, rustfmt(render(data))),
+        (args.markdown, render_markdown(data)),
+    ]
     if args.check:
-        old = args.output.read_text() if args.output.exists() else ""
-        if old == text:
-            print(f"{args.output}: up to date (redis-server {data['redis_version']})")
-            return 0
-        diff = difflib.unified_diff(
-            old.splitlines(True), text.splitlines(True), str(args.output), "regenerated"
-        )
-        sys.stdout.writelines(list(diff)[:200])
-        print(f"\n{args.output} is out of date; run {sys.argv[0]} without --check")
-        return 1
-    args.output.write_text(text)
-    print(f"wrote {args.output} (redis-server {data['redis_version']})")
+        stale = []
+        for path, text in outputs:
+            old = path.read_text() if path.exists() else ""
+            if old == text:
+                print(f"{path}: up to date (redis-server {data['redis_version']})")
+                continue
+            diff = difflib.unified_diff(
+                old.splitlines(True), text.splitlines(True), str(path), "regenerated"
+            )
+            sys.stdout.writelines(list(diff)[:200])
+            stale.append(path)
+        for path in stale:
+            print(f"\n{path} is out of date; run {sys.argv[0]} without --check")
+        return 1 if stale else 0
+    for path, text in outputs:
+        path.write_text(text)
+        print(f"wrote {path} (redis-server {data['redis_version']})")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
