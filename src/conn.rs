@@ -35,8 +35,8 @@ use tower::Service;
 use crate::fanout::{self, BoxReply};
 use crate::local::{self, Local, SessionState};
 use crate::stack::{self, Chain, ChainFuture, Parts};
-use crate::tx::{self, Pinned, Tx};
 use crate::stats::ListenerStats;
+use crate::tx::{self, Pinned, Tx};
 
 const READ_CHUNK: usize = 16 * 1024;
 /// How long past its upstream deadline (and `op_timeout` more) a request may wait before the
@@ -135,9 +135,15 @@ impl Live {
 
 enum Pending {
     Ready(Reply),
-    Wait { fut: ChainFuture, deadline: Instant },
+    Wait {
+        fut: ChainFuture,
+        deadline: Instant,
+    },
     /// Fan-outs, transactions, forwards: a future of its own.
-    Other { fut: BoxReply, deadline: Instant },
+    Other {
+        fut: BoxReply,
+        deadline: Instant,
+    },
 }
 
 /// Which connections a command travels on. A session's commands on one lane keep their
@@ -524,7 +530,9 @@ impl Session {
                     let lane = self.lane_of(&args);
                     // A transaction that starts pins a new connection: its lane is the next.
                     let lane = match lane {
-                        Lane::Dedicated(_) if self.tx.as_ref().is_none_or(|t| t.pinned.is_none()) => {
+                        Lane::Dedicated(_)
+                            if self.tx.as_ref().is_none_or(|t| t.pinned.is_none()) =>
+                        {
                             Lane::Dedicated(self.pins + 1)
                         }
                         l => l,
@@ -577,15 +585,17 @@ impl Session {
                 cmd.name
             )));
         }
-        let proxy = |p| cmd.class == CommandClass::Proxy(p);
-        if !self.state.authenticated
-            && !(proxy(ProxyCommand::Auth) || proxy(ProxyCommand::Hello) || proxy(ProxyCommand::Quit))
-        {
+        // AUTH, HELLO and QUIT are served before authentication and before HELLO 3.
+        let handshake = matches!(
+            cmd.class,
+            CommandClass::Proxy(ProxyCommand::Auth | ProxyCommand::Hello | ProxyCommand::Quit)
+        );
+        if !self.state.authenticated && !handshake {
             return Pending::Ready(error_reply("NOAUTH Authentication required."));
         }
         if live.parts.listener.resp.protocol == ProtocolMode::Resp3
             && !self.state.resp3
-            && !(proxy(ProxyCommand::Auth) || proxy(ProxyCommand::Hello) || proxy(ProxyCommand::Quit))
+            && !handshake
         {
             return Pending::Ready(error_reply(
                 "NOPROTO this listener speaks RESP3 only: send HELLO 3 first",
@@ -610,7 +620,14 @@ impl Session {
                     )));
                 }
                 let databases = live.parts.databases;
-                match local::handle(p, &args, &mut self.state, ctx, &live.parts.listener, databases) {
+                match local::handle(
+                    p,
+                    &args,
+                    &mut self.state,
+                    ctx,
+                    &live.parts.listener,
+                    databases,
+                ) {
                     Local::Reply(r) => Pending::Ready(r),
                     Local::ReplyAndClose(r) => {
                         self.closing = true;
@@ -769,9 +786,15 @@ impl Session {
     ) -> Pending {
         let op_timeout = live.parts.listener.op_timeout;
         let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
-        let pinned = self.tx.as_ref().and_then(|t| t.pinned.as_ref()).map(|p| (p.cluster, p.shard));
+        let pinned = self
+            .tx
+            .as_ref()
+            .and_then(|t| t.pinned.as_ref())
+            .map(|p| (p.cluster, p.shard));
         match cmd.name {
-            "multi" if in_multi => return Pending::Ready(error_reply("ERR MULTI calls can not be nested")),
+            "multi" if in_multi => {
+                return Pending::Ready(error_reply("ERR MULTI calls can not be nested"))
+            }
             "multi" => {
                 let tx = self.tx.get_or_insert_with(|| Tx::new(op_timeout));
                 tx.multi = true;
@@ -813,7 +836,9 @@ impl Session {
                         return Pending::Ready(if discard {
                             Bytes::from_static(b"+OK\r\n")
                         } else {
-                            error_reply("EXECABORT Transaction discarded because of previous errors.")
+                            error_reply(
+                                "EXECABORT Transaction discarded because of previous errors.",
+                            )
                         });
                     };
                     let f = p.conn.send(vec![Bytes::from_static(b"DISCARD")], deadline);
@@ -839,7 +864,13 @@ impl Session {
                         return Pending::Ready(Bytes::from_static(b"*0\r\n"));
                     }
                     // Only key-less commands: they run on the catch-all cluster's first shard.
-                    let cluster = live.parts.routing.routed_clusters().first().copied().unwrap_or(0);
+                    let cluster = live
+                        .parts
+                        .routing
+                        .routed_clusters()
+                        .first()
+                        .copied()
+                        .unwrap_or(0);
                     self.tx = Some(tx);
                     match self.pin(cluster, 0, live, deadline) {
                         Ok(b) => before = b,
@@ -886,7 +917,9 @@ impl Session {
             Err(e) => return self.refuse_in_tx(e),
         };
         if cmd.name == "watch" && here.is_none() {
-            return Pending::Ready(error_reply("ERR wrong number of arguments for 'watch' command"));
+            return Pending::Ready(error_reply(
+                "ERR wrong number of arguments for 'watch' command",
+            ));
         }
         if self.tx.is_none() {
             self.tx = Some(Tx::new(op_timeout));

@@ -159,6 +159,11 @@ fn script_exists(replies: &[Reply]) -> Reply {
             Some(a) => a.iter().zip(&v).map(|(x, y)| x & y).collect(),
         });
     }
-    let frame = Frame::Array(all.unwrap_or_default().into_iter().map(Frame::Integer).collect());
+    let frame = Frame::Array(
+        all.unwrap_or_default()
+            .into_iter()
+            .map(Frame::Integer)
+            .collect(),
+    );
     frame.to_bytes()
 }

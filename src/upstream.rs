@@ -348,7 +348,14 @@ impl EndpointHandle {
         let Some(conns) = self.shared(flavor) else {
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
-        send_on(&conns[conn % conns.len()], args, deadline, label, &self.inner.stats, self.inner.cfg.max_queue)
+        send_on(
+            &conns[conn % conns.len()],
+            args,
+            deadline,
+            label,
+            &self.inner.stats,
+            self.inner.cfg.max_queue,
+        )
     }
 
     /// A dedicated connection of `flavor` for one transaction: an idle one, or a new one
@@ -359,7 +366,11 @@ impl EndpointHandle {
         let mut idle = pools.idle.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(tx) = idle.pop() {
             if !tx.is_closed() {
-                return Ok(Dedicated { tx, handle: self.clone(), flavor });
+                return Ok(Dedicated {
+                    tx,
+                    handle: self.clone(),
+                    flavor,
+                });
             }
         }
         drop(idle);
@@ -378,7 +389,11 @@ impl EndpointHandle {
             i.healthy.clone(),
             i.stats.clone(),
         ));
-        Ok(Dedicated { tx, handle: self.clone(), flavor })
+        Ok(Dedicated {
+            tx,
+            handle: self.clone(),
+            flavor,
+        })
     }
 
     /// Dedicated connections open now (idle or in use), all flavors.
@@ -429,7 +444,14 @@ impl Dedicated {
     /// Queues `args` and returns the reply's future.
     pub fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
         let i = &self.handle.inner;
-        send_on(&self.tx, args, deadline, i.cfg.label.clone(), &i.stats, i.cfg.max_queue)
+        send_on(
+            &self.tx,
+            args,
+            deadline,
+            i.cfg.label.clone(),
+            &i.stats,
+            i.cfg.max_queue,
+        )
     }
 
     /// `shard <name> (<addr>)`.
@@ -464,7 +486,11 @@ impl Dedicated {
             clean &= &last[..] == b"+PONG\r\n";
             if clean && !self.tx.is_closed() {
                 if let Some(pools) = self.handle.pools(self.flavor) {
-                    pools.idle.lock().unwrap_or_else(|e| e.into_inner()).push(self.tx);
+                    pools
+                        .idle
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(self.tx);
                 }
             }
         });
@@ -949,9 +975,12 @@ async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<TcpStream, Conn
         if flavor.resp3 {
             hello.push(vec![Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")]);
         }
-        let db = cfg.db + u32::from(flavor.db);
+        let db = cfg.db.saturating_add(u32::from(flavor.db));
         if db != 0 {
-            hello.push(vec![Bytes::from_static(b"SELECT"), Bytes::from(db.to_string())]);
+            hello.push(vec![
+                Bytes::from_static(b"SELECT"),
+                Bytes::from(db.to_string()),
+            ]);
         }
         hello.push(vec![Bytes::from_static(b"PING")]);
         let mut out = BytesMut::new();

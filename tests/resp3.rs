@@ -114,9 +114,19 @@ const COMMANDS: &[&[&str]] = &[
     &["HGET", "str", "f"],
     &["EVAL", "return {1, 'two', false, true}", "1", "str"],
     &["EVAL", "return redis.call('HGETALL', KEYS[1])", "1", "h"],
-    &["EVAL", "redis.setresp(3); return redis.call('HGETALL', KEYS[1])", "1", "h"],
+    &[
+        "EVAL",
+        "redis.setresp(3); return redis.call('HGETALL', KEYS[1])",
+        "1",
+        "h",
+    ],
     &["SCRIPT", "LOAD", "return 1"],
-    &["SCRIPT", "EXISTS", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "ffffffffffffffffffffffffffffffffffffffff"],
+    &[
+        "SCRIPT",
+        "EXISTS",
+        "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+        "ffffffffffffffffffffffffffffffffffffffff",
+    ],
     &["CLIENT", "GETNAME"],
     &["CLIENT", "SETNAME", "me"],
     &["CLIENT", "GETNAME"],
@@ -138,7 +148,12 @@ fn resp3_replies_equal_plain_redis_type_for_type() {
     let mut r = Raw::connect(rw.addr);
     let hp = p.call(&["HELLO", "3"]);
     let hr = r.call(&["HELLO", "3"]);
-    assert_eq!(hr[0], b'%', "HELLO 3 answers a map: {}", String::from_utf8_lossy(&hr));
+    assert_eq!(
+        hr[0],
+        b'%',
+        "HELLO 3 answers a map: {}",
+        String::from_utf8_lossy(&hr)
+    );
     assert_eq!(hp[0], hr[0]);
     for cmd in COMMANDS {
         let want = p.call(cmd);
@@ -158,7 +173,10 @@ fn resp3_replies_equal_plain_redis_type_for_type() {
     p.call(&["HELLO", "2"]);
     assert_eq!(r.call(&["HGETALL", "nohash"]), b"*0\r\n");
     assert_eq!(r.call(&["GET", "missing"]), b"$-1\r\n");
-    assert_eq!(r.call(&["ZSCORE", "z", "m3"]), p.call(&["ZSCORE", "z", "m3"]));
+    assert_eq!(
+        r.call(&["ZSCORE", "z", "m3"]),
+        p.call(&["ZSCORE", "z", "m3"])
+    );
     assert_eq!(r.call(&["ZSCORE", "z", "m3"]), b"$4\r\n3.25\r\n");
 }
 
@@ -197,24 +215,62 @@ fn hello_and_protocol_modes() {
             _ => String::new(),
         })
         .collect();
-    for (k, v) in [("server", "redis"), ("version", respway_filters::command::REDIS_VERSION), ("proto", "3"), ("mode", "standalone"), ("role", "master")] {
-        let i = texts.iter().position(|t| t == k).unwrap_or_else(|| panic!("{k} in {texts:?}"));
+    for (k, v) in [
+        ("server", "redis"),
+        ("version", respway_filters::command::REDIS_VERSION),
+        ("proto", "3"),
+        ("mode", "standalone"),
+        ("role", "master"),
+    ] {
+        let i = texts
+            .iter()
+            .position(|t| t == k)
+            .unwrap_or_else(|| panic!("{k} in {texts:?}"));
         assert_eq!(texts[i + 1], v, "{k}");
     }
     assert_eq!(r.call(&["CLIENT", "GETNAME"]), Resp::bulk("app"));
-    assert!(r.call(&["HELLO", "4"]).error().unwrap_or("").starts_with("NOPROTO"));
+    assert!(r
+        .call(&["HELLO", "4"])
+        .error()
+        .unwrap_or("")
+        .starts_with("NOPROTO"));
     drop(rw);
     let addrs: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
     let yaml = sharded_yaml(&addrs, "{ policy: crc16_slots }", true);
-    let only2 = respway(&yaml.replace("    op_timeout: 2s\n", "    op_timeout: 2s\n    protocol: resp2\n    advertised_redis_version: \"7.2.4\"\n"), 1);
+    let only2 = respway(
+        &yaml.replace(
+            "    op_timeout: 2s\n",
+            "    op_timeout: 2s\n    protocol: resp2\n    advertised_redis_version: \"7.2.4\"\n",
+        ),
+        1,
+    );
     let mut c = RespConn::connect(only2.addr);
-    assert!(c.call(&["HELLO", "3"]).error().unwrap_or("").starts_with("NOPROTO"));
-    let Resp::Array(Some(kv)) = c.call(&["HELLO", "2"]) else { panic!("HELLO 2 is an array") };
+    assert!(c
+        .call(&["HELLO", "3"])
+        .error()
+        .unwrap_or("")
+        .starts_with("NOPROTO"));
+    let Resp::Array(Some(kv)) = c.call(&["HELLO", "2"]) else {
+        panic!("HELLO 2 is an array")
+    };
     assert_eq!(kv[3], Resp::bulk("7.2.4"));
-    assert!(c.call(&["INFO", "server"]).text().contains("redis_version:7.2.4"));
-    let only3 = respway(&yaml.replace("    op_timeout: 2s\n", "    op_timeout: 2s\n    protocol: resp3\n"), 1);
+    assert!(c
+        .call(&["INFO", "server"])
+        .text()
+        .contains("redis_version:7.2.4"));
+    let only3 = respway(
+        &yaml.replace(
+            "    op_timeout: 2s\n",
+            "    op_timeout: 2s\n    protocol: resp3\n",
+        ),
+        1,
+    );
     let mut c = RespConn::connect(only3.addr);
-    assert!(c.call(&["GET", "k"]).error().unwrap_or("").starts_with("NOPROTO"));
+    assert!(c
+        .call(&["GET", "k"])
+        .error()
+        .unwrap_or("")
+        .starts_with("NOPROTO"));
     assert!(matches!(c.call(&["HELLO", "3"]), Resp::Other(b'%', _)));
     assert_eq!(c.call(&["GET", "k"]), Resp::Bulk(None));
 }
@@ -232,7 +288,11 @@ fn select_isolates_databases_on_every_shard() {
         assert_eq!(db1.call(&["SET", k, "one"]), Resp::Simple("OK".into()));
     }
     for k in &keys {
-        assert_eq!(db0.call(&["GET", k]), Resp::Bulk(None), "{k} leaked into db 0");
+        assert_eq!(
+            db0.call(&["GET", k]),
+            Resp::Bulk(None),
+            "{k} leaked into db 0"
+        );
         assert_eq!(db1.call(&["GET", k]), Resp::bulk("one"));
     }
     let mut on_shards = 0;
@@ -246,7 +306,10 @@ fn select_isolates_databases_on_every_shard() {
         }
     }
     assert_eq!(on_shards, 30);
-    assert_eq!(db1.call(&["SELECT", "16"]), Resp::Error("ERR DB index is out of range".into()));
+    assert_eq!(
+        db1.call(&["SELECT", "16"]),
+        Resp::Error("ERR DB index is out of range".into())
+    );
     assert_eq!(db1.call(&["SELECT", "0"]), Resp::Simple("OK".into()));
     assert_eq!(db1.call(&["GET", "sel:1"]), Resp::Bulk(None));
     // A transaction in db 1 runs in db 1.

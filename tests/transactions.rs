@@ -126,12 +126,21 @@ fn crossslot_aborts_and_applies_nothing() {
     );
     for s in &addrs {
         let mut c = RespConn::connect(*s);
-        assert_eq!(c.call(&["EXISTS", a, &b]), Resp::Int(0), "nothing applied on {s}");
+        assert_eq!(
+            c.call(&["EXISTS", a, &b]),
+            Resp::Int(0),
+            "nothing applied on {s}"
+        );
     }
     // A keyed command after a key-less start pins to its shard; one of another shard then
     // aborts too.
     let mut c = RespConn::connect(rw.addr);
-    assert_eq!(c.call(&["WATCH", a, &b]).error().map(|e| e.starts_with("CROSSSLOT")), Some(true));
+    assert_eq!(
+        c.call(&["WATCH", a, &b])
+            .error()
+            .map(|e| e.starts_with("CROSSSLOT")),
+        Some(true)
+    );
 }
 
 /// WATCH pins the session; a write by another client makes EXEC answer a null array.
@@ -143,17 +152,29 @@ fn watch_conflict_aborts_the_transaction() {
     assert_eq!(c.call(&["SET", "{w}k", "orig"]), Resp::Simple("OK".into()));
     assert_eq!(c.call(&["WATCH", "{w}k"]), Resp::Simple("OK".into()));
     assert_eq!(c.call(&["GET", "{w}k"]), Resp::bulk("orig"));
-    assert_eq!(other.call(&["SET", "{w}k", "changed"]), Resp::Simple("OK".into()));
+    assert_eq!(
+        other.call(&["SET", "{w}k", "changed"]),
+        Resp::Simple("OK".into())
+    );
     assert_eq!(c.call(&["MULTI"]), Resp::Simple("OK".into()));
-    assert_eq!(c.call(&["SET", "{w}k", "mine"]), Resp::Simple("QUEUED".into()));
+    assert_eq!(
+        c.call(&["SET", "{w}k", "mine"]),
+        Resp::Simple("QUEUED".into())
+    );
     assert_eq!(c.call(&["EXEC"]), Resp::Array(None));
     assert_eq!(c.call(&["GET", "{w}k"]), Resp::bulk("changed"));
     // UNWATCH ends a watch without a transaction.
     assert_eq!(c.call(&["WATCH", "{w}k"]), Resp::Simple("OK".into()));
     assert_eq!(c.call(&["UNWATCH"]), Resp::Simple("OK".into()));
-    assert_eq!(other.call(&["SET", "{w}k", "again"]), Resp::Simple("OK".into()));
+    assert_eq!(
+        other.call(&["SET", "{w}k", "again"]),
+        Resp::Simple("OK".into())
+    );
     assert_eq!(c.call(&["MULTI"]), Resp::Simple("OK".into()));
-    assert_eq!(c.call(&["SET", "{w}k", "mine"]), Resp::Simple("QUEUED".into()));
+    assert_eq!(
+        c.call(&["SET", "{w}k", "mine"]),
+        Resp::Simple("QUEUED".into())
+    );
     assert_eq!(
         c.call(&["EXEC"]),
         Resp::Array(Some(vec![Resp::Simple("OK".into())]))
@@ -176,7 +197,10 @@ fn client_leaving_mid_transaction_applies_nothing() {
     let (_shards, addrs, rw) = three_shards();
     let mut shard = RespConn::connect(addrs[shard_of(rw.addr, &addrs, "{h}probe")]);
     // Warm up: one transaction opens the dedicated connection.
-    let ok = run(rw.addr, &[vec!["MULTI"], vec!["SET", "{h}a", "0"], vec!["EXEC"]]);
+    let ok = run(
+        rw.addr,
+        &[vec!["MULTI"], vec!["SET", "{h}a", "0"], vec!["EXEC"]],
+    );
     assert_eq!(ok[2], Resp::Array(Some(vec![Resp::Simple("OK".into())])));
     std::thread::sleep(Duration::from_millis(200));
     let before = connections_received(&mut shard);
@@ -185,17 +209,32 @@ fn client_leaving_mid_transaction_applies_nothing() {
         assert_eq!(c.call(&["MULTI"]), Resp::Simple("OK".into()));
         let v = format!("left{i}");
         assert_eq!(c.call(&["SET", "{h}a", &v]), Resp::Simple("QUEUED".into()));
-        assert_eq!(c.call(&["WATCH", "{h}a"]).is_error(), true);
+        assert!(c.call(&["WATCH", "{h}a"]).is_error(), "WATCH inside MULTI");
         drop(c);
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(200));
     let mut c = RespConn::connect(rw.addr);
-    assert_eq!(c.call(&["GET", "{h}a"]), Resp::bulk("0"), "no abandoned EXEC ran");
-    let r = run(rw.addr, &[vec!["MULTI"], vec!["INCR", "{h}a"], vec!["EXEC"]]);
-    assert_eq!(r[2], Resp::Array(Some(vec![Resp::Int(1)])), "next transaction is clean");
+    assert_eq!(
+        c.call(&["GET", "{h}a"]),
+        Resp::bulk("0"),
+        "no abandoned EXEC ran"
+    );
+    let r = run(
+        rw.addr,
+        &[vec!["MULTI"], vec!["INCR", "{h}a"], vec!["EXEC"]],
+    );
+    assert_eq!(
+        r[2],
+        Resp::Array(Some(vec![Resp::Int(1)])),
+        "next transaction is clean"
+    );
     // The shared connection of the new sessions existed already; the dedicated one is reused.
-    assert_eq!(connections_received(&mut shard), before, "no new upstream connection");
+    assert_eq!(
+        connections_received(&mut shard),
+        before,
+        "no new upstream connection"
+    );
 }
 
 /// `clients` clients each running `rate` transactions per second for `secs`; returns how
@@ -247,7 +286,10 @@ fn steady_transactions_open_no_new_upstream_connections() {
     let done = transaction_load(rw.addr, 4, 250, 10);
     assert!(done >= 5000, "only {done} transactions ran in 10 s");
     let mut c = RespConn::connect(rw.addr);
-    assert_eq!(c.call(&["GET", "{rate}m"]).text(), (warm + done).to_string());
+    assert_eq!(
+        c.call(&["GET", "{rate}m"]).text(),
+        (warm + done).to_string()
+    );
     assert_eq!(
         connections_received(&mut shard),
         before,

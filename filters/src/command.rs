@@ -26,24 +26,24 @@
 //!    class.
 //! 2. **Split**: `MGET` ([`SplitKind::Mget`]), `MSET` ([`SplitKind::Mset`]) and `DEL`,
 //!    `UNLINK`, `EXISTS`, `TOUCH` ([`SplitKind::SumInt`]).
-//! 2b. **Transaction**: `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH` (the session pins a
+//! 3. **Transaction**: `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH` (the session pins a
 //!    dedicated connection to the transaction's shard).
-//! 2c. **Fanout**: `SCRIPT LOAD | EXISTS | FLUSH` (every endpoint), `FUNCTION LOAD | DELETE |
+//! 4. **Fanout**: `SCRIPT LOAD | EXISTS | FLUSH` (every endpoint), `FUNCTION LOAD | DELETE |
 //!    FLUSH | RESTORE` (every primary), `FUNCTION LIST | DUMP` (one primary) ([`FanoutKind`]).
-//! 3. **Unsupported** by name although they have keys: `MOVE` (another database),
+//! 5. **Unsupported** by name although they have keys: `MOVE` (another database),
 //!    `MIGRATE`, `RESTORE-ASKING`.
-//! 4. **Unsupported** when Redis flags the command `blocking` (`BLPOP`, `BRPOP`, `BLMOVE`,
+//! 6. **Unsupported** when Redis flags the command `blocking` (`BLPOP`, `BRPOP`, `BLMOVE`,
 //!    `BLMPOP`, `BZPOPMIN`, `BZMPOP`, `XREAD`, `XREADGROUP`, ...), `pubsub` (`SUBSCRIBE`,
 //!    `PUBLISH`, `SPUBLISH`, `PUBSUB ...`) or `admin` (`CONFIG SET`, `DEBUG`, `SHUTDOWN`,
 //!    `SAVE`, `REPLICAOF`, `MONITOR`, `PFDEBUG`, most `CLUSTER`/`ACL` subcommands, ...).
-//! 5. **Unsupported** when the command has no keys at all: `KEYS`, `SCAN`, `RANDOMKEY`,
+//! 7. **Unsupported** when the command has no keys at all: `KEYS`, `SCAN`, `RANDOMKEY`,
 //!    `DBSIZE`, `FLUSHALL`, `FLUSHDB`, `SWAPDB`, `WAIT`, `SCRIPT ...`, `FUNCTION ...`,
 //!    `OBJECT HELP`, the container commands themselves (an unknown subcommand resolves to
 //!    the container), ...
-//! 6. **Single** when the key positions can only ever name one key (`GET`, `SET`, `HSET`,
+//! 8. **Single** when the key positions can only ever name one key (`GET`, `SET`, `HSET`,
 //!    `XADD`, `SORT_RO`, `GEORADIUS_RO`, `OBJECT ENCODING` (key at 2), `MEMORY USAGE`,
 //!    `XINFO STREAM`, `XGROUP CREATE`, ...).
-//! 7. **SameShard** otherwise: several keys, numkeys or an optional destination key
+//! 9. **SameShard** otherwise: several keys, numkeys or an optional destination key
 //!    (`RENAME`, `SMOVE`, `LMOVE`, `COPY`, `MSETNX`, `SINTER`/`SUNION`/`SDIFF` and their
 //!    `STORE` forms, `PFCOUNT`, `PFMERGE`, `BITOP`, `LCS`, `SORT`, `GEORADIUS` (`STORE`),
 //!    `GEOSEARCHSTORE`, `ZRANGESTORE`, `ZUNIONSTORE`/`ZINTERSTORE`/`ZDIFFSTORE`, `ZUNION`,
@@ -1004,11 +1004,11 @@ mod tests {
             ("psubscribe", Unsupported),
             ("publish", Unsupported),
             ("spublish", Unsupported),
-            ("multi", Unsupported),
-            ("exec", Unsupported),
-            ("discard", Unsupported),
-            ("watch", Unsupported),
-            ("unwatch", Unsupported),
+            ("multi", Transaction),
+            ("exec", Transaction),
+            ("discard", Transaction),
+            ("watch", Transaction),
+            ("unwatch", Transaction),
             ("config", Unsupported),
             ("shutdown", Unsupported),
             ("debug", Unsupported),
@@ -1030,12 +1030,31 @@ mod tests {
         }
         let sub = |p: &[&str]| cmd(p[0]).resolve(&argv(p)).class;
         assert_eq!(sub(&["object", "encoding", "k"]), Single);
+        assert_eq!(
+            sub(&["script", "load", "return 1"]),
+            Fanout(FanoutKind::ScriptLoad)
+        );
+        assert_eq!(
+            sub(&["script", "exists", "a"]),
+            Fanout(FanoutKind::ScriptExists)
+        );
+        assert_eq!(sub(&["function", "list"]), Fanout(FanoutKind::FunctionRead));
+        assert_eq!(
+            sub(&["function", "flush"]),
+            Fanout(FanoutKind::FunctionWrite)
+        );
+        assert_eq!(sub(&["script", "kill"]), Unsupported);
+        assert_eq!(cmd("reset").class, Proxy(ProxyCommand::Reset));
+        assert_eq!(cmd("readonly").class, Proxy(ProxyCommand::ReadMode));
         assert_eq!(sub(&["memory", "usage", "k"]), Single);
         assert_eq!(sub(&["xinfo", "groups", "k"]), Single);
         assert_eq!(sub(&["xgroup", "create", "k", "g", "$"]), Single);
         assert_eq!(sub(&["object", "help"]), Unsupported);
         assert_eq!(sub(&["config", "get", "x"]), Unsupported);
-        assert_eq!(sub(&["script", "load", "x"]), Unsupported);
+        assert_eq!(
+            sub(&["script", "load", "x"]),
+            Fanout(FanoutKind::ScriptLoad)
+        );
         assert_eq!(
             sub(&["client", "setname", "x"]),
             Proxy(ProxyCommand::Client)

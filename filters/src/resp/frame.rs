@@ -149,7 +149,11 @@ impl Frame {
                 }
             }
             Frame::Set(items) | Frame::Push(items) => {
-                let prefix = if matches!(self, Frame::Set(_)) { b'~' } else { b'>' };
+                let prefix = if matches!(self, Frame::Set(_)) {
+                    b'~'
+                } else {
+                    b'>'
+                };
                 write_number(out, prefix, false, items.len() as u64);
                 for item in items {
                     item.encode(out);

@@ -73,7 +73,12 @@ fn element(
     let body = &buf[start + 1..cr];
     let next = cr + 2;
     if lf != b'\n' {
-        return Err(ProtocolError::new("reply line not terminated by CRLF"));
+        return Err(ProtocolError::new(match kind {
+            b':' => "invalid integer reply",
+            b'$' | b'!' | b'=' => "invalid bulk length",
+            b'*' | b'%' | b'~' | b'>' | b'|' => "invalid multibulk length",
+            _ => "reply line not terminated by CRLF",
+        }));
     }
     match kind {
         b'+' | b'-' | b',' | b'(' => Ok(Step::Done(next)),
@@ -226,7 +231,20 @@ fn parse_at(buf: &Bytes, pos: usize, depth: usize) -> Result<(Frame, usize), Pro
     let kind = *buf.get(pos).ok_or_else(incomplete)?;
     if !matches!(
         kind,
-        b'+' | b'-' | b':' | b'$' | b'*' | b'_' | b'#' | b',' | b'(' | b'!' | b'=' | b'%' | b'~' | b'>' | b'|'
+        b'+' | b'-'
+            | b':'
+            | b'$'
+            | b'*'
+            | b'_'
+            | b'#'
+            | b','
+            | b'('
+            | b'!'
+            | b'='
+            | b'%'
+            | b'~'
+            | b'>'
+            | b'|'
     ) {
         return Err(ProtocolError(format!(
             "invalid reply type byte '{}'",
@@ -298,7 +316,11 @@ fn parse_at(buf: &Bytes, pos: usize, depth: usize) -> Result<(Frame, usize), Pro
                     return Err(incomplete());
                 }
                 let n = n as usize;
-                let count = if matches!(kind, b'%' | b'|') { 2 * n } else { n };
+                let count = if matches!(kind, b'%' | b'|') {
+                    2 * n
+                } else {
+                    n
+                };
                 let mut items = Vec::with_capacity(count.min(1024));
                 let mut at = next;
                 for _ in 0..count {
@@ -385,8 +407,22 @@ mod tests {
             "Protocol error: invalid reply type byte '?'"
         );
         assert_eq!(
-            err_of(b"%1\r\n"),
-            "Protocol error: invalid reply type byte '%'"
+            len_of(b"%1\r\n"),
+            Ok(None),
+            "a RESP3 map waits for its pairs"
+        );
+        assert_eq!(
+            err_of(b"_x\r\n"),
+            "Protocol error: invalid RESP3 null or boolean"
+        );
+        assert_eq!(
+            err_of(b"#x\r\n"),
+            "Protocol error: invalid RESP3 null or boolean"
+        );
+        assert_eq!(err_of(b"=-1\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(
+            err_of(b"~-1\r\n"),
+            "Protocol error: invalid multibulk length"
         );
         assert_eq!(err_of(b":x\r\n"), "Protocol error: invalid integer reply");
         assert_eq!(err_of(b":1\rx"), "Protocol error: invalid integer reply");
@@ -519,7 +555,8 @@ mod tests {
             e(b"$1\r\nab\r\n"),
             "Protocol error: bulk data not terminated by CRLF"
         );
-        assert_eq!(e(b"!x\r\n"), "Protocol error: invalid reply type byte '!'");
+        assert_eq!(e(b"!x\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(e(b"?x\r\n"), "Protocol error: invalid reply type byte '?'");
     }
 
     #[test]
@@ -534,5 +571,48 @@ mod tests {
         };
         assert_eq!(a.as_ptr() as usize, base + 8);
         assert_eq!(b.as_ptr() as usize, base + 14);
+    }
+
+    #[test]
+    fn resp3_frames_are_cut_parsed_and_encoded_back_exactly() {
+        let cases: &[&[u8]] = &[
+            b"_\r\n",
+            b"#t\r\n",
+            b"#f\r\n",
+            b",1.5\r\n",
+            b",-inf\r\n",
+            b"(3492890328409238509324850943850943825024385\r\n",
+            b"!21\r\nSYNTAX invalid syntax\r\n",
+            b"=15\r\ntxt:Some string\r\n",
+            b"%2\r\n+first\r\n:1\r\n+second\r\n_\r\n",
+            b"~3\r\n:1\r\n$1\r\na\r\n#t\r\n",
+            b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n",
+            b"*2\r\n%1\r\n$1\r\nk\r\n~1\r\n,2\r\n*0\r\n",
+            b"%0\r\n",
+            b"~0\r\n",
+        ];
+        for &c in cases {
+            assert_eq!(
+                len_of(c),
+                Ok(Some(c.len())),
+                "{}",
+                String::from_utf8_lossy(c)
+            );
+            // Byte by byte, the resumable scanner finds the same end.
+            let mut sc = ReplyScanner::new();
+            for i in 1..c.len() {
+                assert_eq!(sc.scan(&c[..i], &lim()), Ok(None));
+            }
+            assert_eq!(sc.scan(c, &lim()), Ok(Some(c.len())));
+            let b = Bytes::copy_from_slice(c);
+            let f = parse_reply(&b).expect("parses");
+            assert_eq!(&f.to_bytes()[..], c, "{f:?}");
+        }
+        // An attribute is scanned with the element it describes, and parsed away.
+        let a = b"|1\r\n+ttl\r\n:3\r\n$2\r\nhi\r\n";
+        assert_eq!(len_of(a), Ok(Some(a.len())));
+        let f = parse_reply(&Bytes::from_static(a)).expect("parses");
+        assert_eq!(f, Frame::Bulk(Bytes::from_static(b"hi")));
+        assert!(Frame::BlobError(Bytes::from_static(b"x")).is_error());
     }
 }
