@@ -502,11 +502,10 @@ impl Session {
     }
 
     /// The lane `args` would travel on.
-    fn lane_of(&self, args: &[Bytes]) -> Lane {
-        let Some(cmd) = command::lookup(&args[0]) else {
+    fn lane_of(&self, cmd: Option<&'static command::CommandInfo>) -> Lane {
+        let Some(cmd) = cmd else {
             return Lane::Local;
         };
-        let cmd = cmd.resolve(args);
         let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
         match cmd.class {
             CommandClass::Transaction => Lane::Dedicated(self.pins),
@@ -527,7 +526,9 @@ impl Session {
             };
             match decoded {
                 Ok(Some(args)) => {
-                    let lane = self.lane_of(&args);
+                    // Looked up once; dispatch uses the same entry.
+                    let cmd = command::lookup(&args[0]).map(|c| c.resolve(&args));
+                    let lane = self.lane_of(cmd);
                     // A transaction that starts pins a new connection: its lane is the next.
                     let lane = match lane {
                         Lane::Dedicated(_)
@@ -542,7 +543,7 @@ impl Session {
                         return;
                     }
                     ctx.stats.commands.inc();
-                    let p = self.dispatch(args, live, ctx);
+                    let p = self.dispatch(cmd, args, live, ctx);
                     match &p {
                         Pending::Ready(r) => self.ready_bytes += r.len(),
                         Pending::Wait { .. } | Pending::Other { .. } => {
@@ -571,13 +572,18 @@ impl Session {
         }
     }
 
-    fn dispatch(&mut self, mut args: Vec<Bytes>, live: &mut Live, ctx: &ListenerCtx) -> Pending {
+    fn dispatch(
+        &mut self,
+        cmd: Option<&'static command::CommandInfo>,
+        args: Vec<Bytes>,
+        live: &mut Live,
+        ctx: &ListenerCtx,
+    ) -> Pending {
         let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
-        let Some(cmd) = command::lookup(&args[0]) else {
+        let Some(cmd) = cmd else {
             self.mark_dirty();
             return Pending::Ready(local::unknown_command(&args));
         };
-        let cmd = cmd.resolve(&args);
         if !cmd.arity_ok(args.len()) {
             self.mark_dirty();
             return Pending::Ready(error_reply(&format!(
@@ -678,7 +684,6 @@ impl Session {
                     )));
                 }
                 let key = self.keys.first().copied();
-                args.shrink_to_fit();
                 let mut req = Request::new(cmd, args, key);
                 req.deadline = Some(deadline.into_std());
                 req.flavor = flavor;
@@ -901,7 +906,7 @@ impl Session {
             }
             CommandClass::Proxy(ProxyCommand::Reset) => {
                 self.tx = None;
-                return self.dispatch(args, live, ctx);
+                return self.dispatch(Some(cmd), args, live, ctx);
             }
             CommandClass::Single | CommandClass::SameShard | CommandClass::Split(_) => {}
             _ => {
