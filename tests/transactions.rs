@@ -296,3 +296,48 @@ fn steady_transactions_open_no_new_upstream_connections() {
         "{done} transactions opened new upstream connections"
     );
 }
+
+/// Inside a transaction, keys of a mirrored route and hot keys are refused and the
+/// transaction aborts (one EXEC cannot reach another cluster or every shard); nothing is
+/// applied on either cluster. Outside a transaction the same keys work as usual.
+#[test]
+fn mirrored_routes_and_hot_keys_are_refused_inside_transactions() {
+    let (old, new) = (redis(), redis());
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes:\n      catch_all: old\n      prefixes:\n        - {{ prefix: \"m:\", cluster: old, mirrors: [ {{ cluster: new, mode: dual_write }} ] }}\nclusters:\n  - name: old\n    hot_keys:\n      - {{ prefix: HIGH_FREQ_ }}\n    shards:\n      - name: o0\n        endpoints: [ {{ address: \"{}\", role: primary }} ]\n  - name: new\n    shards:\n      - name: n0\n        endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+        old.addr, new.addr
+    );
+    let rw = respway(&yaml, 1);
+    for key in ["m:{k}", "HIGH_FREQ_k"] {
+        let replies = run(
+            rw.addr,
+            &[
+                vec!["MULTI"],
+                vec!["SET", "plain", "1"],
+                vec!["SET", key, "1"],
+                vec!["EXEC"],
+            ],
+        );
+        assert_eq!(replies[1], Resp::Simple("QUEUED".into()), "{key}");
+        assert!(
+            replies[2].error().unwrap_or("").starts_with("ERR respway:"),
+            "{key}: {:?}",
+            replies[2]
+        );
+        assert_eq!(
+            replies[3],
+            Resp::Error("EXECABORT Transaction discarded because of previous errors.".into()),
+            "{key}"
+        );
+        for s in [old.addr, new.addr] {
+            let mut c = RespConn::connect(s);
+            assert_eq!(
+                c.call(&["EXISTS", "plain", key]),
+                Resp::Int(0),
+                "{key} on {s}"
+            );
+        }
+        let mut c = RespConn::connect(rw.addr);
+        assert_eq!(c.call(&["SET", key, "outside"]), Resp::Simple("OK".into()));
+    }
+}
