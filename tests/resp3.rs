@@ -319,3 +319,74 @@ fn select_isolates_databases_on_every_shard() {
     assert_eq!(db1.call(&["EXEC"]), Resp::Array(Some(vec![Resp::Int(1)])));
     assert_eq!(db0.call(&["GET", "{x}n"]), Resp::Bulk(None));
 }
+
+/// The `redis` crate over RESP3 (`?protocol=resp3`) and RESP2, through respway: maps, sets,
+/// doubles and nulls arrive typed; an atomic pipeline commits; MGET across shards merges.
+#[test]
+fn redis_crate_with_resp3_and_resp2() {
+    use redis::Value;
+    let (_shards, rw) = three_shards();
+    for (url, resp3) in [
+        (format!("redis://{}/?protocol=resp3", rw.addr), true),
+        (format!("redis://{}/", rw.addr), false),
+    ] {
+        let client = redis::Client::open(url).expect("client");
+        let mut c = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("connect");
+        let _: () = redis::cmd("HSET")
+            .arg("ch")
+            .arg("f")
+            .arg("v")
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("SADD").arg("cs").arg("1").query(&mut c).unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg("cz")
+            .arg("1.5")
+            .arg("m")
+            .query(&mut c)
+            .unwrap();
+        let h: Value = redis::cmd("HGETALL").arg("ch").query(&mut c).unwrap();
+        let s: Value = redis::cmd("SMEMBERS").arg("cs").query(&mut c).unwrap();
+        let z: Value = redis::cmd("ZSCORE")
+            .arg("cz")
+            .arg("m")
+            .query(&mut c)
+            .unwrap();
+        let n: Value = redis::cmd("GET").arg("nothing").query(&mut c).unwrap();
+        if resp3 {
+            assert!(matches!(h, Value::Map(_)), "{h:?}");
+            assert!(matches!(s, Value::Set(_)), "{s:?}");
+            assert_eq!(z, Value::Double(1.5));
+        } else {
+            assert!(matches!(h, Value::Array(_)), "{h:?}");
+            assert!(matches!(s, Value::Array(_)), "{s:?}");
+            assert!(matches!(z, Value::BulkString(_)), "{z:?}");
+        }
+        assert_eq!(n, Value::Nil);
+        let (a, b): (i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("INCR")
+            .arg("{p}a")
+            .cmd("INCR")
+            .arg("{p}a")
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(b, a + 1);
+        let keys: Vec<String> = (0..20).map(|i| format!("ck{i}")).collect();
+        let mut m = redis::cmd("MSET");
+        for k in &keys {
+            m.arg(k).arg(k);
+        }
+        let _: () = m.query(&mut c).unwrap();
+        let got: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(&keys)
+            .arg("none")
+            .query(&mut c)
+            .unwrap();
+        let mut want: Vec<Option<String>> = keys.iter().cloned().map(Some).collect();
+        want.push(None);
+        assert_eq!(got, want);
+    }
+}
