@@ -34,6 +34,7 @@ use tower::Service;
 
 use crate::fanout::{self, BoxReply};
 use crate::local::{self, Local, SessionState};
+use crate::metrics;
 use crate::stack::{self, Chain, ChainFuture, Parts};
 use crate::stats::ListenerStats;
 use crate::tx::{self, Pinned, Tx};
@@ -135,14 +136,17 @@ impl Live {
 
 enum Pending {
     Ready(Reply),
+    /// `deadline` is the session's backstop; `idx` the command's index in the counters.
     Wait {
         fut: ChainFuture,
         deadline: Instant,
+        idx: u16,
     },
     /// Fan-outs, transactions, forwards: a future of its own.
     Other {
         fut: BoxReply,
         deadline: Instant,
+        idx: u16,
     },
 }
 
@@ -340,7 +344,9 @@ impl Session {
                 self.rbuf = BytesMut::new();
             }
 
-            // 2. Move finished replies, oldest first, into the write buffer.
+            // 2. Move finished replies, oldest first, into the write buffer (the clock is
+            //    read once per turn, for the latency of the replies it completes).
+            let mut now = None;
             while let Some(front) = self.pending.front_mut() {
                 let reply = match front {
                     Pending::Ready(_) => match self.pending.pop_front() {
@@ -350,8 +356,10 @@ impl Session {
                         }
                         _ => unreachable!("front was Ready"),
                     },
-                    Pending::Other { fut, deadline } => match fut.as_mut().poll(cx) {
+                    Pending::Other { fut, deadline, idx } => match fut.as_mut().poll(cx) {
                         Poll::Ready(r) => {
+                            let (deadline, idx) = (*deadline, *idx);
+                            self.record(ctx, live, &mut now, idx, deadline, &r);
                             self.pending.pop_front();
                             self.waits -= 1;
                             self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
@@ -369,8 +377,10 @@ impl Session {
                             }
                         }
                     },
-                    Pending::Wait { fut, deadline } => match Pin::new(fut).poll(cx) {
+                    Pending::Wait { fut, deadline, idx } => match Pin::new(fut).poll(cx) {
                         Poll::Ready(Ok(r)) => {
+                            let (deadline, idx) = (*deadline, *idx);
+                            self.record(ctx, live, &mut now, idx, deadline, &r);
                             self.pending.pop_front();
                             self.waits -= 1;
                             self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
@@ -459,6 +469,24 @@ impl Session {
         }
     }
 
+    /// Counts a reply that came from upstream (or a future): its latency runs from dispatch,
+    /// which is `deadline` (the backstop) less the spans added to it there.
+    fn record(
+        &self,
+        ctx: &ListenerCtx,
+        live: &Live,
+        now: &mut Option<Instant>,
+        idx: u16,
+        backstop: Instant,
+        reply: &[u8],
+    ) {
+        let op = live.parts.listener.op_timeout;
+        let started = backstop.checked_sub(op + op + BACKSTOP).unwrap_or(backstop);
+        let now = *now.get_or_insert_with(Instant::now);
+        let us = now.saturating_duration_since(started).as_micros() as u64;
+        ctx.stats.cmds.record(idx, us, is_error(reply));
+    }
+
     /// Bytes held for this client: replies waiting to be written, replies ready in order, and
     /// the expected size of the replies in flight.
     fn held(&self) -> usize {
@@ -527,7 +555,8 @@ impl Session {
             match decoded {
                 Ok(Some(args)) => {
                     // Looked up once; dispatch uses the same entry.
-                    let cmd = command::lookup(&args[0]).map(|c| c.resolve(&args));
+                    let top = command::lookup(&args[0]);
+                    let cmd = top.map(|c| c.resolve(&args));
                     let lane = self.lane_of(cmd);
                     // A transaction that starts pins a new connection: its lane is the next.
                     let lane = match lane {
@@ -543,10 +572,15 @@ impl Session {
                         return;
                     }
                     ctx.stats.commands.inc();
-                    let p = self.dispatch(cmd, args, live, ctx);
-                    match &p {
-                        Pending::Ready(r) => self.ready_bytes += r.len(),
-                        Pending::Wait { .. } | Pending::Other { .. } => {
+                    let mut p = self.dispatch(cmd, args, live, ctx);
+                    let index = metrics::index_of(top);
+                    match &mut p {
+                        Pending::Ready(r) => {
+                            self.ready_bytes += r.len();
+                            ctx.stats.cmds.record(index, 0, is_error(r));
+                        }
+                        Pending::Wait { idx, .. } | Pending::Other { idx, .. } => {
+                            *idx = index;
                             self.waits += 1;
                             self.lane = match lane {
                                 Lane::Dedicated(_) => Lane::Dedicated(self.pins),
@@ -642,6 +676,7 @@ impl Session {
                     Local::Forward => Pending::Other {
                         fut: fanout::one(args, &live.parts, flavor, live.conn, deadline),
                         deadline: backstop,
+                        idx: 0,
                     },
                     Local::InfoWithKeyspace(text) => Pending::Other {
                         fut: fanout::info_with_keyspace(
@@ -653,12 +688,14 @@ impl Session {
                             deadline,
                         ),
                         deadline: backstop,
+                        idx: 0,
                     },
                 }
             }
             CommandClass::Fanout(kind) => Pending::Other {
                 fut: fanout::call(kind, args, &live.parts, flavor, live.conn, deadline),
                 deadline: backstop,
+                idx: 0,
             },
             CommandClass::Transaction => unreachable!("handled above"),
             CommandClass::Unsupported => {
@@ -695,6 +732,7 @@ impl Session {
                     // The upstream answers at `deadline` with an error naming the shard; this
                     // is only a backstop for a request lost on the way.
                     deadline: backstop,
+                    idx: 0,
                 }
             }
         }
@@ -777,6 +815,7 @@ impl Session {
                 first_err.unwrap_or(r)
             }),
             deadline: deadline + op_timeout + BACKSTOP,
+            idx: 0,
         }
     }
 
@@ -860,6 +899,7 @@ impl Session {
                             }
                         }),
                         deadline: deadline + op_timeout + BACKSTOP,
+                        idx: 0,
                     };
                 }
                 let mut before = Vec::new();

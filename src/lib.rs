@@ -15,10 +15,12 @@
 //! - `local`: commands the proxy answers itself;
 //! - `stats`: per-worker counters.
 
+pub mod admin;
 pub mod bootstrap;
 pub mod conn;
 pub mod fanout;
 pub mod local;
+pub mod metrics;
 pub mod stack;
 pub mod stats;
 pub mod tx;
@@ -130,6 +132,11 @@ impl Server {
     /// The bound address of each listener, in configuration order (resolves port 0).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// Worker threads.
+    pub fn workers(&self) -> usize {
+        self.threads.len()
     }
 
     /// Counters summed over workers.
@@ -336,7 +343,8 @@ impl Worker {
             let mut accepts = Vec::new();
             for (i, (listener, parts)) in listeners.into_iter().zip(all_parts).enumerate() {
                 let stats = Arc::new(ListenerStats::default());
-                self.registry.add(stats.clone());
+                self.registry
+                    .add(&snapshot.config.listeners[i].name, stats.clone());
                 let slot = Arc::new(ListenerSlot::new(parts));
                 slots.push(slot.clone());
                 let ctx = Arc::new(ListenerCtx {

@@ -495,6 +495,41 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
         ));
     }
     info_filters(&mut s, ctx, listener, &wants);
+    // Not in the default sections (as in Redis): only when named, or with all / everything.
+    let named = |name: &str| {
+        args[1..].iter().any(|a| {
+            let a = lower(a);
+            a == name.as_bytes() || matches!(&a[..], b"all" | b"everything")
+        })
+    };
+    if named("commandstats") || named("latencystats") {
+        let cmds = ctx.registry.command_totals(Some(&listener.name));
+        if named("commandstats") {
+            s.push_str("# Commandstats\r\n");
+            for c in &cmds {
+                s.push_str(&format!(
+                    "cmdstat_{}:calls={},usec={},usec_per_call={:.2},rejected_calls=0,failed_calls={}\r\n",
+                    c.name,
+                    c.calls,
+                    c.usec,
+                    c.usec as f64 / c.calls.max(1) as f64,
+                    c.failed
+                ));
+            }
+        }
+        if named("latencystats") {
+            s.push_str("# Latencystats\r\n");
+            for c in &cmds {
+                s.push_str(&format!(
+                    "latency_percentiles_usec_{}:p50={:.3},p99={:.3},p99.9={:.3}\r\n",
+                    c.name,
+                    c.percentile_us(0.5) as f64,
+                    c.percentile_us(0.99) as f64,
+                    c.percentile_us(0.999) as f64
+                ));
+            }
+        }
+    }
     if wants("keyspace") {
         return Local::InfoWithKeyspace(s);
     }

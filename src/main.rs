@@ -37,6 +37,13 @@ struct Args {
     /// sessions still open after this many seconds are closed (Envoy's `--drain-time-s`).
     #[arg(long, default_value_t = 5.0)]
     drain_time_s: f64,
+    /// Serve the admin endpoint (/metrics, /stats, /ready, /healthz) on this address, e.g.
+    /// 127.0.0.1:9901. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<std::net::SocketAddr>,
+    /// Let --admin bind a non-loopback address (the admin endpoint has no authentication).
+    #[arg(long)]
+    admin_allow_non_loopback: bool,
 }
 
 fn main() -> ExitCode {
@@ -169,6 +176,17 @@ async fn run(
         }
     };
     let _ = handle.set(server.config_handle());
+    let _admin = match args.admin {
+        Some(addr) => match respway::admin::start(addr, args.admin_allow_non_loopback, &server) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                eprintln!("respway: --admin: {e}");
+                server.shutdown();
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
     if !xds_started {
         // Static resources are served first; xDS updates (if configured) follow.
         start_xds(None);

@@ -44,6 +44,8 @@ pub struct ListenerStats {
     pub output_limit_closes: Counter,
     /// Failed AUTH attempts.
     pub auth_failures: Counter,
+    /// Per-command calls, errors and latency.
+    pub cmds: crate::metrics::CommandStats,
 }
 
 /// One worker's mirror and hot-key counters for one listener.
@@ -53,7 +55,8 @@ pub type FilterStats = (Arc<MirrorStats>, Arc<HotKeyStats>);
 /// worker starts and when someone reads the totals, never per request.
 #[derive(Debug, Default)]
 pub struct Registry {
-    workers: Mutex<Vec<Arc<ListenerStats>>>,
+    /// Per worker and listener: the listener's name and its counters.
+    workers: Mutex<Vec<(String, Arc<ListenerStats>)>>,
     /// Keyed by (worker, listener); replaced on every config change.
     filters: Mutex<HashMap<(usize, usize), FilterStats>>,
     /// Each worker's upstream counters.
@@ -97,12 +100,42 @@ pub struct Totals {
 }
 
 impl Registry {
-    /// Registers a worker's counters.
-    pub fn add(&self, s: Arc<ListenerStats>) {
+    /// Registers a worker's counters for the listener `name`.
+    pub fn add(&self, name: &str, s: Arc<ListenerStats>) {
         self.workers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(s);
+            .push((name.to_string(), s));
+    }
+
+    /// Per-command counters summed over workers (and over listeners, or of one), in command
+    /// table order; commands never seen are left out.
+    pub fn command_totals(&self, listener: Option<&str>) -> Vec<crate::metrics::CmdTotals> {
+        let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut into = vec![None; crate::metrics::CommandStats::slots()];
+        for (name, s) in w.iter() {
+            if listener.is_none_or(|l| l == name) {
+                s.cmds.add_into(&mut into);
+            }
+        }
+        into.into_iter().flatten().collect()
+    }
+
+    /// The listeners' names, once each, in registration order.
+    pub fn listener_names(&self) -> Vec<String> {
+        let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<String> = Vec::new();
+        for (name, _) in w.iter() {
+            if !out.contains(name) {
+                out.push(name.clone());
+            }
+        }
+        out
+    }
+
+    /// Counters of one listener summed over workers.
+    pub fn listener_totals(&self, listener: &str) -> Totals {
+        self.sum(Some(listener))
     }
 
     /// Registers the mirror and hot-key counters of (worker, listener) for the current
@@ -155,9 +188,13 @@ impl Registry {
 
     /// Sums every worker's counters.
     pub fn totals(&self) -> Totals {
+        self.sum(None)
+    }
+
+    fn sum(&self, listener: Option<&str>) -> Totals {
         let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         let mut t = Totals::default();
-        for s in w.iter() {
+        for (_, s) in w.iter().filter(|(n, _)| listener.is_none_or(|l| l == n)) {
             t.commands += s.commands.get();
             t.connections += s.connections.get();
             t.active += s.active.load(Ordering::Relaxed);

@@ -1,0 +1,499 @@
+//! The sidecar's admin HTTP endpoint (HTTP/1.1, hyper), like Envoy's admin: on its own
+//! address, loopback unless explicitly allowed, served by a thread of its own so that it
+//! never runs on a worker.
+//!
+//! - `GET /metrics`: Prometheus text format (`respway_*`).
+//! - `GET /stats`: per listener and command, calls, errors and latency percentiles
+//!   (p50/p90/p99/p99.9/p99.99/max), human-readable.
+//! - `GET /healthz`: 200 while the process serves.
+//! - `GET /ready`: 200 when a configuration is applied and, for every cluster a listener
+//!   routes to, every shard's primary answers a `PING` (any reply but `-LOADING`) within
+//!   500 ms; else 503 naming the unreachable shards. Probed at each request.
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use respway_filters::model::Role;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::metrics::{bucket_upper_us, BUCKETS};
+use crate::stats::Registry;
+use crate::ConfigHandle;
+
+/// How long `/ready` waits for each primary's `PING`.
+const READY_PROBE: Duration = Duration::from_millis(500);
+
+/// A running admin endpoint; dropping it stops it.
+#[derive(Debug)]
+pub struct Admin {
+    addr: SocketAddr,
+    stop: Option<watch::Sender<bool>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Admin {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Admin {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(true);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[derive(Clone)]
+struct State {
+    registry: Arc<Registry>,
+    config: ConfigHandle,
+    workers: usize,
+}
+
+/// Starts the admin endpoint on `addr`.
+///
+/// # Errors
+/// A non-loopback `addr` without `allow_non_loopback` (the admin endpoint has no
+/// authentication), or a bind failure; both name the address.
+pub fn start(
+    addr: SocketAddr,
+    allow_non_loopback: bool,
+    server: &crate::Server,
+) -> io::Result<Admin> {
+    if !addr.ip().is_loopback() && !allow_non_loopback {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "admin address {addr} is not loopback: the admin endpoint has no \
+                 authentication; pass --admin-allow-non-loopback to bind it anyway"
+            ),
+        ));
+    }
+    let std_listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| io::Error::new(e.kind(), format!("admin address {addr}: {e}")))?;
+    std_listener.set_nonblocking(true)?;
+    let bound = std_listener.local_addr()?;
+    let state = State {
+        registry: server.registry().clone(),
+        config: server.config_handle(),
+        workers: server.workers(),
+    };
+    let (stop, stop_rx) = watch::channel(false);
+    let thread = std::thread::Builder::new()
+        .name("respway-admin".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "admin runtime");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                match TcpListener::from_std(std_listener) {
+                    Ok(l) => serve(l, state, stop_rx).await,
+                    Err(e) => tracing::error!(error = %e, "admin listener"),
+                }
+            });
+        })?;
+    tracing::info!(address = %bound, "admin endpoint listening");
+    Ok(Admin {
+        addr: bound,
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+async fn serve(listener: TcpListener, state: State, mut stop: watch::Receiver<bool>) {
+    loop {
+        let (stream, _) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let state = state.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| handle(state.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.changed() => {}
+            }
+        });
+    }
+}
+
+fn text(status: StatusCode, content_type: &str, body: String) -> hyper::Response<Full<Bytes>> {
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_default()
+}
+
+async fn handle(
+    state: State,
+    req: hyper::Request<Incoming>,
+) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
+    let plain = "text/plain; charset=utf-8";
+    Ok(match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => text(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics(&state),
+        ),
+        (&Method::GET, "/stats") => text(StatusCode::OK, plain, stats(&state)),
+        (&Method::GET, "/healthz") => text(StatusCode::OK, plain, "ok\n".into()),
+        (&Method::GET, "/ready") => {
+            let down = unreachable_primaries(&state).await;
+            if down.is_empty() {
+                text(StatusCode::OK, plain, "ready\n".into())
+            } else {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    plain,
+                    format!("not ready: no reachable primary for {}\n", down.join(", ")),
+                )
+            }
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            plain,
+            "not found; try /metrics, /stats, /ready, /healthz\n".into(),
+        ),
+    })
+}
+
+/// `cluster/shard` of every shard (of a routed cluster) whose primary does not answer.
+async fn unreachable_primaries(state: &State) -> Vec<String> {
+    let snap = state.config.current();
+    let mut probes = Vec::new();
+    let mut seen = Vec::new();
+    for routing in &snap.routings {
+        for c in routing.routed_clusters() {
+            if seen.contains(&c) {
+                continue;
+            }
+            seen.push(c);
+            let Some(cluster) = snap.config.clusters.get(c) else {
+                continue;
+            };
+            for shard in &cluster.shards {
+                let primary = shard
+                    .endpoints
+                    .iter()
+                    .find(|e| e.role == Role::Primary)
+                    .or(shard.endpoints.first());
+                let name = format!("{}/{}", cluster.name, shard.name);
+                let addr = primary.map(|e| e.address);
+                probes.push(async move {
+                    match addr {
+                        Some(a) if ping(a).await => None,
+                        _ => Some(name),
+                    }
+                });
+            }
+        }
+    }
+    futures_util::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// True when `addr` answers a `PING` with anything but `-LOADING` within [`READY_PROBE`].
+async fn ping(addr: SocketAddr) -> bool {
+    let attempt = async {
+        let mut s = TcpStream::connect(addr).await.ok()?;
+        s.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).await.ok()?;
+        (n > 0 && !buf[..n].starts_with(b"-LOADING")).then_some(())
+    };
+    matches!(
+        tokio::time::timeout(READY_PROBE, attempt).await,
+        Ok(Some(()))
+    )
+}
+
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The Prometheus text exposition.
+fn metrics(state: &State) -> String {
+    let r = &state.registry;
+    let mut o = String::with_capacity(16 * 1024);
+    let family = |o: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    family(&mut o, "respway_build_info", "gauge", "The running build.");
+    let _ = writeln!(
+        o,
+        "respway_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    family(
+        &mut o,
+        "respway_config_version",
+        "gauge",
+        "Version of the configuration being served (1 = the first applied).",
+    );
+    let _ = writeln!(
+        o,
+        "respway_config_version {}",
+        state.config.current().version
+    );
+    family(&mut o, "respway_workers", "gauge", "Worker threads.");
+    let _ = writeln!(o, "respway_workers {}", state.workers);
+    let listeners = r.listener_names();
+    let per_listener: Vec<(String, crate::stats::Totals)> = listeners
+        .iter()
+        .map(|l| (l.clone(), r.listener_totals(l)))
+        .collect();
+    type Get = fn(&crate::stats::Totals) -> u64;
+    let simple: [(&str, &str, &str, Get); 7] = [
+        (
+            "respway_downstream_connections_active",
+            "gauge",
+            "Client connections open.",
+            |t| t.active,
+        ),
+        (
+            "respway_downstream_connections_total",
+            "counter",
+            "Client connections accepted.",
+            |t| t.connections,
+        ),
+        (
+            "respway_protocol_errors_total",
+            "counter",
+            "Client streams closed for a RESP protocol error.",
+            |t| t.protocol_errors,
+        ),
+        (
+            "respway_unsupported_commands_total",
+            "counter",
+            "Commands refused as not supported.",
+            |t| t.unsupported,
+        ),
+        (
+            "respway_session_timeouts_total",
+            "counter",
+            "Commands the session answered with a timeout itself.",
+            |t| t.timeouts,
+        ),
+        (
+            "respway_client_output_buffer_limit_disconnections_total",
+            "counter",
+            "Clients disconnected for holding too many reply bytes.",
+            |t| t.output_limit_closes,
+        ),
+        (
+            "respway_auth_failures_total",
+            "counter",
+            "Failed AUTH attempts.",
+            |t| t.auth_failures,
+        ),
+    ];
+    for (name, kind, help, get) in simple {
+        family(&mut o, name, kind, help);
+        for (l, t) in &per_listener {
+            let _ = writeln!(o, "{name}{{listener=\"{}\"}} {}", label(l), get(t));
+        }
+    }
+    let per_cmd: Vec<(String, Vec<crate::metrics::CmdTotals>)> = listeners
+        .iter()
+        .map(|l| (l.clone(), r.command_totals(Some(l))))
+        .collect();
+    family(
+        &mut o,
+        "respway_commands_total",
+        "counter",
+        "Commands answered, by top-level command (unknown names as `other`).",
+    );
+    for (l, cmds) in &per_cmd {
+        for c in cmds {
+            let _ = writeln!(
+                o,
+                "respway_commands_total{{listener=\"{}\",command=\"{}\"}} {}",
+                label(l),
+                c.name,
+                c.calls
+            );
+        }
+    }
+    family(
+        &mut o,
+        "respway_command_errors_total",
+        "counter",
+        "Commands answered with an error reply.",
+    );
+    for (l, cmds) in &per_cmd {
+        for c in cmds {
+            let _ = writeln!(
+                o,
+                "respway_command_errors_total{{listener=\"{}\",command=\"{}\"}} {}",
+                label(l),
+                c.name,
+                c.failed
+            );
+        }
+    }
+    family(
+        &mut o,
+        "respway_command_duration_seconds",
+        "histogram",
+        "Time from dispatch to reply ready (respway plus upstream).",
+    );
+    // Buckets from 16 µs to about 2 s: four per power of two.
+    let bounds: Vec<usize> = (0..BUCKETS - 1)
+        .filter(|&i| (15..=2_200_000).contains(&bucket_upper_us(i)))
+        .collect();
+    for (l, cmds) in &per_cmd {
+        let l = label(l);
+        for c in cmds {
+            let mut cum = 0;
+            let mut next = 0;
+            for &i in &bounds {
+                while next <= i {
+                    cum += c.hist[next];
+                    next += 1;
+                }
+                let le = (bucket_upper_us(i) + 1) as f64 / 1e6;
+                let _ = writeln!(o, "respway_command_duration_seconds_bucket{{listener=\"{l}\",command=\"{}\",le=\"{le}\"}} {cum}", c.name);
+            }
+            let total: u64 = c.hist.iter().sum();
+            let _ = writeln!(o, "respway_command_duration_seconds_bucket{{listener=\"{l}\",command=\"{}\",le=\"+Inf\"}} {total}", c.name);
+            let _ = writeln!(
+                o,
+                "respway_command_duration_seconds_sum{{listener=\"{l}\",command=\"{}\"}} {}",
+                c.name,
+                c.usec as f64 / 1e6
+            );
+            let _ = writeln!(
+                o,
+                "respway_command_duration_seconds_count{{listener=\"{l}\",command=\"{}\"}} {total}",
+                c.name
+            );
+        }
+    }
+    let u = r.upstream_totals();
+    family(
+        &mut o,
+        "respway_upstream_errors_total",
+        "counter",
+        "Upstream request failures by kind.",
+    );
+    for (kind, n) in &u.errors {
+        let _ = writeln!(
+            o,
+            "respway_upstream_errors_total{{kind=\"{}\"}} {n}",
+            kind.name()
+        );
+    }
+    let up: [(&str, &str, u64); 4] = [
+        (
+            "respway_upstream_connects_total",
+            "Upstream connections opened (first connects and reconnects).",
+            u.connects,
+        ),
+        (
+            "respway_upstream_connect_failures_total",
+            "Failed upstream connect attempts.",
+            u.connect_failures,
+        ),
+        (
+            "respway_upstream_stuck_connections_total",
+            "Upstream connections replaced because requests on them stopped being answered.",
+            u.stuck,
+        ),
+        (
+            "respway_upstream_protocol_errors_total",
+            "Upstream connections closed because the peer broke the protocol.",
+            u.protocol_errors,
+        ),
+    ];
+    for (name, help, v) in up {
+        family(&mut o, name, "counter", help);
+        let _ = writeln!(o, "{name} {v}");
+    }
+    o
+}
+
+/// `/stats`: one table per listener.
+fn stats(state: &State) -> String {
+    let r = &state.registry;
+    let mut o = String::new();
+    for l in r.listener_names() {
+        let t = r.listener_totals(&l);
+        let _ = writeln!(
+            o,
+            "listener {l}: connections {} open, {} accepted; {} commands",
+            t.active, t.connections, t.commands
+        );
+        let _ = writeln!(
+            o,
+            "{:<16} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "command",
+            "calls",
+            "errors",
+            "p50_us",
+            "p90_us",
+            "p99_us",
+            "p999_us",
+            "p9999_us",
+            "max_us"
+        );
+        for c in r.command_totals(Some(&l)) {
+            let _ = writeln!(
+                o,
+                "{:<16} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                c.name,
+                c.calls,
+                c.failed,
+                c.percentile_us(0.5),
+                c.percentile_us(0.9),
+                c.percentile_us(0.99),
+                c.percentile_us(0.999),
+                c.percentile_us(0.9999),
+                c.max_us()
+            );
+        }
+        o.push('\n');
+    }
+    o
+}

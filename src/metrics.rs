@@ -1,0 +1,221 @@
+//! Per-command counters and latency histograms, one set per worker and listener (written only
+//! by that worker's sessions: relaxed atomics on cache lines no other worker touches), summed
+//! when someone reads them (`INFO commandstats` / `latencystats`, the admin endpoint's
+//! `/metrics` and `/stats`).
+//!
+//! Latency is measured from when the session dispatched the command to when its reply was
+//! ready to write (time in respway plus time upstream); a command answered by the proxy itself
+//! counts 0 µs. Histograms are log-linear: four buckets per power of two of microseconds
+//! (each at most 25% wide, so a percentile read from them is within 25% of the exact value),
+//! from 1 µs to about 60 s (slower ones all count in the last). A command's set is allocated the first time it is seen.
+//!
+//! Commands are counted by their top-level name (`client`, not `client|setname`), as the
+//! command table knows them; a name the table does not know is counted as `other`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use respway_filters::command::{self, CommandInfo};
+
+/// Buckets per histogram.
+pub const BUCKETS: usize = 100;
+
+/// The bucket of a latency in microseconds.
+#[inline]
+pub fn bucket(us: u64) -> usize {
+    if us < 4 {
+        return us as usize;
+    }
+    let e = 63 - us.leading_zeros() as usize; // >= 2
+    let sub = ((us >> (e - 2)) & 3) as usize;
+    ((e - 2) * 4 + sub + 4).min(BUCKETS - 1)
+}
+
+/// The largest latency (µs) bucket `i` holds (the last bucket holds everything above).
+pub fn bucket_upper_us(i: usize) -> u64 {
+    if i < 4 {
+        return i as u64;
+    }
+    let e = (i - 4) / 4 + 2;
+    let sub = ((i - 4) % 4) as u64;
+    ((4 + sub) << (e - 2)) + (1u64 << (e - 2)) - 1
+}
+
+/// One command's counters on one worker.
+#[derive(Debug)]
+pub struct CmdStat {
+    calls: AtomicU64,
+    failed: AtomicU64,
+    usec: AtomicU64,
+    hist: [AtomicU64; BUCKETS],
+}
+
+impl Default for CmdStat {
+    fn default() -> Self {
+        CmdStat {
+            calls: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            usec: AtomicU64::new(0),
+            hist: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// A command's counters summed over workers.
+#[derive(Debug, Clone)]
+pub struct CmdTotals {
+    /// Lowercase command name (`other` for names the table does not know).
+    pub name: &'static str,
+    /// Commands answered.
+    pub calls: u64,
+    /// Of which answered with an error.
+    pub failed: u64,
+    /// Sum of latencies, µs.
+    pub usec: u64,
+    /// Latency histogram ([`bucket`]).
+    pub hist: Vec<u64>,
+}
+
+impl CmdTotals {
+    /// The latency (µs, a bucket's upper bound) below which `q` (0..=1) of the calls were.
+    pub fn percentile_us(&self, q: f64) -> u64 {
+        let total: u64 = self.hist.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let want = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, &n) in self.hist.iter().enumerate() {
+            seen += n;
+            if seen >= want {
+                return bucket_upper_us(i);
+            }
+        }
+        bucket_upper_us(BUCKETS - 1)
+    }
+
+    /// The largest latency bucket with a call in it (upper bound, µs).
+    pub fn max_us(&self) -> u64 {
+        self.hist
+            .iter()
+            .rposition(|&n| n > 0)
+            .map_or(0, bucket_upper_us)
+    }
+}
+
+/// One worker's per-command counters for one listener.
+#[derive(Debug)]
+pub struct CommandStats {
+    /// Indexed by the command's position in [`command::all`]; the last slot is `other`.
+    per: Box<[OnceLock<Box<CmdStat>>]>,
+}
+
+impl Default for CommandStats {
+    fn default() -> Self {
+        CommandStats {
+            per: (0..=command::all().len())
+                .map(|_| OnceLock::new())
+                .collect(),
+        }
+    }
+}
+
+/// The index under which `top` (a top-level command, or `None` for an unknown name) counts.
+#[inline]
+pub fn index_of(top: Option<&'static CommandInfo>) -> u16 {
+    let all = command::all();
+    let other = all.len() as u16;
+    let Some(c) = top else { return other };
+    let base = all.as_ptr() as usize;
+    let at = c as *const CommandInfo as usize;
+    let size = std::mem::size_of::<CommandInfo>();
+    if at < base || at >= base + std::mem::size_of_val(all) {
+        return other;
+    }
+    ((at - base) / size) as u16
+}
+
+impl CommandStats {
+    /// Counts one answered command.
+    #[inline]
+    pub fn record(&self, index: u16, us: u64, failed: bool) {
+        let Some(slot) = self.per.get(usize::from(index)) else {
+            return;
+        };
+        let s = slot.get_or_init(Box::default);
+        s.calls.fetch_add(1, Ordering::Relaxed);
+        s.usec.fetch_add(us, Ordering::Relaxed);
+        if failed {
+            s.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        s.hist[bucket(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds this worker's counters into `into` (indexed like `per`).
+    pub fn add_into(&self, into: &mut [Option<CmdTotals>]) {
+        let all = command::all();
+        for (i, slot) in self.per.iter().enumerate() {
+            let Some(s) = slot.get() else { continue };
+            let t = into[i].get_or_insert_with(|| CmdTotals {
+                name: all.get(i).map_or("other", |c| c.name),
+                calls: 0,
+                failed: 0,
+                usec: 0,
+                hist: vec![0; BUCKETS],
+            });
+            t.calls += s.calls.load(Ordering::Relaxed);
+            t.failed += s.failed.load(Ordering::Relaxed);
+            t.usec += s.usec.load(Ordering::Relaxed);
+            for (h, a) in t.hist.iter_mut().zip(&s.hist) {
+                *h += a.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Slots, for [`add_into`](Self::add_into).
+    pub fn slots() -> usize {
+        command::all().len() + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_ordered_contiguous_and_at_most_a_quarter_wide() {
+        let mut prev = None;
+        for i in 0..BUCKETS - 1 {
+            let hi = bucket_upper_us(i);
+            let lo = prev.map_or(0, |p: u64| p + 1);
+            assert_eq!(bucket(lo), i, "low end of {i}");
+            assert_eq!(bucket(hi), i, "high end of {i}");
+            if lo >= 4 {
+                assert!((hi - lo + 1) * 4 <= lo, "bucket {i} [{lo}, {hi}] too wide");
+            }
+            prev = Some(hi);
+        }
+        assert!(bucket_upper_us(BUCKETS - 2) > 50_000_000);
+        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn percentiles_come_from_the_histogram() {
+        let s = CommandStats::default();
+        let get = index_of(command::lookup(b"get"));
+        for _ in 0..990 {
+            s.record(get, 100, false);
+        }
+        for _ in 0..10 {
+            s.record(get, 5000, true);
+        }
+        let mut t = vec![None; CommandStats::slots()];
+        s.add_into(&mut t);
+        let g = t[usize::from(get)].clone().expect("get counted");
+        assert_eq!((g.name, g.calls, g.failed), ("get", 1000, 10));
+        assert!((100..=125).contains(&g.percentile_us(0.5)));
+        assert!((100..=125).contains(&g.percentile_us(0.99)));
+        assert!((5000..=6250).contains(&g.percentile_us(0.999)));
+        assert_eq!(index_of(None) as usize, command::all().len());
+    }
+}

@@ -1,0 +1,287 @@
+//! The admin endpoint: /metrics parsed by an independent Prometheus text parser and scraped
+//! by a real Prometheus server, INFO commandstats / latencystats, /stats, /ready following
+//! the shards, /healthz, and the loopback rule.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// `GET path` over HTTP/1.0: (status, body).
+fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect admin");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_string())
+}
+
+fn with_admin(yaml: &str) -> (Respway, respway::admin::Admin) {
+    let rw = respway(yaml, 2);
+    let admin = respway::admin::start(
+        "127.0.0.1:0".parse().unwrap(),
+        false,
+        rw.server.as_ref().expect("server"),
+    )
+    .expect("admin");
+    (rw, admin)
+}
+
+fn three_shards() -> (Vec<Proc>, Vec<SocketAddr>) {
+    let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let addrs = shards.iter().map(|p| p.addr).collect();
+    (shards, addrs)
+}
+
+/// Drives `n` GETs and `n` SETs and one failing command per 100, over a few connections.
+fn drive(addr: SocketAddr, n: usize) {
+    let mut c = RespConn::connect(addr);
+    for i in 0..n {
+        let k = format!("k{i}");
+        assert_eq!(c.call(&["SET", &k, "v"]), Resp::Simple("OK".into()));
+        assert_eq!(c.call(&["GET", &k]), Resp::bulk("v"));
+        if i % 100 == 0 {
+            assert!(c.call(&["INCR", &k]).is_error());
+        }
+    }
+}
+
+fn sample<'a>(
+    scrape: &'a prometheus_parse::Scrape,
+    metric: &str,
+    labels: &[(&str, &str)],
+) -> Vec<&'a prometheus_parse::Sample> {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .collect()
+}
+
+fn counter(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    match sample(scrape, metric, labels).first().map(|s| &s.value) {
+        Some(prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v)) => *v,
+        Some(prometheus_parse::Value::Untyped(v)) => *v,
+        other => panic!("{metric} {labels:?}: {other:?}"),
+    }
+}
+
+/// /metrics parses with an independent parser and counts exactly the commands the test ran,
+/// per command, with errors and a histogram whose count is the calls; INFO commandstats
+/// agrees.
+#[test]
+fn metrics_count_the_load_per_command() {
+    let (_shards, addrs) = three_shards();
+    let (rw, admin) = with_admin(&sharded_yaml(&addrs, "{ policy: maglev }", true));
+    drive(rw.addr, 500);
+    let (status, body) = http_get(admin.local_addr(), "/metrics");
+    assert_eq!(status, 200);
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text");
+    let l = ("listener", "main");
+    assert_eq!(
+        counter(&scrape, "respway_commands_total", &[l, ("command", "get")]),
+        500.0
+    );
+    assert_eq!(
+        counter(&scrape, "respway_commands_total", &[l, ("command", "set")]),
+        500.0
+    );
+    assert_eq!(
+        counter(&scrape, "respway_commands_total", &[l, ("command", "incr")]),
+        5.0
+    );
+    assert_eq!(
+        counter(
+            &scrape,
+            "respway_command_errors_total",
+            &[l, ("command", "incr")]
+        ),
+        5.0
+    );
+    assert_eq!(
+        counter(
+            &scrape,
+            "respway_command_errors_total",
+            &[l, ("command", "get")]
+        ),
+        0.0
+    );
+    let hist = sample(
+        &scrape,
+        "respway_command_duration_seconds",
+        &[l, ("command", "get")],
+    );
+    match hist.first().map(|s| &s.value) {
+        Some(prometheus_parse::Value::Histogram(buckets)) => {
+            let inf = buckets.last().expect("buckets");
+            assert!(inf.less_than.is_infinite());
+            assert_eq!(inf.count, 500.0);
+            assert!(buckets.len() > 60, "fine buckets: {}", buckets.len());
+            assert!(buckets.windows(2).all(|w| w[0].count <= w[1].count));
+        }
+        other => panic!("histogram: {other:?}"),
+    }
+    assert!(counter(&scrape, "respway_downstream_connections_total", &[l]) >= 1.0);
+    assert_eq!(counter(&scrape, "respway_config_version", &[]), 1.0);
+    let mut c = RespConn::connect(rw.addr);
+    let info = c.call(&["INFO", "commandstats"]).text();
+    assert!(info.contains("cmdstat_get:calls=500,"), "{info}");
+    assert!(
+        info.contains("cmdstat_incr:calls=5,") && info.contains("failed_calls=5"),
+        "{info}"
+    );
+    let lat = c.call(&["INFO", "latencystats"]).text();
+    assert!(lat.contains("latency_percentiles_usec_get:p50="), "{lat}");
+    // The default INFO has neither (as in Redis).
+    assert!(!c.call(&["INFO"]).text().contains("cmdstat_"));
+    let (status, stats) = http_get(admin.local_addr(), "/stats");
+    assert_eq!(status, 200);
+    let get = stats
+        .lines()
+        .find(|l| l.starts_with("get "))
+        .expect("get row");
+    assert_eq!(get.split_whitespace().nth(1), Some("500"), "{stats}");
+    assert_eq!(http_get(admin.local_addr(), "/healthz").0, 200);
+    assert_eq!(http_get(admin.local_addr(), "/nope").0, 404);
+}
+
+/// /ready is 503 naming the shard while a shard's primary is down, 200 when it is back.
+#[test]
+fn ready_follows_the_shards() {
+    let (mut shards, addrs) = three_shards();
+    let (_rw, admin) = with_admin(&sharded_yaml(&addrs, "{ policy: maglev }", true));
+    assert_eq!(
+        http_get(admin.local_addr(), "/ready"),
+        (200, "ready\n".into())
+    );
+    let port = addrs[1].port();
+    shards[1].kill();
+    let (status, body) = http_get(admin.local_addr(), "/ready");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("main/s1"), "{body}");
+    shards[1] = redis_on(port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while http_get(admin.local_addr(), "/ready").0 != 200 {
+        assert!(Instant::now() < deadline, "not ready again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A non-loopback admin address is refused unless explicitly allowed.
+#[test]
+fn admin_refuses_a_non_loopback_address() {
+    let shard = redis();
+    let rw = respway(&sharded_yaml(&[shard.addr], "{ policy: maglev }", true), 1);
+    let err = respway::admin::start(
+        "0.0.0.0:0".parse().unwrap(),
+        false,
+        rw.server.as_ref().expect("server"),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("is not loopback"), "{err}");
+    assert!(
+        err.to_string().contains("--admin-allow-non-loopback"),
+        "{err}"
+    );
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Prometheus's answer to an instant query: the first result's value.
+fn prom_query(prom: SocketAddr, q: &str) -> Option<f64> {
+    let (status, body) = http_get(prom, &format!("/api/v1/query?query={}", url_encode(q)));
+    if status != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let r = v["data"]["result"].as_array()?.first()?;
+    r["value"][1].as_str()?.parse().ok()
+}
+
+/// A real Prometheus server scrapes /metrics: it finds the per-command counter the test drove
+/// and a p99 from the histogram equal (within a bucket) to respway's own.
+#[test]
+fn prometheus_scrapes_respway() {
+    assert!(
+        have("prometheus"),
+        "prometheus is not installed (apt-get install prometheus; .ci/run does)"
+    );
+    let (_shards, addrs) = three_shards();
+    let (rw, admin) = with_admin(&sharded_yaml(&addrs, "{ policy: maglev }", true));
+    drive(rw.addr, 2000);
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("respway-prom-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("prometheus.yml");
+    std::fs::write(
+        &conf,
+        format!(
+            "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\nscrape_configs:\n  - job_name: respway\n    static_configs: [ {{ targets: [\"{}\"] }} ]\n",
+            admin.local_addr()
+        ),
+    )
+    .unwrap();
+    let _prom = Spawn::new("prometheus")
+        .on_port(port)
+        .arg(format!("--config.file={}", conf.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .start();
+    let prom = loopback(port);
+    let q = "respway_commands_total{job=\"respway\",command=\"get\"}";
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        if prom_query(prom, q) == Some(2000.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never saw 2000 GETs: {:?}",
+            prom_query(prom, q)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let p99 = prom_query(
+        prom,
+        "histogram_quantile(0.99, sum by (le) (respway_command_duration_seconds_bucket{command=\"get\"}))",
+    )
+    .expect("p99 from Prometheus");
+    let (_, stats) = http_get(admin.local_addr(), "/stats");
+    let row: Vec<&str> = stats
+        .lines()
+        .find(|l| l.starts_with("get "))
+        .expect("get row")
+        .split_whitespace()
+        .collect();
+    let ours_us: f64 = row[5].parse().expect("p99_us");
+    let theirs_us = p99 * 1e6;
+    // Prometheus interpolates inside the bucket whose upper bound respway reports.
+    assert!(
+        theirs_us <= ours_us + 1.0 && theirs_us >= ours_us * 0.75 - 1.0,
+        "Prometheus p99 {theirs_us} µs, respway's {ours_us} µs"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
