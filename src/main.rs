@@ -2,6 +2,7 @@
 //! Parses arguments, loads the configuration (a static file, the embedded default, or a
 //! bootstrap with an xDS management server), starts the workers and waits for signals.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
@@ -12,9 +13,26 @@ use respway::bootstrap::Bootstrap;
 use respway::ConfigHandle;
 use respway_filters::model::Config;
 
+/// `--version`: the package version and the git commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RESPWAY_GIT_COMMIT"),
+    ")"
+);
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// One human-readable line per event (colours only when stderr is a terminal).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 /// A Redis data plane: speak RESP to it, and it spreads keys over many Redis shards.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version = VERSION)]
 struct Args {
     /// Static configuration (YAML). Without it (and without --bootstrap): listen on
     /// 127.0.0.1:6380, one upstream at 127.0.0.1:6379. SIGHUP reloads it.
@@ -44,17 +62,34 @@ struct Args {
     /// Let --admin bind a non-loopback address (the admin endpoint has no authentication).
     #[arg(long)]
     admin_allow_non_loopback: bool,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter
+    /// (`info,respway::upstream=debug`); RUST_LOG, when set, takes precedence.
+    #[arg(long, default_value = "info")]
+    log_level: String,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log_level));
+    let filter = match filter {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("respway: --log-level {}: {e}", args.log_level);
+            return ExitCode::from(2);
+        }
+    };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => fmt.with_ansi(ansi).init(),
+        LogFormat::Json => fmt.json().with_ansi(false).init(),
+    }
     let bootstrap = match &args.bootstrap {
         Some(path) => match Bootstrap::load(path) {
             Ok(b) => Some(b),
@@ -81,6 +116,32 @@ fn main() -> ExitCode {
         .clone()
         .or_else(|| bootstrap.as_ref().and_then(|b| b.zone.clone()));
     if args.check {
+        match &static_config {
+            Some(c) => {
+                let endpoints: usize = c
+                    .clusters
+                    .iter()
+                    .flat_map(|c| &c.shards)
+                    .map(|s| s.endpoints.len())
+                    .sum();
+                let n = |k: usize, one: &str, many: &str| {
+                    format!("{k} {}", if k == 1 { one } else { many })
+                };
+                let _ = writeln!(
+                    std::io::stdout().lock(),
+                    "config OK: {}, {}, {}",
+                    n(c.listeners.len(), "listener", "listeners"),
+                    n(c.clusters.len(), "cluster", "clusters"),
+                    n(endpoints, "endpoint", "endpoints")
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    std::io::stdout().lock(),
+                    "bootstrap OK: resources come from the xDS management server"
+                );
+            }
+        }
         return ExitCode::SUCCESS;
     }
     let workers = args.workers.unwrap_or_else(|| {

@@ -1,0 +1,105 @@
+//! The binary's command line: `--version` with the commit, `--check`'s summary, log formats
+//! (JSON lines; no ANSI colour when stderr is not a terminal), `--admin` and its loopback rule.
+
+mod support;
+
+use std::process::Command;
+
+use support::*;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_respway"))
+}
+
+#[test]
+fn version_names_the_commit() {
+    let out = bin().arg("--version").output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.starts_with(&format!("respway {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_prints_a_one_line_summary() {
+    let (a, b) = (redis(), redis());
+    let dir = std::env::temp_dir().join(format!("respway-cli-{}", free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.yaml");
+    std::fs::write(
+        &path,
+        sharded_yaml(&[a.addr, b.addr], "{ policy: maglev }", true),
+    )
+    .unwrap();
+    let out = bin()
+        .arg("--config")
+        .arg(&path)
+        .arg("--check")
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "config OK: 1 listener, 1 cluster, 2 endpoints\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn json_logs_are_one_object_per_line_without_colour() {
+    let shard = redis();
+    let admin = free_port();
+    let admin_arg = format!("127.0.0.1:{admin}");
+    let rw = respway_process(
+        &sharded_yaml(&[shard.addr], "{ policy: maglev }", true),
+        &["--log-format", "json", "--admin", &admin_arg],
+    );
+    wait_port(loopback(admin), "admin");
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(c.call(&["PING"]), Resp::Simple("PONG".into()));
+    let log = rw.log();
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escapes in a log that is not a terminal: {log}"
+    );
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.iter().any(|l| l.contains("listening")), "{log}");
+    assert!(
+        lines.iter().any(|l| l.contains("admin endpoint listening")),
+        "{log}"
+    );
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{l}");
+    }
+}
+
+#[test]
+fn a_non_loopback_admin_address_is_refused_by_name() {
+    let shard = redis();
+    let dir = std::env::temp_dir().join(format!("respway-cli-{}", free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.yaml");
+    let yaml = sharded_yaml(&[shard.addr], "{ policy: maglev }", true)
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{}", free_port()));
+    std::fs::write(&path, yaml).unwrap();
+    let out = bin()
+        .arg("--config")
+        .arg(&path)
+        .args(["--admin", "0.0.0.0:0", "--workers", "1"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--admin: admin address 0.0.0.0:0 is not loopback"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
