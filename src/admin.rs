@@ -5,6 +5,8 @@
 //! - `GET /metrics`: Prometheus text format (`respway_*`).
 //! - `GET /stats`: per listener and command, calls, errors and latency percentiles
 //!   (p50/p90/p99/p99.9/p99.99/max), human-readable.
+//! - `GET /hotkeys`: the hottest keys per cluster (hot-key detection, see
+//!   [`crate::hotkeys`]): `cluster NAME` lines, then `COUNT KEY` lines, hottest first.
 //! - `GET /healthz`: 200 while the process serves.
 //! - `GET /ready`: 200 when a configuration is applied and, for every cluster a listener
 //!   routes to, every shard's primary answers a `PING` (any reply but `-LOADING`) within
@@ -31,6 +33,11 @@ use tokio::sync::watch;
 use crate::metrics::{bucket_upper_us, BUCKETS};
 use crate::stats::Registry;
 use crate::ConfigHandle;
+
+/// Keys per cluster `/hotkeys` lists.
+const HOTKEYS_SHOWN: usize = 16;
+/// Keys per cluster exported as metrics.
+const HOTKEYS_METRICS: usize = 5;
 
 /// How long `/ready` waits for each primary's `PING`.
 const READY_PROBE: Duration = Duration::from_millis(500);
@@ -174,6 +181,16 @@ async fn handle(
         ),
         (&Method::GET, "/stats") => text(StatusCode::OK, plain, stats(&state)),
         (&Method::GET, "/healthz") => text(StatusCode::OK, plain, "ok\n".into()),
+        (&Method::GET, "/hotkeys") => {
+            let mut o = String::new();
+            for (cluster, keys) in state.registry.hot_keys(None, HOTKEYS_SHOWN) {
+                let _ = writeln!(o, "cluster {cluster}");
+                for (k, n) in keys {
+                    let _ = writeln!(o, "{n} {}", crate::hotkeys::quote(&k));
+                }
+            }
+            text(StatusCode::OK, plain, o)
+        }
         (&Method::GET, "/ready") => {
             let down = unreachable_primaries(&state).await;
             if down.is_empty() {
@@ -189,7 +206,7 @@ async fn handle(
         _ => text(
             StatusCode::NOT_FOUND,
             plain,
-            "not found; try /metrics, /stats, /ready, /healthz\n".into(),
+            "not found; try /metrics, /stats, /hotkeys, /ready, /healthz\n".into(),
         ),
     })
 }
@@ -408,6 +425,22 @@ fn metrics(state: &State) -> String {
                 o,
                 "respway_command_duration_seconds_count{{listener=\"{l}\",command=\"{}\"}} {total}",
                 c.name
+            );
+        }
+    }
+    family(
+        &mut o,
+        "respway_hot_key_requests",
+        "gauge",
+        "Estimated requests of the hottest keys per cluster over the last one to two minutes (hot-key detection).",
+    );
+    for (cluster, keys) in r.hot_keys(None, HOTKEYS_METRICS) {
+        for (k, n) in keys {
+            let _ = writeln!(
+                o,
+                "respway_hot_key_requests{{cluster=\"{}\",key=\"{}\"}} {n}",
+                label(&cluster),
+                label(&String::from_utf8_lossy(&k))
             );
         }
     }

@@ -721,6 +721,11 @@ impl Session {
                     )));
                 }
                 let key = self.keys.first().copied();
+                if let Some(k) = key {
+                    if ctx.stats.hot.take() {
+                        self.sample_hot_key(&args[k], live, ctx);
+                    }
+                }
                 let mut req = Request::new(cmd, args, key);
                 req.deadline = Some(deadline.into_std());
                 req.flavor = flavor;
@@ -734,6 +739,20 @@ impl Session {
                     deadline: backstop,
                     idx: 0,
                 }
+            }
+        }
+    }
+
+    /// Counts a sampled key for hot-key detection, under the cluster it routes to (as
+    /// forwarded, without a removed prefix).
+    #[cold]
+    fn sample_hot_key(&self, key: &[u8], live: &Live, ctx: &ListenerCtx) {
+        let routing = &live.parts.routing;
+        if let Some(m) = routing.route(key) {
+            if let Some(c) = routing.clusters.get(m.cluster) {
+                ctx.stats
+                    .hot
+                    .record(&c.name, &key[m.strip.min(key.len())..]);
             }
         }
     }

@@ -19,6 +19,7 @@ pub mod admin;
 pub mod bootstrap;
 pub mod conn;
 pub mod fanout;
+pub mod hotkeys;
 pub mod local;
 pub mod metrics;
 pub mod stack;
@@ -50,6 +51,17 @@ use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints, UpstreamStats};
 pub struct Options {
     /// Worker threads (Envoy's `--concurrency`).
     pub workers: usize,
+    /// Hot-key detection takes one key in this many (0: off).
+    pub hot_key_sample: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            workers: 1,
+            hot_key_sample: hotkeys::DEFAULT_SAMPLE,
+        }
+    }
 }
 
 /// One validated, compiled configuration.
@@ -248,6 +260,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
             stop: stop_rx.clone(),
             pools: HashMap::new(),
             upstream_stats: Arc::new(UpstreamStats::default()),
+            hot_key_sample: opts.hot_key_sample,
         };
         registry.add_upstream(worker.upstream_stats.clone());
         let t = std::thread::Builder::new()
@@ -303,6 +316,8 @@ struct Worker {
     pools: HashMap<PoolKey, EndpointHandle>,
     /// This worker's upstream counters (kept across config changes).
     upstream_stats: Arc<UpstreamStats>,
+    /// Hot-key sampling.
+    hot_key_sample: u64,
 }
 
 impl Worker {
@@ -342,7 +357,10 @@ impl Worker {
             let mut ctxs = Vec::new();
             let mut accepts = Vec::new();
             for (i, (listener, parts)) in listeners.into_iter().zip(all_parts).enumerate() {
-                let stats = Arc::new(ListenerStats::default());
+                let stats = Arc::new(ListenerStats {
+                    hot: hotkeys::Tracker::new(self.hot_key_sample),
+                    ..Default::default()
+                });
                 self.registry
                     .add(&snapshot.config.listeners[i].name, stats.clone());
                 let slot = Arc::new(ListenerSlot::new(parts));

@@ -30,6 +30,65 @@ enum LogFormat {
     Json,
 }
 
+/// Tools that talk to a running respway.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Prints the hottest keys of a running respway (its `/hotkeys`), like
+    /// `redis-cli --hotkeys`.
+    Hotkeys {
+        /// The running respway's --admin address.
+        #[arg(long)]
+        admin: std::net::SocketAddr,
+    },
+}
+
+/// Fetches `/hotkeys` from `admin` and prints it as redis-cli `--hotkeys` does.
+fn hotkeys(admin: std::net::SocketAddr) -> ExitCode {
+    use std::io::Read as _;
+    let fetch = || -> std::io::Result<String> {
+        let mut s = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(5))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        write!(s, "GET /hotkeys HTTP/1.0\r\nHost: {admin}\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    };
+    let body = match fetch() {
+        Ok(r) => match r.split_once("\r\n\r\n") {
+            Some((head, body))
+                if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") =>
+            {
+                body.to_string()
+            }
+            _ => {
+                eprintln!(
+                    "respway hotkeys: {admin}: unexpected answer: {}",
+                    r.lines().next().unwrap_or("")
+                );
+                return ExitCode::from(1);
+            }
+        },
+        Err(e) => {
+            eprintln!("respway hotkeys: {admin}: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "\n# Hot keys reported by respway's hot-key detection ({admin}).\n"
+    );
+    let _ = writeln!(out, "-------- summary -------\n");
+    for line in body.lines() {
+        if let Some(c) = line.strip_prefix("cluster ") {
+            let _ = writeln!(out, "cluster {c}:");
+        } else if let Some((n, key)) = line.split_once(' ') {
+            let _ = writeln!(out, "hot key found with counter: {n}\tkeyname: {key}");
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 /// A Redis data plane: speak RESP to it, and it spreads keys over many Redis shards.
 #[derive(Debug, Parser)]
 #[command(version = VERSION)]
@@ -62,6 +121,11 @@ struct Args {
     /// Let --admin bind a non-loopback address (the admin endpoint has no authentication).
     #[arg(long)]
     admin_allow_non_loopback: bool,
+    /// Hot-key detection takes one key in this many (0 turns it off); see /hotkeys.
+    #[arg(long, default_value_t = respway::hotkeys::DEFAULT_SAMPLE)]
+    hot_key_sample: u64,
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Log line format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -73,6 +137,9 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Hotkeys { admin }) = args.command {
+        return hotkeys(admin);
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log_level));
     let filter = match filter {
@@ -229,7 +296,13 @@ async fn run(
             }
         }
     };
-    let server = match respway::start(config, respway::Options { workers }) {
+    let server = match respway::start(
+        config,
+        respway::Options {
+            workers,
+            hot_key_sample: args.hot_key_sample,
+        },
+    ) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("respway: {e}");

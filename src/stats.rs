@@ -46,6 +46,8 @@ pub struct ListenerStats {
     pub auth_failures: Counter,
     /// Per-command calls, errors and latency.
     pub cmds: crate::metrics::CommandStats,
+    /// Hot-key detection.
+    pub hot: crate::hotkeys::Tracker,
 }
 
 /// One worker's mirror and hot-key counters for one listener.
@@ -119,6 +121,23 @@ impl Registry {
             }
         }
         into.into_iter().flatten().collect()
+    }
+
+    /// The hottest keys per cluster (of one listener, or all), hottest first, at most `n`
+    /// per cluster.
+    pub fn hot_keys(
+        &self,
+        listener: Option<&str>,
+        n: usize,
+    ) -> Vec<(String, Vec<(bytes::Bytes, u64)>)> {
+        let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut merged = HashMap::new();
+        for (name, s) in w.iter() {
+            if listener.is_none_or(|l| l == name) {
+                s.hot.add_into(&mut merged);
+            }
+        }
+        crate::hotkeys::top(merged, n)
     }
 
     /// The listeners' names, once each, in registration order.

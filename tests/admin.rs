@@ -285,3 +285,101 @@ fn prometheus_scrapes_respway() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Hot-key detection finds the 10 hottest keys of a zipf(1.2) workload over 100,000 keys, at
+/// /hotkeys, in /metrics, and through `respway hotkeys --admin`.
+#[test]
+fn hot_key_detection_finds_the_zipf_heads() {
+    use rand::{Rng, SeedableRng};
+    let (_shards, addrs) = three_shards();
+    let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
+    let resources = respway_xds::parse_yaml(&yaml).expect("yaml");
+    let config = respway_xds::translate(&resources).expect("config");
+    let server = respway::start(
+        config,
+        respway::Options {
+            workers: 2,
+            hot_key_sample: 4,
+        },
+    )
+    .expect("start");
+    let addr = server.local_addrs()[0];
+    let admin =
+        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, &server).expect("admin");
+    // Zipf(1.2) over 100,000 keys; rank r is key `z:{r * 7919 % 100000}` so the hot keys are
+    // spread over the key space, not the first names.
+    let n = 100_000usize;
+    let mut cdf = Vec::with_capacity(n);
+    let mut sum = 0.0;
+    for r in 1..=n {
+        sum += 1.0 / (r as f64).powf(1.2);
+        cdf.push(sum);
+    }
+    let name = |r: usize| format!("z:{}", r * 7919 % n);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let cdf = cdf.clone();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(t);
+            std::thread::spawn(move || {
+                let mut c = RespConn::connect(addr);
+                for _ in 0..50 {
+                    let cmds: Vec<Vec<String>> = (0..1000)
+                        .map(|_| {
+                            let u = rng.random::<f64>() * sum;
+                            let r = cdf.partition_point(|&c| c < u) + 1;
+                            vec!["GET".to_string(), format!("z:{}", r * 7919 % n)]
+                        })
+                        .collect();
+                    c.send_pipeline(&cmds);
+                    for _ in 0..cmds.len() {
+                        c.read().expect("reply");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("load");
+    }
+    let (status, body) = http_get(admin.local_addr(), "/hotkeys");
+    assert_eq!(status, 200);
+    let found: Vec<String> = body
+        .lines()
+        .skip_while(|l| !l.starts_with("cluster main"))
+        .skip(1)
+        .take(10)
+        .map(|l| {
+            l.split_once(' ')
+                .expect("COUNT KEY")
+                .1
+                .trim_matches('"')
+                .to_string()
+        })
+        .collect();
+    let mut want: Vec<String> = (1..=10).map(name).collect();
+    let mut got = found.clone();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "/hotkeys:\n{body}");
+    let (_, metrics) = http_get(admin.local_addr(), "/metrics");
+    assert!(
+        metrics.contains(&format!(
+            "respway_hot_key_requests{{cluster=\"main\",key=\"{}\"}}",
+            name(1)
+        )),
+        "the hottest key in /metrics"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
+        .args(["hotkeys", "--admin", &admin.local_addr().to_string()])
+        .output()
+        .expect("respway hotkeys");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("hot key found with counter: ")
+            && text.contains(&format!("keyname: \"{}\"", name(1))),
+        "{text}"
+    );
+    drop(admin);
+    server.shutdown();
+}

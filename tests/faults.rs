@@ -641,8 +641,7 @@ fn a_bind_failure_names_the_listener_and_address() {
     // it; the std listener does not, so binding fails.
     let resources = respway_xds::parse_yaml(&yaml).unwrap();
     let config = respway_xds::translate(&resources).unwrap();
-    let err =
-        respway::start(config, respway::Options { workers: 1 }).expect_err("the port is taken");
+    let err = respway::start(config, respway::Options::default()).expect_err("the port is taken");
     let text = err.to_string();
     assert!(
         text.contains("listener \"edge\"") && text.contains(&addr.to_string()),

@@ -69,7 +69,14 @@ pub fn respway_in_zone(yaml: &str, workers: usize, zone: Option<&str>) -> Respwa
     if let Some(z) = zone {
         config.zone = Some(z.to_string());
     }
-    let server = respway::start(config, respway::Options { workers }).expect("respway start");
+    let server = respway::start(
+        config,
+        respway::Options {
+            workers,
+            ..Default::default()
+        },
+    )
+    .expect("respway start");
     let addr = server.local_addrs()[0];
     Respway {
         server: Some(server),

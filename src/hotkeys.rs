@@ -1,0 +1,220 @@
+//! Hot-key detection: the hottest keys per cluster over a sliding window, in bounded memory.
+//!
+//! One [`Tracker`] per worker and listener. A session offers every key it dispatches; one in
+//! `sample` is taken (a relaxed counter of the worker's own; `sample` 0 turns detection
+//! off). A taken key is counted in a count-min sketch of its cluster (4 rows of 4,096
+//! counters: an estimate exceeds the true count by at most about 0.07% of the window's
+//! samples, with high probability) and enters the cluster's top-[`TOP`] list when its estimate
+//! beats the list's smallest. Windows last [`WINDOW`]; a report adds the current window to
+//! the previous one, so it always covers one to two windows. Memory per cluster and worker:
+//! 64 KiB of counters and [`TOP`] keys.
+//!
+//! The sampled path takes the worker's own mutex (with `try_lock`: a key offered while a
+//! report reads the tracker is skipped), never a lock shared across workers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+/// Keys kept per cluster and worker.
+pub const TOP: usize = 32;
+/// Length of a window.
+pub const WINDOW: Duration = Duration::from_secs(60);
+const DEPTH: usize = 4;
+const WIDTH: usize = 4096;
+const SEEDS: [u64; DEPTH] = [
+    0x9e37_79b9_7f4a_7c15,
+    0xc2b2_ae3d_27d4_eb4f,
+    0x1656_67b1_9e37_79f9,
+    0x27d4_eb2f_1656_67c5,
+];
+
+/// One worker's hot-key tracker for one listener.
+#[derive(Debug)]
+pub struct Tracker {
+    sample: u64,
+    tick: AtomicU64,
+    inner: Mutex<HashMap<String, Cluster>>,
+}
+
+#[derive(Debug)]
+struct Cluster {
+    sketch: Vec<u32>,
+    top: Vec<(Bytes, u32)>,
+    previous: Vec<(Bytes, u32)>,
+    started: Instant,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        Cluster {
+            sketch: vec![0; DEPTH * WIDTH],
+            top: Vec::with_capacity(TOP),
+            previous: Vec::new(),
+            started: Instant::now(),
+        }
+    }
+
+    fn count(&mut self, key: &[u8], now: Instant) {
+        if now.duration_since(self.started) >= WINDOW {
+            self.previous = std::mem::take(&mut self.top);
+            self.sketch.iter_mut().for_each(|c| *c = 0);
+            self.started = now;
+        }
+        let mut est = u32::MAX;
+        for (row, seed) in SEEDS.iter().enumerate() {
+            let h = xxhash_rust::xxh64::xxh64(key, *seed) as usize % WIDTH;
+            let c = &mut self.sketch[row * WIDTH + h];
+            *c = c.saturating_add(1);
+            est = est.min(*c);
+        }
+        if let Some(e) = self.top.iter_mut().find(|(k, _)| k[..] == *key) {
+            e.1 = est;
+            return;
+        }
+        if self.top.len() < TOP {
+            self.top.push((Bytes::copy_from_slice(key), est));
+            return;
+        }
+        if let Some(min) = self.top.iter_mut().min_by_key(|(_, c)| *c) {
+            if est > min.1 {
+                *min = (Bytes::copy_from_slice(key), est);
+            }
+        }
+    }
+}
+
+/// Keys taken by default: one in this many.
+pub const DEFAULT_SAMPLE: u64 = 16;
+
+impl Default for Tracker {
+    fn default() -> Self {
+        Tracker::new(DEFAULT_SAMPLE)
+    }
+}
+
+impl Tracker {
+    /// A tracker taking one key in `sample` (0: none).
+    pub fn new(sample: u64) -> Tracker {
+        Tracker {
+            sample,
+            tick: AtomicU64::new(0),
+            inner: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// True when the next offered key is to be counted (call [`record`](Self::record)).
+    #[inline]
+    pub fn take(&self) -> bool {
+        self.sample != 0
+            && self
+                .tick
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(self.sample)
+    }
+
+    /// Counts `key` of `cluster` (a sampled one).
+    pub fn record(&self, cluster: &str, key: &[u8]) {
+        let Ok(mut m) = self.inner.try_lock() else {
+            return;
+        };
+        let now = Instant::now();
+        match m.get_mut(cluster) {
+            Some(c) => c.count(key, now),
+            None => {
+                let mut c = Cluster::new();
+                c.count(key, now);
+                m.insert(cluster.to_string(), c);
+            }
+        }
+    }
+
+    /// Adds this worker's estimates (current + previous window, scaled by the sampling) into
+    /// `into`: cluster → key → requests.
+    pub fn add_into(&self, into: &mut HashMap<String, HashMap<Bytes, u64>>) {
+        let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, c) in m.iter() {
+            let keys = into.entry(name.to_string()).or_default();
+            for (k, n) in c.top.iter().chain(&c.previous) {
+                *keys.entry(k.clone()).or_default() += u64::from(*n) * self.sample;
+            }
+        }
+    }
+}
+
+/// The hottest keys of each cluster, hottest first: `(cluster, [(key, requests)])`, at most
+/// `n` per cluster, clusters by name.
+pub fn top(
+    merged: HashMap<String, HashMap<Bytes, u64>>,
+    n: usize,
+) -> Vec<(String, Vec<(Bytes, u64)>)> {
+    let mut out: Vec<(String, Vec<(Bytes, u64)>)> = merged
+        .into_iter()
+        .map(|(c, keys)| {
+            let mut v: Vec<(Bytes, u64)> = keys.into_iter().collect();
+            v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            v.truncate(n);
+            (c, v)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// A key as redis-cli quotes it: printable ASCII as is, `"` and `\` escaped, other bytes
+/// as `\xHH`.
+pub fn quote(key: &[u8]) -> String {
+    let mut s = String::with_capacity(key.len() + 2);
+    s.push('"');
+    for &b in key {
+        match b {
+            b'"' => s.push_str("\\\""),
+            b'\\' => s.push_str("\\\\"),
+            0x20..=0x7e => s.push(b as char),
+            _ => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    s.push('"');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_heaviest_keys_in_bounded_memory() {
+        let t = Tracker::new(1);
+        let c = "main";
+        // 20 heavy keys among 50,000 light ones.
+        for round in 0..200 {
+            for h in 0..20 {
+                for _ in 0..(20 - h) {
+                    t.record(c, format!("heavy{h}").as_bytes());
+                }
+            }
+            for l in 0..250 {
+                t.record(c, format!("light{}", round * 250 + l).as_bytes());
+            }
+        }
+        let mut m = HashMap::new();
+        t.add_into(&mut m);
+        let top = top(m, 10);
+        let keys: Vec<String> = top[0]
+            .1
+            .iter()
+            .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        let want: Vec<String> = (0..10).map(|h| format!("heavy{h}")).collect();
+        assert_eq!(keys, want);
+        assert!(t.inner.lock().unwrap()["main"].top.len() <= TOP);
+    }
+
+    #[test]
+    fn quotes_like_redis_cli() {
+        assert_eq!(quote(b"a\"b\\c\x01"), "\"a\\\"b\\\\c\\x01\"");
+    }
+}
