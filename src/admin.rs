@@ -7,6 +7,8 @@
 //!   (p50/p90/p99/p99.9/p99.99/max), human-readable.
 //! - `GET /hotkeys`: the hottest keys per cluster (hot-key detection, see
 //!   [`crate::hotkeys`]): `cluster NAME` lines, then `COUNT KEY` lines, hottest first.
+//! - `GET /slowlog`: the slow log of every listener, newest first: one line per command with
+//!   its id, time, duration, cluster/shard, client, and the command with its first argument.
 //! - `GET /healthz`: 200 while the process serves.
 //! - `GET /ready`: 200 when a configuration is applied and, for every cluster a listener
 //!   routes to, every shard's primary answers a `PING` (any reply but `-LOADING`) within
@@ -181,6 +183,30 @@ async fn handle(
         ),
         (&Method::GET, "/stats") => text(StatusCode::OK, plain, stats(&state)),
         (&Method::GET, "/healthz") => text(StatusCode::OK, plain, "ok\n".into()),
+        (&Method::GET, "/slowlog") => {
+            let mut o = String::new();
+            for l in state.registry.listener_names() {
+                let _ = writeln!(o, "listener {l}");
+                for e in state.registry.slowlog(&l, usize::MAX) {
+                    let args: Vec<String> =
+                        e.args.iter().map(|a| crate::hotkeys::quote(a)).collect();
+                    let _ = writeln!(
+                        o,
+                        "id={} time={} duration_us={} target={} client={} name={} command={}",
+                        e.id,
+                        e.time,
+                        e.duration_us,
+                        e.target.as_deref().unwrap_or("-"),
+                        e.client.map_or("-".to_string(), |a| a.to_string()),
+                        e.name
+                            .as_deref()
+                            .map_or("-".to_string(), crate::hotkeys::quote),
+                        args.join(" ")
+                    );
+                }
+            }
+            text(StatusCode::OK, plain, o)
+        }
         (&Method::GET, "/hotkeys") => {
             let mut o = String::new();
             for (cluster, keys) in state.registry.hot_keys(None, HOTKEYS_SHOWN) {
@@ -206,7 +232,7 @@ async fn handle(
         _ => text(
             StatusCode::NOT_FOUND,
             plain,
-            "not found; try /metrics, /stats, /hotkeys, /ready, /healthz\n".into(),
+            "not found; try /metrics, /stats, /hotkeys, /slowlog, /ready, /healthz\n".into(),
         ),
     })
 }

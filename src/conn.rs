@@ -141,12 +141,16 @@ enum Pending {
         fut: ChainFuture,
         deadline: Instant,
         idx: u16,
+        /// The first argument, for the slow log.
+        first: Option<Bytes>,
     },
     /// Fan-outs, transactions, forwards: a future of its own.
     Other {
         fut: BoxReply,
         deadline: Instant,
         idx: u16,
+        /// The first argument, for the slow log.
+        first: Option<Bytes>,
     },
 }
 
@@ -168,6 +172,7 @@ enum Lane {
 /// each endpoint.
 pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usize) {
     let _ = stream.set_nodelay(true);
+    let peer = stream.peer_addr().ok();
     let mut live = Live::load(&ctx.slot, seq);
     let listener = live.parts.listener.clone();
     let mut s = Session {
@@ -179,7 +184,7 @@ pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usize) {
         pending: VecDeque::new(),
         timer: Box::pin(tokio::time::sleep_until(Instant::now())),
         timer_armed: false,
-        state: SessionState::new(listener.downstream_password.is_none()),
+        state: SessionState::new(listener.downstream_password.is_none(), peer),
         closing: false,
         eof: false,
         draining: false,
@@ -356,10 +361,15 @@ impl Session {
                         }
                         _ => unreachable!("front was Ready"),
                     },
-                    Pending::Other { fut, deadline, idx } => match fut.as_mut().poll(cx) {
+                    Pending::Other {
+                        fut,
+                        deadline,
+                        idx,
+                        first,
+                    } => match fut.as_mut().poll(cx) {
                         Poll::Ready(r) => {
-                            let (deadline, idx) = (*deadline, *idx);
-                            self.record(ctx, live, &mut now, idx, deadline, &r);
+                            let (deadline, idx, first) = (*deadline, *idx, first.take());
+                            self.record(ctx, live, &mut now, idx, deadline, &r, first);
                             self.pending.pop_front();
                             self.waits -= 1;
                             self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
@@ -377,10 +387,15 @@ impl Session {
                             }
                         }
                     },
-                    Pending::Wait { fut, deadline, idx } => match Pin::new(fut).poll(cx) {
+                    Pending::Wait {
+                        fut,
+                        deadline,
+                        idx,
+                        first,
+                    } => match Pin::new(fut).poll(cx) {
                         Poll::Ready(Ok(r)) => {
-                            let (deadline, idx) = (*deadline, *idx);
-                            self.record(ctx, live, &mut now, idx, deadline, &r);
+                            let (deadline, idx, first) = (*deadline, *idx, first.take());
+                            self.record(ctx, live, &mut now, idx, deadline, &r, first);
                             self.pending.pop_front();
                             self.waits -= 1;
                             self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
@@ -471,6 +486,7 @@ impl Session {
 
     /// Counts a reply that came from upstream (or a future): its latency runs from dispatch,
     /// which is `deadline` (the backstop) less the spans added to it there.
+    #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
         ctx: &ListenerCtx,
@@ -479,12 +495,44 @@ impl Session {
         idx: u16,
         backstop: Instant,
         reply: &[u8],
+        first: Option<Bytes>,
     ) {
         let op = live.parts.listener.op_timeout;
         let started = backstop.checked_sub(op + op + BACKSTOP).unwrap_or(backstop);
         let now = *now.get_or_insert_with(Instant::now);
         let us = now.saturating_duration_since(started).as_micros() as u64;
         ctx.stats.cmds.record(idx, us, is_error(reply));
+        if us >= ctx.stats.slow.threshold_us {
+            self.log_slow(ctx, live, idx, us, first);
+        }
+    }
+
+    /// Adds a slow command to the slow log, with the cluster and shard its key routes to.
+    #[cold]
+    fn log_slow(&self, ctx: &ListenerCtx, live: &Live, idx: u16, us: u64, first: Option<Bytes>) {
+        let top = command::all().get(usize::from(idx));
+        let name = top.map_or("other", |c| c.name);
+        let keyed = top.is_some_and(|c| c.keys != command::KeySpec::None);
+        let routing = &live.parts.routing;
+        let target = first.as_ref().filter(|_| keyed).and_then(|k| {
+            let m = routing.route(k)?;
+            let c = routing.clusters.get(m.cluster)?;
+            let shard = c.picker.pick(&k[m.strip.min(k.len())..]);
+            Some(format!(
+                "{}/{}",
+                c.name,
+                c.shards.get(shard).map_or("?", |s| s.name.as_str())
+            ))
+        });
+        ctx.stats.slow.push(crate::slowlog::Entry {
+            id: 0,
+            time: 0,
+            duration_us: us,
+            args: crate::slowlog::kept_args(name, first.as_ref()),
+            client: self.state.peer,
+            name: self.state.name.clone(),
+            target,
+        });
     }
 
     /// Bytes held for this client: replies waiting to be written, replies ready in order, and
@@ -572,6 +620,7 @@ impl Session {
                         return;
                     }
                     ctx.stats.commands.inc();
+                    let first_arg = args.get(1).cloned();
                     let mut p = self.dispatch(cmd, args, live, ctx);
                     let index = metrics::index_of(top);
                     match &mut p {
@@ -579,8 +628,9 @@ impl Session {
                             self.ready_bytes += r.len();
                             ctx.stats.cmds.record(index, 0, is_error(r));
                         }
-                        Pending::Wait { idx, .. } | Pending::Other { idx, .. } => {
+                        Pending::Wait { idx, first, .. } | Pending::Other { idx, first, .. } => {
                             *idx = index;
+                            *first = first_arg;
                             self.waits += 1;
                             self.lane = match lane {
                                 Lane::Dedicated(_) => Lane::Dedicated(self.pins),
@@ -677,6 +727,7 @@ impl Session {
                         fut: fanout::one(args, &live.parts, flavor, live.conn, deadline),
                         deadline: backstop,
                         idx: 0,
+                        first: None,
                     },
                     Local::InfoWithKeyspace(text) => Pending::Other {
                         fut: fanout::info_with_keyspace(
@@ -689,6 +740,7 @@ impl Session {
                         ),
                         deadline: backstop,
                         idx: 0,
+                        first: None,
                     },
                 }
             }
@@ -696,6 +748,7 @@ impl Session {
                 fut: fanout::call(kind, args, &live.parts, flavor, live.conn, deadline),
                 deadline: backstop,
                 idx: 0,
+                first: None,
             },
             CommandClass::Transaction => unreachable!("handled above"),
             CommandClass::Unsupported => {
@@ -738,6 +791,7 @@ impl Session {
                     // is only a backstop for a request lost on the way.
                     deadline: backstop,
                     idx: 0,
+                    first: None,
                 }
             }
         }
@@ -835,6 +889,7 @@ impl Session {
             }),
             deadline: deadline + op_timeout + BACKSTOP,
             idx: 0,
+            first: None,
         }
     }
 
@@ -919,6 +974,7 @@ impl Session {
                         }),
                         deadline: deadline + op_timeout + BACKSTOP,
                         idx: 0,
+                        first: None,
                     };
                 }
                 let mut before = Vec::new();

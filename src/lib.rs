@@ -22,6 +22,7 @@ pub mod fanout;
 pub mod hotkeys;
 pub mod local;
 pub mod metrics;
+pub mod slowlog;
 pub mod stack;
 pub mod stats;
 pub mod tx;
@@ -53,6 +54,10 @@ pub struct Options {
     pub workers: usize,
     /// Hot-key detection takes one key in this many (0: off).
     pub hot_key_sample: u64,
+    /// Commands at least this slow (µs) go to the slow log.
+    pub slowlog_threshold_us: u64,
+    /// Slow-log entries kept per worker and listener.
+    pub slowlog_max_len: usize,
 }
 
 impl Default for Options {
@@ -60,6 +65,8 @@ impl Default for Options {
         Options {
             workers: 1,
             hot_key_sample: hotkeys::DEFAULT_SAMPLE,
+            slowlog_threshold_us: slowlog::DEFAULT_THRESHOLD_US,
+            slowlog_max_len: slowlog::DEFAULT_MAX_LEN,
         }
     }
 }
@@ -261,6 +268,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
             pools: HashMap::new(),
             upstream_stats: Arc::new(UpstreamStats::default()),
             hot_key_sample: opts.hot_key_sample,
+            slowlog: (opts.slowlog_threshold_us, opts.slowlog_max_len),
         };
         registry.add_upstream(worker.upstream_stats.clone());
         let t = std::thread::Builder::new()
@@ -318,6 +326,8 @@ struct Worker {
     upstream_stats: Arc<UpstreamStats>,
     /// Hot-key sampling.
     hot_key_sample: u64,
+    /// Slow-log threshold (µs) and length.
+    slowlog: (u64, usize),
 }
 
 impl Worker {
@@ -359,6 +369,7 @@ impl Worker {
             for (i, (listener, parts)) in listeners.into_iter().zip(all_parts).enumerate() {
                 let stats = Arc::new(ListenerStats {
                     hot: hotkeys::Tracker::new(self.hot_key_sample),
+                    slow: slowlog::SlowLog::new(self.slowlog.0, self.slowlog.1),
                     ..Default::default()
                 });
                 self.registry

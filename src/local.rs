@@ -37,11 +37,13 @@ pub struct SessionState {
     pub db: u8,
     /// `CLIENT SETINFO lib-name` / `lib-ver`.
     pub lib: (Option<Bytes>, Option<Bytes>),
+    /// The client's address.
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 impl SessionState {
     /// State of a new connection.
-    pub fn new(authenticated: bool) -> Self {
+    pub fn new(authenticated: bool, peer: Option<std::net::SocketAddr>) -> Self {
         SessionState {
             authenticated,
             name: None,
@@ -50,6 +52,7 @@ impl SessionState {
             resp3: false,
             db: 0,
             lib: (None, None),
+            peer,
         }
     }
 
@@ -144,6 +147,7 @@ pub fn handle(
             Bytes::from_static(b"+RESET\r\n")
         }
         ProxyCommand::ReadMode => ok(),
+        ProxyCommand::Slowlog => slowlog(args, ctx, listener),
         ProxyCommand::Time => {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -310,6 +314,77 @@ fn hello(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply
             (s("modules"), Frame::Array(vec![])),
         ],
     ))
+}
+
+/// `SLOWLOG GET [count] | LEN | RESET | HELP`, over every worker's log of this listener.
+fn slowlog(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener) -> Reply {
+    let sub = lower(&args[1]);
+    let r = &ctx.registry;
+    match (sub.as_slice(), args.len()) {
+        (b"get", 2 | 3) => {
+            let count = match args.get(2).map(|a| {
+                std::str::from_utf8(a)
+                    .ok()
+                    .and_then(|s| s.parse::<i64>().ok())
+            }) {
+                None => 10,
+                Some(Some(n)) if n >= -1 => n,
+                Some(_) => return error_reply("ERR count should be greater than or equal to -1"),
+            };
+            let n = if count < 0 {
+                usize::MAX
+            } else {
+                count as usize
+            };
+            let frames = r
+                .slowlog(&listener.name, n)
+                .into_iter()
+                .map(|e| {
+                    Frame::Array(vec![
+                        Frame::Integer(e.id as i64),
+                        Frame::Integer(e.time as i64),
+                        Frame::Integer(e.duration_us as i64),
+                        Frame::Array(e.args.into_iter().map(Frame::Bulk).collect()),
+                        Frame::Bulk(Bytes::from(
+                            e.client.map(|a| a.to_string()).unwrap_or_default(),
+                        )),
+                        Frame::Bulk(e.name.unwrap_or_default()),
+                    ])
+                })
+                .collect();
+            encode(&Frame::Array(frames))
+        }
+        (b"len", 2) => {
+            let mut out = BytesMut::with_capacity(24);
+            write_integer(&mut out, b':', r.slowlog_len(&listener.name) as i64);
+            out.freeze()
+        }
+        (b"reset", 2) => {
+            r.slowlog_reset(&listener.name);
+            ok()
+        }
+        (b"help", 2) => encode(&Frame::Array(
+            [
+                "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "GET [<count>]",
+                "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+                "    Entries are made of:",
+                "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+                "    client name",
+                "LEN",
+                "    Return the length of the slowlog.",
+                "RESET",
+                "    Reset the slowlog.",
+            ]
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+        )),
+        _ => error_reply(&format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try SLOWLOG HELP.",
+            String::from_utf8_lossy(&args[1])
+        )),
+    }
 }
 
 /// This client's `CLIENT INFO` / `CLIENT LIST` line (the fields clients and tools read).

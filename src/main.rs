@@ -124,6 +124,13 @@ struct Args {
     /// Hot-key detection takes one key in this many (0 turns it off); see /hotkeys.
     #[arg(long, default_value_t = respway::hotkeys::DEFAULT_SAMPLE)]
     hot_key_sample: u64,
+    /// Commands at least this slow (µs, dispatch to reply) go to the slow log (SLOWLOG GET,
+    /// /slowlog), like Redis's slowlog-log-slower-than.
+    #[arg(long, default_value_t = respway::slowlog::DEFAULT_THRESHOLD_US)]
+    slowlog_threshold_us: u64,
+    /// Slow-log entries kept per worker, like Redis's slowlog-max-len.
+    #[arg(long, default_value_t = respway::slowlog::DEFAULT_MAX_LEN)]
+    slowlog_max_len: usize,
     #[command(subcommand)]
     command: Option<Command>,
     /// Log line format on stderr.
@@ -301,6 +308,8 @@ async fn run(
         respway::Options {
             workers,
             hot_key_sample: args.hot_key_sample,
+            slowlog_threshold_us: args.slowlog_threshold_us,
+            slowlog_max_len: args.slowlog_max_len,
         },
     ) {
         Ok(s) => s,

@@ -48,6 +48,8 @@ pub struct ListenerStats {
     pub cmds: crate::metrics::CommandStats,
     /// Hot-key detection.
     pub hot: crate::hotkeys::Tracker,
+    /// Slow commands.
+    pub slow: crate::slowlog::SlowLog,
 }
 
 /// One worker's mirror and hot-key counters for one listener.
@@ -138,6 +140,35 @@ impl Registry {
             }
         }
         crate::hotkeys::top(merged, n)
+    }
+
+    /// The slow log of `listener` over every worker, newest first, at most `n` entries.
+    pub fn slowlog(&self, listener: &str, n: usize) -> Vec<crate::slowlog::Entry> {
+        let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = Vec::new();
+        for (_, s) in w.iter().filter(|(l, _)| l == listener) {
+            s.slow.add_into(&mut all);
+        }
+        all.sort_by_key(|e| std::cmp::Reverse(e.id));
+        all.truncate(n);
+        all
+    }
+
+    /// Entries in the slow log of `listener` over every worker.
+    pub fn slowlog_len(&self, listener: &str) -> usize {
+        let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        w.iter()
+            .filter(|(l, _)| l == listener)
+            .map(|(_, s)| s.slow.len())
+            .sum()
+    }
+
+    /// Empties the slow log of `listener` on every worker.
+    pub fn slowlog_reset(&self, listener: &str) {
+        let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, s) in w.iter().filter(|(l, _)| l == listener) {
+            s.slow.reset();
+        }
     }
 
     /// The listeners' names, once each, in registration order.

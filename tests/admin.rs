@@ -300,6 +300,7 @@ fn hot_key_detection_finds_the_zipf_heads() {
         respway::Options {
             workers: 2,
             hot_key_sample: 4,
+            ..Default::default()
         },
     )
     .expect("start");
@@ -379,6 +380,70 @@ fn hot_key_detection_finds_the_zipf_heads() {
         text.contains("hot key found with counter: ")
             && text.contains(&format!("keyname: \"{}\"", name(1))),
         "{text}"
+    );
+    drop(admin);
+    server.shutdown();
+}
+
+/// A command held up by its shard (`CLIENT PAUSE` sent to the shard directly) is in
+/// `SLOWLOG GET` in Redis's format and in /slowlog with its cluster and shard; fast ones
+/// are not; SLOWLOG LEN and RESET work.
+#[test]
+fn slow_log_names_the_shard_of_a_slow_command() {
+    let (_shards, addrs) = three_shards();
+    let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
+    let resources = respway_xds::parse_yaml(&yaml).expect("yaml");
+    let config = respway_xds::translate(&resources).expect("config");
+    let server = respway::start(
+        config,
+        respway::Options {
+            slowlog_threshold_us: 100_000,
+            ..Default::default()
+        },
+    )
+    .expect("start");
+    let addr = server.local_addrs()[0];
+    let admin =
+        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, &server).expect("admin");
+    let mut c = RespConn::connect(addr);
+    c.call(&["CLIENT", "SETNAME", "slowpoke"]);
+    assert_eq!(c.call(&["SET", "slow:key", "v"]), Resp::Simple("OK".into()));
+    let shard = (0..3)
+        .find(|&i| RespConn::connect(addrs[i]).call(&["EXISTS", "slow:key"]) == Resp::Int(1))
+        .expect("key on a shard");
+    // The shard holds every client's commands for 300 ms.
+    assert_eq!(
+        RespConn::connect(addrs[shard]).call(&["CLIENT", "PAUSE", "300", "ALL"]),
+        Resp::Simple("OK".into())
+    );
+    assert_eq!(c.call(&["GET", "slow:key"]), Resp::bulk("v"));
+    let Resp::Array(Some(entries)) = c.call(&["SLOWLOG", "GET"]) else {
+        panic!("SLOWLOG GET is an array");
+    };
+    assert_eq!(entries.len(), 1, "only the slow GET: {entries:?}");
+    let Resp::Array(Some(e)) = &entries[0] else {
+        panic!("entry")
+    };
+    assert_eq!(e.len(), 6, "Redis's six fields");
+    let Resp::Int(us) = e[2] else {
+        panic!("duration")
+    };
+    assert!(us >= 200_000, "{us} µs");
+    assert_eq!(
+        e[3],
+        Resp::Array(Some(vec![Resp::bulk("GET"), Resp::bulk("slow:key")]))
+    );
+    assert_eq!(e[5], Resp::bulk("slowpoke"));
+    let (_, body) = http_get(admin.local_addr(), "/slowlog");
+    assert!(body.contains(&format!("target=main/s{shard} ")), "{body}");
+    assert!(body.contains("command=\"GET\" \"slow:key\""), "{body}");
+    assert_eq!(c.call(&["SLOWLOG", "LEN"]), Resp::Int(1));
+    assert_eq!(c.call(&["SLOWLOG", "RESET"]), Resp::Simple("OK".into()));
+    assert_eq!(c.call(&["SLOWLOG", "LEN"]), Resp::Int(0));
+    // AUTH's arguments are never kept.
+    assert_eq!(
+        respway::slowlog::kept_args("auth", Some(&bytes::Bytes::from_static(b"secret"))),
+        vec![bytes::Bytes::from_static(b"AUTH")]
     );
     drop(admin);
     server.shutdown();

@@ -95,6 +95,7 @@ PROXY = {
     "reset": "Reset",
     "readonly": "ReadMode",
     "readwrite": "ReadMode",
+    "slowlog": "Slowlog",
 }
 
 TRANSACTION = {"multi", "exec", "discard", "watch", "unwatch"}
@@ -520,6 +521,7 @@ PROXY_PHRASE = {
     "ReadMode": "accepted, no effect",
     "Info": "answered locally: proxy sections + `# Keyspace` summed over the shards' primaries",
     "Command": "forwarded to the first primary of the catch-all cluster (Redis's own reply)",
+    "Slowlog": "answered locally: respway's slow log (GET [count], LEN, RESET, HELP), merged over workers",
 }
 
 SPLIT_PHRASE = {

@@ -2540,7 +2540,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // slowlog: no keys
+    // slowlog: answered by the proxy
     CommandInfo {
         name: "slowlog",
         arity: -2,
@@ -2549,7 +2549,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Slowlog),
         subcommands: &SUB_SLOWLOG,
     },
     // smembers: one key
@@ -5134,7 +5134,7 @@ static SUB_SCRIPT: [CommandInfo; 6] = [
 
 /// Subcommands of `SLOWLOG`, sorted by name.
 static SUB_SLOWLOG: [CommandInfo; 4] = [
-    // slowlog|get: `admin` flag
+    // slowlog|get: answered by the proxy
     CommandInfo {
         name: "slowlog|get",
         arity: -2,
@@ -5143,10 +5143,10 @@ static SUB_SLOWLOG: [CommandInfo; 4] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Slowlog),
         subcommands: &[],
     },
-    // slowlog|help: no keys
+    // slowlog|help: answered by the proxy
     CommandInfo {
         name: "slowlog|help",
         arity: 2,
@@ -5155,10 +5155,10 @@ static SUB_SLOWLOG: [CommandInfo; 4] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Slowlog),
         subcommands: &[],
     },
-    // slowlog|len: `admin` flag
+    // slowlog|len: answered by the proxy
     CommandInfo {
         name: "slowlog|len",
         arity: 2,
@@ -5167,10 +5167,10 @@ static SUB_SLOWLOG: [CommandInfo; 4] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Slowlog),
         subcommands: &[],
     },
-    // slowlog|reset: `admin` flag
+    // slowlog|reset: answered by the proxy
     CommandInfo {
         name: "slowlog|reset",
         arity: 2,
@@ -5179,7 +5179,7 @@ static SUB_SLOWLOG: [CommandInfo; 4] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Slowlog),
         subcommands: &[],
     },
 ];

@@ -1,0 +1,131 @@
+//! The slow log: commands slower than a threshold, per worker and listener in a bounded ring,
+//! merged (newest first) when read by `SLOWLOG GET` or the admin endpoint's `/slowlog`.
+//!
+//! An entry holds when the command finished, how long it took (dispatch to reply ready:
+//! respway plus upstream), the command and its first argument — truncated to
+//! [`MAX_ARG`] bytes; nothing of `AUTH`, `HELLO` or `MIGRATE` is kept — the client's address
+//! and name, and the cluster and shard its key routes to. Only slow commands take the ring's
+//! lock (the worker's own).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+/// Bytes of an argument kept (Redis keeps 128 characters).
+pub const MAX_ARG: usize = 128;
+/// Default threshold, µs (Redis's `slowlog-log-slower-than`).
+pub const DEFAULT_THRESHOLD_US: u64 = 10_000;
+/// Default entries kept per worker and listener (Redis's `slowlog-max-len`).
+pub const DEFAULT_MAX_LEN: usize = 128;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// One slow command.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Increasing over the process.
+    pub id: u64,
+    /// Unix time (s) it finished.
+    pub time: u64,
+    /// Duration, µs.
+    pub duration_us: u64,
+    /// The command name and its first argument (truncated).
+    pub args: Vec<Bytes>,
+    /// The client's address.
+    pub client: Option<SocketAddr>,
+    /// The client's name (`CLIENT SETNAME`).
+    pub name: Option<Bytes>,
+    /// `cluster/shard` the command's key routes to, if it has one.
+    pub target: Option<String>,
+}
+
+/// One worker's slow log for one listener.
+#[derive(Debug)]
+pub struct SlowLog {
+    /// Commands at least this slow are logged (µs; `u64::MAX` = off).
+    pub threshold_us: u64,
+    max_len: usize,
+    ring: Mutex<VecDeque<Entry>>,
+}
+
+impl Default for SlowLog {
+    fn default() -> Self {
+        SlowLog::new(DEFAULT_THRESHOLD_US, DEFAULT_MAX_LEN)
+    }
+}
+
+impl SlowLog {
+    /// A log of commands of at least `threshold_us`, keeping `max_len`.
+    pub fn new(threshold_us: u64, max_len: usize) -> SlowLog {
+        SlowLog {
+            threshold_us,
+            max_len,
+            ring: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Adds an entry (the id and time are filled in here).
+    #[cold]
+    pub fn push(&self, mut e: Entry) {
+        if self.max_len == 0 {
+            return;
+        }
+        e.id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        e.time = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut r = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        if r.len() == self.max_len {
+            r.pop_front();
+        }
+        r.push_back(e);
+    }
+
+    /// Appends every entry to `into`.
+    pub fn add_into(&self, into: &mut Vec<Entry>) {
+        into.extend(
+            self.ring
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+    }
+
+    /// Entries kept.
+    pub fn len(&self) -> usize {
+        self.ring.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// True when nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets every entry.
+    pub fn reset(&self) {
+        self.ring.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+/// The arguments an entry keeps for `name` (lowercase) and its first argument.
+pub fn kept_args(name: &str, first: Option<&Bytes>) -> Vec<Bytes> {
+    let mut v = vec![Bytes::copy_from_slice(name.to_ascii_uppercase().as_bytes())];
+    if matches!(name, "auth" | "hello" | "migrate") {
+        return v;
+    }
+    if let Some(a) = first {
+        if a.len() > MAX_ARG {
+            let mut t = a[..MAX_ARG].to_vec();
+            t.extend_from_slice(format!("... ({} more bytes)", a.len() - MAX_ARG).as_bytes());
+            v.push(Bytes::from(t));
+        } else {
+            v.push(a.clone());
+        }
+    }
+    v
+}
