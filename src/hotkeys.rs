@@ -109,11 +109,13 @@ impl Tracker {
     /// True when the next offered key is to be counted (call [`record`](Self::record)).
     #[inline]
     pub fn take(&self) -> bool {
-        self.sample != 0
-            && self
-                .tick
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(self.sample)
+        if self.sample == 0 {
+            return false;
+        }
+        // One worker writes the tick (see `stats::bump`).
+        let t = self.tick.load(Ordering::Relaxed);
+        self.tick.store(t.wrapping_add(1), Ordering::Relaxed);
+        t.is_multiple_of(self.sample)
     }
 
     /// Counts `key` of `cluster` (a sampled one).

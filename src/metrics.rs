@@ -17,6 +17,8 @@ use std::sync::OnceLock;
 
 use respway_filters::command::{self, CommandInfo};
 
+use crate::stats::bump;
+
 /// Buckets per histogram.
 pub const BUCKETS: usize = 100;
 
@@ -143,12 +145,13 @@ impl CommandStats {
             return;
         };
         let s = slot.get_or_init(Box::default);
-        s.calls.fetch_add(1, Ordering::Relaxed);
-        s.usec.fetch_add(us, Ordering::Relaxed);
+        // One worker writes these (see `stats::bump`).
+        bump(&s.calls, 1);
+        bump(&s.usec, us);
         if failed {
-            s.failed.fetch_add(1, Ordering::Relaxed);
+            bump(&s.failed, 1);
         }
-        s.hist[bucket(us)].fetch_add(1, Ordering::Relaxed);
+        bump(&s.hist[bucket(us)], 1);
     }
 
     /// Adds this worker's counters into `into` (indexed like `per`).

@@ -10,14 +10,22 @@ use respway_filters::mirror::MirrorStats;
 
 use crate::upstream::{ErrorKind, UpstreamStats};
 
+/// Adds `n` to a counter that only one thread writes (a worker's own): a plain load and
+/// store, not a locked read-modify-write, since no other writer can interleave; readers on
+/// other threads see the value a little late, never a torn or lost one.
+#[inline]
+pub fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
 /// A monotonically increasing counter, written by one worker.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    /// Adds one.
+    /// Adds one (see [`bump`]).
     pub fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        bump(&self.0, 1);
     }
     /// Current value.
     pub fn get(&self) -> u64 {
