@@ -10,6 +10,9 @@
 //! - `GET /slowlog`: the slow log of every listener, newest first: one line per command with
 //!   its id, time, duration, cluster/shard, client, and the command with its first argument.
 //! - `GET /healthz`: 200 while the process serves.
+//! - `POST /logging?level=LEVEL`: changes the log filter (`debug`, `info,respway=trace`, ...)
+//!   when the process gave a way to ([`Hooks`]).
+//! - `POST /drain`: drains and stops the process as SIGTERM does, when it gave a way to.
 //! - `GET /ready`: 200 when a configuration is applied and, for every cluster a listener
 //!   routes to, every shard's primary answers a `PING` (any reply but `-LOADING`) within
 //!   500 ms; else 503 naming the unreachable shards. Probed at each request.
@@ -70,11 +73,33 @@ impl Drop for Admin {
     }
 }
 
+/// Sets the log filter; an error names what is wrong with it.
+pub type SetLogLevel = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// What the admin endpoint may do to the process beyond reading it (set by the binary).
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// Sets the log filter; an error names what is wrong with it.
+    pub set_log_level: Option<SetLogLevel>,
+    /// Starts draining, as SIGTERM does.
+    pub drain: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("set_log_level", &self.set_log_level.is_some())
+            .field("drain", &self.drain.is_some())
+            .finish()
+    }
+}
+
 #[derive(Clone)]
 struct State {
     registry: Arc<Registry>,
     config: ConfigHandle,
     workers: usize,
+    hooks: Hooks,
 }
 
 /// Starts the admin endpoint on `addr`.
@@ -86,6 +111,19 @@ pub fn start(
     addr: SocketAddr,
     allow_non_loopback: bool,
     server: &crate::Server,
+) -> io::Result<Admin> {
+    start_with(addr, allow_non_loopback, server, Hooks::default())
+}
+
+/// [`start`], with what `POST /logging` and `POST /drain` do.
+///
+/// # Errors
+/// As [`start`].
+pub fn start_with(
+    addr: SocketAddr,
+    allow_non_loopback: bool,
+    server: &crate::Server,
+    hooks: Hooks,
 ) -> io::Result<Admin> {
     if !addr.ip().is_loopback() && !allow_non_loopback {
         return Err(io::Error::new(
@@ -104,6 +142,7 @@ pub fn start(
         registry: server.registry().clone(),
         config: server.config_handle(),
         workers: server.workers(),
+        hooks,
     };
     let (stop, stop_rx) = watch::channel(false);
     let thread = std::thread::Builder::new()
@@ -183,6 +222,46 @@ async fn handle(
         ),
         (&Method::GET, "/stats") => text(StatusCode::OK, plain, stats(&state)),
         (&Method::GET, "/healthz") => text(StatusCode::OK, plain, "ok\n".into()),
+        (&Method::POST, "/logging") => {
+            let level = req
+                .uri()
+                .query()
+                .unwrap_or("")
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("level="))
+                .map(|v| v.replace("%2C", ",").replace("%3D", "="));
+            match (level, &state.hooks.set_log_level) {
+                (None, _) => text(
+                    StatusCode::BAD_REQUEST,
+                    plain,
+                    "POST /logging needs ?level=LEVEL\n".into(),
+                ),
+                (_, None) => text(
+                    StatusCode::NOT_IMPLEMENTED,
+                    plain,
+                    "this process cannot change its log level\n".into(),
+                ),
+                (Some(l), Some(set)) => match set(&l) {
+                    Ok(()) => {
+                        tracing::info!(level = %l, "log level changed through the admin endpoint");
+                        text(StatusCode::OK, plain, format!("log level: {l}\n"))
+                    }
+                    Err(e) => text(StatusCode::BAD_REQUEST, plain, format!("level {l}: {e}\n")),
+                },
+            }
+        }
+        (&Method::POST, "/drain") => match &state.hooks.drain {
+            Some(drain) => {
+                tracing::info!("drain requested through the admin endpoint");
+                drain();
+                text(StatusCode::OK, plain, "draining\n".into())
+            }
+            None => text(
+                StatusCode::NOT_IMPLEMENTED,
+                plain,
+                "this process cannot be drained from here\n".into(),
+            ),
+        },
         (&Method::GET, "/slowlog") => {
             let mut o = String::new();
             for l in state.registry.listener_names() {

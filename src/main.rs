@@ -13,6 +13,12 @@ use respway::bootstrap::Bootstrap;
 use respway::ConfigHandle;
 use respway_filters::model::Config;
 
+/// Set once the log subscriber is installed; the admin endpoint's `POST /logging` uses it.
+static SET_LEVEL: OnceLock<SetLevel> = OnceLock::new();
+
+/// Sets the log filter (`info`, `debug,respway::upstream=trace`, ...).
+type SetLevel = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
 /// `--version`: the package version and the git commit it was built from.
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -157,13 +163,39 @@ fn main() -> ExitCode {
         }
     };
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Text => fmt.with_ansi(ansi).init(),
-        LogFormat::Json => fmt.json().with_ansi(false).init(),
+    // The admin endpoint's POST /logging changes the filter through a reload handle.
+    fn setter<S: Send + Sync + 'static>(
+        h: tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, S>,
+    ) -> SetLevel {
+        Arc::new(move |level: &str| {
+            let f = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+            h.reload(f).map_err(|e| e.to_string())
+        })
     }
+    let set_level: SetLevel = match args.log_format {
+        LogFormat::Text => {
+            let b = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi)
+                .with_filter_reloading();
+            let h = b.reload_handle();
+            b.init();
+            setter(h)
+        }
+        LogFormat::Json => {
+            let b = tracing_subscriber::fmt()
+                .json()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .with_filter_reloading();
+            let h = b.reload_handle();
+            b.init();
+            setter(h)
+        }
+    };
+    let _ = SET_LEVEL.set(set_level);
     let bootstrap = match &args.bootstrap {
         Some(path) => match Bootstrap::load(path) {
             Ok(b) => Some(b),
@@ -319,15 +351,25 @@ async fn run(
         }
     };
     let _ = handle.set(server.config_handle());
+    let drain_requested = Arc::new(tokio::sync::Notify::new());
+    let hooks = respway::admin::Hooks {
+        set_log_level: SET_LEVEL.get().cloned(),
+        drain: Some({
+            let n = drain_requested.clone();
+            Arc::new(move || n.notify_one())
+        }),
+    };
     let _admin = match args.admin {
-        Some(addr) => match respway::admin::start(addr, args.admin_allow_non_loopback, &server) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                eprintln!("respway: --admin: {e}");
-                server.shutdown();
-                return ExitCode::from(1);
+        Some(addr) => {
+            match respway::admin::start_with(addr, args.admin_allow_non_loopback, &server, hooks) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    eprintln!("respway: --admin: {e}");
+                    server.shutdown();
+                    return ExitCode::from(1);
+                }
             }
-        },
+        }
         None => None,
     };
     if !xds_started {
@@ -337,7 +379,13 @@ async fn run(
     for a in server.local_addrs() {
         tracing::info!(address = %a, workers, "listening");
     }
-    signals(server.config_handle(), args.config.clone(), zone.clone()).await;
+    signals(
+        server.config_handle(),
+        args.config.clone(),
+        zone.clone(),
+        drain_requested,
+    )
+    .await;
     let drain = Duration::from_secs_f64(args.drain_time_s.max(0.0));
     tracing::info!(?drain, "draining");
     let cut = tokio::task::spawn_blocking(move || server.drain(drain))
@@ -351,7 +399,12 @@ async fn run(
 
 /// Waits for signals: SIGHUP reloads the static config file (every setting but the listener
 /// set can change this way, without dropping a request); SIGINT/SIGTERM return.
-async fn signals(handle: ConfigHandle, path: Option<PathBuf>, zone: Option<String>) {
+async fn signals(
+    handle: ConfigHandle,
+    path: Option<PathBuf>,
+    zone: Option<String>,
+    drain_requested: Arc<tokio::sync::Notify>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut hup), Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::hangup()),
@@ -383,6 +436,7 @@ async fn signals(handle: ConfigHandle, path: Option<PathBuf>, zone: Option<Strin
             }
             _ = term.recv() => return,
             _ = int.recv() => return,
+            _ = drain_requested.notified() => return,
         }
     }
 }

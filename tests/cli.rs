@@ -103,3 +103,76 @@ fn a_non_loopback_admin_address_is_refused_by_name() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `METHOD path` over HTTP/1.0: (status, body).
+fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect admin");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_string())
+}
+
+/// POST /logging changes the log filter at run time; POST /drain stops the process as
+/// SIGTERM does (every command answered, exit 0).
+#[test]
+fn admin_changes_the_log_level_and_drains() {
+    let shard = redis();
+    let admin = free_port();
+    let admin_arg = format!("127.0.0.1:{admin}");
+    let mut rw = respway_process(
+        &sharded_yaml(&[shard.addr], "{ policy: maglev }", true),
+        &["--admin", &admin_arg],
+    );
+    let admin = loopback(admin);
+    wait_port(admin, "admin");
+    // At info, a client leaving logs nothing; at debug it does.
+    drop(RespConn::connect(rw.addr));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        !rw.log().contains("client connection ended"),
+        "{}",
+        rw.log()
+    );
+    assert_eq!(http(admin, "POST", "/logging?level=debug").0, 200);
+    let (status, body) = http(admin, "POST", "/logging?level=nonsense=%3D");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(http(admin, "POST", "/logging").0, 400);
+    {
+        let mut c = RespConn::connect(rw.addr);
+        // The first upstream request opens a connection, logged at debug.
+        assert_eq!(c.call(&["GET", "k"]), Resp::Bulk(None));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !(rw.log().contains("log level changed") && rw.log().contains("DEBUG")) {
+        assert!(std::time::Instant::now() < deadline, "{}", rw.log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(http(admin, "POST", "/drain"), (200, "draining\n".into()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = rw.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not stopped by POST /drain"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}: {}", rw.log());
+    assert!(rw.log().contains("drain requested"), "{}", rw.log());
+}
