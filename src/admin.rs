@@ -9,6 +9,8 @@
 //!   [`crate::hotkeys`]): `cluster NAME` lines, then `COUNT KEY` lines, hottest first.
 //! - `GET /slowlog`: the slow log of every listener, newest first: one line per command with
 //!   its id, time, duration, cluster/shard, client, and the command with its first argument.
+//! - `GET /clusters`: every cluster, shard and endpoint of the configuration served, with
+//!   role, zone, how many workers see it healthy, and dedicated connections open.
 //! - `GET /healthz`: 200 while the process serves.
 //! - `POST /logging?level=LEVEL`: changes the log filter (`debug`, `info,respway=trace`, ...)
 //!   when the process gave a way to ([`Hooks`]).
@@ -262,6 +264,7 @@ async fn handle(
                 "this process cannot be drained from here\n".into(),
             ),
         },
+        (&Method::GET, "/clusters") => text(StatusCode::OK, plain, clusters(&state)),
         (&Method::GET, "/slowlog") => {
             let mut o = String::new();
             for l in state.registry.listener_names() {
@@ -588,6 +591,39 @@ fn metrics(state: &State) -> String {
     for (name, help, v) in up {
         family(&mut o, name, "counter", help);
         let _ = writeln!(o, "{name} {v}");
+    }
+    o
+}
+
+/// `/clusters`: one line per endpoint.
+fn clusters(state: &State) -> String {
+    let snap = state.config.current();
+    let health = state.registry.endpoint_health();
+    let mut o = String::new();
+    for (ci, c) in snap.config.clusters.iter().enumerate() {
+        let _ = writeln!(o, "cluster {} ({} shards)", c.name, c.shards.len());
+        for (si, s) in c.shards.iter().enumerate() {
+            for (ei, e) in s.endpoints.iter().enumerate() {
+                let (up, of, dedicated) = health
+                    .get(ci)
+                    .and_then(|s| s.get(si))
+                    .and_then(|e| e.get(ei))
+                    .copied()
+                    .unwrap_or((0, 0, 0));
+                let role = match e.role {
+                    Role::Primary => "primary",
+                    Role::Replica => "replica",
+                };
+                let _ = writeln!(
+                    o,
+                    "  shard {} endpoint {} role={role} zone={} healthy={} (workers {up}/{of}) dedicated_connections={dedicated}",
+                    s.name,
+                    e.address,
+                    e.zone.as_deref().unwrap_or("-"),
+                    if of > 0 && up == of { "yes" } else if up == 0 { "no" } else { "partly" },
+                );
+            }
+        }
     }
     o
 }

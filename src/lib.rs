@@ -375,6 +375,7 @@ impl Worker {
                 self.registry
                     .add(&snapshot.config.listeners[i].name, stats.clone());
                 let slot = Arc::new(ListenerSlot::new(parts));
+                self.registry.add_slot(slot.clone());
                 slots.push(slot.clone());
                 let ctx = Arc::new(ListenerCtx {
                     slot,

@@ -73,6 +73,8 @@ pub struct Registry {
     filters: Mutex<HashMap<(usize, usize), FilterStats>>,
     /// Each worker's upstream counters.
     upstream: Mutex<Vec<Arc<UpstreamStats>>>,
+    /// Each worker's current chain parts per listener (for endpoint health).
+    slots: Mutex<Vec<Arc<crate::conn::ListenerSlot>>>,
 }
 
 /// Upstream counters summed over workers.
@@ -208,6 +210,51 @@ impl Registry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, (mirror, hot));
+    }
+
+    /// Registers a worker's configuration slot of one listener.
+    pub fn add_slot(&self, slot: Arc<crate::conn::ListenerSlot>) {
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(slot);
+    }
+
+    /// Per endpoint `[cluster][shard][endpoint]` of the current configuration: how many
+    /// workers see it healthy, of how many, and the dedicated connections open to it.
+    pub fn endpoint_health(&self) -> Vec<Vec<Vec<(usize, usize, usize)>>> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<Vec<Vec<(usize, usize, usize)>>> = Vec::new();
+        let mut seen = Vec::new();
+        for slot in slots.iter() {
+            let parts = slot.parts.load();
+            // Listeners of one worker share its endpoint handles: count each set once.
+            let key = Arc::as_ptr(&parts.endpoints) as usize;
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            for (c, shards) in parts.endpoints.0.iter().enumerate() {
+                if out.len() <= c {
+                    out.resize_with(c + 1, Vec::new);
+                }
+                for (s, eps) in shards.iter().enumerate() {
+                    if out[c].len() <= s {
+                        out[c].resize_with(s + 1, Vec::new);
+                    }
+                    for (e, h) in eps.iter().enumerate() {
+                        if out[c][s].len() <= e {
+                            out[c][s].resize(e + 1, (0, 0, 0));
+                        }
+                        let v = &mut out[c][s][e];
+                        v.0 += usize::from(h.is_healthy());
+                        v.1 += 1;
+                        v.2 += h.dedicated_open();
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Registers a worker's upstream counters.

@@ -154,6 +154,20 @@ fn metrics_count_the_load_per_command() {
     assert_eq!(get.split_whitespace().nth(1), Some("500"), "{stats}");
     assert_eq!(http_get(admin.local_addr(), "/healthz").0, 200);
     assert_eq!(http_get(admin.local_addr(), "/nope").0, 404);
+    let (status, clusters) = http_get(admin.local_addr(), "/clusters");
+    assert_eq!(status, 200);
+    assert!(
+        clusters.starts_with("cluster main (3 shards)\n"),
+        "{clusters}"
+    );
+    for (i, a) in addrs.iter().enumerate() {
+        assert!(
+            clusters.contains(&format!(
+                "  shard s{i} endpoint {a} role=primary zone=- healthy=yes (workers 2/2) dedicated_connections=0\n"
+            )),
+            "{clusters}"
+        );
+    }
 }
 
 /// /ready is 503 naming the shard while a shard's primary is down, 200 when it is back.
