@@ -35,6 +35,7 @@ use tower::Service;
 use crate::fanout::{self, BoxReply};
 use crate::local::{self, Local, SessionState};
 use crate::metrics;
+use crate::slowlog::FirstArg;
 use crate::stack::{self, Chain, ChainFuture, Parts};
 use crate::stats::ListenerStats;
 use crate::tx::{self, Pinned, Tx};
@@ -142,7 +143,7 @@ enum Pending {
         deadline: Instant,
         idx: u16,
         /// The first argument, for the slow log.
-        first: Option<Bytes>,
+        first: FirstArg,
     },
     /// Fan-outs, transactions, forwards: a future of its own.
     Other {
@@ -150,7 +151,7 @@ enum Pending {
         deadline: Instant,
         idx: u16,
         /// The first argument, for the slow log.
-        first: Option<Bytes>,
+        first: FirstArg,
     },
 }
 
@@ -368,7 +369,7 @@ impl Session {
                         first,
                     } => match fut.as_mut().poll(cx) {
                         Poll::Ready(r) => {
-                            let (deadline, idx, first) = (*deadline, *idx, first.take());
+                            let (deadline, idx, first) = (*deadline, *idx, *first);
                             self.record(ctx, live, &mut now, idx, deadline, &r, first);
                             self.pending.pop_front();
                             self.waits -= 1;
@@ -394,7 +395,7 @@ impl Session {
                         first,
                     } => match Pin::new(fut).poll(cx) {
                         Poll::Ready(Ok(r)) => {
-                            let (deadline, idx, first) = (*deadline, *idx, first.take());
+                            let (deadline, idx, first) = (*deadline, *idx, *first);
                             self.record(ctx, live, &mut now, idx, deadline, &r, first);
                             self.pending.pop_front();
                             self.waits -= 1;
@@ -495,7 +496,7 @@ impl Session {
         idx: u16,
         backstop: Instant,
         reply: &[u8],
-        first: Option<Bytes>,
+        first: FirstArg,
     ) {
         let op = live.parts.listener.op_timeout;
         let started = backstop.checked_sub(op + op + BACKSTOP).unwrap_or(backstop);
@@ -509,12 +510,14 @@ impl Session {
 
     /// Adds a slow command to the slow log, with the cluster and shard its key routes to.
     #[cold]
-    fn log_slow(&self, ctx: &ListenerCtx, live: &Live, idx: u16, us: u64, first: Option<Bytes>) {
+    fn log_slow(&self, ctx: &ListenerCtx, live: &Live, idx: u16, us: u64, arg: FirstArg) {
+        let first = arg.to_bytes();
         let top = command::all().get(usize::from(idx));
         let name = top.map_or("other", |c| c.name);
         let keyed = top.is_some_and(|c| c.keys != command::KeySpec::None);
         let routing = &live.parts.routing;
-        let target = first.as_ref().filter(|_| keyed).and_then(|k| {
+        // Only a key kept whole can be routed (a longer one shows no target).
+        let target = arg.whole().filter(|_| keyed).and_then(|k| {
             let m = routing.route(k)?;
             let c = routing.clusters.get(m.cluster)?;
             let shard = c.picker.pick(&k[m.strip.min(k.len())..]);
@@ -620,7 +623,7 @@ impl Session {
                         return;
                     }
                     ctx.stats.commands.inc();
-                    let first_arg = args.get(1).cloned();
+                    let first_arg = FirstArg::of(args.get(1));
                     let mut p = self.dispatch(cmd, args, live, ctx);
                     let index = metrics::index_of(top);
                     match &mut p {
@@ -727,7 +730,7 @@ impl Session {
                         fut: fanout::one(args, &live.parts, flavor, live.conn, deadline),
                         deadline: backstop,
                         idx: 0,
-                        first: None,
+                        first: FirstArg::NONE,
                     },
                     Local::InfoWithKeyspace(text) => Pending::Other {
                         fut: fanout::info_with_keyspace(
@@ -740,7 +743,7 @@ impl Session {
                         ),
                         deadline: backstop,
                         idx: 0,
-                        first: None,
+                        first: FirstArg::NONE,
                     },
                 }
             }
@@ -748,7 +751,7 @@ impl Session {
                 fut: fanout::call(kind, args, &live.parts, flavor, live.conn, deadline),
                 deadline: backstop,
                 idx: 0,
-                first: None,
+                first: FirstArg::NONE,
             },
             CommandClass::Transaction => unreachable!("handled above"),
             CommandClass::Unsupported => {
@@ -791,7 +794,7 @@ impl Session {
                     // is only a backstop for a request lost on the way.
                     deadline: backstop,
                     idx: 0,
-                    first: None,
+                    first: FirstArg::NONE,
                 }
             }
         }
@@ -889,7 +892,7 @@ impl Session {
             }),
             deadline: deadline + op_timeout + BACKSTOP,
             idx: 0,
-            first: None,
+            first: FirstArg::NONE,
         }
     }
 
@@ -974,7 +977,7 @@ impl Session {
                         }),
                         deadline: deadline + op_timeout + BACKSTOP,
                         idx: 0,
-                        first: None,
+                        first: FirstArg::NONE,
                     };
                 }
                 let mut before = Vec::new();

@@ -43,9 +43,18 @@ pub struct Tracker {
 #[derive(Debug)]
 struct Cluster {
     sketch: Vec<u32>,
-    top: Vec<(Bytes, u32)>,
-    previous: Vec<(Bytes, u32)>,
+    top: Vec<Hot>,
+    previous: Vec<Hot>,
     started: Instant,
+}
+
+/// A key in a top list: its bytes (the buffer is reused when the entry is replaced), its
+/// estimate, and a hash to compare with before the bytes.
+#[derive(Debug, Clone)]
+struct Hot {
+    key: Vec<u8>,
+    count: u32,
+    hash: u64,
 }
 
 impl Cluster {
@@ -65,23 +74,38 @@ impl Cluster {
             self.started = now;
         }
         let mut est = u32::MAX;
+        let mut first = 0;
         for (row, seed) in SEEDS.iter().enumerate() {
-            let h = xxhash_rust::xxh64::xxh64(key, *seed) as usize % WIDTH;
-            let c = &mut self.sketch[row * WIDTH + h];
+            let h = xxhash_rust::xxh64::xxh64(key, *seed);
+            if row == 0 {
+                first = h;
+            }
+            let c = &mut self.sketch[row * WIDTH + h as usize % WIDTH];
             *c = c.saturating_add(1);
             est = est.min(*c);
         }
-        if let Some(e) = self.top.iter_mut().find(|(k, _)| k[..] == *key) {
-            e.1 = est;
+        if let Some(e) = self
+            .top
+            .iter_mut()
+            .find(|e| e.hash == first && e.key == key)
+        {
+            e.count = est;
             return;
         }
         if self.top.len() < TOP {
-            self.top.push((Bytes::copy_from_slice(key), est));
+            self.top.push(Hot {
+                key: key.to_vec(),
+                count: est,
+                hash: first,
+            });
             return;
         }
-        if let Some(min) = self.top.iter_mut().min_by_key(|(_, c)| *c) {
-            if est > min.1 {
-                *min = (Bytes::copy_from_slice(key), est);
+        if let Some(min) = self.top.iter_mut().min_by_key(|e| e.count) {
+            if est > min.count {
+                min.key.clear();
+                min.key.extend_from_slice(key);
+                min.count = est;
+                min.hash = first;
             }
         }
     }
@@ -140,8 +164,9 @@ impl Tracker {
         let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for (name, c) in m.iter() {
             let keys = into.entry(name.to_string()).or_default();
-            for (k, n) in c.top.iter().chain(&c.previous) {
-                *keys.entry(k.clone()).or_default() += u64::from(*n) * self.sample;
+            for e in c.top.iter().chain(&c.previous) {
+                *keys.entry(Bytes::copy_from_slice(&e.key)).or_default() +=
+                    u64::from(e.count) * self.sample;
             }
         }
     }

@@ -2,10 +2,10 @@
 //! merged (newest first) when read by `SLOWLOG GET` or the admin endpoint's `/slowlog`.
 //!
 //! An entry holds when the command finished, how long it took (dispatch to reply ready:
-//! respway plus upstream), the command and its first argument — truncated to
-//! [`MAX_ARG`] bytes; nothing of `AUTH`, `HELLO` or `MIGRATE` is kept — the client's address
-//! and name, and the cluster and shard its key routes to. Only slow commands take the ring's
-//! lock (the worker's own).
+//! respway plus upstream), the command and its first argument — its first [`INLINE_ARG`]
+//! bytes, which every command in flight carries as a copy; nothing of `AUTH`, `HELLO` or
+//! `MIGRATE` is kept — the client's address and name, and the cluster and shard its key routes
+//! to (when the key fit whole). Only slow commands take the ring's lock (the worker's own).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -109,6 +109,63 @@ impl SlowLog {
     /// Forgets every entry.
     pub fn reset(&self) {
         self.ring.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+/// Bytes of a command's first argument carried with it in case it turns out slow (copied,
+/// so that keeping it costs no reference count per command).
+pub const INLINE_ARG: usize = 30;
+
+/// The first argument of a command in flight, as the slow log would show it.
+#[derive(Debug, Clone, Copy)]
+pub struct FirstArg {
+    /// Bytes the argument has (0 with `present` false: none).
+    len: u32,
+    present: bool,
+    buf: [u8; INLINE_ARG],
+}
+
+impl FirstArg {
+    /// Copies up to [`INLINE_ARG`] bytes of `arg`.
+    #[inline]
+    pub fn of(arg: Option<&Bytes>) -> FirstArg {
+        let mut f = FirstArg {
+            len: 0,
+            present: arg.is_some(),
+            buf: [0; INLINE_ARG],
+        };
+        if let Some(a) = arg {
+            let n = a.len().min(INLINE_ARG);
+            f.buf[..n].copy_from_slice(&a[..n]);
+            f.len = a.len().min(u32::MAX as usize) as u32;
+        }
+        f
+    }
+
+    /// None.
+    pub const NONE: FirstArg = FirstArg {
+        len: 0,
+        present: false,
+        buf: [0; INLINE_ARG],
+    };
+
+    /// The whole argument, when it fit.
+    pub fn whole(&self) -> Option<&[u8]> {
+        (self.present && self.len as usize <= INLINE_ARG).then(|| &self.buf[..self.len as usize])
+    }
+
+    /// The argument, or its first [`INLINE_ARG`] bytes and how many more it had.
+    pub fn to_bytes(&self) -> Option<Bytes> {
+        if !self.present {
+            return None;
+        }
+        let len = self.len as usize;
+        let kept = len.min(INLINE_ARG);
+        let mut v = self.buf[..kept].to_vec();
+        if len > kept {
+            v.extend_from_slice(format!("... ({} more bytes)", len - kept).as_bytes());
+        }
+        Some(Bytes::from(v))
     }
 }
 
