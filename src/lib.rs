@@ -223,6 +223,7 @@ fn compile(config: Config, version: u64) -> Result<Snapshot, String> {
 /// # Errors
 /// When a listener cannot be bound or the routing table cannot be built.
 pub fn start(config: Config, opts: Options) -> io::Result<Server> {
+    local::mark_start();
     let workers = opts.workers.max(1);
     let snapshot = compile(config, 1).map_err(io::Error::other)?;
     let (changed, _) = watch::channel(1);

@@ -148,6 +148,7 @@ pub fn handle(
         }
         ProxyCommand::ReadMode => ok(),
         ProxyCommand::Slowlog => slowlog(args, ctx, listener),
+        ProxyCommand::Latency => latency(args, ctx, listener, resp3),
         ProxyCommand::Time => {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -314,6 +315,91 @@ fn hello(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply
             (s("modules"), Frame::Array(vec![])),
         ],
     ))
+}
+
+/// `LATENCY HISTOGRAM [command ...]` from the per-command latency counters (power-of-two
+/// µs buckets, cumulative, as Redis 7 reports them); `LATEST` (no events: respway runs no
+/// latency monitor), `RESET` (0), `HELP`.
+fn latency(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> Reply {
+    let sub = lower(&args[1]);
+    let b = |s: &str| Frame::Bulk(Bytes::from(s.to_string()));
+    match sub.as_slice() {
+        b"histogram" => {
+            let wanted: Vec<Vec<u8>> = args[2..].iter().map(|a| lower(a)).collect();
+            let cmds = ctx.registry.command_totals(Some(&listener.name));
+            let mut out = Vec::new();
+            for c in cmds {
+                if !wanted.is_empty() && !wanted.iter().any(|w| w == c.name.as_bytes()) {
+                    continue;
+                }
+                let mut buckets = Vec::new();
+                let mut cum = 0;
+                let mut i = 0;
+                for p in 0..40u32 {
+                    let edge = 1u64 << p;
+                    while i < c.hist.len() && crate::metrics::bucket_upper_us(i) < edge {
+                        cum += c.hist[i];
+                        i += 1;
+                    }
+                    if cum > 0 {
+                        buckets.push((Frame::Integer(edge as i64), Frame::Integer(cum as i64)));
+                    }
+                    if cum == c.calls {
+                        break;
+                    }
+                }
+                out.push((
+                    b(c.name),
+                    Frame::map(
+                        resp3,
+                        vec![
+                            (b("calls"), Frame::Integer(c.calls as i64)),
+                            (b("histogram_usec"), Frame::map(resp3, buckets)),
+                        ],
+                    ),
+                ));
+            }
+            encode(&Frame::map(resp3, out))
+        }
+        b"latest" if args.len() == 2 => Bytes::from_static(b"*0\r\n"),
+        b"reset" => Bytes::from_static(b":0\r\n"),
+        b"help" if args.len() == 2 => encode(&Frame::Array(
+            [
+                "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "HISTOGRAM [COMMAND ...]",
+                "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+                "LATEST",
+                "    Return the latest latency samples (respway runs no latency monitor: none).",
+                "RESET",
+                "    Reset latency data (respway: nothing to reset).",
+            ]
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+        )),
+        _ => error_reply(&format!(
+            "ERR command 'latency|{}' is not supported by respway",
+            String::from_utf8_lossy(&sub)
+        )),
+    }
+}
+
+/// When the process started (for INFO's uptime), and its run id.
+static STARTED: std::sync::OnceLock<(std::time::Instant, String)> = std::sync::OnceLock::new();
+
+/// Records the process start (called when the data plane starts).
+pub fn mark_start() {
+    STARTED.get_or_init(|| {
+        // 40 random hex digits, from the standard library's randomly seeded hasher.
+        use std::hash::{BuildHasher, Hasher};
+        let part = |i: u64| {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(i);
+            h.finish()
+        };
+        let id = format!("{:016x}{:016x}{:08x}", part(1), part(2), part(3) as u32);
+        (std::time::Instant::now(), id)
+    });
 }
 
 /// `SLOWLOG GET [count] | LEN | RESET | HELP`, over every worker's log of this listener.
@@ -529,6 +615,31 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
             listener.resp.advertised_version
         ));
         s.push_str(&format!("process_id:{}\r\n", std::process::id()));
+        mark_start();
+        if let Some((t, id)) = STARTED.get() {
+            s.push_str(&format!("run_id:{id}\r\n"));
+            s.push_str(&format!("tcp_port:{}\r\n", listener.address.port()));
+            let up = t.elapsed().as_secs();
+            s.push_str(&format!(
+                "uptime_in_seconds:{up}\r\nuptime_in_days:{}\r\n",
+                up / 86400
+            ));
+        }
+    }
+    // The fields monitoring tools (redis_exporter, ...) read, from the proxy's own counters.
+    if wants("clients") {
+        let t = ctx.registry.listener_totals(&listener.name);
+        s.push_str(&format!("# Clients\r\nconnected_clients:{}\r\n", t.active));
+    }
+    if wants("stats") {
+        let t = ctx.registry.listener_totals(&listener.name);
+        s.push_str(&format!(
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n",
+            t.connections, t.commands
+        ));
+    }
+    if wants("replication") {
+        s.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
     }
     if wants("proxy") {
         let t = ctx.registry.totals();

@@ -462,3 +462,53 @@ fn slow_log_names_the_shard_of_a_slow_command() {
     drop(admin);
     server.shutdown();
 }
+
+/// redis_exporter (Debian's prometheus-redis-exporter) scrapes respway through RESP with no
+/// error: INFO's server/clients/stats/replication/keyspace fields, commandstats,
+/// latencystats, SLOWLOG and LATENCY answer as it expects.
+#[test]
+fn redis_exporter_scrapes_respway_without_errors() {
+    assert!(
+        have("prometheus-redis-exporter"),
+        "prometheus-redis-exporter is not installed (apt-get install prometheus-redis-exporter; .ci/run does)"
+    );
+    let (_shards, addrs) = three_shards();
+    let (rw, _admin) = with_admin(&sharded_yaml(&addrs, "{ policy: maglev }", true));
+    drive(rw.addr, 100);
+    let port = free_port();
+    let exporter = Spawn::new("prometheus-redis-exporter")
+        .on_port(port)
+        .arg(format!("--redis.addr=redis://{}", rw.addr))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .start();
+    let (status, body) = http_get(loopback(port), "/metrics");
+    assert_eq!(status, 200);
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("exporter output");
+    assert_eq!(counter(&scrape, "redis_up", &[]), 1.0, "{body}");
+    assert_eq!(
+        counter(&scrape, "redis_exporter_last_scrape_error", &[("err", "")]),
+        0.0
+    );
+    assert_eq!(
+        counter(&scrape, "redis_commands_total", &[("cmd", "get")]),
+        100.0
+    );
+    assert!(counter(&scrape, "redis_connected_clients", &[]) >= 1.0);
+    assert!(body.contains("role=\"master\""), "{body}");
+    let log = exporter.log();
+    assert!(!log.contains("level=error"), "{log}");
+    // LATENCY HISTOGRAM in Redis 7's shape: command -> calls, histogram_usec.
+    let mut c = RespConn::connect(rw.addr);
+    let Resp::Array(Some(h)) = c.call(&["LATENCY", "HISTOGRAM", "get"]) else {
+        panic!("LATENCY HISTOGRAM")
+    };
+    assert_eq!(h[0], Resp::bulk("get"));
+    let Resp::Array(Some(fields)) = &h[1] else {
+        panic!("fields")
+    };
+    assert_eq!(fields[0], Resp::bulk("calls"));
+    assert_eq!(fields[1], Resp::Int(100));
+    assert_eq!(fields[2], Resp::bulk("histogram_usec"));
+    assert_eq!(c.call(&["LATENCY", "LATEST"]), Resp::Array(Some(vec![])));
+}

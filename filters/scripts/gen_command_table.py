@@ -96,6 +96,7 @@ PROXY = {
     "readonly": "ReadMode",
     "readwrite": "ReadMode",
     "slowlog": "Slowlog",
+    "latency": "Latency",
 }
 
 TRANSACTION = {"multi", "exec", "discard", "watch", "unwatch"}
@@ -522,6 +523,7 @@ PROXY_PHRASE = {
     "Info": "answered locally: proxy sections + `# Keyspace` summed over the shards' primaries",
     "Command": "forwarded to the first primary of the catch-all cluster (Redis's own reply)",
     "Slowlog": "answered locally: respway's slow log (GET [count], LEN, RESET, HELP), merged over workers",
+    "Latency": "answered locally: HISTOGRAM from respway's per-command latency; LATEST empty and RESET 0 (no latency monitor); others refused",
 }
 
 SPLIT_PHRASE = {

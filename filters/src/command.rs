@@ -21,7 +21,7 @@
 //! as a comment above every entry of the generated table):
 //!
 //! 1. **Proxy**: `PING`, `ECHO`, `QUIT`, `SELECT`, `HELLO`, `COMMAND`, `CLIENT`, `INFO`,
-//!    `AUTH`, `TIME`, `RESET`, `READONLY`, `READWRITE`, `SLOWLOG` are answered by the proxy
+//!    `AUTH`, `TIME`, `RESET`, `READONLY`, `READWRITE`, `SLOWLOG`, `LATENCY` are answered by the proxy
 //!    ([`ProxyCommand`]); the subcommands of `COMMAND` and `CLIENT` inherit their parent's
 //!    class.
 //! 2. **Split**: `MGET` ([`SplitKind::Mget`]), `MSET` ([`SplitKind::Mset`]) and `DEL`,
@@ -265,6 +265,8 @@ pub enum ProxyCommand {
     ReadMode,
     /// `SLOWLOG GET | LEN | RESET | HELP`: the proxy's own slow log.
     Slowlog,
+    /// `LATENCY HISTOGRAM | LATEST | RESET | HELP`: from the proxy's own latency counters.
+    Latency,
 }
 
 /// Every top-level command (subcommands in [`CommandInfo::subcommands`]), sorted by name.

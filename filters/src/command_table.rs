@@ -1387,7 +1387,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // latency: no keys
+    // latency: answered by the proxy
     CommandInfo {
         name: "latency",
         arity: -2,
@@ -1396,7 +1396,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Latency),
         subcommands: &SUB_LATENCY,
     },
     // lcs: several keys, all on one shard
@@ -4670,7 +4670,7 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
 
 /// Subcommands of `LATENCY`, sorted by name.
 static SUB_LATENCY: [CommandInfo; 7] = [
-    // latency|doctor: `admin` flag
+    // latency|doctor: answered by the proxy
     CommandInfo {
         name: "latency|doctor",
         arity: 2,
@@ -4679,10 +4679,10 @@ static SUB_LATENCY: [CommandInfo; 7] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Latency),
         subcommands: &[],
     },
-    // latency|graph: `admin` flag
+    // latency|graph: answered by the proxy
     CommandInfo {
         name: "latency|graph",
         arity: 3,
@@ -4691,10 +4691,10 @@ static SUB_LATENCY: [CommandInfo; 7] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Latency),
         subcommands: &[],
     },
-    // latency|help: no keys
+    // latency|help: answered by the proxy
     CommandInfo {
         name: "latency|help",
         arity: 2,
@@ -4703,10 +4703,10 @@ static SUB_LATENCY: [CommandInfo; 7] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Latency),
         subcommands: &[],
     },
-    // latency|histogram: `admin` flag
+    // latency|histogram: answered by the proxy
     CommandInfo {
         name: "latency|histogram",
         arity: -2,
@@ -4715,10 +4715,10 @@ static SUB_LATENCY: [CommandInfo; 7] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Latency),
         subcommands: &[],
     },
-    // latency|history: `admin` flag
+    // latency|history: answered by the proxy
     CommandInfo {
         name: "latency|history",
         arity: 3,
@@ -4727,10 +4727,10 @@ static SUB_LATENCY: [CommandInfo; 7] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Latency),
         subcommands: &[],
     },
-    // latency|latest: `admin` flag
+    // latency|latest: answered by the proxy
     CommandInfo {
         name: "latency|latest",
         arity: 2,
@@ -4739,10 +4739,10 @@ static SUB_LATENCY: [CommandInfo; 7] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Latency),
         subcommands: &[],
     },
-    // latency|reset: `admin` flag
+    // latency|reset: answered by the proxy
     CommandInfo {
         name: "latency|reset",
         arity: -2,
@@ -4751,7 +4751,7 @@ static SUB_LATENCY: [CommandInfo; 7] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Proxy(ProxyCommand::Latency),
         subcommands: &[],
     },
 ];
