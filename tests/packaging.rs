@@ -933,9 +933,11 @@ fn dockerfile_is_multi_stage_non_root_and_runs_respway() {
     }
 }
 
-/// When a Docker daemon answers, the image is built too; never required (the build needs the
-/// network for the base images and crates).
+/// Builds the image. Not run by default (it needs a Docker daemon and the network for the
+/// base images and crates, which CI does not have): `cargo test --test packaging -- --ignored`
+/// on a machine with both.
 #[test]
+#[ignore = "needs a Docker daemon and network access"]
 fn docker_build_when_a_daemon_is_available() {
     let daemon = have("docker")
         && Command::new("docker")
@@ -944,12 +946,7 @@ fn docker_build_when_a_daemon_is_available() {
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-    if !daemon || std::env::var_os("RESPWAY_DOCKER_BUILD").is_none() {
-        eprintln!(
-            "skipped: set RESPWAY_DOCKER_BUILD=1 with a running Docker daemon to build the image"
-        );
-        return;
-    }
+    assert!(daemon, "no Docker daemon answers `docker info`");
     let status = Command::new("docker")
         .args([
             "build",
