@@ -552,6 +552,32 @@ fn metrics(state: &State) -> String {
             );
         }
     }
+    family(
+        &mut o,
+        "respway_upstream_requests_total",
+        "counter",
+        "Requests sent to each endpoint (per-shard load; counted from when its pools were created).",
+    );
+    let snap = state.config.current();
+    let health = r.endpoint_health();
+    for (ci, c) in snap.config.clusters.iter().enumerate() {
+        for (si, s) in c.shards.iter().enumerate() {
+            for (ei, e) in s.endpoints.iter().enumerate() {
+                let n = health
+                    .get(ci)
+                    .and_then(|x| x.get(si))
+                    .and_then(|x| x.get(ei))
+                    .map_or(0, |v| v.requests);
+                let _ = writeln!(
+                    o,
+                    "respway_upstream_requests_total{{cluster=\"{}\",shard=\"{}\",endpoint=\"{}\"}} {n}",
+                    label(&c.name),
+                    label(&s.name),
+                    e.address
+                );
+            }
+        }
+    }
     let u = r.upstream_totals();
     family(
         &mut o,
@@ -604,23 +630,25 @@ fn clusters(state: &State) -> String {
         let _ = writeln!(o, "cluster {} ({} shards)", c.name, c.shards.len());
         for (si, s) in c.shards.iter().enumerate() {
             for (ei, e) in s.endpoints.iter().enumerate() {
-                let (up, of, dedicated) = health
+                let v = health
                     .get(ci)
                     .and_then(|s| s.get(si))
                     .and_then(|e| e.get(ei))
                     .copied()
-                    .unwrap_or((0, 0, 0));
+                    .unwrap_or_default();
+                let (up, of, dedicated) = (v.healthy_workers, v.workers, v.dedicated);
                 let role = match e.role {
                     Role::Primary => "primary",
                     Role::Replica => "replica",
                 };
                 let _ = writeln!(
                     o,
-                    "  shard {} endpoint {} role={role} zone={} healthy={} (workers {up}/{of}) dedicated_connections={dedicated}",
+                    "  shard {} endpoint {} role={role} zone={} healthy={} (workers {up}/{of}) dedicated_connections={dedicated} requests={}",
                     s.name,
                     e.address,
                     e.zone.as_deref().unwrap_or("-"),
                     if of > 0 && up == of { "yes" } else if up == 0 { "no" } else { "partly" },
+                    v.requests,
                 );
             }
         }

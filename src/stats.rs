@@ -77,6 +77,19 @@ pub struct Registry {
     slots: Mutex<Vec<Arc<crate::conn::ListenerSlot>>>,
 }
 
+/// One endpoint as the workers see it (see [`Registry::endpoint_health`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EndpointView {
+    /// Workers whose connections to it work.
+    pub healthy_workers: usize,
+    /// Workers.
+    pub workers: usize,
+    /// Dedicated connections open to it.
+    pub dedicated: usize,
+    /// Requests sent to it (since its pools were created).
+    pub requests: u64,
+}
+
 /// Upstream counters summed over workers.
 #[derive(Debug, Default, Clone)]
 pub struct UpstreamTotals {
@@ -220,11 +233,11 @@ impl Registry {
             .push(slot);
     }
 
-    /// Per endpoint `[cluster][shard][endpoint]` of the current configuration: how many
-    /// workers see it healthy, of how many, and the dedicated connections open to it.
-    pub fn endpoint_health(&self) -> Vec<Vec<Vec<(usize, usize, usize)>>> {
+    /// Per endpoint `[cluster][shard][endpoint]` of the current configuration, summed over
+    /// workers.
+    pub fn endpoint_health(&self) -> Vec<Vec<Vec<EndpointView>>> {
         let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: Vec<Vec<Vec<(usize, usize, usize)>>> = Vec::new();
+        let mut out: Vec<Vec<Vec<EndpointView>>> = Vec::new();
         let mut seen = Vec::new();
         for slot in slots.iter() {
             let parts = slot.parts.load();
@@ -244,12 +257,13 @@ impl Registry {
                     }
                     for (e, h) in eps.iter().enumerate() {
                         if out[c][s].len() <= e {
-                            out[c][s].resize(e + 1, (0, 0, 0));
+                            out[c][s].resize(e + 1, EndpointView::default());
                         }
                         let v = &mut out[c][s][e];
-                        v.0 += usize::from(h.is_healthy());
-                        v.1 += 1;
-                        v.2 += h.dedicated_open();
+                        v.healthy_workers += usize::from(h.is_healthy());
+                        v.workers += 1;
+                        v.dedicated += h.dedicated_open();
+                        v.requests += h.requests();
                     }
                 }
             }

@@ -269,6 +269,9 @@ struct EndpointInner {
     /// connection tasks, read by this worker's zone layer).
     healthy: Arc<AtomicBool>,
     stats: Arc<UpstreamStats>,
+    /// Requests this worker sent to the endpoint (queued on one of its connections), for
+    /// per-shard load.
+    requests: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -295,6 +298,7 @@ impl EndpointHandle {
                 dedicated_open: Arc::new(AtomicUsize::new(0)),
                 healthy: Arc::new(AtomicBool::new(true)),
                 stats,
+                requests: AtomicU64::new(0),
             }),
         };
         h.shared(Flavor::default());
@@ -348,6 +352,7 @@ impl EndpointHandle {
         let Some(conns) = self.shared(flavor) else {
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
+        crate::stats::bump(&self.inner.requests, 1);
         send_on(
             &conns[conn % conns.len()],
             args,
@@ -394,6 +399,11 @@ impl EndpointHandle {
             handle: self.clone(),
             flavor,
         })
+    }
+
+    /// Requests this worker has sent to the endpoint.
+    pub fn requests(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed)
     }
 
     /// Dedicated connections open now (idle or in use), all flavors.
@@ -444,6 +454,7 @@ impl Dedicated {
     /// Queues `args` and returns the reply's future.
     pub fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
         let i = &self.handle.inner;
+        crate::stats::bump(&i.requests, 1);
         send_on(
             &self.tx,
             args,

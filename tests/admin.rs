@@ -163,11 +163,26 @@ fn metrics_count_the_load_per_command() {
     for (i, a) in addrs.iter().enumerate() {
         assert!(
             clusters.contains(&format!(
-                "  shard s{i} endpoint {a} role=primary zone=- healthy=yes (workers 2/2) dedicated_connections=0\n"
+                "  shard s{i} endpoint {a} role=primary zone=- healthy=yes (workers 2/2) dedicated_connections=0 requests="
             )),
             "{clusters}"
         );
     }
+    // Per-shard load: every request the test sent reached one shard's endpoint.
+    let per_shard: Vec<f64> = (0..3)
+        .map(|i| {
+            counter(
+                &scrape,
+                "respway_upstream_requests_total",
+                &[("cluster", "main"), ("shard", &format!("s{i}"))],
+            )
+        })
+        .collect();
+    assert_eq!(per_shard.iter().sum::<f64>(), 1005.0, "{per_shard:?}");
+    assert!(
+        per_shard.iter().all(|&n| n > 100.0),
+        "spread: {per_shard:?}"
+    );
 }
 
 /// /ready is 503 naming the shard while a shard's primary is down, 200 when it is back.
