@@ -538,6 +538,50 @@ fn metrics(state: &State) -> String {
     }
     family(
         &mut o,
+        "respway_mirror_copies_total",
+        "counter",
+        "Mirrored copies per receiving cluster: queued (mirrored), dropped (queue full), failed upstream; over configuration pushes.",
+    );
+    for (li, l) in listeners.iter().enumerate() {
+        for (cluster, c) in r.mirror_totals(li) {
+            for (outcome, n) in [
+                ("mirrored", c.mirrored),
+                ("dropped", c.dropped),
+                ("failed", c.failed),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "respway_mirror_copies_total{{listener=\"{}\",cluster=\"{}\",outcome=\"{outcome}\"}} {n}",
+                    label(l),
+                    label(&cluster)
+                );
+            }
+        }
+    }
+    family(
+        &mut o,
+        "respway_hot_key_rule_writes_total",
+        "counter",
+        "Writes under a hot-key rule fanned out to every shard (outcome: all, or partial_failure when a shard failed).",
+    );
+    for (li, l) in listeners.iter().enumerate() {
+        for h in r.hot_key_rule_totals(li) {
+            for (outcome, n) in [
+                ("all", h.fanned_out_writes),
+                ("partial_failure", h.partial_failures),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "respway_hot_key_rule_writes_total{{listener=\"{}\",cluster=\"{}\",prefix=\"{}\",outcome=\"{outcome}\"}} {n}",
+                    label(l),
+                    label(&h.cluster),
+                    label(&h.prefix)
+                );
+            }
+        }
+    }
+    family(
+        &mut o,
         "respway_hot_key_requests",
         "gauge",
         "Estimated requests of the hottest keys per cluster over the last one to two minutes (hot-key detection).",

@@ -508,6 +508,7 @@ impl Worker {
                     (self.id, i),
                     parts.mirror_stats.clone(),
                     parts.hot_key_stats.clone(),
+                    routing.clusters.iter().map(|c| c.name.clone()).collect(),
                 );
                 tokio::spawn(stack::run_mirror(
                     mirror_rx,

@@ -10,8 +10,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use respway_filters::command::ProxyCommand;
-use respway_filters::hot_key::HotKeyRuleStats;
-use respway_filters::mirror::MirrorCounts;
 use respway_filters::model::Listener;
 use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::{write_integer, Frame};
@@ -552,29 +550,23 @@ fn client(args: &[Bytes], state: &mut SessionState) -> Reply {
     }
 }
 
-/// `# Mirror` (copies per receiving cluster) and `# Hotkeys` (per rule) sections, summed over
-/// workers, for the current configuration.
+/// `# Mirror` (copies per receiving cluster) and `# Hotkeys` (per rule), summed over
+/// workers and over every configuration served (a push does not reset them).
 fn info_filters(
     s: &mut String,
     ctx: &ListenerCtx,
-    _listener: &Listener,
+    listener: &Listener,
     wants: &dyn Fn(&str) -> bool,
 ) {
-    let filters = ctx.registry.filters();
-    let routing = ctx.slot.parts.load().routing.clone();
+    let Some(index) = ctx.registry.listener_index(&listener.name) else {
+        return;
+    };
     if wants("mirror") {
-        let snaps: Vec<Vec<MirrorCounts>> = filters.iter().map(|(m, _)| m.snapshot()).collect();
-        let sum = MirrorCounts::sum(snaps.iter().map(Vec::as_slice));
         s.push_str("# Mirror\r\n");
-        for (i, c) in sum.iter().enumerate() {
+        for (name, c) in ctx.registry.mirror_totals(index) {
             if c.mirrored + c.dropped + c.failed == 0 {
                 continue;
             }
-            let name = routing
-                .clusters
-                .get(i)
-                .map(|c| c.name.as_str())
-                .unwrap_or("?");
             s.push_str(&format!(
                 "mirror_{name}:mirrored={},dropped={},failed={}\r\n",
                 c.mirrored, c.dropped, c.failed
@@ -582,9 +574,8 @@ fn info_filters(
         }
     }
     if wants("hotkeys") {
-        let snaps: Vec<Vec<HotKeyRuleStats>> = filters.iter().map(|(_, h)| h.snapshot()).collect();
         s.push_str("# Hotkeys\r\n");
-        for r in HotKeyRuleStats::sum(snaps.iter().map(Vec::as_slice)) {
+        for r in ctx.registry.hot_key_rule_totals(index) {
             let reads: Vec<String> = r.reads_per_shard.iter().map(u64::to_string).collect();
             s.push_str(&format!(
                 "hotkey_{}_{}:fanned_out_writes={},partial_failures={},reads_per_shard={}\r\n",

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use respway_filters::hot_key::HotKeyStats;
-use respway_filters::mirror::MirrorStats;
+use respway_filters::hot_key::{HotKeyRuleStats, HotKeyStats};
+use respway_filters::mirror::{MirrorCounts, MirrorStats};
 
 use crate::upstream::{ErrorKind, UpstreamStats};
 
@@ -63,14 +63,30 @@ pub struct ListenerStats {
 /// One worker's mirror and hot-key counters for one listener.
 pub type FilterStats = (Arc<MirrorStats>, Arc<HotKeyStats>);
 
+/// [`FilterStats`] with the cluster names their mirror counters are indexed by.
+type NamedFilters = (FilterStats, Arc<Vec<String>>);
+
+/// Mirror and hot-key counts of configurations no longer served, by name, so that totals do
+/// not drop back when a configuration is pushed.
+#[derive(Debug, Default)]
+struct Retired {
+    /// (listener index, receiving cluster) → copies.
+    mirror: HashMap<(usize, String), MirrorCounts>,
+    /// (listener index, cluster, prefix) → counters.
+    hot: HashMap<(usize, String, String), HotKeyRuleStats>,
+}
+
 /// Every worker's counters, for INFO and the admin endpoint. The lock is taken only when a
 /// worker starts and when someone reads the totals, never per request.
 #[derive(Debug, Default)]
 pub struct Registry {
     /// Per worker and listener: the listener's name and its counters.
     workers: Mutex<Vec<(String, Arc<ListenerStats>)>>,
-    /// Keyed by (worker, listener); replaced on every config change.
-    filters: Mutex<HashMap<(usize, usize), FilterStats>>,
+    /// Keyed by (worker, listener); replaced on every config change (with the cluster names
+    /// the mirror counters are indexed by).
+    filters: Mutex<HashMap<(usize, usize), NamedFilters>>,
+    /// What replaced counters had counted.
+    retired: Mutex<Retired>,
     /// Each worker's upstream counters.
     upstream: Mutex<Vec<Arc<UpstreamStats>>>,
     /// Each worker's current chain parts per listener (for endpoint health).
@@ -88,6 +104,19 @@ pub struct EndpointView {
     pub dedicated: usize,
     /// Requests sent to it (since its pools were created).
     pub requests: u64,
+}
+
+/// Adds the counters of `s` into `t` (reads per shard by index; a shard count that changed
+/// keeps the longer list).
+fn add_hot(t: &mut HotKeyRuleStats, s: &HotKeyRuleStats) {
+    t.fanned_out_writes += s.fanned_out_writes;
+    t.partial_failures += s.partial_failures;
+    if t.reads_per_shard.len() < s.reads_per_shard.len() {
+        t.reads_per_shard.resize(s.reads_per_shard.len(), 0);
+    }
+    for (a, b) in t.reads_per_shard.iter_mut().zip(&s.reads_per_shard) {
+        *a += b;
+    }
 }
 
 /// Upstream counters summed over workers.
@@ -212,17 +241,105 @@ impl Registry {
     }
 
     /// Registers the mirror and hot-key counters of (worker, listener) for the current
-    /// configuration (a config change starts them again from zero).
+    /// configuration; `clusters` names the mirror counters' indices. What the counters they
+    /// replace had counted is kept under the clusters' and rules' names, so totals survive
+    /// configuration pushes.
     pub fn set_filters(
         &self,
         key: (usize, usize),
         mirror: Arc<MirrorStats>,
         hot: Arc<HotKeyStats>,
+        clusters: Vec<String>,
     ) {
-        self.filters
+        let old = self
+            .filters
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (mirror, hot));
+            .insert(key, ((mirror, hot), Arc::new(clusters)));
+        let Some(((m, h), names)) = old else { return };
+        let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, c) in m.snapshot().into_iter().enumerate() {
+            let Some(name) = names.get(i) else { continue };
+            let t = r.mirror.entry((key.1, name.clone())).or_default();
+            t.mirrored += c.mirrored;
+            t.dropped += c.dropped;
+            t.failed += c.failed;
+        }
+        for s in h.snapshot() {
+            add_hot(
+                r.hot
+                    .entry((key.1, s.cluster.clone(), s.prefix.clone()))
+                    .or_insert_with(|| HotKeyRuleStats {
+                        cluster: s.cluster.clone(),
+                        prefix: s.prefix.clone(),
+                        fanned_out_writes: 0,
+                        partial_failures: 0,
+                        reads_per_shard: Vec::new(),
+                    }),
+                &s,
+            );
+        }
+    }
+
+    /// Mirrored copies per receiving cluster of listener `listener` (index), over workers
+    /// and configurations, by cluster name.
+    pub fn mirror_totals(&self, listener: usize) -> Vec<(String, MirrorCounts)> {
+        let mut out: std::collections::BTreeMap<String, MirrorCounts> = self
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .mirror
+            .iter()
+            .filter(|((l, _), _)| *l == listener)
+            .map(|((_, n), c)| (n.clone(), *c))
+            .collect();
+        let f = self.filters.lock().unwrap_or_else(|e| e.into_inner());
+        for ((_, l), ((m, _), names)) in f.iter() {
+            if *l != listener {
+                continue;
+            }
+            for (i, c) in m.snapshot().into_iter().enumerate() {
+                let Some(name) = names.get(i) else { continue };
+                let t = out.entry(name.clone()).or_default();
+                t.mirrored += c.mirrored;
+                t.dropped += c.dropped;
+                t.failed += c.failed;
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Hot-key rule counters of listener `listener` (index), over workers and
+    /// configurations.
+    pub fn hot_key_rule_totals(&self, listener: usize) -> Vec<HotKeyRuleStats> {
+        let mut out: std::collections::BTreeMap<(String, String), HotKeyRuleStats> = self
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .hot
+            .iter()
+            .filter(|((l, _, _), _)| *l == listener)
+            .map(|((_, c, p), s)| ((c.clone(), p.clone()), s.clone()))
+            .collect();
+        let f = self.filters.lock().unwrap_or_else(|e| e.into_inner());
+        for ((_, l), ((_, h), _)) in f.iter() {
+            if *l != listener {
+                continue;
+            }
+            for s in h.snapshot() {
+                let t = out
+                    .entry((s.cluster.clone(), s.prefix.clone()))
+                    .or_insert_with(|| HotKeyRuleStats {
+                        cluster: s.cluster.clone(),
+                        prefix: s.prefix.clone(),
+                        fanned_out_writes: 0,
+                        partial_failures: 0,
+                        reads_per_shard: Vec::new(),
+                    });
+                add_hot(t, &s);
+            }
+        }
+        out.into_values().collect()
     }
 
     /// Registers a worker's configuration slot of one listener.
@@ -295,14 +412,9 @@ impl Registry {
         }
     }
 
-    /// Every worker's mirror and hot-key counters.
-    pub fn filters(&self) -> Vec<FilterStats> {
-        self.filters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
+    /// The index of listener `name` (registration order is configuration order).
+    pub fn listener_index(&self, name: &str) -> Option<usize> {
+        self.listener_names().iter().position(|n| n == name)
     }
 
     /// Sums every worker's counters.

@@ -413,3 +413,50 @@ fn migration_steps_change_online_with_sighup() {
     assert_eq!(get(&mut c, "e").as_deref(), Some("5"));
     drop(proc_);
 }
+
+/// Mirror and hot-key counters are totals over the process's life: a configuration push
+/// (here the same configuration again, and then one with a changed op_timeout) does not
+/// reset INFO mirror or INFO hotkeys.
+#[test]
+fn mirror_and_hot_key_counters_survive_config_pushes() {
+    let old: Vec<Proc> = (0..2).map(|_| redis()).collect();
+    let new: Vec<Proc> = (0..2).map(|_| redis()).collect();
+    let old_a: Vec<SocketAddr> = old.iter().map(|p| p.addr).collect();
+    let new_a: Vec<SocketAddr> = new.iter().map(|p| p.addr).collect();
+    let yaml = migration_yaml(&old_a, &new_a, "{ cluster: new, mode: dual_write }").replace(
+        "  - name: old\n    shards:\n",
+        "  - name: old\n    hot_keys:\n      - { prefix: HIGH_FREQ_ }\n    shards:\n",
+    );
+    let rw = respway(&yaml, 2);
+    let total = |a: &[SocketAddr]| a.iter().map(|x| dbsize(*x)).sum::<u64>();
+    let mut c = sync_client(rw.addr);
+    for i in 0..40 {
+        set(&mut c, &format!("user:{i}"), "v");
+    }
+    set(&mut c, "HIGH_FREQ_a", "v");
+    wait_for("the mirror to catch up", || total(&new_a) == 41);
+    let config = || {
+        let resources = respway_xds::parse_yaml(&yaml).expect("yaml");
+        respway_xds::translate(&resources).expect("config")
+    };
+    let server = rw.server.as_ref().expect("server");
+    server.apply(config()).expect("same config again");
+    let mut changed = config();
+    changed.listeners[0].op_timeout = Duration::from_secs(3);
+    server.apply(changed).expect("changed config");
+    for i in 40..50 {
+        set(&mut c, &format!("user:{i}"), "v");
+    }
+    set(&mut c, "HIGH_FREQ_b", "v");
+    wait_for("the mirror to catch up", || total(&new_a) == 52);
+    let info: String = redis::cmd("INFO").arg("mirror").query(&mut c).unwrap();
+    assert!(
+        info.contains("mirror_new:mirrored=52,dropped=0,failed=0"),
+        "{info}"
+    );
+    let info: String = redis::cmd("INFO").arg("hotkeys").query(&mut c).unwrap();
+    assert!(
+        info.contains("hotkey_old_HIGH_FREQ_:fanned_out_writes=2,"),
+        "{info}"
+    );
+}
