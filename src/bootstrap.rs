@@ -50,7 +50,7 @@ impl Bootstrap {
     ///
     /// # Errors
     /// Every problem, one per line.
-    pub fn parse(text: &str) -> Result<Bootstrap, String> {
+    pub(crate) fn parse(text: &str) -> Result<Bootstrap, String> {
         let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| format!("invalid YAML: {e}"))?;
         let Value::Mapping(top) = doc else {
             return Err("the bootstrap must be a mapping".into());

@@ -17,10 +17,8 @@ use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-use arc_swap::ArcSwap;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -33,11 +31,11 @@ use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use crate::fanout::{self, BoxReply};
+use crate::listener::{ListenerCtx, ListenerSlot};
 use crate::local::{self, Local, SessionState};
 use crate::metrics;
 use crate::slowlog::FirstArg;
 use crate::stack::{self, Chain, ChainFuture, Parts};
-use crate::stats::ListenerStats;
 use crate::tx::{self, Pinned, Tx};
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -50,52 +48,6 @@ const WINDOW_START: usize = 64;
 const KEEP_RBUF: usize = 64 * 1024;
 /// A write buffer grown past this (large replies) is given back once it is empty.
 const KEEP_WBUF: usize = 256 * 1024;
-
-/// Shared state of the listener a session belongs to, on one worker.
-#[derive(Debug)]
-pub struct ListenerCtx {
-    /// The current configuration of this listener on this worker (swapped on config change).
-    pub slot: Arc<ListenerSlot>,
-    /// Counters.
-    pub stats: Arc<ListenerStats>,
-    /// Every worker's counters (for INFO).
-    pub registry: Arc<crate::stats::Registry>,
-    /// Workers in this process (for INFO).
-    pub workers: usize,
-    /// Set when the process drains: sessions read nothing more, answer what they have read,
-    /// and close.
-    pub draining: std::sync::atomic::AtomicBool,
-    /// Wakes every session when draining starts.
-    pub drain: tokio::sync::Notify,
-}
-
-/// One worker's current chain parts for one listener. A config change stores new parts and
-/// bumps `version`; each session compares versions (a plain load of a worker-local atomic)
-/// before it dispatches a batch, and rebuilds its chain when they differ. Requests already in
-/// flight keep the old chain's `Arc`s and finish on it.
-#[derive(Debug)]
-pub struct ListenerSlot {
-    /// The parts new chains are built from.
-    pub parts: ArcSwap<Parts>,
-    /// Bumped after every store.
-    pub version: AtomicU64,
-}
-
-impl ListenerSlot {
-    /// A slot holding `parts` at version 0.
-    pub fn new(parts: Parts) -> Self {
-        ListenerSlot {
-            parts: ArcSwap::from_pointee(parts),
-            version: AtomicU64::new(0),
-        }
-    }
-
-    /// Publishes new parts.
-    pub fn store(&self, parts: Parts) {
-        self.parts.store(Arc::new(parts));
-        self.version.fetch_add(1, Ordering::Release);
-    }
-}
 
 /// A session's view of its listener's configuration.
 struct Live {
@@ -171,7 +123,7 @@ enum Lane {
 /// Serves one client until it leaves, sends QUIT, or breaks the protocol.
 /// `seq` (this worker's accept count for the listener) picks the session's connection to
 /// each endpoint.
-pub async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usize) {
+pub(crate) async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usize) {
     let _ = stream.set_nodelay(true);
     let peer = stream.peer_addr().ok();
     let mut live = Live::load(&ctx.slot, seq);

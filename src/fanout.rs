@@ -20,10 +20,10 @@ use crate::stack::Parts;
 use crate::upstream::UpstreamFuture;
 
 /// A reply computed by a future of its own.
-pub type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
+pub(crate) type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
 /// Sends `args` to the endpoints `kind` names and merges the replies.
-pub fn call(
+pub(crate) fn call(
     kind: FanoutKind,
     args: Vec<Bytes>,
     parts: &Parts,
@@ -55,7 +55,7 @@ pub fn call(
 }
 
 /// Sends `args` to the first primary of the catch-all (or first routed) cluster.
-pub fn one(
+pub(crate) fn one(
     args: Vec<Bytes>,
     parts: &Parts,
     flavor: Flavor,
@@ -80,7 +80,7 @@ pub fn one(
 }
 
 /// `INFO` with the proxy's sections (`text`) and the shards' keyspace summed.
-pub fn info_with_keyspace(
+pub(crate) fn info_with_keyspace(
     text: String,
     resp3: bool,
     parts: &Parts,

@@ -1,13 +1,13 @@
 //! Hot-key detection: the hottest keys per cluster over a sliding window, in bounded memory.
 //!
-//! One [`Tracker`] per worker and listener. A session offers every key it dispatches; one in
+//! One `Tracker` per worker and listener. A session offers every key it dispatches; one in
 //! `sample` is taken (a relaxed counter of the worker's own; `sample` 0 turns detection
 //! off). A taken key is counted in a count-min sketch of its cluster (4 rows of 4,096
 //! counters: an estimate exceeds the true count by at most about 0.07% of the window's
-//! samples, with high probability) and enters the cluster's top-[`TOP`] list when its estimate
-//! beats the list's smallest. Windows last [`WINDOW`]; a report adds the current window to
+//! samples, with high probability) and enters the cluster's top-`TOP` list when its estimate
+//! beats the list's smallest. Windows last `WINDOW`; a report adds the current window to
 //! the previous one, so it always covers one to two windows. Memory per cluster and worker:
-//! 64 KiB of counters and [`TOP`] keys.
+//! 64 KiB of counters and `TOP` keys.
 //!
 //! The sampled path takes the worker's own mutex (with `try_lock`: a key offered while a
 //! report reads the tracker is skipped), never a lock shared across workers.
@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 /// Keys kept per cluster and worker.
-pub const TOP: usize = 32;
+pub(crate) const TOP: usize = 32;
 /// Length of a window.
-pub const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 const DEPTH: usize = 4;
 const WIDTH: usize = 4096;
 const SEEDS: [u64; DEPTH] = [
@@ -34,7 +34,7 @@ const SEEDS: [u64; DEPTH] = [
 
 /// One worker's hot-key tracker for one listener.
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     sample: u64,
     tick: AtomicU64,
     inner: Mutex<HashMap<String, Cluster>>,
@@ -122,7 +122,7 @@ impl Default for Tracker {
 
 impl Tracker {
     /// A tracker taking one key in `sample` (0: none).
-    pub fn new(sample: u64) -> Tracker {
+    pub(crate) fn new(sample: u64) -> Tracker {
         Tracker {
             sample,
             tick: AtomicU64::new(0),
@@ -132,7 +132,7 @@ impl Tracker {
 
     /// True when the next offered key is to be counted (call [`record`](Self::record)).
     #[inline]
-    pub fn take(&self) -> bool {
+    pub(crate) fn take(&self) -> bool {
         if self.sample == 0 {
             return false;
         }
@@ -143,7 +143,7 @@ impl Tracker {
     }
 
     /// Counts `key` of `cluster` (a sampled one).
-    pub fn record(&self, cluster: &str, key: &[u8]) {
+    pub(crate) fn record(&self, cluster: &str, key: &[u8]) {
         let Ok(mut m) = self.inner.try_lock() else {
             return;
         };
@@ -160,7 +160,7 @@ impl Tracker {
 
     /// Adds this worker's estimates (current + previous window, scaled by the sampling) into
     /// `into`: cluster → key → requests.
-    pub fn add_into(&self, into: &mut HashMap<String, HashMap<Bytes, u64>>) {
+    pub(crate) fn add_into(&self, into: &mut HashMap<String, HashMap<Bytes, u64>>) {
         let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for (name, c) in m.iter() {
             let keys = into.entry(name.to_string()).or_default();
@@ -174,7 +174,7 @@ impl Tracker {
 
 /// The hottest keys of each cluster, hottest first: `(cluster, [(key, requests)])`, at most
 /// `n` per cluster, clusters by name.
-pub fn top(
+pub(crate) fn top(
     merged: HashMap<String, HashMap<Bytes, u64>>,
     n: usize,
 ) -> Vec<(String, Vec<(Bytes, u64)>)> {
@@ -193,7 +193,7 @@ pub fn top(
 
 /// A key as redis-cli quotes it: printable ASCII as is, `"` and `\` escaped, other bytes
 /// as `\xHH`.
-pub fn quote(key: &[u8]) -> String {
+pub(crate) fn quote(key: &[u8]) -> String {
     let mut s = String::with_capacity(key.len() + 2);
     s.push('"');
     for &b in key {

@@ -14,34 +14,34 @@ use respway_filters::model::Listener;
 use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::{write_integer, Frame};
 
-use crate::conn::ListenerCtx;
+use crate::listener::ListenerCtx;
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Per-connection state the local commands read and change.
 #[derive(Debug)]
-pub struct SessionState {
+pub(crate) struct SessionState {
     /// AUTH done, or no password configured.
-    pub authenticated: bool,
+    pub(crate) authenticated: bool,
     /// CLIENT SETNAME.
-    pub name: Option<Bytes>,
+    pub(crate) name: Option<Bytes>,
     /// CLIENT ID (taken once per connection, not per request).
-    pub id: u64,
+    pub(crate) id: u64,
     /// Failed AUTH attempts on this connection.
-    pub auth_failures: u32,
+    pub(crate) auth_failures: u32,
     /// RESP3 (`HELLO 3`).
-    pub resp3: bool,
+    pub(crate) resp3: bool,
     /// The selected database (`SELECT n`).
-    pub db: u8,
+    pub(crate) db: u8,
     /// `CLIENT SETINFO lib-name` / `lib-ver`.
-    pub lib: (Option<Bytes>, Option<Bytes>),
+    pub(crate) lib: (Option<Bytes>, Option<Bytes>),
     /// The client's address.
-    pub peer: Option<std::net::SocketAddr>,
+    pub(crate) peer: Option<std::net::SocketAddr>,
 }
 
 impl SessionState {
     /// State of a new connection.
-    pub fn new(authenticated: bool, peer: Option<std::net::SocketAddr>) -> Self {
+    pub(crate) fn new(authenticated: bool, peer: Option<std::net::SocketAddr>) -> Self {
         SessionState {
             authenticated,
             name: None,
@@ -55,7 +55,7 @@ impl SessionState {
     }
 
     /// Upstream connections this client's commands use.
-    pub fn flavor(&self) -> respway_filters::request::Flavor {
+    pub(crate) fn flavor(&self) -> respway_filters::request::Flavor {
         respway_filters::request::Flavor {
             resp3: self.resp3,
             db: self.db,
@@ -65,7 +65,7 @@ impl SessionState {
 
 /// What a local command does.
 #[derive(Debug)]
-pub enum Local {
+pub(crate) enum Local {
     /// Answer.
     Reply(Reply),
     /// Answer, then close the connection (QUIT).
@@ -92,7 +92,7 @@ fn lower(b: &[u8]) -> Vec<u8> {
 }
 
 /// `-ERR unknown command ...`, in Redis's words.
-pub fn unknown_command(args: &[Bytes]) -> Reply {
+pub(crate) fn unknown_command(args: &[Bytes]) -> Reply {
     let mut msg = format!(
         "ERR unknown command '{}', with args beginning with: ",
         String::from_utf8_lossy(&args[0])
@@ -104,7 +104,7 @@ pub fn unknown_command(args: &[Bytes]) -> Reply {
 }
 
 /// True for the script and function calls whose keys are declared by a count.
-pub fn is_script(name: &str) -> bool {
+pub(crate) fn is_script(name: &str) -> bool {
     matches!(
         name,
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
@@ -112,7 +112,7 @@ pub fn is_script(name: &str) -> bool {
 }
 
 /// Answers one locally served command.
-pub fn handle(
+pub(crate) fn handle(
     cmd: ProxyCommand,
     args: &[Bytes],
     state: &mut SessionState,
@@ -386,7 +386,7 @@ fn latency(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) 
 static STARTED: std::sync::OnceLock<(std::time::Instant, String)> = std::sync::OnceLock::new();
 
 /// Records the process start (called when the data plane starts).
-pub fn mark_start() {
+pub(crate) fn mark_start() {
     STARTED.get_or_init(|| {
         // 40 random hex digits, from the standard library's randomly seeded hasher.
         use std::hash::{BuildHasher, Hasher};
@@ -715,7 +715,7 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
 
 /// Adds up the `# Keyspace` sections of the shards' `INFO keyspace` replies
 /// (`db0:keys=3,expires=0,avg_ttl=0`): keys and expires summed, avg_ttl the largest.
-pub fn sum_keyspace(replies: &[Reply]) -> String {
+pub(crate) fn sum_keyspace(replies: &[Reply]) -> String {
     let mut dbs: std::collections::BTreeMap<u32, (u64, u64, u64)> = Default::default();
     for r in replies {
         let Ok(frame) = respway_filters::resp::parse_reply(r) else {

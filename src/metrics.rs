@@ -20,11 +20,11 @@ use respway_filters::command::{self, CommandInfo};
 use crate::stats::bump;
 
 /// Buckets per histogram.
-pub const BUCKETS: usize = 100;
+pub(crate) const BUCKETS: usize = 100;
 
 /// The bucket of a latency in microseconds.
 #[inline]
-pub fn bucket(us: u64) -> usize {
+pub(crate) fn bucket(us: u64) -> usize {
     if us < 4 {
         return us as usize;
     }
@@ -34,7 +34,7 @@ pub fn bucket(us: u64) -> usize {
 }
 
 /// The largest latency (µs) bucket `i` holds (the last bucket holds everything above).
-pub fn bucket_upper_us(i: usize) -> u64 {
+pub(crate) fn bucket_upper_us(i: usize) -> u64 {
     if i < 4 {
         return i as u64;
     }
@@ -45,7 +45,7 @@ pub fn bucket_upper_us(i: usize) -> u64 {
 
 /// One command's counters on one worker.
 #[derive(Debug)]
-pub struct CmdStat {
+pub(crate) struct CmdStat {
     calls: AtomicU64,
     failed: AtomicU64,
     usec: AtomicU64,
@@ -65,22 +65,22 @@ impl Default for CmdStat {
 
 /// A command's counters summed over workers.
 #[derive(Debug, Clone)]
-pub struct CmdTotals {
+pub(crate) struct CmdTotals {
     /// Lowercase command name (`other` for names the table does not know).
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Commands answered.
-    pub calls: u64,
+    pub(crate) calls: u64,
     /// Of which answered with an error.
-    pub failed: u64,
+    pub(crate) failed: u64,
     /// Sum of latencies, µs.
-    pub usec: u64,
+    pub(crate) usec: u64,
     /// Latency histogram ([`bucket`]).
-    pub hist: Vec<u64>,
+    pub(crate) hist: Vec<u64>,
 }
 
 impl CmdTotals {
     /// The latency (µs, a bucket's upper bound) below which `q` (0..=1) of the calls were.
-    pub fn percentile_us(&self, q: f64) -> u64 {
+    pub(crate) fn percentile_us(&self, q: f64) -> u64 {
         let total: u64 = self.hist.iter().sum();
         if total == 0 {
             return 0;
@@ -97,7 +97,7 @@ impl CmdTotals {
     }
 
     /// The largest latency bucket with a call in it (upper bound, µs).
-    pub fn max_us(&self) -> u64 {
+    pub(crate) fn max_us(&self) -> u64 {
         self.hist
             .iter()
             .rposition(|&n| n > 0)
@@ -107,7 +107,7 @@ impl CmdTotals {
 
 /// One worker's per-command counters for one listener.
 #[derive(Debug)]
-pub struct CommandStats {
+pub(crate) struct CommandStats {
     /// Indexed by the command's position in [`command::all`]; the last slot is `other`.
     per: Box<[OnceLock<Box<CmdStat>>]>,
 }
@@ -124,7 +124,7 @@ impl Default for CommandStats {
 
 /// The index under which `top` (a top-level command, or `None` for an unknown name) counts.
 #[inline]
-pub fn index_of(top: Option<&'static CommandInfo>) -> u16 {
+pub(crate) fn index_of(top: Option<&'static CommandInfo>) -> u16 {
     let all = command::all();
     let other = all.len() as u16;
     let Some(c) = top else { return other };
@@ -140,7 +140,7 @@ pub fn index_of(top: Option<&'static CommandInfo>) -> u16 {
 impl CommandStats {
     /// Counts one answered command.
     #[inline]
-    pub fn record(&self, index: u16, us: u64, failed: bool) {
+    pub(crate) fn record(&self, index: u16, us: u64, failed: bool) {
         let Some(slot) = self.per.get(usize::from(index)) else {
             return;
         };
@@ -155,7 +155,7 @@ impl CommandStats {
     }
 
     /// Adds this worker's counters into `into` (indexed like `per`).
-    pub fn add_into(&self, into: &mut [Option<CmdTotals>]) {
+    pub(crate) fn add_into(&self, into: &mut [Option<CmdTotals>]) {
         let all = command::all();
         for (i, slot) in self.per.iter().enumerate() {
             let Some(s) = slot.get() else { continue };
@@ -176,7 +176,7 @@ impl CommandStats {
     }
 
     /// Slots, for [`add_into`](Self::add_into).
-    pub fn slots() -> usize {
+    pub(crate) fn slots() -> usize {
         command::all().len() + 1
     }
 }

@@ -2,7 +2,7 @@
 //! merged (newest first) when read by `SLOWLOG GET` or the admin endpoint's `/slowlog`.
 //!
 //! An entry holds when the command finished, how long it took (dispatch to reply ready:
-//! respway plus upstream), the command and its first argument — its first [`INLINE_ARG`]
+//! respway plus upstream), the command and its first argument — its first `INLINE_ARG`
 //! bytes, which every command in flight carries as a copy; nothing of `AUTH`, `HELLO` or
 //! `MIGRATE` is kept — the client's address and name, and the cluster and shard its key routes
 //! to (when the key fit whole). Only slow commands take the ring's lock (the worker's own).
@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 /// Bytes of an argument kept (Redis keeps 128 characters).
-pub const MAX_ARG: usize = 128;
+pub(crate) const MAX_ARG: usize = 128;
 /// Default threshold, µs (Redis's `slowlog-log-slower-than`).
 pub const DEFAULT_THRESHOLD_US: u64 = 10_000;
 /// Default entries kept per worker and listener (Redis's `slowlog-max-len`).
@@ -26,28 +26,28 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// One slow command.
 #[derive(Debug, Clone)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Increasing over the process.
-    pub id: u64,
+    pub(crate) id: u64,
     /// Unix time (s) it finished.
-    pub time: u64,
+    pub(crate) time: u64,
     /// Duration, µs.
-    pub duration_us: u64,
+    pub(crate) duration_us: u64,
     /// The command name and its first argument (truncated).
-    pub args: Vec<Bytes>,
+    pub(crate) args: Vec<Bytes>,
     /// The client's address.
-    pub client: Option<SocketAddr>,
+    pub(crate) client: Option<SocketAddr>,
     /// The client's name (`CLIENT SETNAME`).
-    pub name: Option<Bytes>,
+    pub(crate) name: Option<Bytes>,
     /// `cluster/shard` the command's key routes to, if it has one.
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
 }
 
 /// One worker's slow log for one listener.
 #[derive(Debug)]
-pub struct SlowLog {
+pub(crate) struct SlowLog {
     /// Commands at least this slow are logged (µs; `u64::MAX` = off).
-    pub threshold_us: u64,
+    pub(crate) threshold_us: u64,
     max_len: usize,
     ring: Mutex<VecDeque<Entry>>,
 }
@@ -60,7 +60,7 @@ impl Default for SlowLog {
 
 impl SlowLog {
     /// A log of commands of at least `threshold_us`, keeping `max_len`.
-    pub fn new(threshold_us: u64, max_len: usize) -> SlowLog {
+    pub(crate) fn new(threshold_us: u64, max_len: usize) -> SlowLog {
         SlowLog {
             threshold_us,
             max_len,
@@ -70,7 +70,7 @@ impl SlowLog {
 
     /// Adds an entry (the id and time are filled in here).
     #[cold]
-    pub fn push(&self, mut e: Entry) {
+    pub(crate) fn push(&self, mut e: Entry) {
         if self.max_len == 0 {
             return;
         }
@@ -86,7 +86,7 @@ impl SlowLog {
     }
 
     /// Appends every entry to `into`.
-    pub fn add_into(&self, into: &mut Vec<Entry>) {
+    pub(crate) fn add_into(&self, into: &mut Vec<Entry>) {
         into.extend(
             self.ring
                 .lock()
@@ -97,28 +97,23 @@ impl SlowLog {
     }
 
     /// Entries kept.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.ring.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// True when nothing is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Forgets every entry.
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.ring.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 }
 
 /// Bytes of a command's first argument carried with it in case it turns out slow (copied,
 /// so that keeping it costs no reference count per command).
-pub const INLINE_ARG: usize = 30;
+pub(crate) const INLINE_ARG: usize = 30;
 
 /// The first argument of a command in flight, as the slow log would show it.
 #[derive(Debug, Clone, Copy)]
-pub struct FirstArg {
+pub(crate) struct FirstArg {
     /// Bytes the argument has (0 with `present` false: none).
     len: u32,
     present: bool,
@@ -128,7 +123,7 @@ pub struct FirstArg {
 impl FirstArg {
     /// Copies up to [`INLINE_ARG`] bytes of `arg`.
     #[inline]
-    pub fn of(arg: Option<&Bytes>) -> FirstArg {
+    pub(crate) fn of(arg: Option<&Bytes>) -> FirstArg {
         let mut f = FirstArg {
             len: 0,
             present: arg.is_some(),
@@ -143,19 +138,20 @@ impl FirstArg {
     }
 
     /// None.
-    pub const NONE: FirstArg = FirstArg {
+    pub(crate) const NONE: FirstArg = FirstArg {
         len: 0,
         present: false,
         buf: [0; INLINE_ARG],
     };
 
     /// The whole argument, when it fit.
-    pub fn whole(&self) -> Option<&[u8]> {
+    pub(crate) fn whole(&self) -> Option<&[u8]> {
         (self.present && self.len as usize <= INLINE_ARG).then(|| &self.buf[..self.len as usize])
     }
 
     /// The argument, or its first [`INLINE_ARG`] bytes and how many more it had.
-    pub fn to_bytes(&self) -> Option<Bytes> {
+    #[allow(clippy::wrong_self_convention)] // `&self` as before: clippy spares only exported API
+    pub(crate) fn to_bytes(&self) -> Option<Bytes> {
         if !self.present {
             return None;
         }

@@ -36,13 +36,13 @@ use tower::{Service, ServiceBuilder};
 use crate::upstream::{Endpoints, Upstream};
 
 /// The part of the chain below mirroring: also what mirrored copies go through.
-pub type Shadow = HotKey<MultiKey<Hash<Zone<Upstream>>>>;
+pub(crate) type Shadow = HotKey<MultiKey<Hash<Zone<Upstream>>>>;
 
 /// The whole chain for one connection.
-pub type Chain = PrefixRoute<Mirror<Shadow>>;
+pub(crate) type Chain = PrefixRoute<Mirror<Shadow>>;
 
 /// What the chain returns for one request.
-pub type ChainFuture = <Chain as Service<Request>>::Future;
+pub(crate) type ChainFuture = <Chain as Service<Request>>::Future;
 
 /// Copies queued for mirroring per worker before new ones are dropped.
 const MIRROR_QUEUE: usize = 16 * 1024;
@@ -51,28 +51,28 @@ const MIRROR_INFLIGHT: usize = 1024;
 
 /// Everything one worker's chains share for one listener.
 #[derive(Debug, Clone)]
-pub struct Parts {
+pub(crate) struct Parts {
     /// The listener's settings (timeouts, limits, password).
-    pub listener: Arc<respway_filters::model::Listener>,
+    pub(crate) listener: Arc<respway_filters::model::Listener>,
     /// Compiled routes and pickers.
-    pub routing: Arc<Routing>,
+    pub(crate) routing: Arc<Routing>,
     /// This worker's endpoint handles (also the health view).
-    pub endpoints: Arc<Endpoints>,
+    pub(crate) endpoints: Arc<Endpoints>,
     /// Primary index per `[cluster][shard]`.
-    pub primaries: Arc<Vec<Vec<usize>>>,
+    pub(crate) primaries: Arc<Vec<Vec<usize>>>,
     /// Where mirrored copies go.
-    pub mirror: Arc<dyn MirrorSink>,
+    pub(crate) mirror: Arc<dyn MirrorSink>,
     /// Mirror counters (this worker).
-    pub mirror_stats: Arc<MirrorStats>,
+    pub(crate) mirror_stats: Arc<MirrorStats>,
     /// Hot-key counters (this worker).
-    pub hot_key_stats: Arc<HotKeyStats>,
+    pub(crate) hot_key_stats: Arc<HotKeyStats>,
     /// Databases a client may `SELECT` (the smallest `databases` of the routed clusters).
-    pub databases: u32,
+    pub(crate) databases: u32,
 }
 
 /// Builds the chain below the mirror layer; `conn` picks the upstream connection to each
 /// endpoint for everything this chain sends (see [`Upstream::new`]).
-pub fn shadow(p: &Parts, conn: usize) -> Shadow {
+pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
     let health: Arc<dyn HealthView> = p.endpoints.clone();
     ServiceBuilder::new()
         .layer(HotKeyLayer::new(p.routing.clone(), p.hot_key_stats.clone()))
@@ -90,7 +90,7 @@ pub fn shadow(p: &Parts, conn: usize) -> Shadow {
 /// Builds the whole chain for one client connection; `conn` as in [`shadow`], fixed per
 /// session (a rebuild after a config change passes the same value, so the session stays on
 /// the same connection of every endpoint that remains).
-pub fn build(p: &Parts, conn: usize) -> Chain {
+pub(crate) fn build(p: &Parts, conn: usize) -> Chain {
     ServiceBuilder::new()
         .layer(PrefixRouteLayer::new(p.routing.clone()))
         .layer(MirrorLayer::new(
@@ -103,7 +103,7 @@ pub fn build(p: &Parts, conn: usize) -> Chain {
 
 /// The worker's mirror queue: bounded, never blocks the client's path.
 #[derive(Debug)]
-pub struct MirrorQueue {
+pub(crate) struct MirrorQueue {
     tx: mpsc::Sender<Request>,
 }
 
@@ -115,7 +115,7 @@ impl MirrorSink for MirrorQueue {
 
 impl MirrorQueue {
     /// A queue and the receiver its consumer task reads.
-    pub fn new() -> (MirrorQueue, mpsc::Receiver<Request>) {
+    pub(crate) fn new() -> (MirrorQueue, mpsc::Receiver<Request>) {
         let (tx, rx) = mpsc::channel(MIRROR_QUEUE);
         (MirrorQueue { tx }, rx)
     }
@@ -123,7 +123,7 @@ impl MirrorQueue {
 
 /// Sends queued copies through the shadow chain, at most `MIRROR_INFLIGHT` at a time, and
 /// counts the ones that fail. Runs until every queue handle is dropped.
-pub async fn run_mirror(
+pub(crate) async fn run_mirror(
     mut rx: mpsc::Receiver<Request>,
     mut shadow: Shadow,
     stats: Arc<MirrorStats>,

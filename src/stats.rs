@@ -14,54 +14,54 @@ use crate::upstream::{ErrorKind, UpstreamStats};
 /// store, not a locked read-modify-write, since no other writer can interleave; readers on
 /// other threads see the value a little late, never a torn or lost one.
 #[inline]
-pub fn bump(a: &AtomicU64, n: u64) {
+pub(crate) fn bump(a: &AtomicU64, n: u64) {
     a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
 /// A monotonically increasing counter, written by one worker.
 #[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
+pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
     /// Adds one (see [`bump`]).
-    pub fn inc(&self) {
+    pub(crate) fn inc(&self) {
         bump(&self.0, 1);
     }
     /// Current value.
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }
 
 /// One worker's counters for one listener.
 #[derive(Debug, Default)]
-pub struct ListenerStats {
+pub(crate) struct ListenerStats {
     /// Commands decoded.
-    pub commands: Counter,
+    pub(crate) commands: Counter,
     /// Client connections accepted.
-    pub connections: Counter,
+    pub(crate) connections: Counter,
     /// Client connections currently open (incremented and decremented by the same worker).
-    pub active: AtomicU64,
+    pub(crate) active: AtomicU64,
     /// Streams closed for a protocol error.
-    pub protocol_errors: Counter,
+    pub(crate) protocol_errors: Counter,
     /// Commands refused as unsupported.
-    pub unsupported: Counter,
+    pub(crate) unsupported: Counter,
     /// Requests answered with an upstream timeout.
-    pub timeouts: Counter,
+    pub(crate) timeouts: Counter,
     /// Client connections closed for holding too many reply bytes.
-    pub output_limit_closes: Counter,
+    pub(crate) output_limit_closes: Counter,
     /// Failed AUTH attempts.
-    pub auth_failures: Counter,
+    pub(crate) auth_failures: Counter,
     /// Per-command calls, errors and latency.
-    pub cmds: crate::metrics::CommandStats,
+    pub(crate) cmds: crate::metrics::CommandStats,
     /// Hot-key detection.
-    pub hot: crate::hotkeys::Tracker,
+    pub(crate) hot: crate::hotkeys::Tracker,
     /// Slow commands.
-    pub slow: crate::slowlog::SlowLog,
+    pub(crate) slow: crate::slowlog::SlowLog,
 }
 
 /// One worker's mirror and hot-key counters for one listener.
-pub type FilterStats = (Arc<MirrorStats>, Arc<HotKeyStats>);
+pub(crate) type FilterStats = (Arc<MirrorStats>, Arc<HotKeyStats>);
 
 /// [`FilterStats`] with the cluster names their mirror counters are indexed by.
 type NamedFilters = (FilterStats, Arc<Vec<String>>);
@@ -79,7 +79,7 @@ struct Retired {
 /// Every worker's counters, for INFO and the admin endpoint. The lock is taken only when a
 /// worker starts and when someone reads the totals, never per request.
 #[derive(Debug, Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     /// Per worker and listener: the listener's name and its counters.
     workers: Mutex<Vec<(String, Arc<ListenerStats>)>>,
     /// Keyed by (worker, listener); replaced on every config change (with the cluster names
@@ -90,12 +90,12 @@ pub struct Registry {
     /// Each worker's upstream counters.
     upstream: Mutex<Vec<Arc<UpstreamStats>>>,
     /// Each worker's current chain parts per listener (for endpoint health).
-    slots: Mutex<Vec<Arc<crate::conn::ListenerSlot>>>,
+    slots: Mutex<Vec<Arc<crate::listener::ListenerSlot>>>,
 }
 
 /// One endpoint as the workers see it (see [`Registry::endpoint_health`]).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct EndpointView {
+pub(crate) struct EndpointView {
     /// Workers whose connections to it work.
     pub healthy_workers: usize,
     /// Workers.
@@ -121,43 +121,43 @@ fn add_hot(t: &mut HotKeyRuleStats, s: &HotKeyRuleStats) {
 
 /// Upstream counters summed over workers.
 #[derive(Debug, Default, Clone)]
-pub struct UpstreamTotals {
+pub(crate) struct UpstreamTotals {
     /// Errors by kind, in [`ErrorKind::ALL`] order.
-    pub errors: Vec<(ErrorKind, u64)>,
+    pub(crate) errors: Vec<(ErrorKind, u64)>,
     /// Connections opened.
-    pub connects: u64,
+    pub(crate) connects: u64,
     /// Failed connect attempts.
-    pub connect_failures: u64,
+    pub(crate) connect_failures: u64,
     /// Connections replaced because requests on them stopped being answered.
-    pub stuck: u64,
+    pub(crate) stuck: u64,
     /// Connections closed because the peer broke the protocol.
-    pub protocol_errors: u64,
+    pub(crate) protocol_errors: u64,
 }
 
 /// Sums over workers.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Totals {
+pub(crate) struct Totals {
     /// Commands decoded.
-    pub commands: u64,
+    pub(crate) commands: u64,
     /// Connections accepted.
-    pub connections: u64,
+    pub(crate) connections: u64,
     /// Connections open.
-    pub active: u64,
+    pub(crate) active: u64,
     /// Protocol errors.
-    pub protocol_errors: u64,
+    pub(crate) protocol_errors: u64,
     /// Unsupported commands.
-    pub unsupported: u64,
+    pub(crate) unsupported: u64,
     /// Upstream timeouts.
-    pub timeouts: u64,
+    pub(crate) timeouts: u64,
     /// Clients closed for their output buffer.
-    pub output_limit_closes: u64,
+    pub(crate) output_limit_closes: u64,
     /// Failed AUTH attempts.
-    pub auth_failures: u64,
+    pub(crate) auth_failures: u64,
 }
 
 impl Registry {
     /// Registers a worker's counters for the listener `name`.
-    pub fn add(&self, name: &str, s: Arc<ListenerStats>) {
+    pub(crate) fn add(&self, name: &str, s: Arc<ListenerStats>) {
         self.workers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -166,7 +166,7 @@ impl Registry {
 
     /// Per-command counters summed over workers (and over listeners, or of one), in command
     /// table order; commands never seen are left out.
-    pub fn command_totals(&self, listener: Option<&str>) -> Vec<crate::metrics::CmdTotals> {
+    pub(crate) fn command_totals(&self, listener: Option<&str>) -> Vec<crate::metrics::CmdTotals> {
         let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         let mut into = vec![None; crate::metrics::CommandStats::slots()];
         for (name, s) in w.iter() {
@@ -179,7 +179,7 @@ impl Registry {
 
     /// The hottest keys per cluster (of one listener, or all), hottest first, at most `n`
     /// per cluster.
-    pub fn hot_keys(
+    pub(crate) fn hot_keys(
         &self,
         listener: Option<&str>,
         n: usize,
@@ -195,7 +195,7 @@ impl Registry {
     }
 
     /// The slow log of `listener` over every worker, newest first, at most `n` entries.
-    pub fn slowlog(&self, listener: &str, n: usize) -> Vec<crate::slowlog::Entry> {
+    pub(crate) fn slowlog(&self, listener: &str, n: usize) -> Vec<crate::slowlog::Entry> {
         let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         let mut all = Vec::new();
         for (_, s) in w.iter().filter(|(l, _)| l == listener) {
@@ -207,7 +207,7 @@ impl Registry {
     }
 
     /// Entries in the slow log of `listener` over every worker.
-    pub fn slowlog_len(&self, listener: &str) -> usize {
+    pub(crate) fn slowlog_len(&self, listener: &str) -> usize {
         let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         w.iter()
             .filter(|(l, _)| l == listener)
@@ -216,7 +216,7 @@ impl Registry {
     }
 
     /// Empties the slow log of `listener` on every worker.
-    pub fn slowlog_reset(&self, listener: &str) {
+    pub(crate) fn slowlog_reset(&self, listener: &str) {
         let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         for (_, s) in w.iter().filter(|(l, _)| l == listener) {
             s.slow.reset();
@@ -224,7 +224,7 @@ impl Registry {
     }
 
     /// The listeners' names, once each, in registration order.
-    pub fn listener_names(&self) -> Vec<String> {
+    pub(crate) fn listener_names(&self) -> Vec<String> {
         let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         let mut out: Vec<String> = Vec::new();
         for (name, _) in w.iter() {
@@ -236,7 +236,7 @@ impl Registry {
     }
 
     /// Counters of one listener summed over workers.
-    pub fn listener_totals(&self, listener: &str) -> Totals {
+    pub(crate) fn listener_totals(&self, listener: &str) -> Totals {
         self.sum(Some(listener))
     }
 
@@ -244,7 +244,7 @@ impl Registry {
     /// configuration; `clusters` names the mirror counters' indices. What the counters they
     /// replace had counted is kept under the clusters' and rules' names, so totals survive
     /// configuration pushes.
-    pub fn set_filters(
+    pub(crate) fn set_filters(
         &self,
         key: (usize, usize),
         mirror: Arc<MirrorStats>,
@@ -283,7 +283,7 @@ impl Registry {
 
     /// Mirrored copies per receiving cluster of listener `listener` (index), over workers
     /// and configurations, by cluster name.
-    pub fn mirror_totals(&self, listener: usize) -> Vec<(String, MirrorCounts)> {
+    pub(crate) fn mirror_totals(&self, listener: usize) -> Vec<(String, MirrorCounts)> {
         let mut out: std::collections::BTreeMap<String, MirrorCounts> = self
             .retired
             .lock()
@@ -311,7 +311,7 @@ impl Registry {
 
     /// Hot-key rule counters of listener `listener` (index), over workers and
     /// configurations.
-    pub fn hot_key_rule_totals(&self, listener: usize) -> Vec<HotKeyRuleStats> {
+    pub(crate) fn hot_key_rule_totals(&self, listener: usize) -> Vec<HotKeyRuleStats> {
         let mut out: std::collections::BTreeMap<(String, String), HotKeyRuleStats> = self
             .retired
             .lock()
@@ -343,7 +343,7 @@ impl Registry {
     }
 
     /// Registers a worker's configuration slot of one listener.
-    pub fn add_slot(&self, slot: Arc<crate::conn::ListenerSlot>) {
+    pub(crate) fn add_slot(&self, slot: Arc<crate::listener::ListenerSlot>) {
         self.slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -352,7 +352,7 @@ impl Registry {
 
     /// Per endpoint `[cluster][shard][endpoint]` of the current configuration, summed over
     /// workers.
-    pub fn endpoint_health(&self) -> Vec<Vec<Vec<EndpointView>>> {
+    pub(crate) fn endpoint_health(&self) -> Vec<Vec<Vec<EndpointView>>> {
         let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let mut out: Vec<Vec<Vec<EndpointView>>> = Vec::new();
         let mut seen = Vec::new();
@@ -389,7 +389,7 @@ impl Registry {
     }
 
     /// Registers a worker's upstream counters.
-    pub fn add_upstream(&self, s: Arc<UpstreamStats>) {
+    pub(crate) fn add_upstream(&self, s: Arc<UpstreamStats>) {
         self.upstream
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -397,7 +397,7 @@ impl Registry {
     }
 
     /// Sums every worker's upstream counters.
-    pub fn upstream_totals(&self) -> UpstreamTotals {
+    pub(crate) fn upstream_totals(&self) -> UpstreamTotals {
         let w = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         UpstreamTotals {
@@ -413,12 +413,12 @@ impl Registry {
     }
 
     /// The index of listener `name` (registration order is configuration order).
-    pub fn listener_index(&self, name: &str) -> Option<usize> {
+    pub(crate) fn listener_index(&self, name: &str) -> Option<usize> {
         self.listener_names().iter().position(|n| n == name)
     }
 
     /// Sums every worker's counters.
-    pub fn totals(&self) -> Totals {
+    pub(crate) fn totals(&self) -> Totals {
         self.sum(None)
     }
 

@@ -26,37 +26,37 @@ use respway_filters::routing::Routing;
 use crate::upstream::Dedicated;
 
 /// Redis Cluster's error for keys of one request (or transaction) on different slots.
-pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+pub(crate) const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 
 /// A session's transaction state.
 #[derive(Debug)]
-pub struct Tx {
+pub(crate) struct Tx {
     /// `MULTI` was received: commands are queued until `EXEC` / `DISCARD`.
-    pub multi: bool,
+    pub(crate) multi: bool,
     /// A command was refused while queueing: `EXEC` aborts.
-    pub dirty: bool,
+    pub(crate) dirty: bool,
     /// The shard and connection, once a key (or `EXEC`) decided them.
-    pub pinned: Option<Pinned>,
+    pub(crate) pinned: Option<Pinned>,
     /// Commands accepted before the shard was known (`MULTI`, key-less commands).
-    pub queued: Vec<Vec<Bytes>>,
+    pub(crate) queued: Vec<Vec<Bytes>>,
     /// How long the cleanup after the transaction may take.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 }
 
 /// The connection a transaction runs on.
 #[derive(Debug)]
-pub struct Pinned {
+pub(crate) struct Pinned {
     /// Cluster index.
-    pub cluster: usize,
+    pub(crate) cluster: usize,
     /// Shard index.
-    pub shard: usize,
+    pub(crate) shard: usize,
     /// The connection.
-    pub conn: Dedicated,
+    pub(crate) conn: Dedicated,
 }
 
 impl Tx {
     /// A transaction state with nothing pinned yet.
-    pub fn new(timeout: Duration) -> Tx {
+    pub(crate) fn new(timeout: Duration) -> Tx {
         Tx {
             multi: false,
             dirty: false,
@@ -68,7 +68,7 @@ impl Tx {
 
     /// The transaction ended normally (its last command is sent): the connection returns to
     /// the pool once it is idle.
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         if let Some(p) = self.pinned.take() {
             p.conn.release(&[], self.timeout);
         }
@@ -91,7 +91,7 @@ impl Drop for Tx {
 /// # Errors
 /// The reply for a command that cannot be part of the transaction: keys on several
 /// clusters or shards (`CROSSSLOT`), keys of a mirrored route or under a hot-key prefix.
-pub fn place(
+pub(crate) fn place(
     routing: &Routing,
     cmd: &CommandInfo,
     args: &mut [Bytes],

@@ -59,9 +59,9 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How long past its deadline the oldest unanswered request may wait before its connection
 /// counts as stuck and is replaced.
-pub const STUCK_MARGIN: Duration = Duration::from_millis(500);
+pub(crate) const STUCK_MARGIN: Duration = Duration::from_millis(500);
 /// Least time between two connect attempts triggered by requests during a backoff.
-pub const RETRY_MIN: Duration = Duration::from_millis(20);
+pub(crate) const RETRY_MIN: Duration = Duration::from_millis(20);
 /// A connection lost sooner than this after it was opened is reopened after the backoff.
 const MIN_HEALTHY_LIFE: Duration = Duration::from_secs(1);
 /// Bytes of pending writes past which a connection takes no more requests from its queue.
@@ -72,7 +72,7 @@ const RBUF: usize = 16 * 1024;
 
 /// Why an upstream request failed. Rendered as `-ERR respway: shard NAME (ADDR) ...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpstreamError {
+pub(crate) enum UpstreamError {
     /// The endpoint could not be reached (connect failed, or in backoff): not sent.
     Unavailable(Arc<str>),
     /// The connection broke while the request was in flight: it may have run.
@@ -92,7 +92,7 @@ pub enum UpstreamError {
 impl UpstreamError {
     /// True when the request certainly did not reach Redis, or broke on the way, so a read
     /// may be sent elsewhere.
-    pub fn retryable_read(&self) -> bool {
+    pub(crate) fn retryable_read(&self) -> bool {
         matches!(
             self,
             UpstreamError::Unavailable(_)
@@ -104,7 +104,7 @@ impl UpstreamError {
     }
 
     /// The error's kind, as counted in INFO.
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             UpstreamError::Unavailable(_) => ErrorKind::Unavailable,
             UpstreamError::ConnectionLost(_) => ErrorKind::ConnectionLost,
@@ -117,7 +117,7 @@ impl UpstreamError {
     }
 
     /// The RESP error frame for a client, naming the endpoint.
-    pub fn to_reply(&self, label: &str) -> Reply {
+    pub(crate) fn to_reply(&self, label: &str) -> Reply {
         error_reply(&format!("ERR respway: {}", Shown(self, label)))
     }
 }
@@ -146,7 +146,7 @@ impl fmt::Display for Shown<'_> {
 
 /// Kinds of [`UpstreamError`], for counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// [`UpstreamError::Unavailable`].
     Unavailable = 0,
     /// [`UpstreamError::ConnectionLost`].
@@ -165,7 +165,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in counter order.
-    pub const ALL: [ErrorKind; 7] = [
+    pub(crate) const ALL: [ErrorKind; 7] = [
         ErrorKind::Unavailable,
         ErrorKind::ConnectionLost,
         ErrorKind::Closed,
@@ -176,7 +176,7 @@ impl ErrorKind {
     ];
 
     /// The INFO field suffix.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::ConnectionLost => "connection_lost",
@@ -191,25 +191,25 @@ impl ErrorKind {
 
 /// One worker's upstream counters (kept across configuration changes).
 #[derive(Debug, Default)]
-pub struct UpstreamStats {
+pub(crate) struct UpstreamStats {
     errors: [AtomicU64; 7],
     /// Connections opened (first connects and reconnects).
-    pub connects: AtomicU64,
+    pub(crate) connects: AtomicU64,
     /// Connect attempts that failed.
-    pub connect_failures: AtomicU64,
+    pub(crate) connect_failures: AtomicU64,
     /// Connections closed because requests on them stopped being answered.
-    pub stuck: AtomicU64,
+    pub(crate) stuck: AtomicU64,
     /// Connections closed because the peer broke the protocol.
-    pub protocol_errors: AtomicU64,
+    pub(crate) protocol_errors: AtomicU64,
 }
 
 impl UpstreamStats {
     /// Counts one error of `kind`.
-    pub fn count(&self, kind: ErrorKind) {
+    pub(crate) fn count(&self, kind: ErrorKind) {
         self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
     /// Errors of `kind` so far.
-    pub fn errors(&self, kind: ErrorKind) -> u64 {
+    pub(crate) fn errors(&self, kind: ErrorKind) -> u64 {
         self.errors[kind as usize].load(Ordering::Relaxed)
     }
 }
@@ -218,41 +218,41 @@ type ReplyTx = oneshot::Sender<Result<Reply, UpstreamError>>;
 
 /// One request handed to a connection task.
 #[derive(Debug)]
-pub struct UpstreamRequest {
+pub(crate) struct UpstreamRequest {
     /// The command to send.
-    pub args: Vec<Bytes>,
+    pub(crate) args: Vec<Bytes>,
     /// When the client stops waiting.
-    pub deadline: Instant,
+    pub(crate) deadline: Instant,
     /// Where the reply goes.
-    pub tx: ReplyTx,
+    pub(crate) tx: ReplyTx,
 }
 
 /// How to reach and prepare one endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct EndpointConfig {
+pub(crate) struct EndpointConfig {
     /// Socket address.
-    pub address: SocketAddr,
+    pub(crate) address: SocketAddr,
     /// `shard <name> (<addr>)`, used in error replies and logs.
-    pub label: Arc<str>,
+    pub(crate) label: Arc<str>,
     /// TCP connect timeout (the handshake shares it).
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// `AUTH` arguments (without the command name), sent on connect.
-    pub auth: Option<Vec<Bytes>>,
+    pub(crate) auth: Option<Vec<Bytes>>,
     /// The database a client's database 0 maps to (`SELECT db + n` on connect for a
     /// connection of client database n, when non-zero).
-    pub db: u32,
+    pub(crate) db: u32,
     /// Client databases (`SELECT n` with `n < databases`).
-    pub databases: u32,
+    pub(crate) databases: u32,
     /// Dedicated connections this worker may have open at once.
-    pub dedicated: usize,
+    pub(crate) dedicated: usize,
     /// Requests that may wait in one connection's queue.
-    pub max_queue: usize,
+    pub(crate) max_queue: usize,
 }
 
 /// This worker's connections to one endpoint: per [`Flavor`] (protocol and database), the
 /// shared multiplexed connections (spawned on first use) and the idle dedicated ones.
 #[derive(Debug, Clone)]
-pub struct EndpointHandle {
+pub(crate) struct EndpointHandle {
     inner: Arc<EndpointInner>,
 }
 
@@ -286,7 +286,11 @@ impl EndpointHandle {
     /// This worker's pools for `cfg` with `n` shared connections per flavor; the RESP2
     /// database-0 connections are spawned now (they connect on their first request), the
     /// others on first use.
-    pub fn spawn(cfg: EndpointConfig, n: usize, stats: Arc<UpstreamStats>) -> EndpointHandle {
+    pub(crate) fn spawn(
+        cfg: EndpointConfig,
+        n: usize,
+        stats: Arc<UpstreamStats>,
+    ) -> EndpointHandle {
         let flavors = (0..2 * cfg.databases.clamp(1, 256) as usize)
             .map(|_| FlavorPools::default())
             .collect();
@@ -306,12 +310,12 @@ impl EndpointHandle {
     }
 
     /// False while connecting to the endpoint fails.
-    pub fn is_healthy(&self) -> bool {
+    pub(crate) fn is_healthy(&self) -> bool {
         self.inner.healthy.load(Ordering::Relaxed)
     }
 
     /// `shard <name> (<addr>)`.
-    pub fn label(&self) -> &Arc<str> {
+    pub(crate) fn label(&self) -> &Arc<str> {
         &self.inner.cfg.label
     }
 
@@ -341,7 +345,7 @@ impl EndpointHandle {
     }
 
     /// Queues `args` on this flavor's connection `conn % n` and returns the reply's future.
-    pub fn send(
+    pub(crate) fn send(
         &self,
         args: Vec<Bytes>,
         flavor: Flavor,
@@ -365,7 +369,7 @@ impl EndpointHandle {
 
     /// A dedicated connection of `flavor` for one transaction: an idle one, or a new one
     /// while fewer than the cluster's `dedicated_connections` are open.
-    pub fn take_dedicated(&self, flavor: Flavor) -> Result<Dedicated, UpstreamError> {
+    pub(crate) fn take_dedicated(&self, flavor: Flavor) -> Result<Dedicated, UpstreamError> {
         let i = &self.inner;
         let pools = self.pools(flavor).ok_or(UpstreamError::NoShard)?;
         let mut idle = pools.idle.lock().unwrap_or_else(|e| e.into_inner());
@@ -407,7 +411,7 @@ impl EndpointHandle {
     }
 
     /// Dedicated connections open now (idle or in use), all flavors.
-    pub fn dedicated_open(&self) -> usize {
+    pub(crate) fn dedicated_open(&self) -> usize {
         self.inner.dedicated_open.load(Ordering::Relaxed)
     }
 }
@@ -444,7 +448,7 @@ impl Drop for OpenGuard {
 /// on it alone, in order. It never reconnects: if it breaks or a reply is late, it is closed
 /// (which discards a `MULTI` in progress on Redis) and every later command on it fails.
 #[derive(Debug)]
-pub struct Dedicated {
+pub(crate) struct Dedicated {
     tx: mpsc::Sender<UpstreamRequest>,
     handle: EndpointHandle,
     flavor: Flavor,
@@ -452,7 +456,7 @@ pub struct Dedicated {
 
 impl Dedicated {
     /// Queues `args` and returns the reply's future.
-    pub fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
+    pub(crate) fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
         let i = &self.handle.inner;
         crate::stats::bump(&i.requests, 1);
         send_on(
@@ -465,16 +469,11 @@ impl Dedicated {
         )
     }
 
-    /// `shard <name> (<addr>)`.
-    pub fn label(&self) -> &Arc<str> {
-        self.handle.label()
-    }
-
     /// Ends the transaction: sends `cleanup` (e.g. `DISCARD`, `UNWATCH` for a client that
     /// left mid-transaction; nothing after `EXEC`), then a `PING`; once the `PING` is
     /// answered the connection is idle again and goes back to the pool. Answers are awaited
     /// by a task of its own, so the session does not wait.
-    pub fn release(self, cleanup: &[&'static [u8]], timeout: Duration) {
+    pub(crate) fn release(self, cleanup: &[&'static [u8]], timeout: Duration) {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
@@ -510,11 +509,16 @@ impl Dedicated {
 
 /// One worker's endpoint handles, `[cluster][shard][endpoint]` in model order.
 #[derive(Debug, Default)]
-pub struct Endpoints(pub Vec<Vec<Vec<EndpointHandle>>>);
+pub(crate) struct Endpoints(pub(crate) Vec<Vec<Vec<EndpointHandle>>>);
 
 impl Endpoints {
     /// The handle of one endpoint.
-    pub fn get(&self, cluster: usize, shard: usize, endpoint: usize) -> Option<&EndpointHandle> {
+    pub(crate) fn get(
+        &self,
+        cluster: usize,
+        shard: usize,
+        endpoint: usize,
+    ) -> Option<&EndpointHandle> {
         self.0.get(cluster)?.get(shard)?.get(endpoint)
     }
 }
@@ -529,7 +533,7 @@ impl HealthView for Endpoints {
 /// The innermost service of the chain: sends a routed request to the endpoint the zone
 /// layer chose (the shard's primary when it chose none).
 #[derive(Debug, Clone)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     endpoints: Arc<Endpoints>,
     /// Index of each shard's primary, `[cluster][shard]`.
     primaries: Arc<Vec<Vec<usize>>>,
@@ -544,7 +548,7 @@ pub struct Upstream {
 impl Upstream {
     /// An upstream service over this worker's endpoints for one session; `conn` picks the
     /// session's connection to every endpoint (`conn % connections_per_endpoint`).
-    pub fn new(
+    pub(crate) fn new(
         endpoints: Arc<Endpoints>,
         primaries: Arc<Vec<Vec<usize>>>,
         conn: usize,
@@ -604,7 +608,7 @@ impl Service<Request> for Upstream {
 
 /// The reply of one upstream request.
 #[derive(Debug)]
-pub struct UpstreamFuture {
+pub(crate) struct UpstreamFuture {
     state: State,
     label: Arc<str>,
     /// For replica reads: the primary and the request, to retry there once when the replica

@@ -1,0 +1,87 @@
+//! One listener on one worker: the state its sessions share ([`ListenerCtx`]), the chain
+//! parts a configuration change swaps ([`ListenerSlot`]), and binding its `SO_REUSEPORT`
+//! socket ([`bind_all`]).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::net::{TcpListener, TcpSocket};
+
+use crate::stack::Parts;
+use crate::stats::ListenerStats;
+
+/// Shared state of the listener a session belongs to, on one worker.
+#[derive(Debug)]
+pub(crate) struct ListenerCtx {
+    /// The current configuration of this listener on this worker (swapped on config change).
+    pub(crate) slot: Arc<ListenerSlot>,
+    /// Counters.
+    pub(crate) stats: Arc<ListenerStats>,
+    /// Every worker's counters (for INFO).
+    pub(crate) registry: Arc<crate::stats::Registry>,
+    /// Workers in this process (for INFO).
+    pub(crate) workers: usize,
+    /// Set when the process drains: sessions read nothing more, answer what they have read,
+    /// and close.
+    pub(crate) draining: std::sync::atomic::AtomicBool,
+    /// Wakes every session when draining starts.
+    pub(crate) drain: tokio::sync::Notify,
+}
+
+/// One worker's current chain parts for one listener. A config change stores new parts and
+/// bumps `version`; each session compares versions (a plain load of a worker-local atomic)
+/// before it dispatches a batch, and rebuilds its chain when they differ. Requests already in
+/// flight keep the old chain's `Arc`s and finish on it.
+#[derive(Debug)]
+pub(crate) struct ListenerSlot {
+    /// The parts new chains are built from.
+    pub(crate) parts: ArcSwap<Parts>,
+    /// Bumped after every store.
+    pub(crate) version: AtomicU64,
+}
+
+impl ListenerSlot {
+    /// A slot holding `parts` at version 0.
+    pub(crate) fn new(parts: Parts) -> Self {
+        ListenerSlot {
+            parts: ArcSwap::from_pointee(parts),
+            version: AtomicU64::new(0),
+        }
+    }
+
+    /// Publishes new parts.
+    pub(crate) fn store(&self, parts: Parts) {
+        self.parts.store(Arc::new(parts));
+        self.version.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Binds every listener; an error names the listener and the address.
+pub(crate) fn bind_all(addrs: &[(String, SocketAddr)]) -> io::Result<Vec<TcpListener>> {
+    addrs
+        .iter()
+        .map(|(name, addr)| {
+            bind_one(*addr).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("listener {name:?}: cannot listen on {addr}: {e}"),
+                )
+            })
+        })
+        .collect()
+}
+
+fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}

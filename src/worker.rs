@@ -1,0 +1,333 @@
+//! One worker thread: its current-thread tokio runtime, its listeners' accept loops, the
+//! chain parts it builds for every configuration (reusing the pools of endpoints that remain),
+//! and its graceful drain.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use respway_filters::hot_key::HotKeyStats;
+use respway_filters::mirror::MirrorStats;
+use respway_filters::model::{Cluster, Role};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::listener::{bind_all, ListenerCtx, ListenerSlot};
+use crate::stats::{ListenerStats, Registry};
+use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints, UpstreamStats};
+use crate::{conn, hotkeys, slowlog, stack, Shared, Snapshot};
+
+/// What the workers are told to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// Serve.
+    Run,
+    /// Drain for at most this long, then stop.
+    Drain(std::time::Duration),
+    /// Stop now.
+    Now,
+}
+
+/// Identifies a pool: the same endpoint in the same cluster with the same settings.
+type PoolKey = (String, EndpointConfig, usize);
+
+pub(crate) struct Worker {
+    pub(crate) id: usize,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) workers: usize,
+    pub(crate) stop: watch::Receiver<Stop>,
+    /// This worker's upstream pools, kept across config changes for endpoints that remain.
+    pub(crate) pools: HashMap<PoolKey, EndpointHandle>,
+    /// This worker's upstream counters (kept across config changes).
+    pub(crate) upstream_stats: Arc<UpstreamStats>,
+    /// Hot-key sampling.
+    pub(crate) hot_key_sample: u64,
+    /// Slow-log threshold (µs) and length.
+    pub(crate) slowlog: (u64, usize),
+}
+
+impl Worker {
+    pub(crate) fn run(
+        mut self,
+        bind_to: Vec<(String, SocketAddr)>,
+        ready: std::sync::mpsc::Sender<io::Result<Vec<SocketAddr>>>,
+    ) {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        rt.block_on(async move {
+            let listeners = match bind_all(&bind_to) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            };
+            let bound = listeners
+                .iter()
+                .map(|l| l.local_addr())
+                .collect::<io::Result<Vec<_>>>();
+            let _ = ready.send(bound);
+            let mut changed = self.shared.changed.subscribe();
+            let snapshot = self.shared.current.load_full();
+            let mut seen = snapshot.version;
+            let all_parts = self.build_parts(&snapshot);
+            let mut slots = Vec::new();
+            let mut ctxs = Vec::new();
+            let mut accepts = Vec::new();
+            for (i, (listener, parts)) in listeners.into_iter().zip(all_parts).enumerate() {
+                let stats = Arc::new(ListenerStats {
+                    hot: hotkeys::Tracker::new(self.hot_key_sample),
+                    slow: slowlog::SlowLog::new(self.slowlog.0, self.slowlog.1),
+                    ..Default::default()
+                });
+                self.registry
+                    .add(&snapshot.config.listeners[i].name, stats.clone());
+                let slot = Arc::new(ListenerSlot::new(parts));
+                self.registry.add_slot(slot.clone());
+                slots.push(slot.clone());
+                let ctx = Arc::new(ListenerCtx {
+                    slot,
+                    stats,
+                    registry: self.registry.clone(),
+                    workers: self.workers,
+                    draining: std::sync::atomic::AtomicBool::new(false),
+                    drain: tokio::sync::Notify::new(),
+                });
+                let _ = i;
+                ctxs.push(ctx.clone());
+                accepts.push(tokio::spawn(accept_loop(listener, ctx)));
+            }
+            loop {
+                tokio::select! {
+                    r = self.stop.changed() => {
+                        let stop = *self.stop.borrow();
+                        match stop {
+                            _ if r.is_err() => break,
+                            Stop::Run => continue,
+                            Stop::Now => break,
+                            Stop::Drain(timeout) => {
+                                drain(&ctxs, accepts, timeout, self.id).await;
+                                break;
+                            }
+                        }
+                    }
+                    r = changed.changed() => {
+                        if r.is_err() {
+                            break;
+                        }
+                        let snapshot = self.shared.current.load_full();
+                        if snapshot.version == seen {
+                            continue;
+                        }
+                        seen = snapshot.version;
+                        for (slot, parts) in slots.iter().zip(self.build_parts(&snapshot)) {
+                            slot.store(parts);
+                        }
+                        tracing::debug!(worker = self.id, version = seen, "configuration swapped");
+                    }
+                }
+            }
+        });
+        // Dropping the runtime cancels every session and connection task of this worker.
+        drop(rt);
+    }
+
+    /// Builds this worker's chain parts for every listener of `snapshot`: endpoint handles
+    /// (reusing pools of endpoints that remain, spawning the new ones; pools no longer in the
+    /// config are dropped here and close once the last chain using them is gone), and a new
+    /// mirror queue with its consumer, whose shadow chain matches the new routing.
+    fn build_parts(&mut self, snapshot: &Snapshot) -> Vec<stack::Parts> {
+        let config = &snapshot.config;
+        let mut old = std::mem::take(&mut self.pools);
+        let mut handle = |c: &Cluster, shard: &str, addr: SocketAddr| {
+            let key = (
+                c.name.clone(),
+                endpoint_config(c, shard, addr),
+                c.connections_per_endpoint,
+            );
+            let h = old
+                .remove(&key)
+                .or_else(|| self.pools.get(&key).cloned())
+                .unwrap_or_else(|| {
+                    EndpointHandle::spawn(key.1.clone(), key.2, self.upstream_stats.clone())
+                });
+            self.pools.insert(key, h.clone());
+            h
+        };
+        let endpoints = Arc::new(Endpoints(
+            config
+                .clusters
+                .iter()
+                .map(|c| {
+                    c.shards
+                        .iter()
+                        .map(|s| {
+                            s.endpoints
+                                .iter()
+                                .map(|e| handle(c, &s.name, e.address))
+                                .collect()
+                        })
+                        .collect()
+                })
+                .collect(),
+        ));
+        let primaries: Arc<Vec<Vec<usize>>> = Arc::new(
+            config
+                .clusters
+                .iter()
+                .map(|c| {
+                    c.shards
+                        .iter()
+                        .map(|s| {
+                            s.endpoints
+                                .iter()
+                                .position(|e| e.role == Role::Primary)
+                                .unwrap_or(0)
+                        })
+                        .collect()
+                })
+                .collect(),
+        );
+        config
+            .listeners
+            .iter()
+            .zip(&snapshot.routings)
+            .enumerate()
+            .map(|(i, (listener, routing))| {
+                let (queue, mirror_rx) = stack::MirrorQueue::new();
+                let parts = stack::Parts {
+                    listener: Arc::new(listener.clone()),
+                    mirror_stats: Arc::new(MirrorStats::new(routing.clusters.len())),
+                    hot_key_stats: Arc::new(HotKeyStats::new(routing)),
+                    routing: routing.clone(),
+                    endpoints: endpoints.clone(),
+                    primaries: primaries.clone(),
+                    mirror: Arc::new(queue),
+                    databases: routing
+                        .routed_clusters()
+                        .iter()
+                        .filter_map(|&c| config.clusters.get(c))
+                        .map(|c| c.databases)
+                        .min()
+                        .unwrap_or(respway_filters::model::DEFAULT_DATABASES),
+                };
+                self.registry.set_filters(
+                    (self.id, i),
+                    parts.mirror_stats.clone(),
+                    parts.hot_key_stats.clone(),
+                    routing.clusters.iter().map(|c| c.name.clone()).collect(),
+                );
+                tokio::spawn(stack::run_mirror(
+                    mirror_rx,
+                    stack::shadow(&parts, 0),
+                    parts.mirror_stats.clone(),
+                ));
+                parts
+            })
+            .collect()
+    }
+}
+
+/// Stops accepting (the listening sockets close), tells every session to answer what it has
+/// read and close, and waits until all have closed or `timeout` has passed.
+async fn drain(
+    ctxs: &[Arc<ListenerCtx>],
+    accepts: Vec<tokio::task::JoinHandle<()>>,
+    timeout: std::time::Duration,
+    worker: usize,
+) {
+    use std::sync::atomic::Ordering;
+    for a in &accepts {
+        a.abort();
+    }
+    for a in accepts {
+        let _ = a.await;
+    }
+    for c in ctxs {
+        c.draining.store(true, Ordering::Relaxed);
+        c.drain.notify_waiters();
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let open = || {
+        ctxs.iter()
+            .map(|c| c.stats.active.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    while open() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let left = open();
+    if left > 0 {
+        tracing::warn!(
+            worker,
+            sessions = left,
+            ?timeout,
+            "drain timeout: closing sessions still open"
+        );
+    } else {
+        tracing::info!(worker, "drained: every session answered and closed");
+    }
+}
+
+fn endpoint_config(c: &Cluster, shard: &str, address: SocketAddr) -> EndpointConfig {
+    EndpointConfig {
+        address,
+        label: format!("shard {shard} ({address})").into(),
+        connect_timeout: c.connect_timeout,
+        auth: c.auth.as_ref().map(|a| {
+            let mut v = Vec::new();
+            if let Some(u) = &a.username {
+                v.push(Bytes::from(u.clone()));
+            }
+            v.push(Bytes::from(a.password.clone()));
+            v
+        }),
+        db: c.db,
+        databases: c.databases,
+        dedicated: c.dedicated_connections,
+        max_queue: c.max_queue_per_connection,
+    }
+}
+
+async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
+    let mut backoff = std::time::Duration::from_millis(5);
+    loop {
+        match listener.accept().await {
+            Ok((stream, _peer)) => {
+                backoff = std::time::Duration::from_millis(5);
+                // The accept count, taken here (not when the session first runs, when several
+                // sessions accepted in one turn would read the same value), spreads sessions
+                // over each endpoint's connections.
+                let seq = ctx.stats.connections.get() as usize;
+                ctx.stats.connections.inc();
+                let ctx = ctx.clone();
+                tokio::spawn(async move {
+                    ctx.stats
+                        .active
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    conn::serve(stream, ctx.clone(), seq).await;
+                    ctx.stats
+                        .active
+                        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+            }
+        }
+    }
+}
