@@ -410,7 +410,7 @@ fn metrics(state: &State) -> String {
         .map(|l| (l.clone(), r.listener_totals(l)))
         .collect();
     type Get = fn(&crate::stats::Totals) -> u64;
-    let simple: [(&str, &str, &str, Get); 7] = [
+    let simple: [(&str, &str, &str, Get); 9] = [
         (
             "respway_downstream_connections_active",
             "gauge",
@@ -422,6 +422,18 @@ fn metrics(state: &State) -> String {
             "counter",
             "Client connections accepted.",
             |t| t.connections,
+        ),
+        (
+            "respway_downstream_received_bytes_total",
+            "counter",
+            "Bytes read from clients.",
+            |t| t.bytes_in,
+        ),
+        (
+            "respway_downstream_sent_bytes_total",
+            "counter",
+            "Bytes written to clients.",
+            |t| t.bytes_out,
         ),
         (
             "respway_protocol_errors_total",

@@ -279,6 +279,7 @@ impl Session {
                         progress = true;
                     }
                     Ok(n) => {
+                        crate::stats::bump(&ctx.stats.bytes_in, n as u64);
                         // A short read drained the socket: skip the read that would only
                         // return EAGAIN (see `upstream::clear_read_readiness`).
                         if n < spare {
@@ -388,6 +389,7 @@ impl Session {
                     Poll::Ready(Ok(())) => match stream.try_write(&self.wbuf) {
                         Ok(n) => {
                             self.wbuf.advance(n);
+                            crate::stats::bump(&ctx.stats.bytes_out, n as u64);
                             took = true;
                             progress = true;
                         }

@@ -38,6 +38,10 @@ impl Counter {
 pub(crate) struct ListenerStats {
     /// Commands decoded.
     pub(crate) commands: Counter,
+    /// Bytes read from clients.
+    pub(crate) bytes_in: AtomicU64,
+    /// Bytes written to clients.
+    pub(crate) bytes_out: AtomicU64,
     /// Client connections accepted.
     pub(crate) connections: Counter,
     /// Client connections currently open (incremented and decremented by the same worker).
@@ -139,6 +143,10 @@ pub(crate) struct UpstreamTotals {
 pub(crate) struct Totals {
     /// Commands decoded.
     pub(crate) commands: u64,
+    /// Bytes read from clients.
+    pub(crate) bytes_in: u64,
+    /// Bytes written to clients.
+    pub(crate) bytes_out: u64,
     /// Connections accepted.
     pub(crate) connections: u64,
     /// Connections open.
@@ -427,6 +435,8 @@ impl Registry {
         let mut t = Totals::default();
         for (_, s) in w.iter().filter(|(n, _)| listener.is_none_or(|l| l == n)) {
             t.commands += s.commands.get();
+            t.bytes_in += s.bytes_in.load(Ordering::Relaxed);
+            t.bytes_out += s.bytes_out.load(Ordering::Relaxed);
             t.connections += s.connections.get();
             t.active += s.active.load(Ordering::Relaxed);
             t.protocol_errors += s.protocol_errors.get();

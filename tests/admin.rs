@@ -133,6 +133,10 @@ fn metrics_count_the_load_per_command() {
         other => panic!("histogram: {other:?}"),
     }
     assert!(counter(&scrape, "respway_downstream_connections_total", &[l]) >= 1.0);
+    // 500 `+OK` (5 bytes) and 500 `$1 v` (7 bytes) replies at least; 1,005 commands of at
+    // least 20 bytes each.
+    assert!(counter(&scrape, "respway_downstream_sent_bytes_total", &[l]) >= 6000.0);
+    assert!(counter(&scrape, "respway_downstream_received_bytes_total", &[l]) >= 20_100.0);
     assert_eq!(counter(&scrape, "respway_config_version", &[]), 1.0);
     let mut c = RespConn::connect(rw.addr);
     let info = c.call(&["INFO", "commandstats"]).text();
