@@ -78,9 +78,49 @@ impl Drop for Admin {
 /// Sets the log filter; an error names what is wrong with it.
 pub type SetLogLevel = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
+/// Outcomes of configuration changes from one source (`xds` or `file`), for metrics.
+#[derive(Debug, Default)]
+pub struct ConfigEvents {
+    sources: std::sync::Mutex<std::collections::BTreeMap<&'static str, SourceEvents>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct SourceEvents {
+    applied: u64,
+    refused: u64,
+    last_applied: Option<u64>,
+    last_refused: Option<u64>,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl ConfigEvents {
+    /// A configuration from `source` was applied (for xDS: ACKed).
+    pub fn applied(&self, source: &'static str) {
+        let mut m = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let e = m.entry(source).or_default();
+        e.applied += 1;
+        e.last_applied = Some(unix_now());
+    }
+
+    /// A configuration from `source` was refused (for xDS: NACKed); the last good one stays.
+    pub fn refused(&self, source: &'static str) {
+        let mut m = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let e = m.entry(source).or_default();
+        e.refused += 1;
+        e.last_refused = Some(unix_now());
+    }
+}
+
 /// What the admin endpoint may do to the process beyond reading it (set by the binary).
 #[derive(Clone, Default)]
 pub struct Hooks {
+    /// Configuration changes applied and refused, by source.
+    pub config_events: Option<Arc<ConfigEvents>>,
     /// Sets the log filter; an error names what is wrong with it.
     pub set_log_level: Option<SetLogLevel>,
     /// Starts draining, as SIGTERM does.
@@ -546,6 +586,40 @@ fn metrics(state: &State) -> String {
                 "respway_command_duration_seconds_count{{listener=\"{l}\",command=\"{}\"}} {total}",
                 c.name
             );
+        }
+    }
+    if let Some(ev) = &state.hooks.config_events {
+        let m = ev.sources.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        family(
+            &mut o,
+            "respway_config_changes_total",
+            "counter",
+            "Configuration changes by source (xds, file) and outcome (applied = ACK, refused = NACK: the last good configuration stays).",
+        );
+        for (src, e) in &m {
+            let _ = writeln!(
+                o,
+                "respway_config_changes_total{{source=\"{src}\",outcome=\"applied\"}} {}",
+                e.applied
+            );
+            let _ = writeln!(
+                o,
+                "respway_config_changes_total{{source=\"{src}\",outcome=\"refused\"}} {}",
+                e.refused
+            );
+        }
+        family(
+            &mut o,
+            "respway_config_last_change_timestamp_seconds",
+            "gauge",
+            "Unix time of the last applied and of the last refused configuration change, by source.",
+        );
+        for (src, e) in &m {
+            for (outcome, t) in [("applied", e.last_applied), ("refused", e.last_refused)] {
+                if let Some(t) = t {
+                    let _ = writeln!(o, "respway_config_last_change_timestamp_seconds{{source=\"{src}\",outcome=\"{outcome}\"}} {t}");
+                }
+            }
         }
     }
     family(

@@ -285,6 +285,7 @@ async fn run(
     // config handle once the server runs. Without static resources the first configuration
     // it receives starts the server.
     let handle: Arc<OnceLock<ConfigHandle>> = Arc::new(OnceLock::new());
+    let config_events = Arc::new(respway::admin::ConfigEvents::default());
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Config>();
     let xds = bootstrap
         .as_ref()
@@ -299,25 +300,37 @@ async fn run(
         cfg.backoff_max = Duration::from_secs(5);
         let handle = handle.clone();
         let zone = zone.clone();
+        let events = config_events.clone();
         let mut first_tx = first_tx;
         tokio::spawn(respway_xds::client::run(
             cfg,
             move |resources| {
-                let mut config = respway_xds::translate(resources).map_err(|e| e.to_string())?;
-                if zone.is_some() {
-                    config.zone = zone.clone();
+                let result = (|| {
+                    let mut config =
+                        respway_xds::translate(resources).map_err(|e| e.to_string())?;
+                    if zone.is_some() {
+                        config.zone = zone.clone();
+                    }
+                    match handle.get() {
+                        Some(h) => h.apply(config).map(|v| {
+                            tracing::info!(version = v, "configuration from xDS applied");
+                        }),
+                        None => match first_tx.take() {
+                            Some(tx) => tx
+                                .send(config)
+                                .map_err(|_| "the sidecar is shutting down".to_string()),
+                            None => Err("the sidecar is still starting".to_string()),
+                        },
+                    }
+                })();
+                match &result {
+                    Ok(()) => events.applied("xds"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "configuration from xDS refused (NACK); the last good configuration stays");
+                        events.refused("xds");
+                    }
                 }
-                match handle.get() {
-                    Some(h) => h.apply(config).map(|v| {
-                        tracing::info!(version = v, "configuration from xDS applied");
-                    }),
-                    None => match first_tx.take() {
-                        Some(tx) => tx
-                            .send(config)
-                            .map_err(|_| "the sidecar is shutting down".to_string()),
-                        None => Err("the sidecar is still starting".to_string()),
-                    },
-                }
+                result
             },
             None,
         ));
@@ -353,6 +366,7 @@ async fn run(
     let _ = handle.set(server.config_handle());
     let drain_requested = Arc::new(tokio::sync::Notify::new());
     let hooks = respway::admin::Hooks {
+        config_events: Some(config_events.clone()),
         set_log_level: SET_LEVEL.get().cloned(),
         drain: Some({
             let n = drain_requested.clone();
@@ -384,6 +398,7 @@ async fn run(
         args.config.clone(),
         zone.clone(),
         drain_requested,
+        config_events.clone(),
     )
     .await;
     let drain = Duration::from_secs_f64(args.drain_time_s.max(0.0));
@@ -404,6 +419,7 @@ async fn signals(
     path: Option<PathBuf>,
     zone: Option<String>,
     drain_requested: Arc<tokio::sync::Notify>,
+    events: Arc<respway::admin::ConfigEvents>,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut hup), Ok(mut term), Ok(mut int)) = (
@@ -427,11 +443,20 @@ async fn signals(
                             config.zone = zone.clone();
                         }
                         match handle.apply(config) {
-                            Ok(v) => tracing::info!(version = v, "configuration reloaded"),
-                            Err(e) => tracing::error!(error = %e, "reload refused; the last good configuration stays"),
+                            Ok(v) => {
+                                events.applied("file");
+                                tracing::info!(version = v, "configuration reloaded");
+                            }
+                            Err(e) => {
+                                events.refused("file");
+                                tracing::error!(error = %e, "reload refused; the last good configuration stays");
+                            }
                         }
                     }
-                    Err(errors) => tracing::error!(%errors, "reload refused; the last good configuration stays"),
+                    Err(errors) => {
+                        events.refused("file");
+                        tracing::error!(%errors, "reload refused; the last good configuration stays");
+                    }
                 }
             }
             _ = term.recv() => return,

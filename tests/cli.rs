@@ -176,3 +176,52 @@ fn admin_changes_the_log_level_and_drains() {
     assert!(status.success(), "{status:?}: {}", rw.log());
     assert!(rw.log().contains("drain requested"), "{}", rw.log());
 }
+
+/// Configuration changes are counted by source and outcome, with the time of the last of
+/// each, in /metrics: a refused SIGHUP reload and an applied one.
+#[test]
+fn config_changes_are_counted_in_metrics() {
+    let shard = redis();
+    let admin = free_port();
+    let admin_arg = format!("127.0.0.1:{admin}");
+    let yaml = sharded_yaml(&[shard.addr], "{ policy: maglev }", true);
+    let rw = respway_process(&yaml, &["--admin", &admin_arg]);
+    let admin = loopback(admin);
+    wait_port(admin, "admin");
+    let path = rw.config.clone().expect("config file");
+    let served = std::fs::read_to_string(&path).unwrap();
+    let metric = |name: &str| -> Option<String> {
+        let (_, body) = http(admin, "GET", "/metrics");
+        body.lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| l.rsplit(' ').next().unwrap_or("").to_string())
+    };
+    let wait_for = |name: &str, want: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while metric(name).as_deref() != Some(want) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: {:?}",
+                metric(name)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    std::fs::write(&path, served.replace("op_timeout: 2s", "op_timeout: -1s")).unwrap();
+    rw.signal("-HUP");
+    wait_for(
+        "respway_config_changes_total{source=\"file\",outcome=\"refused\"}",
+        "1",
+    );
+    std::fs::write(&path, served.replace("op_timeout: 2s", "op_timeout: 3s")).unwrap();
+    rw.signal("-HUP");
+    wait_for(
+        "respway_config_changes_total{source=\"file\",outcome=\"applied\"}",
+        "1",
+    );
+    assert_eq!(metric("respway_config_version").as_deref(), Some("2"));
+    assert!(metric(
+        "respway_config_last_change_timestamp_seconds{source=\"file\",outcome=\"applied\"}"
+    )
+    .is_some());
+}
