@@ -11,6 +11,8 @@
 //!   its id, time, duration, cluster/shard, client, and the command with its first argument.
 //! - `GET /clusters`: every cluster, shard and endpoint of the configuration served, with
 //!   role, zone, how many workers see it healthy, and dedicated connections open.
+//! - `GET /config_dump`: the configuration served, as JSON (`{"version": N, "config": ...}`),
+//!   passwords shown as `<redacted>`.
 //! - `GET /healthz`: 200 while the process serves.
 //! - `POST /logging?level=LEVEL`: changes the log filter (`debug`, `info,respway=trace`, ...)
 //!   when the process gave a way to ([`Hooks`]).
@@ -305,6 +307,15 @@ async fn handle(
             ),
         },
         (&Method::GET, "/clusters") => text(StatusCode::OK, plain, clusters(&state)),
+        (&Method::GET, "/config_dump") => {
+            let snap = state.config.current();
+            let body = serde_json::json!({ "version": snap.version, "config": &*snap.config });
+            text(
+                StatusCode::OK,
+                "application/json",
+                serde_json::to_string_pretty(&body).unwrap_or_default() + "\n",
+            )
+        }
         (&Method::GET, "/slowlog") => {
             let mut o = String::new();
             for l in state.registry.listener_names() {

@@ -531,3 +531,36 @@ fn redis_exporter_scrapes_respway_without_errors() {
     assert_eq!(fields[2], Resp::bulk("histogram_usec"));
     assert_eq!(c.call(&["LATENCY", "LATEST"]), Resp::Array(Some(vec![])));
 }
+
+/// /config_dump is the configuration served, as JSON, with passwords redacted.
+#[test]
+fn config_dump_shows_the_served_config_without_secrets() {
+    let shard = redis_with(&["--requirepass", "upstream-secret"]);
+    let yaml = sharded_yaml(&[shard.addr], "{ policy: maglev }", true)
+        .replace(
+            "    op_timeout: 2s\n",
+            "    op_timeout: 2s\n    downstream_auth_password: client-secret\n",
+        )
+        .replace(
+            "    connect_timeout: 500ms\n",
+            "    connect_timeout: 500ms\n    auth: { password: upstream-secret }\n",
+        );
+    let (_rw, admin) = with_admin(&yaml);
+    let (status, body) = http_get(admin.local_addr(), "/config_dump");
+    assert_eq!(status, 200);
+    assert!(
+        !body.contains("secret"),
+        "a secret in /config_dump:\n{body}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["version"], 1);
+    let l = &v["config"]["listeners"][0];
+    assert_eq!(l["name"], "main");
+    assert_eq!(l["downstream_password"], "<redacted>");
+    let c = &v["config"]["clusters"][0];
+    assert_eq!(c["auth"]["password"], "<redacted>");
+    assert_eq!(
+        c["shards"][0]["endpoints"][0]["address"],
+        shard.addr.to_string()
+    );
+}

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 /// One complete configuration snapshot.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct Config {
     /// Listeners, each with its own routes.
     pub listeners: Vec<Listener>,
@@ -30,7 +30,7 @@ impl Config {
 }
 
 /// A downstream listener: where clients connect and how their commands are routed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct Listener {
     /// Unique name.
     pub name: String,
@@ -39,6 +39,7 @@ pub struct Listener {
     /// Prefix routes and catch-all.
     pub routes: RouteTable,
     /// When set, clients must `AUTH` with this password before other commands.
+    #[serde(serialize_with = "redacted_opt")]
     pub downstream_password: Option<String>,
     /// How long one command may wait for its upstream reply before the client gets `-ERR`.
     pub op_timeout: Duration,
@@ -53,7 +54,7 @@ pub struct Listener {
 }
 
 /// Which RESP versions a listener speaks with its clients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ProtocolMode {
     /// Each client chooses with `HELLO` (RESP2 until it sends `HELLO 3`), as Redis does
     /// (default).
@@ -67,7 +68,7 @@ pub enum ProtocolMode {
 }
 
 /// Protocol settings of a listener.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct RespSettings {
     /// Which RESP versions clients may use.
     pub protocol: ProtocolMode,
@@ -86,7 +87,7 @@ impl Default for RespSettings {
 }
 
 /// Bounds on what one client connection may cost, and session rules of a listener.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct ClientLimits {
     /// Bytes of replies held for one client (ready to write, or expected from requests in
     /// flight): at or above it the session reads and dispatches nothing more from that client
@@ -120,7 +121,7 @@ impl Default for ClientLimits {
 }
 
 /// Key-prefix routing (Envoy `RedisProxy.PrefixRoutes`).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq, Default)]
 pub struct RouteTable {
     /// Prefix routes; the longest matching prefix wins.
     pub routes: Vec<PrefixRoute>,
@@ -133,7 +134,7 @@ pub struct RouteTable {
 }
 
 /// One prefix route.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct PrefixRoute {
     /// The key prefix (may be empty only if it is the sole route).
     pub prefix: String,
@@ -148,7 +149,7 @@ pub struct PrefixRoute {
 /// One mirror target of a route: where copies go, which commands, how many, and in which
 /// migration mode. The online migration playbook is dual-write → backfill → switch reads
 /// (make the target primary) → stop dual-write, each step a config change.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct MirrorPolicy {
     /// The other cluster.
     pub cluster: String,
@@ -161,7 +162,7 @@ pub struct MirrorPolicy {
 }
 
 /// Migration mode of a mirror target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
 pub enum MirrorMode {
     /// No mirroring (the policy is kept but inactive).
     Forward,
@@ -176,7 +177,7 @@ pub enum MirrorMode {
     ReadOnly,
 }
 /// A set of shards that together hold one keyspace.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct Cluster {
     /// Unique name.
     pub name: String,
@@ -212,7 +213,7 @@ pub struct Cluster {
 }
 
 /// A hot-key rule (e.g. prefix `HIGH_FREQ_`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct HotKeyRule {
     /// Key prefix the rule applies to (matched on the key as forwarded, case-sensitive).
     pub prefix: String,
@@ -221,7 +222,7 @@ pub struct HotKeyRule {
 }
 
 /// Shard choice for reads of a hot key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
 pub enum HotKeyRead {
     /// Round-robin over the shards, per client connection (default).
     RoundRobin,
@@ -232,7 +233,7 @@ pub enum HotKeyRead {
 }
 
 /// Which endpoint of a shard serves reads. Writes always go to the primary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
 pub enum ReadPolicy {
     /// The primary (default).
     Primary,
@@ -248,7 +249,7 @@ pub enum ReadPolicy {
 }
 
 /// Fallback of [`ReadPolicy::ZoneLocal`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
 pub enum ZoneFallback {
     /// The primary.
     Primary,
@@ -257,16 +258,30 @@ pub enum ZoneFallback {
 }
 
 /// Upstream `AUTH` credentials.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct UpstreamAuth {
     /// ACL user name; `None` sends the one-argument form.
     pub username: Option<String>,
     /// Password.
+    #[serde(serialize_with = "redacted")]
     pub password: String,
 }
 
+/// Serializes a secret as `"<redacted>"` (the configuration dumps never show one).
+fn redacted<S: serde::Serializer>(_: &String, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str("<redacted>")
+}
+
+/// As [`redacted`], keeping `null` for none.
+fn redacted_opt<S: serde::Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(_) => s.serialize_str("<redacted>"),
+        None => s.serialize_none(),
+    }
+}
+
 /// One shard: a primary and its replicas.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub struct Shard {
     /// Unique within the cluster; shown in errors and stats.
     pub name: String,
@@ -293,7 +308,7 @@ impl Shard {
 }
 
 /// A Redis server.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
     /// Socket address.
     pub address: SocketAddr,
@@ -304,7 +319,7 @@ pub struct Endpoint {
 }
 
 /// Endpoint role within a shard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     /// Takes writes (and reads by default).
     Primary,
@@ -313,7 +328,7 @@ pub enum Role {
 }
 
 /// Hashtag delimiters, e.g. `{` and `}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
 pub struct HashTag {
     /// Opening delimiter.
     pub open: u8,
@@ -331,7 +346,7 @@ impl Default for HashTag {
 }
 
 /// Key → shard placement.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
 pub enum HashPolicy {
     /// Envoy maglev: hosts by xxHash64 of their hash key, keys by murmur2_64.
     Maglev {
@@ -367,7 +382,7 @@ pub enum HashPolicy {
 }
 
 /// Host placement hash for Envoy's ring hash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
 pub enum RingHashFunction {
     /// xxHash64 (Envoy default).
     XxHash,
@@ -376,7 +391,7 @@ pub enum RingHashFunction {
 }
 
 /// Twemproxy key hash functions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
 pub enum KeyHash {
     /// Twemproxy's (32-bit state) fnv1a_64, the default.
     Fnv1a64,
