@@ -574,28 +574,12 @@ fn metrics(state: &State) -> String {
     for (l, cmds) in &per_cmd {
         let l = label(l);
         for c in cmds {
-            let mut cum = 0;
-            let mut next = 0;
-            for &i in &bounds {
-                while next <= i {
-                    cum += c.hist[next];
-                    next += 1;
-                }
-                let le = (bucket_upper_us(i) + 1) as f64 / 1e6;
-                let _ = writeln!(o, "respway_command_duration_seconds_bucket{{listener=\"{l}\",command=\"{}\",le=\"{le}\"}} {cum}", c.name);
-            }
-            let total: u64 = c.hist.iter().sum();
-            let _ = writeln!(o, "respway_command_duration_seconds_bucket{{listener=\"{l}\",command=\"{}\",le=\"+Inf\"}} {total}", c.name);
-            let _ = writeln!(
-                o,
-                "respway_command_duration_seconds_sum{{listener=\"{l}\",command=\"{}\"}} {}",
-                c.name,
-                c.usec as f64 / 1e6
-            );
-            let _ = writeln!(
-                o,
-                "respway_command_duration_seconds_count{{listener=\"{l}\",command=\"{}\"}} {total}",
-                c.name
+            histogram(
+                &mut o,
+                "respway_command_duration_seconds",
+                &format!("listener=\"{l}\",command=\"{}\"", c.name),
+                c,
+                &bounds,
             );
         }
     }
@@ -719,6 +703,38 @@ fn metrics(state: &State) -> String {
             }
         }
     }
+    family(
+        &mut o,
+        "respway_upstream_duration_seconds",
+        "histogram",
+        "Time each endpoint took per request, from the write of its batch to its reply (compare with respway_command_duration_seconds: the difference is time in respway).",
+    );
+    for (ci, c) in snap.config.clusters.iter().enumerate() {
+        for (si, s) in c.shards.iter().enumerate() {
+            for (ei, e) in s.endpoints.iter().enumerate() {
+                let Some(t) = health
+                    .get(ci)
+                    .and_then(|x| x.get(si))
+                    .and_then(|x| x.get(ei))
+                    .and_then(|v| v.latency.as_ref())
+                else {
+                    continue;
+                };
+                histogram(
+                    &mut o,
+                    "respway_upstream_duration_seconds",
+                    &format!(
+                        "cluster=\"{}\",shard=\"{}\",endpoint=\"{}\"",
+                        label(&c.name),
+                        label(&s.name),
+                        e.address
+                    ),
+                    t,
+                    &bounds,
+                );
+            }
+        }
+    }
     let u = r.upstream_totals();
     family(
         &mut o,
@@ -762,6 +778,30 @@ fn metrics(state: &State) -> String {
     o
 }
 
+/// Writes one histogram series: cumulative `_bucket`s at `bounds`, `+Inf`, `_sum`, `_count`.
+fn histogram(
+    o: &mut String,
+    name: &str,
+    labels: &str,
+    t: &crate::metrics::CmdTotals,
+    bounds: &[usize],
+) {
+    let mut cum = 0;
+    let mut next = 0;
+    for &i in bounds {
+        while next <= i {
+            cum += t.hist[next];
+            next += 1;
+        }
+        let le = (bucket_upper_us(i) + 1) as f64 / 1e6;
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cum}");
+    }
+    let total: u64 = t.hist.iter().sum();
+    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {total}");
+    let _ = writeln!(o, "{name}_sum{{{labels}}} {}", t.usec as f64 / 1e6);
+    let _ = writeln!(o, "{name}_count{{{labels}}} {total}");
+}
+
 /// `/clusters`: one line per endpoint.
 fn clusters(state: &State) -> String {
     let snap = state.config.current();
@@ -775,7 +815,7 @@ fn clusters(state: &State) -> String {
                     .get(ci)
                     .and_then(|s| s.get(si))
                     .and_then(|e| e.get(ei))
-                    .copied()
+                    .cloned()
                     .unwrap_or_default();
                 let (up, of, dedicated) = (v.healthy_workers, v.workers, v.dedicated);
                 let role = match e.role {
@@ -784,12 +824,14 @@ fn clusters(state: &State) -> String {
                 };
                 let _ = writeln!(
                     o,
-                    "  shard {} endpoint {} role={role} zone={} healthy={} (workers {up}/{of}) dedicated_connections={dedicated} requests={}",
+                    "  shard {} endpoint {} role={role} zone={} healthy={} (workers {up}/{of}) dedicated_connections={dedicated} requests={} upstream_p50_us={} upstream_p99_us={}",
                     s.name,
                     e.address,
                     e.zone.as_deref().unwrap_or("-"),
                     if of > 0 && up == of { "yes" } else if up == 0 { "no" } else { "partly" },
                     v.requests,
+                    v.latency.as_ref().map_or(0, |t| t.percentile_us(0.5)),
+                    v.latency.as_ref().map_or(0, |t| t.percentile_us(0.99)),
                 );
             }
         }

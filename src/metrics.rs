@@ -105,6 +105,57 @@ impl CmdTotals {
     }
 }
 
+/// A latency histogram written by one worker (same buckets as the per-command ones): the
+/// time Redis took per request on one endpoint, from the write of its batch to its reply.
+#[derive(Debug)]
+pub(crate) struct Latency {
+    count: AtomicU64,
+    sum_us: AtomicU64,
+    hist: [AtomicU64; BUCKETS],
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency {
+            count: AtomicU64::new(0),
+            sum_us: AtomicU64::new(0),
+            hist: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Latency {
+    /// Counts one latency (µs).
+    #[inline]
+    pub(crate) fn record(&self, us: u64) {
+        bump(&self.count, 1);
+        bump(&self.sum_us, us);
+        bump(&self.hist[bucket(us)], 1);
+    }
+
+    /// Adds this histogram into `t` (as a [`CmdTotals`] named `name`).
+    pub(crate) fn add_into(&self, t: &mut CmdTotals) {
+        t.calls += self.count.load(Ordering::Relaxed);
+        t.usec += self.sum_us.load(Ordering::Relaxed);
+        for (h, a) in t.hist.iter_mut().zip(&self.hist) {
+            *h += a.load(Ordering::Relaxed);
+        }
+    }
+}
+
+impl CmdTotals {
+    /// Empty totals named `name`.
+    pub(crate) fn empty(name: &'static str) -> CmdTotals {
+        CmdTotals {
+            name,
+            calls: 0,
+            failed: 0,
+            usec: 0,
+            hist: vec![0; BUCKETS],
+        }
+    }
+}
+
 /// One worker's per-command counters for one listener.
 #[derive(Debug)]
 pub(crate) struct CommandStats {

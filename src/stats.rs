@@ -98,7 +98,7 @@ pub(crate) struct Registry {
 }
 
 /// One endpoint as the workers see it (see [`Registry::endpoint_health`]).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct EndpointView {
     /// Workers whose connections to it work.
     pub healthy_workers: usize,
@@ -108,6 +108,8 @@ pub(crate) struct EndpointView {
     pub dedicated: usize,
     /// Requests sent to it (since its pools were created).
     pub requests: u64,
+    /// How long it took per request, write to reply.
+    pub latency: Option<crate::metrics::CmdTotals>,
 }
 
 /// Adds the counters of `s` into `t` (reads per shard by index; a shard count that changed
@@ -389,6 +391,11 @@ impl Registry {
                         v.workers += 1;
                         v.dedicated += h.dedicated_open();
                         v.requests += h.requests();
+                        h.add_latency(
+                            v.latency.get_or_insert_with(|| {
+                                crate::metrics::CmdTotals::empty("upstream")
+                            }),
+                        );
                     }
                 }
             }

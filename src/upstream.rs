@@ -272,6 +272,8 @@ struct EndpointInner {
     /// Requests this worker sent to the endpoint (queued on one of its connections), for
     /// per-shard load.
     requests: AtomicU64,
+    /// How long the endpoint took per request, write to reply (all its connections).
+    latency: Arc<crate::metrics::Latency>,
 }
 
 #[derive(Debug, Default)]
@@ -303,6 +305,7 @@ impl EndpointHandle {
                 healthy: Arc::new(AtomicBool::new(true)),
                 stats,
                 requests: AtomicU64::new(0),
+                latency: Arc::default(),
             }),
         };
         h.shared(Flavor::default());
@@ -337,6 +340,7 @@ impl EndpointHandle {
                         rx,
                         i.healthy.clone(),
                         i.stats.clone(),
+                        i.latency.clone(),
                     ));
                     tx
                 })
@@ -397,12 +401,18 @@ impl EndpointHandle {
             rx,
             i.healthy.clone(),
             i.stats.clone(),
+            i.latency.clone(),
         ));
         Ok(Dedicated {
             tx,
             handle: self.clone(),
             flavor,
         })
+    }
+
+    /// Adds this worker's upstream latency of the endpoint into `t`.
+    pub(crate) fn add_latency(&self, t: &mut crate::metrics::CmdTotals) {
+        self.inner.latency.add_into(t);
     }
 
     /// Requests this worker has sent to the endpoint.
@@ -692,6 +702,8 @@ struct Inflight {
     /// `None` once answered with a timeout: its reply, when it comes, is dropped.
     tx: Option<ReplyTx>,
     deadline: Instant,
+    /// When its batch was taken to be written.
+    sent: Instant,
 }
 
 /// Reads what the socket has and completes every whole reply, oldest request first.
@@ -704,6 +716,7 @@ fn read_replies(
     rbuf: &mut BytesMut,
     inflight: &mut VecDeque<Inflight>,
     limits: &Limits,
+    latency: &crate::metrics::Latency,
 ) -> Result<(), Fail> {
     if rbuf.capacity() - rbuf.len() < 4096 {
         rbuf.reserve(RBUF);
@@ -718,6 +731,8 @@ fn read_replies(
     if n < spare {
         clear_read_readiness(stream);
     }
+    // The replies of this read arrived now (one clock read per read, not per reply).
+    let now = Instant::now();
     loop {
         match reply_len(rbuf, limits) {
             Ok(Some(n)) => {
@@ -730,7 +745,10 @@ fn read_replies(
                 }
                 match inflight.pop_front() {
                     // A receiver that timed out or left is simply gone.
-                    Some(Inflight { tx: Some(tx), .. }) => {
+                    Some(Inflight {
+                        tx: Some(tx), sent, ..
+                    }) => {
+                        latency.record(now.saturating_duration_since(sent).as_micros() as u64);
                         let _ = tx.send(Ok(reply));
                     }
                     Some(_) => {}
@@ -798,13 +816,14 @@ async fn run_connection(
     mut rx: mpsc::Receiver<UpstreamRequest>,
     healthy: Arc<AtomicBool>,
     stats: Arc<UpstreamStats>,
+    latency: Arc<crate::metrics::Latency>,
 ) {
     if dedicated.is_some() {
         let Some(first) = rx.recv().await else { return };
         match connect(&cfg, flavor).await {
             Ok(stream) => {
                 stats.connects.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = serve(stream, Some(first), &mut rx, &stats, true).await {
+                if let Err(e) = serve(stream, Some(first), &mut rx, &stats, &latency, true).await {
                     tracing::debug!(endpoint = %cfg.label, error = %e, "dedicated connection closed");
                 }
             }
@@ -840,7 +859,7 @@ async fn run_connection(
                 probe = false;
                 tracing::debug!(endpoint = %cfg.label, "connected");
                 let opened = Instant::now();
-                match serve(stream, first, &mut rx, &stats, false).await {
+                match serve(stream, first, &mut rx, &stats, &latency, false).await {
                     Ok(()) => return,
                     Err(e) => {
                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
@@ -909,7 +928,7 @@ async fn run_connection(
                                 healthy.store(true, Ordering::Relaxed);
                                 backoff = BACKOFF_MIN;
                                 tracing::info!(endpoint = %cfg.label, "upstream reachable again");
-                                match serve(stream, Some(req), &mut rx, &stats, false).await {
+                                match serve(stream, Some(req), &mut rx, &stats, &latency, false).await {
                                     Ok(()) => return,
                                     Err(e) => {
                                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
@@ -1040,6 +1059,7 @@ async fn serve(
     first: Option<UpstreamRequest>,
     rx: &mut mpsc::Receiver<UpstreamRequest>,
     stats: &UpstreamStats,
+    latency: &crate::metrics::Latency,
     dedicated: bool,
 ) -> Result<(), Fail> {
     // Replies from Redis are trusted to be well formed; only absurd sizes are refused.
@@ -1123,7 +1143,7 @@ async fn serve(
             },
             r = stream.readable() => {
                 let r = r.map_err(|e| Fail::Io(e.to_string()))
-                    .and_then(|()| read_replies(&stream, &mut rbuf, &mut inflight, &limits));
+                    .and_then(|()| read_replies(&stream, &mut rbuf, &mut inflight, &limits, latency));
                 if let Err(e) = r {
                     break Err(e);
                 }
@@ -1190,6 +1210,7 @@ fn enqueue(
     inflight.push_back(Inflight {
         tx: Some(req.tx),
         deadline: req.deadline,
+        sent: now,
     });
     true
 }

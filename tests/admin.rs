@@ -187,6 +187,23 @@ fn metrics_count_the_load_per_command() {
         per_shard.iter().all(|&n| n > 100.0),
         "spread: {per_shard:?}"
     );
+    // Time upstream, per shard: a histogram of every answered request.
+    let mut answered = 0.0;
+    for i in 0..3 {
+        let shard = format!("s{i}");
+        let h = sample(
+            &scrape,
+            "respway_upstream_duration_seconds",
+            &[("cluster", "main"), ("shard", &shard)],
+        );
+        match h.first().map(|s| &s.value) {
+            Some(prometheus_parse::Value::Histogram(b)) => {
+                answered += b.last().expect("+Inf").count;
+            }
+            other => panic!("upstream histogram of {shard}: {other:?}"),
+        }
+    }
+    assert_eq!(answered, 1005.0);
 }
 
 /// /ready is 503 naming the shard while a shard's primary is down, 200 when it is back.
