@@ -705,6 +705,30 @@ fn metrics(state: &State) -> String {
     }
     family(
         &mut o,
+        "respway_upstream_queued_requests",
+        "gauge",
+        "Requests waiting now in the queues of each endpoint's shared connections (not yet written).",
+    );
+    for (ci, c) in snap.config.clusters.iter().enumerate() {
+        for (si, s) in c.shards.iter().enumerate() {
+            for (ei, e) in s.endpoints.iter().enumerate() {
+                let n = health
+                    .get(ci)
+                    .and_then(|x| x.get(si))
+                    .and_then(|x| x.get(ei))
+                    .map_or(0, |v| v.queued);
+                let _ = writeln!(
+                    o,
+                    "respway_upstream_queued_requests{{cluster=\"{}\",shard=\"{}\",endpoint=\"{}\"}} {n}",
+                    label(&c.name),
+                    label(&s.name),
+                    e.address
+                );
+            }
+        }
+    }
+    family(
+        &mut o,
         "respway_upstream_duration_seconds",
         "histogram",
         "Time each endpoint took per request, from the write of its batch to its reply (compare with respway_command_duration_seconds: the difference is time in respway).",

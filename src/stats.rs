@@ -110,6 +110,8 @@ pub(crate) struct EndpointView {
     pub requests: u64,
     /// How long it took per request, write to reply.
     pub latency: Option<crate::metrics::CmdTotals>,
+    /// Requests waiting in its connections' queues now.
+    pub queued: usize,
 }
 
 /// Adds the counters of `s` into `t` (reads per shard by index; a shard count that changed
@@ -391,6 +393,7 @@ impl Registry {
                         v.workers += 1;
                         v.dedicated += h.dedicated_open();
                         v.requests += h.requests();
+                        v.queued += h.queued();
                         h.add_latency(
                             v.latency.get_or_insert_with(|| {
                                 crate::metrics::CmdTotals::empty("upstream")

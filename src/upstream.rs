@@ -415,6 +415,18 @@ impl EndpointHandle {
         self.inner.latency.add_into(t);
     }
 
+    /// Requests queued now on this worker's shared connections to the endpoint, waiting to
+    /// be written (read from the queues, nothing counted per request).
+    pub(crate) fn queued(&self) -> usize {
+        self.inner
+            .flavors
+            .iter()
+            .filter_map(|f| f.shared.get())
+            .flat_map(|conns| conns.iter())
+            .map(|tx| tx.max_capacity() - tx.capacity())
+            .sum()
+    }
+
     /// Requests this worker has sent to the endpoint.
     pub fn requests(&self) -> u64 {
         self.inner.requests.load(Ordering::Relaxed)

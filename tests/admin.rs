@@ -204,6 +204,17 @@ fn metrics_count_the_load_per_command() {
         }
     }
     assert_eq!(answered, 1005.0);
+    // Nothing waits in a queue once every reply is in.
+    for i in 0..3 {
+        assert_eq!(
+            counter(
+                &scrape,
+                "respway_upstream_queued_requests",
+                &[("cluster", "main"), ("shard", &format!("s{i}"))],
+            ),
+            0.0
+        );
+    }
 }
 
 /// /ready is 503 naming the shard while a shard's primary is down, 200 when it is back.
