@@ -1014,7 +1014,19 @@ impl Session {
                 }
             },
             (None, None) => {
-                // A key-less command before the shard is known: queued until it is.
+                // A key-less command before the shard is known: held until it is, up to a
+                // bound (this memory is the proxy's, not Redis's).
+                let full = self
+                    .tx
+                    .as_ref()
+                    .is_some_and(|t| t.queued.len() > tx::MAX_HELD);
+                if full {
+                    return self.refuse_in_tx(error_reply(&format!(
+                        "ERR respway: more than {} commands without keys before the \
+                         transaction's first key",
+                        tx::MAX_HELD
+                    )));
+                }
                 if let Some(t) = self.tx.as_mut() {
                     t.queued.push(args);
                 }

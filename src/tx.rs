@@ -25,6 +25,10 @@ use respway_filters::routing::Routing;
 
 use crate::upstream::Dedicated;
 
+/// Commands without keys a transaction may hold before its first key picks the shard
+/// (beyond it they are refused and `EXEC` aborts): the proxy holds them, so they are bounded.
+pub(crate) const MAX_HELD: usize = 1024;
+
 /// Redis Cluster's error for keys of one request (or transaction) on different slots.
 pub(crate) const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 

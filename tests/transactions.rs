@@ -341,3 +341,36 @@ fn mirrored_routes_and_hot_keys_are_refused_inside_transactions() {
         assert_eq!(c.call(&["SET", key, "outside"]), Resp::Simple("OK".into()));
     }
 }
+
+/// Commands without keys that a MULTI holds before its first key are bounded (the proxy
+/// holds them, not Redis): past the bound they are refused and EXEC aborts, nothing runs.
+#[test]
+fn keyless_commands_held_before_the_first_key_are_bounded() {
+    let (_shards, addrs, rw) = three_shards();
+    let mut cmds: Vec<Vec<&str>> = vec![vec!["MULTI"]];
+    cmds.extend(std::iter::repeat_n(vec!["PING"], 1100));
+    cmds.push(vec!["SET", "{b}k", "v"]);
+    cmds.push(vec!["EXEC"]);
+    let replies = run(rw.addr, &cmds);
+    assert!(replies[1..=1024]
+        .iter()
+        .all(|r| *r == Resp::Simple("QUEUED".into())));
+    assert_eq!(
+        replies[1025].error(),
+        Some(
+            "ERR respway: more than 1024 commands without keys before the transaction's first key"
+        )
+    );
+    assert_eq!(
+        replies.last(),
+        Some(&Resp::Error(
+            "EXECABORT Transaction discarded because of previous errors.".into()
+        ))
+    );
+    for s in &addrs {
+        assert_eq!(
+            RespConn::connect(*s).call(&["EXISTS", "{b}k"]),
+            Resp::Int(0)
+        );
+    }
+}
