@@ -315,64 +315,53 @@ impl Session {
                         }
                         _ => unreachable!("front was Ready"),
                     },
-                    Pending::Other {
-                        fut,
-                        deadline,
-                        idx,
-                        first,
-                    } => match fut.as_mut().poll(cx) {
-                        Poll::Ready(r) => {
-                            let (deadline, idx, first) = (*deadline, *idx, *first);
-                            self.record(ctx, live, &mut now, idx, deadline, &r, first);
-                            self.pending.pop_front();
-                            self.waits -= 1;
-                            self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
-                            r
-                        }
-                        Poll::Pending => {
-                            let deadline = *deadline;
-                            if self.poll_timeout(cx, deadline) {
-                                self.pending.pop_front();
-                                self.waits -= 1;
-                                ctx.stats.timeouts.inc();
-                                error_reply("ERR respway: upstream timeout")
-                            } else {
-                                break;
-                            }
-                        }
-                    },
                     Pending::Wait {
-                        fut,
                         deadline,
                         idx,
                         first,
-                    } => match Pin::new(fut).poll(cx) {
-                        Poll::Ready(Ok(r)) => {
-                            let (deadline, idx, first) = (*deadline, *idx, *first);
-                            self.record(ctx, live, &mut now, idx, deadline, &r, first);
-                            self.pending.pop_front();
-                            self.waits -= 1;
-                            self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
-                            if self.held() + r.len() < limit {
-                                self.window = self.window.saturating_add(1);
-                            } else {
-                                self.window = (self.window / 2).max(1);
-                            }
-                            r
-                        }
-                        Poll::Ready(Err(never)) => match never {},
-                        Poll::Pending => {
-                            let deadline = *deadline;
-                            if self.poll_timeout(cx, deadline) {
+                        ..
+                    }
+                    | Pending::Other {
+                        deadline,
+                        idx,
+                        first,
+                        ..
+                    } => {
+                        let (deadline, idx, first) = (*deadline, *idx, *first);
+                        let polled = match front {
+                            Pending::Wait { fut, .. } => match Pin::new(fut).poll(cx) {
+                                Poll::Ready(Ok(r)) => Poll::Ready(r),
+                                Poll::Ready(Err(never)) => match never {},
+                                Poll::Pending => Poll::Pending,
+                            },
+                            Pending::Other { fut, .. } => fut.as_mut().poll(cx),
+                            Pending::Ready(_) => unreachable!("front waits"),
+                        };
+                        match polled {
+                            Poll::Ready(r) => {
+                                self.record(ctx, live, &mut now, idx, deadline, &r, first);
                                 self.pending.pop_front();
                                 self.waits -= 1;
-                                ctx.stats.timeouts.inc();
-                                error_reply("ERR respway: upstream timeout")
-                            } else {
-                                break;
+                                self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
+                                if self.held() + r.len() < limit {
+                                    self.window = self.window.saturating_add(1);
+                                } else {
+                                    self.window = (self.window / 2).max(1);
+                                }
+                                r
+                            }
+                            Poll::Pending => {
+                                if self.poll_timeout(cx, deadline) {
+                                    self.pending.pop_front();
+                                    self.waits -= 1;
+                                    ctx.stats.timeouts.inc();
+                                    error_reply("ERR respway: upstream timeout")
+                                } else {
+                                    break;
+                                }
                             }
                         }
-                    },
+                    }
                 };
                 self.wbuf.extend_from_slice(&reply);
                 progress = true;
