@@ -683,25 +683,22 @@ fn metrics(state: &State) -> String {
         "counter",
         "Requests sent to each endpoint (per-shard load; counted from when its pools were created).",
     );
-    let snap = state.config.current();
-    let health = r.endpoint_health();
-    for (ci, c) in snap.config.clusters.iter().enumerate() {
-        for (si, s) in c.shards.iter().enumerate() {
-            for (ei, e) in s.endpoints.iter().enumerate() {
-                let n = health
-                    .get(ci)
-                    .and_then(|x| x.get(si))
-                    .and_then(|x| x.get(ei))
-                    .map_or(0, |v| v.requests);
-                let _ = writeln!(
-                    o,
-                    "respway_upstream_requests_total{{cluster=\"{}\",shard=\"{}\",endpoint=\"{}\"}} {n}",
-                    label(&c.name),
-                    label(&s.name),
-                    e.address
-                );
-            }
-        }
+    let mut endpoints = Vec::new();
+    for_each_endpoint(state, |c, s, e, v| {
+        let labels = format!(
+            "cluster=\"{}\",shard=\"{}\",endpoint=\"{}\"",
+            label(&c.name),
+            label(&s.name),
+            e.address
+        );
+        endpoints.push((labels, v.clone()));
+    });
+    for (labels, v) in &endpoints {
+        let _ = writeln!(
+            o,
+            "respway_upstream_requests_total{{{labels}}} {}",
+            v.requests
+        );
     }
     family(
         &mut o,
@@ -709,23 +706,12 @@ fn metrics(state: &State) -> String {
         "gauge",
         "Requests waiting now in the queues of each endpoint's shared connections (not yet written).",
     );
-    for (ci, c) in snap.config.clusters.iter().enumerate() {
-        for (si, s) in c.shards.iter().enumerate() {
-            for (ei, e) in s.endpoints.iter().enumerate() {
-                let n = health
-                    .get(ci)
-                    .and_then(|x| x.get(si))
-                    .and_then(|x| x.get(ei))
-                    .map_or(0, |v| v.queued);
-                let _ = writeln!(
-                    o,
-                    "respway_upstream_queued_requests{{cluster=\"{}\",shard=\"{}\",endpoint=\"{}\"}} {n}",
-                    label(&c.name),
-                    label(&s.name),
-                    e.address
-                );
-            }
-        }
+    for (labels, v) in &endpoints {
+        let _ = writeln!(
+            o,
+            "respway_upstream_queued_requests{{{labels}}} {}",
+            v.queued
+        );
     }
     family(
         &mut o,
@@ -733,30 +719,15 @@ fn metrics(state: &State) -> String {
         "histogram",
         "Time each endpoint took per request, from the write of its batch to its reply (compare with respway_command_duration_seconds: the difference is time in respway).",
     );
-    for (ci, c) in snap.config.clusters.iter().enumerate() {
-        for (si, s) in c.shards.iter().enumerate() {
-            for (ei, e) in s.endpoints.iter().enumerate() {
-                let Some(t) = health
-                    .get(ci)
-                    .and_then(|x| x.get(si))
-                    .and_then(|x| x.get(ei))
-                    .and_then(|v| v.latency.as_ref())
-                else {
-                    continue;
-                };
-                histogram(
-                    &mut o,
-                    "respway_upstream_duration_seconds",
-                    &format!(
-                        "cluster=\"{}\",shard=\"{}\",endpoint=\"{}\"",
-                        label(&c.name),
-                        label(&s.name),
-                        e.address
-                    ),
-                    t,
-                    &bounds,
-                );
-            }
+    for (labels, v) in &endpoints {
+        if let Some(t) = &v.latency {
+            histogram(
+                &mut o,
+                "respway_upstream_duration_seconds",
+                labels,
+                t,
+                &bounds,
+            );
         }
     }
     let u = r.upstream_totals();
@@ -828,39 +799,60 @@ fn histogram(
 
 /// `/clusters`: one line per endpoint.
 fn clusters(state: &State) -> String {
+    let mut o = String::new();
+    let mut last: Option<String> = None;
+    for_each_endpoint(state, |c, s, e, v| {
+        if last.as_deref() != Some(c.name.as_str()) {
+            let _ = writeln!(o, "cluster {} ({} shards)", c.name, c.shards.len());
+            last = Some(c.name.clone());
+        }
+        let (up, of) = (v.healthy_workers, v.workers);
+        let role = match e.role {
+            Role::Primary => "primary",
+            Role::Replica => "replica",
+        };
+        let _ = writeln!(
+            o,
+            "  shard {} endpoint {} role={role} zone={} healthy={} (workers {up}/{of}) dedicated_connections={} requests={} upstream_p50_us={} upstream_p99_us={}",
+            s.name,
+            e.address,
+            e.zone.as_deref().unwrap_or("-"),
+            if of > 0 && up == of { "yes" } else if up == 0 { "no" } else { "partly" },
+            v.dedicated,
+            v.requests,
+            v.latency.as_ref().map_or(0, |t| t.percentile_us(0.5)),
+            v.latency.as_ref().map_or(0, |t| t.percentile_us(0.99)),
+        );
+    });
+    o
+}
+
+/// Calls `f` for every endpoint of the configuration served, in model order, with what the
+/// workers see of it (their views summed).
+fn for_each_endpoint(
+    state: &State,
+    mut f: impl FnMut(
+        &respway_filters::model::Cluster,
+        &respway_filters::model::Shard,
+        &respway_filters::model::Endpoint,
+        &crate::stats::EndpointView,
+    ),
+) {
     let snap = state.config.current();
     let health = state.registry.endpoint_health();
-    let mut o = String::new();
+    let none = crate::stats::EndpointView::default();
     for (ci, c) in snap.config.clusters.iter().enumerate() {
-        let _ = writeln!(o, "cluster {} ({} shards)", c.name, c.shards.len());
         for (si, s) in c.shards.iter().enumerate() {
             for (ei, e) in s.endpoints.iter().enumerate() {
                 let v = health
                     .get(ci)
-                    .and_then(|s| s.get(si))
-                    .and_then(|e| e.get(ei))
-                    .cloned()
-                    .unwrap_or_default();
-                let (up, of, dedicated) = (v.healthy_workers, v.workers, v.dedicated);
-                let role = match e.role {
-                    Role::Primary => "primary",
-                    Role::Replica => "replica",
-                };
-                let _ = writeln!(
-                    o,
-                    "  shard {} endpoint {} role={role} zone={} healthy={} (workers {up}/{of}) dedicated_connections={dedicated} requests={} upstream_p50_us={} upstream_p99_us={}",
-                    s.name,
-                    e.address,
-                    e.zone.as_deref().unwrap_or("-"),
-                    if of > 0 && up == of { "yes" } else if up == 0 { "no" } else { "partly" },
-                    v.requests,
-                    v.latency.as_ref().map_or(0, |t| t.percentile_us(0.5)),
-                    v.latency.as_ref().map_or(0, |t| t.percentile_us(0.99)),
-                );
+                    .and_then(|x| x.get(si))
+                    .and_then(|x| x.get(ei))
+                    .unwrap_or(&none);
+                f(c, s, e, v);
             }
         }
     }
-    o
 }
 
 /// `/stats`: one table per listener.
