@@ -104,28 +104,6 @@ fn a_non_loopback_admin_address_is_refused_by_name() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `METHOD path` over HTTP/1.0: (status, body).
-fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect admin");
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_string())
-}
-
 /// POST /logging changes the log filter at run time; POST /drain stops the process as
 /// SIGTERM does (every command answered, exit 0).
 #[test]

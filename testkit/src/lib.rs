@@ -19,11 +19,13 @@
 //! `respway-filters`, so replies are checked with a parser that is not the code under test.
 
 pub mod fake;
+pub mod http;
 pub mod process;
 pub mod resp;
 pub mod servers;
 
 pub use fake::{FakeMode, FakeShard};
+pub use http::{http, http_get, url_encode};
 pub use process::{free_port, have, loopback, rss_of, wait_port, Proc, Spawn};
 pub use resp::{encode_cmd, parse_resp, raw_command, Resp, RespConn};
 pub use servers::{nutcracker, nutcracker_bin, redis, redis_on, redis_on_with, redis_with};
