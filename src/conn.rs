@@ -638,10 +638,14 @@ impl Session {
             ));
         }
         let op_timeout = live.parts.listener.op_timeout;
-        let deadline = Instant::now() + op_timeout;
-        let backstop = deadline + op_timeout + BACKSTOP;
+        // The clock is read only for commands that go upstream: the reply's deadline, and the
+        // session's backstop after it.
+        let times = || {
+            let deadline = Instant::now() + op_timeout;
+            (deadline, deadline + op_timeout + BACKSTOP)
+        };
         if in_multi || cmd.class == CommandClass::Transaction {
-            return self.dispatch_tx(cmd, args, live, ctx, deadline);
+            return self.dispatch_tx(cmd, args, live, ctx, times().0);
         }
         let flavor = self.state.flavor();
         match cmd.class {
@@ -669,33 +673,42 @@ impl Session {
                         self.closing = true;
                         Pending::Ready(r)
                     }
-                    Local::Forward => Pending::Other {
-                        fut: fanout::one(args, &live.parts, flavor, live.conn, deadline),
-                        deadline: backstop,
-                        idx: 0,
-                        first: FirstArg::NONE,
-                    },
-                    Local::InfoWithKeyspace(text) => Pending::Other {
-                        fut: fanout::info_with_keyspace(
-                            text,
-                            self.state.resp3,
-                            &live.parts,
-                            flavor,
-                            live.conn,
-                            deadline,
-                        ),
-                        deadline: backstop,
-                        idx: 0,
-                        first: FirstArg::NONE,
-                    },
+                    Local::Forward => {
+                        let (deadline, backstop) = times();
+                        Pending::Other {
+                            fut: fanout::one(args, &live.parts, flavor, live.conn, deadline),
+                            deadline: backstop,
+                            idx: 0,
+                            first: FirstArg::NONE,
+                        }
+                    }
+                    Local::InfoWithKeyspace(text) => {
+                        let (deadline, backstop) = times();
+                        Pending::Other {
+                            fut: fanout::info_with_keyspace(
+                                text,
+                                self.state.resp3,
+                                &live.parts,
+                                flavor,
+                                live.conn,
+                                deadline,
+                            ),
+                            deadline: backstop,
+                            idx: 0,
+                            first: FirstArg::NONE,
+                        }
+                    }
                 }
             }
-            CommandClass::Fanout(kind) => Pending::Other {
-                fut: fanout::call(kind, args, &live.parts, flavor, live.conn, deadline),
-                deadline: backstop,
-                idx: 0,
-                first: FirstArg::NONE,
-            },
+            CommandClass::Fanout(kind) => {
+                let (deadline, backstop) = times();
+                Pending::Other {
+                    fut: fanout::call(kind, args, &live.parts, flavor, live.conn, deadline),
+                    deadline: backstop,
+                    idx: 0,
+                    first: FirstArg::NONE,
+                }
+            }
             CommandClass::Transaction => unreachable!("handled above"),
             CommandClass::Unsupported => {
                 ctx.stats.unsupported.inc();
@@ -725,6 +738,7 @@ impl Session {
                         self.sample_hot_key(&args[k], live, ctx);
                     }
                 }
+                let (deadline, backstop) = times();
                 let mut req = Request::new(cmd, args, key);
                 req.deadline = Some(deadline.into_std());
                 req.flavor = flavor;
