@@ -325,11 +325,17 @@ async fn handle(
                         e.args.iter().map(|a| crate::hotkeys::quote(a)).collect();
                     let _ = writeln!(
                         o,
-                        "id={} time={} duration_us={} target={} client={} name={} command={}",
+                        "id={} time={} duration_us={} target={} endpoint={} upstream_us={} \
+                         respway_us={} client={} name={} command={}",
                         e.id,
                         e.time,
                         e.duration_us,
                         e.target.as_deref().unwrap_or("-"),
+                        e.upstream.map_or("-".to_string(), |u| u.0.to_string()),
+                        e.upstream.map_or("-".to_string(), |u| u.1.to_string()),
+                        e.upstream.map_or("-".to_string(), |u| {
+                            e.duration_us.saturating_sub(u.1).to_string()
+                        }),
                         e.client.map_or("-".to_string(), |a| a.to_string()),
                         e.name
                             .as_deref()
@@ -522,6 +528,39 @@ fn metrics(state: &State) -> String {
         for (l, t) in &per_listener {
             let _ = writeln!(o, "{name}{{listener=\"{}\"}} {}", label(l), get(t));
         }
+    }
+    family(
+        &mut o,
+        "respway_downstream_pipeline_depth",
+        "histogram",
+        "Reads from clients by the commands each held (pipeline depth).",
+    );
+    for (l, t) in &per_listener {
+        let mut cum = 0;
+        for (i, n) in t.pipeline.iter().enumerate() {
+            cum += n;
+            let le = if i + 1 == t.pipeline.len() {
+                "+Inf".to_string()
+            } else {
+                (1u64 << i).to_string()
+            };
+            let _ = writeln!(
+                o,
+                "respway_downstream_pipeline_depth_bucket{{listener=\"{}\",le=\"{le}\"}} {cum}",
+                label(l)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "respway_downstream_pipeline_depth_sum{{listener=\"{}\"}} {}",
+            label(l),
+            t.commands
+        );
+        let _ = writeln!(
+            o,
+            "respway_downstream_pipeline_depth_count{{listener=\"{}\"}} {cum}",
+            label(l)
+        );
     }
     let per_cmd: Vec<(String, Vec<crate::metrics::CmdTotals>)> = listeners
         .iter()

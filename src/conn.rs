@@ -297,7 +297,11 @@ impl Session {
             {
                 let before = self.pending.len();
                 self.decode_all(live, ctx, max, limit);
-                progress |= self.pending.len() != before;
+                let n = self.pending.len() - before;
+                if n > 0 {
+                    crate::stats::bump(&ctx.stats.pipeline[crate::stats::pipeline_bucket(n)], 1);
+                    progress = true;
+                }
             }
             if self.rbuf.is_empty() && self.rbuf.capacity() > KEEP_RBUF {
                 self.rbuf = BytesMut::new();
@@ -447,13 +451,22 @@ impl Session {
         let us = now.saturating_duration_since(started).as_micros() as u64;
         ctx.stats.cmds.record(idx, us, is_error(reply));
         if us >= ctx.stats.slow.threshold_us {
-            self.log_slow(ctx, live, idx, us, first);
+            let upstream = crate::slowlog::take_upstream(reply, started);
+            self.log_slow(ctx, live, idx, us, first, upstream);
         }
     }
 
     /// Adds a slow command to the slow log, with the cluster and shard its key routes to.
     #[cold]
-    fn log_slow(&self, ctx: &ListenerCtx, live: &Live, idx: u16, us: u64, arg: FirstArg) {
+    fn log_slow(
+        &self,
+        ctx: &ListenerCtx,
+        live: &Live,
+        idx: u16,
+        us: u64,
+        arg: FirstArg,
+        upstream: Option<(std::net::SocketAddr, u64)>,
+    ) {
         let first = arg.to_bytes();
         let top = command::all().get(usize::from(idx));
         let name = top.map_or("other", |c| c.name);
@@ -478,6 +491,7 @@ impl Session {
             client: self.state.peer,
             name: self.state.name.clone(),
             target,
+            upstream,
         });
     }
 

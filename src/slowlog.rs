@@ -7,11 +7,14 @@
 //! `MIGRATE` is kept — the client's address and name, and the cluster and shard its key routes
 //! to (when the key fit whole). Only slow commands take the ring's lock (the worker's own).
 
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 
@@ -41,6 +44,75 @@ pub(crate) struct Entry {
     pub(crate) name: Option<Bytes>,
     /// `cluster/shard` the command's key routes to, if it has one.
     pub(crate) target: Option<String>,
+    /// The endpoint that answered and how long it took (from the write of the batch to the
+    /// read of the reply, µs), when known: see [`note_upstream`].
+    pub(crate) upstream: Option<(SocketAddr, u64)>,
+}
+
+/// Replies kept for the slow log's upstream split, per worker thread.
+const UPSTREAM_NOTES: usize = 64;
+
+/// A reply that was slow upstream: where its bytes are, when it was read, from where, and how
+/// long the endpoint took.
+struct UpstreamNote {
+    ptr: usize,
+    at: Instant,
+    endpoint: SocketAddr,
+    us: u64,
+}
+
+thread_local! {
+    /// Replies at least this slow upstream (µs) are noted; `u64::MAX` = none.
+    static UPSTREAM_MIN: Cell<u64> = const { Cell::new(u64::MAX) };
+    static UPSTREAM: RefCell<VecDeque<UpstreamNote>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// Sets, for this worker thread, how slow upstream a reply must be to be noted: an eighth of
+/// the slow-log threshold, so that a slow command whose endpoint took less than that was slow
+/// in respway (or waiting for its client), and one that took more finds its note.
+pub(crate) fn set_upstream_min(threshold_us: u64, max_len: usize) {
+    let min = if max_len == 0 || threshold_us == u64::MAX {
+        u64::MAX
+    } else {
+        threshold_us / 8
+    };
+    UPSTREAM_MIN.with(|m| m.set(min));
+}
+
+/// How slow upstream a reply must be to be noted on this thread.
+pub(crate) fn upstream_min() -> u64 {
+    UPSTREAM_MIN.with(Cell::get)
+}
+
+/// Notes a reply that took `us` at `endpoint` (called by the upstream connection task, which
+/// runs on the same worker thread as the client's session). The session finds it by the
+/// address of the reply's bytes, which it holds until it writes them.
+#[cold]
+pub(crate) fn note_upstream(reply: &[u8], at: Instant, endpoint: SocketAddr, us: u64) {
+    UPSTREAM.with(|n| {
+        let mut n = n.borrow_mut();
+        if n.len() == UPSTREAM_NOTES {
+            n.pop_front();
+        }
+        n.push_back(UpstreamNote {
+            ptr: reply.as_ptr() as usize,
+            at,
+            endpoint,
+            us,
+        });
+    });
+}
+
+/// The note of `reply` if its endpoint was slow: one whose bytes are at the same address and
+/// that was read after the command was dispatched (`since`), newest first. A reply merged
+/// from several (MGET over shards) or made by respway has none.
+pub(crate) fn take_upstream(reply: &[u8], since: Instant) -> Option<(SocketAddr, u64)> {
+    let ptr = reply.as_ptr() as usize;
+    UPSTREAM.with(|n| {
+        let mut n = n.borrow_mut();
+        let i = n.iter().rposition(|u| u.ptr == ptr && u.at >= since)?;
+        n.remove(i).map(|u| (u.endpoint, u.us))
+    })
 }
 
 /// One worker's slow log for one listener.

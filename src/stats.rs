@@ -33,6 +33,15 @@ impl Counter {
     }
 }
 
+/// Buckets of the pipeline-depth histogram: up to 1, 2, 4, … 1024 commands per read, more.
+pub(crate) const PIPELINE_BUCKETS: usize = 12;
+
+/// The pipeline-depth bucket of a read that held `n` (> 0) commands.
+#[inline]
+pub(crate) fn pipeline_bucket(n: usize) -> usize {
+    ((usize::BITS - (n - 1).leading_zeros()) as usize).min(PIPELINE_BUCKETS - 1)
+}
+
 /// One worker's counters for one listener.
 #[derive(Debug, Default)]
 pub(crate) struct ListenerStats {
@@ -56,6 +65,9 @@ pub(crate) struct ListenerStats {
     pub(crate) output_limit_closes: Counter,
     /// Failed AUTH attempts.
     pub(crate) auth_failures: Counter,
+    /// Reads from clients by the commands they held: bucket `i` counts reads of up to `2^i`
+    /// commands (more than 2^(`PIPELINE_BUCKETS` − 2) in the last).
+    pub(crate) pipeline: [AtomicU64; PIPELINE_BUCKETS],
     /// Per-command calls, errors and latency.
     pub(crate) cmds: crate::metrics::CommandStats,
     /// Hot-key detection.
@@ -165,6 +177,8 @@ pub(crate) struct Totals {
     pub(crate) output_limit_closes: u64,
     /// Failed AUTH attempts.
     pub(crate) auth_failures: u64,
+    /// Reads per pipeline-depth bucket.
+    pub(crate) pipeline: [u64; PIPELINE_BUCKETS],
 }
 
 impl Registry {
@@ -454,6 +468,9 @@ impl Registry {
             t.timeouts += s.timeouts.get();
             t.output_limit_closes += s.output_limit_closes.get();
             t.auth_failures += s.auth_failures.get();
+            for (t, s) in t.pipeline.iter_mut().zip(&s.pipeline) {
+                *t += s.load(Ordering::Relaxed);
+            }
         }
         t
     }

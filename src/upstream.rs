@@ -729,6 +729,7 @@ fn read_replies(
     inflight: &mut VecDeque<Inflight>,
     limits: &Limits,
     latency: &crate::metrics::Latency,
+    (endpoint, note_min): (SocketAddr, u64),
 ) -> Result<(), Fail> {
     if rbuf.capacity() - rbuf.len() < 4096 {
         rbuf.reserve(RBUF);
@@ -760,7 +761,11 @@ fn read_replies(
                     Some(Inflight {
                         tx: Some(tx), sent, ..
                     }) => {
-                        latency.record(now.saturating_duration_since(sent).as_micros() as u64);
+                        let us = now.saturating_duration_since(sent).as_micros() as u64;
+                        latency.record(us);
+                        if us >= note_min {
+                            crate::slowlog::note_upstream(&reply, now, endpoint, us);
+                        }
                         let _ = tx.send(Ok(reply));
                     }
                     Some(_) => {}
@@ -1081,6 +1086,11 @@ async fn serve(
         max_inline_len: usize::MAX >> 1,
     };
     let mut inflight: VecDeque<Inflight> = VecDeque::new();
+    // Replies this slow are noted for the slow log (read once per connection).
+    let slow = (
+        stream.peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
+        crate::slowlog::upstream_min(),
+    );
     let mut batch: Vec<UpstreamRequest> = Vec::with_capacity(64);
     let mut wbuf = BytesMut::with_capacity(RBUF);
     let mut rbuf = BytesMut::with_capacity(RBUF);
@@ -1155,7 +1165,7 @@ async fn serve(
             },
             r = stream.readable() => {
                 let r = r.map_err(|e| Fail::Io(e.to_string()))
-                    .and_then(|()| read_replies(&stream, &mut rbuf, &mut inflight, &limits, latency));
+                    .and_then(|()| read_replies(&stream, &mut rbuf, &mut inflight, &limits, latency, slow));
                 if let Err(e) = r {
                     break Err(e);
                 }

@@ -65,6 +65,7 @@ impl Worker {
                 return;
             }
         };
+        crate::slowlog::set_upstream_min(self.slowlog.0, self.slowlog.1);
         rt.block_on(async move {
             let listeners = match bind_all(&bind_to) {
                 Ok(l) => l,

@@ -59,6 +59,49 @@ fn counter(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &st
     }
 }
 
+/// The pipeline-depth histogram counts commands per read: 50 single commands land in the
+/// le="1" bucket, one write of 10 commands in a bucket from le="16" on, not below.
+#[test]
+fn metrics_show_pipeline_depth() {
+    let (_shards, addrs) = three_shards();
+    let (rw, admin) = with_admin(&sharded_yaml(&addrs, "{ policy: maglev }", true));
+    let mut c = RespConn::connect(rw.addr);
+    for i in 0..50 {
+        assert_eq!(
+            c.call(&["SET", &format!("p{i}"), "v"]),
+            Resp::Simple("OK".into())
+        );
+    }
+    let cmds: Vec<Vec<String>> = (0..10)
+        .map(|i| vec!["GET".into(), format!("p{i}")])
+        .collect();
+    c.send_pipeline(&cmds);
+    for _ in 0..10 {
+        assert_eq!(c.read().expect("reply"), Resp::bulk("v"));
+    }
+    let (_, body) = http_get(admin.local_addr(), "/metrics");
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text");
+    let hist = sample(
+        &scrape,
+        "respway_downstream_pipeline_depth",
+        &[("listener", "main")],
+    );
+    let Some(prometheus_parse::Value::Histogram(b)) = hist.first().map(|s| &s.value) else {
+        panic!("histogram: {hist:?}\n{body}");
+    };
+    let at = |le: f64| {
+        b.iter()
+            .find(|x| x.less_than == le)
+            .map(|x| x.count)
+            .expect("bucket")
+    };
+    assert_eq!(at(1.0), 50.0, "{b:?}");
+    assert_eq!(at(8.0), 50.0, "{b:?}");
+    assert_eq!(at(16.0), 51.0, "{b:?}");
+    assert_eq!(b.last().expect("+Inf").count, 51.0, "{b:?}");
+}
+
 /// /metrics parses with an independent parser and counts exactly the commands the test ran,
 /// per command, with errors and a histogram whose count is the calls; INFO commandstats
 /// agrees.
@@ -470,6 +513,24 @@ fn slow_log_names_the_shard_of_a_slow_command() {
     let (_, body) = http_get(admin.local_addr(), "/slowlog");
     assert!(body.contains(&format!("target=main/s{shard} ")), "{body}");
     assert!(body.contains("command=\"GET\" \"slow:key\""), "{body}");
+    // The endpoint that answered, and the time split: the shard's pause was upstream.
+    assert!(
+        body.contains(&format!(" endpoint={} ", addrs[shard])),
+        "{body}"
+    );
+    let field = |name: &str| -> u64 {
+        let at = body
+            .find(&format!(" {name}="))
+            .unwrap_or_else(|| panic!("{name} in {body}"));
+        let rest = &body[at + name.len() + 2..];
+        rest[..rest.find(' ').unwrap_or(rest.len())]
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}: {e} in {body}"))
+    };
+    let (up, ours) = (field("upstream_us"), field("respway_us"));
+    assert!(up >= 200_000, "upstream {up} µs: {body}");
+    assert!(ours < up, "respway {ours} µs, upstream {up} µs: {body}");
+    assert_eq!(up + ours, u64::try_from(us).unwrap(), "{body}");
     assert_eq!(c.call(&["SLOWLOG", "LEN"]), Resp::Int(1));
     assert_eq!(c.call(&["SLOWLOG", "RESET"]), Resp::Simple("OK".into()));
     assert_eq!(c.call(&["SLOWLOG", "LEN"]), Resp::Int(0));
