@@ -118,6 +118,9 @@ enum Lane {
     Shared(Flavor),
     /// The dedicated connection of the session's n-th transaction.
     Dedicated(u64),
+    /// A dedicated connection of a blocking command: a new one for each, so that each
+    /// waits for every command before it, and every command after it waits for it.
+    Blocking,
 }
 
 /// Serves one client until it leaves, sends QUIT, or breaks the protocol.
@@ -550,6 +553,7 @@ impl Session {
                 Lane::Shared(self.state.flavor())
             }
             CommandClass::Proxy(_) | CommandClass::Unsupported => Lane::Local,
+            CommandClass::Blocking => Lane::Blocking,
             _ => Lane::Shared(self.state.flavor()),
         }
     }
@@ -575,7 +579,10 @@ impl Session {
                         }
                         l => l,
                     };
-                    if lane != Lane::Local && lane != self.lane && self.waits > 0 {
+                    if lane != Lane::Local
+                        && (lane != self.lane || lane == Lane::Blocking)
+                        && self.waits > 0
+                    {
                         self.stashed = Some(args);
                         return;
                     }
@@ -724,6 +731,39 @@ impl Session {
                 }
             }
             CommandClass::Transaction => unreachable!("handled above"),
+            CommandClass::Keyspace(kind) => {
+                let (deadline, backstop) = times();
+                Pending::Other {
+                    fut: crate::keyspace::call(
+                        kind,
+                        args,
+                        &live.parts,
+                        flavor,
+                        live.conn,
+                        deadline,
+                    ),
+                    deadline: backstop,
+                    idx: 0,
+                    first: FirstArg::NONE,
+                }
+            }
+            CommandClass::Blocking => {
+                if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
+                    return Pending::Ready(error_reply(&format!("ERR {e}")));
+                }
+                match crate::blocking::call(cmd, args, &self.keys, &live.parts, flavor, op_timeout)
+                {
+                    crate::blocking::Call::Forward(args) => self.forward(cmd, args, live, ctx),
+                    crate::blocking::Call::Wait { fut, backstop } => Pending::Other {
+                        fut,
+                        deadline: backstop,
+                        idx: 0,
+                        first: FirstArg::NONE,
+                    },
+                    crate::blocking::Call::Refused(r) => Pending::Ready(r),
+                }
+            }
+            CommandClass::PubSub(kind) => self.dispatch_pubsub(kind, args, live, ctx),
             CommandClass::Unsupported => {
                 ctx.stats.unsupported.inc();
                 Pending::Ready(error_reply(&format!(
@@ -732,42 +772,75 @@ impl Session {
                 )))
             }
             CommandClass::Single | CommandClass::Split(_) | CommandClass::SameShard => {
-                if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
-                    return Pending::Ready(error_reply(&format!("ERR {e}")));
-                }
-                if self.keys.is_empty()
-                    && local::is_script(cmd.name)
-                    && !live.parts.listener.client.allow_keyless_scripts
-                {
-                    return Pending::Ready(error_reply(&format!(
-                        "ERR respway: {} with no keys is refused: scripts are routed by their \
-                         keys, and one that declares none would run on an arbitrary shard (the \
-                         listener's allow_keyless_scripts allows it)",
-                        cmd.name.to_ascii_uppercase()
-                    )));
-                }
-                let key = self.keys.first().copied();
-                if let Some(k) = key {
-                    if ctx.stats.hot.take() {
-                        self.sample_hot_key(&args[k], live, ctx);
-                    }
-                }
-                let (deadline, backstop) = times();
-                let mut req = Request::new(cmd, args, key);
-                req.deadline = Some(deadline.into_std());
-                req.flavor = flavor;
-                // Every layer is always ready (queues are bounded per session, above).
-                let noop = std::task::Waker::noop();
-                let _ = live.chain.poll_ready(&mut Context::from_waker(noop));
-                Pending::Wait {
-                    fut: live.chain.call(req),
-                    // The upstream answers at `deadline` with an error naming the shard; this
-                    // is only a backstop for a request lost on the way.
-                    deadline: backstop,
-                    idx: 0,
-                    first: FirstArg::NONE,
-                }
+                self.forward(cmd, args, live, ctx)
             }
+        }
+    }
+
+    /// Pub/sub commands (see `pubsub.rs`).
+    fn dispatch_pubsub(
+        &mut self,
+        kind: command::PubSubKind,
+        args: Vec<Bytes>,
+        live: &mut Live,
+        ctx: &ListenerCtx,
+    ) -> Pending {
+        let _ = (kind, live, ctx);
+        Pending::Ready(error_reply(&format!(
+            "ERR command '{}' is not supported by respway yet",
+            String::from_utf8_lossy(&args[0]).to_ascii_lowercase()
+        )))
+    }
+
+    /// Sends a command with keys down the chain (route, mirror, hot key, split, hash, zone,
+    /// upstream).
+    fn forward(
+        &mut self,
+        cmd: &'static command::CommandInfo,
+        args: Vec<Bytes>,
+        live: &mut Live,
+        ctx: &ListenerCtx,
+    ) -> Pending {
+        let op_timeout = live.parts.listener.op_timeout;
+        let times = || {
+            let deadline = Instant::now() + op_timeout;
+            (deadline, deadline + op_timeout + BACKSTOP)
+        };
+        let flavor = self.state.flavor();
+        if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
+            return Pending::Ready(error_reply(&format!("ERR {e}")));
+        }
+        if self.keys.is_empty()
+            && local::is_script(cmd.name)
+            && !live.parts.listener.client.allow_keyless_scripts
+        {
+            return Pending::Ready(error_reply(&format!(
+                "ERR respway: {} with no keys is refused: scripts are routed by their \
+                 keys, and one that declares none would run on an arbitrary shard (the \
+                 listener's allow_keyless_scripts allows it)",
+                cmd.name.to_ascii_uppercase()
+            )));
+        }
+        let key = self.keys.first().copied();
+        if let Some(k) = key {
+            if ctx.stats.hot.take() {
+                self.sample_hot_key(&args[k], live, ctx);
+            }
+        }
+        let (deadline, backstop) = times();
+        let mut req = Request::new(cmd, args, key);
+        req.deadline = Some(deadline.into_std());
+        req.flavor = flavor;
+        // Every layer is always ready (queues are bounded per session, above).
+        let noop = std::task::Waker::noop();
+        let _ = live.chain.poll_ready(&mut Context::from_waker(noop));
+        Pending::Wait {
+            fut: live.chain.call(req),
+            // The upstream answers at `deadline` with an error naming the shard; this
+            // is only a backstop for a request lost on the way.
+            deadline: backstop,
+            idx: 0,
+            first: FirstArg::NONE,
         }
     }
 

@@ -27,13 +27,16 @@
 //! - `worker`: one worker thread (its runtime, its chain parts per config, accept loop, drain).
 
 pub mod admin;
+mod blocking;
 pub mod bootstrap;
 mod conn;
 mod fanout;
 pub mod hotkeys;
+mod keyspace;
 mod listener;
 mod local;
 mod metrics;
+mod pubsub;
 pub mod slowlog;
 mod stack;
 mod stats;

@@ -282,10 +282,10 @@ fn unsupported_and_unknown_commands_keep_the_connection() {
     let (_shards, rw) = three_shards_behind_respway("{ policy: maglev }", 1);
     let mut c = sync_client(rw.addr);
     for cmd in [
-        vec!["KEYS", "*"],
-        vec!["FLUSHALL"],
-        vec!["SUBSCRIBE", "ch"],
-        vec!["BLPOP", "l", "0"],
+        vec!["SWAPDB", "0", "1"],
+        vec!["WAIT", "1", "0"],
+        vec!["MOVE", "k", "1"],
+        vec!["DEBUG", "SLEEP", "0"],
         vec!["CONFIG", "GET", "x"],
     ] {
         let mut r = redis::cmd(cmd[0]);

@@ -75,7 +75,8 @@ FLAG_CONST = dict(FLAGS)
 #   2. SPLIT: split per shard and merged;
 #   2b. TRANSACTION: MULTI / EXEC / DISCARD / WATCH / UNWATCH (a dedicated connection);
 #   2c. FANOUT: SCRIPT and FUNCTION subcommands sent to every shard (or one);
-#   3. UNSUPPORTED: commands with keys that a sharding proxy still cannot serve;
+#   2d. BLOCKING, PUBSUB, KEYSPACE: blocking commands, pub/sub, keyspace-wide commands;
+#   3. UNSUPPORTED: commands a sharding proxy still cannot serve (by name);
 #   4. `blocking`, `pubsub` or `admin` flag -> Unsupported;
 #   5. no keys at all -> Unsupported (cluster-wide, connection or server commands);
 #   6. key spec that can only ever name one key -> Single;
@@ -113,6 +114,40 @@ FANOUT = {
     "function|dump": "FunctionRead",
 }
 
+# Blocking commands: each runs on a dedicated connection (src/blocking.rs). XREAD and
+# XREADGROUP block only with BLOCK; without it they are forwarded as usual.
+BLOCKING = {
+    "blpop", "brpop", "blmove", "brpoplpush", "blmpop", "bzpopmin", "bzpopmax", "bzmpop",
+    "xread", "xreadgroup",
+}
+
+# Pub/sub (src/pubsub.rs).
+PUBSUB = {
+    "subscribe": "Subscribe",
+    "unsubscribe": "Unsubscribe",
+    "psubscribe": "Psubscribe",
+    "punsubscribe": "Punsubscribe",
+    "ssubscribe": "Ssubscribe",
+    "sunsubscribe": "Sunsubscribe",
+    "publish": "Publish",
+    "spublish": "Spublish",
+    "pubsub|channels": "Channels",
+    "pubsub|shardchannels": "ShardChannels",
+    "pubsub|numsub": "NumSub",
+    "pubsub|shardnumsub": "ShardNumSub",
+    "pubsub|numpat": "NumPat",
+}
+
+# Keyspace-wide commands, over every shard of the catch-all cluster (src/keyspace.rs).
+KEYSPACE = {
+    "scan": "Scan",
+    "keys": "Keys",
+    "dbsize": "Dbsize",
+    "randomkey": "RandomKey",
+    "flushdb": "Flush",
+    "flushall": "Flush",
+}
+
 SPLIT = {
     "mget": "Mget",
     "mset": "Mset",
@@ -126,6 +161,8 @@ UNSUPPORTED = {
     "move": "moves a key to another database of one server",
     "migrate": "moves keys between servers",
     "restore-asking": "Redis Cluster internal",
+    "wait": "replicas acknowledge the writes of one upstream connection, and respway's carry "
+    "many clients' writes (or none of this client's)",
 }
 
 # Single-key commands whose other "keys" are patterns the proxy cannot route (SORT_RO's
@@ -462,6 +499,12 @@ def classify(c: Cmd) -> tuple[str, str]:
         return "CommandClass::Transaction", "transaction, on a dedicated connection"
     if c.name in FANOUT:
         return f"CommandClass::Fanout(FanoutKind::{FANOUT[c.name]})", "sent to every shard"
+    if c.name in BLOCKING:
+        return "CommandClass::Blocking", "blocking, on a dedicated connection"
+    if c.name in PUBSUB:
+        return f"CommandClass::PubSub(PubSubKind::{PUBSUB[c.name]})", "pub/sub"
+    if c.name in KEYSPACE:
+        return f"CommandClass::Keyspace(KeyspaceKind::{KEYSPACE[c.name]})", "keyspace-wide"
     if c.name in UNSUPPORTED:
         return "CommandClass::Unsupported", UNSUPPORTED[c.name]
     for flag in ("blocking", "pubsub", "admin"):
@@ -548,10 +591,41 @@ FANOUT_PHRASE = {
     "FunctionRead": "sent to the first primary of the catch-all cluster",
 }
 
+BLOCKING_PHRASE = (
+    "on a dedicated connection to the primary of the keys' shard (all on one, else "
+    "`-CROSSSLOT`); its own timeout is honoured"
+)
+
+PUBSUB_PHRASE = {
+    "Subscribe": "the channel lives on the shard its name hashes to; one upstream "
+    "subscription per worker and shard, fanned out to local subscribers",
+    "Unsubscribe": "drops this client's channel subscriptions",
+    "Psubscribe": "subscribed on every primary of every routed cluster; each message "
+    "delivered once",
+    "Punsubscribe": "drops this client's pattern subscriptions",
+    "Ssubscribe": "as `SUBSCRIBE`, on the channel's shard",
+    "Sunsubscribe": "drops this client's shard-channel subscriptions",
+    "Publish": "sent to the shard the channel hashes to",
+    "Spublish": "sent to the shard the channel hashes to",
+    "Channels": "every primary's channels, merged without duplicates",
+    "ShardChannels": "every primary's shard channels, merged without duplicates",
+    "NumSub": "each channel asked at its shard",
+    "ShardNumSub": "each channel asked at its shard",
+    "NumPat": "the largest count over the primaries (every pattern is on every one)",
+}
+
+KEYSPACE_PHRASE = {
+    "Scan": "every shard in turn; the cursor encodes the shard and the shard's cursor",
+    "Keys": "every primary, merged; refused past the listener's `keys_max`",
+    "Dbsize": "every primary, summed",
+    "RandomKey": "a random primary (the next ones if it is empty)",
+    "Flush": "every primary, when the listener's `admin_commands` allows it",
+}
+
 SCRIPTS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
 
-# Unsupported today, planned (issue 12): pub/sub, blocking commands, SCAN / KEYS / DBSIZE.
-PLANNED_NAMES = {"scan", "keys", "dbsize", "pubsub"}
+# Unsupported today, planned: nothing (issue 12 built pub/sub, blocking and keyspace).
+PLANNED_NAMES: set[str] = set()
 
 CLASS_DOC = [
     ("Single", "forwarded to the shard that owns the key."),
@@ -584,6 +658,26 @@ CLASS_DOC = [
         "of the catch-all cluster.",
     ),
     (
+        "Blocking",
+        "`BLPOP` `BRPOP` `BLMOVE` `BRPOPLPUSH` `BLMPOP` `BZPOPMIN` `BZPOPMAX` `BZMPOP`, and "
+        "`XREAD`/`XREADGROUP` with `BLOCK`: each runs on a dedicated connection to the primary "
+        "of the one shard all its keys hash to (else `-CROSSSLOT`), from the endpoint's pool "
+        "of `dedicated_connections`; the command's own timeout is honoured (0 blocks "
+        "forever) and a client that leaves while blocked has the connection closed at once.",
+    ),
+    (
+        "PubSub",
+        "a channel lives on the shard its name hashes to (prefix routes, hashtags and hasher "
+        "as for keys); patterns are subscribed on every primary of every routed cluster. "
+        "Subscriptions share one upstream connection per worker and shard.",
+    ),
+    (
+        "Keyspace",
+        "`SCAN` (cursor = shard and shard cursor), `KEYS` (size guard `keys_max`), `DBSIZE` "
+        "(sum), `RANDOMKEY`, `FLUSHDB`/`FLUSHALL` (only with the listener's "
+        "`admin_commands`) over every primary of every routed cluster.",
+    ),
+    (
         "Proxy",
         "answered by respway itself: `PING`, `ECHO`, `QUIT`, `SELECT` (per-client database, "
         "up to the cluster's `databases`), `HELLO` (2 and 3), `AUTH`, `TIME`, `RESET`, "
@@ -597,8 +691,7 @@ CLASS_DOC = [
     (
         "Unsupported",
         "refused with `-ERR command 'X' is not supported by respway` (X as the client sent "
-        "it); the connection stays open. The last column gives the generator's reason. "
-        "Pub/sub, blocking commands and `SCAN`/`KEYS`/`DBSIZE` are planned (issue 12).",
+        "it); the connection stays open. The last column gives the generator's reason.",
     ),
 ]
 
@@ -634,6 +727,14 @@ def describe(c: Cmd) -> str:
         return TRANSACTION_PHRASE[c.name]
     if cls == "Fanout":
         return FANOUT_PHRASE[kind]
+    if cls == "Blocking":
+        if c.name in ("xread", "xreadgroup"):
+            return BLOCKING_PHRASE + "; without `BLOCK` forwarded as usual"
+        return BLOCKING_PHRASE
+    if cls == "PubSub":
+        return PUBSUB_PHRASE[kind]
+    if cls == "Keyspace":
+        return KEYSPACE_PHRASE[kind]
     if cls == "Proxy":
         if kind == "Client":
             if c.name in CLIENT_LOCAL:
@@ -646,10 +747,7 @@ def describe(c: Cmd) -> str:
         reason = c.reason
         if reason == "no keys":
             reason = "no keys (cluster-wide)"
-        planned = (
-            "`blocking`" in reason or "`pubsub`" in reason or top in PLANNED_NAMES
-        )
-        return f"refused: {reason}" + ("; planned (issue 12)" if planned else "")
+        return f"refused: {reason}"
     raise SystemExit(f"{c.name}: no description for class {c.cls}; teach describe()")
 
 

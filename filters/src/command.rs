@@ -30,26 +30,28 @@
 //!    dedicated connection to the transaction's shard).
 //! 4. **Fanout**: `SCRIPT LOAD | EXISTS | FLUSH` (every endpoint), `FUNCTION LOAD | DELETE |
 //!    FLUSH | RESTORE` (every primary), `FUNCTION LIST | DUMP` (one primary) ([`FanoutKind`]).
-//! 5. **Unsupported** by name although they have keys: `MOVE` (another database),
-//!    `MIGRATE`, `RESTORE-ASKING`.
-//! 6. **Unsupported** when Redis flags the command `blocking` (`BLPOP`, `BRPOP`, `BLMOVE`,
-//!    `BLMPOP`, `BZPOPMIN`, `BZMPOP`, `XREAD`, `XREADGROUP`, ...), `pubsub` (`SUBSCRIBE`,
-//!    `PUBLISH`, `SPUBLISH`, `PUBSUB ...`) or `admin` (`CONFIG SET`, `DEBUG`, `SHUTDOWN`,
-//!    `SAVE`, `REPLICAOF`, `MONITOR`, `PFDEBUG`, most `CLUSTER`/`ACL` subcommands, ...).
-//! 7. **Unsupported** when the command has no keys at all: `KEYS`, `SCAN`, `RANDOMKEY`,
-//!    `DBSIZE`, `FLUSHALL`, `FLUSHDB`, `SWAPDB`, `WAIT`, `SCRIPT ...`, `FUNCTION ...`,
+//! 5. **Blocking**: `BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`, `BZPOPMIN`,
+//!    `BZPOPMAX`, `BZMPOP`, `XREAD`, `XREADGROUP` (a dedicated connection each).
+//! 6. **PubSub** ([`PubSubKind`]) and **Keyspace** ([`KeyspaceKind`]: `SCAN`, `KEYS`,
+//!    `DBSIZE`, `RANDOMKEY`, `FLUSHDB`, `FLUSHALL`).
+//! 7. **Unsupported** by name: `MOVE` (another database), `MIGRATE`, `RESTORE-ASKING`,
+//!    `WAIT` (replicas acknowledge one upstream connection's writes).
+//! 8. **Unsupported** when Redis flags the command `blocking`, `pubsub` or `admin`
+//!    (`CONFIG SET`, `DEBUG`, `SHUTDOWN`, `SAVE`, `REPLICAOF`, `MONITOR`, `PFDEBUG`, most
+//!    `CLUSTER`/`ACL` subcommands, ...).
+//! 9. **Unsupported** when the command has no keys at all: `SWAPDB`, `PUBSUB HELP`,
 //!    `OBJECT HELP`, the container commands themselves (an unknown subcommand resolves to
 //!    the container), ...
-//! 8. **Single** when the key positions can only ever name one key (`GET`, `SET`, `HSET`,
-//!    `XADD`, `SORT_RO`, `GEORADIUS_RO`, `OBJECT ENCODING` (key at 2), `MEMORY USAGE`,
-//!    `XINFO STREAM`, `XGROUP CREATE`, ...).
-//! 9. **SameShard** otherwise: several keys, numkeys or an optional destination key
-//!    (`RENAME`, `SMOVE`, `LMOVE`, `COPY`, `MSETNX`, `SINTER`/`SUNION`/`SDIFF` and their
-//!    `STORE` forms, `PFCOUNT`, `PFMERGE`, `BITOP`, `LCS`, `SORT`, `GEORADIUS` (`STORE`),
-//!    `GEOSEARCHSTORE`, `ZRANGESTORE`, `ZUNIONSTORE`/`ZINTERSTORE`/`ZDIFFSTORE`, `ZUNION`,
-//!    `ZINTER`, `ZDIFF`, `ZINTERCARD`, `SINTERCARD`, `LMPOP`, `ZMPOP`, `EVAL`, `EVALSHA`,
-//!    `EVAL_RO`, `EVALSHA_RO`, `FCALL`, `FCALL_RO`). `EVAL ... 0` yields no keys; the
-//!    caller decides what to do with a key-less script.
+//! 10. **Single** when the key positions can only ever name one key (`GET`, `SET`, `HSET`,
+//!     `XADD`, `SORT_RO`, `GEORADIUS_RO`, `OBJECT ENCODING` (key at 2), `MEMORY USAGE`,
+//!     `XINFO STREAM`, `XGROUP CREATE`, ...).
+//! 11. **SameShard** otherwise: several keys, numkeys or an optional destination key
+//!     (`RENAME`, `SMOVE`, `LMOVE`, `COPY`, `MSETNX`, `SINTER`/`SUNION`/`SDIFF` and their
+//!     `STORE` forms, `PFCOUNT`, `PFMERGE`, `BITOP`, `LCS`, `SORT`, `GEORADIUS` (`STORE`),
+//!     `GEOSEARCHSTORE`, `ZRANGESTORE`, `ZUNIONSTORE`/`ZINTERSTORE`/`ZDIFFSTORE`, `ZUNION`,
+//!     `ZINTER`, `ZDIFF`, `ZINTERCARD`, `SINTERCARD`, `LMPOP`, `ZMPOP`, `EVAL`, `EVALSHA`,
+//!     `EVAL_RO`, `EVALSHA_RO`, `FCALL`, `FCALL_RO`). `EVAL ... 0` yields no keys; the
+//!     caller decides what to do with a key-less script.
 //!
 //! # Key positions
 //!
@@ -204,9 +206,63 @@ pub enum CommandClass {
     /// Key-less commands sent to several endpoints of every cluster the listener routes to,
     /// their replies merged.
     Fanout(FanoutKind),
-    /// Not supported by a sharding proxy: blocking, pub/sub, transactions, admin and
-    /// cluster-wide commands, and key-less commands the proxy does not answer.
+    /// Blocking commands (`BLPOP`, `BZPOPMIN`, `XREAD ... BLOCK`, ...): run on a dedicated
+    /// connection to the shard all their keys hash to, with their own timeout. `XREAD` and
+    /// `XREADGROUP` without `BLOCK` are forwarded like [`CommandClass::SameShard`].
+    Blocking,
+    /// Publish/subscribe.
+    PubSub(PubSubKind),
+    /// Commands over the whole keyspace: every shard of every routed cluster.
+    Keyspace(KeyspaceKind),
+    /// Not supported by a sharding proxy: admin commands, commands that move keys between
+    /// servers or databases, and key-less commands the proxy does not answer.
     Unsupported,
+}
+
+/// Which [`CommandClass::PubSub`] command.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum PubSubKind {
+    /// `SUBSCRIBE channel ...`.
+    Subscribe,
+    /// `UNSUBSCRIBE [channel ...]`.
+    Unsubscribe,
+    /// `PSUBSCRIBE pattern ...`.
+    Psubscribe,
+    /// `PUNSUBSCRIBE [pattern ...]`.
+    Punsubscribe,
+    /// `SSUBSCRIBE shardchannel ...`.
+    Ssubscribe,
+    /// `SUNSUBSCRIBE [shardchannel ...]`.
+    Sunsubscribe,
+    /// `PUBLISH channel message`.
+    Publish,
+    /// `SPUBLISH shardchannel message`.
+    Spublish,
+    /// `PUBSUB CHANNELS [pattern]`.
+    Channels,
+    /// `PUBSUB SHARDCHANNELS [pattern]`.
+    ShardChannels,
+    /// `PUBSUB NUMSUB [channel ...]`.
+    NumSub,
+    /// `PUBSUB SHARDNUMSUB [shardchannel ...]`.
+    ShardNumSub,
+    /// `PUBSUB NUMPAT`.
+    NumPat,
+}
+
+/// Which [`CommandClass::Keyspace`] command.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum KeyspaceKind {
+    /// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]`.
+    Scan,
+    /// `KEYS pattern`.
+    Keys,
+    /// `DBSIZE`.
+    Dbsize,
+    /// `RANDOMKEY`.
+    RandomKey,
+    /// `FLUSHDB` / `FLUSHALL` `[ASYNC|SYNC]`.
+    Flush,
 }
 
 /// How a [`CommandClass::Split`] command is split and its replies merged.
@@ -990,24 +1046,24 @@ mod tests {
             ("info", Proxy(ProxyCommand::Info)),
             ("auth", Proxy(ProxyCommand::Auth)),
             ("time", Proxy(ProxyCommand::Time)),
-            ("blpop", Unsupported),
-            ("brpop", Unsupported),
-            ("blmove", Unsupported),
-            ("bzpopmin", Unsupported),
-            ("blmpop", Unsupported),
-            ("xread", Unsupported),
-            ("xreadgroup", Unsupported),
+            ("blpop", Blocking),
+            ("brpop", Blocking),
+            ("blmove", Blocking),
+            ("bzpopmin", Blocking),
+            ("blmpop", Blocking),
+            ("xread", Blocking),
+            ("xreadgroup", Blocking),
             ("wait", Unsupported),
-            ("keys", Unsupported),
-            ("scan", Unsupported),
-            ("randomkey", Unsupported),
-            ("dbsize", Unsupported),
-            ("flushall", Unsupported),
-            ("flushdb", Unsupported),
-            ("subscribe", Unsupported),
-            ("psubscribe", Unsupported),
-            ("publish", Unsupported),
-            ("spublish", Unsupported),
+            ("keys", Keyspace(KeyspaceKind::Keys)),
+            ("scan", Keyspace(KeyspaceKind::Scan)),
+            ("randomkey", Keyspace(KeyspaceKind::RandomKey)),
+            ("dbsize", Keyspace(KeyspaceKind::Dbsize)),
+            ("flushall", Keyspace(KeyspaceKind::Flush)),
+            ("flushdb", Keyspace(KeyspaceKind::Flush)),
+            ("subscribe", PubSub(PubSubKind::Subscribe)),
+            ("psubscribe", PubSub(PubSubKind::Psubscribe)),
+            ("publish", PubSub(PubSubKind::Publish)),
+            ("spublish", PubSub(PubSubKind::Spublish)),
             ("multi", Transaction),
             ("exec", Transaction),
             ("discard", Transaction),

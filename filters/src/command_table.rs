@@ -217,7 +217,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Single,
         subcommands: &[],
     },
-    // blmove: `blocking` flag
+    // blmove: blocking, on a dedicated connection
     CommandInfo {
         name: "blmove",
         arity: 6,
@@ -230,10 +230,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: 2,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
-    // blmpop: `blocking` flag
+    // blmpop: blocking, on a dedicated connection
     CommandInfo {
         name: "blmpop",
         arity: -5,
@@ -246,10 +246,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             first_offset: 1,
             extra_first_key: false,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
-    // blpop: `blocking` flag
+    // blpop: blocking, on a dedicated connection
     CommandInfo {
         name: "blpop",
         arity: -3,
@@ -262,10 +262,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: -2,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
-    // brpop: `blocking` flag
+    // brpop: blocking, on a dedicated connection
     CommandInfo {
         name: "brpop",
         arity: -3,
@@ -278,10 +278,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: -2,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
-    // brpoplpush: `blocking` flag
+    // brpoplpush: blocking, on a dedicated connection
     CommandInfo {
         name: "brpoplpush",
         arity: 4,
@@ -294,10 +294,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: 2,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
-    // bzmpop: `blocking` flag
+    // bzmpop: blocking, on a dedicated connection
     CommandInfo {
         name: "bzmpop",
         arity: -5,
@@ -310,10 +310,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             first_offset: 1,
             extra_first_key: false,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
-    // bzpopmax: `blocking` flag
+    // bzpopmax: blocking, on a dedicated connection
     CommandInfo {
         name: "bzpopmax",
         arity: -3,
@@ -326,10 +326,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: -2,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
-    // bzpopmin: `blocking` flag
+    // bzpopmin: blocking, on a dedicated connection
     CommandInfo {
         name: "bzpopmin",
         arity: -3,
@@ -342,7 +342,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: -2,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
     // client: answered by the proxy
@@ -409,7 +409,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::SameShard,
         subcommands: &[],
     },
-    // dbsize: no keys
+    // dbsize: keyspace-wide
     CommandInfo {
         name: "dbsize",
         arity: 1,
@@ -418,7 +418,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@keyspace", "@read", "@fast"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Keyspace(KeyspaceKind::Dbsize),
         subcommands: &[],
     },
     // debug: `admin` flag
@@ -744,7 +744,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::SameShard,
         subcommands: &[],
     },
-    // flushall: no keys
+    // flushall: keyspace-wide
     CommandInfo {
         name: "flushall",
         arity: -1,
@@ -753,10 +753,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@keyspace", "@write", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Keyspace(KeyspaceKind::Flush),
         subcommands: &[],
     },
-    // flushdb: no keys
+    // flushdb: keyspace-wide
     CommandInfo {
         name: "flushdb",
         arity: -1,
@@ -765,7 +765,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@keyspace", "@write", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Keyspace(KeyspaceKind::Flush),
         subcommands: &[],
     },
     // function: no keys
@@ -1363,7 +1363,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Proxy(ProxyCommand::Info),
         subcommands: &[],
     },
-    // keys: no keys
+    // keys: keyspace-wide
     CommandInfo {
         name: "keys",
         arity: 2,
@@ -1372,7 +1372,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@keyspace", "@read", "@slow", "@dangerous"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Keyspace(KeyspaceKind::Keys),
         subcommands: &[],
     },
     // lastsave: no keys
@@ -1939,7 +1939,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Single,
         subcommands: &[],
     },
-    // psubscribe: `pubsub` flag
+    // psubscribe: pub/sub
     CommandInfo {
         name: "psubscribe",
         arity: -2,
@@ -1948,7 +1948,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::Psubscribe),
         subcommands: &[],
     },
     // psync: `admin` flag
@@ -1979,7 +1979,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Single,
         subcommands: &[],
     },
-    // publish: `pubsub` flag
+    // publish: pub/sub
     CommandInfo {
         name: "publish",
         arity: 3,
@@ -1988,7 +1988,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@fast"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::Publish),
         subcommands: &[],
     },
     // pubsub: no keys
@@ -2003,7 +2003,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Unsupported,
         subcommands: &SUB_PUBSUB,
     },
-    // punsubscribe: `pubsub` flag
+    // punsubscribe: pub/sub
     CommandInfo {
         name: "punsubscribe",
         arity: -1,
@@ -2012,7 +2012,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::Punsubscribe),
         subcommands: &[],
     },
     // quit: answered by the proxy
@@ -2034,7 +2034,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Proxy(ProxyCommand::Quit),
         subcommands: &[],
     },
-    // randomkey: no keys
+    // randomkey: keyspace-wide
     CommandInfo {
         name: "randomkey",
         arity: 1,
@@ -2043,7 +2043,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@keyspace", "@read", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Keyspace(KeyspaceKind::RandomKey),
         subcommands: &[],
     },
     // readonly: answered by the proxy
@@ -2281,7 +2281,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // scan: no keys
+    // scan: keyspace-wide
     CommandInfo {
         name: "scan",
         arity: -2,
@@ -2290,7 +2290,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@keyspace", "@read", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Keyspace(KeyspaceKind::Scan),
         subcommands: &[],
     },
     // scard: one key
@@ -2658,7 +2658,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Single,
         subcommands: &[],
     },
-    // spublish: `pubsub` flag
+    // spublish: pub/sub
     CommandInfo {
         name: "spublish",
         arity: 3,
@@ -2671,7 +2671,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: 1,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::Spublish),
         subcommands: &[],
     },
     // srandmember: one key
@@ -2722,7 +2722,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Single,
         subcommands: &[],
     },
-    // ssubscribe: `pubsub` flag
+    // ssubscribe: pub/sub
     CommandInfo {
         name: "ssubscribe",
         arity: -2,
@@ -2735,7 +2735,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: -1,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::Ssubscribe),
         subcommands: &[],
     },
     // strlen: one key
@@ -2754,7 +2754,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Single,
         subcommands: &[],
     },
-    // subscribe: `pubsub` flag
+    // subscribe: pub/sub
     CommandInfo {
         name: "subscribe",
         arity: -2,
@@ -2763,7 +2763,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::Subscribe),
         subcommands: &[],
     },
     // substr: one key
@@ -2814,7 +2814,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::SameShard,
         subcommands: &[],
     },
-    // sunsubscribe: `pubsub` flag
+    // sunsubscribe: pub/sub
     CommandInfo {
         name: "sunsubscribe",
         arity: -1,
@@ -2827,7 +2827,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
             last: -1,
             step: 1,
         },
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::Sunsubscribe),
         subcommands: &[],
     },
     // swapdb: no keys
@@ -2930,7 +2930,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Split(SplitKind::SumInt),
         subcommands: &[],
     },
-    // unsubscribe: `pubsub` flag
+    // unsubscribe: pub/sub
     CommandInfo {
         name: "unsubscribe",
         arity: -1,
@@ -2939,7 +2939,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::Unsubscribe),
         subcommands: &[],
     },
     // unwatch: transaction, on a dedicated connection
@@ -2954,7 +2954,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Transaction,
         subcommands: &[],
     },
-    // wait: no keys
+    // wait: replicas acknowledge the writes of one upstream connection, and respway's carry many clients' writes (or none of this client's)
     CommandInfo {
         name: "wait",
         arity: 3,
@@ -3134,7 +3134,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Single,
         subcommands: &[],
     },
-    // xread: `blocking` flag
+    // xread: blocking, on a dedicated connection
     CommandInfo {
         name: "xread",
         arity: -4,
@@ -3143,10 +3143,10 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@read", "@stream", "@slow", "@blocking"],
         keys: KeySpec::Streams,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
-    // xreadgroup: `blocking` flag
+    // xreadgroup: blocking, on a dedicated connection
     CommandInfo {
         name: "xreadgroup",
         arity: -7,
@@ -3155,7 +3155,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@write", "@stream", "@slow", "@blocking"],
         keys: KeySpec::Streams,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
     // xrevrange: one key
@@ -4982,7 +4982,7 @@ static SUB_OBJECT: [CommandInfo; 5] = [
 
 /// Subcommands of `PUBSUB`, sorted by name.
 static SUB_PUBSUB: [CommandInfo; 6] = [
-    // pubsub|channels: `pubsub` flag
+    // pubsub|channels: pub/sub
     CommandInfo {
         name: "pubsub|channels",
         arity: -2,
@@ -4991,7 +4991,7 @@ static SUB_PUBSUB: [CommandInfo; 6] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::Channels),
         subcommands: &[],
     },
     // pubsub|help: no keys
@@ -5006,7 +5006,7 @@ static SUB_PUBSUB: [CommandInfo; 6] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // pubsub|numpat: `pubsub` flag
+    // pubsub|numpat: pub/sub
     CommandInfo {
         name: "pubsub|numpat",
         arity: 2,
@@ -5015,10 +5015,10 @@ static SUB_PUBSUB: [CommandInfo; 6] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::NumPat),
         subcommands: &[],
     },
-    // pubsub|numsub: `pubsub` flag
+    // pubsub|numsub: pub/sub
     CommandInfo {
         name: "pubsub|numsub",
         arity: -2,
@@ -5027,10 +5027,10 @@ static SUB_PUBSUB: [CommandInfo; 6] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::NumSub),
         subcommands: &[],
     },
-    // pubsub|shardchannels: `pubsub` flag
+    // pubsub|shardchannels: pub/sub
     CommandInfo {
         name: "pubsub|shardchannels",
         arity: -2,
@@ -5039,10 +5039,10 @@ static SUB_PUBSUB: [CommandInfo; 6] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::ShardChannels),
         subcommands: &[],
     },
-    // pubsub|shardnumsub: `pubsub` flag
+    // pubsub|shardnumsub: pub/sub
     CommandInfo {
         name: "pubsub|shardnumsub",
         arity: -2,
@@ -5051,7 +5051,7 @@ static SUB_PUBSUB: [CommandInfo; 6] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@pubsub", "@slow"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::PubSub(PubSubKind::ShardNumSub),
         subcommands: &[],
     },
 ];

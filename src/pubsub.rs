@@ -1,0 +1,1 @@
+//! Publish/subscribe. Not built yet: refused.
