@@ -106,6 +106,15 @@ pub struct ClientLimits {
     /// (default: refused, since a script that touches keys would write them on the wrong
     /// shard).
     pub allow_keyless_scripts: bool,
+    /// Let `FLUSHDB` / `FLUSHALL` through, to every primary (default: refused, since one
+    /// command would empty every shard).
+    pub admin_commands: bool,
+    /// Most keys `KEYS` may return before it is refused (default 100,000): each shard's
+    /// whole reply is held before the merge.
+    pub keys_max: usize,
+    /// Bytes of messages held for one subscriber past which it is disconnected, like Redis's
+    /// `client-output-buffer-limit pubsub` hard limit (default 32 MiB).
+    pub pubsub_buffer_limit: usize,
 }
 
 impl Default for ClientLimits {
@@ -116,6 +125,9 @@ impl Default for ClientLimits {
             stall_timeout: Duration::from_secs(30),
             max_auth_failures: 10,
             allow_keyless_scripts: false,
+            admin_commands: false,
+            keys_max: 100_000,
+            pubsub_buffer_limit: 32 << 20,
         }
     }
 }

@@ -37,6 +37,9 @@ const LISTENER_KEYS: &[&str] = &[
     "client_stall_timeout",
     "max_auth_failures",
     "allow_keyless_scripts",
+    "admin_commands",
+    "keys_max",
+    "pubsub_buffer_limit",
     "protocol",
     "advertised_redis_version",
     "downstream_auth_password",
@@ -333,7 +336,7 @@ fn listener(
 
 /// The listener's per-client bounds and session rules (`client_buffer_limit`,
 /// `client_buffer_hard_limit`, `client_stall_timeout`, `max_auth_failures`,
-/// `allow_keyless_scripts`).
+/// `allow_keyless_scripts`, `admin_commands`, `keys_max`, `pubsub_buffer_limit`).
 fn client_limits(cx: &mut Cx, m: &Map<'_>) -> ClientLimits {
     let d = ClientLimits::default();
     let max = usize::MAX as u64;
@@ -365,6 +368,13 @@ fn client_limits(cx: &mut Cx, m: &Map<'_>) -> ClientLimits {
         allow_keyless_scripts: m
             .boolean(cx, "allow_keyless_scripts")
             .unwrap_or(d.allow_keyless_scripts),
+        admin_commands: m.boolean(cx, "admin_commands").unwrap_or(d.admin_commands),
+        keys_max: m
+            .positive(cx, "keys_max", max)
+            .map_or(d.keys_max, |n| n as usize),
+        pubsub_buffer_limit: m
+            .positive(cx, "pubsub_buffer_limit", max)
+            .map_or(d.pubsub_buffer_limit, |n| n as usize),
     }
 }
 

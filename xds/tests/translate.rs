@@ -993,6 +993,9 @@ listeners:
     client_stall_timeout: 250ms
     max_auth_failures: 2
     allow_keyless_scripts: true
+    admin_commands: true
+    keys_max: 500
+    pubsub_buffer_limit: 65536
     routes: { catch_all: main }
 clusters:
   - name: main
@@ -1009,6 +1012,9 @@ clusters:
         stall_timeout: Duration::from_millis(250),
         max_auth_failures: 2,
         allow_keyless_scripts: true,
+        admin_commands: true,
+        keys_max: 500,
+        pubsub_buffer_limit: 65536,
     };
     assert_eq!(model.listeners[0].client, client);
     assert_eq!(model.clusters[0].max_queue_per_connection, 512);
@@ -1029,6 +1035,11 @@ clusters:
             settings.client_stall_timeout,
             settings.max_auth_failures,
             settings.allow_keyless_scripts,
+            (
+                settings.admin_commands,
+                settings.keys_max,
+                settings.pubsub_buffer_limit
+            ),
         ),
         (
             1 << 20,
@@ -1038,7 +1049,8 @@ clusters:
                 nanos: 250_000_000
             }),
             2,
-            true
+            true,
+            (true, 500, 65536),
         )
     );
     let options = ClusterOptions::decode(
@@ -1057,6 +1069,9 @@ clusters:
         s.client_stall_timeout = None;
         s.max_auth_failures = 0;
         s.allow_keyless_scripts = false;
+        s.admin_commands = false;
+        s.keys_max = 0;
+        s.pubsub_buffer_limit = 0;
     });
     edit_options(&mut r, 0, |o| o.max_queue_per_connection = 0);
     let config = translate(&r).unwrap();

@@ -142,6 +142,9 @@ fn full_example_model() -> Config {
                 stall_timeout: Duration::from_secs(10),
                 max_auth_failures: 5,
                 allow_keyless_scripts: false,
+                admin_commands: false,
+                keys_max: 100_000,
+                pubsub_buffer_limit: 32 << 20,
             },
             limits: Limits {
                 max_bulk_len: 16 * 1024 * 1024,
@@ -286,6 +289,9 @@ clusters:
             stall_timeout: Duration::from_secs(30),
             max_auth_failures: 10,
             allow_keyless_scripts: false,
+            admin_commands: false,
+            keys_max: 100_000,
+            pubsub_buffer_limit: 32 << 20,
         }
     );
     assert_eq!(
@@ -449,7 +455,7 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, protocol, advertised_redis_version, downstream_auth_password, limits, routes)
+        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, admin_commands, keys_max, pubsub_buffer_limit, protocol, advertised_redis_version, downstream_auth_password, limits, routes)
 listener "main": op_timeout: must be greater than 0
 listener "main": routes.catch_all: unknown cluster "mian"
 listener "main": routes.prefixes[0].cluster: unknown cluster "profile"
@@ -1034,6 +1040,9 @@ listeners:
     client_stall_timeout: 1500ms
     max_auth_failures: 3
     allow_keyless_scripts: true
+    admin_commands: true
+    keys_max: 10
+    pubsub_buffer_limit: 4096
     routes: { catch_all: a }
   - name: equal
     address: 127.0.0.1:6381
@@ -1060,6 +1069,9 @@ clusters:
             stall_timeout: Duration::from_millis(1500),
             max_auth_failures: 3,
             allow_keyless_scripts: true,
+            admin_commands: true,
+            keys_max: 10,
+            pubsub_buffer_limit: 4096,
         }
     );
     assert_eq!(

@@ -391,6 +391,17 @@ pub struct ListenerSettings {
     /// version of the proxy's command table.
     #[prost(string, tag = "10")]
     pub advertised_redis_version: ::prost::alloc::string::String,
+    /// Let `FLUSHDB` / `FLUSHALL` through, to every primary (default false: refused, since one
+    /// command would empty every shard).
+    #[prost(bool, tag = "11")]
+    pub admin_commands: bool,
+    /// Most keys `KEYS` may return before it is refused. 0 means the default, 100000.
+    #[prost(uint64, tag = "12")]
+    pub keys_max: u64,
+    /// Bytes of messages held for one subscriber past which it is disconnected, like Redis's
+    /// `client-output-buffer-limit pubsub` hard limit. 0 means the default, 33554432 (32 MiB).
+    #[prost(uint64, tag = "13")]
+    pub pubsub_buffer_limit: u64,
 }
 impl ::prost::Name for ListenerSettings {
     const NAME: &'static str = "ListenerSettings";

@@ -462,6 +462,15 @@ fn client_limits(cx: &mut Cx, at: &str, s: &ListenerSettings) -> ClientLimits {
             n => n,
         },
         allow_keyless_scripts: s.allow_keyless_scripts,
+        admin_commands: s.admin_commands,
+        keys_max: match s.keys_max {
+            0 => d.keys_max,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        },
+        pubsub_buffer_limit: match s.pubsub_buffer_limit {
+            0 => d.pubsub_buffer_limit,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        },
     }
 }
 
