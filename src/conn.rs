@@ -34,6 +34,7 @@ use crate::fanout::{self, BoxReply};
 use crate::listener::{ListenerCtx, ListenerSlot};
 use crate::local::{self, Local, SessionState};
 use crate::metrics;
+use crate::pubsub;
 use crate::slowlog::FirstArg;
 use crate::stack::{self, Chain, ChainFuture, Parts};
 use crate::tx::{self, Pinned, Tx};
@@ -48,6 +49,9 @@ const WINDOW_START: usize = 64;
 const KEEP_RBUF: usize = 64 * 1024;
 /// A write buffer grown past this (large replies) is given back once it is empty.
 const KEEP_WBUF: usize = 256 * 1024;
+/// Pub/sub messages are moved into the write buffer while it holds less than this; the rest
+/// wait in the subscriber's bounded queue.
+const DRAIN_MAX: usize = 64 * 1024;
 
 /// A session's view of its listener's configuration.
 struct Live {
@@ -154,6 +158,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usi
         lane: Lane::Local,
         pins: 0,
         stashed: None,
+        sub: None,
     };
     // Registered once with the first poll, the drain notification wakes this task when the
     // process drains; after that the flag alone is read (one atomic load per poll).
@@ -215,6 +220,8 @@ struct Session {
     pins: u64,
     /// A decoded command waiting for the commands in flight on another lane.
     stashed: Option<Vec<Bytes>>,
+    /// Pub/sub subscriptions, from the first `(P|S)SUBSCRIBE` on.
+    sub: Option<Box<pubsub::Subscriber>>,
 }
 
 /// Why a session ends on its own.
@@ -224,6 +231,8 @@ enum Cut {
     HardLimit(usize),
     /// Held at the limit, nothing read by the client for the stall timeout.
     Stalled(usize),
+    /// A subscriber's queued messages would pass `pubsub_buffer_limit`.
+    Subscriber(usize),
 }
 
 impl Session {
@@ -349,6 +358,7 @@ impl Session {
                                 self.record(ctx, live, &mut now, idx, deadline, &r, first);
                                 self.pending.pop_front();
                                 self.waits -= 1;
+                                self.confirmed(idx);
                                 self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
                                 if self.held() + r.len() < limit {
                                     self.window = self.window.saturating_add(1);
@@ -361,6 +371,7 @@ impl Session {
                                 if self.poll_timeout(cx, deadline) {
                                     self.pending.pop_front();
                                     self.waits -= 1;
+                                    self.confirmed(idx);
                                     ctx.stats.timeouts.inc();
                                     error_reply("ERR respway: upstream timeout")
                                 } else {
@@ -374,6 +385,14 @@ impl Session {
                 progress = true;
                 if self.wbuf.len() > hard {
                     return Poll::Ready(Err(self.cut(ctx, Cut::HardLimit(self.wbuf.len()))));
+                }
+            }
+
+            // 2b. Pub/sub messages, once every confirmation before them is written.
+            if let Some(sub) = self.sub.as_mut().filter(|s| s.confirming == 0) {
+                match sub.drain(cx, &mut self.wbuf, self.state.resp3, DRAIN_MAX) {
+                    Ok(moved) => progress |= moved,
+                    Err(n) => return Poll::Ready(Err(self.cut(ctx, Cut::Subscriber(n)))),
                 }
             }
 
@@ -515,6 +534,10 @@ impl Session {
                 "client output buffer at its limit ({n} bytes held) and nothing read for the \
                  stall timeout: connection closed"
             ),
+            Cut::Subscriber(n) => format!(
+                "subscriber's messages over pubsub_buffer_limit ({n} bytes queued): \
+                 connection closed"
+            ),
         };
         tracing::warn!(client_id = self.state.id, "{text}");
         io::Error::other(text)
@@ -635,6 +658,16 @@ impl Session {
             self.mark_dirty();
             return Pending::Ready(local::unknown_command(&args));
         };
+        if self.sub.as_ref().is_some_and(|s| s.active())
+            && !self.state.resp3
+            && !pubsub::allowed_when_subscribed(cmd)
+        {
+            return Pending::Ready(error_reply(&format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
+                 RESET are allowed in this context",
+                cmd.name
+            )));
+        }
         if !cmd.arity_ok(args.len()) {
             self.mark_dirty();
             return Pending::Ready(error_reply(&format!(
@@ -673,6 +706,19 @@ impl Session {
             CommandClass::Proxy(p) => {
                 if p == ProxyCommand::Reset {
                     self.tx = None;
+                    self.sub = None;
+                }
+                if p == ProxyCommand::Ping
+                    && !self.state.resp3
+                    && self.sub.as_ref().is_some_and(|s| s.active())
+                {
+                    // Subscriber mode (RESP2): PING answers ["pong", message].
+                    let msg = args.get(1).cloned().unwrap_or_default();
+                    let f = respway_filters::resp::Frame::Array(vec![
+                        respway_filters::resp::Frame::Bulk(Bytes::from_static(b"pong")),
+                        respway_filters::resp::Frame::Bulk(msg),
+                    ]);
+                    return Pending::Ready(f.to_bytes());
                 }
                 if self.tx.is_some() && matches!(p, ProxyCommand::Select | ProxyCommand::Hello) {
                     return Pending::Ready(error_reply(&format!(
@@ -763,7 +809,7 @@ impl Session {
                     crate::blocking::Call::Refused(r) => Pending::Ready(r),
                 }
             }
-            CommandClass::PubSub(kind) => self.dispatch_pubsub(kind, args, live, ctx),
+            CommandClass::PubSub(kind) => self.dispatch_pubsub(kind, args, live),
             CommandClass::Unsupported => {
                 ctx.stats.unsupported.inc();
                 Pending::Ready(error_reply(&format!(
@@ -783,13 +829,44 @@ impl Session {
         kind: command::PubSubKind,
         args: Vec<Bytes>,
         live: &mut Live,
-        ctx: &ListenerCtx,
     ) -> Pending {
-        let _ = (kind, live, ctx);
-        Pending::Ready(error_reply(&format!(
-            "ERR command '{}' is not supported by respway yet",
-            String::from_utf8_lossy(&args[0]).to_ascii_lowercase()
-        )))
+        let op_timeout = live.parts.listener.op_timeout;
+        let deadline = Instant::now() + op_timeout;
+        let flavor = self.state.flavor();
+        match pubsub::call(
+            kind,
+            args,
+            &mut self.sub,
+            &live.parts,
+            flavor,
+            live.conn,
+            deadline,
+        ) {
+            pubsub::Outcome::Ready(r) => Pending::Ready(r),
+            pubsub::Outcome::Wait { fut, confirms } => {
+                if confirms {
+                    if let Some(s) = self.sub.as_mut() {
+                        s.confirming += 1;
+                    }
+                }
+                Pending::Other {
+                    fut,
+                    deadline: deadline + op_timeout + BACKSTOP,
+                    idx: 0,
+                    first: FirstArg::NONE,
+                }
+            }
+        }
+    }
+
+    /// A reply of command `idx` left `pending`: if it confirmed subscriptions, messages may
+    /// follow it.
+    fn confirmed(&mut self, idx: u16) {
+        if let Some(s) = self.sub.as_mut() {
+            if s.confirming > 0 && pubsub::confirms(idx) {
+                s.confirming -= 1;
+            }
+        }
     }
 
     /// Sends a command with keys down the chain (route, mirror, hot key, split, hash, zone,

@@ -322,6 +322,11 @@ impl EndpointHandle {
         &self.inner.cfg.label
     }
 
+    /// How this endpoint is reached.
+    pub(crate) fn config(&self) -> &EndpointConfig {
+        &self.inner.cfg
+    }
+
     fn pools(&self, flavor: Flavor) -> Option<&FlavorPools> {
         self.inner.flavors.get(flavor.index())
     }
@@ -992,6 +997,12 @@ impl From<String> for ConnectError {
             refused: false,
         }
     }
+}
+
+/// A RESP2 connection to `cfg` (authenticated, database selected), for a connection the
+/// caller drives itself (pub/sub links).
+pub(crate) async fn connect_plain(cfg: &EndpointConfig) -> Result<TcpStream, String> {
+    connect(cfg, Flavor::default()).await.map_err(|e| e.text)
 }
 
 async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<TcpStream, ConnectError> {
