@@ -12,74 +12,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use support::*;
-
-/// How long one script may run before it is killed (and the test fails). The scripts bound
-/// each scenario (5 s) and each connection attempt themselves, so a stalled one fails alone.
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The hash tags the scripts use for a transaction over several shards (`CROSS_TAGS` in
 /// `py_client.py` and `common.mjs`): with `crc16_slots` over 3 shards each is on its own shard.
 const CROSS_TAGS: [&str; 3] = ["a", "b", "c"];
-
-fn clients_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
-}
-
-const SETUP: &str =
-    "run tests/clients/setup.sh (it installs the pinned redis-py, node-redis and ioredis)";
-
-/// Runs `program args` in `tests/clients` with a bound of [`SCRIPT_TIMEOUT`]; returns whether
-/// it exited 0 and what it printed (stdout and stderr, interleaved as written).
-fn run_bounded(program: &str, args: &[&str]) -> (bool, String) {
-    let log = std::env::temp_dir().join(format!(
-        "respway-clients-{}-{}.log",
-        std::process::id(),
-        free_port()
-    ));
-    let out = std::fs::File::create(&log).expect("log file");
-    let err = out.try_clone().expect("log file");
-    let mut child = Command::new(program)
-        .args(args)
-        .current_dir(clients_dir())
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .unwrap_or_else(|e| panic!("could not start {program}: {e}; {SETUP}"));
-    let deadline = Instant::now() + SCRIPT_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut text = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    match status {
-        Some(s) if s.success() => (true, text),
-        Some(s) => {
-            text.push_str(&format!("[{program} exited with {s}]\n"));
-            (false, text)
-        }
-        None => {
-            text.push_str(&format!(
-                "[{program} killed after {}s]\n",
-                SCRIPT_TIMEOUT.as_secs()
-            ));
-            (false, text)
-        }
-    }
-}
 
 /// Panics (naming `setup.sh`) unless python3 imports the pinned `redis` version.
 fn require_redis_py() {

@@ -328,3 +328,43 @@ fn a_slow_subscriber_is_cut_and_the_others_keep_receiving() {
         "{info}"
     );
 }
+
+/// Runs a client script in `tests/clients` and fails with its output unless it exits 0.
+fn run_script(program: &str, args: &[&str]) {
+    let (ok, out) = run_bounded(program, args);
+    assert!(
+        ok,
+        "{program} {args:?} failed ({SETUP} if a library is missing):\n{out}"
+    );
+}
+
+/// redis-py (RESP3 by default, and RESP2), node-redis (RESP3) and ioredis (RESP2) subscribe
+/// through one sidecar and publish through another, unchanged.
+#[test]
+fn client_libraries_subscribe_and_publish_across_sidecars() {
+    let (_shards, addrs) = three_shards();
+    let yaml = sharded_yaml(&addrs, "{ policy: crc16_slots }", true);
+    let a = respway(&yaml, 1);
+    let b = respway(&yaml, 1);
+    let (sa, sb) = (a.addr.to_string(), b.addr.to_string());
+    for protocol in ["default", "2"] {
+        run_script(
+            "python3",
+            &[
+                "pubsub.py",
+                "--addr",
+                &sa,
+                "--pub-addr",
+                &sb,
+                "--protocol",
+                protocol,
+            ],
+        );
+    }
+    for lib in ["node-redis", "ioredis"] {
+        run_script(
+            "node",
+            &["pubsub.mjs", "--lib", lib, "--addr", &sa, "--pub-addr", &sb],
+        );
+    }
+}

@@ -6,6 +6,8 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use respway_testkit::*;
@@ -196,4 +198,66 @@ pub fn respway_process(yaml: &str, extra_args: &[&str]) -> Proc {
         .args(["--workers", "1"])
         .args(extra_args)
         .start()
+}
+
+/// How long one client script (`tests/clients/`) may run before it is killed (and the test
+/// fails). The scripts bound each scenario (5 s) and each connection attempt themselves, so a
+/// stalled one fails alone.
+pub const CLIENT_SCRIPT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The client scripts' directory.
+pub fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// What to do when a client library is missing.
+pub const SETUP: &str =
+    "run tests/clients/setup.sh (it installs the pinned redis-py, node-redis and ioredis)";
+
+/// Runs `program args` in `tests/clients` with a bound of [`CLIENT_SCRIPT_TIMEOUT`]; returns whether
+/// it exited 0 and what it printed (stdout and stderr, interleaved as written).
+pub fn run_bounded(program: &str, args: &[&str]) -> (bool, String) {
+    let log = std::env::temp_dir().join(format!(
+        "respway-clients-{}-{}.log",
+        std::process::id(),
+        free_port()
+    ));
+    let out = std::fs::File::create(&log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(clients_dir())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not start {program}: {e}; {SETUP}"));
+    let deadline = Instant::now() + CLIENT_SCRIPT_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    match status {
+        Some(s) if s.success() => (true, text),
+        Some(s) => {
+            text.push_str(&format!("[{program} exited with {s}]\n"));
+            (false, text)
+        }
+        None => {
+            text.push_str(&format!(
+                "[{program} killed after {}s]\n",
+                CLIENT_SCRIPT_TIMEOUT.as_secs()
+            ));
+            (false, text)
+        }
+    }
 }
