@@ -368,3 +368,47 @@ fn client_libraries_subscribe_and_publish_across_sidecars() {
         );
     }
 }
+
+/// A shard restarted under a subscription: the worker's link reconnects and subscribes again,
+/// and messages published after the shard is back reach the subscriber (on the same client
+/// connection, which never noticed).
+#[test]
+fn subscriptions_survive_a_shard_restart() {
+    let mut shard = redis();
+    let port = shard.addr.port();
+    let rw = respway(&sharded_yaml(&[shard.addr], "{ policy: maglev }", true), 1);
+    let mut sub = RespConn::connect(rw.addr);
+    subscribe(&mut sub, "SUBSCRIBE", &["alerts".to_string()], 0);
+    subscribe(&mut sub, "PSUBSCRIBE", &["al*".to_string()], 1);
+    shard.kill();
+    let _back = redis_on(port);
+    let mut p = RespConn::connect(rw.addr);
+    // Until the link has subscribed again the shard has no receiver; bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut n = 0;
+    loop {
+        n += 1;
+        let r = p.call(&["PUBLISH", "alerts", &format!("m{n}")]);
+        if r == Resp::Int(2) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not resubscribed: {r:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The last message arrives directly and by pattern (an earlier one may too, if the link
+    // had subscribed again to one of them only).
+    let (mut direct, mut by_pattern) = (false, false);
+    for _ in 0..2 * n {
+        let m = parts(&sub.read().expect("message"));
+        let last = m.last() == Some(&Resp::bulk(format!("m{n}")));
+        match bulk_text(&m[0]).as_str() {
+            "message" => direct |= last,
+            "pmessage" => by_pattern |= last,
+            other => panic!("{other}"),
+        }
+        if direct && by_pattern {
+            break;
+        }
+    }
+    assert!(direct && by_pattern, "m{n}: direct {direct}, pattern {by_pattern}");
+}
