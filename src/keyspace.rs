@@ -693,7 +693,14 @@ mod tests {
             let c = encode_cursor(shard, sc).to_string();
             assert_eq!(decode_cursor(c.as_bytes()), Some((shard, sc)));
         }
-        for bad in [&b""[..], b"-1", b"abc", b"1 ", b"18446744073709551616", b"+1"] {
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"abc",
+            b"1 ",
+            b"18446744073709551616",
+            b"+1",
+        ] {
             assert_eq!(decode_cursor(bad), None, "{bad:?}");
         }
         assert_eq!(
