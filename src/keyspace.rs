@@ -1,13 +1,73 @@
 //! Commands over the whole keyspace: `SCAN`, `KEYS`, `DBSIZE`, `RANDOMKEY`, `FLUSHDB`,
-//! `FLUSHALL`. Not built yet: refused.
+//! `FLUSHALL`.
+//!
+//! They go to the **shards**: every primary of every cluster a route of the listener sends to
+//! (the catch-all's and the prefix routes' clusters, not their mirror clusters), in the fixed
+//! order cluster index, then shard index ([`Routing::keyspace_clusters`]). Replicas are not
+//! asked: they hold what their primary holds. Like the session's other commands they go over
+//! its shared connections of its protocol and database.
+//!
+//! - `SCAN cursor [MATCH p] [COUNT n] [TYPE t]` walks the shards one after the other. The
+//!   proxy's cursor is `shard_cursor << 16 | shard` ([`encode_cursor`]): the low 16 bits hold
+//!   the shard's position in the list above, the rest the cursor that shard returned. Cursor 0
+//!   is shard 0 from its start, and respway answers 0 only once the last shard has answered 0.
+//!   `MATCH`, `COUNT` and `TYPE` go to the shard as given. When a shard's batch comes back empty
+//!   respway goes on (to that shard's next cursor, or the next shard) within the same call, at
+//!   most [`SCAN_STEPS`] shard calls, so a sparse shard costs the client fewer round trips.
+//!   Redis's contract holds over the whole walk: a key present from start to end is returned
+//!   at least once (each shard keeps it for its own part of the walk). A cursor that is not a
+//!   number, or names a shard past the last one, is `-ERR invalid cursor`.
+//! - `KEYS pattern` asks every shard and merges; more than the listener's `keys_max` keys is
+//!   refused (each shard's whole reply is held before the merge).
+//! - `DBSIZE` sums every shard's count (a hot key counts once per shard: it is stored there).
+//! - `RANDOMKEY` asks a random shard, then the next ones in order while they answer nil.
+//! - `FLUSHDB` / `FLUSHALL` go to every shard when the listener's `admin_commands` allows them;
+//!   otherwise they are refused before anything is sent.
+//!
+//! Two things change the keys listed:
+//!
+//! - **Prefix routes with `remove_prefix`**: the cluster stores keys without the prefix; the
+//!   prefix is put back on every key listed from it. A `MATCH` / `KEYS` pattern is narrowed for
+//!   such a cluster: a pattern that starts with the prefix as literal text is sent with the
+//!   prefix cut off; a pattern whose literal start contradicts the prefix skips the cluster; any
+//!   other pattern (`*x`) is sent as `*` and matched here, on the key with its prefix ([`glob`],
+//!   Redis's `stringmatchlen` rules).
+//! - **Hot keys** are stored on every shard of their cluster. Each is listed once: from the
+//!   shard the cluster's picker maps it to (where the key would live if it were not hot).
 
-use bytes::Bytes;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use rand::Rng;
 use respway_filters::command::KeyspaceKind;
-use respway_filters::request::{error_reply, Flavor};
+use respway_filters::request::{error_reply, Flavor, Reply};
+use respway_filters::resp::{parse_reply, Frame};
+use respway_filters::routing::Routing;
 use tokio::time::Instant;
 
 use crate::fanout::BoxReply;
 use crate::stack::Parts;
+use crate::upstream::UpstreamFuture;
+
+/// Bits of the proxy's SCAN cursor that hold the shard's position.
+const SHARD_BITS: u32 = 16;
+/// Most shards a SCAN cursor can name.
+const MAX_SHARDS: usize = 1 << SHARD_BITS;
+/// Shard cursors from this value on do not fit in the proxy's cursor (a Redis table that
+/// large would need petabytes of memory for its buckets alone).
+const SHARD_CURSOR_LIMIT: u64 = 1 << (64 - SHARD_BITS);
+/// Most shard calls one `SCAN` makes while the batches come back empty.
+pub(crate) const SCAN_STEPS: usize = 16;
+
+/// One primary the keyspace-wide commands ask.
+#[derive(Debug, Clone)]
+struct Shard {
+    cluster: usize,
+    shard: usize,
+    primary: usize,
+    /// Put back in front of every key listed from this shard (a `remove_prefix` route's).
+    prefix: Option<Bytes>,
+}
 
 /// Sends `args` to the shards `kind` needs and merges the replies.
 pub(crate) fn call(
@@ -18,10 +78,687 @@ pub(crate) fn call(
     conn: usize,
     deadline: Instant,
 ) -> BoxReply {
-    let _ = (parts, flavor, conn, deadline, kind);
-    let r = error_reply(&format!(
-        "ERR command '{}' is not supported by respway yet",
-        String::from_utf8_lossy(&args[0]).to_ascii_lowercase()
-    ));
+    let shards = shards(parts);
+    if shards.is_empty() {
+        return ready(error_reply("ERR respway: no shard to send the command to"));
+    }
+    match kind {
+        KeyspaceKind::Scan => scan(args, shards, parts, flavor, conn, deadline),
+        KeyspaceKind::Keys => keys(args, shards, parts, flavor, conn, deadline),
+        KeyspaceKind::Dbsize => dbsize(args, shards, parts, flavor, conn, deadline),
+        KeyspaceKind::RandomKey => random_key(args, shards, parts, flavor, conn, deadline),
+        KeyspaceKind::Flush => flush(args, shards, parts, flavor, conn, deadline),
+    }
+}
+
+fn ready(r: Reply) -> BoxReply {
     Box::pin(async move { r })
+}
+
+/// Every primary of every cluster a route sends to, in (cluster, shard) order.
+fn shards(parts: &Parts) -> Vec<Shard> {
+    let mut out = Vec::new();
+    for k in parts.routing.keyspace_clusters() {
+        let Some(eps) = parts.endpoints.0.get(k.cluster) else {
+            continue;
+        };
+        let prefix = k.prefix.map(Bytes::from);
+        for s in 0..eps.len() {
+            let primary = parts
+                .primaries
+                .get(k.cluster)
+                .and_then(|p| p.get(s))
+                .copied()
+                .unwrap_or(0);
+            out.push(Shard {
+                cluster: k.cluster,
+                shard: s,
+                primary,
+                prefix: prefix.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Queues `args` on one shard's primary; `None` when this worker has no handle for it.
+fn send(
+    parts: &Parts,
+    s: &Shard,
+    args: Vec<Bytes>,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> Option<UpstreamFuture> {
+    let ep = parts.endpoints.get(s.cluster, s.shard, s.primary)?;
+    Some(ep.send(args, flavor, conn, deadline))
+}
+
+/// Awaits a queued request; an absent one is an error naming the shard.
+async fn answer(f: Option<UpstreamFuture>, routing: &Routing, s: &Shard) -> Reply {
+    match f {
+        Some(f) => {
+            let Ok(r) = f.await;
+            r
+        }
+        None => error_reply(&format!(
+            "ERR respway: no connection to shard {}",
+            shard_name(routing, s)
+        )),
+    }
+}
+
+fn shard_name(routing: &Routing, s: &Shard) -> String {
+    routing
+        .clusters
+        .get(s.cluster)
+        .map(|c| {
+            let shard = c
+                .shards
+                .get(s.shard)
+                .map(|x| x.name.as_str())
+                .unwrap_or("?");
+            format!("{}/{shard}", c.name)
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+fn unexpected(cmd: &str, routing: &Routing, s: &Shard) -> Reply {
+    error_reply(&format!(
+        "ERR respway: unexpected {cmd} reply from shard {}",
+        shard_name(routing, s)
+    ))
+}
+
+/// Parses a shard's reply; `Err` holds the reply to give the client (the shard's own error,
+/// or one naming the shard when the reply does not parse).
+fn parse(r: &Reply, cmd: &str, routing: &Routing, s: &Shard) -> Result<Frame, Reply> {
+    match parse_reply(r) {
+        Ok(f) if f.is_error() => Err(r.clone()),
+        Ok(f) => Ok(f),
+        Err(_) => Err(unexpected(cmd, routing, s)),
+    }
+}
+
+// === keys as listed ===
+
+/// How a client's pattern applies to one shard's stored keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Narrowed {
+    /// Send this pattern; the keys it matches are what the client asked for.
+    Exact(Bytes),
+    /// Send `*` (or no `MATCH`) and match the client's pattern here, on the prefixed key.
+    Local,
+    /// No key of the shard can match.
+    Nothing,
+}
+
+/// The pattern to send to a cluster whose keys are stored without `prefix`.
+fn narrow(pattern: &Bytes, prefix: Option<&Bytes>) -> Narrowed {
+    let Some(prefix) = prefix else {
+        return Narrowed::Exact(pattern.clone());
+    };
+    // The pattern's literal start: each byte, and the offset in the pattern just past it.
+    let p = &pattern[..];
+    let mut i = 0;
+    let mut matched = 0;
+    while matched < prefix.len() {
+        let (b, next) = match p.get(i) {
+            None | Some(b'*' | b'?' | b'[') => break,
+            Some(b'\\') if i + 1 < p.len() => (p[i + 1], i + 2),
+            Some(&b) => (b, i + 1),
+        };
+        if b != prefix[matched] {
+            return Narrowed::Nothing;
+        }
+        matched += 1;
+        i = next;
+    }
+    if matched == prefix.len() {
+        Narrowed::Exact(pattern.slice(i..))
+    } else if i == p.len() {
+        // The whole pattern is a literal shorter than the prefix.
+        Narrowed::Nothing
+    } else {
+        Narrowed::Local
+    }
+}
+
+/// What one shard's listed keys go through before they reach the client.
+struct KeyFilter<'a> {
+    routing: &'a Routing,
+    /// The client's pattern, when it must be matched here.
+    local: Option<&'a [u8]>,
+}
+
+impl KeyFilter<'_> {
+    /// Appends the keys of `items` (a shard's key array) that the client should see from
+    /// shard `s`, as the client names them.
+    fn push(&self, s: &Shard, items: Vec<Frame>, out: &mut Vec<Frame>) {
+        let cluster = self.routing.clusters.get(s.cluster);
+        let hot = cluster.filter(|c| !c.hot_keys.is_empty());
+        for item in items {
+            let key = match &item {
+                Frame::Bulk(b) | Frame::Simple(b) => b.clone(),
+                _ => {
+                    out.push(item);
+                    continue;
+                }
+            };
+            if let Some(c) = hot {
+                // A hot key is on every shard: list it from the one its picker names.
+                if c.hot_keys.iter().any(|h| key.starts_with(&h.prefix))
+                    && c.picker.pick(&key) != s.shard
+                {
+                    continue;
+                }
+            }
+            let named = match &s.prefix {
+                Some(p) => {
+                    let mut v = BytesMut::with_capacity(p.len() + key.len());
+                    v.extend_from_slice(p);
+                    v.extend_from_slice(&key);
+                    v.freeze()
+                }
+                None => key,
+            };
+            if let Some(pat) = self.local {
+                if !glob(pat, &named) {
+                    continue;
+                }
+            }
+            out.push(Frame::Bulk(named));
+        }
+    }
+}
+
+// === SCAN ===
+
+/// The proxy's cursor for shard `shard` at that shard's cursor `sc`.
+pub(crate) fn encode_cursor(shard: usize, sc: u64) -> u64 {
+    (sc << SHARD_BITS) | shard as u64
+}
+
+/// The shard and shard cursor a proxy cursor names; `None` for text that is not a cursor.
+pub(crate) fn decode_cursor(c: &[u8]) -> Option<(usize, u64)> {
+    let v = parse_u64(c)?;
+    Some(((v & (MAX_SHARDS as u64 - 1)) as usize, v >> SHARD_BITS))
+}
+
+/// A decimal `u64`, digits only (as Redis's `strtoull` reads cursors, without its sign and
+/// space leniency).
+fn parse_u64(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+/// The positions of the `MATCH` values among SCAN's options (`args[2..]`), when they parse
+/// as keyword/value pairs; else `None` (sent as given: the shard answers the syntax error).
+fn match_positions(args: &[Bytes]) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut i = 2;
+    while i < args.len() {
+        let kw = &args[i];
+        if i + 1 >= args.len() {
+            return None;
+        }
+        if kw.eq_ignore_ascii_case(b"match") {
+            out.push(i + 1);
+        } else if !kw.eq_ignore_ascii_case(b"count") && !kw.eq_ignore_ascii_case(b"type") {
+            return None;
+        }
+        i += 2;
+    }
+    Some(out)
+}
+
+/// SCAN's arguments for one shard: its cursor, and the `MATCH` values narrowed for it.
+/// `None` when no key of the shard can match. The second value is the client's pattern when
+/// it must be matched here.
+fn scan_args(
+    args: &[Bytes],
+    matches: Option<&[usize]>,
+    s: &Shard,
+    sc: u64,
+) -> Option<(Vec<Bytes>, Option<Bytes>)> {
+    let mut out = args.to_vec();
+    out[1] = Bytes::from(sc.to_string());
+    let mut local = None;
+    if let (Some(m), Some(_)) = (matches, &s.prefix) {
+        for &i in m {
+            match narrow(&args[i], s.prefix.as_ref()) {
+                Narrowed::Exact(p) => out[i] = p,
+                Narrowed::Local => {
+                    out[i] = Bytes::from_static(b"*");
+                    local = Some(args[i].clone());
+                }
+                Narrowed::Nothing => return None,
+            }
+        }
+    }
+    Some((out, local))
+}
+
+fn scan(
+    args: Vec<Bytes>,
+    shards: Vec<Shard>,
+    parts: &Parts,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> BoxReply {
+    let Some((mut idx, mut sc)) = args.get(1).and_then(|c| decode_cursor(c)) else {
+        return ready(error_reply("ERR invalid cursor"));
+    };
+    if idx >= shards.len() {
+        return ready(error_reply("ERR invalid cursor"));
+    }
+    if shards.len() > MAX_SHARDS {
+        return ready(error_reply(&format!(
+            "ERR respway: SCAN covers at most {MAX_SHARDS} shards; this listener routes to {}",
+            shards.len()
+        )));
+    }
+    let parts = parts.clone();
+    Box::pin(async move {
+        let matches = match_positions(&args);
+        let mut keys = Vec::new();
+        for _ in 0..SCAN_STEPS {
+            let s = &shards[idx];
+            let next = match scan_args(&args, matches.as_deref(), s, sc) {
+                None => 0,
+                Some((a, local)) => {
+                    let f = send(&parts, s, a, flavor, conn, deadline);
+                    let r = answer(f, &parts.routing, s).await;
+                    let frame = match parse(&r, "SCAN", &parts.routing, s) {
+                        Ok(f) => f,
+                        Err(e) => return e,
+                    };
+                    let Some((next, items)) = scan_reply(frame) else {
+                        return unexpected("SCAN", &parts.routing, s);
+                    };
+                    if next >= SHARD_CURSOR_LIMIT {
+                        return error_reply(&format!(
+                            "ERR respway: shard {} returned SCAN cursor {next}, too large for \
+                             respway's cursor",
+                            shard_name(&parts.routing, s)
+                        ));
+                    }
+                    let filter = KeyFilter {
+                        routing: &parts.routing,
+                        local: local.as_deref(),
+                    };
+                    filter.push(s, items, &mut keys);
+                    next
+                }
+            };
+            if next == 0 {
+                idx += 1;
+                sc = 0;
+                if idx == shards.len() {
+                    return scan_frame(0, keys);
+                }
+            } else {
+                sc = next;
+            }
+            if !keys.is_empty() {
+                break;
+            }
+        }
+        scan_frame(encode_cursor(idx, sc), keys)
+    })
+}
+
+/// A shard's SCAN reply: its next cursor and its keys.
+fn scan_reply(frame: Frame) -> Option<(u64, Vec<Frame>)> {
+    let Frame::Array(mut v) = frame else {
+        return None;
+    };
+    if v.len() != 2 {
+        return None;
+    }
+    let items = match v.pop()? {
+        Frame::Array(items) | Frame::Set(items) => items,
+        _ => return None,
+    };
+    let next = match v.pop()? {
+        Frame::Bulk(c) | Frame::Simple(c) => parse_u64(&c)?,
+        Frame::Integer(n) => u64::try_from(n).ok()?,
+        _ => return None,
+    };
+    Some((next, items))
+}
+
+/// `[cursor, [keys...]]`, the same in RESP2 and RESP3.
+fn scan_frame(cursor: u64, keys: Vec<Frame>) -> Reply {
+    Frame::Array(vec![
+        Frame::Bulk(Bytes::from(cursor.to_string())),
+        Frame::Array(keys),
+    ])
+    .to_bytes()
+}
+
+// === KEYS ===
+
+fn keys(
+    args: Vec<Bytes>,
+    shards: Vec<Shard>,
+    parts: &Parts,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> BoxReply {
+    let Some(pattern) = args.get(1).cloned() else {
+        return ready(error_reply(
+            "ERR wrong number of arguments for 'keys' command",
+        ));
+    };
+    // Queue every shard's KEYS first, so they run at once.
+    let mut asked = Vec::new();
+    for s in shards {
+        let (sent, local) = match narrow(&pattern, s.prefix.as_ref()) {
+            Narrowed::Exact(p) => (p, None),
+            Narrowed::Local => (Bytes::from_static(b"*"), Some(pattern.clone())),
+            Narrowed::Nothing => continue,
+        };
+        let a = vec![args[0].clone(), sent];
+        let f = send(parts, &s, a, flavor, conn, deadline);
+        asked.push((s, f, local));
+    }
+    let parts = parts.clone();
+    let max = parts.listener.client.keys_max;
+    Box::pin(async move {
+        let mut keys = Vec::new();
+        for (s, f, local) in asked {
+            let r = answer(f, &parts.routing, &s).await;
+            let items = match parse(&r, "KEYS", &parts.routing, &s) {
+                Ok(Frame::Array(items) | Frame::Set(items)) => items,
+                Ok(_) => return unexpected("KEYS", &parts.routing, &s),
+                Err(e) => return e,
+            };
+            let filter = KeyFilter {
+                routing: &parts.routing,
+                local: local.as_deref(),
+            };
+            filter.push(&s, items, &mut keys);
+            if keys.len() > max {
+                return error_reply(&format!(
+                    "ERR respway: KEYS matched more than {max} keys (the listener's keys_max); \
+                     use SCAN"
+                ));
+            }
+        }
+        Frame::Array(keys).to_bytes()
+    })
+}
+
+// === DBSIZE ===
+
+fn dbsize(
+    args: Vec<Bytes>,
+    shards: Vec<Shard>,
+    parts: &Parts,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> BoxReply {
+    let asked: Vec<_> = shards
+        .into_iter()
+        .map(|s| {
+            let f = send(parts, &s, args.clone(), flavor, conn, deadline);
+            (s, f)
+        })
+        .collect();
+    let routing = parts.routing.clone();
+    Box::pin(async move {
+        let mut sum: i64 = 0;
+        for (s, f) in asked {
+            let r = answer(f, &routing, &s).await;
+            match parse(&r, "DBSIZE", &routing, &s) {
+                Ok(Frame::Integer(n)) => sum = sum.saturating_add(n),
+                Ok(_) => return unexpected("DBSIZE", &routing, &s),
+                Err(e) => return e,
+            }
+        }
+        Frame::Integer(sum).to_bytes()
+    })
+}
+
+// === RANDOMKEY ===
+
+fn random_key(
+    args: Vec<Bytes>,
+    shards: Vec<Shard>,
+    parts: &Parts,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> BoxReply {
+    let start = rand::rng().random_range(0..shards.len());
+    let parts = parts.clone();
+    Box::pin(async move {
+        let n = shards.len();
+        for i in 0..n {
+            let s = &shards[(start + i) % n];
+            let f = send(&parts, s, args.clone(), flavor, conn, deadline);
+            let r = answer(f, &parts.routing, s).await;
+            match parse(&r, "RANDOMKEY", &parts.routing, s) {
+                Ok(Frame::Null | Frame::Nil) => continue,
+                Ok(Frame::Bulk(key)) => {
+                    let named = match &s.prefix {
+                        Some(p) => {
+                            let mut v = BytesMut::with_capacity(p.len() + key.len());
+                            v.extend_from_slice(p);
+                            v.extend_from_slice(&key);
+                            v.freeze()
+                        }
+                        None => key,
+                    };
+                    return Frame::Bulk(named).to_bytes();
+                }
+                Ok(_) => return unexpected("RANDOMKEY", &parts.routing, s),
+                Err(e) => return e,
+            }
+        }
+        Frame::null(flavor.resp3).to_bytes()
+    })
+}
+
+// === FLUSHDB / FLUSHALL ===
+
+fn flush(
+    args: Vec<Bytes>,
+    shards: Vec<Shard>,
+    parts: &Parts,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> BoxReply {
+    if !parts.listener.client.admin_commands {
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+        return ready(error_reply(&format!(
+            "ERR respway: {name} is refused: it would empty every shard (the listener's \
+             admin_commands allows it)"
+        )));
+    }
+    let asked: Vec<_> = shards
+        .into_iter()
+        .map(|s| {
+            let f = send(parts, &s, args.clone(), flavor, conn, deadline);
+            (s, f)
+        })
+        .collect();
+    let routing: Arc<Routing> = parts.routing.clone();
+    Box::pin(async move {
+        let mut first_err = None;
+        for (s, f) in asked {
+            let r = answer(f, &routing, &s).await;
+            if first_err.is_none() {
+                match parse(&r, "FLUSH", &routing, &s) {
+                    Ok(Frame::Simple(_)) => {}
+                    Ok(_) => first_err = Some(unexpected("FLUSH", &routing, &s)),
+                    Err(e) => first_err = Some(e),
+                }
+            }
+        }
+        first_err.unwrap_or_else(|| Frame::ok().to_bytes())
+    })
+}
+
+// === glob ===
+
+/// Redis's `stringmatchlen` (case-sensitive): `*`, `?`, `[abc]`, `[^a-z]`, `\x`.
+pub(crate) fn glob(pattern: &[u8], s: &[u8]) -> bool {
+    let (mut p, mut i) = (0, 0);
+    // Where to resume after the last `*`: (pattern after it, string position).
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        if p < pattern.len() && pattern[p] == b'*' {
+            while p < pattern.len() && pattern[p] == b'*' {
+                p += 1;
+            }
+            if p == pattern.len() {
+                return true;
+            }
+            star = Some((p, i));
+            continue;
+        }
+        if i == s.len() {
+            return p == pattern.len();
+        }
+        if let Some((ok, next)) = one(pattern, p, s[i]) {
+            if ok {
+                p = next;
+                i += 1;
+                continue;
+            }
+        }
+        // Mismatch (or pattern exhausted): let the last `*` take one more byte.
+        match star {
+            Some((sp, si)) if si < s.len() => {
+                star = Some((sp, si + 1));
+                p = sp;
+                i = si + 1;
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// Whether the pattern token at `p` (not `*`) matches byte `c`, and where the next token
+/// starts; `None` at the pattern's end.
+fn one(pattern: &[u8], p: usize, c: u8) -> Option<(bool, usize)> {
+    match *pattern.get(p)? {
+        b'?' => Some((true, p + 1)),
+        b'\\' if p + 1 < pattern.len() => Some((pattern[p + 1] == c, p + 2)),
+        b'[' => {
+            let mut j = p + 1;
+            let not = pattern.get(j) == Some(&b'^');
+            if not {
+                j += 1;
+            }
+            let mut hit = false;
+            // An unterminated class ends at the pattern's end, as in Redis.
+            while j < pattern.len() && pattern[j] != b']' {
+                if pattern[j] == b'\\' && j + 1 < pattern.len() {
+                    hit |= pattern[j + 1] == c;
+                    j += 2;
+                } else if j + 2 < pattern.len() && pattern[j + 1] == b'-' {
+                    let (a, b) = (pattern[j], pattern[j + 2]);
+                    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+                    hit |= (lo..=hi).contains(&c);
+                    j += 3;
+                } else {
+                    hit |= pattern[j] == c;
+                    j += 1;
+                }
+            }
+            let next = (j + 1).min(pattern.len());
+            Some((hit != not, next))
+        }
+        b => Some((b == c, p + 1)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyspace_cursor_roundtrip_and_invalid() {
+        assert_eq!(decode_cursor(b"0"), Some((0, 0)));
+        for (shard, sc) in [(0, 0), (3, 0), (3, 17), (65535, SHARD_CURSOR_LIMIT - 1)] {
+            let c = encode_cursor(shard, sc).to_string();
+            assert_eq!(decode_cursor(c.as_bytes()), Some((shard, sc)));
+        }
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"abc",
+            b"1 ",
+            b"18446744073709551616",
+            b"+1",
+        ] {
+            assert_eq!(decode_cursor(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            decode_cursor(b"18446744073709551615"),
+            Some((65535, SHARD_CURSOR_LIMIT - 1))
+        );
+    }
+
+    #[test]
+    fn keyspace_glob_follows_redis() {
+        let yes: &[(&[u8], &[u8])] = &[
+            (b"*", b""),
+            (b"*", b"abc"),
+            (b"a*", b"abc"),
+            (b"*c", b"abc"),
+            (b"a*c", b"abbbc"),
+            (b"a?c", b"abc"),
+            (b"[ab]x", b"bx"),
+            (b"[^ab]x", b"cx"),
+            (b"[a-c]", b"b"),
+            (b"[c-a]", b"b"),
+            (b"\\*", b"*"),
+            (b"[\\]]", b"]"),
+            (b"*a*b*", b"xxaxxbxx"),
+            (b"side:*", b"side:k1"),
+        ];
+        for (p, s) in yes {
+            assert!(glob(p, s), "{:?} {:?}", p, s);
+        }
+        let no: &[(&[u8], &[u8])] = &[
+            (b"a*", b"bac"),
+            (b"*c", b"abd"),
+            (b"a?c", b"ac"),
+            (b"[ab]x", b"cx"),
+            (b"[^ab]x", b"ax"),
+            (b"\\*", b"a"),
+            (b"abc", b"abcd"),
+            (b"", b"a"),
+        ];
+        for (p, s) in no {
+            assert!(!glob(p, s), "{:?} {:?}", p, s);
+        }
+    }
+
+    #[test]
+    fn keyspace_narrow_patterns_for_removed_prefixes() {
+        let pre = Bytes::from_static(b"side:");
+        let n = |p: &'static [u8]| narrow(&Bytes::from_static(p), Some(&pre));
+        assert_eq!(n(b"side:*"), Narrowed::Exact(Bytes::from_static(b"*")));
+        assert_eq!(n(b"side:k1"), Narrowed::Exact(Bytes::from_static(b"k1")));
+        assert_eq!(n(b"sid\\e:a*"), Narrowed::Exact(Bytes::from_static(b"a*")));
+        assert_eq!(n(b"user:*"), Narrowed::Nothing);
+        assert_eq!(n(b"si"), Narrowed::Nothing);
+        assert_eq!(n(b"*"), Narrowed::Local);
+        assert_eq!(n(b"si*"), Narrowed::Local);
+        assert_eq!(
+            narrow(&Bytes::from_static(b"x*"), None),
+            Narrowed::Exact(Bytes::from_static(b"x*"))
+        );
+    }
 }

@@ -161,3 +161,33 @@ fn ioredis_default_against_plain_redis() {
     require_node_modules();
     against_plain_redis("node", "ioredis.mjs", &[]);
 }
+
+// --- SCAN through the libraries' own iterators (the keyspace-wide commands) ---------------
+
+#[test]
+fn redis_py_scan_iter_through_respway() {
+    require_redis_py();
+    let (_shards, rw) = three_shards_behind_respway();
+    run_client("python3", "py_scan.py", rw.addr, &["--protocol", "default"]);
+    run_client("python3", "py_scan.py", rw.addr, &["--protocol", "2"]);
+}
+
+#[test]
+fn ioredis_scan_stream_through_respway() {
+    require_node_modules();
+    let (_shards, rw) = three_shards_behind_respway();
+    run_client("node", "ioredis_scan.mjs", rw.addr, &[]);
+    run_client("node", "ioredis_scan.mjs", rw.addr, &["--resp", "2"]);
+}
+
+#[test]
+fn redis_py_scan_iter_against_plain_redis() {
+    require_redis_py();
+    against_plain_redis("python3", "py_scan.py", &[]);
+}
+
+#[test]
+fn ioredis_scan_stream_against_plain_redis() {
+    require_node_modules();
+    against_plain_redis("node", "ioredis_scan.mjs", &[]);
+}

@@ -74,6 +74,16 @@ pub struct HotKeyRoute {
     pub read: HotKeyRead,
 }
 
+/// A cluster a route sends to, as the keyspace-wide commands see it
+/// ([`Routing::keyspace_clusters`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyspaceCluster {
+    /// Cluster index.
+    pub cluster: usize,
+    /// The prefix to put back on the cluster's stored keys (a `remove_prefix` route's).
+    pub prefix: Option<Vec<u8>>,
+}
+
 /// Identifies the route a request took, for the layers that act per route (mirror).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RouteId {
@@ -241,6 +251,35 @@ impl Routing {
                 }
             }
         }
+        out
+    }
+
+    /// The clusters the routes themselves send to (not their mirror clusters), in cluster
+    /// order, each once, for the keyspace-wide commands (`SCAN`, `KEYS`, ...). `prefix` is
+    /// what to put back in front of the cluster's stored keys: the route's prefix when the
+    /// only route to the cluster is one prefix route with `remove_prefix` (lowercased for
+    /// case-insensitive routes, as it is matched); `None` when the keys are stored as the
+    /// client names them, or when several routes reach the cluster (then a stored key has no
+    /// single client name, and it is listed as stored).
+    pub fn keyspace_clusters(&self) -> Vec<KeyspaceCluster> {
+        let mut out: Vec<(KeyspaceCluster, usize)> = Vec::new();
+        for r in self.catch_all.iter().chain(&self.prefixes) {
+            match out.iter_mut().find(|(k, _)| k.cluster == r.cluster) {
+                Some((k, n)) => {
+                    k.prefix = None;
+                    *n += 1;
+                }
+                None => out.push((
+                    KeyspaceCluster {
+                        cluster: r.cluster,
+                        prefix: r.remove_prefix.then(|| r.prefix.clone()),
+                    },
+                    1,
+                )),
+            }
+        }
+        let mut out: Vec<KeyspaceCluster> = out.into_iter().map(|(k, _)| k).collect();
+        out.sort_by_key(|k| k.cluster);
         out
     }
 
