@@ -138,7 +138,8 @@ impl fmt::Display for Shown<'_> {
             UpstreamError::NoShard => write!(f, "no such shard"),
             UpstreamError::Busy(n) => write!(
                 f,
-                "{label}: all {n} dedicated connections (transactions) of this worker are in use"
+                "{label}: all {n} dedicated connections (transactions and blocking commands) \
+                 of this worker are in use"
             ),
         }
     }
@@ -801,6 +802,8 @@ enum Fail {
     Protocol(String),
     /// Requests stopped being answered.
     Stuck,
+    /// The holder of a dedicated connection stopped waiting for its oldest request.
+    Abandoned,
 }
 
 impl fmt::Display for Fail {
@@ -812,6 +815,7 @@ impl fmt::Display for Fail {
                 f,
                 "no reply within the request timeout plus {STUCK_MARGIN:?}; connection replaced"
             ),
+            Fail::Abandoned => f.write_str("its client left while waiting; connection closed"),
         }
     }
 }
@@ -1170,6 +1174,12 @@ async fn serve(
                     break Err(e);
                 }
             }
+            // A dedicated connection whose oldest request lost its client (a session that
+            // ended while blocked in BLPOP, or mid-EXEC) is closed at once: Redis then
+            // unblocks it and pops nothing for nobody.
+            () = front_abandoned(&mut inflight), if dedicated && inflight.front().is_some_and(|f| f.tx.is_some()) => {
+                break Err(Fail::Abandoned);
+            }
             () = &mut timer, if timer_armed => {
                 timer_armed = false;
                 let now = Instant::now();
@@ -1209,6 +1219,16 @@ async fn serve(
         }
     }
     result
+}
+
+/// Ready when the receiver of the oldest unanswered request is gone.
+fn front_abandoned(inflight: &mut VecDeque<Inflight>) -> impl Future<Output = ()> + '_ {
+    std::future::poll_fn(
+        move |cx| match inflight.front_mut().and_then(|f| f.tx.as_mut()) {
+            Some(tx) => tx.poll_closed(cx),
+            None => Poll::Pending,
+        },
+    )
 }
 
 /// Encodes a dequeued request, unless its client stopped waiting (deadline passed, or the
