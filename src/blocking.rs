@@ -14,8 +14,8 @@
 //!
 //! A client that leaves while blocked ends its session at once; dropping the reply's future
 //! makes the dedicated connection's task close the TCP connection (see `upstream::serve`),
-//! and Redis unblocks that connection without popping anything. A command that completes
-//! gives its connection back to the idle pool after a `PING`.
+//! and Redis unblocks that connection without popping anything. A command Redis answered
+//! gives its connection back to the idle pool at once (no connect per `BLPOP`).
 //!
 //! `XREAD` and `XREADGROUP` without `BLOCK` are not blocking: the session forwards them like
 //! any multi-key command.
@@ -111,10 +111,14 @@ pub(crate) fn call(
     Call::Wait {
         fut: Box::pin(async move {
             let Ok(r) = reply.await;
-            // Answered: the connection is idle again (a PING first, as after a
-            // transaction). Dropped before that (the client left), `conn` and `reply` go
-            // with the future and the connection's task closes the connection.
-            conn.release(&[], op_timeout);
+            // Answered by Redis: nothing is in flight on the connection and a blocking
+            // command leaves no state, so it is idle again at once (the next blocking command
+            // of this client finds it). An error of respway's own (timeout, connection lost)
+            // ends the connection instead. Dropped before the reply (the client left), `conn`
+            // and `reply` go with the future and the connection's task closes the connection.
+            if !r.starts_with(b"-ERR respway:") {
+                conn.give_back();
+            }
             r
         }),
         backstop,

@@ -492,6 +492,22 @@ impl Dedicated {
         )
     }
 
+    /// Puts the connection back in the idle pool at once: for a holder whose every request
+    /// was answered by Redis (not by respway: a timeout or a lost connection ends the
+    /// connection's task), so nothing is in flight and no state is left on it.
+    pub(crate) fn give_back(self) {
+        if self.tx.is_closed() {
+            return;
+        }
+        if let Some(pools) = self.handle.pools(self.flavor) {
+            pools
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(self.tx);
+        }
+    }
+
     /// Ends the transaction: sends `cleanup` (e.g. `DISCARD`, `UNWATCH` for a client that
     /// left mid-transaction; nothing after `EXEC`), then a `PING`; once the `PING` is
     /// answered the connection is idle again and goes back to the pool. Answers are awaited
