@@ -163,7 +163,7 @@ fn seconds(arg: Option<&Bytes>) -> Block {
         .and_then(|s| s.parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0);
     match secs {
-        Some(s) if s == 0.0 => Block::Forever,
+        Some(0.0) => Block::Forever,
         Some(s) => Block::For(Duration::try_from_secs_f64(s).unwrap_or(FOREVER)),
         None => Block::Forever,
     }

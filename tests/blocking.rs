@@ -271,10 +271,7 @@ fn crossslot_the_dedicated_bound_and_refused_keys() {
     let mut c = RespConn::connect(rw.addr);
     let crossslot = Resp::Error("CROSSSLOT Keys in request don't hash to the same slot".into());
     assert_eq!(c.call(&["BLPOP", a, &b, "1"]), crossslot);
-    assert_eq!(
-        c.call(&["BLMOVE", a, &b, "LEFT", "LEFT", "1"]),
-        crossslot
-    );
+    assert_eq!(c.call(&["BLMOVE", a, &b, "LEFT", "LEFT", "1"]), crossslot);
     assert_eq!(
         c.call(&["XREAD", "BLOCK", "10", "STREAMS", a, &b, "$", "$"]),
         crossslot
@@ -304,7 +301,11 @@ fn crossslot_the_dedicated_bound_and_refused_keys() {
     for _ in 0..20 {
         assert_eq!(c.call(&["BLPOP", "{n}k", "0.01"]), Resp::Array(None));
     }
-    assert_eq!(connections_received(&mut shard), before, "new upstream connections");
+    assert_eq!(
+        connections_received(&mut shard),
+        before,
+        "new upstream connections"
+    );
 
     let (old, new) = (redis(), redis());
     let yaml = format!(
@@ -316,7 +317,9 @@ fn crossslot_the_dedicated_bound_and_refused_keys() {
     for key in ["m:{k}", "HIGH_FREQ_k"] {
         let r = c.call(&["BLPOP", key, "0.01"]);
         assert!(
-            r.error().unwrap_or("").starts_with("ERR respway: blocking commands"),
+            r.error()
+                .unwrap_or("")
+                .starts_with("ERR respway: blocking commands"),
             "{key}: {r:?}"
         );
     }
@@ -381,7 +384,10 @@ fn xread_without_block_is_forwarded() {
     let got = c.call(&read);
     let shard = addrs[shard_of(rw.addr, &addrs, "{x}probe")];
     assert_eq!(got, RespConn::connect(shard).call(&read));
-    assert!(matches!(&got, Resp::Array(Some(v)) if v.len() == 2), "{got:?}");
+    assert!(
+        matches!(&got, Resp::Array(Some(v)) if v.len() == 2),
+        "{got:?}"
+    );
 
     assert_eq!(
         c.call(&["XGROUP", "CREATE", "{x}s", "g", "0"]),
@@ -397,6 +403,11 @@ fn xread_without_block_is_forwarded() {
             ]))])),
         ]))]))
     );
+    // Inside MULTI they are refused (the transaction path), and EXEC aborts.
+    assert_eq!(c.call(&["MULTI"]), Resp::Simple("OK".into()));
+    let r = c.call(&["BLPOP", "{x}l", "0"]);
+    assert!(r.error().unwrap_or("").starts_with("ERR respway:"), "{r:?}");
+    assert!(c.call(&["EXEC"]).is_error());
     // Streams on two shards are refused like any same-shard command.
     let b = (0..100)
         .map(|i| format!("{{b{i}}}y"))
