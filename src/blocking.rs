@@ -1,18 +1,49 @@
 //! Blocking commands (`BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`, `BZPOPMIN`,
-//! `BZPOPMAX`, `BZMPOP`, `XREAD`/`XREADGROUP` with `BLOCK`). Not built yet: refused.
+//! `BZPOPMAX`, `BZMPOP`, `XREAD`/`XREADGROUP` with `BLOCK`).
+//!
+//! Each runs alone on a [`Dedicated`] connection to the primary of the one shard all its
+//! keys hash to (the same per-worker, per-endpoint pool transactions use, bounded by the
+//! cluster's `dedicated_connections`), so a client blocked for minutes holds no shared
+//! connection and delays nobody else's commands. Keys on several shards answer `CROSSSLOT`;
+//! keys of a mirrored route or under a hot-key prefix are refused (a pop cannot be mirrored
+//! or spread over shards consistently).
+//!
+//! The command's own timeout decides how long respway waits: the upstream deadline is that
+//! timeout plus the listener's `op_timeout` plus [`MARGIN`] (far in the future for `0`,
+//! which blocks until an element arrives), so `op_timeout` never cuts a blocking command.
+//!
+//! A client that leaves while blocked ends its session at once; dropping the reply's future
+//! makes the dedicated connection's task close the TCP connection (see `upstream::serve`),
+//! and Redis unblocks that connection without popping anything. A command Redis answered
+//! gives its connection back to the idle pool at once (no connect per `BLPOP`).
+//!
+//! `XREAD` and `XREADGROUP` without `BLOCK` are not blocking: the session forwards them like
+//! any multi-key command.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use respway_filters::command::CommandInfo;
 use respway_filters::request::{error_reply, Flavor, Reply};
+use respway_filters::routing::Routing;
 use tokio::time::Instant;
 
 use crate::fanout::BoxReply;
 use crate::stack::Parts;
 
+/// Added to the command's timeout (besides `op_timeout`) for the upstream deadline: Redis
+/// notices a blocked client's timeout on its next event-loop turn, which can be late by up to
+/// its cron period.
+const MARGIN: Duration = Duration::from_secs(1);
+
+/// Added again past the upstream deadline for the session's backstop (the upstream answers
+/// first, naming the shard).
+const BACKSTOP: Duration = Duration::from_secs(1);
+
+/// A blocking command's timeout as long as this (or longer, or `0`) waits "forever": a year.
+const FOREVER: Duration = Duration::from_secs(86400 * 365);
+
 /// What the session does with a blocking command.
-#[allow(dead_code)] // built in the next commits
 pub(crate) enum Call {
     /// Not blocking after all (`XREAD` without `BLOCK`): forward it as usual.
     Forward(Vec<Bytes>),
@@ -27,18 +58,226 @@ pub(crate) enum Call {
     Refused(Reply),
 }
 
+/// How long a command may block.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Block {
+    /// Not a blocking call (`XREAD` without `BLOCK`).
+    No,
+    /// Until an element arrives (`0`), or a timeout respway cannot read: Redis answers an
+    /// invalid one with its own error at once, and a valid one it reads otherwise is not cut.
+    Forever,
+    /// Up to this long.
+    For(Duration),
+}
+
 /// Starts `args` (keys at `keys`).
 pub(crate) fn call(
     cmd: &'static CommandInfo,
-    args: Vec<Bytes>,
+    mut args: Vec<Bytes>,
     keys: &[usize],
     parts: &Parts,
     flavor: Flavor,
     op_timeout: Duration,
 ) -> Call {
-    let _ = (args, keys, parts, flavor, op_timeout);
-    Call::Refused(error_reply(&format!(
-        "ERR command '{}' is not supported by respway yet",
-        cmd.name
-    )))
+    let block = block_of(cmd.name, &args);
+    if block == Block::No {
+        return Call::Forward(args);
+    }
+    let (cluster, shard) = match place(&parts.routing, &mut args, keys) {
+        Ok(at) => at,
+        Err(r) => return Call::Refused(r),
+    };
+    let primary = parts
+        .primaries
+        .get(cluster)
+        .and_then(|s| s.get(shard))
+        .copied()
+        .unwrap_or(0);
+    let Some(ep) = parts.endpoints.get(cluster, shard, primary) else {
+        return Call::Refused(error_reply("ERR respway: no such shard"));
+    };
+    let conn = match ep.take_dedicated(flavor) {
+        Ok(c) => c,
+        Err(e) => return Call::Refused(e.to_reply(ep.label())),
+    };
+    let wait = match block {
+        Block::For(d) => d.saturating_add(op_timeout).saturating_add(MARGIN),
+        Block::No | Block::Forever => FOREVER,
+    }
+    .min(FOREVER);
+    let deadline = Instant::now() + wait;
+    let backstop = deadline + op_timeout.min(FOREVER) + BACKSTOP;
+    let reply = conn.send(args, deadline);
+    Call::Wait {
+        fut: Box::pin(async move {
+            let Ok(r) = reply.await;
+            // Answered by Redis: nothing is in flight on the connection and a blocking
+            // command leaves no state, so it is idle again at once (the next blocking command
+            // of this client finds it). An error of respway's own (timeout, connection lost)
+            // ends the connection instead. Dropped before the reply (the client left), `conn`
+            // and `reply` go with the future and the connection's task closes the connection.
+            if !r.starts_with(b"-ERR respway:") {
+                conn.give_back();
+            }
+            r
+        }),
+        backstop,
+    }
+}
+
+/// Reads the timeout of a blocking command (see [`Block`]).
+fn block_of(name: &str, args: &[Bytes]) -> Block {
+    match name {
+        "xread" | "xreadgroup" => {
+            // XREAD [COUNT n] [BLOCK ms] STREAMS ...;
+            // XREADGROUP GROUP g c [COUNT n] [BLOCK ms] [NOACK] STREAMS ...
+            let mut i = if name == "xreadgroup" { 4 } else { 1 };
+            while let Some(a) = args.get(i) {
+                if a.eq_ignore_ascii_case(b"BLOCK") {
+                    return match args.get(i + 1).and_then(|v| parse_ms(v)) {
+                        Some(d) if d.is_zero() => Block::Forever,
+                        Some(d) => Block::For(d),
+                        None => Block::Forever,
+                    };
+                }
+                if a.eq_ignore_ascii_case(b"COUNT") {
+                    i += 2;
+                } else if a.eq_ignore_ascii_case(b"NOACK") {
+                    i += 1;
+                } else {
+                    // STREAMS, or a syntax error Redis answers itself.
+                    break;
+                }
+            }
+            Block::No
+        }
+        "blmpop" | "bzmpop" => seconds(args.get(1)),
+        _ => seconds(args.last()),
+    }
+}
+
+/// A timeout in seconds (a float, as Redis reads it); `0` blocks forever.
+fn seconds(arg: Option<&Bytes>) -> Block {
+    let secs = arg
+        .and_then(|a| std::str::from_utf8(a).ok())
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0);
+    match secs {
+        Some(0.0) => Block::Forever,
+        Some(s) => Block::For(Duration::try_from_secs_f64(s).unwrap_or(FOREVER)),
+        None => Block::Forever,
+    }
+}
+
+/// A timeout in whole milliseconds (`XREAD ... BLOCK ms`).
+fn parse_ms(arg: &[u8]) -> Option<Duration> {
+    std::str::from_utf8(arg)
+        .ok()?
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_millis)
+}
+
+/// The `(cluster, shard)` all keys of the command route to; applies the routes' prefix
+/// removal to `args`.
+///
+/// # Errors
+/// The reply for keys on several clusters or shards, keys without a route, keys of a
+/// mirrored route or under a hot-key prefix.
+fn place(routing: &Routing, args: &mut [Bytes], keys: &[usize]) -> Result<(usize, usize), Reply> {
+    let mut at: Option<(usize, usize)> = None;
+    for &i in keys {
+        let Some(key) = args.get(i) else {
+            return Err(error_reply("ERR syntax error"));
+        };
+        let m = routing.route(key).ok_or_else(|| {
+            error_reply(&format!(
+                "ERR respway: no route for key '{}'",
+                String::from_utf8_lossy(key)
+            ))
+        })?;
+        if !routing.mirrors(m.route).is_empty() {
+            return Err(error_reply(
+                "ERR respway: blocking commands cannot use keys of a mirrored route (what \
+                 they pop or read could not be mirrored consistently)",
+            ));
+        }
+        if m.strip > 0 {
+            args[i] = args[i].slice(m.strip.min(args[i].len())..);
+        }
+        let Some(c) = routing.clusters.get(m.cluster) else {
+            return Err(error_reply("ERR respway: no such cluster"));
+        };
+        if c.hot_keys.iter().any(|r| args[i].starts_with(&r.prefix)) {
+            return Err(error_reply(
+                "ERR respway: blocking commands cannot use hot keys (written to every shard, \
+                 a pop could not be made on all of them consistently)",
+            ));
+        }
+        let here = (m.cluster, c.picker.pick(&args[i]));
+        match at {
+            None => at = Some(here),
+            Some((cl, _)) if cl != here.0 => {
+                return Err(error_reply(
+                    "ERR respway: keys in request route to different clusters",
+                ))
+            }
+            Some(a) if a != here => return Err(error_reply(crate::tx::CROSSSLOT)),
+            Some(_) => {}
+        }
+    }
+    at.ok_or_else(|| error_reply("ERR respway: a blocking command needs a key"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<Bytes> {
+        s.split(' ')
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn timeouts_are_read_where_each_command_has_them() {
+        let b = |name: &str, s: &str| block_of(name, &args(s));
+        assert_eq!(
+            b("blpop", "BLPOP a b 0.25"),
+            Block::For(Duration::from_millis(250))
+        );
+        assert_eq!(b("brpop", "BRPOP a 0"), Block::Forever);
+        assert_eq!(
+            b("blmove", "BLMOVE a b LEFT RIGHT 2"),
+            Block::For(Duration::from_secs(2))
+        );
+        assert_eq!(
+            b("blmpop", "BLMPOP 1.5 2 a b LEFT"),
+            Block::For(Duration::from_millis(1500))
+        );
+        assert_eq!(b("bzmpop", "BZMPOP 0 1 a MIN"), Block::Forever);
+        // Redis answers these itself, at once.
+        assert_eq!(b("blpop", "BLPOP a -1"), Block::Forever);
+        assert_eq!(b("blpop", "BLPOP a x"), Block::Forever);
+        assert_eq!(b("blpop", "BLPOP a inf"), Block::Forever);
+        assert_eq!(
+            b("xread", "XREAD COUNT 2 BLOCK 100 STREAMS a 0"),
+            Block::For(Duration::from_millis(100))
+        );
+        assert_eq!(b("xread", "XREAD block 0 STREAMS a 0"), Block::Forever);
+        assert_eq!(b("xread", "XREAD COUNT 2 STREAMS a 0"), Block::No);
+        assert_eq!(b("xread", "XREAD STREAMS BLOCK 0"), Block::No);
+        assert_eq!(
+            b(
+                "xreadgroup",
+                "XREADGROUP GROUP BLOCK c NOACK BLOCK 5 STREAMS a >"
+            ),
+            Block::For(Duration::from_millis(5))
+        );
+        assert_eq!(
+            b("xreadgroup", "XREADGROUP GROUP g BLOCK STREAMS a >"),
+            Block::No
+        );
+        assert_eq!(b("xread", "XREAD COUNT"), Block::No);
+    }
 }

@@ -289,6 +289,12 @@ impl Session {
                     Ok(0) => {
                         self.eof = true;
                         progress = true;
+                        // A client that leaves while blocked (BLPOP ...) ends the session at
+                        // once, as in Redis: dropping the command's future closes its
+                        // dedicated connection, so nothing is popped for nobody.
+                        if self.lane == Lane::Blocking && self.waits > 0 {
+                            return Poll::Ready(Ok(()));
+                        }
                     }
                     Ok(n) => {
                         crate::stats::bump(&ctx.stats.bytes_in, n as u64);

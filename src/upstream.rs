@@ -138,7 +138,8 @@ impl fmt::Display for Shown<'_> {
             UpstreamError::NoShard => write!(f, "no such shard"),
             UpstreamError::Busy(n) => write!(
                 f,
-                "{label}: all {n} dedicated connections (transactions) of this worker are in use"
+                "{label}: all {n} dedicated connections (transactions and blocking commands) \
+                 of this worker are in use"
             ),
         }
     }
@@ -496,6 +497,22 @@ impl Dedicated {
         )
     }
 
+    /// Puts the connection back in the idle pool at once: for a holder whose every request
+    /// was answered by Redis (not by respway: a timeout or a lost connection ends the
+    /// connection's task), so nothing is in flight and no state is left on it.
+    pub(crate) fn give_back(self) {
+        if self.tx.is_closed() {
+            return;
+        }
+        if let Some(pools) = self.handle.pools(self.flavor) {
+            pools
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(self.tx);
+        }
+    }
+
     /// Ends the transaction: sends `cleanup` (e.g. `DISCARD`, `UNWATCH` for a client that
     /// left mid-transaction; nothing after `EXEC`), then a `PING`; once the `PING` is
     /// answered the connection is idle again and goes back to the pool. Answers are awaited
@@ -806,6 +823,8 @@ enum Fail {
     Protocol(String),
     /// Requests stopped being answered.
     Stuck,
+    /// The holder of a dedicated connection stopped waiting for its oldest request.
+    Abandoned,
 }
 
 impl fmt::Display for Fail {
@@ -817,6 +836,7 @@ impl fmt::Display for Fail {
                 f,
                 "no reply within the request timeout plus {STUCK_MARGIN:?}; connection replaced"
             ),
+            Fail::Abandoned => f.write_str("its client left while waiting; connection closed"),
         }
     }
 }
@@ -1181,6 +1201,12 @@ async fn serve(
                     break Err(e);
                 }
             }
+            // A dedicated connection whose oldest request lost its client (a session that
+            // ended while blocked in BLPOP, or mid-EXEC) is closed at once: Redis then
+            // unblocks it and pops nothing for nobody.
+            () = front_abandoned(&mut inflight), if dedicated && inflight.front().is_some_and(|f| f.tx.is_some()) => {
+                break Err(Fail::Abandoned);
+            }
             () = &mut timer, if timer_armed => {
                 timer_armed = false;
                 let now = Instant::now();
@@ -1220,6 +1246,16 @@ async fn serve(
         }
     }
     result
+}
+
+/// Ready when the receiver of the oldest unanswered request is gone.
+fn front_abandoned(inflight: &mut VecDeque<Inflight>) -> impl Future<Output = ()> + '_ {
+    std::future::poll_fn(
+        move |cx| match inflight.front_mut().and_then(|f| f.tx.as_mut()) {
+            Some(tx) => tx.poll_closed(cx),
+            None => Poll::Pending,
+        },
+    )
 }
 
 /// Encodes a dequeued request, unless its client stopped waiting (deadline passed, or the

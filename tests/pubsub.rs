@@ -392,7 +392,10 @@ fn subscriptions_survive_a_shard_restart() {
         if r == Resp::Int(2) {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "not resubscribed: {r:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not resubscribed: {r:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // The last message arrives directly and by pattern (an earlier one may too, if the link
@@ -410,5 +413,8 @@ fn subscriptions_survive_a_shard_restart() {
             break;
         }
     }
-    assert!(direct && by_pattern, "m{n}: direct {direct}, pattern {by_pattern}");
+    assert!(
+        direct && by_pattern,
+        "m{n}: direct {direct}, pattern {by_pattern}"
+    );
 }

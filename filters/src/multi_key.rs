@@ -118,7 +118,9 @@ where
     fn call(&mut self, mut req: Request) -> Self::Future {
         let kind = match req.cmd.class {
             CommandClass::Split(kind) => Some(kind),
-            CommandClass::SameShard => None,
+            // Blocking: XREAD / XREADGROUP without BLOCK (the session sends the blocking ones
+            // itself), forwarded like SameShard.
+            CommandClass::SameShard | CommandClass::Blocking => None,
             _ => return ResponseFuture::Inner(self.inner.call(req)),
         };
         if req.shard.is_some() {

@@ -64,7 +64,8 @@ impl<S> PrefixRoute<S> {
     fn route(&mut self, req: &mut Request) -> Result<(), Reply> {
         let multi = matches!(
             req.cmd.class,
-            CommandClass::Split(_) | CommandClass::SameShard
+            // Blocking: XREAD / XREADGROUP without BLOCK, forwarded like SameShard.
+            CommandClass::Split(_) | CommandClass::SameShard | CommandClass::Blocking
         );
         if !multi {
             let Some(i) = req.key else {
