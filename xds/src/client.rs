@@ -5,25 +5,29 @@
 //! clusters need, and hands each complete, valid set of resources to the caller's `apply`.
 //!
 //! # Behaviour
-//! - **Last accepted state.** Per type it keeps the resources and `version_info` it last
-//!   accepted. A response is a candidate that replaces its type's resources (LDS, CDS: the
-//!   whole set; EDS: the assignments it carries, merged by cluster name, and assignments no
-//!   cluster needs any more are dropped).
-//! - **Warming.** The candidate set (pending responses over the accepted state) is *warm* when
-//!   every EDS cluster has its `ClusterLoadAssignment` and every cluster a listener routes or
-//!   mirrors to exists. A warm set is translated ([`crate::translate`]) and, when it differs
-//!   from the set last applied, passed to `apply`; then every pending response is ACKed. A
-//!   response that leaves the set cold is held (no ACK yet) until the missing pieces arrive
-//!   — e.g. a CDS update adding a cluster waits for its EDS, and a CDS update dropping a
-//!   cluster still used by a listener waits for the LDS update that stops using it.
-//! - **NACK.** A response whose resources do not decode, or whose complete part fails
-//!   translation, is NACKed at once (`error_detail` code 3 INVALID_ARGUMENT, the message naming
-//!   resource and field; code 13 INTERNAL when `apply` fails), with `version_info` left at the
-//!   last accepted version; nothing is applied and the last good config keeps serving. Errors
-//!   are blamed on the pending types they name (`listener …` → LDS, `cluster …` → CDS,
-//!   `cluster_load_assignment …` → EDS), or on every pending type when they name none of them.
-//!   A response still cold after `warm_timeout` is translated as it is and NACKed with what is
-//!   missing.
+//! - **Desired and applied.** Per resource, the client keeps what the server asked for (the
+//!   latest response of each type: LDS and CDS the whole set, EDS merged by cluster name, and
+//!   assignments no cluster needs any more dropped) and what it last applied.
+//! - **Warming without blocking.** A cluster whose `ClusterLoadAssignment` has not arrived is
+//!   *warming*: its applied version stays in use (a new one is left out), and so does the
+//!   applied version of a listener that routes to a cluster not there yet (a new listener
+//!   waits). Everything else applies at once (translated with [`crate::translate`] and passed
+//!   to `apply` when it differs from what is applied). Clusters no listener in use routes to
+//!   are checked but not applied: they do nothing, and apply with the listener that uses them.
+//! - **ACK only what is applied.** A response is ACKed once everything it brought is in use as
+//!   sent; until then its ACK is held (after a response the next request of its type is its
+//!   answer). An EDS response is never held: assignments are taken as they come, so a request
+//!   that changes the EDS subscription (a new cluster) always follows an answered response.
+//! - **Partial apply, like Envoy.** Each resource is checked on its own: one that is invalid
+//!   keeps its last good version (or is left out when it has none), the valid ones apply, and
+//!   the response is NACKed (`error_detail` code 3 INVALID_ARGUMENT, one line per invalid
+//!   resource naming resource and field) with `version_info` left at the last ACKed version.
+//!   Undecodable resources NACK their response whole; an error that names no single resource
+//!   NACKs every held response; `apply` failing NACKs them with code 13 INTERNAL. The last good
+//!   config keeps serving in every case.
+//! - **Warm timeout.** A response still not wholly in use after `warm_timeout` is NACKed with
+//!   what it waits for (`cluster "x": no ClusterLoadAssignment for "x"`, `listener "l": waits
+//!   for cluster(s) x`); what it brought stays desired and applies if it warms later.
 //! - **Reconnect.** When the stream ends or cannot be opened, the client waits an exponential
 //!   backoff with full jitter (a random delay up to `backoff_min · 2^attempt`, capped at
 //!   `backoff_max`; reset after a stream that delivered a response) and reconnects on a new
@@ -239,40 +243,66 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// A response received and not yet ACKed or NACKed, because it is not warm yet.
-#[derive(Debug)]
-struct Pending<T> {
+/// A response received and not answered yet: its ACK waits until what it brought is in use
+/// (warm) or warming fails.
+#[derive(Debug, Clone)]
+struct Owed {
     version: String,
     nonce: String,
-    items: BTreeMap<String, T>,
 }
 
-/// The candidate set: pending responses over the accepted state.
-struct Candidate {
+/// A set of resources by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Set {
     clusters: BTreeMap<String, Cluster>,
     endpoints: BTreeMap<String, ClusterLoadAssignment>,
     listeners: BTreeMap<String, Listener>,
 }
 
-/// The client's state; the accepted part survives reconnects, the rest is per stream.
+impl Set {
+    fn of(r: &Resources) -> Set {
+        Set {
+            clusters: r
+                .clusters
+                .iter()
+                .map(|c| (c.name.clone(), c.clone()))
+                .collect(),
+            endpoints: r
+                .endpoints
+                .iter()
+                .map(|e| (e.cluster_name.clone(), e.clone()))
+                .collect(),
+            listeners: r
+                .listeners
+                .iter()
+                .map(|l| (l.name.clone(), l.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// The client's state; the desired and applied parts survive reconnects, the rest is per
+/// stream.
 struct State {
     node: Node,
     zone: Option<String>,
     warm_timeout: Duration,
     status: Option<watch::Sender<ClientStatus>>,
-    /// Accepted `version_info` per type ([`ResourceType::index`]).
+    /// ACKed `version_info` per type ([`ResourceType::index`]).
     versions: [String; 3],
-    clusters: BTreeMap<String, Cluster>,
-    endpoints: BTreeMap<String, ClusterLoadAssignment>,
-    listeners: BTreeMap<String, Listener>,
+    /// What the server asked for, per resource: the latest response of each type, with each
+    /// resource found invalid replaced by its last good version (or left out when it has none).
+    /// What of it is warm is applied.
+    desired: Set,
     /// The set last passed to `apply` successfully.
     applied: Option<Resources>,
     // --- per stream ---
     /// The latest nonce received per type.
     nonces: [String; 3],
-    pending_clusters: Option<Pending<Cluster>>,
-    pending_endpoints: Option<Pending<ClusterLoadAssignment>>,
-    pending_listeners: Option<Pending<Listener>>,
+    /// Responses not answered yet, per type.
+    owed: [Option<Owed>; 3],
+    /// Errors found in the owed response of each type (its NACK lists them).
+    invalid: [Vec<ConfigError>; 3],
     /// The EDS names last requested on this stream.
     eds_names: Option<BTreeSet<String>>,
     /// The nonce the last EDS request carried: a request that carried a nonce the server had
@@ -302,14 +332,11 @@ impl State {
             warm_timeout: cfg.warm_timeout,
             status,
             versions: Default::default(),
-            clusters: BTreeMap::new(),
-            endpoints: BTreeMap::new(),
-            listeners: BTreeMap::new(),
+            desired: Set::default(),
             applied: None,
             nonces: Default::default(),
-            pending_clusters: None,
-            pending_endpoints: None,
-            pending_listeners: None,
+            owed: Default::default(),
+            invalid: Default::default(),
             eds_names: None,
             eds_sent_nonce: None,
             warm_deadline: None,
@@ -324,15 +351,20 @@ impl State {
     }
 
     /// Forgets the per-stream state and returns the first requests of a new stream: CDS, EDS
-    /// (when clusters need assignments) and LDS, each with the accepted version.
+    /// (when clusters need assignments) and LDS, each with the ACKed version. What the last
+    /// stream left unanswered is dropped back to what is applied (the new stream's responses
+    /// bring it again).
     fn start_stream(&mut self) -> Vec<DiscoveryRequest> {
         self.nonces = Default::default();
-        self.pending_clusters = None;
-        self.pending_endpoints = None;
-        self.pending_listeners = None;
+        for t in ResourceType::PUSH_ORDER {
+            if self.owed[t.index()].take().is_some() {
+                self.revert_type(t);
+            }
+        }
+        self.invalid = Default::default();
         self.warm_deadline = None;
         self.eds_sent_nonce = None;
-        let names = eds_names(&self.clusters);
+        let names = eds_names(&self.desired.clusters);
         self.eds_names = (!names.is_empty()).then_some(names);
         let mut out = vec![self.request(ResourceType::Cluster, None)];
         if self.eds_names.is_some() {
@@ -342,7 +374,7 @@ impl State {
         out
     }
 
-    /// A request for type `t` carrying the accepted version, the subscription and the latest
+    /// A request for type `t` carrying the ACKed version, the subscription and the latest
     /// nonce received: an ACK right after the version is accepted, a NACK with `error`.
     fn request(&mut self, t: ResourceType, error: Option<RpcStatus>) -> DiscoveryRequest {
         if t == ResourceType::Endpoint {
@@ -374,73 +406,47 @@ impl State {
         };
         self.nonces[t.index()] = resp.nonce.clone();
         tracing::debug!(type_url = t.type_url(), version = %resp.version_info, n = resp.resources.len(), "response");
+        // A response supersedes the one of its type still owed (whose nonce the server has
+        // replaced): what that one brought and is not in use is forgotten.
+        if self.owed[t.index()].take().is_some() {
+            self.revert_type(t);
+        }
+        self.invalid[t.index()].clear();
         let decoded = match t {
-            ResourceType::Cluster => {
-                decode(t, &resp.resources, |c: &Cluster| &c.name).map(|items| {
-                    self.pending_clusters = Some(Pending {
-                        version: resp.version_info.clone(),
-                        nonce: resp.nonce.clone(),
-                        items,
-                    });
-                })
-            }
+            ResourceType::Cluster => decode(t, &resp.resources, |c: &Cluster| &c.name)
+                .map(|items| self.desired.clusters = items),
             ResourceType::Endpoint => decode(t, &resp.resources, |e: &ClusterLoadAssignment| {
                 &e.cluster_name
             })
-            .map(|items| {
-                self.pending_endpoints = Some(Pending {
-                    version: resp.version_info.clone(),
-                    nonce: resp.nonce.clone(),
-                    items,
-                });
-            }),
-            ResourceType::Listener => {
-                decode(t, &resp.resources, |l: &Listener| &l.name).map(|items| {
-                    self.pending_listeners = Some(Pending {
-                        version: resp.version_info.clone(),
-                        nonce: resp.nonce.clone(),
-                        items,
-                    });
-                })
-            }
+            .map(|items| self.desired.endpoints.extend(items)),
+            ResourceType::Listener => decode(t, &resp.resources, |l: &Listener| &l.name)
+                .map(|items| self.desired.listeners = items),
         };
         if let Err(errors) = decoded {
-            // The response supersedes any held one of its type.
-            self.take_pending(t);
             let message = errors.to_string();
             let mut out = vec![self.nack(t, CODE_INVALID_ARGUMENT, &message)];
             out.extend(self.evaluate(apply, false));
             return out;
         }
+        self.owed[t.index()] = Some(Owed {
+            version: resp.version_info.clone(),
+            nonce: resp.nonce.clone(),
+        });
         self.evaluate(apply, false)
     }
 
-    fn pending_types(&self) -> Vec<ResourceType> {
-        let mut out = Vec::new();
-        if self.pending_clusters.is_some() {
-            out.push(ResourceType::Cluster);
-        }
-        if self.pending_endpoints.is_some() {
-            out.push(ResourceType::Endpoint);
-        }
-        if self.pending_listeners.is_some() {
-            out.push(ResourceType::Listener);
-        }
-        out
+    /// The types with a response owed.
+    fn owed_types(&self) -> Vec<ResourceType> {
+        ResourceType::PUSH_ORDER
+            .into_iter()
+            .filter(|t| self.owed[t.index()].is_some())
+            .collect()
     }
 
-    /// Drops the held response of type `t`, returning its version and nonce.
-    fn take_pending(&mut self, t: ResourceType) -> Option<(String, String)> {
-        match t {
-            ResourceType::Cluster => self.pending_clusters.take().map(|p| (p.version, p.nonce)),
-            ResourceType::Endpoint => self.pending_endpoints.take().map(|p| (p.version, p.nonce)),
-            ResourceType::Listener => self.pending_listeners.take().map(|p| (p.version, p.nonce)),
-        }
-    }
-
-    /// The NACK of the latest response of type `t`.
+    /// The NACK of the latest response of type `t` (which is then no longer owed).
     fn nack(&mut self, t: ResourceType, code: i32, message: &str) -> DiscoveryRequest {
         tracing::warn!(type_url = t.type_url(), nonce = %self.nonces[t.index()], "NACK: {message}");
+        self.owed[t.index()] = None;
         let msg = message.to_string();
         self.publish(|s| s.last_nack = Some(msg));
         self.request(
@@ -453,225 +459,358 @@ impl State {
         )
     }
 
-    fn candidate(&self) -> Candidate {
-        let clusters = match &self.pending_clusters {
-            Some(p) => p.items.clone(),
-            None => self.clusters.clone(),
-        };
-        let listeners = match &self.pending_listeners {
-            Some(p) => p.items.clone(),
-            None => self.listeners.clone(),
-        };
-        let needed = eds_names(&clusters);
-        let mut endpoints = self.endpoints.clone();
-        if let Some(p) = &self.pending_endpoints {
-            endpoints.extend(p.items.iter().map(|(k, v)| (k.clone(), v.clone())));
-        }
-        endpoints.retain(|name, _| needed.contains(name));
-        Candidate {
-            clusters,
-            endpoints,
-            listeners,
+    /// The applied resources by name.
+    fn applied_set(&self) -> Set {
+        self.applied.as_ref().map(Set::of).unwrap_or_default()
+    }
+
+    /// Sets the desired resources of type `t` back to what is applied.
+    fn revert_type(&mut self, t: ResourceType) {
+        let a = self.applied_set();
+        match t {
+            ResourceType::Cluster => self.desired.clusters = a.clusters,
+            ResourceType::Endpoint => self.desired.endpoints = a.endpoints,
+            ResourceType::Listener => self.desired.listeners = a.listeners,
         }
     }
 
-    fn resources(&self, c: &Candidate) -> Resources {
+    /// The part of the desired set that can be in use now. A cluster whose assignment has
+    /// not arrived is warming: its applied version stays (or it is left out when new). A
+    /// listener naming a cluster that is not there keeps its applied version, if that one's
+    /// clusters are there (or waits, left out). A cluster no longer desired that an applied
+    /// listener still uses stays until that listener changes.
+    fn effective(&self) -> Set {
+        let desired = &self.desired;
+        let applied = self.applied_set();
+        let mut eff = Set::default();
+        for (name, c) in &desired.clusters {
+            let warm = eds_name(c).is_none_or(|n| desired.endpoints.contains_key(&n));
+            if warm {
+                eff.clusters.insert(name.clone(), c.clone());
+            } else if let Some(old) = applied.clusters.get(name) {
+                eff.clusters.insert(name.clone(), old.clone());
+            }
+        }
+        let usable = |l: &Listener, eff: &Set| {
+            referenced_clusters(l)
+                .iter()
+                .all(|n| eff.clusters.contains_key(n) || applied.clusters.contains_key(n))
+        };
+        for (name, l) in &desired.listeners {
+            if usable(l, &eff) {
+                eff.listeners.insert(name.clone(), l.clone());
+            } else if let Some(old) = applied.listeners.get(name).filter(|o| usable(o, &eff)) {
+                eff.listeners.insert(name.clone(), old.clone());
+            }
+        }
+        // Clusters the listeners in use still need, kept at their applied version.
+        let needed: BTreeSet<String> = eff
+            .listeners
+            .values()
+            .flat_map(referenced_clusters)
+            .collect();
+        for n in needed {
+            if let (std::collections::btree_map::Entry::Vacant(v), Some(old)) =
+                (eff.clusters.entry(n.clone()), applied.clusters.get(&n))
+            {
+                v.insert(old.clone());
+            }
+        }
+        for c in eff.clusters.values() {
+            if let Some(n) = eds_name(c) {
+                let a = if desired.clusters.get(&c.name) == Some(c) {
+                    desired.endpoints.get(&n)
+                } else {
+                    applied.endpoints.get(&n)
+                };
+                if let Some(a) = a.or_else(|| applied.endpoints.get(&n)) {
+                    eff.endpoints.insert(n, a.clone());
+                }
+            }
+        }
+        eff
+    }
+
+    fn resources(&self, s: &Set) -> Resources {
         Resources {
-            listeners: c.listeners.values().cloned().collect(),
-            clusters: c.clusters.values().cloned().collect(),
-            endpoints: c.endpoints.values().cloned().collect(),
+            listeners: s.listeners.values().cloned().collect(),
+            clusters: s.clusters.values().cloned().collect(),
+            endpoints: s.endpoints.values().cloned().collect(),
             node_zone: self.zone.clone(),
         }
     }
 
-    /// Applies the candidate when it is warm and valid, NACKs what is invalid, holds the rest
-    /// (see the module docs). `forced`: the warming timeout passed; judge the set as it is.
+    /// Replaces each resource an error names by its applied version (or drops it when it has
+    /// none) and records the error against its type. False when an error names no resource
+    /// it could revert.
+    fn revert_blamed(&mut self, errors: &ConfigErrors) -> bool {
+        let applied = self.applied_set();
+        let mut changed = false;
+        for e in errors.iter() {
+            let Some(t) = blamed_type(&e.resource) else {
+                continue;
+            };
+            let reverted = match t {
+                ResourceType::Cluster => {
+                    revert(&mut self.desired.clusters, &applied.clusters, &e.resource)
+                }
+                ResourceType::Endpoint => {
+                    revert(&mut self.desired.endpoints, &applied.endpoints, &e.resource)
+                }
+                ResourceType::Listener => {
+                    revert(&mut self.desired.listeners, &applied.listeners, &e.resource)
+                }
+            };
+            if reverted {
+                changed = true;
+                self.invalid[t.index()].push(e.clone());
+            }
+        }
+        changed
+    }
+
+    /// Applies what of the desired set is warm and valid, NACKs the responses with invalid
+    /// resources (those keep their last good version), ACKs the responses now wholly in use,
+    /// and holds the rest until they are warm (see the module docs). `forced`: the warming
+    /// timeout passed: responses still not wholly in use are NACKed with what they wait for.
     fn evaluate(
         &mut self,
         apply: &mut (dyn FnMut(&Resources) -> Result<(), String> + Send),
-        mut forced: bool,
+        forced: bool,
     ) -> Vec<DiscoveryRequest> {
         let mut out = Vec::new();
-        loop {
-            let pending = self.pending_types();
-            if pending.is_empty() {
-                self.warm_deadline = None;
-                break;
-            }
-            let c = self.candidate();
-            let needed = eds_names(&c.clusters);
-            let missing_assignments: BTreeSet<&String> = needed
-                .iter()
-                .filter(|n| !c.endpoints.contains_key(*n))
-                .collect();
-            let cold_listeners: BTreeSet<&String> = c
-                .listeners
-                .iter()
-                .filter(|(_, l)| {
-                    referenced_clusters(l)
-                        .iter()
-                        .any(|name| !c.clusters.contains_key(name))
+        // Assignments no desired cluster needs are dropped.
+        let needed = eds_names(&self.desired.clusters);
+        self.desired.endpoints.retain(|n, _| needed.contains(n));
+        let mut eff = self.effective();
+        let mut rounds = 0;
+        let resources = loop {
+            // Warming clusters are checked on their own fields now (the assignment they wait
+            // for is no error yet), then the set that can be in use.
+            let mut check = eff.clone();
+            check.clusters.extend(self.desired.clusters.clone());
+            check.endpoints.extend(self.desired.endpoints.clone());
+            let waiting: BTreeSet<String> = self
+                .desired
+                .clusters
+                .values()
+                .filter_map(|c| {
+                    let n = eds_name(c).filter(|n| !self.desired.endpoints.contains_key(n))?;
+                    Some(format!("cluster {:?}: {}", c.name, missing_assignment(&n)))
                 })
-                .map(|(n, _)| n)
                 .collect();
-            let warm = missing_assignments.is_empty() && cold_listeners.is_empty();
-            let was_forced = forced;
-            forced = false;
-            if warm || was_forced {
-                let resources = self.resources(&c);
-                if let Err(errors) = translate(&resources) {
-                    out.extend(self.nack_blamed(&pending, &errors));
-                    continue;
-                }
-                let result = if self.applied.as_ref() == Some(&resources) {
-                    Ok(false)
-                } else {
-                    apply(&resources).map(|()| true)
-                };
-                match result {
-                    Ok(applied) => out.extend(self.accept(c, resources, applied)),
-                    Err(message) => {
-                        for t in pending {
-                            out.push(self.nack(t, CODE_INTERNAL, &message));
-                            self.take_pending(t);
-                        }
-                    }
-                }
-                continue;
-            }
-            // Cold: check what is there now, hold the rest. Listeners naming clusters that
-            // have not arrived wait for them; a cluster waiting for its assignment is checked
-            // on its own fields (translation reports the missing assignment, which is no error
-            // yet).
-            let trimmed = Candidate {
-                listeners: c
-                    .listeners
-                    .iter()
-                    .filter(|(n, _)| !cold_listeners.contains(n))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                clusters: c.clusters.clone(),
-                endpoints: c.endpoints.clone(),
-            };
-            if let Err(errors) = translate(&self.resources(&trimmed)) {
-                let waiting: BTreeSet<String> = c
-                    .clusters
-                    .values()
-                    .filter_map(|cl| {
-                        let n = eds_name(cl)?;
-                        missing_assignments
-                            .contains(&n)
-                            .then(|| format!("cluster {:?}", cl.name))
-                            .map(|resource| (resource, missing_assignment(&n)))
-                    })
-                    .map(|(resource, reason)| format!("{resource}: {reason}"))
-                    .collect();
-                let real: Vec<ConfigError> = errors
+            let early = match translate(&self.resources(&check)) {
+                Ok(_) => Vec::new(),
+                Err(errors) => errors
                     .iter()
                     .filter(|e| !(e.field.is_empty() && waiting.contains(&e.to_string())))
                     .cloned()
-                    .collect();
-                if !real.is_empty() {
-                    out.extend(self.nack_blamed(&pending, &ConfigErrors(real)));
-                    continue;
+                    .collect(),
+            };
+            let r = self.resources(&eff);
+            let result = if early.is_empty() {
+                translate(&r).map(|_| ())
+            } else {
+                Err(ConfigErrors(early))
+            };
+            match result {
+                Ok(()) => break Some(r),
+                Err(errors) => {
+                    rounds += 1;
+                    if rounds > 8 || !self.revert_blamed(&errors) {
+                        // Errors that name no single resource: every owed response is refused
+                        // whole.
+                        let message = errors.to_string();
+                        for t in self.owed_types() {
+                            out.push(self.nack(t, CODE_INVALID_ARGUMENT, &message));
+                            self.revert_type(t);
+                        }
+                        break None;
+                    }
+                    eff = self.effective();
                 }
             }
-            tracing::debug!(
-                missing_assignments = ?missing_assignments,
-                cold_listeners = ?cold_listeners,
-                "holding the update until it is warm"
-            );
-            if self.warm_deadline.is_none() {
-                self.warm_deadline = Some(Instant::now() + self.warm_timeout);
+        };
+        // Clusters no listener in use routes to are checked but not applied (they do
+        // nothing): a change that only adds clusters waits for the listener that uses them,
+        // and applies with it. A sidecar with nothing applied yet waits for a listener.
+        let resources = resources.map(|mut r| {
+            let used: BTreeSet<String> = r.listeners.iter().flat_map(referenced_clusters).collect();
+            r.clusters.retain(|c| used.contains(&c.name));
+            let names: BTreeSet<String> = r.clusters.iter().filter_map(eds_name).collect();
+            r.endpoints.retain(|e| names.contains(&e.cluster_name));
+            r
+        });
+        let resources = resources.filter(|r| self.applied.is_some() || !r.listeners.is_empty());
+        if let Some(r) = resources {
+            if self.applied.as_ref() != Some(&r) {
+                match apply(&r) {
+                    Ok(()) => {
+                        self.applied = Some(r);
+                        self.publish(|s| s.applies += 1);
+                        tracing::info!("applied a new configuration");
+                    }
+                    Err(message) => {
+                        for t in self.owed_types() {
+                            out.push(self.nack(t, CODE_INTERNAL, &message));
+                            self.revert_type(t);
+                        }
+                    }
+                }
             }
-            break;
         }
-        // Ask for the assignments the clusters now in view need; again when some are still
+        // Answer what can be answered.
+        let eff = self.effective();
+        for t in self.owed_types() {
+            let i = t.index();
+            if !self.invalid[i].is_empty() {
+                let message = self.invalid[i]
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                self.invalid[i].clear();
+                out.push(self.nack(t, CODE_INVALID_ARGUMENT, &message));
+            } else if self.in_use(t, &eff) {
+                if let Some(o) = self.owed[i].take() {
+                    self.versions[i] = o.version;
+                    debug_assert_eq!(o.nonce, self.nonces[i]);
+                    out.push(self.request(t, None));
+                }
+            } else if forced {
+                let message = self.waiting_for(t, &eff).join("\n");
+                out.push(self.nack(t, CODE_INVALID_ARGUMENT, &message));
+            }
+        }
+        self.publish_versions();
+        if self.owed_types().is_empty() {
+            self.warm_deadline = None;
+        } else if self.warm_deadline.is_none() {
+            tracing::debug!("holding an update until it is warm");
+            self.warm_deadline = Some(Instant::now() + self.warm_timeout);
+        }
+        // Ask for the assignments the desired clusters need; again when some are still
         // missing and the server has answered EDS since they were asked for (it ignores a
-        // request carrying a nonce it has already replaced).
-        let c = self.candidate();
-        let needed = eds_names(&c.clusters);
-        let missing = needed.iter().any(|n| !c.endpoints.contains_key(n));
+        // request carrying a nonce it has already replaced). An EDS response is never held,
+        // so this request is never mistaken for the answer to one.
+        let needed = eds_names(&self.desired.clusters);
+        let missing = needed
+            .iter()
+            .any(|n| !self.desired.endpoints.contains_key(n));
         let subscribed = self.eds_names.clone().unwrap_or_default();
         let asked_before_last_response =
             self.eds_sent_nonce.as_ref() != Some(&self.nonces[ResourceType::Endpoint.index()]);
-        if needed != subscribed || (missing && asked_before_last_response) {
+        if self.owed[ResourceType::Endpoint.index()].is_none()
+            && (needed != subscribed || (missing && asked_before_last_response))
+        {
             self.eds_names = Some(needed);
             out.push(self.request(ResourceType::Endpoint, None));
         }
         out
     }
 
-    /// NACKs the pending types `errors` name (all pending types when they name none) and
-    /// drops them.
-    fn nack_blamed(
-        &mut self,
-        pending: &[ResourceType],
-        errors: &ConfigErrors,
-    ) -> Vec<DiscoveryRequest> {
-        let mut by_type: BTreeMap<ResourceType, Vec<&ConfigError>> = BTreeMap::new();
-        for e in errors {
-            if let Some(t) = blamed_type(&e.resource).filter(|t| pending.contains(t)) {
-                by_type.entry(t).or_default().push(e);
-            }
-        }
-        let mut out = Vec::new();
-        if by_type.is_empty() {
-            let message = errors.to_string();
-            for t in pending {
-                out.push(self.nack(*t, CODE_INVALID_ARGUMENT, &message));
-                self.take_pending(*t);
-            }
-        } else {
-            for (t, errs) in by_type {
-                let message = errs
+    /// True when every resource the type's latest response brought is in use as sent.
+    fn in_use(&self, t: ResourceType, eff: &Set) -> bool {
+        match t {
+            ResourceType::Cluster => {
+                self.desired
+                    .clusters
                     .iter()
-                    .map(|e| e.to_string())
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                out.push(self.nack(t, CODE_INVALID_ARGUMENT, &message));
-                self.take_pending(t);
+                    .all(|(n, c)| eff.clusters.get(n) == Some(c))
+                    && eff
+                        .clusters
+                        .keys()
+                        .all(|n| self.desired.clusters.contains_key(n))
             }
+            ResourceType::Listener => self
+                .desired
+                .listeners
+                .iter()
+                .all(|(n, l)| eff.listeners.get(n) == Some(l)),
+            ResourceType::Endpoint => true,
+        }
+    }
+
+    /// What the type's owed response waits for, in words.
+    fn waiting_for(&self, t: ResourceType, eff: &Set) -> Vec<String> {
+        let mut out = Vec::new();
+        match t {
+            ResourceType::Cluster => {
+                for (n, c) in &self.desired.clusters {
+                    if eff.clusters.get(n) != Some(c) {
+                        if let Some(a) =
+                            eds_name(c).filter(|a| !self.desired.endpoints.contains_key(a))
+                        {
+                            out.push(format!("cluster {n:?}: {}", missing_assignment(&a)));
+                        } else {
+                            out.push(format!("cluster {n:?}: not in use yet"));
+                        }
+                    }
+                }
+                for n in eff
+                    .clusters
+                    .keys()
+                    .filter(|n| !self.desired.clusters.contains_key(*n))
+                {
+                    out.push(format!(
+                        "cluster {n:?}: removed, but a listener in use still routes to it"
+                    ));
+                }
+            }
+            ResourceType::Listener => {
+                for (n, l) in &self.desired.listeners {
+                    if eff.listeners.get(n) != Some(l) {
+                        let missing: Vec<String> = referenced_clusters(l)
+                            .into_iter()
+                            .filter(|c| !eff.clusters.contains_key(c))
+                            .collect();
+                        out.push(format!(
+                            "listener {n:?}: waits for cluster(s) {}",
+                            missing.join(", ")
+                        ));
+                    }
+                }
+            }
+            ResourceType::Endpoint => {}
         }
         out
     }
 
-    /// Makes the candidate the accepted state and ACKs every pending response.
-    fn accept(
-        &mut self,
-        c: Candidate,
-        resources: Resources,
-        applied: bool,
-    ) -> Vec<DiscoveryRequest> {
-        let mut out = Vec::new();
-        self.clusters = c.clusters;
-        self.endpoints = c.endpoints;
-        self.listeners = c.listeners;
-        self.applied = Some(resources);
-        for t in self.pending_types() {
-            if let Some((version, nonce)) = self.take_pending(t) {
-                self.versions[t.index()] = version;
-                // The ACK echoes the response's nonce (the latest one: older ones were
-                // superseded when it arrived).
-                debug_assert_eq!(nonce, self.nonces[t.index()]);
-                out.push(self.request(t, None));
-            }
-        }
+    fn publish_versions(&self) {
         let versions: HashMap<String, String> = ResourceType::PUSH_ORDER
             .into_iter()
             .filter(|t| !self.versions[t.index()].is_empty())
             .map(|t| (t.type_url().to_string(), self.versions[t.index()].clone()))
             .collect();
-        if applied {
-            tracing::info!(versions = ?versions, "applied a new configuration");
+        self.publish(|s| s.applied_versions = versions);
+    }
+}
+
+/// Sets the resource an error names (`error_resource`: `listener "x"`) back to its version in
+/// `old`, or removes it when `old` has none. False when no resource of `map` has that name, or
+/// it is already at the old version.
+fn revert<T: Clone + PartialEq>(
+    map: &mut BTreeMap<String, T>,
+    old: &BTreeMap<String, T>,
+    error_resource: &str,
+) -> bool {
+    let Some(name) = map
+        .keys()
+        .find(|n| error_resource.ends_with(&format!(" {n:?}")))
+        .cloned()
+    else {
+        return false;
+    };
+    match old.get(&name) {
+        Some(o) if map.get(&name) == Some(o) => false,
+        Some(o) => {
+            map.insert(name, o.clone());
+            true
         }
-        self.publish(|s| {
-            s.applied_versions = versions;
-            if applied {
-                s.applies += 1;
-            }
-        });
-        out
+        None => {
+            map.remove(&name);
+            true
+        }
     }
 }
 

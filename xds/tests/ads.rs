@@ -780,6 +780,11 @@ struct Script {
     send: mpsc::Sender<DiscoveryResponse>,
     requests: mpsc::UnboundedReceiver<DiscoveryRequest>,
     nonce: u64,
+    /// The version of each response pushed, by nonce.
+    pushed: BTreeMap<String, String>,
+    /// Requests an Envoy-strict server would flag: one carrying a response's nonce without
+    /// `error_detail` (so an ACK of it) but with another version than that response's.
+    violations: Vec<String>,
 }
 
 async fn scripted() -> Script {
@@ -800,6 +805,8 @@ async fn scripted() -> Script {
         send,
         requests,
         nonce: 0,
+        pushed: BTreeMap::new(),
+        violations: Vec::new(),
     }
 }
 
@@ -807,6 +814,7 @@ impl Script {
     async fn push(&mut self, t: ResourceType, version: &str, resources: Vec<Any>) -> String {
         self.nonce += 1;
         let nonce = format!("n{}", self.nonce);
+        self.pushed.insert(nonce.clone(), version.to_string());
         self.send
             .send(DiscoveryResponse {
                 version_info: version.to_string(),
@@ -820,13 +828,44 @@ impl Script {
         nonce
     }
 
+    /// The next request, checked against the strict rule (see `violations`).
+    async fn recv(&mut self) -> DiscoveryRequest {
+        let r = tokio::time::timeout(WAIT, self.requests.recv())
+            .await
+            .expect("a request in time")
+            .expect("open");
+        self.check(&r);
+        r
+    }
+
+    fn check(&mut self, r: &DiscoveryRequest) {
+        if r.error_detail.is_none() {
+            if let Some(v) = self.pushed.get(&r.response_nonce) {
+                if *v != r.version_info {
+                    self.violations.push(format!(
+                        "{} request with nonce {} (version {v}) but version_info {:?} and no error_detail",
+                        r.type_url, r.response_nonce, r.version_info
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Every request that arrives within `d`, checked.
+    async fn drain(&mut self, d: Duration) -> Vec<DiscoveryRequest> {
+        let mut out = Vec::new();
+        let until = tokio::time::Instant::now() + d;
+        while let Ok(Some(r)) = tokio::time::timeout_at(until, self.requests.recv()).await {
+            self.check(&r);
+            out.push(r);
+        }
+        out
+    }
+
     /// The next request of type `t` (others are skipped).
     async fn next(&mut self, t: ResourceType) -> DiscoveryRequest {
         loop {
-            let r = tokio::time::timeout(WAIT, self.requests.recv())
-                .await
-                .expect("a request in time")
-                .expect("open");
+            let r = self.recv().await;
             if r.type_url == t.type_url() {
                 return r;
             }
@@ -837,10 +876,7 @@ impl Script {
     async fn answers_to(&mut self, nonces: &[String]) -> Vec<DiscoveryRequest> {
         let mut got: BTreeMap<String, DiscoveryRequest> = BTreeMap::new();
         while got.len() < nonces.len() {
-            let r = tokio::time::timeout(WAIT, self.requests.recv())
-                .await
-                .expect("a request in time")
-                .expect("open");
+            let r = self.recv().await;
             if nonces.contains(&r.response_nonce) {
                 got.insert(r.response_nonce.clone(), r);
             }
@@ -854,10 +890,7 @@ impl Script {
     /// The next request answering `nonce` (others are skipped).
     async fn answer_to(&mut self, nonce: &str) -> DiscoveryRequest {
         loop {
-            let r = tokio::time::timeout(WAIT, self.requests.recv())
-                .await
-                .expect("a request in time")
-                .expect("open");
+            let r = self.recv().await;
             if r.response_nonce == nonce {
                 return r;
             }
@@ -971,4 +1004,211 @@ async fn client_nacks_an_update_that_never_warms() {
         nack.error_detail.expect("NACK").message,
         "cluster \"cache\": no ClusterLoadAssignment for \"cache\""
     );
+}
+
+/// Brings a scripted client to the applied base config (CDS, LDS, EDS at `v1`).
+async fn base_applied(script: &mut Script, lib: &mut Lib) -> Resources {
+    let good = parse_yaml(&base("127.0.0.1:7001")).expect("valid");
+    script.next(ResourceType::Cluster).await;
+    let cds = script
+        .push(ResourceType::Cluster, "v1", packed(&good.clusters))
+        .await;
+    let lds = script
+        .push(ResourceType::Listener, "v1", packed(&good.listeners))
+        .await;
+    let eds = script
+        .push(ResourceType::Endpoint, "v1", packed(&good.endpoints))
+        .await;
+    for a in script.answers_to(&[cds, lds, eds]).await {
+        assert_eq!((a.version_info.as_str(), &a.error_detail), ("v1", &None));
+    }
+    lib.until("the base config", |s| s.applies == 1).await;
+    good
+}
+
+/// A CDS update that adds a cluster needs its assignment: the client subscribes to it with a
+/// request that answers nothing it has not applied, ACKs the EDS response that lacks it at
+/// once, and ACKs the CDS update only when the new cluster is warm — every request passes an
+/// Envoy-strict server's check (nonce of a response, no error ⇒ that response's version).
+#[tokio::test]
+async fn acks_only_what_is_applied_when_a_cluster_is_added() {
+    let mut script = scripted().await;
+    let mut lib = run_lib(script.url.clone(), "strict", None, Box::new(|_| None));
+    let good = base_applied(&mut script, &mut lib).await;
+    let two = parse_yaml(&format!(
+        "{}  - name: extra\n    shards:\n      - endpoints: [{{ address: 127.0.0.1:7002 }}]\n",
+        base("127.0.0.1:7001")
+    ))
+    .expect("valid");
+    assert_eq!(two.clusters.len(), 2);
+    let cds = script
+        .push(ResourceType::Cluster, "v2", packed(&two.clusters))
+        .await;
+    let sub = script.next(ResourceType::Endpoint).await;
+    assert_eq!(sub.resource_names, ["cache", "extra"]);
+    // The server answers with the old assignment only, then with both.
+    let eds2 = script
+        .push(ResourceType::Endpoint, "v2", packed(&good.endpoints))
+        .await;
+    let ack = script.answer_to(&eds2).await;
+    assert_eq!(
+        (ack.version_info.as_str(), &ack.error_detail),
+        ("v2", &None)
+    );
+    let early = script.drain(Duration::from_millis(300)).await;
+    assert!(
+        early.iter().all(|r| r.response_nonce != cds),
+        "CDS answered before the new cluster is warm: {early:?}"
+    );
+    let eds3 = script
+        .push(ResourceType::Endpoint, "v3", packed(&two.endpoints))
+        .await;
+    for a in script.answers_to(&[eds3, cds]).await {
+        assert_eq!(a.error_detail, None);
+    }
+    script.drain(Duration::from_millis(200)).await;
+    assert!(script.violations.is_empty(), "{:?}", script.violations);
+}
+
+/// One invalid cluster in a response: the valid ones are applied (a fresh sidecar listens),
+/// the NACK names the invalid one, and its last good version stays.
+#[tokio::test]
+async fn a_response_with_one_invalid_cluster_applies_the_rest() {
+    let mut script = scripted().await;
+    let mut lib = run_lib(script.url.clone(), "partial", None, Box::new(|_| None));
+    script.next(ResourceType::Cluster).await;
+    let good = parse_yaml(&base("127.0.0.1:7001")).expect("valid");
+    let mut broken = good.clusters[0].clone();
+    broken.name = "broken".into();
+    broken.health_checks = vec![HealthCheck::default()];
+    let mut clusters = good.clusters.clone();
+    clusters.push(broken.clone());
+    let cds = script
+        .push(ResourceType::Cluster, "v1", packed(&clusters))
+        .await;
+    let lds = script
+        .push(ResourceType::Listener, "v1", packed(&good.listeners))
+        .await;
+    let eds = script
+        .push(ResourceType::Endpoint, "v1", packed(&good.endpoints))
+        .await;
+    let answers = script.answers_to(&[cds, lds, eds]).await;
+    let nack = answers[0].error_detail.as_ref().expect("CDS NACKed");
+    assert_eq!(
+        nack.message,
+        "cluster \"broken\": health_checks: not supported by respway"
+    );
+    assert_eq!(answers[0].version_info, "", "CDS v1 is not ACKed");
+    assert_eq!(
+        (answers[1].version_info.as_str(), &answers[1].error_detail),
+        ("v1", &None)
+    );
+    let s = lib
+        .until("the valid part applied", |s| s.applies == 1)
+        .await;
+    assert!(s.last_nack.is_some());
+    let applied = lib.applied().pop().expect("applied");
+    assert_eq!(applied.listeners.len(), 1, "the sidecar listens");
+    assert_eq!(applied.clusters.len(), 1);
+    assert_eq!(applied.clusters[0].name, "cache");
+
+    // A later response breaks `cache` and changes a listener: `cache` keeps its last good
+    // version, the listener change applies.
+    let mut bad_cache = good.clusters[0].clone();
+    bad_cache.health_checks = vec![HealthCheck::default()];
+    let cds2 = script
+        .push(ResourceType::Cluster, "v2", packed(&[bad_cache]))
+        .await;
+    let nack = script.answer_to(&cds2).await;
+    assert_eq!(nack.version_info, "", "still nothing of CDS ACKed");
+    assert_eq!(
+        nack.error_detail.expect("NACK").message,
+        "cluster \"cache\": health_checks: not supported by respway"
+    );
+    let moved = parse_yaml(&base("127.0.0.1:7001").replace("16380", "16390")).expect("valid");
+    let mut renamed = moved.listeners[0].clone();
+    renamed.name = "second".into();
+    let lds2 = script
+        .push(
+            ResourceType::Listener,
+            "v2",
+            packed(&[good.listeners[0].clone(), renamed]),
+        )
+        .await;
+    let ack = script.answer_to(&lds2).await;
+    assert_eq!(
+        (ack.version_info.as_str(), &ack.error_detail),
+        ("v2", &None)
+    );
+    lib.until("the listener change", |s| s.applies == 2).await;
+    let applied = lib.applied().pop().expect("applied");
+    assert_eq!(applied.listeners.len(), 2);
+    assert_eq!(
+        applied.clusters,
+        vec![good.clusters[0].clone()],
+        "last good cache"
+    );
+    assert!(script.violations.is_empty(), "{:?}", script.violations);
+}
+
+/// A cluster whose assignment never comes holds only what depends on it: a change to
+/// another listener in the same LDS response applies at once (well within the warm
+/// timeout); after the timeout the held updates are NACKed with what they wait for.
+#[tokio::test]
+async fn a_warming_cluster_holds_only_what_depends_on_it() {
+    let mut script = scripted().await;
+    let mut lib = run_lib(script.url.clone(), "warming", None, Box::new(|_| None));
+    let good = base_applied(&mut script, &mut lib).await;
+    let two = parse_yaml(&format!(
+        "{}  - name: slow\n    shards:\n      - endpoints: [{{ address: 127.0.0.1:7002 }}]\n",
+        base("127.0.0.1:7001")
+    ))
+    .expect("valid");
+    let cds = script
+        .push(ResourceType::Cluster, "v2", packed(&two.clusters))
+        .await;
+    // main now has another op_timeout; a new listener routes to the warming cluster.
+    let faster = parse_yaml(
+        &base("127.0.0.1:7001").replace("    routes:", "    op_timeout: 77ms\n    routes:"),
+    )
+    .expect("valid");
+    let slow_listener = parse_yaml(
+        "listeners:\n  - name: waits\n    address: 127.0.0.1:16391\n    routes: { catch_all: slow }\nclusters:\n  - name: slow\n    shards:\n      - endpoints: [{ address: 127.0.0.1:7002 }]\n",
+    )
+    .expect("valid")
+    .listeners;
+    let started = Instant::now();
+    let lds = script
+        .push(
+            ResourceType::Listener,
+            "v2",
+            packed(&[faster.listeners[0].clone(), slow_listener[0].clone()]),
+        )
+        .await;
+    lib.until("main's change", |s| s.applies == 2).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    let applied = lib.applied().pop().expect("applied");
+    let config = translate(&applied).expect("valid");
+    assert_eq!(
+        config.listeners.len(),
+        1,
+        "the waiting listener is not applied"
+    );
+    assert_eq!(config.listeners[0].op_timeout, Duration::from_millis(77));
+    // After warm_timeout (2 s here) both held updates are NACKed with what they wait for.
+    let answers = script.answers_to(&[cds, lds]).await;
+    assert_eq!(
+        answers[0].error_detail.as_ref().expect("CDS NACK").message,
+        "cluster \"slow\": no ClusterLoadAssignment for \"slow\""
+    );
+    assert_eq!(
+        answers[1].error_detail.as_ref().expect("LDS NACK").message,
+        "listener \"waits\": waits for cluster(s) slow"
+    );
+    let _ = good;
+    assert!(script.violations.is_empty(), "{:?}", script.violations);
 }
