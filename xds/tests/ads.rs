@@ -516,7 +516,11 @@ struct Lib {
 type FailFn = Box<dyn Fn(&Resources) -> Option<String> + Send>;
 
 fn run_lib(server: String, node: &str, zone: Option<&str>, fail: FailFn) -> Lib {
-    let mut cfg = AdsClientConfig::new(server, node);
+    run_lib_on(vec![server], node, zone, fail)
+}
+
+fn run_lib_on(servers: Vec<String>, node: &str, zone: Option<&str>, fail: FailFn) -> Lib {
+    let mut cfg = AdsClientConfig::with_servers(servers, node);
     cfg.zone = zone.map(str::to_string);
     cfg.backoff_min = Duration::from_millis(20);
     cfg.backoff_max = Duration::from_millis(200);
@@ -760,6 +764,70 @@ async fn two_servers_over_one_directory_serve_the_same_versions() {
     assert_ne!(pa.version_info, va.versions[1]);
     a.stop().await;
     b.stop().await;
+}
+
+#[tokio::test]
+async fn client_fails_over_to_the_next_server_and_stays_there() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("base.yaml");
+    std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
+    let a = start(dir.path()).await;
+    let b = start(dir.path()).await;
+    let a_addr = a.grpc;
+    let v1 = a.served("twin", None);
+    assert_eq!(b.served("twin", None), v1);
+    let mut lib = run_lib_on(vec![a.url(), b.url()], "twin", None, Box::new(|_| None));
+    let s = lib
+        .until("the first apply", |s| s.applies == 1 && versions(s, &v1))
+        .await;
+    assert_eq!(s.server.as_deref(), Some(a.url().as_str()));
+    assert!(b.node("twin").is_none(), "one server at a time");
+
+    // The active server goes away: the next one at once, same versions, nothing re-applied.
+    let b_url = b.url();
+    a.stop().await;
+    lib.until("the stream to b", |s| {
+        s.connected && s.server.as_deref() == Some(b_url.as_str())
+    })
+    .await;
+    eventually("the ACKs to b", || {
+        b.node("twin").is_some_and(|n| all_acked(&n, &v1))
+    })
+    .await;
+    assert_eq!(lib.status.borrow().applies, 1, "same content, no re-apply");
+
+    // The next edit comes through b.
+    std::fs::write(&file, base("127.0.0.1:7002")).expect("write");
+    let s = lib.until("the edit", |s| s.applies == 2).await;
+    assert_eq!(
+        s.applied_versions[ENDPOINT_TYPE_URL],
+        b.served("twin", None)[1]
+    );
+    assert_eq!(
+        endpoint_address(&lib.applied()[1].endpoints[0]),
+        "127.0.0.1:7002"
+    );
+
+    // The first server comes back: the client stays on b.
+    let a = start_on(dir.path(), a_addr).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(a.node("twin").is_none(), "no moving back");
+    assert_eq!(lib.status.borrow().server.as_deref(), Some(b_url.as_str()));
+
+    // b goes away too: back to a, which has the same files.
+    b.stop().await;
+    let a_url = a.url();
+    lib.until("the stream to a", |s| {
+        s.connected && s.server.as_deref() == Some(a_url.as_str())
+    })
+    .await;
+    let v2 = a.served("twin", None);
+    eventually("the ACKs to a", || {
+        a.node("twin").is_some_and(|n| all_acked(&n, &v2))
+    })
+    .await;
+    assert_eq!(lib.status.borrow().applies, 2);
+    a.stop().await;
 }
 
 #[tokio::test]
