@@ -4,6 +4,8 @@
 //! ```yaml
 //! node: { id: sidecar-1, zone: z1 }       # id required with xds
 //! xds: { server: "http://127.0.0.1:18000" } # optional: the ADS management server
+//! # or several, tried in order (failover: see respway_xds::client):
+//! # xds: { servers: ["http://10.0.1.5:18000", "http://10.0.2.5:18000"] }
 //! static_resources:                       # optional: the same schema as --config
 //!   listeners: [...]
 //!   clusters: [...]
@@ -23,8 +25,9 @@ pub struct Bootstrap {
     pub node_id: Option<String>,
     /// `node.zone`.
     pub zone: Option<String>,
-    /// `xds.server`.
-    pub xds_server: Option<String>,
+    /// `xds.server`, or the list `xds.servers`: the management servers in order; empty
+    /// without xDS.
+    pub xds_servers: Vec<String>,
     /// `static_resources`, translated.
     pub static_config: Option<Config>,
 }
@@ -59,7 +62,7 @@ impl Bootstrap {
         let mut b = Bootstrap {
             node_id: None,
             zone: None,
-            xds_server: None,
+            xds_servers: Vec::new(),
             static_config: None,
         };
         let string = |v: &Value, field: &str, errors: &mut Vec<String>| match v {
@@ -87,11 +90,39 @@ impl Bootstrap {
                 },
                 Some("xds") => match v {
                     Value::Mapping(m) => {
+                        if m.contains_key("server") && m.contains_key("servers") {
+                            errors.push(
+                                "xds: give either server (one) or servers (a list), not both"
+                                    .into(),
+                            );
+                        }
                         for (xk, xv) in m {
                             match xk.as_str() {
                                 Some("server") => {
-                                    b.xds_server = string(xv, "xds.server", &mut errors)
+                                    b.xds_servers.extend(string(xv, "xds.server", &mut errors));
                                 }
+                                Some("servers") => match xv {
+                                    Value::Sequence(list) if !list.is_empty() => {
+                                        for (i, s) in list.iter().enumerate() {
+                                            let field = format!("xds.servers[{i}]");
+                                            match string(s, &field, &mut errors) {
+                                                Some(s) if b.xds_servers.contains(&s) => errors
+                                                    .push(format!(
+                                                        "{field}: {s:?} is listed twice"
+                                                    )),
+                                                Some(s) => b.xds_servers.push(s),
+                                                None if s.is_null() => errors.push(format!(
+                                                    "{field}: must be a non-empty string"
+                                                )),
+                                                None => {}
+                                            }
+                                        }
+                                    }
+                                    _ => errors.push(
+                                        "xds.servers: must be a non-empty list of server addresses"
+                                            .into(),
+                                    ),
+                                },
                                 other => errors
                                     .push(format!("xds.{}: unknown field", other.unwrap_or("?"))),
                             }
@@ -129,10 +160,10 @@ impl Bootstrap {
                 other => errors.push(format!("{}: unknown field", other.unwrap_or("?"))),
             }
         }
-        if b.xds_server.is_some() && b.node_id.is_none() {
+        if !b.xds_servers.is_empty() && b.node_id.is_none() {
             errors.push("node.id: required when xds.server is set".into());
         }
-        if b.xds_server.is_none() && b.static_config.is_none() {
+        if b.xds_servers.is_empty() && b.static_config.is_none() {
             errors.push("static_resources: required when there is no xds.server".into());
         }
         if errors.is_empty() {
@@ -157,6 +188,31 @@ mod tests {
         );
         let err = Bootstrap::parse("xds: { server: \"http://127.0.0.1:1\" }\n").unwrap_err();
         assert_eq!(err, "node.id: required when xds.server is set");
+    }
+
+    #[test]
+    fn one_server_or_a_list() {
+        let b =
+            Bootstrap::parse("node: { id: a }\nxds: { server: \"http://127.0.0.1:1\" }\n").unwrap();
+        assert_eq!(b.xds_servers, ["http://127.0.0.1:1"]);
+        let b = Bootstrap::parse(
+            "node: { id: a }\nxds:\n  servers: [\"http://10.0.1.5:18000\", \"10.0.2.5:18000\"]\n",
+        )
+        .unwrap();
+        assert_eq!(b.xds_servers, ["http://10.0.1.5:18000", "10.0.2.5:18000"]);
+        let err = Bootstrap::parse(
+            "node: { id: a }\nxds: { server: \"http://a:1\", servers: [\"http://a:1\", \"\", 3, \"http://a:1\"] }\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "xds: give either server (one) or servers (a list), not both\nxds.servers[0]: \"http://a:1\" is listed twice\nxds.servers[1]: must be a non-empty string\nxds.servers[2]: must be a non-empty string\nxds.servers[3]: \"http://a:1\" is listed twice"
+        );
+        let err = Bootstrap::parse("node: { id: a }\nxds: { servers: [] }\n").unwrap_err();
+        assert_eq!(
+            err,
+            "xds.servers: must be a non-empty list of server addresses\nstatic_resources: required when there is no xds.server"
+        );
     }
 
     #[test]

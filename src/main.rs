@@ -289,12 +289,13 @@ async fn run(
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Config>();
     let xds = bootstrap
         .as_ref()
-        .and_then(|b| Some((b.xds_server.clone()?, b.node_id.clone()?)));
+        .filter(|b| !b.xds_servers.is_empty())
+        .and_then(|b| Some((b.xds_servers.clone(), b.node_id.clone()?)));
     let start_xds = |first_tx: Option<tokio::sync::oneshot::Sender<Config>>| {
-        let Some((server, node_id)) = xds.clone() else {
+        let Some((servers, node_id)) = xds.clone() else {
             return;
         };
-        let mut cfg = respway_xds::client::AdsClientConfig::new(server, node_id);
+        let mut cfg = respway_xds::client::AdsClientConfig::with_servers(servers, node_id);
         cfg.zone = zone.clone();
         cfg.backoff_min = Duration::from_millis(100);
         cfg.backoff_max = Duration::from_secs(5);

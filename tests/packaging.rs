@@ -692,22 +692,25 @@ fn kubernetes_manifests_match_respway() {
                     let file = dir.join(path.strip_prefix(&format!("{mount}/")).unwrap());
                     let b = respway::bootstrap::Bootstrap::load(&file)
                         .unwrap_or_else(|e| panic!("{what}: bootstrap: {e}"));
-                    let server = b.xds_server.expect("xds.server");
-                    // http://NAME:PORT: a Service of these manifests.
-                    let hostport = server.strip_prefix("http://").expect("http:// (h2c)");
-                    let (host, port) = hostport.rsplit_once(':').expect("host:port");
-                    let port: u64 = port.trim_end_matches('/').parse().expect("port");
-                    assert!(
-                        services
-                            .iter()
-                            .any(|svc| s(svc, &["metadata", "name"]) == Some(host)
-                                && seq(svc, &["spec", "ports"])
-                                    .iter()
-                                    .any(
-                                        |p| get(p, &["port"]).and_then(Value::as_u64) == Some(port)
-                                    )),
-                        "{what}: xds.server {server}: no Service {host} with port {port}"
-                    );
+                    assert!(!b.xds_servers.is_empty(), "{what}: xds.server");
+                    for server in &b.xds_servers {
+                        // http://NAME:PORT: a Service of these manifests.
+                        let hostport = server.strip_prefix("http://").expect("http:// (h2c)");
+                        let (host, port) = hostport.rsplit_once(':').expect("host:port");
+                        let port: u64 = port.trim_end_matches('/').parse().expect("port");
+                        assert!(
+                            services
+                                .iter()
+                                .any(|svc| s(svc, &["metadata", "name"]) == Some(host)
+                                    && seq(svc, &["spec", "ports"]).iter().any(|p| get(
+                                        p,
+                                        &["port"]
+                                    )
+                                    .and_then(Value::as_u64)
+                                        == Some(port))),
+                            "{what}: xds.server {server}: no Service {host} with port {port}"
+                        );
+                    }
                     node_ids.push(b.node_id.expect("node.id"));
                 } else {
                     panic!("{what}: neither --config nor --bootstrap");

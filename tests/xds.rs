@@ -244,3 +244,127 @@ fn sidecar_without_static_resources_waits_for_xds_and_restarts_from_bootstrap() 
     assert_eq!(v, "v");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `respway_config_changes_total{source="xds",outcome="applied"}` of a sidecar's admin endpoint.
+fn xds_applies(admin: SocketAddr) -> u64 {
+    let (status, body) = http_get(admin, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix("respway_config_changes_total{source=\"xds\",outcome=\"applied\"} ")
+        })
+        .map_or(0, |n| n.trim().parse().expect("a count"))
+}
+
+/// Whether `m` has `node` connected now.
+fn connected(m: &MgmtProc, node: &str) -> bool {
+    m.status().nodes.iter().any(|n| n.id == node && n.connected)
+}
+
+#[test]
+fn sidecar_fails_over_between_two_management_servers_under_load() {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let shadow = redis();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
+    let (port, admin_port) = (free_port(), free_port());
+    let grpc = [free_port(), free_port()];
+    let dir = std::env::temp_dir().join(format!("respway-xds-failover-{port}"));
+    let res = dir.join("resources");
+    std::fs::create_dir_all(&res).unwrap();
+    let initial = resources(port, &addrs, shadow.addr, 0);
+    save(&res, "main.yaml", &initial);
+    // Two stateless servers over one directory, as a control plane spread over zones runs.
+    let mut mgmt: Vec<Option<MgmtProc>> = grpc
+        .iter()
+        .map(|g| Some(MgmtProc::start(&res, *g)))
+        .collect();
+    let boot = dir.join("bootstrap.yaml");
+    let mut y = format!(
+        "node: {{ id: sidecar-1, zone: z1 }}\nxds:\n  servers: [\"http://127.0.0.1:{}\", \"127.0.0.1:{}\"]\nstatic_resources:\n",
+        grpc[0], grpc[1]
+    );
+    for l in initial.lines() {
+        y.push_str(&format!("  {l}\n"));
+    }
+    std::fs::write(&boot, y).unwrap();
+    let admin = loopback(admin_port);
+    let respway = Spawn::new(env!("CARGO_BIN_EXE_respway"))
+        .args([
+            "--bootstrap",
+            boot.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--admin",
+            &admin.to_string(),
+        ])
+        .env("RUST_LOG", "warn")
+        .on_port(port)
+        .start();
+    // The first server listed is the one used; the other has not heard of the sidecar.
+    wait_acked(mgmt[0].as_ref().unwrap(), "sidecar-1", 1);
+    assert!(!connected(mgmt[1].as_ref().unwrap(), "sidecar-1"));
+    wait_port(admin, "the sidecar's admin endpoint");
+    assert_eq!(xds_applies(admin), 1, "the first xDS configuration");
+    let versions = |m: &MgmtProc| -> Vec<Option<String>> {
+        let s = m.status();
+        let n = s.nodes.into_iter().find(|n| n.id == "sidecar-1").unwrap();
+        n.types.into_values().map(|t| t.acked).collect()
+    };
+    let acked_on_first = versions(mgmt[0].as_ref().unwrap());
+
+    let load = set_get_load(respway.addr, 4, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(500));
+
+    // The active server goes away under load: the sidecar moves to the other one at once, which
+    // sends the same versions (content hashes), so the sidecar ACKs without re-applying.
+    let killed = Instant::now();
+    mgmt[0].take().unwrap().stop();
+    let other = mgmt[1].as_ref().unwrap();
+    wait_acked(other, "sidecar-1", 1);
+    let took = killed.elapsed();
+    eprintln!("xDS failover: ACKed on the other server {took:?} after the first one stopped");
+    assert!(took < Duration::from_secs(5), "failover took {took:?}");
+    assert_eq!(versions(other), acked_on_first, "the same versions");
+    assert_eq!(
+        xds_applies(admin),
+        1,
+        "the same content is not applied again"
+    );
+
+    // The next edit (step 2: a prefix route to the shadow cluster, no hot-key rule) arrives
+    // through the other server and is applied.
+    save(&res, "main.yaml", &resources(port, &addrs, shadow.addr, 2));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while versions(other) == acked_on_first {
+        assert!(Instant::now() < deadline, "the edit was not ACKed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_acked(other, "sidecar-1", 2);
+    // (CDS and LDS both changed: each response may be its own apply.)
+    assert!(xds_applies(admin) > 1, "the edit is applied");
+    let mut c = sync_client(respway.addr);
+    let _: () = redis::cmd("SET")
+        .arg("side:failover")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    let mut direct = sync_client(shadow.addr);
+    let got: Option<String> = redis::cmd("GET")
+        .arg("side:failover")
+        .query(&mut direct)
+        .unwrap();
+    assert_eq!(got.as_deref(), Some("1"), "the new route is in effect");
+
+    // The first server comes back: the sidecar stays where it is (no flapping back).
+    let back = MgmtProc::start(&res, grpc[0]);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(!connected(&back, "sidecar-1"));
+    assert!(connected(mgmt[1].as_ref().unwrap(), "sidecar-1"));
+
+    let n = load.finish();
+    assert!(n > 200, "only {n} round trips");
+    drop(back);
+    drop(mgmt);
+    drop(respway);
+    let _ = std::fs::remove_dir_all(&dir);
+}

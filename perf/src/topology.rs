@@ -898,7 +898,20 @@ async fn push_and_wait(
             .await
             .map_err(|e| Error::Run(e.to_string()))
     };
-    let before = status().await?.version;
+    let before_status = status().await?;
+    let before = before_status.version;
+    // `version_info` is a content hash: the push shows as a type sent something new.
+    let sent_before: std::collections::BTreeMap<String, Option<String>> = before_status
+        .nodes
+        .iter()
+        .find(|n| n.id == x.node)
+        .map(|n| {
+            n.types
+                .iter()
+                .map(|(url, t)| (url.clone(), t.sent.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
     let version = admin::apply(&addr, XDS_FILE, &text)
         .await
         .map_err(|e| Error::Run(format!("{}: push refused: {e}", x.node)))?;
@@ -919,7 +932,10 @@ async fn push_and_wait(
                     x.node, nack.message
                 )));
             }
-            let sent_new = n.types.values().any(|t| t.sent.as_deref() == Some(&want));
+            let sent_new = n
+                .types
+                .iter()
+                .any(|(url, t)| t.sent.is_some() && sent_before.get(url) != Some(&t.sent));
             if n.connected && sent_new && n.types.values().all(|t| t.acked == t.sent) {
                 return Ok(PushOutcome {
                     version,

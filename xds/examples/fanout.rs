@@ -141,7 +141,10 @@ fn mib(kib: u64) -> String {
 }
 
 /// One simulated client: the SotW handshake, then ACK everything; reports `(client, version,
-/// when)` each time it holds one version of all three types.
+/// when)` each time it holds one version of all three types. `version_info` is a content hash,
+/// so a type's version here counts the distinct versions it received (1 at the initial sync);
+/// every round changes all three types, so after round `r` each type's count is the server's
+/// generation `r + 1`.
 async fn client(
     id: usize,
     grpc: SocketAddr,
@@ -180,16 +183,19 @@ async fn client(
     drop(permit);
     let mut eds_names: Vec<String> = Vec::new();
     let mut versions = [0u64; 3];
+    let mut last: [String; 3] = Default::default();
     let mut reported = 0;
     while let Ok(Some(resp)) = inbound.message().await {
         let at = Instant::now();
-        let v: u64 = resp.version_info.parse().unwrap_or(0);
         let i = match resp.type_url.as_str() {
             CLUSTER_TYPE_URL => 0,
             ENDPOINT_TYPE_URL => 1,
             _ => 2,
         };
-        versions[i] = v;
+        if resp.version_info != last[i] {
+            last[i] = resp.version_info.clone();
+            versions[i] += 1;
+        }
         let mut names = Vec::new();
         if i == 0 {
             let wanted: Vec<String> = resp

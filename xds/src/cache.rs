@@ -27,9 +27,15 @@
 //! none) and a named zone (or none). A file that does not parse keeps its previous good
 //! version in the snapshot (or stays out, if it never had one) and is reported; a merged
 //! snapshot that fails translation for any node rejects the whole change, reported, and the
-//! previous snapshot stays. Each committed change gets the next version number (1, 2, ...);
-//! within it, each node's resources of one type keep the version at which they last changed,
-//! so `version_info` moves only for types whose content moved.
+//! previous snapshot stays.
+//!
+//! Each committed change gets this server's next generation number ([`Snapshot::version`]:
+//! 1, 2, ..., shown by the admin endpoint; it counts this process's commits and is never sent
+//! to sidecars). The `version_info` of a node's resources of one type is a hash of their
+//! content ([`content_version`]): it moves only for types whose content moved, and two
+//! servers serving the same directory (or one server before and after a restart) give the same
+//! `version_info` for the same content, so a sidecar that fails over from one to the other
+//! reports a version the other recognizes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -162,7 +168,7 @@ impl LoadedFile {
 /// `name`, an assignment's `cluster_name`), packed as `Any`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TypeResources {
-    /// The `version_info` sent with them: the snapshot version at which they last changed.
+    /// The `version_info` sent with them: [`content_version`] of `resources`.
     pub version: String,
     /// The resources by name.
     pub resources: BTreeMap<String, Any>,
@@ -183,7 +189,6 @@ impl NodeSnapshot {
     fn from_resources(
         r: &Resources,
         previous: Option<&NodeSnapshot>,
-        version: u64,
         interner: &mut Interner,
     ) -> Self {
         fn packed<T: Message + Name + Default + PartialEq>(
@@ -191,7 +196,6 @@ impl NodeSnapshot {
             items: &[T],
             name: impl Fn(&T) -> &str,
             previous: Option<&Arc<TypeResources>>,
-            version: u64,
             interner: &mut Interner,
         ) -> Arc<TypeResources> {
             let resources: BTreeMap<String, Any> = items
@@ -201,7 +205,7 @@ impl NodeSnapshot {
             match previous {
                 Some(prev) if prev.resources == resources => prev.clone(),
                 _ => Arc::new(TypeResources {
-                    version: version.to_string(),
+                    version: content_version(t, &resources),
                     resources,
                 }),
             }
@@ -213,7 +217,6 @@ impl NodeSnapshot {
                 &r.clusters,
                 |c| &c.name,
                 prev(ResourceType::Cluster),
-                version,
                 interner,
             ),
             packed(
@@ -221,7 +224,6 @@ impl NodeSnapshot {
                 &r.endpoints,
                 |e| &e.cluster_name,
                 prev(ResourceType::Endpoint),
-                version,
                 interner,
             ),
             packed(
@@ -229,11 +231,190 @@ impl NodeSnapshot {
                 &r.listeners,
                 |l| &l.name,
                 prev(ResourceType::Listener),
-                version,
                 interner,
             ),
         ];
         NodeSnapshot { types }
+    }
+}
+
+// === Content versions ===
+
+/// The `version_info` of resources of type `t`: 16 hex digits of an xxh64 hash of their
+/// names and content, the same in every process for the same content.
+///
+/// Protobuf maps (endpoint metadata, a cluster's `typed_extension_protocol_options`) encode in
+/// no fixed order, so the hash is not taken over the packed bytes but over a canonical form:
+/// each resource decoded, its map fields taken out and written sorted by key, the rest
+/// encoded as usual (respway's resources have no other maps). A resource that does not decode
+/// as `t` is hashed as its bytes.
+///
+/// A 64-bit hash may collide; nothing relies on it not to: the server decides what to push by
+/// comparing content, and the client compares content with what it applied.
+pub fn content_version(t: ResourceType, resources: &BTreeMap<String, Any>) -> String {
+    let mut c = Canonical::default();
+    c.bytes(t.type_url().as_bytes());
+    for (name, any) in resources {
+        c.bytes(name.as_bytes());
+        c.bytes(any.type_url.as_bytes());
+        c.resource(t, &any.value);
+    }
+    format!("{:016x}", xxhash_rust::xxh64::xxh64(&c.out, 0))
+}
+
+/// A canonical, self-delimiting byte form of resources (see [`content_version`]).
+#[derive(Default)]
+struct Canonical {
+    out: Vec<u8>,
+}
+
+impl Canonical {
+    fn bytes(&mut self, b: &[u8]) {
+        self.out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        self.out.extend_from_slice(b);
+    }
+
+    fn tag(&mut self, tag: u8) {
+        self.out.push(tag);
+    }
+
+    fn message(&mut self, m: &impl Message) {
+        self.bytes(&m.encode_to_vec());
+    }
+
+    fn resource(&mut self, t: ResourceType, value: &[u8]) {
+        use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+        use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+        use envoy_types::pb::envoy::config::listener::v3::Listener;
+        match t {
+            ResourceType::Cluster => match Cluster::decode(value) {
+                Ok(mut c) => {
+                    self.tag(1);
+                    let options = std::mem::take(&mut c.typed_extension_protocol_options);
+                    let metadata = c.metadata.take();
+                    self.message(&c);
+                    self.any_map(&options);
+                    self.metadata(metadata.as_ref());
+                }
+                Err(_) => self.raw(value),
+            },
+            ResourceType::Endpoint => match ClusterLoadAssignment::decode(value) {
+                Ok(mut a) => {
+                    self.tag(1);
+                    let named = std::mem::take(&mut a.named_endpoints);
+                    // In structure order, which the encoded rest pins down.
+                    let mut metadata = Vec::new();
+                    for l in &mut a.endpoints {
+                        metadata.push(l.metadata.take());
+                        for e in &mut l.lb_endpoints {
+                            metadata.push(e.metadata.take());
+                        }
+                    }
+                    self.message(&a);
+                    for m in &metadata {
+                        self.metadata(m.as_ref());
+                    }
+                    let named: BTreeMap<&String, _> = named.iter().collect();
+                    self.bytes(&(named.len() as u64).to_le_bytes());
+                    for (k, e) in named {
+                        self.bytes(k.as_bytes());
+                        self.message(e);
+                    }
+                }
+                Err(_) => self.raw(value),
+            },
+            ResourceType::Listener => match Listener::decode(value) {
+                Ok(mut l) => {
+                    self.tag(1);
+                    let mut metadata = vec![l.metadata.take()];
+                    for f in l
+                        .filter_chains
+                        .iter_mut()
+                        .chain(&mut l.default_filter_chain)
+                    {
+                        metadata.push(f.metadata.take());
+                    }
+                    self.message(&l);
+                    for m in &metadata {
+                        self.metadata(m.as_ref());
+                    }
+                }
+                Err(_) => self.raw(value),
+            },
+        }
+    }
+
+    fn raw(&mut self, value: &[u8]) {
+        self.tag(0);
+        self.bytes(value);
+    }
+
+    fn any_map(&mut self, map: &HashMap<String, Any>) {
+        let sorted: BTreeMap<&String, &Any> = map.iter().collect();
+        self.bytes(&(sorted.len() as u64).to_le_bytes());
+        for (k, v) in sorted {
+            self.bytes(k.as_bytes());
+            self.bytes(v.type_url.as_bytes());
+            self.bytes(&v.value);
+        }
+    }
+
+    fn metadata(&mut self, m: Option<&envoy_types::pb::envoy::config::core::v3::Metadata>) {
+        let Some(m) = m else {
+            self.tag(0);
+            return;
+        };
+        self.tag(1);
+        let sorted: BTreeMap<&String, _> = m.filter_metadata.iter().collect();
+        self.bytes(&(sorted.len() as u64).to_le_bytes());
+        for (k, s) in sorted {
+            self.bytes(k.as_bytes());
+            self.structure(s);
+        }
+        self.any_map(&m.typed_filter_metadata);
+    }
+
+    fn structure(&mut self, s: &envoy_types::pb::google::protobuf::Struct) {
+        let sorted: BTreeMap<&String, _> = s.fields.iter().collect();
+        self.bytes(&(sorted.len() as u64).to_le_bytes());
+        for (k, v) in sorted {
+            self.bytes(k.as_bytes());
+            self.value(v);
+        }
+    }
+
+    fn value(&mut self, v: &envoy_types::pb::google::protobuf::Value) {
+        use envoy_types::pb::google::protobuf::value::Kind;
+        match &v.kind {
+            None => self.tag(0),
+            Some(Kind::NullValue(n)) => {
+                self.tag(1);
+                self.bytes(&n.to_le_bytes());
+            }
+            Some(Kind::NumberValue(n)) => {
+                self.tag(2);
+                self.bytes(&n.to_bits().to_le_bytes());
+            }
+            Some(Kind::StringValue(s)) => {
+                self.tag(3);
+                self.bytes(s.as_bytes());
+            }
+            Some(Kind::BoolValue(b)) => {
+                self.tag(4);
+                self.bytes(&[u8::from(*b)]);
+            }
+            Some(Kind::StructValue(s)) => {
+                self.tag(5);
+                self.structure(s);
+            }
+            Some(Kind::ListValue(l)) => {
+                self.tag(6);
+                self.bytes(&(l.values.len() as u64).to_le_bytes());
+                for v in &l.values {
+                    self.value(v);
+                }
+            }
+        }
     }
 }
 
@@ -292,7 +473,9 @@ type ClassKey = Vec<(String, Level)>;
 /// snapshot of every class of nodes.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    /// The version: 0 before any file was loaded, then 1, 2, ... per committed change.
+    /// This server's generation: 0 before any file was loaded, then 1, 2, ... per committed
+    /// change. Local to the process (another server over the same directory, or this one after
+    /// a restart, counts its own); the `version_info` sent is [`TypeResources::version`].
     pub version: u64,
     files: Vec<Arc<LoadedFile>>,
     nodes: HashMap<ClassKey, Arc<NodeSnapshot>>,
@@ -332,8 +515,8 @@ fn describe_class(id: Option<&str>, zone: Option<&str>, any_zone_named: bool) ->
     }
 }
 
-/// Builds the snapshot of every class of nodes from `files`, carrying unchanged per-type
-/// versions over from `previous`. Errors name the file, resource and field, and the nodes
+/// Builds the snapshot of every class of nodes from `files` as generation `version`, sharing
+/// unchanged per-type resources with `previous`. Errors name the file, resource and field, and the nodes
 /// whose merged snapshot has them.
 fn build(
     files: Vec<Arc<LoadedFile>>,
@@ -374,7 +557,7 @@ fn build(
         match merge(&files, &key) {
             Ok(resources) => {
                 let prev = previous.nodes.get(&key).map(|n| n.as_ref());
-                let snap = NodeSnapshot::from_resources(&resources, prev, version, &mut interner);
+                let snap = NodeSnapshot::from_resources(&resources, prev, &mut interner);
                 nodes.insert(key, Arc::new(snap));
             }
             Err(errs) => {
@@ -885,7 +1068,12 @@ clusters:
         let a = snap.for_node("a", None).expect("snapshot");
         let b = snap.for_node("b", Some("z9")).expect("snapshot");
         assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(a.get(ResourceType::Listener).version, "1");
+        let listeners = a.get(ResourceType::Listener);
+        assert_eq!(
+            listeners.version,
+            content_version(ResourceType::Listener, &listeners.resources)
+        );
+        assert_eq!(listeners.version.len(), 16);
         assert_eq!(
             a.get(ResourceType::Cluster)
                 .resources
@@ -999,12 +1187,112 @@ listeners:
     fn versions_move_only_for_changed_types() {
         let (d, cache) = dir_with(&[("base.yaml", BASE)]);
         cache.reload();
+        let before = versions(&cache, "a", None);
         std::fs::write(d.path().join("base.yaml"), BASE.replace("7001", "7002")).expect("write");
         assert_eq!(cache.reload().committed, Some(2));
-        let snap = cache.snapshot().for_node("a", None).expect("snapshot");
-        assert_eq!(snap.get(ResourceType::Endpoint).version, "2");
-        assert_eq!(snap.get(ResourceType::Cluster).version, "1");
-        assert_eq!(snap.get(ResourceType::Listener).version, "1");
+        let after = versions(&cache, "a", None);
+        assert_ne!(after[1], before[1], "EDS moved");
+        assert_eq!(after[0], before[0], "CDS did not");
+        assert_eq!(after[2], before[2], "LDS did not");
+    }
+
+    /// CDS, EDS and LDS `version_info` for node `id` in `zone`.
+    fn versions(cache: &Cache, id: &str, zone: Option<&str>) -> [String; 3] {
+        let snap = cache.snapshot().for_node(id, zone).expect("snapshot");
+        ResourceType::PUSH_ORDER.map(|t| snap.get(t).version.clone())
+    }
+
+    #[test]
+    fn version_info_is_the_content_hash_in_every_server() {
+        let zone = "
+targets: { zones: [z1] }
+clusters:
+  - name: cache
+    shards:
+      - endpoints: [{ address: 127.0.0.1:7101 }]
+";
+        let (d, first) = dir_with(&[("base.yaml", BASE), ("z1.yaml", zone)]);
+        first.reload();
+        let original = versions(&first, "a", Some("z1"));
+        let other_zone = versions(&first, "a", None);
+        assert_ne!(original[1], other_zone[1], "different endpoints");
+        assert_eq!(original[2], other_zone[2], "the same listener");
+
+        // The first server sees an intermediate edit; a second one starts after it.
+        std::fs::write(d.path().join("z1.yaml"), zone.replace("7101", "7102")).expect("write");
+        assert_eq!(first.reload().committed, Some(2));
+        let second = Cache::new(d.path());
+        assert_eq!(second.reload().committed, Some(1));
+        for (id, z) in [("a", Some("z1")), ("a", None), ("b", Some("z9"))] {
+            assert_eq!(
+                versions(&first, id, z),
+                versions(&second, id, z),
+                "{id} in {z:?}"
+            );
+        }
+        let edited = versions(&second, "a", Some("z1"));
+        assert_ne!(edited[1], original[1], "changed content, changed version");
+        assert_eq!(edited[0], original[0]);
+
+        // Back to the original content: back to the original versions.
+        std::fs::write(d.path().join("z1.yaml"), zone).expect("write");
+        assert_eq!(first.reload().committed, Some(3));
+        assert_eq!(versions(&first, "a", Some("z1")), original);
+    }
+
+    #[test]
+    fn content_version_ignores_map_encoding_order() {
+        // Endpoint metadata (two namespaces, several fields) and a cluster's protocol options
+        // are protobuf maps: each fresh encoding may order them differently.
+        let text = "
+listeners:
+  - name: main
+    routes: { catch_all: cache }
+clusters:
+  - name: cache
+    hash: { policy: ketama }
+    shards:
+      - name: s0
+        hash_key: custom
+        endpoints:
+          - { address: 127.0.0.1:7001, role: primary, zone: z1 }
+          - { address: 127.0.0.1:7002, role: replica, zone: z2 }
+";
+        let resources = crate::parse_yaml(text).expect("valid");
+        let pack = |m: &dyn Fn() -> Vec<u8>| {
+            BTreeMap::from([(
+                "cache".to_string(),
+                Any {
+                    type_url: ResourceType::Endpoint.type_url().to_string(),
+                    value: m(),
+                },
+            )])
+        };
+        let mut encodings = BTreeSet::new();
+        let mut hashes = BTreeSet::new();
+        for _ in 0..32 {
+            // A fresh model → resources each time: fresh maps, fresh iteration orders.
+            let again = crate::to_resources(&crate::translate(&resources).expect("translates"));
+            let bytes = again.endpoints[0].encode_to_vec();
+            encodings.insert(bytes.clone());
+            hashes.insert(content_version(
+                ResourceType::Endpoint,
+                &pack(&|| bytes.clone()),
+            ));
+            let cluster = BTreeMap::from([(
+                "cache".to_string(),
+                Any {
+                    type_url: ResourceType::Cluster.type_url().to_string(),
+                    value: again.clusters[0].encode_to_vec(),
+                },
+            )]);
+            hashes.insert(content_version(ResourceType::Cluster, &cluster));
+        }
+        assert!(
+            encodings.len() > 1,
+            "the maps always encoded in one order; this test no longer shows anything"
+        );
+        assert_eq!(hashes.len(), 2, "one EDS and one CDS version: {hashes:?}");
     }
 
     #[test]

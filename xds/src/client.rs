@@ -1,5 +1,6 @@
 //! The sidecar's ADS client: state-of-the-world xDS over one
-//! `AggregatedDiscoveryService.StreamAggregatedResources` stream.
+//! `AggregatedDiscoveryService.StreamAggregatedResources` stream at a time, to one of a list of
+//! management servers.
 //!
 //! [`run`] connects, subscribes to LDS and CDS (wildcard) and to EDS for the assignments its
 //! clusters need, and hands each complete, valid set of resources to the caller's `apply`.
@@ -28,12 +29,18 @@
 //! - **Warm timeout.** A response still not wholly in use after `warm_timeout` is NACKed with
 //!   what it waits for (`cluster "x": no ClusterLoadAssignment for "x"`, `listener "l": waits
 //!   for cluster(s) x`); what it brought stays desired and applies if it warms later.
-//! - **Reconnect.** When the stream ends or cannot be opened, the client waits an exponential
-//!   backoff with full jitter (a random delay up to `backoff_min · 2^attempt`, capped at
-//!   `backoff_max`; reset after a stream that delivered a response) and reconnects on a new
-//!   connection, sending the accepted versions. Meanwhile the last applied config keeps
-//!   serving. A response equal to what is applied (e.g. from a restarted server) is ACKed
-//!   without calling `apply`.
+//! - **Reconnect and failover.** The client uses one server of `servers` at a time, starting
+//!   with the first. When its stream ends or cannot be opened, the client moves to the next
+//!   server in the list (round robin) and opens a new connection there at once, sending the
+//!   accepted versions; it stays on a server that works (no moving back to the first). Only
+//!   when every server has failed in turn since the last *healthy* stream (one that delivered a
+//!   response and stayed open at least `backoff_min`) does it wait, before the next round: an
+//!   exponential backoff with full jitter (a random delay up to `backoff_min · 2^round`,
+//!   capped at `backoff_max`; `backoff_max` when every failure of the round was a gRPC code
+//!   retrying will not fix soon, such as `UNIMPLEMENTED`). With one server that is a backoff
+//!   before every reconnect. Meanwhile the last applied config keeps serving. A response equal
+//!   to what is applied (from a restarted server, or another server over the same files) is
+//!   ACKed without calling `apply`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -66,9 +73,10 @@ const CODE_INTERNAL: i32 = 13;
 /// Where and who the client is, and how it retries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdsClientConfig {
-    /// The management server, e.g. `http://127.0.0.1:18000` (`http://` is added when no
-    /// scheme is given).
-    pub server: String,
+    /// The management servers, in order, e.g. `http://127.0.0.1:18000` (`http://` is added
+    /// when no scheme is given). One is used at a time; see the module docs for failover.
+    /// [`run`] returns at once when the list is empty.
+    pub servers: Vec<String>,
     /// `node.id`: the server picks this node's resources by it.
     pub node_id: String,
     /// `node.locality.zone`, sent to the server (which may target resources by zone) and set
@@ -87,8 +95,16 @@ impl AdsClientConfig {
     /// A config for node `node_id` of `server`, with no zone, backoff from 250 ms up to 30 s
     /// and a 15 s warming timeout.
     pub fn new(server: impl Into<String>, node_id: impl Into<String>) -> AdsClientConfig {
+        AdsClientConfig::with_servers([server], node_id)
+    }
+
+    /// Like [`AdsClientConfig::new`], with several management servers (tried in this order).
+    pub fn with_servers(
+        servers: impl IntoIterator<Item = impl Into<String>>,
+        node_id: impl Into<String>,
+    ) -> AdsClientConfig {
         AdsClientConfig {
-            server: server.into(),
+            servers: servers.into_iter().map(Into::into).collect(),
             node_id: node_id.into(),
             zone: None,
             backoff_min: Duration::from_millis(250),
@@ -103,6 +119,8 @@ impl AdsClientConfig {
 pub struct ClientStatus {
     /// Whether an ADS stream is open.
     pub connected: bool,
+    /// The server of the open stream, or of the last one that was open.
+    pub server: Option<String>,
     /// The accepted `version_info` per type URL.
     pub applied_versions: HashMap<String, String>,
     /// The message of the last NACK sent.
@@ -111,41 +129,44 @@ pub struct ClientStatus {
     pub applies: u64,
 }
 
-/// Runs the ADS client until the future is dropped (see the module docs): connects to
-/// `cfg.server`, keeps the latest accepted resources, calls `apply` with each warm and valid
+/// Runs the ADS client until the future is dropped (see the module docs): connects to one of
+/// `cfg.servers`, keeps the latest accepted resources, calls `apply` with each warm and valid
 /// set (its `node_zone` is `cfg.zone`), ACKs what was applied, NACKs what was not, and
-/// reconnects with backoff. `apply` returns an error text to NACK the set (the caller keeps its
-/// previous config); it runs on this task, so it should not block for long.
+/// reconnects (to the next server) with backoff. `apply` returns an error text to NACK the set
+/// (the caller keeps its previous config); it runs on this task, so it should not block for
+/// long.
 pub async fn run(
     cfg: AdsClientConfig,
     mut apply: impl FnMut(&Resources) -> Result<(), String> + Send,
     status: Option<watch::Sender<ClientStatus>>,
 ) {
+    if cfg.servers.is_empty() {
+        tracing::error!(node = %cfg.node_id, "no xDS management server to connect to");
+        return;
+    }
     let mut state = State::new(&cfg, status);
-    let mut attempt: u32 = 0;
+    let mut failover = Failover::new(cfg.servers.len());
     let mut last_error: Option<String> = None;
     loop {
+        let server = cfg.servers[failover.current].as_str();
         state.received = false;
-        let result = session(&cfg, &mut state, &mut apply).await;
+        let started = Instant::now();
+        let result = session(&cfg, server, &mut state, &mut apply).await;
         state.publish(|s| s.connected = false);
-        if state.received {
-            attempt = 0;
-        }
-        let mut cap = backoff_cap(&cfg, attempt);
+        let healthy = state.received && started.elapsed() >= cfg.backoff_min;
+        let mut lasting = false;
         let error = match result {
             Ok(()) => "the server closed the stream".to_string(),
             Err(SessionError::Connect(e)) => format!("cannot connect: {e}"),
             Err(SessionError::Grpc(status)) => {
-                // Codes that retrying soon will not fix: wait the longest.
-                if matches!(
+                // Codes that retrying soon will not fix.
+                lasting = matches!(
                     status.code(),
                     Code::Unimplemented
                         | Code::InvalidArgument
                         | Code::PermissionDenied
                         | Code::Unauthenticated
-                ) {
-                    cap = cfg.backoff_max;
-                }
+                );
                 format!(
                     "ADS stream failed: {:?}: {}",
                     status.code(),
@@ -153,16 +174,80 @@ pub async fn run(
                 )
             }
         };
-        if last_error.as_deref() != Some(error.as_str()) {
-            tracing::warn!(server = %cfg.server, node = %cfg.node_id, "{error}; keeping the last applied config and reconnecting");
+        let cap = failover.ended(healthy, lasting, &cfg);
+        let next = cfg.servers[failover.current].as_str();
+        let then = match cap {
+            None => format!("trying management server {next} at once"),
+            Some(_) if cfg.servers.len() == 1 => "reconnecting".to_string(),
+            Some(_) => format!("every server failed; backing off, then trying {next}"),
+        };
+        let key = format!("{server}: {error}");
+        if last_error.as_deref() != Some(key.as_str()) {
+            tracing::warn!(server, node = %cfg.node_id, "{error}; keeping the last applied config and {then}");
         } else {
-            tracing::debug!(server = %cfg.server, "{error}");
+            tracing::debug!(server, "{error}; {then}");
         }
-        last_error = Some(error);
-        attempt = attempt.saturating_add(1);
-        let nanos = cap.as_nanos().min(u64::MAX as u128) as u64;
-        let delay = Duration::from_nanos(rand::rng().random_range(0..=nanos));
-        tokio::time::sleep(delay).await;
+        last_error = Some(key);
+        if let Some(cap) = cap {
+            let nanos = cap.as_nanos().min(u64::MAX as u128) as u64;
+            let delay = Duration::from_nanos(rand::rng().random_range(0..=nanos));
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+/// Which server to try next, and whether to wait first (see the module docs).
+#[derive(Debug)]
+struct Failover {
+    servers: usize,
+    /// The server of the next attempt (an index into `servers`).
+    current: usize,
+    /// Attempts that failed since the last healthy stream, or the last backoff.
+    failures: usize,
+    /// Rounds of failures (each server once) since the last healthy stream: the backoff's
+    /// exponent.
+    rounds: u32,
+    /// Whether every failure of this round had a code retrying soon will not fix.
+    lasting: bool,
+}
+
+impl Failover {
+    fn new(servers: usize) -> Failover {
+        Failover {
+            servers: servers.max(1),
+            current: 0,
+            failures: 0,
+            rounds: 0,
+            lasting: true,
+        }
+    }
+
+    /// Records that the attempt on `current` ended (`healthy`: the stream delivered a response
+    /// and stayed open a while; `lasting`: with a code retrying soon will not fix) and moves to
+    /// the next server. Returns the bound of the random delay before trying it: `None` to try
+    /// it at once.
+    fn ended(&mut self, healthy: bool, lasting: bool, cfg: &AdsClientConfig) -> Option<Duration> {
+        if healthy {
+            self.failures = 0;
+            self.rounds = 0;
+        }
+        if self.failures == 0 {
+            self.lasting = true;
+        }
+        self.failures += 1;
+        self.lasting &= lasting;
+        self.current = (self.current + 1) % self.servers;
+        if self.failures < self.servers {
+            return None;
+        }
+        let cap = if self.lasting {
+            cfg.backoff_max
+        } else {
+            backoff_cap(cfg, self.rounds)
+        };
+        self.rounds = self.rounds.saturating_add(1);
+        self.failures = 0;
+        Some(cap)
     }
 }
 
@@ -178,16 +263,17 @@ enum SessionError {
     Grpc(tonic::Status),
 }
 
-/// One connection and ADS stream, until it ends.
+/// One connection to `server` and ADS stream, until it ends.
 async fn session(
     cfg: &AdsClientConfig,
+    server: &str,
     state: &mut State,
     apply: &mut (dyn FnMut(&Resources) -> Result<(), String> + Send),
 ) -> Result<(), SessionError> {
-    let uri = if cfg.server.contains("://") {
-        cfg.server.clone()
+    let uri = if server.contains("://") {
+        server.to_string()
     } else {
-        format!("http://{}", cfg.server)
+        format!("http://{server}")
     };
     let endpoint = tonic::transport::Endpoint::from_shared(uri)
         .map_err(SessionError::Connect)?
@@ -210,8 +296,11 @@ async fn session(
         .await
         .map_err(SessionError::Grpc)?
         .into_inner();
-    state.publish(|s| s.connected = true);
-    tracing::info!(server = %cfg.server, node = %cfg.node_id, "ADS stream open");
+    state.publish(|s| {
+        s.connected = true;
+        s.server = Some(server.to_string());
+    });
+    tracing::info!(server, node = %cfg.node_id, "ADS stream open");
     loop {
         let deadline = state.warm_deadline;
         let out = tokio::select! {
@@ -888,5 +977,71 @@ fn decode<T: Message + Default>(
         Ok(out)
     } else {
         Err(ConfigErrors(errors))
+    }
+}
+
+#[cfg(test)]
+mod failover_tests {
+    use super::*;
+
+    fn cfg() -> AdsClientConfig {
+        let mut c = AdsClientConfig::with_servers(["a", "b", "c"], "n");
+        c.backoff_min = Duration::from_millis(100);
+        c.backoff_max = Duration::from_secs(2);
+        c
+    }
+
+    #[test]
+    fn next_server_at_once_then_backoff_per_round() {
+        let cfg = cfg();
+        let mut f = Failover::new(3);
+        // The first server's healthy stream ends: the next one at once.
+        assert_eq!(f.ended(true, false, &cfg), None);
+        assert_eq!(f.current, 1);
+        // It cannot be reached either: the third at once.
+        assert_eq!(f.ended(false, false, &cfg), None);
+        assert_eq!(f.current, 2);
+        // Every server failed in turn: back off, then go round again, doubling per round.
+        assert_eq!(
+            f.ended(false, false, &cfg),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(f.current, 0);
+        assert_eq!(f.ended(false, false, &cfg), None);
+        assert_eq!(f.ended(false, false, &cfg), None);
+        assert_eq!(
+            f.ended(false, false, &cfg),
+            Some(Duration::from_millis(200))
+        );
+        // The first server works again: the client stays there until it fails.
+        assert_eq!(f.current, 0);
+        assert_eq!(f.ended(true, false, &cfg), None);
+        assert_eq!(f.current, 1);
+    }
+
+    #[test]
+    fn one_server_backs_off_every_time_and_lasting_codes_wait_longest() {
+        let mut cfg = cfg();
+        cfg.servers.truncate(1);
+        let mut f = Failover::new(1);
+        assert_eq!(f.ended(true, false, &cfg), Some(Duration::from_millis(100)));
+        assert_eq!(
+            f.ended(false, false, &cfg),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(f.ended(true, false, &cfg), Some(Duration::from_millis(100)));
+        assert_eq!(f.ended(false, true, &cfg), Some(Duration::from_secs(2)));
+        // Three servers: the longest wait only when the whole round had such codes.
+        let cfg3 = super::failover_tests::cfg();
+        let mut f = Failover::new(3);
+        assert_eq!(f.ended(false, true, &cfg3), None);
+        assert_eq!(f.ended(false, false, &cfg3), None);
+        assert_eq!(
+            f.ended(false, true, &cfg3),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(f.ended(false, true, &cfg3), None);
+        assert_eq!(f.ended(false, true, &cfg3), None);
+        assert_eq!(f.ended(false, true, &cfg3), Some(Duration::from_secs(2)));
     }
 }

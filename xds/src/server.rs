@@ -17,8 +17,9 @@
 //! - When a new snapshot is committed, every stream pushes the types whose content for its
 //!   subscription changed, in make-before-break order: CDS, EDS, then LDS. A push does not
 //!   wait for the previous response's ACK: the client answers the latest nonce.
-//! - Every response carries a new nonce (per stream) and the resources' `version_info` (see
-//!   [`crate::cache`]: the snapshot version at which that type last changed for the node).
+//! - Every response carries a new nonce (unique per stream: the stream's number and a
+//!   counter) and the resources' `version_info` (see [`crate::cache`]: a hash of that type's
+//!   content for the node, the same from every server serving the same files).
 //! - A node no file is for gets no response; it keeps what it has.
 //! - Delta xDS is answered with `UNIMPLEMENTED`.
 //!

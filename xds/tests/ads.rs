@@ -106,6 +106,13 @@ impl Running {
         self.status().nodes.into_iter().find(|n| n.id == id)
     }
 
+    /// The `version_info` served now to node `id` in `zone`: CDS, EDS, LDS.
+    fn served(&self, id: &str, zone: Option<&str>) -> [String; 3] {
+        let snap = self.server.cache().snapshot();
+        let node = snap.for_node(id, zone).expect("a snapshot for the node");
+        ResourceType::PUSH_ORDER.map(|t| node.get(t).version.clone())
+    }
+
     async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -116,6 +123,42 @@ impl Running {
             .expect("server task")
             .expect("server result");
     }
+}
+
+/// The version of type URL `url` in CDS, EDS, LDS `versions`.
+fn of<'a>(versions: &'a [String; 3], url: &str) -> &'a str {
+    let t = ResourceType::from_type_url(url).expect("a served type");
+    &versions[t.index()]
+}
+
+/// Whether every type's `acked` (and `sent`) is `versions`' own.
+fn all_acked(n: &NodeStatus, versions: &[String; 3]) -> bool {
+    n.types.len() == 3
+        && n.types
+            .iter()
+            .all(|(url, t)| t.acked.as_deref() == Some(of(versions, url)) && t.sent == t.acked)
+}
+
+/// The content-hash versions of resources, packed as the server packs them: CDS, EDS, LDS.
+fn content_versions(r: &Resources) -> [String; 3] {
+    fn packed<T: Message>(t: ResourceType, items: &[T], name: impl Fn(&T) -> &str) -> String {
+        let map = items
+            .iter()
+            .map(|m| {
+                let any = Any {
+                    type_url: t.type_url().to_string(),
+                    value: m.encode_to_vec(),
+                };
+                (name(m).to_string(), any)
+            })
+            .collect();
+        respway_xds::cache::content_version(t, &map)
+    }
+    [
+        packed(ResourceType::Cluster, &r.clusters, |c| &c.name),
+        packed(ResourceType::Endpoint, &r.endpoints, |e| &e.cluster_name),
+        packed(ResourceType::Listener, &r.listeners, |l| &l.name),
+    ]
 }
 
 /// Waits until `check` holds, polling; fails after [`WAIT`].
@@ -273,9 +316,10 @@ async fn generic_client_fetches_lds_cds_eds_and_acks() {
     let server = start(dir.path()).await;
     let mut raw = Raw::connect(server.grpc, "generic-1", None).await;
     let fetched = raw.fetch_all().await;
-    assert_eq!(fetched.versions, ["1", "1", "1"]);
-    // What a generic client got is exactly what the file says, and respway accepts it.
+    // What a generic client got is exactly what the file says, and respway accepts it; its
+    // versions are the hashes of that content.
     let expected = parse_yaml(&base("127.0.0.1:7001")).expect("valid");
+    assert_eq!(fetched.versions, content_versions(&expected));
     assert_eq!(fetched.resources, expected);
     let config = translate(&fetched.resources).expect("translates");
     assert_eq!(config.listeners[0].name, "main");
@@ -284,12 +328,9 @@ async fn generic_client_fetches_lds_cds_eds_and_acks() {
         "127.0.0.1:7001"
     );
     eventually("the server to record every ACK", || {
-        server.node("generic-1").is_some_and(|n| {
-            n.connected
-                && n.types
-                    .values()
-                    .all(|t| t.acked.as_deref() == Some("1") && t.sent.as_deref() == Some("1"))
-        })
+        server
+            .node("generic-1")
+            .is_some_and(|n| n.connected && all_acked(&n, &fetched.versions))
     })
     .await;
     // The admin endpoint reports the same.
@@ -330,7 +371,7 @@ async fn stale_nonces_are_ignored_and_nacks_recorded() {
     eventually("the NACK in the status", || {
         server.node("n").is_some_and(|n| {
             n.types[CLUSTER_TYPE_URL].nack.as_ref().is_some_and(|k| {
-                k.version.as_deref() == Some("1")
+                k.version.as_deref() == Some(cds.version_info.as_str())
                     && k.message == "cluster \"cache\": lb_policy: nope"
             }) && n.types[CLUSTER_TYPE_URL].acked.is_none()
         })
@@ -346,15 +387,17 @@ async fn an_edited_file_is_pushed_within_one_second() {
     std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
     let server = start(dir.path()).await;
     let mut raw = Raw::connect(server.grpc, "editor", None).await;
-    raw.fetch_all().await;
+    let before = raw.fetch_all().await.versions;
 
     let edited = Instant::now();
     std::fs::write(&file, base("127.0.0.1:7002")).expect("write");
     let push = raw.recv().await;
     let elapsed = edited.elapsed();
-    // Only the endpoints changed, so only EDS moves, to version 2.
+    // Only the endpoints changed, so only EDS moves, to the new content's hash.
     assert_eq!(push.type_url, ENDPOINT_TYPE_URL);
-    assert_eq!(push.version_info, "2");
+    assert_ne!(push.version_info, before[1]);
+    let after = content_versions(&parse_yaml(&base("127.0.0.1:7002")).expect("valid"));
+    assert_eq!(push.version_info, after[1]);
     let cla: Vec<ClusterLoadAssignment> = decode_all(&push.resources);
     assert_eq!(endpoint_address(&cla[0]), "127.0.0.1:7002");
     assert!(elapsed < Duration::from_secs(1), "pushed after {elapsed:?}");
@@ -473,7 +516,11 @@ struct Lib {
 type FailFn = Box<dyn Fn(&Resources) -> Option<String> + Send>;
 
 fn run_lib(server: String, node: &str, zone: Option<&str>, fail: FailFn) -> Lib {
-    let mut cfg = AdsClientConfig::new(server, node);
+    run_lib_on(vec![server], node, zone, fail)
+}
+
+fn run_lib_on(servers: Vec<String>, node: &str, zone: Option<&str>, fail: FailFn) -> Lib {
+    let mut cfg = AdsClientConfig::with_servers(servers, node);
     cfg.zone = zone.map(str::to_string);
     cfg.backoff_min = Duration::from_millis(20);
     cfg.backoff_max = Duration::from_millis(200);
@@ -522,10 +569,11 @@ impl Drop for Lib {
     }
 }
 
-fn versions(s: &ClientStatus, v: &str) -> bool {
+/// Whether the client holds `versions` (CDS, EDS, LDS).
+fn versions(s: &ClientStatus, versions: &[String; 3]) -> bool {
     [CLUSTER_TYPE_URL, ENDPOINT_TYPE_URL, LISTENER_TYPE_URL]
         .iter()
-        .all(|t| s.applied_versions.get(*t).map(String::as_str) == Some(v))
+        .all(|t| s.applied_versions.get(*t).map(String::as_str) == Some(of(versions, t)))
 }
 
 #[tokio::test]
@@ -535,8 +583,9 @@ async fn client_applies_acks_and_follows_edits() {
     std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
     let server = start(dir.path()).await;
     let mut lib = run_lib(server.url(), "sidecar-1", Some("z1"), Box::new(|_| None));
+    let v1 = server.served("sidecar-1", Some("z1"));
     let s = lib
-        .until("the first apply", |s| s.applies == 1 && versions(s, "1"))
+        .until("the first apply", |s| s.applies == 1 && versions(s, &v1))
         .await;
     assert!(s.connected);
     assert_eq!(s.last_nack, None);
@@ -546,17 +595,18 @@ async fn client_applies_acks_and_follows_edits() {
     let config = translate(&applied[0]).expect("valid");
     assert_eq!(config.zone.as_deref(), Some("z1"));
     eventually("the server to see the ACKs", || {
-        server.node("sidecar-1").is_some_and(|n| {
-            n.zone.as_deref() == Some("z1")
-                && n.types.values().all(|t| t.acked.as_deref() == Some("1"))
-        })
+        server
+            .node("sidecar-1")
+            .is_some_and(|n| n.zone.as_deref() == Some("z1") && all_acked(&n, &v1))
     })
     .await;
 
     std::fs::write(&file, base("127.0.0.1:7002")).expect("write");
     let s = lib.until("the edit", |s| s.applies == 2).await;
-    assert_eq!(s.applied_versions[ENDPOINT_TYPE_URL], "2");
-    assert_eq!(s.applied_versions[CLUSTER_TYPE_URL], "1");
+    let v2 = server.served("sidecar-1", Some("z1"));
+    assert_ne!(v2[1], v1[1]);
+    assert_eq!(s.applied_versions[ENDPOINT_TYPE_URL], v2[1]);
+    assert_eq!(s.applied_versions[CLUSTER_TYPE_URL], v1[0]);
     assert_eq!(
         endpoint_address(&lib.applied()[1].endpoints[0]),
         "127.0.0.1:7002"
@@ -568,7 +618,10 @@ async fn client_applies_acks_and_follows_edits() {
         "listeners:\n  - name: more\n    address: 127.0.0.1:16382\n    routes: { catch_all: more }\nclusters:\n  - name: more\n    shards:\n      - endpoints: [{ address: 127.0.0.1:7301 }]\n",
     )
     .expect("write");
-    let s = lib.until("the new cluster", |s| versions(s, "3")).await;
+    eventually("the server to load it", || server.status().version == 3).await;
+    let v3 = server.served("sidecar-1", Some("z1"));
+    assert!((0..3).all(|i| v3[i] != v2[i]), "every type moved");
+    let s = lib.until("the new cluster", |s| versions(s, &v3)).await;
     assert_eq!(s.applies, 3, "one apply for the whole change");
     let last = lib.applied().pop().expect("applied");
     assert_eq!(last.clusters.len(), 2);
@@ -604,6 +657,7 @@ async fn client_nacks_a_failed_apply_and_the_server_shows_it() {
         }),
     );
     lib.until("the first apply", |s| s.applies == 1).await;
+    let good = server.served("picky", None);
     std::fs::write(&file, base("127.0.0.1:7666")).expect("write");
     let s = lib.until("the NACK", |s| s.last_nack.is_some()).await;
     assert_eq!(
@@ -612,16 +666,19 @@ async fn client_nacks_a_failed_apply_and_the_server_shows_it() {
     );
     assert_eq!(s.applies, 1);
     assert_eq!(
-        s.applied_versions[ENDPOINT_TYPE_URL], "1",
+        s.applied_versions[ENDPOINT_TYPE_URL], good[1],
         "the last good version stays"
     );
     eventually("the NACK in the server status", || {
         server.node("picky").is_some_and(|n| {
             let eds = &n.types[ENDPOINT_TYPE_URL];
-            eds.acked.as_deref() == Some("1")
-                && eds.sent.as_deref() == Some("2")
+            let bad = server.served("picky", None);
+            eds.acked.as_deref() == Some(good[1].as_str())
+                && eds.sent.as_deref() == Some(bad[1].as_str())
+                && bad[1] != good[1]
                 && eds.nack.as_ref().is_some_and(|k| {
-                    k.version.as_deref() == Some("2") && k.message.contains("cannot bind")
+                    k.version.as_deref() == Some(bad[1].as_str())
+                        && k.message.contains("cannot bind")
                 })
         })
     })
@@ -647,6 +704,7 @@ async fn client_reconnects_to_a_restarted_server() {
     let addr = server.grpc;
     let mut lib = run_lib(server.url(), "survivor", None, Box::new(|_| None));
     lib.until("the first apply", |s| s.applies == 1).await;
+    let v1 = server.served("survivor", None);
 
     server.stop().await;
     lib.until("the disconnect", |s| !s.connected).await;
@@ -656,13 +714,13 @@ async fn client_reconnects_to_a_restarted_server() {
         "the config stays while the server is away"
     );
 
-    // A new server instance on the same port, serving the same files: nothing to apply.
+    // A new server instance on the same port, serving the same files: the same versions,
+    // nothing to apply.
     let server = start_on(dir.path(), addr).await;
+    assert_eq!(server.served("survivor", None), v1);
     lib.until("the reconnect", |s| s.connected).await;
     eventually("the ACKs to the new server", || {
-        server
-            .node("survivor")
-            .is_some_and(|n| n.types.values().all(|t| t.acked.as_deref() == Some("1")))
+        server.node("survivor").is_some_and(|n| all_acked(&n, &v1))
     })
     .await;
     assert_eq!(lib.status.borrow().applies, 1, "same content, no re-apply");
@@ -679,6 +737,97 @@ async fn client_reconnects_to_a_restarted_server() {
         "127.0.0.1:7009"
     );
     server.stop().await;
+}
+
+#[tokio::test]
+async fn two_servers_over_one_directory_serve_the_same_versions() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("base.yaml");
+    std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
+    let a = start(dir.path()).await;
+    // The first server sees an edit the second never does.
+    std::fs::write(&file, base("127.0.0.1:7002")).expect("write");
+    eventually("a to load the edit", || a.status().version == 2).await;
+    let b = start(dir.path()).await;
+    assert_eq!((a.status().version, b.status().version), (2, 1));
+    let mut from_a = Raw::connect(a.grpc, "n", None).await;
+    let mut from_b = Raw::connect(b.grpc, "n", None).await;
+    let (va, vb) = (from_a.fetch_all().await, from_b.fetch_all().await);
+    assert_eq!(va.versions, vb.versions, "same files, same versions");
+    assert_eq!(va.resources, vb.resources);
+
+    // A change gives a different version, the same on both.
+    std::fs::write(&file, base("127.0.0.1:7003")).expect("write");
+    let (pa, pb) = (from_a.recv().await, from_b.recv().await);
+    assert_eq!(pa.type_url, ENDPOINT_TYPE_URL);
+    assert_eq!(pa.version_info, pb.version_info);
+    assert_ne!(pa.version_info, va.versions[1]);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn client_fails_over_to_the_next_server_and_stays_there() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("base.yaml");
+    std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
+    let a = start(dir.path()).await;
+    let b = start(dir.path()).await;
+    let a_addr = a.grpc;
+    let v1 = a.served("twin", None);
+    assert_eq!(b.served("twin", None), v1);
+    let mut lib = run_lib_on(vec![a.url(), b.url()], "twin", None, Box::new(|_| None));
+    let s = lib
+        .until("the first apply", |s| s.applies == 1 && versions(s, &v1))
+        .await;
+    assert_eq!(s.server.as_deref(), Some(a.url().as_str()));
+    assert!(b.node("twin").is_none(), "one server at a time");
+
+    // The active server goes away: the next one at once, same versions, nothing re-applied.
+    let b_url = b.url();
+    a.stop().await;
+    lib.until("the stream to b", |s| {
+        s.connected && s.server.as_deref() == Some(b_url.as_str())
+    })
+    .await;
+    eventually("the ACKs to b", || {
+        b.node("twin").is_some_and(|n| all_acked(&n, &v1))
+    })
+    .await;
+    assert_eq!(lib.status.borrow().applies, 1, "same content, no re-apply");
+
+    // The next edit comes through b.
+    std::fs::write(&file, base("127.0.0.1:7002")).expect("write");
+    let s = lib.until("the edit", |s| s.applies == 2).await;
+    assert_eq!(
+        s.applied_versions[ENDPOINT_TYPE_URL],
+        b.served("twin", None)[1]
+    );
+    assert_eq!(
+        endpoint_address(&lib.applied()[1].endpoints[0]),
+        "127.0.0.1:7002"
+    );
+
+    // The first server comes back: the client stays on b.
+    let a = start_on(dir.path(), a_addr).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(a.node("twin").is_none(), "no moving back");
+    assert_eq!(lib.status.borrow().server.as_deref(), Some(b_url.as_str()));
+
+    // b goes away too: back to a, which has the same files.
+    b.stop().await;
+    let a_url = a.url();
+    lib.until("the stream to a", |s| {
+        s.connected && s.server.as_deref() == Some(a_url.as_str())
+    })
+    .await;
+    let v2 = a.served("twin", None);
+    eventually("the ACKs to a", || {
+        a.node("twin").is_some_and(|n| all_acked(&n, &v2))
+    })
+    .await;
+    assert_eq!(lib.status.borrow().applies, 2);
+    a.stop().await;
 }
 
 #[tokio::test]
@@ -716,7 +865,10 @@ async fn apply_through_the_admin_endpoint() {
     assert_eq!(version, 2);
     assert!(dir.path().join("routes.yaml").exists());
     let s = lib.until("the route change", |s| s.applies == 2).await;
-    assert_eq!(s.applied_versions[LISTENER_TYPE_URL], "2");
+    assert_eq!(
+        s.applied_versions[LISTENER_TYPE_URL],
+        server.served("routed", None)[2]
+    );
     let config = translate(&lib.applied()[1]).expect("valid");
     assert_eq!(config.listeners[0].routes.routes[0].prefix, "a:");
     server.stop().await;
