@@ -340,6 +340,98 @@ async fn stale_nonces_are_ignored_and_nacks_recorded() {
 }
 
 #[tokio::test]
+async fn a_nacked_version_is_never_shown_as_acked() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("base.yaml");
+    std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
+    let server = start(dir.path()).await;
+    let mut raw = Raw::connect(server.grpc, "picky", None).await;
+    raw.fetch_all().await;
+    let eds =
+        |server: &Running| server.node("picky").expect("listed").types[ENDPOINT_TYPE_URL].clone();
+    eventually("EDS v1 ACKed", || {
+        eds(&server).acked.as_deref() == Some("1")
+    })
+    .await;
+
+    std::fs::write(&file, base("127.0.0.1:7002")).expect("write");
+    let push = raw.recv().await;
+    assert_eq!(push.version_info, "2");
+    // A NACK carrying the rejected version as its version_info (what a careless client
+    // sends) is still a NACK: v2 is rejected, v1 stays the ACKed one.
+    raw.send(
+        ENDPOINT_TYPE_URL,
+        "2",
+        &["cache"],
+        &push.nonce,
+        Some("cluster_load_assignment \"cache\": no"),
+    )
+    .await;
+    eventually("the NACK of v2 in the status", || {
+        let t = eds(&server);
+        t.nack.as_ref().is_some_and(|k| {
+            k.version.as_deref() == Some("2")
+                && k.nonce == push.nonce
+                && k.message == "cluster_load_assignment \"cache\": no"
+        })
+    })
+    .await;
+    let t = eds(&server);
+    assert_eq!(t.acked.as_deref(), Some("1"), "{t:?}");
+    assert_eq!(t.sent.as_deref(), Some("2"));
+    // A NACK with an empty version_info does not forget the ACKed version either.
+    raw.send(
+        ENDPOINT_TYPE_URL,
+        "",
+        &["cache"],
+        &push.nonce,
+        Some("again"),
+    )
+    .await;
+    eventually("the second NACK", || {
+        eds(&server).nack.is_some_and(|k| k.message == "again")
+    })
+    .await;
+    assert_eq!(eds(&server).acked.as_deref(), Some("1"));
+    // An "ACK" of a nonce the server never sent is no ACK of anything.
+    raw.send(ENDPOINT_TYPE_URL, "2", &["cache"], "made-up", None)
+        .await;
+    // Then a real ACK of v2 clears the NACK.
+    raw.ack(&push, &["cache"]).await;
+    eventually("v2 ACKed", || {
+        let t = eds(&server);
+        t.acked.as_deref() == Some("2") && t.nack.is_none()
+    })
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_nonce_is_not_an_ack() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("base.yaml"), base("127.0.0.1:7001")).expect("write");
+    let server = start(dir.path()).await;
+    let mut raw = Raw::connect(server.grpc, "liar", None).await;
+    raw.send(CLUSTER_TYPE_URL, "", &[], "", None).await;
+    let cds = raw.recv().await;
+    raw.send(CLUSTER_TYPE_URL, "7", &[], "not-a-nonce", None)
+        .await;
+    // Then a NACK of the real response, so that there is something to wait for.
+    raw.send(CLUSTER_TYPE_URL, "7", &[], &cds.nonce, Some("bad"))
+        .await;
+    eventually("the NACK", || {
+        server
+            .node("liar")
+            .is_some_and(|n| n.types[CLUSTER_TYPE_URL].nack.is_some())
+    })
+    .await;
+    let t = server.node("liar").expect("listed").types[CLUSTER_TYPE_URL].clone();
+    assert_eq!(t.acked, None, "{t:?}");
+    assert_eq!(t.nack.and_then(|k| k.version).as_deref(), Some("1"));
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn an_edited_file_is_pushed_within_one_second() {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("base.yaml");
