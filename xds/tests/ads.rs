@@ -814,6 +814,61 @@ async fn apply_through_the_admin_endpoint() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn the_server_refuses_to_move_a_listener() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("base.yaml");
+    std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
+    let server = start(dir.path()).await;
+    let mut raw = Raw::connect(server.grpc, "mover", None).await;
+    raw.fetch_all().await;
+    let admin = server.admin.to_string();
+
+    // Through /apply: refused, naming the listener and the field; nothing written.
+    let moved = base("127.0.0.1:7001").replace("127.0.0.1:16380", "127.0.0.1:16390");
+    let err = admin::apply(&admin, "base.yaml", &moved).await.unwrap_err();
+    let AdminError::Refused(errors) = err else {
+        panic!("refused expected: {err}");
+    };
+    assert!(
+        errors.iter().any(|e| {
+            e.starts_with(
+            "base.yaml: listener \"main\": address: changed from 127.0.0.1:16380 to 127.0.0.1:16390"
+        )
+        }),
+        "{errors:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("read"),
+        base("127.0.0.1:7001")
+    );
+
+    // Through a directory edit: reported, not pushed, the previous version still served.
+    std::fs::write(&file, &moved).expect("write");
+    eventually("the refusal in the status", || {
+        server
+            .status()
+            .errors
+            .iter()
+            .any(|e| e.contains("listener \"main\": address: changed from 127.0.0.1:16380"))
+    })
+    .await;
+    assert_eq!(server.status().version, 1);
+    assert!(
+        raw.recv_within(Duration::from_millis(400)).await.is_none(),
+        "nothing is pushed"
+    );
+    // Putting it back (with another change) is served again.
+    std::fs::write(&file, base("127.0.0.1:7002")).expect("write");
+    let push = raw.recv().await;
+    assert_eq!(
+        (push.type_url.as_str(), push.version_info.as_str()),
+        (ENDPOINT_TYPE_URL, "2")
+    );
+    assert!(server.status().errors.is_empty());
+    server.stop().await;
+}
+
 // === the client library against a scripted ADS server ===
 
 /// An ADS server that sends what the test scripts and reports every request.
