@@ -19,7 +19,9 @@
 //! - A node that matches no file gets no snapshot: the server does not answer it (it keeps what
 //!   it has, e.g. its bootstrap's static resources).
 //! - Each merged snapshot must have a listener and a cluster, and must pass [`crate::translate`]
-//!   (so routes may name clusters of other files).
+//!   (so routes may name clusters of other files). Route and mirror clusters are checked on the
+//!   merged model first, so that those errors name the file's YAML paths
+//!   (`routes.prefixes[0].cluster`), not the Envoy ones the translation would.
 //!
 //! # Validation and versions
 //! A snapshot depends only on which named ids and zones a node has, so every distinct snapshot

@@ -24,8 +24,8 @@
 //!
 //! Per node id, the server records the last version sent, the last version ACKed and the last
 //! NACK (version, nonce and error), apart: which response a request answers is known by its
-//! nonce, and a request with `error_detail` is a NACK whatever its `version_info`; [`Server::status`] and the
-//! admin `GET /status` show it. Nodes stay listed after they disconnect (as not connected),
+//! nonce, and a request with `error_detail` is a NACK whatever its `version_info`.
+//! [`Server::status`] and the admin `GET /status` show it. Nodes stay listed after they disconnect (as not connected),
 //! until the server restarts.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
