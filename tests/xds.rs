@@ -178,11 +178,34 @@ fn xds_edits_under_load_fail_no_request() {
         took[took.len() - 1]
     );
 
-    // 2. A change the sidecar cannot take (moving the listener) is NACKed naming the field;
-    //    traffic goes on with the last good configuration.
+    // 2. Moving the listener is refused by the management server itself (the sidecar could
+    //    not take it): reported, not pushed.
     let v = mgmt.status().version;
     let moved = resources(free_port(), &addrs, shadow.addr, 0);
     save(&res, "main.yaml", &moved);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = mgmt.status();
+        if s.errors
+            .iter()
+            .any(|e| e.contains("listener \"main\": address: changed from"))
+        {
+            assert_eq!(s.version, v, "not committed");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not refused: {s:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    //    A change the sidecar cannot take (a second listener) is served, and NACKed by the
+    //    sidecar naming the field; traffic goes on with the last good configuration.
+    let added = resources(port, &addrs, shadow.addr, 0).replace(
+        "clusters:\n",
+        &format!(
+            "  - name: extra\n    address: 127.0.0.1:{}\n    routes: {{ catch_all: main }}\nclusters:\n",
+            free_port()
+        ),
+    );
+    save(&res, "main.yaml", &added);
     let deadline = Instant::now() + Duration::from_secs(10);
     let nack = loop {
         let s = mgmt.status();

@@ -3,7 +3,7 @@
 //!
 //! - `GET /status`: [`ServerStatus`] as JSON: the served version, each resource file's state,
 //!   the merged snapshot's errors, and per node id: zone, connected, and per type URL the last
-//!   version sent, the version the node accepted, and its last NACK.
+//!   version sent, the last version the node ACKed, and its last NACK (version, nonce, error).
 //! - `POST /apply?name=FILE.yaml` with a YAML body: validates it as resource file `FILE.yaml`
 //!   (alone and merged with the directory), writes it into the directory atomically (temp file
 //!   and rename) and loads it at once. `200 {"version": N}` with the served version, or

@@ -19,7 +19,9 @@
 //! - A node that matches no file gets no snapshot: the server does not answer it (it keeps what
 //!   it has, e.g. its bootstrap's static resources).
 //! - Each merged snapshot must have a listener and a cluster, and must pass [`crate::translate`]
-//!   (so routes may name clusters of other files).
+//!   (so routes may name clusters of other files). Route and mirror clusters are checked on the
+//!   merged model first, so that those errors name the file's YAML paths
+//!   (`routes.prefixes[0].cluster`), not the Envoy ones the translation would.
 //!
 //! # Validation and versions
 //! A snapshot depends only on which named ids and zones a node has, so every distinct snapshot
@@ -27,7 +29,9 @@
 //! none) and a named zone (or none). A file that does not parse keeps its previous good
 //! version in the snapshot (or stays out, if it never had one) and is reported; a merged
 //! snapshot that fails translation for any node rejects the whole change, reported, and the
-//! previous snapshot stays.
+//! previous snapshot stays. So does a change that gives a listener some node already has a
+//! new address: running sidecars cannot move a listener and would NACK it (the error names
+//! the listener and `address`).
 //!
 //! Each committed change gets this server's next generation number ([`Snapshot::version`]:
 //! 1, 2, ..., shown by the admin endpoint; it counts this process's commits and is never sent
@@ -37,7 +41,8 @@
 //! `version_info` for the same content, so a sidecar that fails over from one to the other
 //! reports a version the other recognizes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -178,7 +183,12 @@ pub struct TypeResources {
 #[derive(Debug, Clone)]
 pub struct NodeSnapshot {
     types: [Arc<TypeResources>; 3],
+    /// Each listener's address and the file it comes from, to refuse moving a listener.
+    listeners: ListenerAddrs,
 }
+
+/// Listener name → (address, the file defining it).
+type ListenerAddrs = BTreeMap<String, (SocketAddr, String)>;
 
 impl NodeSnapshot {
     /// The node's resources of type `t`.
@@ -188,6 +198,7 @@ impl NodeSnapshot {
 
     fn from_resources(
         r: &Resources,
+        listeners: ListenerAddrs,
         previous: Option<&NodeSnapshot>,
         interner: &mut Interner,
     ) -> Self {
@@ -234,7 +245,7 @@ impl NodeSnapshot {
                 interner,
             ),
         ];
-        NodeSnapshot { types }
+        NodeSnapshot { types, listeners }
     }
 }
 
@@ -555,9 +566,9 @@ fn build(
     let mut errors: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (key, who) in classes {
         match merge(&files, &key) {
-            Ok(resources) => {
+            Ok((resources, addrs)) => {
                 let prev = previous.nodes.get(&key).map(|n| n.as_ref());
-                let snap = NodeSnapshot::from_resources(&resources, prev, &mut interner);
+                let snap = NodeSnapshot::from_resources(&resources, addrs, prev, &mut interner);
                 nodes.insert(key, Arc::new(snap));
             }
             Err(errs) => {
@@ -566,6 +577,9 @@ fn build(
                 }
             }
         }
+    }
+    if errors.is_empty() {
+        moved_listeners(&files, &nodes, previous, &mut errors);
     }
     if !errors.is_empty() {
         let all = errors
@@ -581,8 +595,63 @@ fn build(
     })
 }
 
-/// Merges the files of one class (see the module docs) and translates the result.
-fn merge(files: &[Arc<LoadedFile>], key: &ClassKey) -> Result<Resources, Vec<String>> {
+/// A running sidecar cannot move a listener (it does not rebind, and NACKs a change of the
+/// address of a listener it serves), so a change that gives an existing listener of some node
+/// a new address is refused here, naming the listener and the field, and the served version
+/// stays. Every (named id, named zone) combination of the old and the new files stands for
+/// the nodes whose old and new snapshots are compared. A restarted respway-xds starts afresh.
+fn moved_listeners(
+    files: &[Arc<LoadedFile>],
+    nodes: &HashMap<ClassKey, Arc<NodeSnapshot>>,
+    previous: &Snapshot,
+    errors: &mut BTreeMap<String, Vec<String>>,
+) {
+    if previous.nodes.is_empty() {
+        return;
+    }
+    let all = || files.iter().chain(&previous.files);
+    let ids: BTreeSet<&str> = all()
+        .filter_map(|f| f.targets.as_ref())
+        .flat_map(|t| t.node_ids.iter().map(String::as_str))
+        .collect();
+    let zones: BTreeSet<&str> = all()
+        .filter_map(|f| f.targets.as_ref())
+        .flat_map(|t| t.zones.iter().map(String::as_str))
+        .collect();
+    for id in ids.iter().copied().map(Some).chain([None]) {
+        for zone in zones.iter().copied().map(Some).chain([None]) {
+            let Some(old) = previous.for_node(id.unwrap_or(""), zone) else {
+                continue;
+            };
+            let Some(new) = nodes.get(&class_key(files, id.unwrap_or(""), zone)) else {
+                continue;
+            };
+            for (name, (addr, file)) in &new.listeners {
+                let Some((was, _)) = old.listeners.get(name) else {
+                    continue;
+                };
+                if was != addr {
+                    let e = format!(
+                        "{file}: listener {name:?}: address: changed from {was} to {addr}, which \
+                         running sidecars refuse (a listener cannot move while respway runs); \
+                         to move it, restart respway-xds with the new file, then the sidecars"
+                    );
+                    errors
+                        .entry(e)
+                        .or_default()
+                        .push(describe_class(id, zone, !zones.is_empty()));
+                }
+            }
+        }
+    }
+}
+
+/// Merges the files of one class (see the module docs) and translates the result; also
+/// returns where each listener is, and from which file.
+fn merge(
+    files: &[Arc<LoadedFile>],
+    key: &ClassKey,
+) -> Result<(Resources, ListenerAddrs), Vec<String>> {
     let by_name: HashMap<&str, &LoadedFile> = files
         .iter()
         .map(|f| (f.name.as_str(), f.as_ref()))
@@ -661,9 +730,39 @@ fn merge(files: &[Arc<LoadedFile>], key: &ClassKey) -> Result<Resources, Vec<Str
     if !errors.is_empty() {
         return Err(errors);
     }
+    // Routes may name clusters of other files, so they are checked here, once merged, and
+    // reported by the file's own paths (`routes.prefixes[0].cluster`) rather than by the
+    // Envoy paths the translation below would give.
+    let known: HashSet<&str> = config.clusters.iter().map(|c| c.name.as_str()).collect();
+    for l in &config.listeners {
+        let resource = format!("listener {:?}", l.name);
+        let file = origin
+            .get(&resource)
+            .map(String::as_str)
+            .unwrap_or_default();
+        for (field, reason) in yaml::unknown_clusters(l, &known) {
+            errors.push(format!("{file}: {resource}: {field}: {reason}"));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
     let resources = to_resources(&config);
     match translate(&resources) {
-        Ok(_) => Ok(resources),
+        Ok(config) => {
+            let addrs = config
+                .listeners
+                .iter()
+                .map(|l| {
+                    let file = origin
+                        .get(&format!("listener {:?}", l.name))
+                        .cloned()
+                        .unwrap_or_default();
+                    (l.name.clone(), (l.address, file))
+                })
+                .collect();
+            Ok((resources, addrs))
+        }
         Err(e) => Err(e
             .iter()
             .map(|e| match origin.get(&e.resource) {
@@ -1172,7 +1271,9 @@ listeners:
         assert_eq!(r.committed, None);
         assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
         assert!(
-            r.errors[0].starts_with("extra.yaml: listener \"extra\": "),
+            r.errors[0].starts_with(
+                "extra.yaml: listener \"extra\": routes.catch_all: unknown cluster \"missing\""
+            ),
             "{}",
             r.errors[0]
         );
@@ -1180,6 +1281,49 @@ listeners:
             r.errors[0].ends_with("(in the snapshot for other nodes in zone \"z1\")"),
             "{}",
             r.errors[0]
+        );
+    }
+
+    #[test]
+    fn merged_errors_use_the_files_yaml_paths() {
+        // Routes and mirrors naming clusters no file for the node defines: reported by the
+        // YAML paths of the file that wrote them, not by the Envoy translation's.
+        let routes = "
+listeners:
+  - name: extra
+    address: 127.0.0.1:6390
+    routes:
+      catch_all: gone
+      catch_all_mirrors: [{ cluster: cache }, { cluster: gone-mirror }]
+      prefixes:
+        - { prefix: 'a:', cluster: cache }
+        - { prefix: 'b:', cluster: gone-b, mirrors: [{ cluster: gone-b-mirror }] }
+";
+        let (_d, cache) = dir_with(&[("base.yaml", BASE), ("routes.yaml", routes)]);
+        let r = cache.reload();
+        assert_eq!(r.committed, None);
+        let who = " (in the snapshot for other nodes)";
+        assert_eq!(
+            r.errors,
+            [
+                format!("routes.yaml: listener \"extra\": routes.catch_all: unknown cluster \"gone\"{who}"),
+                format!("routes.yaml: listener \"extra\": routes.catch_all_mirrors[1].cluster: unknown cluster \"gone-mirror\"{who}"),
+                format!("routes.yaml: listener \"extra\": routes.prefixes[1].cluster: unknown cluster \"gone-b\"{who}"),
+                format!("routes.yaml: listener \"extra\": routes.prefixes[1].mirrors[0].cluster: unknown cluster \"gone-b-mirror\"{who}"),
+            ]
+        );
+        // An invalid hash policy is the file's own error, by its YAML path too.
+        let hash = "
+clusters:
+  - name: ring
+    hash: { policy: ring_hash, minimum_ring_size: 2048, maximum_ring_size: 1024 }
+    shards:
+      - endpoints: [{ address: 127.0.0.1:7009 }]
+";
+        let (_d, cache) = dir_with(&[("base.yaml", BASE), ("ring.yaml", hash)]);
+        assert_eq!(
+            cache.reload().errors,
+            ["ring.yaml: cluster \"ring\": hash.minimum_ring_size: 2048 is larger than maximum_ring_size 1024"]
         );
     }
 
@@ -1307,6 +1451,73 @@ clusters:
     }
 
     #[test]
+    fn moving_a_listener_is_refused_and_the_served_version_stays() {
+        let with_addr = |a: &str| {
+            BASE.replace(
+                "  - name: main\n",
+                &format!("  - name: main\n    address: {a}\n"),
+            )
+        };
+        let (d, cache) = dir_with(&[("base.yaml", &with_addr("127.0.0.1:6380"))]);
+        assert_eq!(cache.reload().committed, Some(1));
+        std::fs::write(d.path().join("base.yaml"), with_addr("127.0.0.1:6390")).expect("write");
+        let r = cache.reload();
+        assert_eq!(r.committed, None);
+        assert_eq!(
+            r.errors,
+            ["base.yaml: listener \"main\": address: changed from 127.0.0.1:6380 to 127.0.0.1:6390, \
+              which running sidecars refuse (a listener cannot move while respway runs); to move it, \
+              restart respway-xds with the new file, then the sidecars (in the snapshot for other nodes)"]
+        );
+        let report = cache.report();
+        assert_eq!((report.version, report.errors), (1, r.errors.clone()));
+        // /apply refuses it too, and writes nothing.
+        let Err(ApplyError::Invalid(errors)) =
+            cache.apply("base.yaml", &with_addr("127.0.0.1:6391"))
+        else {
+            panic!("expected invalid");
+        };
+        assert!(
+            errors[0].contains("address: changed from 127.0.0.1:6380 to 127.0.0.1:6391"),
+            "{errors:?}"
+        );
+        // Other edits of the same listener, and new listeners, still go through.
+        std::fs::write(
+            d.path().join("base.yaml"),
+            with_addr("127.0.0.1:6380").replace("7001", "7002"),
+        )
+        .expect("write");
+        assert_eq!(cache.reload().committed, Some(2));
+        let extra = "listeners:\n  - name: extra\n    address: 127.0.0.1:6399\n    routes: { catch_all: cache }\n";
+        assert_eq!(cache.apply("extra.yaml", extra), Ok(3));
+    }
+
+    #[test]
+    fn moving_a_listener_for_some_nodes_names_them() {
+        let with_addr = |a: &str| {
+            BASE.replace(
+                "  - name: main\n",
+                &format!("  - name: main\n    address: {a}\n"),
+            )
+        };
+        let (d, cache) = dir_with(&[("base.yaml", &with_addr("127.0.0.1:6380"))]);
+        assert_eq!(cache.reload().committed, Some(1));
+        // A file for zone z1 redefining the listener at another address moves it for the
+        // nodes of z1 only.
+        let z1 = "targets: { zones: [z1] }\nlisteners:\n  - name: main\n    address: 127.0.0.1:6381\n    routes: { catch_all: cache }\n";
+        std::fs::write(d.path().join("z1.yaml"), z1).expect("write");
+        let r = cache.reload();
+        assert_eq!(r.committed, None);
+        assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+        assert!(r.errors[0].starts_with("z1.yaml: listener \"main\": address: changed from 127.0.0.1:6380 to 127.0.0.1:6381"), "{}", r.errors[0]);
+        assert!(
+            r.errors[0].ends_with("(in the snapshot for other nodes in zone \"z1\")"),
+            "{}",
+            r.errors[0]
+        );
+    }
+
+    #[test]
     fn apply_validates_then_writes_atomically() {
         let (d, cache) = dir_with(&[("base.yaml", BASE)]);
         cache.reload();
@@ -1331,7 +1542,7 @@ clusters:
 
         // Another file being invalid does not stop an apply.
         std::fs::write(d.path().join("broken.yaml"), "listeners: [").expect("write");
-        let three = good.replace("6391", "6392");
+        let three = good.replace("routes:", "op_timeout: 2s\n    routes:");
         assert_eq!(cache.apply("two.yaml", &three), Ok(3));
         let report = cache.report();
         let broken = report

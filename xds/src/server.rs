@@ -23,12 +23,13 @@
 //! - A node no file is for gets no response; it keeps what it has.
 //! - Delta xDS is answered with `UNIMPLEMENTED`.
 //!
-//! Per node id, the server records the last version sent, the version the client reports as
-//! accepted (`version_info` of its requests), and the last NACK; [`Server::status`] and the
-//! admin `GET /status` show it. Nodes stay listed after they disconnect (as not connected),
+//! Per node id, the server records the last version sent, the last version ACKed and the last
+//! NACK (version, nonce and error), apart: which response a request answers is known by its
+//! nonce, and a request with `error_detail` is a NACK whatever its `version_info`.
+//! [`Server::status`] and the admin `GET /status` show it. Nodes stay listed after they disconnect (as not connected),
 //! until the server restarts.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -228,12 +229,16 @@ pub struct NodeStatus {
     pub types: BTreeMap<String, TypeStatus>,
 }
 
-/// One node's state for one resource type.
+/// One node's state for one resource type. ACKs and NACKs are tracked apart: a NACKed
+/// version is never shown as ACKed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TypeStatus {
     /// The `version_info` of the last response sent.
     pub sent: Option<String>,
-    /// The version the node last reported as accepted (its requests' `version_info`).
+    /// The version of the last response the node ACKed: the one sent with the nonce that a
+    /// request without `error_detail` answered. A NACK (a request with `error_detail`, whatever
+    /// its `version_info`) never changes it, nor does a request answering a nonce the server
+    /// did not send.
     pub acked: Option<String>,
     /// The last NACK, until the node ACKs the latest version sent.
     pub nack: Option<Nack>,
@@ -242,8 +247,12 @@ pub struct TypeStatus {
 /// A rejected response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Nack {
-    /// The rejected version, when the NACK answered the latest response.
+    /// The rejected version: the one sent with the nonce the NACK answered (`None` when that
+    /// nonce is not one of the stream's recent ones).
     pub version: Option<String>,
+    /// The nonce the NACK answered (`response_nonce`).
+    #[serde(default)]
+    pub nonce: String,
     /// `error_detail.message`: what the node found wrong.
     pub message: String,
 }
@@ -401,6 +410,23 @@ struct TypeState {
     nonce: String,
     /// What was last sent, and for which subscription.
     sent: Option<(Arc<TypeResources>, Subscription)>,
+    /// The version sent with each of the latest nonces (at most [`NONCE_HISTORY`]), oldest
+    /// first, so that an ACK or NACK of an older response is put down to the right version.
+    history: VecDeque<(String, String)>,
+}
+
+/// How many nonces per type a stream remembers the version of.
+const NONCE_HISTORY: usize = 16;
+
+impl TypeState {
+    /// The version sent with `nonce`, when it is one of the recent ones.
+    fn version_of(&self, nonce: &str) -> Option<String> {
+        self.history
+            .iter()
+            .rev()
+            .find(|(n, _)| n == nonce)
+            .map(|(_, v)| v.clone())
+    }
 }
 
 /// One ADS stream.
@@ -492,32 +518,36 @@ impl AdsStream {
         let ts = &mut self.types[t.index()];
         if !req.response_nonce.is_empty() {
             let current = req.response_nonce == ts.nonce;
-            let sent_version = ts.sent.as_ref().map(|(r, _)| r.version.clone());
-            let accepted = (!req.version_info.is_empty()).then(|| req.version_info.clone());
+            // What the request answers is known by its nonce, not by its version_info (a
+            // NACK's is the version still in use, or whatever the client put there).
+            let answered = ts.version_of(&req.response_nonce);
             match &req.error_detail {
                 Some(detail) => {
                     tracing::warn!(
                         node = %node_id,
                         type_url = t.type_url(),
-                        rejected = ?sent_version.as_ref().filter(|_| current),
+                        rejected = ?answered,
+                        nonce = %req.response_nonce,
                         "NACK: {}",
                         detail.message
                     );
                     let nack = Nack {
-                        version: sent_version.filter(|_| current),
+                        version: answered,
+                        nonce: req.response_nonce.clone(),
                         message: detail.message.clone(),
                     };
-                    self.registry.update(&node_id, t, |s| {
-                        s.acked = accepted;
-                        s.nack = Some(nack);
-                    });
+                    self.registry.update(&node_id, t, |s| s.nack = Some(nack));
                 }
-                None => self.registry.update(&node_id, t, |s| {
-                    if current && accepted.is_some() && accepted == sent_version {
-                        s.nack = None;
+                None => {
+                    if let Some(version) = answered {
+                        self.registry.update(&node_id, t, |s| {
+                            if current {
+                                s.nack = None;
+                            }
+                            s.acked = Some(version);
+                        });
                     }
-                    s.acked = accepted;
-                }),
+                }
             }
             if !current {
                 // Stale: a newer response is on its way; the client answers that one.
@@ -589,6 +619,10 @@ impl AdsStream {
         ts.nonce = nonce.clone();
         ts.sent = Some((res.clone(), sub.clone()));
         let version = res.version.clone();
+        if ts.history.len() == NONCE_HISTORY {
+            ts.history.pop_front();
+        }
+        ts.history.push_back((nonce.clone(), version.clone()));
         if let Some((id, _)) = &self.node {
             let v = version.clone();
             self.registry.update(id, t, |s| s.sent = Some(v));

@@ -381,6 +381,131 @@ async fn stale_nonces_are_ignored_and_nacks_recorded() {
 }
 
 #[tokio::test]
+async fn a_nacked_version_is_never_shown_as_acked() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("base.yaml");
+    std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
+    let server = start(dir.path()).await;
+    let mut raw = Raw::connect(server.grpc, "picky", None).await;
+    raw.fetch_all().await;
+    let eds =
+        |server: &Running| server.node("picky").expect("listed").types[ENDPOINT_TYPE_URL].clone();
+    eventually("EDS v1 ACKed", || {
+        let t = eds(&server);
+        t.acked.is_some() && t.acked == t.sent
+    })
+    .await;
+    let v1 = eds(&server).acked.expect("v1");
+
+    std::fs::write(&file, base("127.0.0.1:7002")).expect("write");
+    let push = raw.recv().await;
+    let v2 = push.version_info.clone();
+    assert_ne!(v2, v1);
+    // A NACK carrying the rejected version as its version_info (what a careless client
+    // sends) is still a NACK: v2 is rejected, v1 stays the ACKed one.
+    raw.send(
+        ENDPOINT_TYPE_URL,
+        &v2,
+        &["cache"],
+        &push.nonce,
+        Some("cluster_load_assignment \"cache\": no"),
+    )
+    .await;
+    eventually("the NACK of v2 in the status", || {
+        let t = eds(&server);
+        t.nack.as_ref().is_some_and(|k| {
+            k.version.as_deref() == Some(v2.as_str())
+                && k.nonce == push.nonce
+                && k.message == "cluster_load_assignment \"cache\": no"
+        })
+    })
+    .await;
+    let t = eds(&server);
+    assert_eq!(t.acked.as_deref(), Some(v1.as_str()), "{t:?}");
+    assert_eq!(t.sent.as_deref(), Some(v2.as_str()));
+    // A NACK with an empty version_info does not forget the ACKed version either.
+    raw.send(
+        ENDPOINT_TYPE_URL,
+        "",
+        &["cache"],
+        &push.nonce,
+        Some("again"),
+    )
+    .await;
+    eventually("the second NACK", || {
+        eds(&server).nack.is_some_and(|k| k.message == "again")
+    })
+    .await;
+    assert_eq!(eds(&server).acked.as_deref(), Some(v1.as_str()));
+    // An "ACK" of a nonce the server never sent is no ACK of anything.
+    raw.send(ENDPOINT_TYPE_URL, &v2, &["cache"], "made-up", None)
+        .await;
+    // Then a real ACK of v2 clears the NACK.
+    raw.ack(&push, &["cache"]).await;
+    eventually("v2 ACKed", || {
+        let t = eds(&server);
+        t.acked.as_deref() == Some(v2.as_str()) && t.nack.is_none()
+    })
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_nonce_is_not_an_ack() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("base.yaml"), base("127.0.0.1:7001")).expect("write");
+    let server = start(dir.path()).await;
+    let mut raw = Raw::connect(server.grpc, "liar", None).await;
+    raw.send(CLUSTER_TYPE_URL, "", &[], "", None).await;
+    let cds = raw.recv().await;
+    raw.send(CLUSTER_TYPE_URL, "7", &[], "not-a-nonce", None)
+        .await;
+    // Then a NACK of the real response, so that there is something to wait for.
+    raw.send(CLUSTER_TYPE_URL, "7", &[], &cds.nonce, Some("bad"))
+        .await;
+    eventually("the NACK", || {
+        server
+            .node("liar")
+            .is_some_and(|n| n.types[CLUSTER_TYPE_URL].nack.is_some())
+    })
+    .await;
+    let t = server.node("liar").expect("listed").types[CLUSTER_TYPE_URL].clone();
+    assert_eq!(t.acked, None, "{t:?}");
+    assert_eq!(
+        t.nack.and_then(|k| k.version).as_deref(),
+        Some(cds.version_info.as_str())
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_full_example_is_served_as_is() {
+    // xds/examples/full.yaml, the README's full example, copied unchanged into a resource
+    // directory: loaded, served, and what a client gets is the file's model.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/full.yaml");
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::copy(&example, dir.path().join("full.yaml")).expect("copy");
+    let server = start(dir.path()).await;
+    let status = server.status();
+    assert_eq!(status.version, 1, "{status:?}");
+    assert!(status.errors.is_empty(), "{:?}", status.errors);
+    assert!(status.files.iter().all(|f| f.ok), "{:?}", status.files);
+    let mut raw = Raw::connect(server.grpc, "sidecar-1", Some("z1")).await;
+    let fetched = raw.fetch_all().await;
+    assert!(
+        fetched.versions.iter().all(|v| v.len() == 16),
+        "content-hash versions: {:?}",
+        fetched.versions
+    );
+    let served = translate(&fetched.resources).expect("translates");
+    let mut file = respway_xds::load_file(&example).expect("loads");
+    // Resources are served by name.
+    file.clusters.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(served, file);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn an_edited_file_is_pushed_within_one_second() {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("base.yaml");
@@ -871,6 +996,58 @@ async fn apply_through_the_admin_endpoint() {
     );
     let config = translate(&lib.applied()[1]).expect("valid");
     assert_eq!(config.listeners[0].routes.routes[0].prefix, "a:");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_server_refuses_to_move_a_listener() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("base.yaml");
+    std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
+    let server = start(dir.path()).await;
+    let mut raw = Raw::connect(server.grpc, "mover", None).await;
+    raw.fetch_all().await;
+    let admin = server.admin.to_string();
+
+    // Through /apply: refused, naming the listener and the field; nothing written.
+    let moved = base("127.0.0.1:7001").replace("127.0.0.1:16380", "127.0.0.1:16390");
+    let err = admin::apply(&admin, "base.yaml", &moved).await.unwrap_err();
+    let AdminError::Refused(errors) = err else {
+        panic!("refused expected: {err}");
+    };
+    assert!(
+        errors.iter().any(|e| {
+            e.starts_with(
+            "base.yaml: listener \"main\": address: changed from 127.0.0.1:16380 to 127.0.0.1:16390"
+        )
+        }),
+        "{errors:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("read"),
+        base("127.0.0.1:7001")
+    );
+
+    // Through a directory edit: reported, not pushed, the previous version still served.
+    std::fs::write(&file, &moved).expect("write");
+    eventually("the refusal in the status", || {
+        server
+            .status()
+            .errors
+            .iter()
+            .any(|e| e.contains("listener \"main\": address: changed from 127.0.0.1:16380"))
+    })
+    .await;
+    assert_eq!(server.status().version, 1);
+    assert!(
+        raw.recv_within(Duration::from_millis(400)).await.is_none(),
+        "nothing is pushed"
+    );
+    // Putting it back (with another change) is served again.
+    std::fs::write(&file, base("127.0.0.1:7002")).expect("write");
+    let push = raw.recv().await;
+    assert_eq!(push.type_url, ENDPOINT_TYPE_URL);
+    assert!(server.status().errors.is_empty());
     server.stop().await;
 }
 

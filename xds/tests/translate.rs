@@ -1350,3 +1350,80 @@ clusters:
         )
     );
 }
+
+#[test]
+fn redis_proxy_requires_what_envoy_requires() {
+    // Envoy's proto validation: stat_prefix min_len 1, settings required, op_timeout required.
+    let mut r = base();
+    edit_redis(&mut r, |p| {
+        p.stat_prefix.clear();
+        p.settings = None;
+    });
+    assert_eq!(
+        errors(&r),
+        r#"listener "main": filter_chains[0].filters[1].typed_config.stat_prefix: required (Envoy requires it; respway labels metrics with the listener name)
+listener "main": filter_chains[0].filters[1].typed_config.settings: required (Envoy requires it, with settings.op_timeout)"#
+    );
+    let mut r = base();
+    edit_redis(&mut r, |p| p.settings.as_mut().unwrap().op_timeout = None);
+    assert_eq!(
+        errors(&r),
+        r#"listener "main": filter_chains[0].filters[1].typed_config.settings.op_timeout: required (Envoy requires it)"#
+    );
+    // Any stat_prefix is accepted; metrics stay labelled by the listener name.
+    let mut r = base();
+    edit_redis(&mut r, |p| p.stat_prefix = "redis_stats".into());
+    assert_eq!(translate(&r).unwrap().listeners[0].name, "main");
+}
+
+#[test]
+fn enable_command_stats_is_accepted_either_way() {
+    // respway always keeps per-command stats, so the flag asks for nothing it would not do.
+    for on in [false, true] {
+        let mut r = base();
+        edit_redis(&mut r, |p| {
+            p.settings.as_mut().unwrap().enable_command_stats = on
+        });
+        translate(&r).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn eds_endpoints_come_over_ads_only() {
+    use respway_xds::pb::envoy::config::core::v3::{
+        config_source::ConfigSourceSpecifier, AggregatedConfigSource, ApiConfigSource,
+        PathConfigSource, SelfConfigSource,
+    };
+    let with = |spec: Option<ConfigSourceSpecifier>| {
+        let mut r = base();
+        let eds = r.clusters[0].eds_cluster_config.as_mut().unwrap();
+        eds.eds_config.as_mut().unwrap().config_source_specifier = spec;
+        r
+    };
+    translate(&with(Some(ConfigSourceSpecifier::Ads(
+        AggregatedConfigSource {},
+    ))))
+    .unwrap();
+    translate(&with(None)).unwrap();
+    let mut unset = base();
+    unset.clusters[0].eds_cluster_config = None;
+    translate(&unset).unwrap();
+    let path = with(Some(ConfigSourceSpecifier::PathConfigSource(
+        PathConfigSource {
+            path: "/etc/envoy/eds.yaml".into(),
+            ..Default::default()
+        },
+    )));
+    assert_eq!(
+        errors(&path),
+        r#"cluster "main": eds_cluster_config.eds_config.path_config_source: not supported by respway: endpoints come over the ADS stream (use ads: {})"#
+    );
+    let api = with(Some(ConfigSourceSpecifier::ApiConfigSource(
+        ApiConfigSource::default(),
+    )));
+    assert!(errors(&api).contains("eds_cluster_config.eds_config.api_config_source: not supported"));
+    let own = with(Some(ConfigSourceSpecifier::Self_(
+        SelfConfigSource::default(),
+    )));
+    assert!(errors(&own).contains("eds_cluster_config.eds_config.self: not supported"));
+}

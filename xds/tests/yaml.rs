@@ -92,7 +92,7 @@ fn hot(prefix: &str, read: HotKeyRead) -> HotKeyRule {
 
 fn full_example_model() -> Config {
     Config {
-        zone: Some("z1".into()),
+        zone: None,
         listeners: vec![Listener {
             name: "main".into(),
             address: "127.0.0.1:6380".parse().unwrap(),
@@ -702,12 +702,31 @@ fn schema_doc_examples_are_the_real_ones() {
         .collect();
     let file = std::fs::read_to_string(root.join("examples/full.yaml")).unwrap();
     // The file's leading comment is not in the document's copy.
-    let body = &file[file.find("\nnode:").unwrap() + 1..];
+    let body = &file[file.find("\nlisteners:").unwrap() + 1..];
     assert_eq!(
         blocks[0], body,
         "SCHEMA.md's full example differs from examples/full.yaml"
     );
     assert_eq!(load(blocks[1]), default_config());
+    // The README's copy too.
+    let readme = std::fs::read_to_string(root.join("../README.md")).unwrap();
+    let full = readme
+        .split("### Full example")
+        .nth(1)
+        .and_then(|s| s.split("```yaml\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .unwrap();
+    assert_eq!(
+        full, body,
+        "README.md's full example differs from examples/full.yaml"
+    );
+    // The node example is a sidecar's file's.
+    let node = blocks
+        .iter()
+        .find(|b| b.starts_with("node:"))
+        .expect("a node example");
+    let with_node = format!("{node}{}", blocks[1]);
+    assert_eq!(load(&with_node).zone.as_deref(), Some("z1"));
 }
 
 #[test]

@@ -351,6 +351,7 @@ mod tests {
                     acked: Some("2".into()),
                     nack: Some(Nack {
                         version: Some("3".into()),
+                        nonce: "1-6".into(),
                         message: "listener \"main\": address: in use\nmore".into(),
                     }),
                 },

@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ring_hash_lb_config::HashFunction, ClusterDiscoveryType, DiscoveryType, LbConfig, LbPolicy,
 };
 use envoy_types::pb::envoy::config::cluster::v3::Cluster as PbCluster;
+use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisProtocolOptions;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::{
@@ -225,6 +226,7 @@ pub(super) fn translate(
             }
         }
         Some(ClusterDiscoveryType::Type(t)) if *t == DiscoveryType::Eds as i32 => {
+            eds_source(cx, c);
             if c.load_assignment.is_some() {
                 cx.err(
                     "load_assignment",
@@ -305,6 +307,31 @@ pub(super) fn translate(
         hashtag,
         read_policy,
     })
+}
+
+/// An EDS cluster's endpoints come over the ADS stream (or, from a file, beside it):
+/// `eds_cluster_config.eds_config` unset or `ads`. Any other source (a file, a separate gRPC
+/// or REST API, `self`) is refused by name rather than read from the ADS stream anyway.
+#[allow(deprecated)] // `path` is read to refuse it
+fn eds_source(cx: &mut Cx, c: &PbCluster) {
+    let Some(source) = c
+        .eds_cluster_config
+        .as_ref()
+        .and_then(|e| e.eds_config.as_ref())
+    else {
+        return;
+    };
+    let field = match &source.config_source_specifier {
+        None | Some(ConfigSourceSpecifier::Ads(_)) => return,
+        Some(ConfigSourceSpecifier::Path(_)) => "path",
+        Some(ConfigSourceSpecifier::PathConfigSource(_)) => "path_config_source",
+        Some(ConfigSourceSpecifier::ApiConfigSource(_)) => "api_config_source",
+        Some(ConfigSourceSpecifier::Self_(_)) => "self",
+    };
+    cx.err(
+        format!("eds_cluster_config.eds_config.{field}"),
+        "not supported by respway: endpoints come over the ADS stream (use ads: {})",
+    );
 }
 
 /// `ClusterOptions` (at `at`) count `field`, `n`, when it is at most `max` (else an error, and

@@ -249,14 +249,32 @@ pub(super) fn translate(
         return None;
     };
 
-    // RedisProxy.
+    // RedisProxy. Envoy's proto validation requires a non-empty stat_prefix, settings and
+    // settings.op_timeout; so does respway, so that a config Envoy would refuse is refused
+    // here too. respway labels its metrics with the listener name, not stat_prefix.
+    if redis.stat_prefix.is_empty() {
+        cx.err(
+            join(&rp, "stat_prefix"),
+            "required (Envoy requires it; respway labels metrics with the listener name)",
+        );
+    }
     let mut op_timeout = common::DEFAULT_OP_TIMEOUT;
     let mut enable_hashtagging = false;
     let mut read_policy = (ReadPolicy::Primary, "MASTER");
+    if redis.settings.is_none() {
+        cx.err(
+            join(&rp, "settings"),
+            "required (Envoy requires it, with settings.op_timeout)",
+        );
+    }
     if let Some(s) = &redis.settings {
         let sp = join(&rp, "settings");
-        if let Some(d) = &s.op_timeout {
-            op_timeout = positive_duration(cx, &join(&sp, "op_timeout"), d).unwrap_or(op_timeout);
+        match &s.op_timeout {
+            Some(d) => {
+                op_timeout =
+                    positive_duration(cx, &join(&sp, "op_timeout"), d).unwrap_or(op_timeout);
+            }
+            None => cx.err(join(&sp, "op_timeout"), "required (Envoy requires it)"),
         }
         enable_hashtagging = s.enable_hashtagging;
         unsupported(
