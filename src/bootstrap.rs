@@ -28,7 +28,8 @@ pub struct Bootstrap {
     /// `xds.server`, or the list `xds.servers`: the management servers in order; empty
     /// without xDS.
     pub xds_servers: Vec<String>,
-    /// `static_resources`, translated.
+    /// `static_resources`, translated as written: the sidecar sets the node's `zone` over it
+    /// (as over every configuration from a file), so it is not set here.
     pub static_config: Option<Config>,
 }
 
@@ -131,23 +132,15 @@ impl Bootstrap {
                     _ => errors.push("xds: must be a mapping".into()),
                 },
                 Some("static_resources") => {
-                    let mut text = match serde_yaml_ng::to_string(v) {
+                    // The node's zone is set over it by the sidecar (`with_zone` in main.rs),
+                    // as over every configuration from a file.
+                    let text = match serde_yaml_ng::to_string(v) {
                         Ok(t) => t,
                         Err(e) => {
                             errors.push(format!("static_resources: {e}"));
                             continue;
                         }
                     };
-                    if let (Value::Mapping(m), Some(zone)) =
-                        (v, top.get("node").and_then(|n| n.get("zone")))
-                    {
-                        // The static resources take the node's zone, like xDS resources do.
-                        if !m.contains_key("node") {
-                            if let Some(z) = zone.as_str() {
-                                text.push_str(&format!("node: {{ zone: {z:?} }}\n"));
-                            }
-                        }
-                    }
                     match respway_xds::parse_yaml(&text).and_then(|r| respway_xds::translate(&r)) {
                         Ok(c) => b.static_config = Some(c),
                         Err(e) => errors.extend(
@@ -216,13 +209,16 @@ mod tests {
     }
 
     #[test]
-    fn static_resources_take_the_node_zone() {
+    fn static_resources_are_translated_as_written_and_the_node_keeps_its_zone() {
         let b = Bootstrap::parse(
             "node: { id: a, zone: z1 }\nstatic_resources:\n  listeners:\n    - name: l\n      routes: { catch_all: c }\n  clusters:\n    - name: c\n      shards:\n        - endpoints: [ { address: \"127.0.0.1:6379\" } ]\n",
         )
         .unwrap();
+        // main.rs's `with_zone` puts the node's zone over it
+        // (`tests/cli.rs`: the_nodes_zone_applies_to_static_resources_and_zone_overrides_it).
         let c = b.static_config.unwrap();
-        assert_eq!(c.zone.as_deref(), Some("z1"));
+        assert_eq!(c.zone, None);
+        assert_eq!(b.zone.as_deref(), Some("z1"));
         assert_eq!(b.node_id.as_deref(), Some("a"));
     }
 }

@@ -275,12 +275,7 @@ async fn run(
     zone: Option<String>,
     workers: usize,
 ) -> ExitCode {
-    let with_zone = |mut c: Config| {
-        if zone.is_some() {
-            c.zone = zone.clone();
-        }
-        c
-    };
+    let with_zone = |c: Config| with_zone(c, &zone);
     // The xDS client runs on this (main) thread's runtime; it applies through the server's
     // config handle once the server runs. Without static resources the first configuration
     // it receives starts the server.
@@ -300,30 +295,23 @@ async fn run(
         cfg.backoff_min = Duration::from_millis(100);
         cfg.backoff_max = Duration::from_secs(5);
         let handle = handle.clone();
-        let zone = zone.clone();
         let events = config_events.clone();
         let mut first_tx = first_tx;
         tokio::spawn(respway_xds::client::run(
             cfg,
-            move |resources| {
-                let result = (|| {
-                    let mut config =
-                        respway_xds::translate(resources).map_err(|e| e.to_string())?;
-                    if zone.is_some() {
-                        config.zone = zone.clone();
-                    }
-                    match handle.get() {
-                        Some(h) => h.apply(config).map(|v| {
-                            tracing::info!(version = v, "configuration from xDS applied");
-                        }),
-                        None => match first_tx.take() {
-                            Some(tx) => tx
-                                .send(config)
-                                .map_err(|_| "the sidecar is shutting down".to_string()),
-                            None => Err("the sidecar is still starting".to_string()),
-                        },
-                    }
-                })();
+            // The client hands over its own translation; its zone is the node's (`cfg.zone`).
+            move |_resources, config| {
+                let result = match handle.get() {
+                    Some(h) => h.apply(config).map(|v| {
+                        tracing::info!(version = v, "configuration from xDS applied");
+                    }),
+                    None => match first_tx.take() {
+                        Some(tx) => tx
+                            .send(config)
+                            .map_err(|_| "the sidecar is shutting down".to_string()),
+                        None => Err("the sidecar is still starting".to_string()),
+                    },
+                };
                 match &result {
                     Ok(()) => events.applied("xds"),
                     Err(e) => {
@@ -413,6 +401,16 @@ async fn run(
     ExitCode::SUCCESS
 }
 
+/// The sidecar's zone (`--zone`, else the bootstrap's `node.zone`), when it has one, over a
+/// configuration from a file (static resources, `--config`, a SIGHUP reload); the one place
+/// it is set — a configuration from xDS has it already, as the node's zone the client sends.
+fn with_zone(mut c: Config, zone: &Option<String>) -> Config {
+    if zone.is_some() {
+        c.zone = zone.clone();
+    }
+    c
+}
+
 /// Waits for signals: SIGHUP reloads the static config file (every setting but the listener
 /// set can change this way, without dropping a request); SIGINT/SIGTERM return.
 async fn signals(
@@ -439,11 +437,8 @@ async fn signals(
                     continue;
                 };
                 match respway_xds::load_file(path) {
-                    Ok(mut config) => {
-                        if zone.is_some() {
-                            config.zone = zone.clone();
-                        }
-                        match handle.apply(config) {
+                    Ok(config) => {
+                        match handle.apply(with_zone(config, &zone)) {
                             Ok(v) => {
                                 events.applied("file");
                                 tracing::info!(version = v, "configuration reloaded");

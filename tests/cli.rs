@@ -203,3 +203,32 @@ fn config_changes_are_counted_in_metrics() {
     )
     .is_some());
 }
+
+/// A bootstrap's `node.zone` is the zone of its static resources (set over them by the
+/// sidecar, as over every configuration from a file), and `--zone` overrides it: both show
+/// in /config_dump.
+#[test]
+fn the_nodes_zone_applies_to_static_resources_and_zone_overrides_it() {
+    let shard = redis();
+    for (extra, want) in [(None, "z1"), (Some("z9"), "z9")] {
+        let admin = free_port();
+        let admin_arg = format!("127.0.0.1:{admin}");
+        let boot = format!(
+            "node: {{ id: a, zone: z1 }}\nstatic_resources:\n  listeners:\n    - name: l\n      address: 127.0.0.1:0\n      routes: {{ catch_all: c }}\n  clusters:\n    - name: c\n      shards:\n        - endpoints: [ {{ address: \"{}\" }} ]\n",
+            shard.addr
+        );
+        let mut args = vec!["--workers", "1", "--admin", &admin_arg];
+        if let Some(z) = extra {
+            args.extend(["--zone", z]);
+        }
+        let _rw = Spawn::new(env!("CARGO_BIN_EXE_respway"))
+            .config("--bootstrap", "boot.yaml", &boot)
+            .args(&args)
+            .start();
+        let admin = loopback(admin);
+        wait_port(admin, "admin");
+        let (status, body) = http_get(admin, "/config_dump");
+        assert_eq!(status, 200);
+        assert!(body.contains(&format!("\"zone\": \"{want}\"")), "{body}");
+    }
+}

@@ -64,6 +64,7 @@ use tonic::Code;
 use crate::cache::ResourceType;
 use crate::translate::{missing_assignment, referenced_clusters};
 use crate::{translate, ConfigError, ConfigErrors, Resources};
+use respway_filters::model::Config;
 
 /// `google.rpc.Code.INVALID_ARGUMENT`: a response whose resources are invalid.
 const CODE_INVALID_ARGUMENT: i32 = 3;
@@ -131,13 +132,14 @@ pub struct ClientStatus {
 
 /// Runs the ADS client until the future is dropped (see the module docs): connects to one of
 /// `cfg.servers`, keeps the latest accepted resources, calls `apply` with each warm and valid
-/// set (its `node_zone` is `cfg.zone`), ACKs what was applied, NACKs what was not, and
+/// set (its `node_zone` is `cfg.zone`) and its translation (whose `zone` is therefore
+/// `cfg.zone`), ACKs what was applied, NACKs what was not, and
 /// reconnects (to the next server) with backoff. `apply` returns an error text to NACK the set
 /// (the caller keeps its previous config); it runs on this task, so it should not block for
 /// long.
 pub async fn run(
     cfg: AdsClientConfig,
-    mut apply: impl FnMut(&Resources) -> Result<(), String> + Send,
+    mut apply: impl FnMut(&Resources, Config) -> Result<(), String> + Send,
     status: Option<watch::Sender<ClientStatus>>,
 ) {
     if cfg.servers.is_empty() {
@@ -268,7 +270,7 @@ async fn session(
     cfg: &AdsClientConfig,
     server: &str,
     state: &mut State,
-    apply: &mut (dyn FnMut(&Resources) -> Result<(), String> + Send),
+    apply: &mut (dyn FnMut(&Resources, Config) -> Result<(), String> + Send),
 ) -> Result<(), SessionError> {
     let uri = if server.contains("://") {
         server.to_string()
@@ -487,7 +489,7 @@ impl State {
     fn on_response(
         &mut self,
         resp: DiscoveryResponse,
-        apply: &mut (dyn FnMut(&Resources) -> Result<(), String> + Send),
+        apply: &mut (dyn FnMut(&Resources, Config) -> Result<(), String> + Send),
     ) -> Vec<DiscoveryRequest> {
         let Some(t) = ResourceType::from_type_url(&resp.type_url) else {
             tracing::debug!(type_url = %resp.type_url, "response of a type not subscribed; ignored");
@@ -664,7 +666,7 @@ impl State {
     /// timeout passed: responses still not wholly in use are NACKed with what they wait for.
     fn evaluate(
         &mut self,
-        apply: &mut (dyn FnMut(&Resources) -> Result<(), String> + Send),
+        apply: &mut (dyn FnMut(&Resources, Config) -> Result<(), String> + Send),
         forced: bool,
     ) -> Vec<DiscoveryRequest> {
         let mut out = Vec::new();
@@ -733,7 +735,12 @@ impl State {
         let resources = resources.filter(|r| self.applied.is_some() || !r.listeners.is_empty());
         if let Some(r) = resources {
             if self.applied.as_ref() != Some(&r) {
-                match apply(&r) {
+                // Translated once more without the unused clusters; the caller gets the
+                // `Config` and need not translate again.
+                let applied = translate(&r)
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| apply(&r, c));
+                match applied {
                     Ok(()) => {
                         self.applied = Some(r);
                         self.publish(|s| s.applies += 1);

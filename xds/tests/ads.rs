@@ -655,7 +655,7 @@ fn run_lib_on(servers: Vec<String>, node: &str, zone: Option<&str>, fail: FailFn
     let log = applied.clone();
     let task = tokio::spawn(client::run(
         cfg,
-        move |r: &Resources| match fail(r) {
+        move |r: &Resources, _config| match fail(r) {
             Some(e) => Err(e),
             None => {
                 log.lock().expect("lock").push(r.clone());
