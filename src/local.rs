@@ -642,7 +642,7 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
         s.push_str(&format!("listener:{}\r\n", listener.name));
         s.push_str(&format!(
             "config_version:{}\r\n",
-            ctx.slot.version.load(std::sync::atomic::Ordering::Relaxed) + 1
+            ctx.slot.parts.load().config_version
         ));
         s.push_str(&format!("workers:{}\r\n", ctx.workers));
         s.push_str(&format!("connected_clients:{}\r\n", t.active));

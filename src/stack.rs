@@ -68,6 +68,8 @@ pub(crate) struct Parts {
     pub(crate) hot_key_stats: Arc<HotKeyStats>,
     /// Databases a client may `SELECT` (the smallest `databases` of the routed clusters).
     pub(crate) databases: u32,
+    /// The version of the configuration these parts were built from (the first is 1).
+    pub(crate) config_version: u64,
 }
 
 /// Builds the chain below the mirror layer; `conn` picks the upstream connection to each

@@ -208,6 +208,7 @@ impl Worker {
             .map(|(i, (listener, routing))| {
                 let (queue, mirror_rx) = stack::MirrorQueue::new();
                 let parts = stack::Parts {
+                    config_version: snapshot.version,
                     listener: Arc::new(listener.clone()),
                     mirror_stats: Arc::new(MirrorStats::new(routing.clusters.len())),
                     hot_key_stats: Arc::new(HotKeyStats::new(routing)),

@@ -625,3 +625,35 @@ fn config_dump_shows_the_served_config_without_secrets() {
         shard.addr.to_string()
     );
 }
+
+/// INFO's config_version is the version of the configuration served — the one /metrics
+/// reports and `apply` returns — after many applies in a row. (It is now read from the parts
+/// the worker built, not counted per worker: a worker that coalesced changes built fewer
+/// parts than there were versions; this test does not force that.)
+#[test]
+fn info_config_version_is_the_applied_version() {
+    let (_shards, addrs) = three_shards();
+    let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
+    let resources = respway_xds::parse_yaml(&yaml).expect("yaml");
+    let config = respway_xds::translate(&resources).expect("config");
+    let server = respway::start(config.clone(), respway::Options::default()).expect("start");
+    let addr = server.local_addrs()[0];
+    let mut last = 0;
+    for i in 0..20u64 {
+        let mut c = config.clone();
+        c.listeners[0].op_timeout = std::time::Duration::from_millis(500 + i);
+        last = server.apply(c).expect("apply");
+    }
+    assert_eq!(last, 21);
+    let mut conn = RespConn::connect(addr);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let info = conn.call(&["INFO", "proxy"]).text();
+        if info.contains("config_version:21\r\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{info}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    server.shutdown();
+}
