@@ -218,10 +218,12 @@ impl Server {
 }
 
 fn compile(config: Config, version: u64) -> Result<Snapshot, String> {
+    // Clusters (maglev tables, rings) are compiled once and shared by every listener.
+    let clusters = Routing::compile_clusters(&config)?;
     let routings = config
         .listeners
         .iter()
-        .map(|l| Routing::build(&config, l).map(Arc::new))
+        .map(|l| Routing::with_clusters(clusters.clone(), &config, l).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Snapshot {
         version,
@@ -311,4 +313,23 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         registry,
         handle: ConfigHandle { shared },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The clusters of a configuration are compiled once, whatever the number of listeners.
+    #[test]
+    fn clusters_compile_once_per_snapshot() {
+        let yaml = "listeners:\n  - name: a\n    address: 127.0.0.1:7001\n    routes: { catch_all: c }\n  - name: b\n    address: 127.0.0.1:7002\n    routes: { catch_all: c }\nclusters:\n  - name: c\n    shards:\n      - endpoints: [ { address: \"127.0.0.1:6379\" } ]\n";
+        let config =
+            respway_xds::translate(&respway_xds::parse_yaml(yaml).expect("yaml")).expect("config");
+        let snap = compile(config, 1).expect("compiles");
+        assert_eq!(snap.routings.len(), 2);
+        assert!(Arc::ptr_eq(
+            &snap.routings[0].clusters,
+            &snap.routings[1].clusters
+        ));
+    }
 }

@@ -16,8 +16,9 @@ use crate::model::{
 /// Routing state for one listener.
 #[derive(Debug)]
 pub struct Routing {
-    /// Clusters in configuration order; routes refer to them by index.
-    pub clusters: Vec<ClusterRoute>,
+    /// Clusters in configuration order; routes refer to them by index. Compiled once per
+    /// configuration and shared by its listeners' routings.
+    pub clusters: Arc<Vec<ClusterRoute>>,
     /// The sidecar's own zone.
     pub zone: Option<String>,
     /// Prefix routes, longest prefix first.
@@ -133,12 +134,34 @@ impl Routing {
     /// A message naming the cluster when a shard picker cannot be built, or the route when
     /// it names an unknown cluster (the translator normally catches both first).
     pub fn build(config: &Config, listener: &Listener) -> Result<Routing, String> {
-        let zone = config.zone.clone();
-        let clusters = config
+        Routing::with_clusters(Routing::compile_clusters(config)?, config, listener)
+    }
+
+    /// Compiles the clusters of `config` (shard pickers, zones), once for all its listeners.
+    ///
+    /// # Errors
+    /// A message naming the cluster when a shard picker cannot be built.
+    pub fn compile_clusters(config: &Config) -> Result<Arc<Vec<ClusterRoute>>, String> {
+        let zone = config.zone.as_deref();
+        config
             .clusters
             .iter()
-            .map(|c| compile_cluster(c, zone.as_deref()))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|c| compile_cluster(c, zone))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Arc::new)
+    }
+
+    /// Compiles the routes of `listener` over `clusters`, compiled from `config` by
+    /// [`Routing::compile_clusters`].
+    ///
+    /// # Errors
+    /// A message naming the route when it names an unknown cluster.
+    pub fn with_clusters(
+        clusters: Arc<Vec<ClusterRoute>>,
+        config: &Config,
+        listener: &Listener,
+    ) -> Result<Routing, String> {
+        let zone = config.zone.clone();
         let index = |name: &str| {
             clusters
                 .iter()
