@@ -211,6 +211,24 @@ pub enum HashBuildError {
     },
 }
 
+/// The shard picker of a model cluster (its policy, hashtag and shards), as the data plane
+/// builds it: the one place that turns a [`Cluster`](crate::model::Cluster) into
+/// [`ShardInput`]s (the route compiler, config validation and `respway-compare` all use it).
+pub fn cluster_picker(
+    cluster: &crate::model::Cluster,
+) -> Result<Arc<dyn ShardPicker>, HashBuildError> {
+    let inputs: Vec<ShardInput<'_>> = cluster
+        .shards
+        .iter()
+        .map(|s| ShardInput {
+            hash_key: &s.hash_key,
+            weight: s.weight,
+            slots: &s.slots,
+        })
+        .collect();
+    build_picker(&cluster.hash, cluster.hashtag, &inputs)
+}
+
 /// Builds the picker for a cluster.
 ///
 /// `shards` is the cluster's shard list in config order; [`ShardPicker::pick`] returns indexes

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::hash::{build_picker, ShardInput, ShardPicker};
+use crate::hash::{cluster_picker, ShardPicker};
 use crate::model::{
     Cluster, Config, HotKeyRead, Listener, MirrorMode, MirrorPolicy, ReadPolicy, Role,
 };
@@ -316,17 +316,7 @@ impl Routing {
 }
 
 fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, String> {
-    let inputs: Vec<ShardInput<'_>> = c
-        .shards
-        .iter()
-        .map(|s| ShardInput {
-            hash_key: &s.hash_key,
-            weight: s.weight,
-            slots: &s.slots,
-        })
-        .collect();
-    let picker = build_picker(&c.hash, c.hashtag, &inputs)
-        .map_err(|e| format!("cluster \"{}\": {e}", c.name))?;
+    let picker = cluster_picker(c).map_err(|e| format!("cluster \"{}\": {e}", c.name))?;
     let shards: Vec<ShardRoute> = c
         .shards
         .iter()

@@ -53,7 +53,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use clap::Parser;
 use respway_filters::codec_limits::Limits;
-use respway_filters::hash::{build_picker, ShardInput, ShardPicker};
+use respway_filters::hash::{cluster_picker, ShardPicker};
 use respway_filters::model::{Cluster, Config, UpstreamAuth};
 use respway_filters::resp::{encode_command, parse_reply, Frame, ReplyScanner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -167,17 +167,7 @@ impl Plan {
                 known.join(", ")
             ));
         };
-        let inputs: Vec<ShardInput<'_>> = cluster
-            .shards
-            .iter()
-            .map(|s| ShardInput {
-                hash_key: &s.hash_key,
-                weight: s.weight,
-                slots: &s.slots,
-            })
-            .collect();
-        let picker = build_picker(&cluster.hash, cluster.hashtag, &inputs)
-            .map_err(|e| format!("cluster \"{name}\": {e}"))?;
+        let picker = cluster_picker(cluster).map_err(|e| format!("cluster \"{name}\": {e}"))?;
         Ok(Plan {
             cluster: cluster.clone(),
             picker,

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use respway_filters::hash::cluster_picker;
 use respway_filters::hash::maglev::is_prime;
-use respway_filters::hash::{build_picker, ShardInput};
 use respway_filters::model::{
     Cluster, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, MirrorMode,
     MirrorPolicy, ProtocolMode, ReadPolicy, Role, ZoneFallback,
@@ -232,18 +232,7 @@ pub(crate) fn unique_hash_keys(policy: &HashPolicy) -> bool {
 /// what the emulated system counts, ketama names too long for twemproxy's buffer, more shards
 /// than slots), and it is the final word on what the data plane accepts.
 pub(crate) fn picker_error(cluster: &Cluster) -> Option<String> {
-    let inputs: Vec<ShardInput<'_>> = cluster
-        .shards
-        .iter()
-        .map(|s| ShardInput {
-            hash_key: &s.hash_key,
-            weight: s.weight,
-            slots: &s.slots,
-        })
-        .collect();
-    build_picker(&cluster.hash, cluster.hashtag, &inputs)
-        .err()
-        .map(|e| e.to_string())
+    cluster_picker(cluster).err().map(|e| e.to_string())
 }
 
 /// Problems with the numbers of a hash policy, as `(field under the policy, reason)`.
