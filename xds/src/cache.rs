@@ -57,69 +57,10 @@ use crate::{to_resources, translate, Resources};
 
 // === ResourceType ===
 
-/// The xDS resource types respway serves and consumes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ResourceType {
-    /// CDS: `envoy.config.cluster.v3.Cluster`.
-    Cluster,
-    /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
-    Endpoint,
-    /// LDS: `envoy.config.listener.v3.Listener`.
-    Listener,
-}
+pub use crate::yaml::Targets;
+pub use crate::ResourceType;
 
-impl ResourceType {
-    /// Make-before-break push order: clusters, then their endpoints, then the listeners that
-    /// use them.
-    pub const PUSH_ORDER: [ResourceType; 3] = [
-        ResourceType::Cluster,
-        ResourceType::Endpoint,
-        ResourceType::Listener,
-    ];
-
-    /// The type URL (`type.googleapis.com/...`).
-    pub fn type_url(self) -> &'static str {
-        match self {
-            ResourceType::Cluster => crate::CLUSTER_TYPE_URL,
-            ResourceType::Endpoint => crate::ENDPOINT_TYPE_URL,
-            ResourceType::Listener => crate::LISTENER_TYPE_URL,
-        }
-    }
-
-    /// The type with this type URL, if respway serves it.
-    pub fn from_type_url(url: &str) -> Option<ResourceType> {
-        Self::PUSH_ORDER.into_iter().find(|t| t.type_url() == url)
-    }
-
-    /// `CDS`, `EDS` or `LDS`.
-    pub fn short_name(self) -> &'static str {
-        match self {
-            ResourceType::Cluster => "CDS",
-            ResourceType::Endpoint => "EDS",
-            ResourceType::Listener => "LDS",
-        }
-    }
-
-    /// Position in [`Self::PUSH_ORDER`], for per-type arrays.
-    pub fn index(self) -> usize {
-        match self {
-            ResourceType::Cluster => 0,
-            ResourceType::Endpoint => 1,
-            ResourceType::Listener => 2,
-        }
-    }
-}
-
-// === Targets ===
-
-/// Which sidecars a resource file is for (its top-level `targets`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Targets {
-    /// Node ids (the ADS request's `node.id`).
-    pub node_ids: Vec<String>,
-    /// Zones (the ADS request's `node.locality.zone`).
-    pub zones: Vec<String>,
-}
+// === Targeting (the files each node gets) ===
 
 /// How specifically a file matches a node; the higher wins a name defined by several files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

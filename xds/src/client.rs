@@ -61,9 +61,8 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
-use crate::cache::ResourceType;
 use crate::translate::{missing_assignment, referenced_clusters};
-use crate::{translate, ConfigError, ConfigErrors, Resources};
+use crate::{translate, ConfigError, ConfigErrors, ResourceType, Resources};
 use respway_filters::model::Config;
 
 /// `google.rpc.Code.INVALID_ARGUMENT`: a response whose resources are invalid.

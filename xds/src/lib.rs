@@ -76,6 +76,59 @@ pub struct Resources {
     pub node_zone: Option<String>,
 }
 
+/// The xDS resource types respway serves and consumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceType {
+    /// CDS: `envoy.config.cluster.v3.Cluster`.
+    Cluster,
+    /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
+    Endpoint,
+    /// LDS: `envoy.config.listener.v3.Listener`.
+    Listener,
+}
+
+impl ResourceType {
+    /// Make-before-break push order: clusters, then their endpoints, then the listeners that
+    /// use them.
+    pub const PUSH_ORDER: [ResourceType; 3] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+    ];
+
+    /// The type URL (`type.googleapis.com/...`).
+    pub fn type_url(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => crate::CLUSTER_TYPE_URL,
+            ResourceType::Endpoint => crate::ENDPOINT_TYPE_URL,
+            ResourceType::Listener => crate::LISTENER_TYPE_URL,
+        }
+    }
+
+    /// The type with this type URL, if respway serves it.
+    pub fn from_type_url(url: &str) -> Option<ResourceType> {
+        Self::PUSH_ORDER.into_iter().find(|t| t.type_url() == url)
+    }
+
+    /// `CDS`, `EDS` or `LDS`.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "CDS",
+            ResourceType::Endpoint => "EDS",
+            ResourceType::Listener => "LDS",
+        }
+    }
+
+    /// Position in [`Self::PUSH_ORDER`], for per-type arrays.
+    pub fn index(self) -> usize {
+        match self {
+            ResourceType::Cluster => 0,
+            ResourceType::Endpoint => 1,
+            ResourceType::Listener => 2,
+        }
+    }
+}
+
 /// The xDS type URL of listeners (LDS).
 pub const LISTENER_TYPE_URL: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 /// The xDS type URL of clusters (CDS).

@@ -19,9 +19,17 @@ use respway_filters::model::{
 };
 use serde_yaml_ng::{Mapping, Value};
 
-use crate::cache::Targets;
 use crate::common::{self, MirrorProblem, SlotProblem};
 use crate::error::{index, join, ConfigErrors, Cx};
+
+/// Which sidecars a resource file is for (its top-level `targets`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Targets {
+    /// Node ids (the ADS request's `node.id`).
+    pub node_ids: Vec<String>,
+    /// Zones (the ADS request's `node.locality.zone`).
+    pub zones: Vec<String>,
+}
 
 const TOP_KEYS: &[&str] = &["node", "listeners", "clusters"];
 const FRAGMENT_TOP_KEYS: &[&str] = &["targets", "listeners", "clusters", "node"];
