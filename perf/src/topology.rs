@@ -858,7 +858,7 @@ fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, Error> {
 
 /// The management server's `GET /status`.
 pub fn xds_status(admin: SocketAddr) -> Result<ServerStatus, Error> {
-    block_on(respway_xds::admin::fetch_status(&admin.to_string()))?
+    block_on(respway_xds::admin::client::fetch_status(&admin.to_string()))?
         .map_err(|e| Error::Run(e.to_string()))
 }
 
@@ -890,7 +890,7 @@ async fn push_and_wait(
     text: String,
     timeout: Duration,
 ) -> Result<PushOutcome, Error> {
-    use respway_xds::admin;
+    use respway_xds::admin::client as admin;
     let t0 = Instant::now();
     let addr = x.admin.to_string();
     let status = || async {

@@ -1,7 +1,7 @@
-//! The management server's admin HTTP endpoint (HTTP/1.1, hyper) and a small client for it,
-//! used by `respway-xds apply` and `respway-xds status`.
+//! The management server's admin HTTP endpoint (HTTP/1.1, hyper); its client, used by
+//! `respway-xds apply` and `respway-xds status`, is [`client`] (re-exported here).
 //!
-//! - `GET /status`: [`ServerStatus`] as JSON: the served version, each resource file's state,
+//! - `GET /status`: [`ServerStatus`](crate::server::ServerStatus) as JSON: the served version, each resource file's state,
 //!   the merged snapshot's errors, and per node id: zone, connected, and per type URL the last
 //!   version sent, the last version the node ACKed, and its last NACK (version, nonce, error).
 //! - `POST /apply?name=FILE.yaml` with a YAML body: validates it as resource file `FILE.yaml`
@@ -17,11 +17,14 @@ use hyper::body::Incoming;
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::cache::ApplyError;
-use crate::server::{Server, ServerStatus};
+use crate::server::Server;
+
+pub mod client;
+pub use client::{apply, fetch_status, AdminError};
 
 /// The largest `POST /apply` body accepted.
 const MAX_APPLY_BODY: usize = 16 << 20;
@@ -141,102 +144,4 @@ async fn handle(
             vec!["endpoints: GET /status, POST /apply?name=FILE.yaml".to_string()],
         ),
     })
-}
-
-// === client ===
-
-/// Why an admin request failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AdminError {
-    /// The endpoint could not be reached or spoke no HTTP.
-    #[error("admin endpoint {addr}: {reason}")]
-    Transport {
-        /// The address asked.
-        addr: String,
-        /// What went wrong.
-        reason: String,
-    },
-    /// The server refused the request; every error it gave.
-    #[error("{}", .0.join("\n"))]
-    Refused(Vec<String>),
-}
-
-/// Fetches `GET /status` from the admin endpoint at `addr` (`HOST:PORT`).
-///
-/// # Errors
-/// The endpoint is unreachable or answered with an error.
-pub async fn fetch_status(addr: &str) -> Result<ServerStatus, AdminError> {
-    let (status, body) = request(addr, Method::GET, "/status", Bytes::new()).await?;
-    decode(addr, status, &body)
-}
-
-/// Sends `text` as resource file `name` with `POST /apply` to the admin endpoint at `addr`;
-/// returns the served version afterwards.
-///
-/// # Errors
-/// The endpoint is unreachable, or refused the file (every error, naming file and field).
-pub async fn apply(addr: &str, name: &str, text: &str) -> Result<u64, AdminError> {
-    let path = format!("/apply?name={name}");
-    let (status, body) = request(addr, Method::POST, &path, Bytes::from(text.to_string())).await?;
-    decode::<Applied>(addr, status, &body).map(|a| a.version)
-}
-
-fn decode<T: for<'de> Deserialize<'de>>(
-    addr: &str,
-    status: StatusCode,
-    body: &[u8],
-) -> Result<T, AdminError> {
-    let transport = |reason: String| AdminError::Transport {
-        addr: addr.to_string(),
-        reason,
-    };
-    if status.is_success() {
-        return serde_json::from_slice(body).map_err(|e| transport(format!("bad JSON: {e}")));
-    }
-    match serde_json::from_slice::<Refused>(body) {
-        Ok(r) => Err(AdminError::Refused(r.errors)),
-        Err(_) => Err(transport(format!(
-            "HTTP {status}: {}",
-            String::from_utf8_lossy(body)
-        ))),
-    }
-}
-
-async fn request(
-    addr: &str,
-    method: Method,
-    path: &str,
-    body: Bytes,
-) -> Result<(StatusCode, Bytes), AdminError> {
-    let transport = |reason: String| AdminError::Transport {
-        addr: addr.to_string(),
-        reason,
-    };
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| transport(e.to_string()))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| transport(e.to_string()))?;
-    let conn = tokio::spawn(conn);
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr)
-        .header("content-type", "application/yaml")
-        .body(Full::new(body))
-        .map_err(|e| transport(e.to_string()))?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| transport(e.to_string()))?;
-    let status = resp.status();
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| transport(e.to_string()))?
-        .to_bytes();
-    conn.abort();
-    Ok((status, body))
 }

@@ -1,0 +1,108 @@
+//! The client of the admin endpoint: `respway-xds apply` / `status`, and the perf harness,
+//! which need nothing of the server.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use tokio::net::TcpStream;
+
+use super::{Applied, Refused};
+use crate::server::ServerStatus;
+
+/// Why an admin request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The endpoint could not be reached or spoke no HTTP.
+    #[error("admin endpoint {addr}: {reason}")]
+    Transport {
+        /// The address asked.
+        addr: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The server refused the request; every error it gave.
+    #[error("{}", .0.join("\n"))]
+    Refused(Vec<String>),
+}
+
+/// Fetches `GET /status` from the admin endpoint at `addr` (`HOST:PORT`).
+///
+/// # Errors
+/// The endpoint is unreachable or answered with an error.
+pub async fn fetch_status(addr: &str) -> Result<ServerStatus, AdminError> {
+    let (status, body) = request(addr, Method::GET, "/status", Bytes::new()).await?;
+    decode(addr, status, &body)
+}
+
+/// Sends `text` as resource file `name` with `POST /apply` to the admin endpoint at `addr`;
+/// returns the served version afterwards.
+///
+/// # Errors
+/// The endpoint is unreachable, or refused the file (every error, naming file and field).
+pub async fn apply(addr: &str, name: &str, text: &str) -> Result<u64, AdminError> {
+    let path = format!("/apply?name={name}");
+    let (status, body) = request(addr, Method::POST, &path, Bytes::from(text.to_string())).await?;
+    decode::<Applied>(addr, status, &body).map(|a| a.version)
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(
+    addr: &str,
+    status: StatusCode,
+    body: &[u8],
+) -> Result<T, AdminError> {
+    let transport = |reason: String| AdminError::Transport {
+        addr: addr.to_string(),
+        reason,
+    };
+    if status.is_success() {
+        return serde_json::from_slice(body).map_err(|e| transport(format!("bad JSON: {e}")));
+    }
+    match serde_json::from_slice::<Refused>(body) {
+        Ok(r) => Err(AdminError::Refused(r.errors)),
+        Err(_) => Err(transport(format!(
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(body)
+        ))),
+    }
+}
+
+async fn request(
+    addr: &str,
+    method: Method,
+    path: &str,
+    body: Bytes,
+) -> Result<(StatusCode, Bytes), AdminError> {
+    let transport = |reason: String| AdminError::Transport {
+        addr: addr.to_string(),
+        reason,
+    };
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| transport(e.to_string()))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| transport(e.to_string()))?;
+    let conn = tokio::spawn(conn);
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr)
+        .header("content-type", "application/yaml")
+        .body(Full::new(body))
+        .map_err(|e| transport(e.to_string()))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| transport(e.to_string()))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| transport(e.to_string()))?
+        .to_bytes();
+    conn.abort();
+    Ok((status, body))
+}
