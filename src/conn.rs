@@ -111,6 +111,19 @@ enum Pending {
     },
 }
 
+impl Pending {
+    /// A reply computed by a future of its own, answered by the session at `backstop` at the
+    /// latest.
+    fn other(fut: BoxReply, backstop: Instant) -> Pending {
+        Pending::Other {
+            fut,
+            deadline: backstop,
+            idx: 0,
+            first: FirstArg::NONE,
+        }
+    }
+}
+
 /// Which connections a command travels on. A session's commands on one lane keep their
 /// order (one connection per endpoint); before a command goes on another lane, the session
 /// waits until what it has in flight is answered, so it cannot pass them.
@@ -748,17 +761,15 @@ impl Session {
                     }
                     Local::Forward => {
                         let (deadline, backstop) = times();
-                        Pending::Other {
-                            fut: fanout::one(args, &live.parts, flavor, live.conn, deadline),
-                            deadline: backstop,
-                            idx: 0,
-                            first: FirstArg::NONE,
-                        }
+                        Pending::other(
+                            fanout::one(args, &live.parts, flavor, live.conn, deadline),
+                            backstop,
+                        )
                     }
                     Local::InfoWithKeyspace(text) => {
                         let (deadline, backstop) = times();
-                        Pending::Other {
-                            fut: fanout::info_with_keyspace(
+                        Pending::other(
+                            fanout::info_with_keyspace(
                                 text,
                                 self.state.resp3,
                                 &live.parts,
@@ -766,38 +777,25 @@ impl Session {
                                 live.conn,
                                 deadline,
                             ),
-                            deadline: backstop,
-                            idx: 0,
-                            first: FirstArg::NONE,
-                        }
+                            backstop,
+                        )
                     }
                 }
             }
             CommandClass::Fanout(kind) => {
                 let (deadline, backstop) = times();
-                Pending::Other {
-                    fut: fanout::call(kind, args, &live.parts, flavor, live.conn, deadline),
-                    deadline: backstop,
-                    idx: 0,
-                    first: FirstArg::NONE,
-                }
+                Pending::other(
+                    fanout::call(kind, args, &live.parts, flavor, live.conn, deadline),
+                    backstop,
+                )
             }
             CommandClass::Transaction => unreachable!("handled above"),
             CommandClass::Keyspace(kind) => {
                 let (deadline, backstop) = times();
-                Pending::Other {
-                    fut: crate::keyspace::call(
-                        kind,
-                        args,
-                        &live.parts,
-                        flavor,
-                        live.conn,
-                        deadline,
-                    ),
-                    deadline: backstop,
-                    idx: 0,
-                    first: FirstArg::NONE,
-                }
+                Pending::other(
+                    crate::keyspace::call(kind, args, &live.parts, flavor, live.conn, deadline),
+                    backstop,
+                )
             }
             CommandClass::Blocking => {
                 if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
@@ -806,12 +804,7 @@ impl Session {
                 match crate::blocking::call(cmd, args, &self.keys, &live.parts, flavor, op_timeout)
                 {
                     crate::blocking::Call::Forward(args) => self.forward(cmd, args, live, ctx),
-                    crate::blocking::Call::Wait { fut, backstop } => Pending::Other {
-                        fut,
-                        deadline: backstop,
-                        idx: 0,
-                        first: FirstArg::NONE,
-                    },
+                    crate::blocking::Call::Wait { fut, backstop } => Pending::other(fut, backstop),
                     crate::blocking::Call::Refused(r) => Pending::Ready(r),
                 }
             }
@@ -855,12 +848,7 @@ impl Session {
                         s.confirming += 1;
                     }
                 }
-                Pending::Other {
-                    fut,
-                    deadline: deadline + op_timeout + BACKSTOP,
-                    idx: 0,
-                    first: FirstArg::NONE,
-                }
+                Pending::other(fut, deadline + op_timeout + BACKSTOP)
             }
         }
     }
@@ -1005,8 +993,8 @@ impl Session {
             return Pending::Ready(error_reply("ERR respway: transaction has no connection"));
         };
         let f = p.conn.send(args, deadline);
-        Pending::Other {
-            fut: Box::pin(async move {
+        Pending::other(
+            Box::pin(async move {
                 let mut first_err = None;
                 for b in before {
                     let Ok(r) = b.await;
@@ -1017,10 +1005,8 @@ impl Session {
                 let Ok(r) = f.await;
                 first_err.unwrap_or(r)
             }),
-            deadline: deadline + op_timeout + BACKSTOP,
-            idx: 0,
-            first: FirstArg::NONE,
-        }
+            deadline + op_timeout + BACKSTOP,
+        )
     }
 
     /// Transaction commands, and every command while a `MULTI` is queueing.
@@ -1091,8 +1077,8 @@ impl Session {
                     };
                     let f = p.conn.send(vec![Bytes::from_static(b"DISCARD")], deadline);
                     tx.finish();
-                    return Pending::Other {
-                        fut: Box::pin(async move {
+                    return Pending::other(
+                        Box::pin(async move {
                             let Ok(r) = f.await;
                             if discard || is_error(&r) {
                                 r
@@ -1102,10 +1088,8 @@ impl Session {
                                 )
                             }
                         }),
-                        deadline: deadline + op_timeout + BACKSTOP,
-                        idx: 0,
-                        first: FirstArg::NONE,
-                    };
+                        deadline + op_timeout + BACKSTOP,
+                    );
                 }
                 let mut before = Vec::new();
                 if tx.pinned.is_none() {

@@ -253,15 +253,7 @@ impl KeyFilter<'_> {
                     continue;
                 }
             }
-            let named = match &s.prefix {
-                Some(p) => {
-                    let mut v = BytesMut::with_capacity(p.len() + key.len());
-                    v.extend_from_slice(p);
-                    v.extend_from_slice(&key);
-                    v.freeze()
-                }
-                None => key,
-            };
+            let named = with_prefix(s.prefix.as_ref(), key);
             if let Some(pat) = self.local {
                 if !glob(pat, &named) {
                     continue;
@@ -547,15 +539,7 @@ fn random_key(
             match parse(&r, "RANDOMKEY", &parts.routing, s) {
                 Ok(Frame::Null | Frame::Nil) => continue,
                 Ok(Frame::Bulk(key)) => {
-                    let named = match &s.prefix {
-                        Some(p) => {
-                            let mut v = BytesMut::with_capacity(p.len() + key.len());
-                            v.extend_from_slice(p);
-                            v.extend_from_slice(&key);
-                            v.freeze()
-                        }
-                        None => key,
-                    };
+                    let named = with_prefix(s.prefix.as_ref(), key);
                     return Frame::Bulk(named).to_bytes();
                 }
                 Ok(_) => return unexpected("RANDOMKEY", &parts.routing, s),
@@ -679,6 +663,19 @@ fn one(pattern: &[u8], p: usize, c: u8) -> Option<(bool, usize)> {
             Some((hit != not, next))
         }
         b => Some((b == c, p + 1)),
+    }
+}
+
+/// `key` as the client names it: with the prefix its route removed put back.
+fn with_prefix(prefix: Option<&Bytes>, key: Bytes) -> Bytes {
+    match prefix {
+        Some(p) => {
+            let mut v = BytesMut::with_capacity(p.len() + key.len());
+            v.extend_from_slice(p);
+            v.extend_from_slice(&key);
+            v.freeze()
+        }
+        None => key,
     }
 }
 
