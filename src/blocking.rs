@@ -87,13 +87,7 @@ pub(crate) fn call(
         Ok(at) => at,
         Err(r) => return Call::Refused(r),
     };
-    let primary = parts
-        .primaries
-        .get(cluster)
-        .and_then(|s| s.get(shard))
-        .copied()
-        .unwrap_or(0);
-    let Some(ep) = parts.endpoints.get(cluster, shard, primary) else {
+    let Some(ep) = parts.primary(cluster, shard) else {
         return Call::Refused(error_reply("ERR respway: no such shard"));
     };
     let conn = match ep.take_dedicated(flavor) {

@@ -951,15 +951,8 @@ impl Session {
         deadline: Instant,
     ) -> Result<Vec<crate::upstream::UpstreamFuture>, Reply> {
         let parts = &live.parts;
-        let primary = parts
-            .primaries
-            .get(cluster)
-            .and_then(|s| s.get(shard))
-            .copied()
-            .unwrap_or(0);
         let ep = parts
-            .endpoints
-            .get(cluster, shard, primary)
+            .primary(cluster, shard)
             .ok_or_else(|| error_reply("ERR respway: no such shard"))?;
         let conn = ep
             .take_dedicated(self.state.flavor())

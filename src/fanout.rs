@@ -63,10 +63,7 @@ pub(crate) fn one(
     deadline: Instant,
 ) -> BoxReply {
     let first = parts.routing.routed_clusters().first().copied();
-    let primary = first.and_then(|c| parts.primaries.get(c).and_then(|s| s.first()).copied());
-    let ep = first
-        .zip(primary)
-        .and_then(|(c, p)| parts.endpoints.get(c, 0, p));
+    let ep = first.and_then(|c| parts.primary(c, 0));
     match ep {
         Some(ep) => {
             let f = ep.send(args, flavor, conn, deadline);
@@ -115,12 +112,7 @@ fn targets(
             continue;
         };
         for (s, eps) in shards.iter().enumerate() {
-            let primary = parts
-                .primaries
-                .get(c)
-                .and_then(|p| p.get(s))
-                .copied()
-                .unwrap_or(0);
+            let primary = parts.primary_index(c, s);
             for (e, ep) in eps.iter().enumerate() {
                 if replicas_too || e == primary {
                     futs.push(ep.send(args.to_vec(), flavor, conn, deadline));

@@ -104,12 +104,7 @@ fn shards(parts: &Parts) -> Vec<Shard> {
         };
         let prefix = k.prefix.map(Bytes::from);
         for s in 0..eps.len() {
-            let primary = parts
-                .primaries
-                .get(k.cluster)
-                .and_then(|p| p.get(s))
-                .copied()
-                .unwrap_or(0);
+            let primary = parts.primary_index(k.cluster, s);
             out.push(Shard {
                 cluster: k.cluster,
                 shard: s,

@@ -493,13 +493,7 @@ fn shard_of(parts: &Parts, name: &[u8]) -> Option<(usize, usize)> {
 
 /// The primary of `(cluster, shard)`.
 fn primary(parts: &Parts, cluster: usize, shard: usize) -> Option<&EndpointHandle> {
-    let p = parts
-        .primaries
-        .get(cluster)
-        .and_then(|s| s.get(shard))
-        .copied()
-        .unwrap_or(0);
-    parts.endpoints.get(cluster, shard, p)
+    parts.primary(cluster, shard)
 }
 
 /// Every primary of every routed cluster.

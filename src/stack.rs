@@ -72,6 +72,28 @@ pub(crate) struct Parts {
     pub(crate) config_version: u64,
 }
 
+impl Parts {
+    /// The index of the primary of `(cluster, shard)` among the shard's endpoints (0 when
+    /// unknown).
+    pub(crate) fn primary_index(&self, cluster: usize, shard: usize) -> usize {
+        self.primaries
+            .get(cluster)
+            .and_then(|s| s.get(shard))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// This worker's handle of the primary of `(cluster, shard)`.
+    pub(crate) fn primary(
+        &self,
+        cluster: usize,
+        shard: usize,
+    ) -> Option<&crate::upstream::EndpointHandle> {
+        self.endpoints
+            .get(cluster, shard, self.primary_index(cluster, shard))
+    }
+}
+
 /// Builds the chain below the mirror layer; `conn` picks the upstream connection to each
 /// endpoint for everything this chain sends (see [`Upstream::new`]).
 pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
