@@ -40,13 +40,10 @@ pub(crate) fn call(
     }
     let futs = targets(parts, replicas_too, &args, flavor, conn, deadline);
     Box::pin(async move {
-        let replies = join(futs).await;
-        if replies.is_empty() {
-            return error_reply("ERR respway: no shard to send the command to");
-        }
-        if let Some(e) = replies.iter().find(|r| is_error(r)) {
-            return e.clone();
-        }
+        let replies = match join_ok(futs).await {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
         match kind {
             FanoutKind::ScriptExists => script_exists(&replies),
             _ => replies[0].clone(),
@@ -121,6 +118,18 @@ fn targets(
         }
     }
     futs
+}
+
+/// Every reply, or the first error among them (or "no shard" when there is none).
+pub(crate) async fn join_ok(futs: Vec<UpstreamFuture>) -> Result<Vec<Reply>, Reply> {
+    if futs.is_empty() {
+        return Err(error_reply("ERR respway: no shard to send the command to"));
+    }
+    let replies = join(futs).await;
+    match replies.iter().find(|r| is_error(r)) {
+        Some(e) => Err(e.clone()),
+        None => Ok(replies),
+    }
 }
 
 async fn join(futs: Vec<UpstreamFuture>) -> Vec<Reply> {

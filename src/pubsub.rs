@@ -33,7 +33,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use respway_filters::codec_limits::Limits;
 use respway_filters::command::PubSubKind;
-use respway_filters::request::{error_reply, is_error, Flavor, Reply};
+use respway_filters::request::{error_reply, Flavor, Reply};
 use respway_filters::resp::{encode_command, parse_reply, reply_len, Frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
@@ -499,7 +499,13 @@ fn primary(parts: &Parts, cluster: usize, shard: usize) -> Option<&EndpointHandl
 /// Every primary of every routed cluster.
 fn all_primaries(parts: &Parts) -> Vec<&EndpointHandle> {
     let mut v = Vec::new();
-    for c in parts.routing.routed_clusters() {
+    // The clusters routes send channels to: a mirror's target gets no PUBLISH.
+    for c in parts
+        .routing
+        .keyspace_clusters()
+        .into_iter()
+        .map(|k| k.cluster)
+    {
         let n = parts.endpoints.0.get(c).map_or(0, Vec::len);
         for s in 0..n {
             if let Some(ep) = primary(parts, c, s) {
@@ -523,7 +529,6 @@ pub(crate) enum Outcome {
 
 /// Runs a pub/sub command for the session whose subscriptions are `sub` (created on the
 /// first subscription).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn call(
     kind: PubSubKind,
     args: Vec<Bytes>,
@@ -661,7 +666,7 @@ pub(crate) fn call(
             let futs = everywhere(parts, &args, flavor, conn, deadline);
             Outcome::Wait {
                 fut: merged(async move {
-                    let replies = join(futs).await?;
+                    let replies = crate::fanout::join_ok(futs).await?;
                     let mut seen = std::collections::HashSet::new();
                     let mut all = Vec::new();
                     for r in &replies {
@@ -683,7 +688,7 @@ pub(crate) fn call(
             let names: Vec<Bytes> = args[2..].to_vec();
             Outcome::Wait {
                 fut: merged(async move {
-                    let replies = join(futs).await?;
+                    let replies = crate::fanout::join_ok(futs).await?;
                     let mut counts = vec![0i64; names.len()];
                     for r in &replies {
                         let it = items(r)?;
@@ -713,7 +718,7 @@ pub(crate) fn call(
             let futs = everywhere(parts, &args, flavor, conn, deadline);
             Outcome::Wait {
                 fut: merged(async move {
-                    let replies = join(futs).await?;
+                    let replies = crate::fanout::join_ok(futs).await?;
                     let mut max = 0;
                     for r in &replies {
                         if let Ok(Frame::Integer(n)) = parse_reply(r) {
@@ -744,22 +749,6 @@ fn everywhere(
         .into_iter()
         .map(|ep| ep.send(args.to_vec(), flavor, conn, deadline))
         .collect()
-}
-
-/// Every reply, or the first error (or "no shard" when there is none).
-async fn join(futs: Vec<UpstreamFuture>) -> Result<Vec<Reply>, Reply> {
-    if futs.is_empty() {
-        return Err(error_reply(NO_SHARD));
-    }
-    let mut out = Vec::with_capacity(futs.len());
-    for f in futs {
-        let Ok(r) = f.await;
-        if is_error(&r) {
-            return Err(r);
-        }
-        out.push(r);
-    }
-    Ok(out)
 }
 
 /// The elements of an array reply.

@@ -418,3 +418,32 @@ fn subscriptions_survive_a_shard_restart() {
         "m{n}: direct {direct}, pattern {by_pattern}"
     );
 }
+
+/// Patterns are subscribed on the clusters the listener's routes send channels to, not on a
+/// mirror's target cluster (no channel is ever published there through respway); PUBSUB
+/// NUMPAT does not count it either.
+#[test]
+fn patterns_are_not_subscribed_on_mirror_clusters() {
+    let old = redis();
+    let new = redis();
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    op_timeout: 2s\n    routes:\n      catch_all: old\n      catch_all_mirrors:\n        - {{ cluster: new, mode: dual_write }}\nclusters:\n  - name: old\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n  - name: new\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+        old.addr, new.addr
+    );
+    let rw = respway(&yaml, 1);
+    let mut sub = RespConn::connect(rw.addr);
+    subscribe(&mut sub, "PSUBSCRIBE", &["news:*".to_string()], 0);
+    assert_eq!(
+        RespConn::connect(old.addr).call(&["PUBSUB", "NUMPAT"]),
+        Resp::Int(1)
+    );
+    assert_eq!(
+        RespConn::connect(new.addr).call(&["PUBSUB", "NUMPAT"]),
+        Resp::Int(0),
+        "the mirror's cluster holds no pattern"
+    );
+    assert_eq!(
+        RespConn::connect(rw.addr).call(&["PUBSUB", "NUMPAT"]),
+        Resp::Int(1)
+    );
+}
