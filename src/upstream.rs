@@ -538,14 +538,8 @@ impl Dedicated {
                 last = r;
             }
             clean &= &last[..] == b"+PONG\r\n";
-            if clean && !self.tx.is_closed() {
-                if let Some(pools) = self.handle.pools(self.flavor) {
-                    pools
-                        .idle
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(self.tx);
-                }
+            if clean {
+                self.give_back();
             }
         });
     }
