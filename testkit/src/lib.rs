@@ -15,15 +15,20 @@
 //!   [`encode_cmd`] and the one-shot [`raw_command`].
 //!
 //! Everything here panics on failure, with a message naming what failed: it is test code.
-//! It depends on nothing but `std` — not on `respway` (whose tests use it) and not on
+//! - [`certs`] — [`Pki`], a test CA issuing server and client certificates (also expired) as
+//!   PEM files.
+//!
+//! It depends on nothing but `std` and rcgen (the certificates' issuer) — not on `respway` (whose tests use it) and not on
 //! `respway-filters`, so replies are checked with a parser that is not the code under test.
 
+pub mod certs;
 pub mod fake;
 pub mod http;
 pub mod process;
 pub mod resp;
 pub mod servers;
 
+pub use certs::{CertFiles, Pki};
 pub use fake::{FakeMode, FakeShard};
 pub use http::{http, http_get, url_encode};
 pub use process::{free_port, have, loopback, rss_of, wait_port, Proc, Spawn};
