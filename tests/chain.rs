@@ -302,8 +302,20 @@ fn zone_local_reads_hit_the_same_zone_replica() {
     let rw = respway_in_zone(&yaml, 1, Some("z1"));
     let mut c = sync_client(rw.addr);
     set(&mut c, "k", "v");
+    // Both replicas have the write before the reads start (a replica still in its first
+    // sync on a loaded machine would answer nil; WAIT's own timeout was too short for CI).
     let mut p = sync_client(primary.addr);
-    let _: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut p).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let acked: i64 = redis::cmd("WAIT").arg(2).arg(1000).query(&mut p).unwrap();
+        if acked == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas did not catch up: {acked} of 2"
+        );
+    }
     for _ in 0..50 {
         assert_eq!(get(&mut c, "k").as_deref(), Some("v"));
     }
