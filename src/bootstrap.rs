@@ -6,6 +6,10 @@
 //! xds: { server: "http://127.0.0.1:18000" } # optional: the ADS management server
 //! # or several, tried in order (failover: see respway_xds::client):
 //! # xds: { servers: ["http://10.0.1.5:18000", "http://10.0.2.5:18000"] }
+//! # over TLS (mTLS with cert/key; the certificate's DNS name is the node id for secrets):
+//! # xds:
+//! #   servers: ["https://xds-a:18000"]
+//! #   tls: { ca: ca.pem, cert: node.pem, key: node.key, server_name: xds.internal }
 //! static_resources:                       # optional: the same schema as --config
 //!   listeners: [...]
 //!   clusters: [...]
@@ -28,6 +32,8 @@ pub struct Bootstrap {
     /// `xds.server`, or the list `xds.servers`: the management servers in order; empty
     /// without xDS.
     pub xds_servers: Vec<String>,
+    /// `xds.tls`: TLS to the management servers (files reloaded when they change).
+    pub xds_tls: Option<respway_tls::ClientFiles>,
     /// `static_resources`, translated as written: the sidecar sets the node's `zone` over it
     /// (as over every configuration from a file), so it is not set here.
     pub static_config: Option<Config>,
@@ -64,6 +70,7 @@ impl Bootstrap {
             node_id: None,
             zone: None,
             xds_servers: Vec::new(),
+            xds_tls: None,
             static_config: None,
         };
         let string = |v: &Value, field: &str, errors: &mut Vec<String>| match v {
@@ -124,6 +131,7 @@ impl Bootstrap {
                                             .into(),
                                     ),
                                 },
+                                Some("tls") => b.xds_tls = xds_tls(xv, &mut errors),
                                 other => errors
                                     .push(format!("xds.{}: unknown field", other.unwrap_or("?"))),
                             }
@@ -153,6 +161,23 @@ impl Bootstrap {
                 other => errors.push(format!("{}: unknown field", other.unwrap_or("?"))),
             }
         }
+        for (i, server) in b.xds_servers.iter().enumerate() {
+            let field = if top.get("xds").and_then(|x| x.get("servers")).is_some() {
+                format!("xds.servers[{i}]")
+            } else {
+                "xds.server".to_string()
+            };
+            if b.xds_tls.is_some() && server.starts_with("http://") {
+                errors.push(format!(
+                    "{field}: {server:?} is plaintext but xds.tls is set; use https:// or no scheme"
+                ));
+            }
+            if b.xds_tls.is_none() && server.starts_with("https://") {
+                errors.push(format!(
+                    "{field}: {server:?} needs xds.tls (at least xds.tls.ca)"
+                ));
+            }
+        }
         if !b.xds_servers.is_empty() && b.node_id.is_none() {
             errors.push("node.id: required when xds.server is set".into());
         }
@@ -165,6 +190,54 @@ impl Bootstrap {
             Err(errors.join("\n"))
         }
     }
+}
+
+/// `xds.tls`: `{ ca, cert?, key?, server_name?, insecure_skip_verify? }` (file paths).
+fn xds_tls(v: &Value, errors: &mut Vec<String>) -> Option<respway_tls::ClientFiles> {
+    let Value::Mapping(m) = v else {
+        errors.push("xds.tls: must be a mapping".into());
+        return None;
+    };
+    let mut files = respway_tls::ClientFiles {
+        ca: None,
+        cert: None,
+        key: None,
+        server_name: None,
+        insecure_skip_verify: false,
+    };
+    for (k, v) in m {
+        let key = k.as_str().unwrap_or("?");
+        let path = |errors: &mut Vec<String>| match v {
+            Value::String(s) if !s.is_empty() => Some(std::path::PathBuf::from(s)),
+            _ => {
+                errors.push(format!("xds.tls.{key}: must be a file path"));
+                None
+            }
+        };
+        match key {
+            "ca" => files.ca = path(errors),
+            "cert" => files.cert = path(errors),
+            "key" => files.key = path(errors),
+            "server_name" => match v {
+                Value::String(s) if !s.is_empty() => files.server_name = Some(s.clone()),
+                _ => errors.push("xds.tls.server_name: must be a non-empty string".into()),
+            },
+            "insecure_skip_verify" => match v {
+                Value::Bool(b) => files.insecure_skip_verify = *b,
+                _ => errors.push("xds.tls.insecure_skip_verify: must be true or false".into()),
+            },
+            other => errors.push(format!("xds.tls.{other}: unknown field")),
+        }
+    }
+    if files.ca.is_none() && !files.insecure_skip_verify {
+        errors.push(
+            "xds.tls.ca: required (the CA that signs the management servers' certificates)".into(),
+        );
+    }
+    if files.cert.is_some() != files.key.is_some() {
+        errors.push("xds.tls: cert and key must be given together".into());
+    }
+    Some(files)
 }
 
 #[cfg(test)]
@@ -220,5 +293,32 @@ mod tests {
         assert_eq!(c.zone, None);
         assert_eq!(b.zone.as_deref(), Some("z1"));
         assert_eq!(b.node_id.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn xds_tls_names_its_files_and_matches_the_servers_schemes() {
+        let b = Bootstrap::parse(
+            "node: { id: a }\nxds:\n  servers: [\"https://x:1\", \"y:2\"]\n  tls: { ca: ca.pem, cert: a.pem, key: a.key, server_name: xds.internal }\n",
+        )
+        .unwrap();
+        let t = b.xds_tls.unwrap();
+        assert_eq!(t.ca.as_deref(), Some(Path::new("ca.pem")));
+        assert_eq!(t.cert.as_deref(), Some(Path::new("a.pem")));
+        assert_eq!(t.server_name.as_deref(), Some("xds.internal"));
+        assert!(!t.insecure_skip_verify);
+        let err = Bootstrap::parse(
+            "node: { id: a }\nxds:\n  servers: [\"http://x:1\"]\n  tls: { cert: a.pem, sni: x }\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "xds.tls.sni: unknown field\nxds.tls.ca: required (the CA that signs the management servers' certificates)\nxds.tls: cert and key must be given together\nxds.servers[0]: \"http://x:1\" is plaintext but xds.tls is set; use https:// or no scheme"
+        );
+        let err =
+            Bootstrap::parse("node: { id: a }\nxds: { server: \"https://x:1\" }\n").unwrap_err();
+        assert_eq!(
+            err,
+            "xds.server: \"https://x:1\" needs xds.tls (at least xds.tls.ca)"
+        );
     }
 }

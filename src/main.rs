@@ -286,12 +286,31 @@ async fn run(
         .as_ref()
         .filter(|b| !b.xds_servers.is_empty())
         .and_then(|b| Some((b.xds_servers.clone(), b.node_id.clone()?)));
+    // TLS to the management servers: loaded now (a bad file stops the start with its
+    // reason), reloaded when the files change.
+    let xds_tls = match bootstrap.as_ref().and_then(|b| b.xds_tls.as_ref()) {
+        Some(files) => match respway_tls::ClientTls::client("xds", files, &[b"h2"]) {
+            Ok(tls) => {
+                respway_tls::watch(&tls, respway_xds::secure::RELOAD_PERIOD);
+                Some(respway_xds::secure::ClientTlsRef {
+                    tls,
+                    server_name: files.server_name.clone(),
+                })
+            }
+            Err(e) => {
+                eprintln!("respway: xds.tls: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
     let start_xds = |first_tx: Option<tokio::sync::oneshot::Sender<Config>>| {
         let Some((servers, node_id)) = xds.clone() else {
             return;
         };
         let mut cfg = respway_xds::client::AdsClientConfig::with_servers(servers, node_id);
         cfg.zone = zone.clone();
+        cfg.tls = xds_tls.clone();
         cfg.backoff_min = Duration::from_millis(100);
         cfg.backoff_max = Duration::from_secs(5);
         let handle = handle.clone();

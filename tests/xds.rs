@@ -20,7 +20,13 @@ struct MgmtProc {
 
 impl MgmtProc {
     fn start(dir: &Path, grpc: u16) -> MgmtProc {
-        let server = Mgmt::new(dir).with_poll_interval(Duration::from_millis(100));
+        MgmtProc::start_with(dir, grpc, respway_xds::secure::Security::default())
+    }
+
+    fn start_with(dir: &Path, grpc: u16, security: respway_xds::secure::Security) -> MgmtProc {
+        let server = Mgmt::new(dir)
+            .with_poll_interval(Duration::from_millis(100))
+            .with_security(security);
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let s = server.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -390,4 +396,119 @@ fn sidecar_fails_over_between_two_management_servers_under_load() {
     drop(mgmt);
     drop(respway);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 13, item 7: a sidecar reaches a TLS management server with its bootstrap's CA and
+/// client certificate and gets its listener's password; a sidecar naming the same node id
+/// with another node's certificate gets nothing (and says why), and never listens.
+#[test]
+fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
+    let shard = redis();
+    let pki = respway_testkit::Pki::new("sidecar-mtls");
+    let server_cert = pki.issue("xds", &["localhost"], false);
+    let tls = respway_tls::ServerTls::server(
+        "xds test",
+        &respway_tls::ServerFiles {
+            cert: server_cert.cert,
+            key: server_cert.key,
+            client_ca: Some(pki.ca()),
+            require_client_cert: true,
+        },
+        &[b"h2"],
+    )
+    .expect("server tls");
+    let (port, other_port, grpc) = (free_port(), free_port(), free_port());
+    let dir = pki.dir().join("xds");
+    let res = dir.join("resources");
+    std::fs::create_dir_all(&res).unwrap();
+    // One file per node (targeted by id), each with its listener and the cluster.
+    let file = |port: u16, name: &str| {
+        format!(
+            "targets: {{ node_ids: [{name}] }}\nlisteners:\n  - name: {name}\n    address: 127.0.0.1:{port}\n    downstream_auth_password: s3cret\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+            shard.addr
+        )
+    };
+    save(&res, "a.yaml", &file(port, "sidecar-a"));
+    save(&res, "b.yaml", &file(other_port, "sidecar-b"));
+    let mgmt = MgmtProc::start_with(
+        &res,
+        grpc,
+        respway_xds::secure::Security {
+            tls: Some(tls),
+            ..Default::default()
+        },
+    );
+    assert!(
+        mgmt.status().errors.is_empty(),
+        "{:?}",
+        mgmt.status().errors
+    );
+    let bootstrap = |node: &str, cert: &respway_testkit::CertFiles| {
+        let path = dir.join(format!(
+            "{node}-{}.yaml",
+            cert.cert.file_stem().unwrap().to_string_lossy()
+        ));
+        std::fs::write(
+            &path,
+            format!(
+                "node: {{ id: {node} }}\nxds:\n  servers: [\"https://127.0.0.1:{grpc}\"]\n  tls: {{ ca: \"{}\", cert: \"{}\", key: \"{}\", server_name: localhost }}\n",
+                pki.ca().display(),
+                cert.cert.display(),
+                cert.key.display()
+            ),
+        )
+        .unwrap();
+        path
+    };
+    // Its own certificate: configured, listening, and the password is the one served.
+    let own = pki.issue("sidecar-a", &["sidecar-a"], false);
+    let boot = bootstrap("sidecar-a", &own);
+    let _a = Spawn::new(env!("CARGO_BIN_EXE_respway"))
+        .args(["--bootstrap", boot.to_str().unwrap(), "--workers", "1"])
+        .env("RUST_LOG", "warn")
+        .on_port(port)
+        .start();
+    let mut c = RespConn::connect(loopback(port));
+    match c.call(&["SET", "k", "v"]) {
+        Resp::Error(e) => assert!(e.starts_with("NOAUTH"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.call(&["AUTH", "s3cret"]), Resp::Simple("OK".into()));
+    assert_eq!(c.call(&["SET", "k", "v"]), Resp::Simple("OK".into()));
+    // Node sidecar-b's listener, asked for with sidecar-c's certificate: refused.
+    let wrong = pki.issue("sidecar-c", &["sidecar-c"], false);
+    let boot = bootstrap("sidecar-b", &wrong);
+    let log = dir.join("sidecar-b.log");
+    let mut b = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
+        .args(["--bootstrap", boot.to_str().unwrap(), "--workers", "1"])
+        .env("RUST_LOG", "warn")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("PermissionDenied") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let listening = std::net::TcpStream::connect(loopback(other_port)).is_ok();
+    let _ = b.kill();
+    let _ = b.wait();
+    assert!(
+        text.contains("PermissionDenied") && text.contains("not valid for that node id"),
+        "{text}"
+    );
+    assert!(
+        !listening,
+        "sidecar-b got no configuration, so it does not listen"
+    );
+    let refused = mgmt
+        .status()
+        .nodes
+        .into_iter()
+        .find(|n| n.id == "sidecar-b")
+        .and_then(|n| n.refused);
+    assert!(refused.is_some_and(|r| r.contains("secrets")));
 }

@@ -78,6 +78,9 @@ YAML
 listener z1 $S1 a '[]' >"$work/resources/zone-z1.yaml"
 listener z2 $S2 a '[]' >"$work/resources/zone-z2.yaml"
 
+# `apply` needs the admin token the server was started with (a file, readable by the operator).
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/admin-token"
+export RESPWAY_XDS_ADMIN_TOKEN_FILE="$work/admin-token"
 "$XDS" serve --resources "$work/resources" --listen $ADS --admin $ADMIN --poll-ms 100 2>"$work/respway-xds.log" &
 pids+=($!)
 for _ in $(seq 50); do busy 18031 && break; sleep 0.1; done

@@ -181,6 +181,9 @@ pub struct Target {
 pub struct XdsControl {
     /// The management server's admin endpoint (`POST /apply`, `GET /status`).
     pub admin: SocketAddr,
+    /// Its admin credentials (a bearer token made for the run; never written to reports).
+    #[serde(skip)]
+    pub auth: respway_xds::admin::AdminAuth,
     /// The sidecar's node id.
     pub node: String,
     /// The sidecar's listener port.
@@ -785,17 +788,24 @@ fn start_respway_xds(
     std::fs::write(resources.join(XDS_FILE), &text)?;
     let (grpc, admin) = (loopback(free_port()?), loopback(free_port()?));
     let mgmt = format!("{name}-management");
+    // `POST /apply` needs credentials: a token made for this run.
+    let token: String = format!("{:032x}", rand::random::<u128>());
+    let token_file = run.dir.join(format!("{name}-admin-token"));
+    std::fs::write(&token_file, &token)?;
+    let auth = respway_xds::admin::AdminAuth::token(token);
     let mut cmd = Command::new(&xds_bin);
     cmd.arg("serve")
         .arg("--resources")
         .arg(&resources)
         .args(["--listen", &grpc.to_string(), "--admin", &admin.to_string()])
+        .arg("--admin-token-file")
+        .arg(&token_file)
         .args(["--poll-ms", "100"])
         .env("RUST_LOG", "warn");
     spawn(run, &mgmt, &mut cmd)?;
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        if let Ok(s) = xds_status(admin) {
+        if let Ok(s) = xds_status(admin, &auth) {
             if s.version > 0 && s.errors.is_empty() {
                 break;
             }
@@ -841,6 +851,7 @@ fn start_respway_xds(
         ),
         xds: Some(XdsControl {
             admin,
+            auth,
             node: name.into(),
             port,
             base: r.clone(),
@@ -857,9 +868,15 @@ fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, Error> {
 }
 
 /// The management server's `GET /status`.
-pub fn xds_status(admin: SocketAddr) -> Result<ServerStatus, Error> {
-    block_on(respway_xds::admin::client::fetch_status(&admin.to_string()))?
-        .map_err(|e| Error::Run(e.to_string()))
+pub fn xds_status(
+    admin: SocketAddr,
+    auth: &respway_xds::admin::AdminAuth,
+) -> Result<ServerStatus, Error> {
+    block_on(respway_xds::admin::client::fetch_status(
+        &admin.to_string(),
+        auth,
+    ))?
+    .map_err(|e| Error::Run(e.to_string()))
 }
 
 /// What became of one configuration push.
@@ -894,7 +911,7 @@ async fn push_and_wait(
     let t0 = Instant::now();
     let addr = x.admin.to_string();
     let status = || async {
-        admin::fetch_status(&addr)
+        admin::fetch_status(&addr, &x.auth)
             .await
             .map_err(|e| Error::Run(e.to_string()))
     };
@@ -912,7 +929,7 @@ async fn push_and_wait(
                 .collect()
         })
         .unwrap_or_default();
-    let version = admin::apply(&addr, XDS_FILE, &text)
+    let version = admin::apply(&addr, &x.auth, XDS_FILE, &text)
         .await
         .map_err(|e| Error::Run(format!("{}: push refused: {e}", x.node)))?;
     if version == before {

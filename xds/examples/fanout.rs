@@ -62,6 +62,9 @@ fn main() {
     }
 }
 
+/// The admin token of the child's server (both ends are this program).
+const ADMIN_TOKEN: &str = "fanout-example";
+
 /// The child: serves `dir`, prints `READY <grpc> <admin>`, exits when stdin closes.
 async fn serve_child(dir: PathBuf) {
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -75,7 +78,10 @@ async fn serve_child(dir: PathBuf) {
         grpc.local_addr().expect("addr"),
         admin.local_addr().expect("addr")
     );
-    let server = Server::new(dir);
+    let server = Server::new(dir).with_security(respway_xds::secure::Security {
+        admin_token: Some(ADMIN_TOKEN.to_string()),
+        ..Default::default()
+    });
     let stdin_closed = tokio::task::spawn_blocking(|| {
         let mut sink = String::new();
         while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
@@ -312,9 +318,14 @@ async fn bench(args: Args) {
     for round in 1..=args.rounds {
         let text = config(args.clusters, round);
         let t0 = Instant::now();
-        let version = respway_xds::admin::apply(&admin, "base.yaml", &text)
-            .await
-            .expect("apply");
+        let version = respway_xds::admin::apply(
+            &admin,
+            &respway_xds::admin::AdminAuth::token(ADMIN_TOKEN),
+            "base.yaml",
+            &text,
+        )
+        .await
+        .expect("apply");
         let applied = t0.elapsed();
         let lat = collect(&mut reports, args.clients, version, t0).await;
         println!(

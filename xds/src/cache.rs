@@ -126,6 +126,9 @@ pub struct NodeSnapshot {
     types: [Arc<TypeResources>; 3],
     /// Each listener's address and the file it comes from, to refuse moving a listener.
     listeners: ListenerAddrs,
+    /// Whether the resources carry secrets ([`crate::secure::carries_secrets`]): served only
+    /// to a stream authenticated as the node.
+    secrets: bool,
 }
 
 /// Listener name → (address, the file defining it).
@@ -135,6 +138,11 @@ impl NodeSnapshot {
     /// The node's resources of type `t`.
     pub fn get(&self, t: ResourceType) -> &Arc<TypeResources> {
         &self.types[t.index()]
+    }
+
+    /// Whether these resources carry secrets (inline passwords or keys).
+    pub fn carries_secrets(&self) -> bool {
+        self.secrets
     }
 
     fn from_resources(
@@ -186,7 +194,11 @@ impl NodeSnapshot {
                 interner,
             ),
         ];
-        NodeSnapshot { types, listeners }
+        NodeSnapshot {
+            types,
+            listeners,
+            secrets: crate::secure::carries_secrets(r),
+        }
     }
 }
 

@@ -61,6 +61,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
+use crate::secure::ClientTlsRef;
 use crate::translate::{missing_assignment, referenced_clusters};
 use crate::{translate, ConfigError, ConfigErrors, ResourceType, Resources};
 use respway_filters::model::Config;
@@ -89,6 +90,8 @@ pub struct AdsClientConfig {
     /// How long a response may wait for the resources it needs before it is NACKed (Envoy's
     /// `initial_fetch_timeout` default: 15 s).
     pub warm_timeout: Duration,
+    /// TLS to every server (`https://` or no scheme); `None`: plaintext (`http://`).
+    pub tls: Option<ClientTlsRef>,
 }
 
 impl AdsClientConfig {
@@ -110,6 +113,7 @@ impl AdsClientConfig {
             backoff_min: Duration::from_millis(250),
             backoff_max: Duration::from_secs(30),
             warm_timeout: Duration::from_secs(15),
+            tls: None,
         }
     }
 }
@@ -158,7 +162,7 @@ pub async fn run(
         let mut lasting = false;
         let error = match result {
             Ok(()) => "the server closed the stream".to_string(),
-            Err(SessionError::Connect(e)) => format!("cannot connect: {e}"),
+            Err(SessionError::Connect(e)) => format!("cannot connect: {}", error_chain(&e)),
             Err(SessionError::Grpc(status)) => {
                 // Codes that retrying soon will not fix.
                 lasting = matches!(
@@ -168,11 +172,7 @@ pub async fn run(
                         | Code::PermissionDenied
                         | Code::Unauthenticated
                 );
-                format!(
-                    "ADS stream failed: {:?}: {}",
-                    status.code(),
-                    status.message()
-                )
+                format!("ADS stream failed: {}", status_text(&status))
             }
         };
         let cap = failover.ended(healthy, lasting, &cfg);
@@ -264,6 +264,86 @@ enum SessionError {
     Grpc(tonic::Status),
 }
 
+/// A gRPC channel to management server `server` (`HOST:PORT`, `http://HOST:PORT`, or
+/// `https://HOST:PORT`), over TLS when `tls` is given (the scheme does not choose: the
+/// configuration does), with the keepalive the ADS client uses.
+///
+/// # Errors
+/// The address is not a URI, or connecting (TCP or the TLS handshake) failed; the error's
+/// sources say why.
+pub async fn channel(
+    server: &str,
+    tls: Option<&ClientTlsRef>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    // With TLS the handshake is the connector's (below); tonic is given the address as
+    // `http://` so that it adds none of its own.
+    let authority = server
+        .strip_prefix("https://")
+        .or_else(|| server.strip_prefix("http://"))
+        .unwrap_or(server);
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{authority}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
+    match tls {
+        None => endpoint.connect().await,
+        Some(tls) => {
+            let tls = tls.clone();
+            let connector = tower::service_fn(move |uri: tonic::codegen::http::Uri| {
+                let tls = tls.clone();
+                async move {
+                    let host = uri.host().unwrap_or_default();
+                    let host = host
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_string();
+                    let port = uri.port_u16().unwrap_or(443);
+                    let stream = tls.connect(&host, port).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            });
+            endpoint.connect_with_connector(connector).await
+        }
+    }
+}
+
+/// `e` and its sources, `: `-separated (tonic's transport error says only "transport error";
+/// the reason, such as a TLS verification failure, is in its sources).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    out.push_str(&sources(e, out.clone()));
+    out
+}
+
+/// The sources of `e`, each as `: source`, skipping those whose text is already in `said`.
+fn sources(e: &(dyn std::error::Error + 'static), mut said: String) -> String {
+    let mut out = String::new();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !said.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+            said.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// A gRPC status as `Code: message: sources` (the TLS alert of a refused client certificate
+/// is in the sources of an `Unknown` "transport error").
+pub fn status_text(status: &tonic::Status) -> String {
+    let message = status.message();
+    format!(
+        "{:?}: {message}{}",
+        status.code(),
+        sources(status, message.to_string())
+    )
+}
+
 /// One connection to `server` and ADS stream, until it ends.
 async fn session(
     cfg: &AdsClientConfig,
@@ -271,20 +351,10 @@ async fn session(
     state: &mut State,
     apply: &mut (dyn FnMut(&Resources, Config) -> Result<(), String> + Send),
 ) -> Result<(), SessionError> {
-    let uri = if server.contains("://") {
-        server.to_string()
-    } else {
-        format!("http://{server}")
-    };
-    let endpoint = tonic::transport::Endpoint::from_shared(uri)
-        .map_err(SessionError::Connect)?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(10))
-        .keep_alive_while_idle(true);
     // A new connection per attempt: a restarted server is on a new one.
-    let channel = endpoint.connect().await.map_err(SessionError::Connect)?;
+    let channel = channel(server, cfg.tls.as_ref())
+        .await
+        .map_err(SessionError::Connect)?;
     let mut client =
         AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(64 << 20);
     let (tx, rx) = mpsc::channel(16);

@@ -44,6 +44,7 @@ mod emit;
 mod error;
 pub mod names;
 pub mod pb;
+pub mod secure;
 pub mod server;
 mod translate;
 mod yaml;

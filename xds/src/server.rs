@@ -31,6 +31,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,11 +44,14 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
+use respway_tls::rustls::pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
+
+use crate::secure::{tls_incoming, PeerInfo, Security};
 
 use crate::cache::{Cache, FileState, NodeSnapshot, ResourceType, Snapshot, TypeResources};
 
@@ -66,6 +70,7 @@ pub struct Server {
     cache: Arc<Cache>,
     registry: Arc<Registry>,
     poll_interval: Duration,
+    security: Arc<Security>,
 }
 
 impl Server {
@@ -83,7 +88,20 @@ impl Server {
             cache,
             registry: Arc::new(Registry::default()),
             poll_interval: DEFAULT_POLL_INTERVAL,
+            security: Arc::new(Security::default()),
         }
+    }
+
+    /// Sets who may connect and what they get ([`crate::secure`]); default: plaintext, no
+    /// admin credentials (so `POST /apply` answers 401), secrets only to authenticated nodes.
+    pub fn with_security(mut self, security: Security) -> Server {
+        self.security = Arc::new(security);
+        self
+    }
+
+    /// The security settings.
+    pub fn security(&self) -> &Security {
+        &self.security
     }
 
     /// Sets how often [`Server::serve`] scans the directory (default
@@ -151,16 +169,28 @@ impl Server {
             tokio::spawn(crate::admin::serve(admin, server, stop));
         }
         let service = self.ads_service(stop_rx);
-        let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
         let signal = async move {
             shutdown.await;
             let _ = stop_tx.send(true);
         };
-        tonic::transport::Server::builder()
+        let builder = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .serve_with_incoming_shutdown(service, incoming, signal)
-            .await
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+        match &self.security.tls {
+            Some(tls) => {
+                let incoming = ReceiverStream::new(tls_incoming(grpc, tls.clone(), "ads"));
+                builder
+                    .serve_with_incoming_shutdown(service, incoming, signal)
+                    .await
+            }
+            None => {
+                let incoming =
+                    tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
+                builder
+                    .serve_with_incoming_shutdown(service, incoming, signal)
+                    .await
+            }
+        }
     }
 
     /// The ADS service alone, for embedding in another tonic server; its streams end when
@@ -172,6 +202,7 @@ impl Server {
         AggregatedDiscoveryServiceServer::new(Ads {
             cache: self.cache.clone(),
             registry: self.registry.clone(),
+            security: self.security.clone(),
             stop,
             next_stream: Arc::new(AtomicU64::new(1)),
         })
@@ -225,6 +256,10 @@ pub struct NodeStatus {
     pub zone: Option<String>,
     /// Whether an ADS stream of this node is open.
     pub connected: bool,
+    /// Why the last stream of this node was refused (secrets without the node's client
+    /// certificate), if one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// Per type URL.
     pub types: BTreeMap<String, TypeStatus>,
 }
@@ -261,6 +296,7 @@ pub struct Nack {
 struct NodeEntry {
     zone: Option<String>,
     streams: u32,
+    refused: Option<String>,
     types: [TypeStatus; 3],
 }
 
@@ -280,11 +316,18 @@ impl Registry {
         let e = nodes.entry(id.to_string()).or_default();
         e.zone = zone.map(str::to_string);
         e.streams += 1;
+        e.refused = None;
     }
 
     fn disconnect(&self, id: &str) {
         if let Some(e) = self.lock().get_mut(id) {
             e.streams = e.streams.saturating_sub(1);
+        }
+    }
+
+    fn refuse(&self, id: &str, message: &str) {
+        if let Some(e) = self.lock().get_mut(id) {
+            e.refused = Some(message.to_string());
         }
     }
 
@@ -301,6 +344,7 @@ impl Registry {
                 id: id.clone(),
                 zone: e.zone.clone(),
                 connected: e.streams > 0,
+                refused: e.refused.clone(),
                 types: ResourceType::PUSH_ORDER
                     .into_iter()
                     .map(|t| (t.type_url().to_string(), e.types[t.index()].clone()))
@@ -317,6 +361,7 @@ impl Registry {
 pub struct Ads {
     cache: Arc<Cache>,
     registry: Arc<Registry>,
+    security: Arc<Security>,
     stop: watch::Receiver<bool>,
     next_stream: Arc<AtomicU64>,
 }
@@ -333,10 +378,19 @@ impl AggregatedDiscoveryService for Ads {
             return Err(GrpcStatus::unavailable("respway-xds is shutting down"));
         }
         let (tx, rx) = mpsc::channel(8);
+        let peer = request.extensions().get::<PeerInfo>();
+        let cert = peer.and_then(|p| p.cert.clone());
+        let remote = peer
+            .and_then(|p| p.remote)
+            .or_else(|| request.remote_addr());
         let stream = AdsStream {
             id: self.next_stream.fetch_add(1, Ordering::Relaxed),
             cache: self.cache.clone(),
             registry: self.registry.clone(),
+            security: self.security.clone(),
+            cert,
+            remote,
+            denied: None,
             node: None,
             types: Default::default(),
             nonces: 0,
@@ -434,6 +488,14 @@ struct AdsStream {
     id: u64,
     cache: Arc<Cache>,
     registry: Arc<Registry>,
+    security: Arc<Security>,
+    /// The client certificate of the stream's connection, if TLS verified one.
+    cert: Option<CertificateDer<'static>>,
+    /// The peer's address, for logs.
+    remote: Option<SocketAddr>,
+    /// Set when the node's resources carry secrets this stream may not get: the stream ends
+    /// with it, and nothing more is sent.
+    denied: Option<GrpcStatus>,
     /// `(id, zone)` from the first request.
     node: Option<(String, Option<String>)>,
     types: [TypeState; 3],
@@ -478,6 +540,10 @@ impl AdsStream {
                 _ = stop.changed() => break,
                 () = tx.closed() => break,
             };
+            if let Some(status) = self.denied.take() {
+                let _ = tx.send(Err(status)).await;
+                break;
+            }
             for resp in out {
                 if tx.send(Ok(resp)).await.is_err() {
                     break;
@@ -572,17 +638,37 @@ impl AdsStream {
             .collect()
     }
 
-    /// The node's snapshot in `snap`, computed once per cache version.
+    /// The node's snapshot in `snap`, computed once per cache version; `None` (and
+    /// [`AdsStream::denied`] set) when it carries secrets this stream may not get.
     fn node_snapshot(&mut self, snap: &Snapshot) -> Option<Arc<NodeSnapshot>> {
+        if self.denied.is_some() {
+            return None;
+        }
         let (id, zone) = self.node.as_ref()?;
-        match &self.snapshot {
+        let s = match &self.snapshot {
             Some((v, s)) if *v == snap.version => s.clone(),
             _ => {
                 let s = snap.for_node(id, zone.as_deref());
                 self.snapshot = Some((snap.version, s.clone()));
                 s
             }
+        };
+        let s = s?;
+        if s.carries_secrets() && !self.security.may_get_secrets(id, self.cert.as_ref()) {
+            let why = match &self.cert {
+                None => "the stream presented no client certificate",
+                Some(_) => "its client certificate is not valid for that node id",
+            };
+            let message = format!(
+                "node {id:?}: its resources carry secrets (passwords or keys), which are served \
+                 only to a client certificate whose DNS subjectAltName is the node id; {why}"
+            );
+            tracing::warn!(stream = self.id, node = %id, peer = ?self.remote, "ADS stream refused: {message}");
+            self.registry.refuse(id, &message);
+            self.denied = Some(GrpcStatus::permission_denied(message));
+            return None;
         }
+        Some(s)
     }
 
     /// A response for type `t` when the client subscribed to it and its resources changed

@@ -27,6 +27,7 @@ use respway_xds::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use respway_xds::pb::google::protobuf::Any;
+use respway_xds::secure::Security;
 use respway_xds::server::{NodeStatus, Server, ServerStatus};
 use respway_xds::{
     parse_yaml, translate, Resources, CLUSTER_TYPE_URL, ENDPOINT_TYPE_URL, LISTENER_TYPE_URL,
@@ -57,6 +58,13 @@ clusters:
 
 // === harness: the management server ===
 
+/// The admin token of the servers [`start`] starts.
+const TOKEN: &str = "ads-test-token";
+
+fn auth() -> admin::AdminAuth {
+    admin::AdminAuth::token(TOKEN)
+}
+
 struct Running {
     grpc: SocketAddr,
     admin: SocketAddr,
@@ -69,7 +77,17 @@ async fn start(dir: &Path) -> Running {
     start_on(dir, "127.0.0.1:0".parse().expect("addr")).await
 }
 
+/// Like [`start`], serving secrets (inline passwords) to nodes without a client certificate:
+/// these tests speak plaintext; tests/security.rs covers the rule itself.
+async fn start_open_secrets(dir: &Path) -> Running {
+    start_with(dir, "127.0.0.1:0".parse().expect("addr"), true).await
+}
+
 async fn start_on(dir: &Path, grpc: SocketAddr) -> Running {
+    start_with(dir, grpc, false).await
+}
+
+async fn start_with(dir: &Path, grpc: SocketAddr, open_secrets: bool) -> Running {
     let grpc = TcpListener::bind(grpc).await.expect("bind grpc");
     let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
     let (grpc_addr, admin_addr) = (
@@ -79,7 +97,12 @@ async fn start_on(dir: &Path, grpc: SocketAddr) -> Running {
     let dir = dir.to_path_buf();
     let server = tokio::task::spawn_blocking(move || Server::new(dir))
         .await
-        .expect("load");
+        .expect("load")
+        .with_security(Security {
+            admin_token: Some(TOKEN.to_string()),
+            secrets_to_unauthenticated: open_secrets,
+            ..Security::default()
+        });
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(server.clone().serve(grpc, Some(admin), async {
         let _ = stopped.await;
@@ -334,7 +357,7 @@ async fn generic_client_fetches_lds_cds_eds_and_acks() {
     })
     .await;
     // The admin endpoint reports the same.
-    let status = admin::fetch_status(&server.admin.to_string())
+    let status = admin::fetch_status(&server.admin.to_string(), &auth())
         .await
         .expect("status");
     assert_eq!(status.version, 1);
@@ -485,7 +508,7 @@ async fn the_full_example_is_served_as_is() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/full.yaml");
     let dir = tempfile::tempdir().expect("dir");
     std::fs::copy(&example, dir.path().join("full.yaml")).expect("copy");
-    let server = start(dir.path()).await;
+    let server = start_open_secrets(dir.path()).await;
     let status = server.status();
     assert_eq!(status.version, 1, "{status:?}");
     assert!(status.errors.is_empty(), "{:?}", status.errors);
@@ -547,7 +570,7 @@ async fn an_invalid_file_is_reported_and_not_pushed() {
     let admin = server.admin.to_string();
     let deadline = Instant::now() + WAIT;
     let status = loop {
-        let s = admin::fetch_status(&admin).await.expect("status");
+        let s = admin::fetch_status(&admin, &auth()).await.expect("status");
         if s.files.iter().any(|f| !f.ok) {
             break s;
         }
@@ -966,7 +989,9 @@ async fn apply_through_the_admin_endpoint() {
 
     // Invalid: refused with the field named, nothing written.
     let bad = "listeners:\n  - name: main\n    routes: { catch_all: cache, prefixes: [{ prefix: \"a:\", cluster: cache, mirrors: [{ cluster: cache }] }] }\n";
-    let err = admin::apply(&admin, "routes.yaml", bad).await.unwrap_err();
+    let err = admin::apply(&admin, &auth(), "routes.yaml", bad)
+        .await
+        .unwrap_err();
     let AdminError::Refused(errors) = err else {
         panic!("refused expected: {err}");
     };
@@ -977,14 +1002,14 @@ async fn apply_through_the_admin_endpoint() {
         "{errors:?}"
     );
     assert!(!dir.path().join("routes.yaml").exists());
-    let err = admin::apply(&admin, "../escape.yaml", bad)
+    let err = admin::apply(&admin, &auth(), "../escape.yaml", bad)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("invalid file name"), "{err}");
 
     // A route change for this node only, overriding the base listener.
     let routes = "targets: { node_ids: [routed] }\nlisteners:\n  - name: main\n    address: 127.0.0.1:16380\n    routes: { catch_all: cache, prefixes: [{ prefix: \"a:\", cluster: cache, remove_prefix: true }] }\n";
-    let version = admin::apply(&admin, "routes.yaml", routes)
+    let version = admin::apply(&admin, &auth(), "routes.yaml", routes)
         .await
         .expect("applied");
     assert_eq!(version, 2);
@@ -1011,7 +1036,9 @@ async fn the_server_refuses_to_move_a_listener() {
 
     // Through /apply: refused, naming the listener and the field; nothing written.
     let moved = base("127.0.0.1:7001").replace("127.0.0.1:16380", "127.0.0.1:16390");
-    let err = admin::apply(&admin, "base.yaml", &moved).await.unwrap_err();
+    let err = admin::apply(&admin, &auth(), "base.yaml", &moved)
+        .await
+        .unwrap_err();
     let AdminError::Refused(errors) = err else {
         panic!("refused expected: {err}");
     };

@@ -9,7 +9,27 @@ use serde::Deserialize;
 use tokio::net::TcpStream;
 
 use super::{Applied, Refused};
+use crate::secure::ClientTlsRef;
 use crate::server::ServerStatus;
+
+/// The admin client's credentials and transport.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdminAuth {
+    /// Sent as `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// TLS to the admin endpoint (with a client certificate when the config has one).
+    pub tls: Option<ClientTlsRef>,
+}
+
+impl AdminAuth {
+    /// A bearer token over plaintext.
+    pub fn token(token: impl Into<String>) -> AdminAuth {
+        AdminAuth {
+            token: Some(token.into()),
+            tls: None,
+        }
+    }
+}
 
 /// Why an admin request failed.
 #[derive(Debug, thiserror::Error)]
@@ -31,8 +51,8 @@ pub enum AdminError {
 ///
 /// # Errors
 /// The endpoint is unreachable or answered with an error.
-pub async fn fetch_status(addr: &str) -> Result<ServerStatus, AdminError> {
-    let (status, body) = request(addr, Method::GET, "/status", Bytes::new()).await?;
+pub async fn fetch_status(addr: &str, auth: &AdminAuth) -> Result<ServerStatus, AdminError> {
+    let (status, body) = request(addr, auth, Method::GET, "/status", Bytes::new()).await?;
     decode(addr, status, &body)
 }
 
@@ -41,9 +61,15 @@ pub async fn fetch_status(addr: &str) -> Result<ServerStatus, AdminError> {
 ///
 /// # Errors
 /// The endpoint is unreachable, or refused the file (every error, naming file and field).
-pub async fn apply(addr: &str, name: &str, text: &str) -> Result<u64, AdminError> {
+pub async fn apply(
+    addr: &str,
+    auth: &AdminAuth,
+    name: &str,
+    text: &str,
+) -> Result<u64, AdminError> {
     let path = format!("/apply?name={name}");
-    let (status, body) = request(addr, Method::POST, &path, Bytes::from(text.to_string())).await?;
+    let body = Bytes::from(text.to_string());
+    let (status, body) = request(addr, auth, Method::POST, &path, body).await?;
     decode::<Applied>(addr, status, &body).map(|a| a.version)
 }
 
@@ -70,6 +96,7 @@ fn decode<T: for<'de> Deserialize<'de>>(
 
 async fn request(
     addr: &str,
+    auth: &AdminAuth,
     method: Method,
     path: &str,
     body: Bytes,
@@ -78,18 +105,38 @@ async fn request(
         addr: addr.to_string(),
         reason,
     };
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| transport(e.to_string()))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| transport(e.to_string()))?;
-    let conn = tokio::spawn(conn);
-    let req = hyper::Request::builder()
+    let (mut sender, conn) = match &auth.tls {
+        None => {
+            let stream = TcpStream::connect(addr)
+                .await
+                .map_err(|e| transport(e.to_string()))?;
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| transport(e.to_string()))?;
+            (sender, tokio::spawn(async move { conn.await.map(|_| ()) }))
+        }
+        Some(tls) => {
+            let (host, port) = split_host_port(addr)
+                .ok_or_else(|| transport("the address must be HOST:PORT".to_string()))?;
+            let stream = tls
+                .connect(host, port)
+                .await
+                .map_err(|e| transport(format!("TLS: {e}")))?;
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| transport(e.to_string()))?;
+            (sender, tokio::spawn(async move { conn.await.map(|_| ()) }))
+        }
+    };
+    let mut req = hyper::Request::builder()
         .method(method)
         .uri(path)
         .header("host", addr)
-        .header("content-type", "application/yaml")
+        .header("content-type", "application/yaml");
+    if let Some(t) = &auth.token {
+        req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req
         .body(Full::new(body))
         .map_err(|e| transport(e.to_string()))?;
     let resp = sender
@@ -105,4 +152,11 @@ async fn request(
         .to_bytes();
     conn.abort();
     Ok((status, body))
+}
+
+/// `HOST:PORT` (also `[v6]:PORT`) split at its last colon.
+pub(crate) fn split_host_port(addr: &str) -> Option<(&str, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host, port.parse().ok()?))
 }

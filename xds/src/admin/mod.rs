@@ -7,7 +7,8 @@
 //! - `POST /apply?name=FILE.yaml` with a YAML body: validates it as resource file `FILE.yaml`
 //!   (alone and merged with the directory), writes it into the directory atomically (temp file
 //!   and rename) and loads it at once. `200 {"version": N}` with the served version, or
-//!   `400 {"errors": [...]}` and nothing written.
+//!   `400 {"errors": [...]}` and nothing written. It needs credentials (a bearer token or an
+//!   admin client certificate, see [`crate::secure`]); without them `401 {"errors": [...]}`.
 
 use std::convert::Infallible;
 
@@ -20,11 +21,17 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use respway_tls::rustls::pki_types::CertificateDer;
+
 use crate::cache::ApplyError;
+use crate::secure::tls_incoming;
 use crate::server::Server;
 
 pub mod client;
-pub use client::{apply, fetch_status, AdminError};
+pub use client::{apply, fetch_status, AdminAuth, AdminError};
 
 /// The largest `POST /apply` body accepted.
 const MAX_APPLY_BODY: usize = 16 << 20;
@@ -43,8 +50,31 @@ pub struct Refused {
     pub errors: Vec<String>,
 }
 
-/// Serves the admin endpoint on `listener` until `stop` changes or its sender is dropped.
+/// Serves the admin endpoint on `listener` until `stop` changes or its sender is dropped;
+/// over TLS when the server's [`Security`](crate::secure::Security) has it.
 pub async fn serve(listener: TcpListener, server: Server, mut stop: watch::Receiver<bool>) {
+    if let Some(tls) = server.security().tls.clone() {
+        let mut incoming = tls_incoming(listener, tls, "admin");
+        loop {
+            let conn = tokio::select! {
+                c = incoming.recv() => match c {
+                    Some(Ok(c)) => c,
+                    Some(Err(_)) => continue,
+                    None => return,
+                },
+                _ = stop.changed() => return,
+            };
+            let peer = conn.peer().clone();
+            let remote = peer.remote;
+            tokio::spawn(serve_connection(
+                conn,
+                remote,
+                peer.cert,
+                server.clone(),
+                stop.clone(),
+            ));
+        }
+    }
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -57,20 +87,36 @@ pub async fn serve(listener: TcpListener, server: Server, mut stop: watch::Recei
             },
             _ = stop.changed() => return,
         };
-        let server = server.clone();
-        let mut stop = stop.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| handle(server.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => if let Err(e) = r {
-                    tracing::debug!(%peer, error = %e, "admin connection error");
-                },
-                _ = stop.changed() => {}
-            }
-        });
+        tokio::spawn(serve_connection(
+            stream,
+            Some(peer),
+            None,
+            server.clone(),
+            stop.clone(),
+        ));
+    }
+}
+
+/// Serves HTTP/1.1 on one connection; `cert` is its verified client certificate.
+async fn serve_connection<IO>(
+    io: IO,
+    peer: Option<SocketAddr>,
+    cert: Option<CertificateDer<'static>>,
+    server: Server,
+    mut stop: watch::Receiver<bool>,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let cert = Arc::new(cert);
+    let service = hyper::service::service_fn(move |req| handle(server.clone(), cert.clone(), req));
+    let conn =
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => if let Err(e) = r {
+            tracing::debug!(?peer, error = %e, "admin connection error");
+        },
+        _ = stop.changed() => {}
     }
 }
 
@@ -90,6 +136,7 @@ fn refused(status: StatusCode, errors: Vec<String>) -> hyper::Response<Full<Byte
 
 async fn handle(
     server: Server,
+    cert: Arc<Option<CertificateDer<'static>>>,
     req: hyper::Request<Incoming>,
 ) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
@@ -97,6 +144,15 @@ async fn handle(
     Ok(match (req.method().clone(), path.as_str()) {
         (Method::GET, "/status") => json(StatusCode::OK, &server.status()),
         (Method::POST, "/apply") => {
+            let security = server.security();
+            let authorization = req
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .map(|v| v.as_bytes());
+            if !security.may_apply(authorization, cert.as_ref().as_ref()) {
+                tracing::warn!("POST /apply refused: no valid credentials");
+                return Ok(refused(StatusCode::UNAUTHORIZED, vec![security.refusal()]));
+            }
             let Some(name) = query
                 .split('&')
                 .find_map(|kv| kv.strip_prefix("name="))

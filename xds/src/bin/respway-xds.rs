@@ -44,6 +44,8 @@ enum Command {
         /// How often the directory is scanned, in milliseconds.
         #[arg(long, default_value_t = 200)]
         poll_ms: u64,
+        #[command(flatten)]
+        security: ServeSecurity,
     },
     /// Validate a resource file on the server and write it into its directory (pushed at once).
     Apply {
@@ -55,6 +57,8 @@ enum Command {
         /// The name to store it under in the directory (default: FILE's name).
         #[arg(long)]
         name: Option<String>,
+        #[command(flatten)]
+        client: AdminClient,
     },
     /// Print the served version, the files' state and each node's ACK/NACK state.
     Status {
@@ -64,7 +68,136 @@ enum Command {
         /// Print the raw JSON of `GET /status`.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        client: AdminClient,
     },
+}
+
+/// TLS and credentials of `serve`.
+#[derive(Debug, clap::Args)]
+struct ServeSecurity {
+    /// PEM certificate chain: serve ADS and the admin API over TLS only.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA certificates that sign client certificates (sidecars' and admins').
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Refuse TLS clients without a valid client certificate (mTLS).
+    #[arg(long, requires = "tls_client_ca")]
+    require_client_cert: bool,
+    /// A file holding the bearer token `POST /apply` accepts (trailing newline trimmed).
+    #[arg(long, env = "RESPWAY_XDS_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// A client-certificate name (DNS subjectAltName) allowed to `POST /apply` without a
+    /// token; repeatable.
+    #[arg(long, requires = "tls_client_ca")]
+    admin_identity: Vec<String>,
+    /// Serve resources carrying secrets (inline passwords) to nodes that did not present a
+    /// client certificate for their node id. Unsafe beyond one trusted host.
+    #[arg(long)]
+    secrets_to_unauthenticated_nodes: bool,
+}
+
+/// How `apply` and `status` reach the admin API.
+#[derive(Debug, clap::Args)]
+struct AdminClient {
+    /// A file holding the admin bearer token (trailing newline trimmed).
+    #[arg(long, env = "RESPWAY_XDS_ADMIN_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// PEM CA certificates of the admin API's TLS certificate: connect over TLS.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// PEM client certificate (an admin identity), with --key.
+    #[arg(long, requires = "ca", requires = "key")]
+    cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// The name the server's certificate must be valid for (default: the --admin host).
+    #[arg(long, requires = "ca")]
+    server_name: Option<String>,
+}
+
+/// Reads a secret from a file: its content without the trailing newline; an error naming
+/// `flag` when it cannot be read or is empty.
+fn read_secret(flag: &str, path: &PathBuf) -> Result<String, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+    let t = text.trim_end_matches(['\n', '\r']).to_string();
+    if t.is_empty() {
+        return Err(format!("{flag} {}: the file is empty", path.display()));
+    }
+    Ok(t)
+}
+
+impl ServeSecurity {
+    fn load(&self) -> Result<respway_xds::secure::Security, String> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                let files = respway_tls::ServerFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: self.tls_client_ca.clone(),
+                    require_client_cert: self.require_client_cert,
+                };
+                let tls =
+                    respway_tls::ServerTls::server("respway-xds", &files, &[b"h2", b"http/1.1"])
+                        .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
+                respway_tls::watch(&tls, respway_xds::secure::RELOAD_PERIOD);
+                Some(tls)
+            }
+            _ => None,
+        };
+        let admin_token = self
+            .admin_token_file
+            .as_ref()
+            .map(|p| read_secret("--admin-token-file", p))
+            .transpose()?;
+        if self.secrets_to_unauthenticated_nodes {
+            tracing::warn!(
+                "--secrets-to-unauthenticated-nodes: any client that names a node id gets that node's passwords"
+            );
+        }
+        Ok(respway_xds::secure::Security {
+            tls,
+            admin_token,
+            admin_identities: self.admin_identity.clone(),
+            secrets_to_unauthenticated: self.secrets_to_unauthenticated_nodes,
+        })
+    }
+}
+
+impl AdminClient {
+    fn load(&self) -> Result<admin::AdminAuth, String> {
+        let token = self
+            .token_file
+            .as_ref()
+            .map(|p| read_secret("--token-file", p))
+            .transpose()?;
+        let tls = match &self.ca {
+            Some(ca) => {
+                let files = respway_tls::ClientFiles {
+                    ca: Some(ca.clone()),
+                    cert: self.cert.clone(),
+                    key: self.key.clone(),
+                    server_name: self.server_name.clone(),
+                    insecure_skip_verify: false,
+                };
+                let tls =
+                    respway_tls::ClientTls::client("respway-xds admin", &files, &[b"http/1.1"])
+                        .map_err(|e| format!("--ca/--cert/--key: {e}"))?;
+                Some(respway_xds::secure::ClientTlsRef {
+                    tls,
+                    server_name: self.server_name.clone(),
+                })
+            }
+            None => None,
+        };
+        Ok(admin::AdminAuth { token, tls })
+    }
 }
 
 fn main() -> ExitCode {
@@ -93,9 +226,37 @@ fn main() -> ExitCode {
                 listen,
                 admin,
                 poll_ms,
-            } => serve(resources, listen, admin, poll_ms).await,
-            Command::Apply { file, admin, name } => apply(file, &admin, name).await,
-            Command::Status { admin, json } => status(&admin, json).await,
+                security,
+            } => match security.load() {
+                Ok(security) => serve(resources, listen, admin, poll_ms, security).await,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
+            },
+            Command::Apply {
+                file,
+                admin,
+                name,
+                client,
+            } => match client.load() {
+                Ok(auth) => apply(file, &admin, &auth, name).await,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
+            },
+            Command::Status {
+                admin,
+                json,
+                client,
+            } => match client.load() {
+                Ok(auth) => status(&admin, &auth, json).await,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
+            },
         }
     })
 }
@@ -105,6 +266,7 @@ async fn serve(
     listen: SocketAddr,
     admin: Option<SocketAddr>,
     poll_ms: u64,
+    security: respway_xds::secure::Security,
 ) -> ExitCode {
     if !resources.is_dir() {
         eprintln!("--resources {}: not a directory", resources.display());
@@ -129,7 +291,9 @@ async fn serve(
     };
     let dir = resources.clone();
     let server = match tokio::task::spawn_blocking(move || Server::new(dir)).await {
-        Ok(s) => s.with_poll_interval(Duration::from_millis(poll_ms.max(10))),
+        Ok(s) => s
+            .with_poll_interval(Duration::from_millis(poll_ms.max(10)))
+            .with_security(security),
         Err(e) => {
             eprintln!("loading {}: {e}", resources.display());
             return ExitCode::FAILURE;
@@ -140,6 +304,7 @@ async fn serve(
         admin = ?admin,
         resources = %resources.display(),
         version = server.cache().snapshot().version,
+        tls = server.security().tls.is_some(),
         "respway-xds serving"
     );
     let result = server.serve(grpc, admin_listener, shutdown_signal()).await;
@@ -168,7 +333,12 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-async fn apply(file: PathBuf, admin: &str, name: Option<String>) -> ExitCode {
+async fn apply(
+    file: PathBuf,
+    admin: &str,
+    auth: &admin::AdminAuth,
+    name: Option<String>,
+) -> ExitCode {
     let text = match std::fs::read_to_string(&file) {
         Ok(t) => t,
         Err(e) => {
@@ -181,7 +351,7 @@ async fn apply(file: PathBuf, admin: &str, name: Option<String>) -> ExitCode {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     });
-    match admin::apply(admin, &name, &text).await {
+    match admin::apply(admin, auth, &name, &text).await {
         Ok(version) => {
             println!("applied {name}: serving version {version}");
             ExitCode::SUCCESS
@@ -199,8 +369,8 @@ async fn apply(file: PathBuf, admin: &str, name: Option<String>) -> ExitCode {
     }
 }
 
-async fn status(admin: &str, json: bool) -> ExitCode {
-    let status = match admin::fetch_status(admin).await {
+async fn status(admin: &str, auth: &admin::AdminAuth, json: bool) -> ExitCode {
+    let status = match admin::fetch_status(admin, auth).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
@@ -285,6 +455,11 @@ fn table(s: &ServerStatus) -> String {
         }
     }
     out.push_str(&columns(&rows));
+    for n in &s.nodes {
+        if let Some(why) = &n.refused {
+            out.push_str(&format!("refused {}: {}\n", n.id, why));
+        }
+    }
     out
 }
 
@@ -381,6 +556,7 @@ mod tests {
                 id: "sidecar-1".into(),
                 zone: Some("z1".into()),
                 connected: true,
+                refused: None,
                 types,
             }],
         };

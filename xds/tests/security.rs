@@ -1,0 +1,360 @@
+//! The control plane's security against real TLS peers (issue 13, item 7): a TLS management
+//! server over a directory holding the full example (which carries passwords), reached by
+//! tonic ADS clients and the admin client with certificates from a test CA.
+//!
+//! Each refusal is checked twice: the client's error says why, and nothing was served (the
+//! server never saw the node, or sent it no resource).
+
+use std::path::Path;
+use std::time::Duration;
+
+use respway_testkit::{CertFiles, Pki};
+use respway_tls::{ClientFiles, ClientTls, ServerFiles, ServerTls};
+use respway_xds::admin::{self, AdminAuth, AdminError};
+use respway_xds::client::{channel, error_chain, status_text};
+use respway_xds::pb::envoy::config::core::v3::Node;
+use respway_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use respway_xds::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use respway_xds::secure::{ClientTlsRef, Security};
+use respway_xds::server::Server;
+use respway_xds::CLUSTER_TYPE_URL;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+
+const TOKEN: &str = "the-admin-token";
+
+struct Running {
+    grpc: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+    server: Server,
+    _stop: oneshot::Sender<()>,
+    _dir: tempfile::TempDir,
+}
+
+/// A TLS server (client certificates verified against `pki`'s CA when presented, required
+/// with `require`) over a directory holding the full example.
+async fn start(pki: &Pki, require: bool, open_secrets: bool) -> Running {
+    let dir = tempfile::tempdir().expect("dir");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/full.yaml");
+    std::fs::copy(&example, dir.path().join("full.yaml")).expect("copy");
+    let cert = pki.issue("xds-server", &["localhost", "127.0.0.1"], false);
+    let tls = ServerTls::server(
+        "xds test",
+        &ServerFiles {
+            cert: cert.cert,
+            key: cert.key,
+            client_ca: Some(pki.ca()),
+            require_client_cert: require,
+        },
+        &[b"h2", b"http/1.1"],
+    )
+    .expect("server tls");
+    let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let (g, a) = (grpc.local_addr().unwrap(), admin.local_addr().unwrap());
+    let path = dir.path().to_path_buf();
+    let server = tokio::task::spawn_blocking(move || Server::new(path))
+        .await
+        .expect("load")
+        .with_security(Security {
+            tls: Some(tls),
+            admin_token: Some(TOKEN.to_string()),
+            admin_identities: vec!["operator".to_string()],
+            secrets_to_unauthenticated: open_secrets,
+        });
+    assert!(server.status().errors.is_empty(), "{:?}", server.status());
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server.clone().serve(grpc, Some(admin), async {
+        let _ = stopped.await;
+    }));
+    Running {
+        grpc: g,
+        admin: a,
+        server,
+        _stop: stop,
+        _dir: dir,
+    }
+}
+
+fn client_tls(ca: &Path, cert: Option<&CertFiles>) -> ClientTlsRef {
+    let tls = ClientTls::client(
+        "test client",
+        &ClientFiles {
+            ca: Some(ca.to_path_buf()),
+            cert: cert.map(|c| c.cert.clone()),
+            key: cert.map(|c| c.key.clone()),
+            server_name: Some("localhost".into()),
+            insecure_skip_verify: false,
+        },
+        &[b"h2", b"http/1.1"],
+    )
+    .expect("client tls");
+    ClientTlsRef {
+        tls,
+        server_name: Some("localhost".into()),
+    }
+}
+
+/// What one ADS stream for node `id` got: the first response, or the error (connect or
+/// stream) as text.
+async fn first_response(
+    addr: std::net::SocketAddr,
+    tls: Option<&ClientTlsRef>,
+    id: &str,
+) -> Result<DiscoveryResponse, String> {
+    let ch = channel(&addr.to_string(), tls)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let mut client = AggregatedDiscoveryServiceClient::new(ch);
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(DiscoveryRequest {
+        node: Some(Node {
+            id: id.to_string(),
+            ..Default::default()
+        }),
+        type_url: CLUSTER_TYPE_URL.to_string(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut inbound = client
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .map_err(|s| status_text(&s))?
+        .into_inner();
+    let got = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+        .await
+        .map_err(|_| "no response within 10 s".to_string())?;
+    drop(tx);
+    match got {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err("stream closed".into()),
+        Err(s) => Err(status_text(&s)),
+    }
+}
+
+fn seen(server: &Server, id: &str) -> bool {
+    server.status().nodes.iter().any(|n| n.id == id)
+}
+
+#[tokio::test]
+async fn secrets_go_only_to_the_certificate_of_their_node() {
+    let pki = Pki::new("secrets");
+    let x = start(&pki, false, false).await;
+    // The node's own certificate: everything, passwords included.
+    let own = pki.issue("sidecar-1", &["sidecar-1"], false);
+    let r = first_response(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), Some(&own))),
+        "sidecar-1",
+    )
+    .await
+    .expect("served");
+    assert!(!r.resources.is_empty());
+    // Another node's (valid) certificate claiming this node id: refused, nothing sent.
+    let other = pki.issue("sidecar-2", &["sidecar-2"], false);
+    let err = first_response(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), Some(&other))),
+        "sidecar-1",
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.starts_with("PermissionDenied")
+            && err.contains("\"sidecar-1\"")
+            && err.contains("not valid for that node id"),
+        "{err}"
+    );
+    // No certificate at all (TLS without mTLS): refused the same way.
+    let err = first_response(x.grpc, Some(&client_tls(&pki.ca(), None)), "sidecar-1")
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with("PermissionDenied") && err.contains("no client certificate"),
+        "{err}"
+    );
+    let node = x
+        .server
+        .status()
+        .nodes
+        .into_iter()
+        .find(|n| n.id == "sidecar-1")
+        .expect("listed");
+    assert!(
+        node.refused
+            .as_deref()
+            .is_some_and(|r| r.contains("secrets")),
+        "{node:?}"
+    );
+    let cds = &node.types[CLUSTER_TYPE_URL];
+    assert_eq!(
+        cds.sent.as_deref(),
+        Some(r.version_info.as_str()),
+        "what was sent is what the authenticated stream got: {node:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_operator_may_open_secrets_to_unauthenticated_nodes() {
+    let pki = Pki::new("open");
+    let x = start(&pki, false, true).await;
+    let r = first_response(x.grpc, Some(&client_tls(&pki.ca(), None)), "anyone")
+        .await
+        .expect("served without a client certificate");
+    assert!(!r.resources.is_empty());
+}
+
+#[tokio::test]
+async fn wrong_ca_expired_certificates_and_plaintext_are_refused_before_ads() {
+    let pki = Pki::new("main");
+    let x = start(&pki, true, false).await;
+    // A client that trusts another CA: its handshake fails verifying the server.
+    let other = Pki::new("other");
+    let err = first_response(x.grpc, Some(&client_tls(&other.ca(), None)), "n-wrong-ca")
+        .await
+        .unwrap_err();
+    assert!(err.contains("UnknownIssuer"), "{err}");
+    // mTLS required: a client without a certificate, and one whose certificate expired.
+    let err = first_response(x.grpc, Some(&client_tls(&pki.ca(), None)), "n-no-cert")
+        .await
+        .unwrap_err();
+    assert!(err.contains("CertificateRequired"), "{err}");
+    let stale = pki.issue("stale", &["n-expired"], true);
+    let err = first_response(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), Some(&stale))),
+        "n-expired",
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("CertificateExpired"), "{err}");
+    // A plaintext client to the TLS port.
+    let err = first_response(x.grpc, None, "n-plaintext")
+        .await
+        .unwrap_err();
+    assert!(err.contains("transport error"), "{err}");
+    for id in ["n-wrong-ca", "n-no-cert", "n-expired", "n-plaintext"] {
+        assert!(!seen(&x.server, id), "{id} reached ADS");
+    }
+    // A valid certificate still gets through the same server.
+    let ok = pki.issue("n-ok", &["n-ok"], false);
+    first_response(x.grpc, Some(&client_tls(&pki.ca(), Some(&ok))), "n-ok")
+        .await
+        .expect("served");
+}
+
+#[tokio::test]
+async fn apply_needs_a_token_or_an_admin_certificate() {
+    let pki = Pki::new("admin");
+    let x = start(&pki, false, false).await;
+    let addr = x.admin.to_string();
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/full.yaml"))
+            .unwrap();
+    let before = x.server.status().version;
+    let tls = |cert: Option<&CertFiles>| Some(client_tls(&pki.ca(), cert));
+    let refused = |r: Result<u64, AdminError>| match r {
+        Err(AdminError::Refused(e)) => e.join("\n"),
+        other => panic!("not refused: {other:?}"),
+    };
+    // No credentials, a wrong token, a certificate that is not an admin's: 401, nothing written.
+    let e = refused(
+        admin::apply(
+            &addr,
+            &AdminAuth {
+                token: None,
+                tls: tls(None),
+            },
+            "x.yaml",
+            &text,
+        )
+        .await,
+    );
+    assert!(e.contains("POST /apply needs credentials"), "{e}");
+    let wrong = AdminAuth {
+        token: Some("not-the-token".into()),
+        tls: tls(None),
+    };
+    refused(admin::apply(&addr, &wrong, "x.yaml", &text).await);
+    let sidecar = pki.issue("sidecar-1", &["sidecar-1"], false);
+    let e = refused(
+        admin::apply(
+            &addr,
+            &AdminAuth {
+                token: None,
+                tls: tls(Some(&sidecar)),
+            },
+            "x.yaml",
+            &text,
+        )
+        .await,
+    );
+    assert!(e.contains("credentials"), "{e}");
+    assert_eq!(x.server.status().version, before, "nothing was applied");
+    assert!(!x._dir.path().join("x.yaml").exists());
+    // Plaintext to the TLS admin port: no HTTP answer at all.
+    let err = admin::fetch_status(&addr, &AdminAuth::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AdminError::Transport { .. }), "{err}");
+    // The token, or the operator's certificate: applied.
+    let good = AdminAuth {
+        token: Some(TOKEN.into()),
+        tls: tls(None),
+    };
+    let v1 = admin::apply(
+        &addr,
+        &good,
+        "full.yaml",
+        &text.replace("op_timeout: 250ms", "op_timeout: 300ms"),
+    )
+    .await
+    .expect("token");
+    let operator = pki.issue("operator", &["operator"], false);
+    let v2 = admin::apply(
+        &addr,
+        &AdminAuth {
+            token: None,
+            tls: tls(Some(&operator)),
+        },
+        "full.yaml",
+        &text.replace("op_timeout: 250ms", "op_timeout: 350ms"),
+    )
+    .await
+    .expect("admin certificate");
+    assert!(v2 > v1 && v1 > before, "{before} {v1} {v2}");
+}
+
+#[tokio::test]
+async fn a_server_without_admin_credentials_refuses_every_apply() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().to_path_buf();
+    let server = tokio::task::spawn_blocking(move || Server::new(path))
+        .await
+        .expect("load");
+    let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = admin.local_addr().unwrap().to_string();
+    let (_stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server.clone().serve(grpc, Some(admin), async {
+        let _ = stopped.await;
+    }));
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/full.yaml"))
+            .unwrap();
+    for auth in [AdminAuth::default(), AdminAuth::token("anything")] {
+        match admin::apply(&addr, &auth, "full.yaml", &text).await {
+            Err(AdminError::Refused(e)) => {
+                assert!(e[0].contains("has none configured"), "{e:?}")
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+    assert!(!dir.path().join("full.yaml").exists());
+    // Reading the status needs no credentials.
+    admin::fetch_status(&addr, &AdminAuth::default())
+        .await
+        .expect("status");
+}
