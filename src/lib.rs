@@ -43,6 +43,7 @@ mod stats;
 mod tx;
 mod upstream;
 mod worker;
+pub mod xds;
 
 use std::collections::HashMap;
 use std::io;

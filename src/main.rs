@@ -276,83 +276,33 @@ async fn run(
     workers: usize,
 ) -> ExitCode {
     let with_zone = |c: Config| with_zone(c, &zone);
-    // The xDS client runs on this (main) thread's runtime; it applies through the server's
-    // config handle once the server runs. Without static resources the first configuration
-    // it receives starts the server.
-    let handle: Arc<OnceLock<ConfigHandle>> = Arc::new(OnceLock::new());
+    // The xDS client runs on this (main) thread's runtime (respway::xds); it applies through
+    // the server's config handle once the server runs. Without static resources the first
+    // configuration it receives starts the server.
     let config_events = Arc::new(respway::admin::ConfigEvents::default());
-    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Config>();
-    let xds = bootstrap
-        .as_ref()
-        .filter(|b| !b.xds_servers.is_empty())
-        .and_then(|b| Some((b.xds_servers.clone(), b.node_id.clone()?)));
-    // TLS to the management servers: loaded now (a bad file stops the start with its
-    // reason), reloaded when the files change.
-    let xds_tls = match bootstrap.as_ref().and_then(|b| b.xds_tls.as_ref()) {
-        Some(files) => match respway_tls::ClientTls::client("xds", files, &[b"h2"]) {
-            Ok(tls) => {
-                respway_tls::watch(&tls, respway_xds::secure::RELOAD_PERIOD);
-                Some(respway_xds::secure::ClientTlsRef {
-                    tls,
-                    server_name: files.server_name.clone(),
-                })
-            }
+    let xds_cfg = match bootstrap.as_ref() {
+        Some(b) => match respway::xds::client_config(b, zone.clone()) {
+            Ok(c) => c,
             Err(e) => {
-                eprintln!("respway: xds.tls: {e}");
+                eprintln!("respway: {e}");
                 return ExitCode::from(2);
             }
         },
         None => None,
     };
-    let start_xds = |first_tx: Option<tokio::sync::oneshot::Sender<Config>>| {
-        let Some((servers, node_id)) = xds.clone() else {
-            return;
-        };
-        let mut cfg = respway_xds::client::AdsClientConfig::with_servers(servers, node_id);
-        cfg.zone = zone.clone();
-        cfg.tls = xds_tls.clone();
-        cfg.backoff_min = Duration::from_millis(100);
-        cfg.backoff_max = Duration::from_secs(5);
-        let handle = handle.clone();
-        let events = config_events.clone();
-        let mut first_tx = first_tx;
-        tokio::spawn(respway_xds::client::run(
-            cfg,
-            // The client hands over its own translation; its zone is the node's (`cfg.zone`).
-            move |_resources, config| {
-                let result = match handle.get() {
-                    Some(h) => h.apply(config).map(|v| {
-                        tracing::info!(version = v, "configuration from xDS applied");
-                    }),
-                    None => match first_tx.take() {
-                        Some(tx) => tx
-                            .send(config)
-                            .map_err(|_| "the sidecar is shutting down".to_string()),
-                        None => Err("the sidecar is still starting".to_string()),
-                    },
-                };
-                match &result {
-                    Ok(()) => events.applied("xds"),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "configuration from xDS refused (NACK); the last good configuration stays");
-                        events.refused("xds");
-                    }
-                }
-                result
-            },
-            None,
-        ));
-    };
-    let mut xds_started = false;
+    let mut feed: Option<respway::xds::Feed> = None;
     let config = match static_config {
         Some(c) => with_zone(c),
         None => {
-            xds_started = true;
+            let Some(cfg) = xds_cfg.clone() else {
+                eprintln!("respway: no static resources and no xDS server");
+                return ExitCode::from(2);
+            };
             tracing::info!("no static resources: waiting for the first configuration from xDS");
-            start_xds(Some(first_tx));
-            match first_rx.await {
-                Ok(c) => c,
-                Err(_) => return ExitCode::from(1),
+            let f = feed.insert(respway::xds::Feed::spawn(cfg, config_events.clone(), None));
+            match f.first().await {
+                Some(c) => c,
+                None => return ExitCode::from(1),
             }
         }
     };
@@ -371,7 +321,9 @@ async fn run(
             return ExitCode::from(1);
         }
     };
-    let _ = handle.set(server.config_handle());
+    if let Some(f) = &feed {
+        f.attach(server.config_handle());
+    }
     let drain_requested = Arc::new(tokio::sync::Notify::new());
     let hooks = respway::admin::Hooks {
         config_events: Some(config_events.clone()),
@@ -394,10 +346,12 @@ async fn run(
         }
         None => None,
     };
-    if !xds_started {
-        // Static resources are served first; xDS updates (if configured) follow.
-        start_xds(None);
-    }
+    // Static resources are served first; xDS updates (if configured) follow. (The client
+    // task runs on its own; the feed is kept for its status.)
+    let _feed = feed.or_else(|| {
+        let handle = Some(server.config_handle());
+        xds_cfg.map(|cfg| respway::xds::Feed::spawn(cfg, config_events.clone(), handle))
+    });
     for a in server.local_addrs() {
         tracing::info!(address = %a, workers, "listening");
     }

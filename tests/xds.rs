@@ -512,3 +512,53 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
         .and_then(|n| n.refused);
     assert!(refused.is_some_and(|r| r.contains("secrets")));
 }
+
+/// Issue 13, item 8: the sidecar's xDS wiring is the library's (`respway::xds::Feed`), so a
+/// test drives it in process: the first configuration starts a server, and an edit of the
+/// resource file reaches it through the same feed.
+#[test]
+fn the_xds_feed_starts_and_updates_an_in_process_server() {
+    let shards: Vec<Proc> = (0..2).map(|_| redis()).collect();
+    let shadow = redis();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
+    let (port, grpc) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("respway-xds-feed-{port}"));
+    let res = dir.join("resources");
+    std::fs::create_dir_all(&res).unwrap();
+    save(&res, "main.yaml", &resources(port, &addrs, shadow.addr, 0));
+    let mgmt = MgmtProc::start(&res, grpc);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cfg = respway_xds::client::AdsClientConfig::new(format!("127.0.0.1:{grpc}"), "feed-1");
+        let events = std::sync::Arc::new(respway::admin::ConfigEvents::default());
+        let mut feed = respway::xds::Feed::spawn(cfg, events, None);
+        let first = tokio::time::timeout(Duration::from_secs(20), feed.first())
+            .await
+            .expect("a first configuration")
+            .expect("the client runs");
+        let server = respway::start(first, respway::Options::default()).expect("start");
+        feed.attach(server.config_handle());
+        assert_eq!(server.local_addrs()[0].port(), port);
+        let applies = feed.status().applies;
+        // An edit (the next churn step) is applied through the feed.
+        save(&res, "main.yaml", &resources(port, &addrs, shadow.addr, 1));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while feed.status().applies <= applies {
+            assert!(
+                Instant::now() < deadline,
+                "the edit never arrived: {:?}",
+                feed.status()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let s = feed.status();
+        assert!(s.connected && s.last_nack.is_none(), "{s:?}");
+        let mut c = RespConn::connect(loopback(port));
+        assert_eq!(c.call(&["SET", "feed", "1"]), Resp::Simple("OK".into()));
+        server.shutdown();
+    });
+    drop(mgmt);
+}
