@@ -60,6 +60,8 @@ struct Live {
     version: u64,
     parts: Arc<Parts>,
     chain: Chain,
+    /// Loaded by the last `refresh`: the session rebinds its user to the new ACL.
+    fresh: bool,
 }
 
 impl Live {
@@ -72,6 +74,7 @@ impl Live {
             version,
             parts,
             chain,
+            fresh: false,
         }
     }
 
@@ -87,6 +90,7 @@ impl Live {
             return false;
         }
         *self = Live::load(slot, self.conn);
+        self.fresh = true;
         true
     }
 }
@@ -157,7 +161,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usi
         pending: VecDeque::new(),
         timer: Box::pin(tokio::time::sleep_until(Instant::now())),
         timer_armed: false,
-        state: SessionState::new(listener.downstream_password.is_none(), peer),
+        state: SessionState::new(live.parts.acl.as_deref(), peer),
         closing: false,
         eof: false,
         draining: false,
@@ -325,6 +329,7 @@ impl Session {
             if (!self.rbuf.is_empty() || self.stashed.is_some())
                 && !self.closing
                 && live.refresh(&ctx.slot, self.waits > 0)
+                && self.rebind(live)
             {
                 let before = self.pending.len();
                 self.decode_all(live, ctx, max, limit);
@@ -700,7 +705,16 @@ impl Session {
             CommandClass::Proxy(ProxyCommand::Auth | ProxyCommand::Hello | ProxyCommand::Quit)
         );
         if !self.state.authenticated && !handshake {
+            self.mark_dirty();
             return Pending::Ready(error_reply("NOAUTH Authentication required."));
+        }
+        // Users with permissions to check (none without ACL users): before anything is
+        // dispatched or queued in MULTI.
+        if let Some(p) = &self.state.perms {
+            if let Err(d) = p.check(cmd, &args, &mut self.keys) {
+                self.mark_dirty();
+                return Pending::Ready(crate::acl::denied(d, self.state.user_name(), cmd));
+            }
         }
         if live.parts.listener.resp.protocol == ProtocolMode::Resp3
             && !self.state.resp3
@@ -752,6 +766,7 @@ impl Session {
                     &mut self.state,
                     ctx,
                     &live.parts.listener,
+                    live.parts.acl.as_deref(),
                     databases,
                 ) {
                     Local::Reply(r) => Pending::Ready(r),
@@ -809,6 +824,9 @@ impl Session {
                 }
             }
             CommandClass::PubSub(kind) => self.dispatch_pubsub(kind, args, live),
+            CommandClass::Unsupported if cmd.name == "acl" || cmd.name.starts_with("acl|") => {
+                Pending::Ready(local::acl(&args, &self.state, live.parts.acl.as_deref()))
+            }
             CommandClass::Unsupported => {
                 ctx.stats.unsupported.inc();
                 Pending::Ready(error_reply(&format!(
@@ -820,6 +838,24 @@ impl Session {
                 self.forward(cmd, args, live, ctx)
             }
         }
+    }
+
+    /// After a configuration change: the session's user under the new ACL. False (and the
+    /// session closes) when that user was removed or disabled.
+    fn rebind(&mut self, live: &mut Live) -> bool {
+        if !std::mem::take(&mut live.fresh) {
+            return true;
+        }
+        if self.state.rebind(live.parts.acl.as_deref()) {
+            return true;
+        }
+        tracing::info!(
+            client_id = self.state.id,
+            user = self.state.user_name(),
+            "ACL user removed or disabled by a configuration change: connection closed"
+        );
+        self.closing = true;
+        false
     }
 
     /// Pub/sub commands (see `pubsub.rs`).

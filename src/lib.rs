@@ -26,6 +26,7 @@
 //! - `upstream`: pooled, pipelined connections to the Redis shards;
 //! - `worker`: one worker thread (its runtime, its chain parts per config, accept loop, drain).
 
+mod acl;
 pub mod admin;
 mod blocking;
 pub mod bootstrap;
@@ -93,6 +94,8 @@ pub(crate) struct Snapshot {
     pub(crate) config: Arc<Config>,
     /// Compiled routing per listener, in listener order.
     pub(crate) routings: Vec<Arc<Routing>>,
+    /// Compiled ACL users per listener (`None`: no users, no password).
+    pub(crate) acls: Vec<Option<Arc<acl::Acl>>>,
 }
 
 /// What every worker shares: the current snapshot and a way to hear of the next one.
@@ -102,6 +105,8 @@ struct Shared {
     changed: watch::Sender<u64>,
     /// Serializes `apply` (config changes are rare; the request path never takes it).
     apply_lock: std::sync::Mutex<()>,
+    /// Failed `AUTH` attempts per client address, over every listener and worker.
+    auth_limiter: Arc<acl::AddressLimiter>,
 }
 
 /// A running data plane. Dropping it does not stop it; call [`Server::shutdown`].
@@ -226,10 +231,12 @@ fn compile(config: Config, version: u64) -> Result<Snapshot, String> {
         .iter()
         .map(|l| Routing::with_clusters(clusters.clone(), &config, l).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
+    let acls = config.listeners.iter().map(acl::Acl::build).collect();
     Ok(Snapshot {
         version,
         config: Arc::new(config),
         routings,
+        acls,
     })
 }
 
@@ -246,6 +253,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         current: ArcSwap::from_pointee(snapshot),
         changed,
         apply_lock: std::sync::Mutex::new(()),
+        auth_limiter: Arc::default(),
     });
     let registry = Arc::new(Registry::default());
     let (stop, stop_rx) = watch::channel(Stop::Run);

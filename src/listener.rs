@@ -29,6 +29,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) draining: std::sync::atomic::AtomicBool,
     /// Wakes every session when draining starts.
     pub(crate) drain: tokio::sync::Notify,
+    /// Failed `AUTH` attempts per client address (shared by every listener and worker).
+    pub(crate) auth_limiter: Arc<crate::acl::AddressLimiter>,
 }
 
 /// One worker's current chain parts for one listener. A config change stores new parts and

@@ -1,11 +1,13 @@
 //! Commands the proxy answers itself: PING, ECHO, QUIT, SELECT, HELLO (2 and 3), CLIENT
 //! SETNAME/GETNAME/ID/INFO/LIST/SETINFO/NO-EVICT/NO-TOUCH/TRACKING off, INFO (with a proxy
 //! section; the keyspace section is summed over the shards by the session), AUTH (when a
-//! downstream password is configured), RESET, READONLY/READWRITE and TIME. COMMAND is
+//! downstream password or ACL users are configured), ACL WHOAMI/LIST/USERS, RESET,
+//! READONLY/READWRITE and TIME. COMMAND is
 //! forwarded to a shard (its reply describes the same Redis the command table came from).
 //! Every reply is in the client's protocol (RESP2, or RESP3 after `HELLO 3`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
@@ -14,6 +16,7 @@ use respway_filters::model::Listener;
 use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::{write_integer, Frame};
 
+use crate::acl::{Acl, User};
 use crate::listener::ListenerCtx;
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
@@ -23,6 +26,10 @@ static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct SessionState {
     /// AUTH done, or no password configured.
     pub(crate) authenticated: bool,
+    /// The ACL user authenticated as; `None` is `default` without an ACL.
+    pub(crate) user: Option<Arc<User>>,
+    /// The user's permissions, when there are any to check (the hot path reads only this).
+    pub(crate) perms: Option<Arc<respway_filters::acl::Permissions>>,
     /// CLIENT SETNAME.
     pub(crate) name: Option<Bytes>,
     /// CLIENT ID (taken once per connection, not per request).
@@ -40,10 +47,13 @@ pub(crate) struct SessionState {
 }
 
 impl SessionState {
-    /// State of a new connection.
-    pub(crate) fn new(authenticated: bool, peer: Option<std::net::SocketAddr>) -> Self {
-        SessionState {
-            authenticated,
+    /// State of a new connection on a listener with `acl`: authenticated as `default` when
+    /// there is no ACL or its `default` user has `nopass`.
+    pub(crate) fn new(acl: Option<&Acl>, peer: Option<std::net::SocketAddr>) -> Self {
+        let mut s = SessionState {
+            authenticated: false,
+            user: None,
+            perms: None,
             name: None,
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
             auth_failures: 0,
@@ -51,6 +61,59 @@ impl SessionState {
             db: 0,
             lib: (None, None),
             peer,
+        };
+        s.start_as_default(acl);
+        s
+    }
+
+    /// Authenticated as `default` if it needs no `AUTH`, else not authenticated.
+    pub(crate) fn start_as_default(&mut self, acl: Option<&Acl>) {
+        match acl {
+            None => {
+                self.authenticated = true;
+                self.set_user(None);
+            }
+            Some(acl) => {
+                let u = acl.implicit_default().cloned();
+                self.authenticated = u.is_some();
+                self.set_user(u);
+            }
+        }
+    }
+
+    /// Now acting as `user`.
+    pub(crate) fn set_user(&mut self, user: Option<Arc<User>>) {
+        self.perms = user.as_ref().and_then(|u| u.perms.clone());
+        self.user = user;
+    }
+
+    /// The user's name (`default` without an ACL).
+    pub(crate) fn user_name(&self) -> &str {
+        self.user.as_ref().map_or("default", |u| &u.name)
+    }
+
+    /// After a configuration change: the same user under the new `acl`. False when the
+    /// session must close: its user was removed or disabled.
+    pub(crate) fn rebind(&mut self, acl: Option<&Acl>) -> bool {
+        if !self.authenticated {
+            // Not yet authenticated: the next AUTH uses the new users; a default user that
+            // became nopass lets it in now.
+            self.start_as_default(acl);
+            return true;
+        }
+        let name = self.user_name().to_string();
+        match acl {
+            None => {
+                self.set_user(None);
+                true
+            }
+            Some(acl) => match acl.find(name.as_bytes()) {
+                Some(u) if u.enabled => {
+                    self.set_user(Some(u.clone()));
+                    true
+                }
+                _ => false,
+            },
         }
     }
 
@@ -118,6 +181,7 @@ pub(crate) fn handle(
     state: &mut SessionState,
     ctx: &ListenerCtx,
     listener: &Listener,
+    acl: Option<&Acl>,
     databases: u32,
 ) -> Local {
     let resp3 = state.resp3;
@@ -141,7 +205,7 @@ pub(crate) fn handle(
             state.db = 0;
             state.name = None;
             state.lib = (None, None);
-            state.authenticated = listener.downstream_password.is_none();
+            state.start_as_default(acl);
             Bytes::from_static(b"+RESET\r\n")
         }
         ProxyCommand::ReadMode => ok(),
@@ -159,12 +223,12 @@ pub(crate) fn handle(
         }
         ProxyCommand::Auth => {
             let before = state.auth_failures;
-            let r = auth(&args[1..], state, listener);
+            let r = auth(&args[1..], state, acl, ctx);
             return after_auth(r, before, state, ctx, listener);
         }
         ProxyCommand::Hello => {
             let before = state.auth_failures;
-            let r = hello(args, state, listener);
+            let r = hello(args, state, listener, acl, ctx);
             return after_auth(r, before, state, ctx, listener);
         }
         ProxyCommand::Client => client(args, state),
@@ -204,42 +268,92 @@ fn after_auth(
     Local::Reply(r)
 }
 
-/// Compares in time that depends only on the lengths, not on where the bytes differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = (a.len() ^ b.len()) as u64;
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= u64::from(x ^ y);
-    }
-    std::hint::black_box(diff) == 0
-}
-
-fn auth(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply {
-    let Some(expected) = listener.downstream_password.as_deref() else {
-        return error_reply(
+/// `AUTH [user] password` against the listener's users (SHA-256 digests compared in
+/// constant time); refused without a try while the client's address is cooling down.
+fn auth(args: &[Bytes], state: &mut SessionState, acl: Option<&Acl>, ctx: &ListenerCtx) -> Reply {
+    let no_password = || {
+        error_reply(
             "ERR AUTH <password> called without any password configured for the default user. \
              Are you sure your configuration is correct?",
-        );
+        )
     };
-    // AUTH password | AUTH default password
+    let Some(acl) = acl else {
+        return no_password();
+    };
+    // AUTH password | AUTH user password
     let (user, pass) = match args {
         [p] => (None, p),
-        [u, p] => (Some(u), p),
+        [u, p] => (Some(&u[..]), p),
         _ => return error_reply("ERR syntax error"),
     };
-    let user_ok = user.is_none_or(|u| &u[..] == b"default");
-    let pass_ok = constant_time_eq(pass, expected.as_bytes());
-    if user_ok && pass_ok {
-        state.authenticated = true;
-        ok()
-    } else {
+    if user.is_none() && acl.implicit_default().is_some() {
+        return no_password();
+    }
+    let ip = state.peer.map(|p| p.ip());
+    let now = std::time::Instant::now();
+    if let Some(secs) = ip.and_then(|ip| ctx.auth_limiter.blocked(ip, now)) {
         state.auth_failures += 1;
-        error_reply("WRONGPASS invalid username-password pair or user is disabled.")
+        return error_reply(&format!(
+            "ERR respway: too many failed AUTH attempts from this address: AUTH is refused \
+             for {secs} more seconds"
+        ));
+    }
+    match acl.authenticate(user, pass) {
+        Some(u) => {
+            state.authenticated = true;
+            state.set_user(Some(u));
+            ok()
+        }
+        None => {
+            state.auth_failures += 1;
+            if let Some(ip) = ip {
+                if ctx.auth_limiter.failed(ip, now) {
+                    tracing::warn!(
+                        client = %ip,
+                        failures = crate::acl::FAILURES_PER_ADDRESS,
+                        cooldown_s = crate::acl::ADDRESS_COOLDOWN.as_secs(),
+                        "too many failed AUTH attempts from one address: AUTH refused for the cool-down"
+                    );
+                }
+            }
+            error_reply("WRONGPASS invalid username-password pair or user is disabled.")
+        }
     }
 }
 
-fn hello(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply {
+/// `ACL WHOAMI | LIST | USERS` (users are defined in the configuration, so nothing else).
+pub(crate) fn acl(args: &[Bytes], state: &SessionState, acl: Option<&Acl>) -> Reply {
+    let sub = args.get(1).map(|a| lower(a)).unwrap_or_default();
+    let lines = |v: Vec<String>| {
+        encode(&Frame::Array(
+            v.into_iter().map(|l| Frame::Bulk(Bytes::from(l))).collect(),
+        ))
+    };
+    match (sub.as_slice(), args.len()) {
+        (b"whoami", 2) => bulk(state.user_name().as_bytes()),
+        (b"list", 2) => lines(match acl {
+            Some(a) => a.list(),
+            None => vec![crate::acl::unrestricted_default_line()],
+        }),
+        (b"users", 2) => lines(match acl {
+            Some(a) => a.names().iter().map(|n| n.to_string()).collect(),
+            None => vec!["default".to_string()],
+        }),
+        _ => error_reply(&format!(
+            "ERR respway: ACL {} is not supported: users are defined in respway's configuration \
+             (ACL WHOAMI, ACL LIST and ACL USERS are answered)",
+            String::from_utf8_lossy(&sub).to_ascii_uppercase()
+        )),
+    }
+}
+
+fn hello(
+    args: &[Bytes],
+    state: &mut SessionState,
+    listener: &Listener,
+    acl: Option<&Acl>,
+    ctx: &ListenerCtx,
+) -> Reply {
     use respway_filters::model::ProtocolMode;
     let mut i = 1;
     let mut proto = if state.resp3 { 3 } else { 2 };
@@ -272,7 +386,7 @@ fn hello(args: &[Bytes], state: &mut SessionState, listener: &Listener) -> Reply
     while i < args.len() {
         match (lower(&args[i]).as_slice(), args.len() - i) {
             (b"auth", n) if n >= 3 => {
-                let r = auth(&args[i + 1..i + 3], state, listener);
+                let r = auth(&args[i + 1..i + 3], state, acl, ctx);
                 if r.first() == Some(&b'-') {
                     return r;
                 }

@@ -68,6 +68,8 @@ pub(crate) struct Parts {
     pub(crate) hot_key_stats: Arc<HotKeyStats>,
     /// Databases a client may `SELECT` (the smallest `databases` of the routed clusters).
     pub(crate) databases: u32,
+    /// The listener's ACL users (`None`: no users and no password: nothing to check).
+    pub(crate) acl: Option<Arc<crate::acl::Acl>>,
     /// The version of the configuration these parts were built from (the first is 1).
     pub(crate) config_version: u64,
 }

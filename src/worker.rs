@@ -104,6 +104,7 @@ impl Worker {
                     workers: self.workers,
                     draining: std::sync::atomic::AtomicBool::new(false),
                     drain: tokio::sync::Notify::new(),
+                    auth_limiter: self.shared.auth_limiter.clone(),
                 });
                 let _ = i;
                 ctxs.push(ctx.clone());
@@ -209,6 +210,7 @@ impl Worker {
                 let (queue, mirror_rx) = stack::MirrorQueue::new();
                 let parts = stack::Parts {
                     config_version: snapshot.version,
+                    acl: snapshot.acls.get(i).cloned().flatten(),
                     listener: Arc::new(listener.clone()),
                     mirror_stats: Arc::new(MirrorStats::new(routing.clusters.len())),
                     hot_key_stats: Arc::new(HotKeyStats::new(routing)),
@@ -287,7 +289,7 @@ fn endpoint_config(c: &Cluster, shard: &str, address: SocketAddr) -> EndpointCon
         address,
         label: format!("shard {shard} ({address})").into(),
         connect_timeout: c.connect_timeout,
-        auth: c.auth.as_ref().map(|a| {
+        auth: c.auth_for(address).map(|a| {
             let mut v = Vec::new();
             if let Some(u) = &a.username {
                 v.push(Bytes::from(u.clone()));

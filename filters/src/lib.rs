@@ -9,6 +9,7 @@
 //!
 //! Invariant for every layer: each request gets exactly one reply, in request order.
 
+pub mod acl;
 pub mod codec_limits;
 pub mod command;
 pub mod hash;

@@ -38,9 +38,12 @@ pub struct Listener {
     pub address: SocketAddr,
     /// Prefix routes and catch-all.
     pub routes: RouteTable,
-    /// When set, clients must `AUTH` with this password before other commands.
+    /// When set, clients must `AUTH` with this password before other commands: the
+    /// password of the `default` user, who may run every command on every key.
     #[serde(serialize_with = "redacted_opt")]
     pub downstream_password: Option<String>,
+    /// ACL users (none: no ACL; every client is `default`, checked for nothing).
+    pub users: Vec<AclUser>,
     /// How long one command may wait for its upstream reply before the client gets `-ERR`.
     pub op_timeout: Duration,
     /// Replies a single client may have outstanding before the proxy stops reading from it.
@@ -51,6 +54,27 @@ pub struct Listener {
     pub client: ClientLimits,
     /// The RESP versions spoken with clients, and what the proxy says it is.
     pub resp: RespSettings,
+}
+
+/// An ACL user of a listener, as Redis's `ACL SETUSER`: passwords (kept as SHA-256 digests
+/// only) and permission rules.
+#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq)]
+pub struct AclUser {
+    /// The name clients give to `AUTH name password`; `default` is the user of
+    /// `AUTH password` and of clients that never authenticate.
+    pub name: String,
+    /// Off: `AUTH` as this user fails (`-WRONGPASS`), whatever the password.
+    pub enabled: bool,
+    /// SHA-256 digests of the accepted passwords.
+    #[serde(serialize_with = "redacted_digests")]
+    pub passwords: Vec<crate::acl::Digest>,
+    /// Any password is accepted (and a `default` user with `nopass` needs no `AUTH`).
+    pub nopass: bool,
+    /// Redis ACL rules (`~pattern`, `+@read`, `-flushall`, ...), applied left to right from
+    /// no permission at all; checked when the configuration is read.
+    pub rules: Vec<String>,
+    /// After the rules, take every `@write` command away.
+    pub read_only: bool,
 }
 
 /// Which RESP versions a listener speaks with its clients.
@@ -209,6 +233,9 @@ pub struct Cluster {
     pub connect_timeout: Duration,
     /// Upstream credentials sent as `AUTH` on connect.
     pub auth: Option<UpstreamAuth>,
+    /// Credentials of single endpoints, overriding [`Cluster::auth`] for them (Envoy's
+    /// `RedisProtocolOptions.credentials`); at most one per address.
+    pub endpoint_auth: Vec<EndpointAuth>,
     /// The shards' database a client's database 0 maps to: a client that sent `SELECT n`
     /// uses database `db + n` (0 = none sent on connect for clients that never select).
     pub db: u32,
@@ -277,6 +304,41 @@ pub struct UpstreamAuth {
     /// Password.
     #[serde(serialize_with = "redacted")]
     pub password: String,
+}
+
+/// Upstream credentials of one endpoint.
+#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+pub struct EndpointAuth {
+    /// The endpoint's address.
+    pub address: SocketAddr,
+    /// What it is sent on connect.
+    pub auth: UpstreamAuth,
+}
+
+impl Cluster {
+    /// The credentials connections to `address` send: the endpoint's own, else the
+    /// cluster's.
+    pub fn auth_for(&self, address: SocketAddr) -> Option<&UpstreamAuth> {
+        self.endpoint_auth
+            .iter()
+            .find(|e| e.address == address)
+            .map(|e| &e.auth)
+            .or(self.auth.as_ref())
+    }
+}
+
+/// Serializes password digests as one `"<redacted>"` each.
+#[allow(clippy::ptr_arg)] // serde hands the field as it is
+fn redacted_digests<S: serde::Serializer>(
+    v: &Vec<crate::acl::Digest>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(v.len()))?;
+    for _ in v {
+        seq.serialize_element("<redacted>")?;
+    }
+    seq.end()
 }
 
 /// Serializes a secret as `"<redacted>"` (the configuration dumps never show one).

@@ -81,6 +81,7 @@ fn cluster(name: &str, read_policy: ReadPolicy, base: u16) -> Cluster {
         max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
         connect_timeout: Duration::from_secs(1),
         auth: None,
+        endpoint_auth: Vec::new(),
         db: 0,
         hot_keys: Vec::new(),
         read_policy,
@@ -120,6 +121,7 @@ fn routing(zone: Option<&str>) -> Arc<Routing> {
                 ..RouteTable::default()
             },
             downstream_password: None,
+            users: Vec::new(),
             op_timeout: Duration::from_secs(1),
             max_pending_per_client: 1024,
             resp: Default::default(),

@@ -507,6 +507,97 @@ pub(crate) fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// The rules of a user defined without `rules`: every permission, as Redis's `default` user.
+pub(crate) const DEFAULT_USER_RULES: &[&str] = &["allcommands", "allkeys", "allchannels"];
+
+/// What is wrong with an ACL user name (Redis's own rule: not empty, no spaces).
+pub(crate) fn user_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("must not be empty")
+    } else if name
+        .bytes()
+        .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+    {
+        Some("must not contain spaces or control characters")
+    } else {
+        None
+    }
+}
+
+/// The problems of a listener's users (as `(index of the user, field, reason)`): a name
+/// used twice, a `default` user next to `downstream_auth_password`, passwords together with
+/// `nopass`, no way to authenticate at all, rules that do not compile.
+pub(crate) fn user_problems(
+    users: &[respway_filters::model::AclUser],
+    has_downstream_password: bool,
+    password_field: &str,
+) -> Vec<(usize, String, String)> {
+    let mut out = Vec::new();
+    for (i, u) in users.iter().enumerate() {
+        if let Some(first) = users[..i].iter().position(|x| x.name == u.name) {
+            out.push((
+                i,
+                "name".into(),
+                format!("duplicate user {:?} (also users[{first}])", u.name),
+            ));
+        }
+        if u.name == "default" && has_downstream_password {
+            out.push((
+                i,
+                "name".into(),
+                "the default user's password is already set by downstream_auth_password: set it in one place".into(),
+            ));
+        }
+        if u.nopass && !u.passwords.is_empty() {
+            out.push((
+                i,
+                "nopass".into(),
+                format!("conflicts with {password_field}"),
+            ));
+        }
+        if !u.nopass && u.passwords.is_empty() {
+            out.push((
+                i,
+                password_field.into(),
+                "required: a user needs a password or nopass".into(),
+            ));
+        }
+        for (j, r) in u.rules.iter().enumerate() {
+            if let Err(e) = respway_filters::acl::Permissions::check_rule(r) {
+                out.push((i, format!("rules[{j}]"), e.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Reads an upstream password kept outside the configuration: the file's contents without
+/// its trailing newline (`\n` or `\r\n`), or the environment variable. The error says what
+/// is missing, not the value.
+pub(crate) fn read_password_file(path: &str) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    if text.is_empty() {
+        return Err(format!("{path:?} is empty"));
+    }
+    Ok(text.to_string())
+}
+
+/// As [`read_password_file`], for an environment variable.
+pub(crate) fn read_password_env(name: &str) -> Result<String, String> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => Ok(v),
+        Ok(_) => Err(format!("environment variable {name} is empty")),
+        Err(std::env::VarError::NotPresent) => {
+            Err(format!("environment variable {name} is not set"))
+        }
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(format!("environment variable {name} is not UTF-8"))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

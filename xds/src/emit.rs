@@ -27,6 +27,7 @@ use envoy_types::pb::envoy::config::listener::v3::{
     filter::ConfigType, Filter, FilterChain, Listener as PbListener,
 };
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
+    redis_protocol_options::Credential,
     redis_proxy::{
         prefix_routes::{route::RequestMirrorPolicy, Route},
         ConnPoolSettings, PrefixRoutes, ProtocolVersion,
@@ -157,6 +158,22 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
             ProtocolMode::Resp3 => rw::Protocol::Resp3,
         } as i32,
         advertised_redis_version: l.resp.advertised_version.clone(),
+        users: l
+            .users
+            .iter()
+            .map(|u| rw::User {
+                name: u.name.clone(),
+                enabled: Some(u.enabled),
+                password_sha256: u
+                    .passwords
+                    .iter()
+                    .map(respway_filters::acl::digest_to_hex)
+                    .collect(),
+                nopass: u.nopass,
+                rules: u.rules.clone(),
+                read_only: u.read_only,
+            })
+            .collect(),
     };
     PbListener {
         name: l.name.clone(),
@@ -252,12 +269,24 @@ fn cluster(c: &Cluster) -> PbCluster {
             out.load_balancing_policy = shard_hashing(Policy::Crc16Slots(Crc16Slots {}));
         }
     }
-    if let Some(auth) = &c.auth {
+    if c.auth.is_some() || !c.endpoint_auth.is_empty() {
         out.typed_extension_protocol_options.insert(
             names::REDIS_PROXY_FILTER.to_string(),
             pack_any(RedisProtocolOptions {
-                auth_password: Some(inline(&auth.password)),
-                auth_username: auth.username.as_deref().map(inline),
+                auth_password: c.auth.as_ref().map(|a| inline(&a.password)),
+                auth_username: c
+                    .auth
+                    .as_ref()
+                    .and_then(|a| a.username.as_deref().map(inline)),
+                credentials: c
+                    .endpoint_auth
+                    .iter()
+                    .map(|e| Credential {
+                        address: Some(socket(e.address)),
+                        auth_password: Some(inline(&e.auth.password)),
+                        auth_username: e.auth.username.as_deref().map(inline),
+                    })
+                    .collect(),
                 ..Default::default()
             }),
         );

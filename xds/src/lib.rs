@@ -206,6 +206,7 @@ pub fn default_config() -> Config {
                 catch_all: Some("default".to_string()),
             },
             downstream_password: None,
+            users: Vec::new(),
             op_timeout: common::DEFAULT_OP_TIMEOUT,
             max_pending_per_client: common::DEFAULT_MAX_PENDING,
             resp: Default::default(),
@@ -237,6 +238,7 @@ pub fn default_config() -> Config {
             max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
             connect_timeout: common::DEFAULT_CONNECT_TIMEOUT,
             auth: None,
+            endpoint_auth: Vec::new(),
             db: 0,
         }],
     }

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    ClientLimits, Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, Listener,
-    MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy, RespSettings, RingHashFunction, Role,
-    RouteTable, Shard, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES,
-    DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
+    AclUser, ClientLimits, Cluster, Config, Endpoint, EndpointAuth, HashPolicy, HashTag,
+    HotKeyRead, HotKeyRule, Listener, MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy,
+    RespSettings, RingHashFunction, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback,
+    DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
 
@@ -51,6 +51,7 @@ const LISTENER_KEYS: &[&str] = &[
     "protocol",
     "advertised_redis_version",
     "downstream_auth_password",
+    "users",
     "limits",
     "routes",
 ];
@@ -80,9 +81,18 @@ const CLUSTER_KEYS: &[&str] = &[
     "shards",
 ];
 const HOT_KEY_KEYS: &[&str] = &["prefix", "read"];
-const AUTH_KEYS: &[&str] = &["username", "password"];
+const AUTH_KEYS: &[&str] = &["username", "password", "password_file", "password_env"];
+const USER_KEYS: &[&str] = &[
+    "name",
+    "enabled",
+    "password",
+    "password_sha256",
+    "nopass",
+    "rules",
+    "read_only",
+];
 const SHARD_KEYS: &[&str] = &["name", "hash_key", "weight", "slots", "endpoints"];
-const ENDPOINT_KEYS: &[&str] = &["address", "role", "zone"];
+const ENDPOINT_KEYS: &[&str] = &["address", "role", "zone", "auth"];
 const POLICIES: &[(&str, &[&str])] = &[
     ("maglev", &["policy", "table_size"]),
     (
@@ -318,6 +328,7 @@ fn listener(
     let client = client_limits(cx, &m);
     let resp = resp_settings(cx, &m);
     let downstream_password = m.non_empty_string(cx, "downstream_auth_password");
+    let users = users(cx, &m, downstream_password.is_some());
     let limits = match m.get("limits") {
         Some(v) => limits(cx, v, &m.at("limits")),
         None => Limits::default(),
@@ -334,12 +345,84 @@ fn listener(
         address,
         routes,
         downstream_password,
+        users,
         op_timeout,
         max_pending_per_client: max_pending,
         resp,
         client,
         limits,
     })
+}
+
+/// The listener's ACL `users`: plaintext passwords are hashed here and not kept.
+fn users(cx: &mut Cx, m: &Map<'_>, has_downstream_password: bool) -> Vec<AclUser> {
+    let list = m.seq(cx, "users").unwrap_or_default();
+    let at = m.at("users");
+    let before = cx.count();
+    let mut out = Vec::new();
+    for (i, v) in list.iter().enumerate() {
+        let path = index(&at, i);
+        let Some(u) = Map::new(cx, v, &path, USER_KEYS) else {
+            continue;
+        };
+        let name = u.required_string(cx, "name");
+        if let Some(reason) = name.as_deref().and_then(common::user_name_problem) {
+            cx.err(u.at("name"), reason);
+        }
+        let mut passwords: Vec<_> = u
+            .strings(cx, "password")
+            .iter()
+            .map(|p| respway_filters::acl::sha256(p.as_bytes()))
+            .collect();
+        let hashes = u.strings(cx, "password_sha256");
+        for (j, h) in hashes.iter().enumerate() {
+            match respway_filters::acl::digest_from_hex(h) {
+                Some(d) => passwords.push(d),
+                None => {
+                    let field = if u.get("password_sha256").is_some_and(Value::is_sequence) {
+                        index(&u.at("password_sha256"), j)
+                    } else {
+                        u.at("password_sha256")
+                    };
+                    cx.err(field, "expected 64 hexadecimal digits (a SHA-256 digest)");
+                }
+            }
+        }
+        let rules = match u.get("rules") {
+            None => common::DEFAULT_USER_RULES
+                .iter()
+                .map(|r| r.to_string())
+                .collect(),
+            Some(Value::String(s)) => s.split_whitespace().map(str::to_string).collect(),
+            Some(_) => u.strings(cx, "rules"),
+        };
+        if u.get("rules").is_some() && rules.is_empty() {
+            cx.err(
+                u.at("rules"),
+                "must not be empty (leave it out for every permission, or use nocommands)",
+            );
+        }
+        out.push(AclUser {
+            name: name.unwrap_or_default(),
+            enabled: u.boolean(cx, "enabled").unwrap_or(true),
+            passwords,
+            nopass: u.boolean(cx, "nopass").unwrap_or(false),
+            rules,
+            read_only: u.boolean(cx, "read_only").unwrap_or(false),
+        });
+    }
+    if cx.count() == before {
+        for (i, field, reason) in common::user_problems(&out, has_downstream_password, "password") {
+            let item = index(&at, i);
+            // A rule given as one string is reported at `rules`.
+            let field = match list[i].get("rules") {
+                Some(Value::String(_)) if field.starts_with("rules[") => "rules".to_string(),
+                _ => field,
+            };
+            cx.err(join(&item, &field), reason);
+        }
+    }
+    out
 }
 
 /// The listener's per-client bounds and session rules (`client_buffer_limit`,
@@ -711,18 +794,8 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
     let connect_timeout = m
         .duration(cx, "connect_timeout")
         .unwrap_or(common::DEFAULT_CONNECT_TIMEOUT);
-    let auth = m.get("auth").and_then(|v| {
-        let a = Map::new(cx, v, "auth", AUTH_KEYS)?;
-        let username = a.non_empty_string(cx, "username");
-        let password = a.required_string(cx, "password");
-        if password.as_deref() == Some("") {
-            cx.err(a.at("password"), "must not be empty");
-        }
-        Some(UpstreamAuth {
-            username,
-            password: password?,
-        })
-    });
+    let auth = m.get("auth").and_then(|v| upstream_auth(cx, v, "auth"));
+    let endpoint_auth = endpoint_auth(cx, &m);
     let db = m.uint(cx, "db", u32::MAX.into()).unwrap_or(0) as u32;
     let databases = m
         .positive(cx, "databases", common::MAX_DATABASES.into())
@@ -746,6 +819,7 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         max_queue_per_connection,
         connect_timeout,
         auth,
+        endpoint_auth,
         db,
     };
     if let Some(reason) = common::picker_error(&cluster) {
@@ -753,6 +827,86 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         return None;
     }
     Some(cluster)
+}
+
+/// An `auth` block at `path`: `username`, and the password from exactly one of `password`,
+/// `password_file` (read now, trailing newline trimmed) and `password_env`.
+fn upstream_auth(cx: &mut Cx, v: &Value, path: &str) -> Option<UpstreamAuth> {
+    let before = cx.count();
+    let a = Map::new(cx, v, path, AUTH_KEYS)?;
+    let username = a.non_empty_string(cx, "username");
+    let sources = ["password", "password_file", "password_env"];
+    let given: Vec<&str> = sources
+        .iter()
+        .copied()
+        .filter(|k| a.get(k).is_some())
+        .collect();
+    let password = match given.as_slice() {
+        [] => {
+            cx.err(
+                a.at("password"),
+                "required: one of password, password_file, password_env",
+            );
+            None
+        }
+        [key] => {
+            let value = a.string(cx, key);
+            match (*key, value) {
+                (_, None) => None,
+                (_, Some(v)) if v.is_empty() => {
+                    cx.err(a.at(key), "must not be empty");
+                    None
+                }
+                ("password", Some(v)) => Some(v),
+                ("password_file", Some(f)) => common::read_password_file(&f)
+                    .map_err(|e| cx.err(a.at(key), e))
+                    .ok(),
+                (_, Some(name)) => common::read_password_env(&name)
+                    .map_err(|e| cx.err(a.at(key), e))
+                    .ok(),
+            }
+        }
+        more => {
+            cx.err(
+                a.at(more[1]),
+                format!("conflicts with {}: give the password one way", more[0]),
+            );
+            None
+        }
+    };
+    (cx.count() == before).then_some(UpstreamAuth {
+        username,
+        password: password?,
+    })
+}
+
+/// The `auth` of single endpoints (`shards[i].endpoints[j].auth`). Addresses that do not
+/// read are reported by [`shard`].
+fn endpoint_auth(cx: &mut Cx, m: &Map<'_>) -> Vec<EndpointAuth> {
+    let mut out = Vec::new();
+    let Some(Value::Sequence(shards)) = m.get("shards") else {
+        return out;
+    };
+    for (si, s) in shards.iter().enumerate() {
+        let Some(Value::Sequence(eps)) = s.get("endpoints") else {
+            continue;
+        };
+        for (ei, e) in eps.iter().enumerate() {
+            let Some(v) = e.get("auth").filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let path = format!("shards[{si}].endpoints[{ei}].auth");
+            let auth = upstream_auth(cx, v, &path);
+            let address = e
+                .get("address")
+                .and_then(Value::as_str)
+                .and_then(|a| common::parse_socket_addr(a).ok());
+            if let (Some(address), Some(auth)) = (address, auth) {
+                out.push(EndpointAuth { address, auth });
+            }
+        }
+    }
+    out
 }
 
 /// `read_policy` and, for `zone_local`, its `zone_fallback`.
@@ -1361,6 +1515,37 @@ impl<'v> Map<'v> {
                     format!("expected a list, got {}", kind(other)),
                 );
                 None
+            }
+        }
+    }
+
+    /// A string or a list of strings (each an error when it is not one).
+    fn strings(&self, cx: &mut Cx, key: &str) -> Vec<String> {
+        match self.get(key) {
+            None => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Sequence(list)) => {
+                let mut out = Vec::new();
+                for (i, v) in list.iter().enumerate() {
+                    match v.as_str() {
+                        Some(s) => out.push(s.to_string()),
+                        None => cx.err(
+                            index(&self.at(key), i),
+                            format!("expected a string, got {}", kind(v)),
+                        ),
+                    }
+                }
+                out
+            }
+            Some(other) => {
+                cx.err(
+                    self.at(key),
+                    format!(
+                        "expected a string or a list of strings, got {}",
+                        kind(other)
+                    ),
+                );
+                Vec::new()
             }
         }
     }

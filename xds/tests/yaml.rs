@@ -68,6 +68,7 @@ fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         max_queue_per_connection: respway_filters::model::DEFAULT_MAX_QUEUE_PER_CONNECTION,
         connect_timeout: Duration::from_secs(1),
         auth: None,
+        endpoint_auth: Vec::new(),
         db: 0,
         hot_keys: Vec::new(),
         read_policy: ReadPolicy::Primary,
@@ -130,6 +131,7 @@ fn full_example_model() -> Config {
                 )],
             },
             downstream_password: Some("client-secret".into()),
+            users: Vec::new(),
             op_timeout: Duration::from_millis(250),
             max_pending_per_client: 2048,
             resp: RespSettings {
@@ -455,7 +457,7 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, admin_commands, keys_max, pubsub_buffer_limit, protocol, advertised_redis_version, downstream_auth_password, limits, routes)
+        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, admin_commands, keys_max, pubsub_buffer_limit, protocol, advertised_redis_version, downstream_auth_password, users, limits, routes)
 listener "main": op_timeout: must be greater than 0
 listener "main": routes.catch_all: unknown cluster "mian"
 listener "main": routes.prefixes[0].cluster: unknown cluster "profile"
@@ -488,9 +490,9 @@ clusters:
 listener "l": limits.max_bulk: unknown field (expected one of: max_bulk_len, max_multibulk_len, max_inline_len)
 listener "l": routes.prefixes[0].strip: unknown field (expected one of: prefix, cluster, remove_prefix, mirrors)
 cluster "c": hash.table_size: unknown field (expected one of: policy, key_hash)
-cluster "c": auth.user: unknown field (expected one of: username, password)
+cluster "c": auth.user: unknown field (expected one of: username, password, password_file, password_env)
 cluster "c": shards[0].nmae: unknown field (expected one of: name, hash_key, weight, slots, endpoints)
-cluster "c": shards[0].endpoints[0].zones: unknown field (expected one of: address, role, zone)"#
+cluster "c": shards[0].endpoints[0].zones: unknown field (expected one of: address, role, zone, auth)"#
     );
 }
 

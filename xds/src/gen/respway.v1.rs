@@ -402,6 +402,12 @@ pub struct ListenerSettings {
     /// `client-output-buffer-limit pubsub` hard limit. 0 means the default, 33554432 (32 MiB).
     #[prost(uint64, tag = "13")]
     pub pubsub_buffer_limit: u64,
+    /// ACL users of the listener, as Redis's `ACL SETUSER`. With users (or
+    /// `RedisProxy.downstream_auth_passwords`), clients must `AUTH` unless a user named "default"
+    /// has `nopass`. Names are unique; "default" may not be defined together with
+    /// `downstream_auth_passwords` (which is the default user's password).
+    #[prost(message, repeated, tag = "14")]
+    pub users: ::prost::alloc::vec::Vec<User>,
 }
 impl ::prost::Name for ListenerSettings {
     const NAME: &'static str = "ListenerSettings";
@@ -411,6 +417,43 @@ impl ::prost::Name for ListenerSettings {
     }
     fn type_url() -> ::prost::alloc::string::String {
         "type.googleapis.com/respway.v1.ListenerSettings".into()
+    }
+}
+/// One ACL user.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct User {
+    /// The name given to `AUTH name password` ("default" for `AUTH password`); not empty, no
+    /// spaces.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// Off: `AUTH` as this user fails, whatever the password. Unset means on.
+    #[prost(bool, optional, tag = "2")]
+    pub enabled: ::core::option::Option<bool>,
+    /// SHA-256 digests of the accepted passwords, 64 hexadecimal digits each (Redis's
+    /// `#<hash>`); plaintext passwords are never sent.
+    #[prost(string, repeated, tag = "3")]
+    pub password_sha256: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Any password is accepted. Exclusive with `password_sha256`.
+    #[prost(bool, tag = "4")]
+    pub nopass: bool,
+    /// Redis ACL rules, applied left to right from no permission: `~pattern`, `allkeys`,
+    /// `resetkeys`, `&pattern`, `allchannels`, `resetchannels`, `+command`, `-command`,
+    /// `+command|subcommand`, `+@category`, `-@category`, `allcommands`, `nocommands`. Empty means
+    /// every permission: `allcommands allkeys allchannels`.
+    #[prost(string, repeated, tag = "5")]
+    pub rules: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// After the rules, take every `@write` command away.
+    #[prost(bool, tag = "6")]
+    pub read_only: bool,
+}
+impl ::prost::Name for User {
+    const NAME: &'static str = "User";
+    const PACKAGE: &'static str = "respway.v1";
+    fn full_name() -> ::prost::alloc::string::String {
+        "respway.v1.User".into()
+    }
+    fn type_url() -> ::prost::alloc::string::String {
+        "type.googleapis.com/respway.v1.User".into()
     }
 }
 /// Limits applied by the RESP decoder to client input, like Redis's `proto-max-bulk-len`.

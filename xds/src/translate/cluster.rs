@@ -9,6 +9,7 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
 };
 use envoy_types::pb::envoy::config::cluster::v3::Cluster as PbCluster;
 use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
+use envoy_types::pb::envoy::config::core::v3::DataSource;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::RedisProtocolOptions;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::{
@@ -16,13 +17,16 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::{
 };
 use prost::Name;
 use respway_filters::model::{
-    Cluster, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, ReadPolicy, RingHashFunction,
-    UpstreamAuth, ZoneFallback, DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS,
+    Cluster, EndpointAuth, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, ReadPolicy,
+    RingHashFunction, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS,
 };
 
-use super::{endpoint, inline_secret, positive_duration, type_name, unpack, unsupported};
+use super::{
+    endpoint, inline_secret, positive_duration, secret, socket_address, type_name, unpack,
+    unsupported,
+};
 use crate::common;
-use crate::error::{join, Cx};
+use crate::error::{index, join, Cx};
 use crate::pb::respway::v1 as rw;
 
 /// How a cluster is named in errors.
@@ -67,6 +71,7 @@ pub(super) fn translate(
     let hash = hash_policy(cx, c);
 
     let mut auth = None;
+    let mut endpoint_auth = Vec::new();
     let mut options = rw::ClusterOptions::default();
     let mut options_at = format!(
         "typed_extension_protocol_options[{:?}]",
@@ -80,7 +85,10 @@ pub(super) fn translate(
         let name = type_name(any);
         if name == RedisProtocolOptions::full_name() {
             match unpack::<RedisProtocolOptions>(any) {
-                Ok(o) => auth = upstream_auth(cx, &at, &o),
+                Ok(o) => {
+                    auth = upstream_auth(cx, &at, &o);
+                    endpoint_auth = credentials(cx, &at, &o);
+                }
                 Err(e) => cx.err(at, e),
             }
         } else if name == rw::ClusterOptions::full_name() {
@@ -302,6 +310,7 @@ pub(super) fn translate(
             },
             connect_timeout: connect_timeout?,
             auth,
+            endpoint_auth,
             db: options.db,
         },
         hashtag,
@@ -409,29 +418,59 @@ fn hot_keys(cx: &mut Cx, at: &str, list: &[rw::HotKey]) -> Vec<HotKeyRule> {
 }
 
 fn upstream_auth(cx: &mut Cx, at: &str, o: &RedisProtocolOptions) -> Option<UpstreamAuth> {
-    unsupported(
-        cx,
-        at,
-        &[
-            ("aws_iam", o.aws_iam.is_some()),
-            ("credentials", !o.credentials.is_empty()),
-        ],
-    );
-    let username = o
-        .auth_username
-        .as_ref()
-        .and_then(|ds| inline_secret(cx, &join(at, "auth_username"), ds));
-    match &o.auth_password {
+    unsupported(cx, at, &[("aws_iam", o.aws_iam.is_some())]);
+    auth_pair(cx, at, o.auth_username.as_ref(), o.auth_password.as_ref())
+}
+
+/// A username and password (`auth_username`, `auth_password` under `at`); the password
+/// inline, from a file or from an environment variable.
+fn auth_pair(
+    cx: &mut Cx,
+    at: &str,
+    user: Option<&DataSource>,
+    password: Option<&DataSource>,
+) -> Option<UpstreamAuth> {
+    let username = user.and_then(|ds| inline_secret(cx, &join(at, "auth_username"), ds));
+    match password {
         Some(ds) => Some(UpstreamAuth {
             username,
-            password: inline_secret(cx, &join(at, "auth_password"), ds)?,
+            password: secret(cx, &join(at, "auth_password"), ds, true)?,
         }),
-        None if o.auth_username.is_some() => {
+        None if user.is_some() => {
             cx.err(join(at, "auth_password"), "required with auth_username");
             None
         }
         None => None,
     }
+}
+
+/// `RedisProtocolOptions.credentials`: per-endpoint credentials, by address (at most one
+/// entry per address).
+fn credentials(cx: &mut Cx, at: &str, o: &RedisProtocolOptions) -> Vec<EndpointAuth> {
+    let mut out: Vec<EndpointAuth> = Vec::new();
+    for (i, c) in o.credentials.iter().enumerate() {
+        let item = index(&join(at, "credentials"), i);
+        let address = socket_address(cx, &join(&item, "address"), c.address.as_ref());
+        let auth = match &c.auth_password {
+            None => {
+                cx.err(join(&item, "auth_password"), "required");
+                None
+            }
+            p => auth_pair(cx, &item, c.auth_username.as_ref(), p.as_ref()),
+        };
+        let (Some(address), Some(auth)) = (address, auth) else {
+            continue;
+        };
+        if let Some(first) = out.iter().position(|e| e.address == address) {
+            cx.err(
+                join(&item, "address"),
+                format!("{address} already has credentials (credentials[{first}])"),
+            );
+            continue;
+        }
+        out.push(EndpointAuth { address, auth });
+    }
+    out
 }
 
 /// The placement policy, from `load_balancing_policy` when set (Envoy's newer way, and the

@@ -17,8 +17,8 @@ use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, Fr
 use prost::Name;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    ClientLimits, Listener, MirrorMode, MirrorPolicy, PrefixRoute, ProtocolMode, ReadPolicy,
-    RespSettings, RouteTable, ZoneFallback,
+    AclUser, ClientLimits, Listener, MirrorMode, MirrorPolicy, PrefixRoute, ProtocolMode,
+    ReadPolicy, RespSettings, RouteTable, ZoneFallback,
 };
 
 use super::{inline_secret, positive_duration, socket_address, type_name, unpack, unsupported};
@@ -330,10 +330,6 @@ pub(super) fn translate(
             ("latency_in_micros", redis.latency_in_micros),
             ("faults", !redis.faults.is_empty()),
             (
-                "downstream_auth_username",
-                redis.downstream_auth_username.is_some(),
-            ),
-            (
                 "external_auth_provider",
                 redis.external_auth_provider.is_some(),
             ),
@@ -363,15 +359,56 @@ pub(super) fn translate(
     if let Some(ds) = &redis.downstream_auth_password {
         passwords.push((join(&rp, "downstream_auth_password"), ds));
     }
-    if passwords.len() > 1 {
-        cx.err(
-            join(&rp, "downstream_auth_passwords"),
-            "only one downstream password is supported by respway",
-        );
+    // With `downstream_auth_username` (other than "default"), the passwords are that user's,
+    // who may run everything: one ACL user. Without, the one password is the default user's.
+    let username = redis
+        .downstream_auth_username
+        .as_ref()
+        .and_then(|ds| inline_secret(cx, &join(&rp, "downstream_auth_username"), ds))
+        .filter(|u| u != "default");
+    let mut envoy_user = None;
+    let mut downstream_password = None;
+    match &username {
+        Some(name) => {
+            if let Some(reason) = common::user_name_problem(name) {
+                cx.err(join(&rp, "downstream_auth_username"), reason);
+            }
+            if passwords.is_empty() {
+                cx.err(
+                    join(&rp, "downstream_auth_passwords"),
+                    "required with downstream_auth_username",
+                );
+            }
+            let digests = passwords
+                .iter()
+                .filter_map(|(field, ds)| inline_secret(cx, field, ds))
+                .map(|p| respway_filters::acl::sha256(p.as_bytes()))
+                .collect();
+            envoy_user = Some(AclUser {
+                name: name.clone(),
+                enabled: true,
+                passwords: digests,
+                nopass: false,
+                rules: common::DEFAULT_USER_RULES
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect(),
+                read_only: false,
+            });
+        }
+        None => {
+            if passwords.len() > 1 {
+                cx.err(
+                    join(&rp, "downstream_auth_passwords"),
+                    "only one downstream password is supported by respway (unless \
+                     downstream_auth_username is set)",
+                );
+            }
+            downstream_password = passwords
+                .first()
+                .and_then(|(field, ds)| inline_secret(cx, field, ds));
+        }
     }
-    let downstream_password = passwords
-        .first()
-        .and_then(|(field, ds)| inline_secret(cx, field, ds));
 
     let routes_at = join(&rp, "prefix_routes");
     let mut routes = match &redis.prefix_routes {
@@ -401,7 +438,19 @@ pub(super) fn translate(
         &modes,
         &routes,
     );
+    let mut users: Vec<AclUser> = envoy_user.into_iter().collect();
     if let Some((at, s)) = &settings {
+        users.extend(acl_users(cx, at, s));
+        for (i, field, reason) in
+            common::user_problems(&users, downstream_password.is_some(), "password_sha256")
+        {
+            // The Envoy user (if any) is first: it can only collide by name.
+            let offset = usize::from(username.is_some());
+            match i.checked_sub(offset) {
+                Some(i) => cx.err(join(&index(&join(at, "users"), i), &field), reason),
+                None => cx.err(join(&rp, "downstream_auth_username"), reason),
+            }
+        }
         client = client_limits(cx, at, s);
         resp_settings(cx, at, s, &mut resp);
         if s.max_pending_per_client != 0 {
@@ -426,6 +475,7 @@ pub(super) fn translate(
             address: address?,
             routes,
             downstream_password,
+            users,
             op_timeout,
             max_pending_per_client: max_pending,
             resp,
@@ -435,6 +485,44 @@ pub(super) fn translate(
         enable_hashtagging,
         read_policy,
     })
+}
+
+/// `ListenerSettings.users` (at `at`); problems across users are checked by the caller.
+fn acl_users(cx: &mut Cx, at: &str, s: &ListenerSettings) -> Vec<AclUser> {
+    let mut out = Vec::new();
+    for (i, u) in s.users.iter().enumerate() {
+        let item = index(&join(at, "users"), i);
+        if let Some(reason) = common::user_name_problem(&u.name) {
+            cx.err(join(&item, "name"), reason);
+        }
+        let mut passwords = Vec::new();
+        for (j, h) in u.password_sha256.iter().enumerate() {
+            match respway_filters::acl::digest_from_hex(h) {
+                Some(d) => passwords.push(d),
+                None => cx.err(
+                    index(&join(&item, "password_sha256"), j),
+                    "expected 64 hexadecimal digits (a SHA-256 digest)",
+                ),
+            }
+        }
+        let rules = if u.rules.is_empty() {
+            common::DEFAULT_USER_RULES
+                .iter()
+                .map(|r| r.to_string())
+                .collect()
+        } else {
+            u.rules.clone()
+        };
+        out.push(AclUser {
+            name: u.name.clone(),
+            enabled: u.enabled.unwrap_or(true),
+            passwords,
+            nopass: u.nopass,
+            rules,
+            read_only: u.read_only,
+        });
+    }
+    out
 }
 
 /// `ListenerSettings`' (at `at`) per-client bounds and session rules; each 0 or unset is

@@ -252,6 +252,12 @@ fn positive_duration(cx: &mut Cx, field: &str, d: &PbDuration) -> Option<Duratio
 
 /// An inline secret; files and environment variables are not read.
 fn inline_secret(cx: &mut Cx, field: &str, ds: &DataSource) -> Option<String> {
+    secret(cx, field, ds, false)
+}
+
+/// A secret inline, or with `external` from a file (read now, trailing newline trimmed) or
+/// an environment variable of this host. Errors name the field, never the value.
+fn secret(cx: &mut Cx, field: &str, ds: &DataSource, external: bool) -> Option<String> {
     if ds.watched_directory.is_some() {
         cx.err(join(field, "watched_directory"), "not supported by respway");
     }
@@ -264,6 +270,24 @@ fn inline_secret(cx: &mut Cx, field: &str, ds: &DataSource) -> Option<String> {
                 return None;
             }
         },
+        Some(data_source::Specifier::Filename(f)) if external => {
+            match common::read_password_file(f) {
+                Ok(s) => s,
+                Err(e) => {
+                    cx.err(join(field, "filename"), e);
+                    return None;
+                }
+            }
+        }
+        Some(data_source::Specifier::EnvironmentVariable(v)) if external => {
+            match common::read_password_env(v) {
+                Ok(s) => s,
+                Err(e) => {
+                    cx.err(join(field, "environment_variable"), e);
+                    return None;
+                }
+            }
+        }
         Some(data_source::Specifier::Filename(_)) => {
             cx.err(
                 join(field, "filename"),
