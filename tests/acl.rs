@@ -472,8 +472,14 @@ struct Mgmt {
 
 impl Mgmt {
     fn start(dir: &Path, grpc: u16) -> Mgmt {
-        let server =
-            respway_xds::server::Server::new(dir).with_poll_interval(Duration::from_millis(100));
+        // Plaintext on loopback: the users' password digests go to any node here (the rule
+        // that keeps them to the node's own certificate is tested in tests/xds.rs).
+        let server = respway_xds::server::Server::new(dir)
+            .with_poll_interval(Duration::from_millis(100))
+            .with_security(respway_xds::secure::Security {
+                secrets_to_unauthenticated: true,
+                ..Default::default()
+            });
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let s = server.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();

@@ -13,7 +13,8 @@
 //!   never open to anyone who can reach the port.
 //! - **Secrets per node.** A node's resources that carry secrets — inline passwords of
 //!   `RedisProxy.downstream_auth_password(s)` or of a cluster's `RedisProtocolOptions`, or
-//!   inline key material of a transport socket ([`carries_secrets`]) — are served only on a
+//!   inline key material of a transport socket, or ACL users' password digests
+//!   ([`carries_secrets`]) — are served only on a
 //!   stream whose client certificate is valid for the node id (a DNS subjectAltName equal to
 //!   `node.id`, see [`respway_tls::peer_matches`]). Any other stream claiming that node id is
 //!   ended with `PERMISSION_DENIED` naming the node, and nothing is sent on it, unless the
@@ -44,6 +45,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+use crate::pb::respway::v1::ListenerSettings;
 use crate::Resources;
 
 /// How long a TLS handshake on the ADS or admin port may take.
@@ -340,10 +342,16 @@ fn listener_secrets(l: &Listener) -> bool {
     l.filter_chains.iter().any(|fc| {
         transport_secrets(fc.transport_socket.as_ref())
             || fc.filters.iter().any(|f| match &f.config_type {
-                Some(ConfigType::TypedConfig(any)) => unpack::<RedisProxy>(any).is_some_and(|r| {
-                    r.downstream_auth_password.as_ref().is_some_and(inline)
-                        || r.downstream_auth_passwords.iter().any(inline)
-                }),
+                Some(ConfigType::TypedConfig(any)) => {
+                    unpack::<RedisProxy>(any).is_some_and(|r| {
+                        r.downstream_auth_password.as_ref().is_some_and(inline)
+                            || r.downstream_auth_passwords.iter().any(inline)
+                    }) || unpack::<ListenerSettings>(any).is_some_and(|s| {
+                        // Password digests are as good as passwords to whoever guesses
+                        // offline; ACL rules alone are not secret.
+                        s.users.iter().any(|u| !u.password_sha256.is_empty())
+                    })
+                }
                 _ => false,
             })
     })
@@ -352,7 +360,40 @@ fn listener_secrets(l: &Listener) -> bool {
 fn cluster_secrets(c: &Cluster) -> bool {
     transport_secrets(c.transport_socket.as_ref())
         || c.typed_extension_protocol_options.values().any(|any| {
-            unpack::<RedisProtocolOptions>(any)
-                .is_some_and(|o| o.auth_password.as_ref().is_some_and(inline))
+            unpack::<RedisProtocolOptions>(any).is_some_and(|o| {
+                o.auth_password.as_ref().is_some_and(inline)
+                    || o.credentials
+                        .iter()
+                        .any(|c| c.auth_password.as_ref().is_some_and(inline))
+            })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets(yaml: &str) -> bool {
+        carries_secrets(&crate::parse_yaml(yaml).expect("valid"))
+    }
+
+    #[test]
+    fn inline_passwords_and_password_digests_are_secrets_rules_and_files_are_not() {
+        let base = |listener: &str, cluster: &str| {
+            format!(
+                "listeners:\n  - name: l\n    address: 127.0.0.1:7000\n    routes: {{ catch_all: c }}\n{listener}clusters:\n  - name: c\n{cluster}    shards:\n      - endpoints: [ {{ address: \"127.0.0.1:7001\" }} ]\n"
+            )
+        };
+        assert!(!secrets(&base("", "")));
+        assert!(secrets(&base("    downstream_auth_password: pw\n", "")));
+        assert!(secrets(&base("", "    auth: { password: pw }\n")));
+        assert!(secrets(&base(
+            "    users:\n      - { name: app, password: pw, rules: [\"~app:*\", \"+@read\"] }\n",
+            ""
+        )));
+        assert!(!secrets(&base(
+            "    users:\n      - { name: app, nopass: true, rules: [\"~app:*\", \"+@read\"] }\n",
+            ""
+        )));
+    }
 }
