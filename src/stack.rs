@@ -70,6 +70,8 @@ pub(crate) struct Parts {
     pub(crate) databases: u32,
     /// The version of the configuration these parts were built from (the first is 1).
     pub(crate) config_version: u64,
+    /// The listener's TLS (`None`: plaintext); new connections take the current one.
+    pub(crate) tls: Option<Arc<respway_tls::ServerTls>>,
 }
 
 impl Parts {
