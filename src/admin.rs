@@ -467,7 +467,7 @@ fn metrics(state: &State) -> String {
         .map(|l| (l.clone(), r.listener_totals(l)))
         .collect();
     type Get = fn(&crate::stats::Totals) -> u64;
-    let simple: [(&str, &str, &str, Get); 9] = [
+    let simple: [(&str, &str, &str, Get); 11] = [
         (
             "respway_downstream_connections_active",
             "gauge",
@@ -521,6 +521,18 @@ fn metrics(state: &State) -> String {
             "counter",
             "Failed AUTH attempts.",
             |t| t.auth_failures,
+        ),
+        (
+            "respway_tls_handshake_failures_total",
+            "counter",
+            "TLS handshakes with clients that failed or timed out.",
+            |t| t.tls_handshake_failures,
+        ),
+        (
+            "respway_tls_plaintext_refused_total",
+            "counter",
+            "Plaintext clients on a TLS listener, closed.",
+            |t| t.tls_plaintext_refused,
         ),
     ];
     for (name, kind, help, get) in simple {

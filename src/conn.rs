@@ -26,7 +26,6 @@ use respway_filters::command::{self, CommandClass, ProxyCommand};
 use respway_filters::model::ProtocolMode;
 use respway_filters::request::{error_reply, is_error, Flavor, Reply, Request};
 use respway_filters::resp::RequestDecoder;
-use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
@@ -37,6 +36,7 @@ use crate::metrics;
 use crate::pubsub;
 use crate::slowlog::FirstArg;
 use crate::stack::{self, Chain, ChainFuture, Parts};
+use crate::tls::Io;
 use crate::tx::{self, Pinned, Tx};
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -147,9 +147,10 @@ enum Lane {
 /// Serves one client until it leaves, sends QUIT, or breaks the protocol.
 /// `seq` (this worker's accept count for the listener) picks the session's connection to
 /// each endpoint.
-pub(crate) async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usize) {
-    let _ = stream.set_nodelay(true);
-    let peer = stream.peer_addr().ok();
+/// `stream` is plain TCP or TLS (the session is the same code, monomorphized for each).
+pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usize) {
+    let _ = stream.tcp().set_nodelay(true);
+    let peer = stream.tcp().peer_addr().ok();
     let mut live = Live::load(&ctx.slot, seq);
     let listener = live.parts.listener.clone();
     let mut s = Session {
@@ -196,6 +197,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Arc<ListenerCtx>, seq: usi
     if let Err(e) = result {
         tracing::debug!(error = %e, "client connection ended");
     }
+    stream.close();
 }
 
 struct Session {
@@ -256,7 +258,7 @@ impl Session {
     fn poll(
         &mut self,
         cx: &mut Context<'_>,
-        stream: &mut TcpStream,
+        stream: &mut impl Io,
         live: &mut Live,
         ctx: &ListenerCtx,
     ) -> Poll<io::Result<()>> {
@@ -318,7 +320,7 @@ impl Session {
                         // A short read drained the socket: skip the read that would only
                         // return EAGAIN (see `upstream::clear_read_readiness`).
                         if n < spare {
-                            crate::upstream::clear_read_readiness(stream);
+                            stream.drained();
                         }
                         progress = true;
                     }
@@ -423,7 +425,8 @@ impl Session {
             // 3. Write what is ready, in as few syscalls as possible.
             let mut blocked = false;
             let mut took = false;
-            while !self.wbuf.is_empty() {
+            // (TLS: records rustls holds once `wbuf` is empty are written too.)
+            while !self.wbuf.is_empty() || stream.pending_out() {
                 match stream.poll_write_ready(cx) {
                     Poll::Ready(Ok(())) => match stream.try_write(&self.wbuf) {
                         Ok(n) => {
@@ -466,6 +469,7 @@ impl Session {
                 self.stall_timer = None;
             }
             if self.wbuf.is_empty()
+                && !stream.pending_out()
                 && self.pending.is_empty()
                 && (self.stashed.is_none() || self.closing)
                 && (self.closing || self.eof || self.draining)

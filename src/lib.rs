@@ -22,6 +22,7 @@
 //! - [`slowlog`]: the slow log;
 //! - `stack`: the layer order of the chain;
 //! - `stats`: per-worker counters;
+//! - `tls`: TLS on listeners and to shards (configurations per snapshot, the stream type);
 //! - `tx`: transactions pinned to one shard;
 //! - `upstream`: pooled, pipelined connections to the Redis shards;
 //! - `worker`: one worker thread (its runtime, its chain parts per config, accept loop, drain).
@@ -41,6 +42,7 @@ mod pubsub;
 pub mod slowlog;
 mod stack;
 mod stats;
+mod tls;
 mod tx;
 mod upstream;
 mod worker;
@@ -96,6 +98,8 @@ pub(crate) struct Snapshot {
     pub(crate) routings: Vec<Arc<Routing>>,
     /// Compiled ACL users per listener (`None`: no users, no password).
     pub(crate) acls: Vec<Option<Arc<acl::Acl>>>,
+    /// Loaded TLS configurations per listener and cluster.
+    pub(crate) certs: tls::Certs,
 }
 
 /// What every worker shares: the current snapshot and a way to hear of the next one.
@@ -153,7 +157,7 @@ impl ConfigHandle {
             );
         }
         let version = old.version + 1;
-        let snapshot = compile(config, version)?;
+        let snapshot = compile(config, version, Some(&old))?;
         self.shared.current.store(Arc::new(snapshot));
         self.shared.changed.send_replace(version);
         Ok(version)
@@ -223,7 +227,8 @@ impl Server {
     }
 }
 
-fn compile(config: Config, version: u64) -> Result<Snapshot, String> {
+/// Compiles `config`; TLS configurations of `old` whose settings did not change are reused.
+fn compile(config: Config, version: u64, old: Option<&Snapshot>) -> Result<Snapshot, String> {
     // Clusters (maglev tables, rings) are compiled once and shared by every listener.
     let clusters = Routing::compile_clusters(&config)?;
     let routings = config
@@ -232,11 +237,13 @@ fn compile(config: Config, version: u64) -> Result<Snapshot, String> {
         .map(|l| Routing::with_clusters(clusters.clone(), &config, l).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
     let acls = config.listeners.iter().map(acl::Acl::build).collect();
+    let certs = tls::Certs::build(&config, old.map(|o| &o.certs))?;
     Ok(Snapshot {
         version,
         config: Arc::new(config),
         routings,
         acls,
+        certs,
     })
 }
 
@@ -247,7 +254,7 @@ fn compile(config: Config, version: u64) -> Result<Snapshot, String> {
 pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     local::mark_start();
     let workers = opts.workers.max(1);
-    let snapshot = compile(config, 1).map_err(io::Error::other)?;
+    let snapshot = compile(config, 1, None).map_err(io::Error::other)?;
     let (changed, _) = watch::channel(1);
     let shared = Arc::new(Shared {
         current: ArcSwap::from_pointee(snapshot),
@@ -334,7 +341,7 @@ mod tests {
         let yaml = "listeners:\n  - name: a\n    address: 127.0.0.1:7001\n    routes: { catch_all: c }\n  - name: b\n    address: 127.0.0.1:7002\n    routes: { catch_all: c }\nclusters:\n  - name: c\n    shards:\n      - endpoints: [ { address: \"127.0.0.1:6379\" } ]\n";
         let config =
             respway_xds::translate(&respway_xds::parse_yaml(yaml).expect("yaml")).expect("config");
-        let snap = compile(config, 1).expect("compiles");
+        let snap = compile(config, 1, None).expect("compiles");
         assert_eq!(snap.routings.len(), 2);
         assert!(Arc::ptr_eq(
             &snap.routings[0].clusters,

@@ -770,6 +770,14 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
             t.output_limit_closes
         ));
         s.push_str(&format!("auth_failures:{}\r\n", t.auth_failures));
+        s.push_str(&format!(
+            "tls_handshake_failures:{}\r\n",
+            t.tls_handshake_failures
+        ));
+        s.push_str(&format!(
+            "tls_plaintext_connections_refused:{}\r\n",
+            t.tls_plaintext_refused
+        ));
         let u = ctx.registry.upstream_totals();
         for (kind, n) in &u.errors {
             s.push_str(&format!("upstream_errors_{}:{n}\r\n", kind.name()));

@@ -237,7 +237,19 @@ async fn run_link(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<LinkCmd>)
             }
         };
         backoff = Duration::from_millis(50);
-        let (mut rd, mut wr) = stream.into_split();
+        // One link per worker and primary: a boxed stream costs nothing that matters here.
+        type Rd = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+        type Wr = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+        let (mut rd, mut wr): (Rd, Wr) = match stream {
+            crate::upstream::Conn::Plain(s) => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            crate::upstream::Conn::Tls(s) => {
+                let (r, w) = tokio::io::split(*s);
+                (Box::new(r), Box::new(w))
+            }
+        };
         let mut wbuf = BytesMut::new();
         for kind in Kind::ALL {
             let m = &mut subs[kind.index()];
@@ -259,6 +271,10 @@ async fn run_link(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<LinkCmd>)
         let failed: String = 'conn: loop {
             if !wbuf.is_empty() {
                 if let Err(e) = wr.write_all(&wbuf).await {
+                    break 'conn e.to_string();
+                }
+                // TLS: the records rustls holds go out now (a no-op on TCP).
+                if let Err(e) = wr.flush().await {
                     break 'conn e.to_string();
                 }
                 wbuf.clear();

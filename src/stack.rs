@@ -72,6 +72,8 @@ pub(crate) struct Parts {
     pub(crate) acl: Option<Arc<crate::acl::Acl>>,
     /// The version of the configuration these parts were built from (the first is 1).
     pub(crate) config_version: u64,
+    /// The listener's TLS (`None`: plaintext); new connections take the current one.
+    pub(crate) tls: Option<Arc<respway_tls::ServerTls>>,
 }
 
 impl Parts {

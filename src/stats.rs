@@ -65,6 +65,11 @@ pub(crate) struct ListenerStats {
     pub(crate) output_limit_closes: Counter,
     /// Failed AUTH attempts.
     pub(crate) auth_failures: Counter,
+    /// TLS handshakes that failed or timed out (plaintext clients are counted apart).
+    pub(crate) tls_handshake_failures: Counter,
+    /// Connections to a TLS listener that did not start with a TLS record (plaintext
+    /// clients), closed.
+    pub(crate) tls_plaintext_refused: Counter,
     /// Reads from clients by the commands they held: bucket `i` counts reads of up to `2^i`
     /// commands (more than 2^(`PIPELINE_BUCKETS` − 2) in the last).
     pub(crate) pipeline: [AtomicU64; PIPELINE_BUCKETS],
@@ -177,6 +182,10 @@ pub(crate) struct Totals {
     pub(crate) output_limit_closes: u64,
     /// Failed AUTH attempts.
     pub(crate) auth_failures: u64,
+    /// Failed TLS handshakes.
+    pub(crate) tls_handshake_failures: u64,
+    /// Plaintext clients on a TLS listener.
+    pub(crate) tls_plaintext_refused: u64,
     /// Reads per pipeline-depth bucket.
     pub(crate) pipeline: [u64; PIPELINE_BUCKETS],
 }
@@ -468,6 +477,8 @@ impl Registry {
             t.timeouts += s.timeouts.get();
             t.output_limit_closes += s.output_limit_closes.get();
             t.auth_failures += s.auth_failures.get();
+            t.tls_handshake_failures += s.tls_handshake_failures.get();
+            t.tls_plaintext_refused += s.tls_plaintext_refused.get();
             for (t, s) in t.pipeline.iter_mut().zip(&s.pipeline) {
                 *t += s.load(Ordering::Relaxed);
             }

@@ -47,11 +47,13 @@ use respway_filters::codec_limits::Limits;
 use respway_filters::request::{error_reply, Flavor, Reply, Request};
 use respway_filters::resp::{encode_command, reply_len};
 use respway_filters::zone::HealthView;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tower::Service;
+
+use crate::tls::{Io, TlsStream};
 
 /// Most requests taken from the queue in one turn.
 const BATCH: usize = 1024;
@@ -248,6 +250,8 @@ pub(crate) struct EndpointConfig {
     pub(crate) dedicated: usize,
     /// Requests that may wait in one connection's queue.
     pub(crate) max_queue: usize,
+    /// TLS to the endpoint (`None`: plaintext).
+    pub(crate) tls: Option<crate::tls::UpstreamTlsConfig>,
 }
 
 /// This worker's connections to one endpoint: per [`Flavor`] (protocol and database), the
@@ -740,7 +744,7 @@ struct Inflight {
 /// reading again only to get `EAGAIN` (one wasted syscall per batch), the socket's readiness
 /// is cleared directly, and the next edge from the kernel sets it again.
 fn read_replies(
-    stream: &TcpStream,
+    stream: &mut impl Io,
     rbuf: &mut BytesMut,
     inflight: &mut VecDeque<Inflight>,
     limits: &Limits,
@@ -758,7 +762,7 @@ fn read_replies(
         Err(e) => return Err(Fail::Io(e.to_string())),
     };
     if n < spare {
-        clear_read_readiness(stream);
+        stream.drained();
     }
     // The replies of this read arrived now (one clock read per read, not per reply).
     let now = Instant::now();
@@ -859,7 +863,10 @@ async fn run_connection(
         match connect(&cfg, flavor).await {
             Ok(stream) => {
                 stats.connects.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = serve(stream, Some(first), &mut rx, &stats, &latency, true).await {
+                if let Err(e) = stream
+                    .serve(Some(first), &mut rx, &stats, &latency, true)
+                    .await
+                {
                     tracing::debug!(endpoint = %cfg.label, error = %e, "dedicated connection closed");
                 }
             }
@@ -895,7 +902,7 @@ async fn run_connection(
                 probe = false;
                 tracing::debug!(endpoint = %cfg.label, "connected");
                 let opened = Instant::now();
-                match serve(stream, first, &mut rx, &stats, &latency, false).await {
+                match stream.serve(first, &mut rx, &stats, &latency, false).await {
                     Ok(()) => return,
                     Err(e) => {
                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
@@ -964,7 +971,7 @@ async fn run_connection(
                                 healthy.store(true, Ordering::Relaxed);
                                 backoff = BACKOFF_MIN;
                                 tracing::info!(endpoint = %cfg.label, "upstream reachable again");
-                                match serve(stream, Some(req), &mut rx, &stats, &latency, false).await {
+                                match stream.serve(Some(req), &mut rx, &stats, &latency, false).await {
                                     Ok(()) => return,
                                     Err(e) => {
                                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
@@ -1013,13 +1020,42 @@ impl From<String> for ConnectError {
     }
 }
 
+/// An open, prepared connection to an endpoint: plain TCP, or TLS after its handshake.
+pub(crate) enum Conn {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS (tokio-rustls, as the handshake left it).
+    Tls(Box<respway_tls::client::TlsStream<TcpStream>>),
+}
+
+impl Conn {
+    /// Serves requests on it (see [`serve`]): a TLS connection is driven as a [`TlsStream`].
+    async fn serve(
+        self,
+        first: Option<UpstreamRequest>,
+        rx: &mut mpsc::Receiver<UpstreamRequest>,
+        stats: &UpstreamStats,
+        latency: &crate::metrics::Latency,
+        dedicated: bool,
+    ) -> Result<(), Fail> {
+        match self {
+            Conn::Plain(s) => serve(s, first, rx, stats, latency, dedicated).await,
+            Conn::Tls(s) => {
+                let (tcp, conn) = s.into_inner();
+                let s = TlsStream::new(tcp, conn);
+                serve(s, first, rx, stats, latency, dedicated).await
+            }
+        }
+    }
+}
+
 /// A RESP2 connection to `cfg` (authenticated, database selected), for a connection the
 /// caller drives itself (pub/sub links).
-pub(crate) async fn connect_plain(cfg: &EndpointConfig) -> Result<TcpStream, String> {
+pub(crate) async fn connect_plain(cfg: &EndpointConfig) -> Result<Conn, String> {
     connect(cfg, Flavor::default()).await.map_err(|e| e.text)
 }
 
-async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<TcpStream, ConnectError> {
+async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<Conn, ConnectError> {
     let started = Instant::now();
     let timed_out = || {
         ConnectError::from(format!(
@@ -1027,7 +1063,7 @@ async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<TcpStream, Conn
             cfg.connect_timeout
         ))
     };
-    let mut stream =
+    let stream =
         match tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(cfg.address)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -1038,66 +1074,98 @@ async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<TcpStream, Conn
             }
             Err(_) => return Err(timed_out()),
         };
-    let attempt = async {
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        // AUTH and SELECT when configured, and always a PING: a process that is frozen or
-        // not Redis still accepts TCP connections, but does not answer it.
-        let mut hello = Vec::new();
-        if let Some(auth) = &cfg.auth {
-            let mut args = vec![Bytes::from_static(b"AUTH")];
-            args.extend(auth.iter().cloned());
-            hello.push(args);
-        }
-        if flavor.resp3 {
-            hello.push(vec![Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")]);
-        }
-        let db = cfg.db.saturating_add(u32::from(flavor.db));
-        if db != 0 {
-            hello.push(vec![
-                Bytes::from_static(b"SELECT"),
-                Bytes::from(db.to_string()),
-            ]);
-        }
-        hello.push(vec![Bytes::from_static(b"PING")]);
-        let mut out = BytesMut::new();
-        for args in &hello {
-            encode_command(args, &mut out);
-        }
-        stream.write_all(&out).await.map_err(|e| e.to_string())?;
-        let mut buf = BytesMut::with_capacity(256);
-        let mut answered = 0;
-        while answered < hello.len() {
-            if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-                return Err("closed during handshake".to_string());
-            }
-            while let Some(n) = reply_len(&buf, &Limits::default())
-                .map_err(|e| format!("handshake: Protocol error: {e}"))?
-            {
-                let reply = buf.split_to(n);
-                if reply.first() == Some(&b'-') {
-                    let text = String::from_utf8_lossy(&reply[1..reply.len() - 2]);
-                    return Err(format!("handshake refused: {text}"));
-                }
-                answered += 1;
-            }
-        }
-        if !buf.is_empty() {
-            return Err("handshake: Protocol error: unexpected data".to_string());
-        }
-        Ok(())
-    };
+    if let Err(e) = stream.set_nodelay(true) {
+        return Err(e.to_string().into());
+    }
     let left = cfg.connect_timeout.saturating_sub(started.elapsed());
+    let attempt =
+        async {
+            match &cfg.tls {
+                None => {
+                    let mut s = stream;
+                    hello(&mut s, cfg, flavor).await?;
+                    Ok::<Conn, String>(Conn::Plain(s))
+                }
+                Some(t) => {
+                    let name = respway_tls::server_name(
+                        t.settings.server_name.as_deref(),
+                        &cfg.address.ip().to_string(),
+                    )
+                    .map_err(|e| format!("TLS: {e}"))?;
+                    let mut s =
+                        t.tls.connector().connect(name, stream).await.map_err(|e| {
+                            format!("TLS handshake failed: {}", crate::tls::reason(&e))
+                        })?;
+                    hello(&mut s, cfg, flavor).await?;
+                    Ok(Conn::Tls(Box::new(s)))
+                }
+            }
+        };
     match tokio::time::timeout(left, attempt).await {
-        Ok(Ok(())) => Ok(stream),
-        Ok(Err(e)) => Err(e.into()),
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(ConnectError::from(e)),
         Err(_) => Err(timed_out()),
     }
 }
 
+/// AUTH and SELECT when configured, and always a PING: a process that is frozen or not Redis
+/// still accepts TCP connections, but does not answer it.
+async fn hello<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    cfg: &EndpointConfig,
+    flavor: Flavor,
+) -> Result<(), String> {
+    let mut hello = Vec::new();
+    if let Some(auth) = &cfg.auth {
+        let mut args = vec![Bytes::from_static(b"AUTH")];
+        args.extend(auth.iter().cloned());
+        hello.push(args);
+    }
+    if flavor.resp3 {
+        hello.push(vec![Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")]);
+    }
+    let db = cfg.db.saturating_add(u32::from(flavor.db));
+    if db != 0 {
+        hello.push(vec![
+            Bytes::from_static(b"SELECT"),
+            Bytes::from(db.to_string()),
+        ]);
+    }
+    hello.push(vec![Bytes::from_static(b"PING")]);
+    let mut out = BytesMut::new();
+    for args in &hello {
+        encode_command(args, &mut out);
+    }
+    stream.write_all(&out).await.map_err(|e| e.to_string())?;
+    // TLS: the records rustls holds go out now.
+    stream.flush().await.map_err(|e| e.to_string())?;
+    let mut buf = BytesMut::with_capacity(256);
+    let mut answered = 0;
+    while answered < hello.len() {
+        if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+            return Err("closed during handshake".to_string());
+        }
+        while let Some(n) = reply_len(&buf, &Limits::default())
+            .map_err(|e| format!("handshake: Protocol error: {e}"))?
+        {
+            let reply = buf.split_to(n);
+            if reply.first() == Some(&b'-') {
+                let text = String::from_utf8_lossy(&reply[1..reply.len() - 2]);
+                return Err(format!("handshake refused: {text}"));
+            }
+            answered += 1;
+        }
+    }
+    if !buf.is_empty() {
+        return Err("handshake: Protocol error: unexpected data".to_string());
+    }
+    Ok(())
+}
+
 /// Serves requests on one live connection until it fails (`Err`) or every sender is gone
 /// and nothing is in flight (`Ok`).
-async fn serve(
-    stream: TcpStream,
+async fn serve<S: Io>(
+    mut stream: S,
     first: Option<UpstreamRequest>,
     rx: &mut mpsc::Receiver<UpstreamRequest>,
     stats: &UpstreamStats,
@@ -1113,7 +1181,7 @@ async fn serve(
     let mut inflight: VecDeque<Inflight> = VecDeque::new();
     // Replies this slow are noted for the slow log (read once per connection).
     let slow = (
-        stream.peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
+        stream.tcp().peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
         crate::slowlog::upstream_min(),
     );
     let mut batch: Vec<UpstreamRequest> = Vec::with_capacity(64);
@@ -1131,7 +1199,7 @@ async fn serve(
         }
     }
     let result = loop {
-        if !open && inflight.is_empty() && wbuf.is_empty() {
+        if !open && inflight.is_empty() && wbuf.is_empty() && !stream.pending_out() {
             break Ok(());
         }
         if !timer_armed {
@@ -1178,7 +1246,8 @@ async fn serve(
                     Err(e) => break Err(Fail::Io(e.to_string())),
                 }
             }
-            w = stream.writable(), if !wbuf.is_empty() => match w.and_then(|()| stream.try_write(&wbuf)) {
+            // (TLS: records rustls holds once `wbuf` is empty are written too.)
+            w = stream.tcp().writable(), if !wbuf.is_empty() || stream.pending_out() => match w.and_then(|()| stream.try_write(&wbuf)) {
                 Ok(n) => {
                     wbuf.advance(n);
                     if wbuf.is_empty() && wbuf.capacity() > MAX_WBUF {
@@ -1188,9 +1257,9 @@ async fn serve(
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => break Err(Fail::Io(e.to_string())),
             },
-            r = stream.readable() => {
+            r = stream.tcp().readable() => {
                 let r = r.map_err(|e| Fail::Io(e.to_string()))
-                    .and_then(|()| read_replies(&stream, &mut rbuf, &mut inflight, &limits, latency, slow));
+                    .and_then(|()| read_replies(&mut stream, &mut rbuf, &mut inflight, &limits, latency, slow));
                 if let Err(e) = r {
                     break Err(e);
                 }

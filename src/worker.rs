@@ -149,13 +149,23 @@ impl Worker {
     /// (reusing pools of endpoints that remain, spawning the new ones; pools no longer in the
     /// config are dropped here and close once the last chain using them is gone), and a new
     /// mirror queue with its consumer, whose shadow chain matches the new routing.
+    // A pool key's TLS part hashes and compares its settings only, never the configuration
+    // that the file watcher swaps inside it.
+    #[allow(clippy::mutable_key_type)]
     fn build_parts(&mut self, snapshot: &Snapshot) -> Vec<stack::Parts> {
         let config = &snapshot.config;
         let mut old = std::mem::take(&mut self.pools);
-        let mut handle = |c: &Cluster, shard: &str, addr: SocketAddr| {
+        let certs = &snapshot.certs;
+        let mut handle = |ci: usize, c: &Cluster, shard: &str, addr: SocketAddr| {
+            let tls = certs
+                .clusters
+                .get(ci)
+                .cloned()
+                .flatten()
+                .map(|(settings, tls)| crate::tls::UpstreamTlsConfig { settings, tls });
             let key = (
                 c.name.clone(),
-                endpoint_config(c, shard, addr),
+                endpoint_config(c, shard, addr, tls),
                 c.connections_per_endpoint,
             );
             let h = old
@@ -171,13 +181,14 @@ impl Worker {
             config
                 .clusters
                 .iter()
-                .map(|c| {
+                .enumerate()
+                .map(|(ci, c)| {
                     c.shards
                         .iter()
                         .map(|s| {
                             s.endpoints
                                 .iter()
-                                .map(|e| handle(c, &s.name, e.address))
+                                .map(|e| handle(ci, c, &s.name, e.address))
                                 .collect()
                         })
                         .collect()
@@ -209,6 +220,13 @@ impl Worker {
             .map(|(i, (listener, routing))| {
                 let (queue, mirror_rx) = stack::MirrorQueue::new();
                 let parts = stack::Parts {
+                    tls: snapshot
+                        .certs
+                        .listeners
+                        .get(i)
+                        .cloned()
+                        .flatten()
+                        .map(|(_, tls)| tls),
                     config_version: snapshot.version,
                     acl: snapshot.acls.get(i).cloned().flatten(),
                     listener: Arc::new(listener.clone()),
@@ -284,8 +302,14 @@ async fn drain(
     }
 }
 
-fn endpoint_config(c: &Cluster, shard: &str, address: SocketAddr) -> EndpointConfig {
+fn endpoint_config(
+    c: &Cluster,
+    shard: &str,
+    address: SocketAddr,
+    tls: Option<crate::tls::UpstreamTlsConfig>,
+) -> EndpointConfig {
     EndpointConfig {
+        tls,
         address,
         label: format!("shard {shard} ({address})").into(),
         connect_timeout: c.connect_timeout,
@@ -308,7 +332,7 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
     let mut backoff = std::time::Duration::from_millis(5);
     loop {
         match listener.accept().await {
-            Ok((stream, _peer)) => {
+            Ok((stream, peer)) => {
                 backoff = std::time::Duration::from_millis(5);
                 // The accept count, taken here (not when the session first runs, when several
                 // sessions accepted in one turn would read the same value), spreads sessions
@@ -316,11 +340,33 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
                 let seq = ctx.stats.connections.get() as usize;
                 ctx.stats.connections.inc();
                 let ctx = ctx.clone();
+                // The listener's TLS as configured now (a config change applies to the
+                // connections accepted after it).
+                let tls = ctx.slot.parts.load().tls.clone();
                 tokio::spawn(async move {
                     ctx.stats
                         .active
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    conn::serve(stream, ctx.clone(), seq).await;
+                    match tls {
+                        None => conn::serve(stream, ctx.clone(), seq).await,
+                        Some(tls) => {
+                            // The handshake is bounded by the listener's client_stall_timeout.
+                            let limit = ctx.slot.parts.load().listener.client.stall_timeout;
+                            let shake = tls_handshake(stream, peer, &tls, &ctx);
+                            match tokio::time::timeout(limit, shake).await {
+                                Ok(Some(s)) => conn::serve(s, ctx.clone(), seq).await,
+                                Ok(None) => {}
+                                Err(_) => {
+                                    ctx.stats.tls_handshake_failures.inc();
+                                    tracing::debug!(
+                                        %peer,
+                                        timeout = ?limit,
+                                        "TLS handshake not done within client_stall_timeout: closed"
+                                    );
+                                }
+                            }
+                        }
+                    }
                     ctx.stats
                         .active
                         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -332,6 +378,66 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
             }
+        }
+    }
+}
+
+/// What a plaintext client on a TLS listener is told before the connection closes (when its
+/// first byte looks like RESP: `*` or an inline command's letter).
+const PLAINTEXT_REFUSED: &[u8] = b"-ERR this port speaks TLS\r\n";
+
+/// The server side of a TLS handshake on an accepted connection; `None` when it failed
+/// (logged and counted) or the client sent plaintext (told so when it looks like RESP, and
+/// counted). The caller bounds it in time.
+async fn tls_handshake(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    tls: &respway_tls::ServerTls,
+    ctx: &ListenerCtx,
+) -> Option<crate::tls::TlsStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A TLS connection starts with a handshake record (content type 22).
+    let mut first = [0u8; 1];
+    match stream.peek(&mut first).await {
+        Ok(0) | Err(_) => return None,
+        Ok(_) => {}
+    }
+    if first[0] != 0x16 {
+        ctx.stats.tls_plaintext_refused.inc();
+        tracing::debug!(%peer, "plaintext client on a TLS listener: closed");
+        let mut stream = stream;
+        if first[0] == b'*' || first[0].is_ascii_alphabetic() {
+            // What the client sent is read first (and dropped, never executed): closing a
+            // socket with unread bytes resets it, and the client might not see the error.
+            let mut sink = [0u8; 4096];
+            while let Ok(n) = stream.try_read(&mut sink) {
+                if n == 0 {
+                    break;
+                }
+            }
+            let _ = stream.write_all(PLAINTEXT_REFUSED).await;
+            let _ = stream.shutdown().await;
+            // Until the client closes, for a second at most.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+                while let Ok(n) = stream.read(&mut sink).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            })
+            .await;
+        }
+        return None;
+    }
+    match tls.acceptor().accept(stream).await {
+        Ok(s) => {
+            let (tcp, conn) = s.into_inner();
+            Some(crate::tls::TlsStream::new(tcp, conn))
+        }
+        Err(e) => {
+            ctx.stats.tls_handshake_failures.inc();
+            tracing::info!(%peer, reason = %crate::tls::reason(&e), "TLS handshake failed");
+            None
         }
     }
 }

@@ -107,6 +107,7 @@ fn shard(name: &str, endpoints: Vec<Endpoint>) -> Shard {
 
 fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
     Cluster {
+        tls: None,
         name: name.to_owned(),
         hash,
         hashtag: Some(HashTag::default()),
@@ -144,6 +145,7 @@ fn main_cluster() -> Cluster {
 
 fn listener(routes: RouteTable) -> Listener {
     Listener {
+        tls: None,
         name: "main".to_owned(),
         address: addr(6380),
         routes,

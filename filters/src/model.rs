@@ -8,6 +8,7 @@
 //! - shard names are unique within a cluster, cluster and listener names are unique.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// One complete configuration snapshot.
@@ -54,6 +55,41 @@ pub struct Listener {
     pub client: ClientLimits,
     /// The RESP versions spoken with clients, and what the proxy says it is.
     pub resp: RespSettings,
+    /// TLS for clients (`None`: plaintext).
+    pub tls: Option<ListenerTls>,
+}
+
+/// A listener's TLS: its certificate files, and the CA that signs client certificates (mTLS).
+/// The files are read by the sidecar (reloaded when they change), not by the translator.
+#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq, Hash)]
+pub struct ListenerTls {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// PEM CA certificates that sign client certificates; set, a client may present one and it
+    /// is verified.
+    pub client_ca: Option<PathBuf>,
+    /// With `client_ca`: a client without a valid certificate is refused.
+    pub require_client_cert: bool,
+}
+
+/// TLS to a cluster's shards. The server's certificate is verified against `ca` (there are no
+/// built-in roots) for `server_name`, else the endpoint's IP address.
+#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq, Hash)]
+pub struct UpstreamTls {
+    /// PEM CA certificates the shards' certificates must chain to (`None` only with
+    /// `insecure_skip_verify`).
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate chain (for shards that require one), with `key`.
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`.
+    pub key: Option<PathBuf>,
+    /// The name sent as SNI and that the certificate must be valid for; `None`: the
+    /// endpoint's IP address.
+    pub server_name: Option<String>,
+    /// Accept any server certificate (logged at warn whenever it is loaded).
+    pub insecure_skip_verify: bool,
 }
 
 /// An ACL user of a listener, as Redis's `ACL SETUSER`: passwords (kept as SHA-256 digests
@@ -249,6 +285,8 @@ pub struct Cluster {
     pub hot_keys: Vec<HotKeyRule>,
     /// Which endpoint of a shard serves reads.
     pub read_policy: ReadPolicy,
+    /// TLS to the shards (`None`: plaintext).
+    pub tls: Option<UpstreamTls>,
 }
 
 /// A hot-key rule (e.g. prefix `HIGH_FREQ_`).

@@ -50,6 +50,7 @@ fn endpoint(port: u16, role: Role, zone: &str) -> Endpoint {
 
 fn cluster(name: &str, read_policy: ReadPolicy, base: u16) -> Cluster {
     Cluster {
+        tls: None,
         name: name.to_string(),
         hash: HashPolicy::Maglev { table_size: 65537 },
         hashtag: None,
@@ -114,6 +115,7 @@ fn routing(zone: Option<&str>) -> Arc<Routing> {
         .collect();
     let config = Config {
         listeners: vec![Listener {
+            tls: None,
             name: "main".to_string(),
             address: "127.0.0.1:6380".parse().unwrap(),
             routes: RouteTable {

@@ -14,10 +14,11 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
 use envoy_types::pb::envoy::config::cluster::v3::{
     load_balancing_policy, Cluster as PbCluster, LoadBalancingPolicy,
 };
+use envoy_types::pb::envoy::config::core::v3::transport_socket;
 use envoy_types::pb::envoy::config::core::v3::{
     address, config_source::ConfigSourceSpecifier, data_source, socket_address, Address,
     AggregatedConfigSource, ApiVersion, ConfigSource, DataSource, Locality, Metadata,
-    RuntimeFractionalPercent, SocketAddress, TypedExtensionConfig,
+    RuntimeFractionalPercent, SocketAddress, TransportSocket, TypedExtensionConfig,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint as PbEndpoint, LbEndpoint,
@@ -34,14 +35,20 @@ use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
     },
     RedisProtocolOptions, RedisProxy,
 };
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    certificate_validation_context::TrustChainVerification,
+    common_tls_context::ValidationContextType, CertificateValidationContext, CommonTlsContext,
+    DownstreamTlsContext, TlsCertificate, UpstreamTlsContext,
+};
 use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
 use envoy_types::pb::google::protobuf::{
-    value::Kind, Duration as PbDuration, ListValue, Struct, UInt32Value, UInt64Value, Value,
+    value::Kind, BoolValue, Duration as PbDuration, ListValue, Struct, UInt32Value, UInt64Value,
+    Value,
 };
 use envoy_types::util::pack_any;
 use respway_filters::model::{
-    Cluster, Config, HashPolicy, HotKeyRead, KeyHash, Listener, MirrorMode, MirrorPolicy,
-    ProtocolMode, ReadPolicy, RingHashFunction, Role, ZoneFallback,
+    Cluster, Config, HashPolicy, HotKeyRead, KeyHash, Listener, ListenerTls, MirrorMode,
+    MirrorPolicy, ProtocolMode, ReadPolicy, RingHashFunction, Role, UpstreamTls, ZoneFallback,
 };
 use std::net::SocketAddr;
 
@@ -179,6 +186,7 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
         name: l.name.clone(),
         address: Some(socket(l.address)),
         filter_chains: vec![FilterChain {
+            transport_socket: l.tls.as_ref().map(listener_tls),
             filters: vec![
                 Filter {
                     name: names::LISTENER_SETTINGS_FILTER.to_string(),
@@ -210,6 +218,7 @@ fn cluster(c: &Cluster) -> PbCluster {
             service_name: String::new(),
         }),
         connect_timeout: Some(duration(c.connect_timeout)),
+        transport_socket: c.tls.as_ref().map(cluster_tls),
         ..Default::default()
     };
     let shard_hashing = |policy| {
@@ -327,6 +336,78 @@ fn cluster(c: &Cluster) -> PbCluster {
         }),
     );
     out
+}
+
+/// A listener's TLS as Envoy's `DownstreamTlsContext` in a TLS transport socket.
+fn listener_tls(t: &ListenerTls) -> TransportSocket {
+    let context = DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificates: vec![TlsCertificate {
+                certificate_chain: Some(file(&t.cert)),
+                private_key: Some(file(&t.key)),
+                ..Default::default()
+            }],
+            validation_context_type: t.client_ca.as_ref().map(|ca| {
+                ValidationContextType::ValidationContext(CertificateValidationContext {
+                    trusted_ca: Some(file(ca)),
+                    ..Default::default()
+                })
+            }),
+            ..Default::default()
+        }),
+        require_client_certificate: Some(BoolValue {
+            value: t.require_client_cert,
+        }),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: names::TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// A cluster's TLS as Envoy's `UpstreamTlsContext` in a TLS transport socket;
+/// `insecure_skip_verify` is `trust_chain_verification: ACCEPT_UNTRUSTED`.
+fn cluster_tls(t: &UpstreamTls) -> TransportSocket {
+    let validation = CertificateValidationContext {
+        trusted_ca: t.ca.as_deref().map(file),
+        trust_chain_verification: if t.insecure_skip_verify {
+            TrustChainVerification::AcceptUntrusted
+        } else {
+            TrustChainVerification::VerifyTrustChain
+        } as i32,
+        ..Default::default()
+    };
+    let tls_certificates = match (&t.cert, &t.key) {
+        (Some(cert), Some(key)) => vec![TlsCertificate {
+            certificate_chain: Some(file(cert)),
+            private_key: Some(file(key)),
+            ..Default::default()
+        }],
+        _ => Vec::new(),
+    };
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificates,
+            validation_context_type: Some(ValidationContextType::ValidationContext(validation)),
+            ..Default::default()
+        }),
+        sni: t.server_name.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: names::TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+fn file(path: &std::path::Path) -> DataSource {
+    DataSource {
+        specifier: Some(data_source::Specifier::Filename(
+            path.to_string_lossy().into_owned(),
+        )),
+        ..Default::default()
+    }
 }
 
 /// What Envoy can say of a mirror: its cluster, the share copied and whether reads are.

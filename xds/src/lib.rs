@@ -212,8 +212,10 @@ pub fn default_config() -> Config {
             resp: Default::default(),
             client: Default::default(),
             limits: Limits::default(),
+            tls: None,
         }],
         clusters: vec![model::Cluster {
+            tls: None,
             hot_keys: Vec::new(),
             read_policy: model::ReadPolicy::Primary,
             name: "default".to_string(),

@@ -19,3 +19,7 @@ pub const METADATA_NAMESPACE: &str = "respway";
 
 /// Envoy's load-balancer metadata namespace; respway reads its `hash_key`.
 pub const ENVOY_LB_NAMESPACE: &str = "envoy.lb";
+
+/// Envoy's TLS transport socket (`DownstreamTlsContext` on a listener's filter chain,
+/// `UpstreamTlsContext` on a cluster).
+pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";

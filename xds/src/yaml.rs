@@ -8,14 +8,16 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
     AclUser, ClientLimits, Cluster, Config, Endpoint, EndpointAuth, HashPolicy, HashTag,
-    HotKeyRead, HotKeyRule, Listener, MirrorMode, MirrorPolicy, PrefixRoute, ReadPolicy,
-    RespSettings, RingHashFunction, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback,
-    DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
+    HotKeyRead, HotKeyRule, Listener, ListenerTls, MirrorMode, MirrorPolicy, PrefixRoute,
+    ReadPolicy, RespSettings, RingHashFunction, Role, RouteTable, Shard, UpstreamAuth, UpstreamTls,
+    ZoneFallback, DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS,
+    DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
 
@@ -54,7 +56,10 @@ const LISTENER_KEYS: &[&str] = &[
     "users",
     "limits",
     "routes",
+    "tls",
 ];
+const LISTENER_TLS_KEYS: &[&str] = &["cert", "key", "client_ca", "require_client_cert"];
+const CLUSTER_TLS_KEYS: &[&str] = &["ca", "cert", "key", "server_name", "insecure_skip_verify"];
 const LIMITS_KEYS: &[&str] = &["max_bulk_len", "max_multibulk_len", "max_inline_len"];
 const ROUTES_KEYS: &[&str] = &[
     "case_insensitive",
@@ -79,6 +84,7 @@ const CLUSTER_KEYS: &[&str] = &[
     "zone_fallback",
     "hot_keys",
     "shards",
+    "tls",
 ];
 const HOT_KEY_KEYS: &[&str] = &["prefix", "read"];
 const AUTH_KEYS: &[&str] = &["username", "password", "password_file", "password_env"];
@@ -340,7 +346,9 @@ fn listener(
             RouteTable::default()
         }
     };
+    let tls = m.get("tls").and_then(|v| listener_tls(cx, v, &m.at("tls")));
     (cx.count() == before).then(|| Listener {
+        tls,
         name: name.unwrap_or_default(),
         address,
         routes,
@@ -423,6 +431,63 @@ fn users(cx: &mut Cx, m: &Map<'_>, has_downstream_password: bool) -> Vec<AclUser
         }
     }
     out
+}
+
+/// `tls: { cert, key, client_ca, require_client_cert }` of a listener.
+fn listener_tls(cx: &mut Cx, v: &Value, path: &str) -> Option<ListenerTls> {
+    let before = cx.count();
+    let t = Map::new(cx, v, path, LISTENER_TLS_KEYS)?;
+    let cert = t.required_path(cx, "cert");
+    let key = t.required_path(cx, "key");
+    let client_ca = t.path(cx, "client_ca");
+    let require_client_cert = t.boolean(cx, "require_client_cert").unwrap_or(false);
+    if require_client_cert && t.get("client_ca").is_none() {
+        cx.err(
+            t.at("require_client_cert"),
+            "needs client_ca (the CA that signs the client certificates)",
+        );
+    }
+    (cx.count() == before).then(|| ListenerTls {
+        cert: cert.unwrap_or_default(),
+        key: key.unwrap_or_default(),
+        client_ca,
+        require_client_cert,
+    })
+}
+
+/// `tls: { ca, cert, key, server_name, insecure_skip_verify }` of a cluster.
+fn cluster_tls(cx: &mut Cx, v: &Value, path: &str) -> Option<UpstreamTls> {
+    let before = cx.count();
+    let t = Map::new(cx, v, path, CLUSTER_TLS_KEYS)?;
+    let ca = t.path(cx, "ca");
+    let cert = t.path(cx, "cert");
+    let key = t.path(cx, "key");
+    let server_name = t.non_empty_string(cx, "server_name");
+    let insecure_skip_verify = t.boolean(cx, "insecure_skip_verify").unwrap_or(false);
+    match (&ca, insecure_skip_verify) {
+        (None, false) => cx.err(
+            t.at("ca"),
+            "required: respway has no built-in CA roots (insecure_skip_verify: true accepts \
+             any certificate)",
+        ),
+        (Some(_), true) => cx.err(
+            t.at("insecure_skip_verify"),
+            "contradicts ca (no certificate is verified with insecure_skip_verify)",
+        ),
+        _ => {}
+    }
+    match (&cert, &key) {
+        (Some(_), None) => cx.err(t.at("key"), "required with cert"),
+        (None, Some(_)) => cx.err(t.at("cert"), "required with key"),
+        _ => {}
+    }
+    (cx.count() == before).then_some(UpstreamTls {
+        ca,
+        cert,
+        key,
+        server_name,
+        insecure_skip_verify,
+    })
 }
 
 /// The listener's per-client bounds and session rules (`client_buffer_limit`,
@@ -803,10 +868,12 @@ fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
     let read_policy = read_policy(cx, &m);
     let hot_keys = hot_keys(cx, &m);
     let shards = shards(cx, &m, hash.as_ref(), hash_valid);
+    let tls = m.get("tls").and_then(|v| cluster_tls(cx, v, &m.at("tls")));
     if cx.count() > before {
         return None;
     }
     let cluster = Cluster {
+        tls,
         hot_keys,
         read_policy,
         name: name.unwrap_or_default(),
@@ -1386,6 +1453,20 @@ impl<'v> Map<'v> {
             return None;
         }
         Some(s)
+    }
+
+    /// A file path: a non-empty string.
+    fn path(&self, cx: &mut Cx, key: &str) -> Option<PathBuf> {
+        self.non_empty_string(cx, key).map(PathBuf::from)
+    }
+
+    /// A required file path.
+    fn required_path(&self, cx: &mut Cx, key: &str) -> Option<PathBuf> {
+        if self.get(key).is_none() {
+            cx.err(self.at(key), "required");
+            return None;
+        }
+        self.path(cx, key)
     }
 
     fn required_string(&self, cx: &mut Cx, key: &str) -> Option<String> {

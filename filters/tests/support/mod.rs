@@ -41,6 +41,7 @@ pub fn shard(name: &str, port: u16, zone: Option<&str>) -> Shard {
 /// Cluster `name` over `shards`: no hash tag, no hot keys, reads from primaries.
 pub fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
     Cluster {
+        tls: None,
         name: name.to_string(),
         hash,
         hashtag: None,
@@ -61,6 +62,7 @@ pub fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
 /// Routing of one listener (`l`, on 127.0.0.1:6380) with these routes over these clusters.
 pub fn routing_of(routes: RouteTable, clusters: Vec<Cluster>, zone: Option<&str>) -> Arc<Routing> {
     let listener = Listener {
+        tls: None,
         name: "l".to_string(),
         address: "127.0.0.1:6380".parse().unwrap(),
         routes,

@@ -187,7 +187,6 @@ pub(super) fn translate(
             ("upstream_bind_config", c.upstream_bind_config.is_some()),
             ("lb_subset_config", c.lb_subset_config.is_some()),
             ("common_lb_config", c.common_lb_config.is_some()),
-            ("transport_socket", c.transport_socket.is_some()),
             ("protocol_selection", c.protocol_selection != 0),
             (
                 "upstream_connection_options",
@@ -218,6 +217,11 @@ pub(super) fn translate(
             ("queuing_policies", c.queuing_policies.is_some()),
         ],
     );
+
+    let tls = c
+        .transport_socket
+        .as_ref()
+        .and_then(|ts| super::tls::cluster(cx, "transport_socket", ts));
 
     // Where the endpoints come from.
     let assignment = match &c.cluster_discovery_type {
@@ -292,6 +296,7 @@ pub(super) fn translate(
     }
     Some(Translated {
         cluster: Cluster {
+            tls,
             hot_keys,
             read_policy: ReadPolicy::Primary,
             name: c.name.clone(),

@@ -187,13 +187,17 @@ pub(super) fn translate(
                 "use_proxy_proto",
                 chain.use_proxy_proto.is_some_and(|b| b.value),
             ),
-            ("transport_socket", chain.transport_socket.is_some()),
             (
                 "transport_socket_connect_timeout",
                 chain.transport_socket_connect_timeout.is_some(),
             ),
         ],
     );
+
+    let tls = chain
+        .transport_socket
+        .as_ref()
+        .and_then(|ts| super::tls::listener(cx, &join(fc, "transport_socket"), ts));
 
     let mut redis: Option<(String, RedisProxy)> = None;
     let mut settings: Option<(String, ListenerSettings)> = None;
@@ -471,6 +475,7 @@ pub(super) fn translate(
     }
     Some(Translated {
         listener: Listener {
+            tls,
             name: l.name.clone(),
             address: address?,
             routes,

@@ -10,6 +10,7 @@
 mod cluster;
 mod endpoint;
 mod listener;
+mod tls;
 
 pub(crate) use cluster::missing_assignment;
 pub(crate) use listener::referenced_clusters;
