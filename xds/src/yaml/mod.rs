@@ -1,0 +1,275 @@
+//! The static YAML schema (documented in `SCHEMA.md`), read into the validated model.
+//!
+//! The document is read as an untyped YAML tree and walked by hand rather than through
+//! `#[derive(Deserialize)]`: serde stops at the first error and does not say where it was,
+//! while this walk reports every error at once, each with its resource and key path. The model
+//! read here is then written out as Envoy resources ([`crate::to_resources`]) and those are
+//! translated back, so the YAML file and the xDS stream share one translation.
+//!
+//! The walk is split like `translate/`: [`listener`] and [`cluster`] read their resources,
+//! `value` holds the typed getters every part uses.
+
+use std::collections::{HashMap, HashSet};
+
+use respway_filters::model::Config;
+use serde_yaml_ng::Value;
+
+use crate::error::{index, ConfigErrors, Cx};
+
+mod cluster;
+mod listener;
+mod value;
+
+use cluster::*;
+pub(crate) use listener::unknown_clusters;
+use listener::*;
+use value::*;
+
+/// Which sidecars a resource file is for (its top-level `targets`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Targets {
+    /// Node ids (the ADS request's `node.id`).
+    pub node_ids: Vec<String>,
+    /// Zones (the ADS request's `node.locality.zone`).
+    pub zones: Vec<String>,
+}
+
+const TOP_KEYS: &[&str] = &["node", "listeners", "clusters"];
+const FRAGMENT_TOP_KEYS: &[&str] = &["targets", "listeners", "clusters", "node"];
+const TARGETS_KEYS: &[&str] = &["node_ids", "zones"];
+const NODE_KEYS: &[&str] = &["id", "zone"];
+
+pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    parse_doc(text, Mode::Static).map(|(_, config)| config)
+}
+
+/// A resource file of the management server (`respway-xds serve --resources DIR`): the
+/// schema's `listeners` and `clusters`, either of which may be left out, and `targets` naming
+/// the sidecars it is for. Routes may name clusters of other files: those references are
+/// checked once the files are merged into a node's snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Fragment {
+    /// `None`: the file is for every node.
+    pub(crate) targets: Option<Targets>,
+    /// The file's listeners and clusters (`zone` is always `None`).
+    pub(crate) config: Config,
+}
+
+/// Reads a management-server resource file (see [`Fragment`]), reporting every error.
+pub(crate) fn parse_fragment(text: &str) -> Result<Fragment, ConfigErrors> {
+    parse_doc(text, Mode::Fragment).map(|(targets, config)| Fragment { targets, config })
+}
+
+/// Which document [`parse_doc`] reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The sidecar's static file: `node`, and both lists required.
+    Static,
+    /// A management-server file: `targets`, lists optional, cross-file cluster references.
+    Fragment,
+}
+
+fn parse_doc(text: &str, mode: Mode) -> Result<(Option<Targets>, Config), ConfigErrors> {
+    let mut cx = Cx::default();
+    // Anchors are resolved by the parser; merge keys (`<<: *base`) are applied here.
+    let doc = serde_yaml_ng::from_str::<Value>(text).and_then(|mut v| v.apply_merge().map(|()| v));
+    let doc = match doc {
+        Ok(v) => v,
+        Err(e) => {
+            cx.err("", format!("invalid YAML: {e}"));
+            return Err(ConfigErrors(cx.errors));
+        }
+    };
+    if doc.is_null() {
+        let what = match mode {
+            Mode::Static => "listeners and clusters are required",
+            Mode::Fragment => "a resource file defines listeners, clusters or both",
+        };
+        cx.err("", format!("the document is empty: {what}"));
+        return Err(ConfigErrors(cx.errors));
+    }
+    let keys = match mode {
+        Mode::Static => TOP_KEYS,
+        Mode::Fragment => FRAGMENT_TOP_KEYS,
+    };
+    let Some(top) = Map::new(&mut cx, &doc, "", keys) else {
+        return Err(ConfigErrors(cx.errors));
+    };
+
+    let mut zone = None;
+    let mut file_targets = None;
+    match mode {
+        Mode::Static => zone = top.get("node").and_then(|v| node(&mut cx, v)),
+        Mode::Fragment => {
+            if top.raw("node").is_some() {
+                cx.err(
+                    "node",
+                    "not used in a respway-xds resource file: a sidecar's own node is in its \
+                     bootstrap; name the sidecars a file is for with `targets`",
+                );
+            }
+            file_targets = top.raw("targets").and_then(|v| targets(&mut cx, v));
+        }
+    }
+
+    // Route targets are checked against every cluster name in the file, so that a cluster with
+    // errors of its own does not also make each route to it an error. A management-server
+    // file may route to clusters of other files: translate checks the merged snapshot.
+    let cluster_names: HashSet<&str> = top
+        .get("clusters")
+        .and_then(Value::as_sequence)
+        .map(|s| {
+            s.iter()
+                .filter_map(|c| c.get("name").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    let known = (mode == Mode::Static).then_some(&cluster_names);
+    let list = |cx: &mut Cx, key: &str| -> &[Value] {
+        match mode {
+            Mode::Static => top.non_empty_seq(cx, key),
+            Mode::Fragment => top.seq(cx, key).unwrap_or_default(),
+        }
+    };
+
+    let listener_values = list(&mut cx, "listeners");
+    let mut listeners = Vec::new();
+    let mut seen = HashMap::new();
+    for (i, v) in listener_values.iter().enumerate() {
+        listeners.extend(listener(&mut cx, v, i, known));
+        if let Some(name) = v.get("name").and_then(Value::as_str) {
+            if let Some(first) = seen.insert(name, i) {
+                cx.err(
+                    "name",
+                    format!("duplicate listener name (also listeners[{first}])"),
+                );
+            }
+        }
+        cx.resource.clear();
+    }
+
+    let cluster_values = list(&mut cx, "clusters");
+    if mode == Mode::Fragment
+        && listener_values.is_empty()
+        && cluster_values.is_empty()
+        && cx.count() == 0
+    {
+        cx.err(
+            "",
+            "defines no listeners and no clusters (a resource file defines either or both)",
+        );
+    }
+    let mut clusters = Vec::new();
+    let mut seen = HashMap::new();
+    for (i, v) in cluster_values.iter().enumerate() {
+        clusters.extend(cluster(&mut cx, v, i));
+        if let Some(name) = v.get("name").and_then(Value::as_str) {
+            if let Some(first) = seen.insert(name, i) {
+                cx.err(
+                    "name",
+                    format!("duplicate cluster name (also clusters[{first}])"),
+                );
+            }
+        }
+        cx.resource.clear();
+    }
+    cx.finish((
+        file_targets,
+        Config {
+            zone,
+            listeners,
+            clusters,
+        },
+    ))
+}
+
+// === targets ===
+
+/// `targets: { node_ids: [...], zones: [...] }`: at least one id or zone, none empty or
+/// repeated.
+fn targets(cx: &mut Cx, v: &Value) -> Option<Targets> {
+    let before = cx.count();
+    let m = Map::new(cx, v, "targets", TARGETS_KEYS)?;
+    let mut out = Targets::default();
+    for (key, into) in [("node_ids", &mut out.node_ids), ("zones", &mut out.zones)] {
+        let at = m.at(key);
+        for (i, item) in m.seq(cx, key).unwrap_or_default().iter().enumerate() {
+            match item.as_str() {
+                Some("") => cx.err(index(&at, i), "must not be empty"),
+                Some(s) if into.iter().any(|x| x == s) => {
+                    cx.err(index(&at, i), format!("duplicate {s:?}"))
+                }
+                Some(s) => into.push(s.to_string()),
+                None => cx.err(
+                    index(&at, i),
+                    format!("expected a string, got {}", kind(item)),
+                ),
+            }
+        }
+    }
+    if out.node_ids.is_empty() && out.zones.is_empty() && cx.count() == before {
+        cx.err(
+            "targets",
+            "names no node id and no zone (leave `targets` out for a file for every node)",
+        );
+    }
+    (cx.count() == before).then_some(out)
+}
+
+// === node ===
+
+/// The sidecar's own node: `id` (accepted, unused for now) and `zone`.
+fn node(cx: &mut Cx, v: &Value) -> Option<String> {
+    let m = Map::new(cx, v, "node", NODE_KEYS)?;
+    m.non_empty_string(cx, "id");
+    m.non_empty_string(cx, "zone")
+}
+
+#[cfg(test)]
+mod tests {
+    /// The model read from YAML is the model its Envoy resources translate to, for the
+    /// listener's client bounds and protocol settings and the cluster's upstream queue bound,
+    /// databases and dedicated connections too.
+    #[test]
+    fn yaml_and_its_resources_give_the_same_model() {
+        let text = r#"
+listeners:
+  - name: l
+    client_buffer_limit: 1048576
+    client_buffer_hard_limit: 4194304
+    client_stall_timeout: 2m
+    max_auth_failures: 1
+    allow_keyless_scripts: true
+    protocol: resp3
+    advertised_redis_version: "7.2.4"
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    max_queue_per_connection: 1
+    databases: 2
+    dedicated_connections: 3
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+"#;
+        let direct = super::parse(text).unwrap();
+        let client = &direct.listeners[0].client;
+        assert_eq!(
+            (client.buffer_limit, client.buffer_hard_limit),
+            (1 << 20, 4 << 20)
+        );
+        assert_eq!(client.stall_timeout, std::time::Duration::from_secs(120));
+        assert_eq!(client.max_auth_failures, 1);
+        assert!(client.allow_keyless_scripts);
+        let resp = &direct.listeners[0].resp;
+        assert_eq!(
+            (resp.protocol, resp.advertised_version.as_str()),
+            (respway_filters::model::ProtocolMode::Resp3, "7.2.4")
+        );
+        let c = &direct.clusters[0];
+        assert_eq!(c.max_queue_per_connection, 1);
+        assert_eq!((c.databases, c.dedicated_connections), (2, 3));
+        assert_eq!(
+            crate::translate(&crate::to_resources(&direct)).unwrap(),
+            direct
+        );
+    }
+}
