@@ -230,8 +230,8 @@ pub(crate) struct UpstreamRequest {
     pub(crate) tx: ReplyTx,
 }
 
-/// How to reach and prepare one endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// How to reach and prepare one endpoint (`{:?}` leaves the `AUTH` arguments out).
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct EndpointConfig {
     /// Socket address.
     pub(crate) address: SocketAddr,
@@ -252,6 +252,22 @@ pub(crate) struct EndpointConfig {
     pub(crate) max_queue: usize,
     /// TLS to the endpoint (`None`: plaintext).
     pub(crate) tls: Option<crate::tls::UpstreamTlsConfig>,
+}
+
+impl std::fmt::Debug for EndpointConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointConfig")
+            .field("address", &self.address)
+            .field("label", &self.label)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
+            .field("db", &self.db)
+            .field("databases", &self.databases)
+            .field("dedicated", &self.dedicated)
+            .field("max_queue", &self.max_queue)
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 /// This worker's connections to one endpoint: per [`Flavor`] (protocol and database), the
@@ -1345,4 +1361,32 @@ fn enqueue(
         sent: now,
     });
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_config_debug_leaves_the_auth_arguments_out() {
+        let cfg = EndpointConfig {
+            address: "127.0.0.1:6379".parse().unwrap(),
+            label: "shard s0 (127.0.0.1:6379)".into(),
+            connect_timeout: Duration::from_secs(1),
+            auth: Some(vec![
+                Bytes::from_static(b"app"),
+                Bytes::from_static(b"hunter2"),
+            ]),
+            db: 0,
+            databases: 16,
+            dedicated: 32,
+            max_queue: 16384,
+            tls: None,
+        };
+        let text = format!("{cfg:?}");
+        assert!(
+            !text.contains("hunter2") && text.contains("<redacted>"),
+            "{text}"
+        );
+    }
 }

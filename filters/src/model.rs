@@ -93,8 +93,8 @@ pub struct UpstreamTls {
 }
 
 /// An ACL user of a listener, as Redis's `ACL SETUSER`: passwords (kept as SHA-256 digests
-/// only) and permission rules.
-#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq)]
+/// only) and permission rules. `{:?}` shows how many passwords, not their digests.
+#[derive(serde::Serialize, Clone, PartialEq, Eq)]
 pub struct AclUser {
     /// The name clients give to `AUTH name password`; `default` is the user of
     /// `AUTH password` and of clients that never authenticate.
@@ -111,6 +111,22 @@ pub struct AclUser {
     pub rules: Vec<String>,
     /// After the rules, take every `@write` command away.
     pub read_only: bool,
+}
+
+impl std::fmt::Debug for AclUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AclUser")
+            .field("name", &self.name)
+            .field("enabled", &self.enabled)
+            .field(
+                "passwords",
+                &format_args!("<{} redacted>", self.passwords.len()),
+            )
+            .field("nopass", &self.nopass)
+            .field("rules", &self.rules)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
 }
 
 /// Which RESP versions a listener speaks with its clients.
@@ -334,14 +350,23 @@ pub enum ZoneFallback {
     AnyReplica,
 }
 
-/// Upstream `AUTH` credentials.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+/// Upstream `AUTH` credentials (`{:?}` shows the password as `<redacted>`).
+#[derive(serde::Serialize, Clone, PartialEq)]
 pub struct UpstreamAuth {
     /// ACL user name; `None` sends the one-argument form.
     pub username: Option<String>,
     /// Password.
     #[serde(serialize_with = "redacted")]
     pub password: String,
+}
+
+impl std::fmt::Debug for UpstreamAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamAuth")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Upstream credentials of one endpoint.
@@ -531,3 +556,39 @@ pub const DEFAULT_DATABASES: u32 = 16;
 pub const DEFAULT_DEDICATED_CONNECTIONS: usize = 32;
 /// Default of [`Cluster::max_queue_per_connection`].
 pub const DEFAULT_MAX_QUEUE_PER_CONNECTION: usize = 16384;
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+
+    /// A `{:?}` of a configuration (a log line, a panic message) never shows a password or
+    /// a password's digest.
+    #[test]
+    fn debug_output_redacts_passwords_and_digests() {
+        let auth = UpstreamAuth {
+            username: Some("app".into()),
+            password: "hunter2-upstream".into(),
+        };
+        let user = AclUser {
+            name: "app".into(),
+            enabled: true,
+            passwords: vec![crate::acl::sha256(b"hunter2-user")],
+            nopass: false,
+            rules: vec!["~app:*".into()],
+            read_only: false,
+        };
+        let text = format!(
+            "{auth:?} {user:?} {:?}",
+            EndpointAuth {
+                address: "127.0.0.1:1".parse().unwrap(),
+                auth: auth.clone(),
+            }
+        );
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(!text.contains("passwords: [["), "no digest bytes: {text}");
+        assert!(
+            text.contains("<redacted>") && text.contains("app"),
+            "{text}"
+        );
+    }
+}
