@@ -622,12 +622,32 @@ impl AdsStream {
         }
         let sub = Subscription::from_request(t, &req.resource_names, ts.subscription.as_ref());
         let changed = ts.subscription.as_ref() != Some(&sub);
-        ts.subscription = Some(sub);
+        ts.subscription = Some(sub.clone());
         let initial = req.response_nonce.is_empty();
         if !(initial || changed) {
             return Ok(Vec::new());
         }
         let snap = snapshots.borrow().clone();
+        // A client opening a stream with the version it has (a reconnect, a failover to another
+        // server over the same files: versions are content hashes) is not sent it again. Only
+        // for the wildcard types: an EDS version covers every assignment, and which names the
+        // client's version was for is not known.
+        if initial && !req.version_info.is_empty() && sub.wildcard && t != ResourceType::Endpoint {
+            if let Some(node) = self.node_snapshot(&snap) {
+                let res = node.get(t);
+                if res.version == req.version_info {
+                    let ts = &mut self.types[t.index()];
+                    ts.sent = Some((res.clone(), sub));
+                    let v = res.version.clone();
+                    self.registry.update(&node_id, t, |s| {
+                        s.sent = Some(v.clone());
+                        s.acked = Some(v);
+                        s.nack = None;
+                    });
+                    return Ok(Vec::new());
+                }
+            }
+        }
         Ok(self.respond(t, &snap, initial).into_iter().collect())
     }
 

@@ -1570,3 +1570,50 @@ async fn a_warming_cluster_holds_only_what_depends_on_it() {
     let _ = good;
     assert!(script.violations.is_empty(), "{:?}", script.violations);
 }
+
+/// Issue 13, item 6: a sidecar that reconnects (or fails over to another server over the same
+/// files) with the versions it has gets no CDS or LDS response for them — no needless
+/// re-push — and the server lists them as sent and ACKed. EDS is answered (the server cannot
+/// know which names the versions covered), and a later edit is pushed as usual.
+#[tokio::test]
+async fn a_reconnect_with_current_versions_is_not_pushed_again() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("base.yaml");
+    std::fs::write(&file, base("127.0.0.1:7001")).expect("write");
+    let server = start(dir.path()).await;
+    let mut first = Raw::connect(server.grpc, "again", None).await;
+    let had = first.fetch_all().await.versions;
+    drop(first);
+    let mut again = Raw::connect(server.grpc, "again", None).await;
+    again.send(CLUSTER_TYPE_URL, &had[0], &[], "", None).await;
+    again.send(LISTENER_TYPE_URL, &had[2], &[], "", None).await;
+    again
+        .send(ENDPOINT_TYPE_URL, &had[1], &["cache"], "", None)
+        .await;
+    let eds = again.recv().await;
+    assert_eq!(eds.type_url, ENDPOINT_TYPE_URL);
+    again.ack(&eds, &["cache"]).await;
+    assert!(
+        again
+            .recv_within(Duration::from_millis(500))
+            .await
+            .is_none(),
+        "CDS and LDS at the versions the client has are not sent again"
+    );
+    let node = server.node("again").expect("listed");
+    for (url, v) in [(CLUSTER_TYPE_URL, &had[0]), (LISTENER_TYPE_URL, &had[2])] {
+        assert_eq!(node.types[url].sent.as_ref(), Some(v), "{node:?}");
+        assert_eq!(node.types[url].acked.as_ref(), Some(v), "{node:?}");
+    }
+    // An edit that changes the listener reaches the reconnected stream.
+    let edited = base("127.0.0.1:7001").replace(
+        "    routes: { catch_all: cache }",
+        "    op_timeout: 2s\n    routes: { catch_all: cache }",
+    );
+    assert_ne!(edited, base("127.0.0.1:7001"));
+    std::fs::write(&file, edited).expect("write");
+    let push = again.recv().await;
+    assert_eq!(push.type_url, LISTENER_TYPE_URL, "{push:?}");
+    assert_ne!(&push.version_info, &had[2]);
+    server.stop().await;
+}
