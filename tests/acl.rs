@@ -5,7 +5,6 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -465,60 +464,6 @@ fn an_endpoints_own_credentials_override_the_clusters() {
 
 // === over xDS ===
 
-struct Mgmt {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Mgmt {
-    fn start(dir: &Path, grpc: u16) -> Mgmt {
-        // Plaintext on loopback: the users' password digests go to any node here (the rule
-        // that keeps them to the node's own certificate is tested in tests/xds.rs).
-        let server = respway_xds::server::Server::new(dir)
-            .with_poll_interval(Duration::from_millis(100))
-            .with_security(respway_xds::secure::Security {
-                secrets_to_unauthenticated: true,
-                ..Default::default()
-            });
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let s = server.clone();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind(("127.0.0.1", grpc))
-                    .await
-                    .expect("bind the xDS port");
-                let _ = ready_tx.send(());
-                let _ = s
-                    .serve(listener, None, async {
-                        let _ = stop_rx.await;
-                    })
-                    .await;
-            });
-        });
-        ready_rx.recv().unwrap();
-        Mgmt {
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Mgmt {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[test]
 fn users_pushed_over_ads_are_enforced() {
     let shard = redis();
@@ -531,7 +476,16 @@ fn users_pushed_over_ads_are_enforced() {
 ";
     let y = yaml(shard.addr, "", users).replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
     std::fs::write(res.join("main.yaml"), &y).unwrap();
-    let _mgmt = Mgmt::start(&res, grpc);
+    // Plaintext on loopback: the users' password digests go to any node here (the rule
+    // that keeps them to the node's own certificate is tested in tests/xds.rs).
+    let _mgmt = MgmtProc::start_with(
+        &res,
+        grpc,
+        respway_xds::secure::Security {
+            secrets_to_unauthenticated: true,
+            ..Default::default()
+        },
+    );
     let boot = dir.join("bootstrap.yaml");
     std::fs::write(
         &boot,

@@ -8,79 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use respway_xds::server::{Server as Mgmt, ServerStatus};
 use support::*;
-
-/// A management server on fixed loopback ports, stoppable and restartable.
-struct MgmtProc {
-    server: Mgmt,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl MgmtProc {
-    fn start(dir: &Path, grpc: u16) -> MgmtProc {
-        MgmtProc::start_with(dir, grpc, respway_xds::secure::Security::default())
-    }
-
-    fn start_with(dir: &Path, grpc: u16, security: respway_xds::secure::Security) -> MgmtProc {
-        let server = Mgmt::new(dir)
-            .with_poll_interval(Duration::from_millis(100))
-            .with_security(security);
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let s = server.clone();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let mut listener = None;
-                for _ in 0..50 {
-                    match tokio::net::TcpListener::bind(("127.0.0.1", grpc)).await {
-                        Ok(l) => {
-                            listener = Some(l);
-                            break;
-                        }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                    }
-                }
-                let _ = ready_tx.send(());
-                let _ = s
-                    .serve(listener.expect("bind the xDS port"), None, async {
-                        let _ = stop_rx.await;
-                    })
-                    .await;
-            });
-        });
-        ready_rx.recv().unwrap();
-        MgmtProc {
-            server,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-
-    fn status(&self) -> ServerStatus {
-        self.server.status()
-    }
-
-    fn stop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for MgmtProc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 fn resources(port: u16, shards: &[SocketAddr], shadow: SocketAddr, step: usize) -> String {
     churn_yaml(&format!("127.0.0.1:{port}"), shards, shadow, step)

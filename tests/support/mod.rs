@@ -261,3 +261,75 @@ pub fn run_bounded(program: &str, args: &[&str]) -> (bool, String) {
         }
     }
 }
+
+/// An in-process respway-xds management server (over resource directory `dir`) on a fixed
+/// loopback port, on a thread of its own; stoppable and restartable on the same port.
+pub struct MgmtProc {
+    pub server: respway_xds::server::Server,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MgmtProc {
+    pub fn start(dir: &Path, grpc: u16) -> MgmtProc {
+        MgmtProc::start_with(dir, grpc, respway_xds::secure::Security::default())
+    }
+
+    pub fn start_with(dir: &Path, grpc: u16, security: respway_xds::secure::Security) -> MgmtProc {
+        let server = respway_xds::server::Server::new(dir)
+            .with_poll_interval(Duration::from_millis(100))
+            .with_security(security);
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let s = server.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let mut listener = None;
+                for _ in 0..50 {
+                    match tokio::net::TcpListener::bind(("127.0.0.1", grpc)).await {
+                        Ok(l) => {
+                            listener = Some(l);
+                            break;
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
+                let _ = ready_tx.send(());
+                let _ = s
+                    .serve(listener.expect("bind the xDS port"), None, async {
+                        let _ = stop_rx.await;
+                    })
+                    .await;
+            });
+        });
+        ready_rx.recv().unwrap();
+        MgmtProc {
+            server,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn status(&self) -> respway_xds::server::ServerStatus {
+        self.server.status()
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MgmtProc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
