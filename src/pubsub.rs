@@ -34,7 +34,7 @@ use bytes::{Bytes, BytesMut};
 use respway_filters::codec_limits::Limits;
 use respway_filters::command::PubSubKind;
 use respway_filters::request::{error_reply, Flavor, Reply};
-use respway_filters::resp::{encode_command, parse_reply, reply_len, Frame};
+use respway_filters::resp::{encode_command, parse_reply, Frame, ReplyScanner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -263,6 +263,9 @@ async fn run_link(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<LinkCmd>)
             }
         }
         let mut rbuf = BytesMut::with_capacity(16 * 1024);
+        // Resumes inside a message that spans reads (a large payload, or a reply to a
+        // subscribe of many channels) instead of scanning it again from its start.
+        let mut scanner = ReplyScanner::new();
         let limits = Limits {
             max_bulk_len: usize::MAX >> 1,
             max_multibulk_len: usize::MAX >> 1,
@@ -291,7 +294,7 @@ async fn run_link(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<LinkCmd>)
                         Err(e) => break 'conn e.to_string(),
                     }
                     loop {
-                        match reply_len(&rbuf, &limits) {
+                        match scanner.scan(&rbuf, &limits) {
                             Ok(Some(n)) => {
                                 let frame = rbuf.split_to(n).freeze();
                                 on_frame(&mut subs, frame);

@@ -3,8 +3,9 @@
 //!
 //! Each connection is one task that owns its socket. Per turn of its loop it takes *every*
 //! queued request (`recv_many`), encodes them into one buffer and writes it with as few
-//! syscalls as the socket allows, and cuts every complete reply off its read buffer
-//! (`reply_len`, no parsing) to complete the oldest waiting request. Batching across clients
+//! syscalls as the socket allows, and cuts every complete reply off its read buffer (a
+//! resumable [`ReplyScanner`] per connection, no parsing: a huge array arriving in many reads
+//! costs each read only its new bytes) to complete the oldest waiting request. Batching across clients
 //! is what makes a proxy cheaper than a connection per client (ARCHITECTURE.md, "What costs
 //! CPU").
 //!
@@ -45,7 +46,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use respway_filters::codec_limits::Limits;
 use respway_filters::request::{error_reply, Flavor, Reply, Request};
-use respway_filters::resp::{encode_command, reply_len};
+use respway_filters::resp::{encode_command, reply_len, ReplyScanner};
 use respway_filters::zone::HealthView;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -756,12 +757,17 @@ struct Inflight {
 
 /// Reads what the socket has and completes every whole reply, oldest request first.
 ///
+/// `scanner` keeps its progress inside a reply that is not complete yet: the next read scans
+/// only the bytes it added (re-scanning from the reply's start after every read made a
+/// 1,000,000-element `LRANGE` cost quadratic time in its length).
+///
 /// A read that does not fill the buffer's free space has drained the socket: instead of
 /// reading again only to get `EAGAIN` (one wasted syscall per batch), the socket's readiness
 /// is cleared directly, and the next edge from the kernel sets it again.
 fn read_replies(
     stream: &mut impl Io,
     rbuf: &mut BytesMut,
+    scanner: &mut ReplyScanner,
     inflight: &mut VecDeque<Inflight>,
     limits: &Limits,
     latency: &crate::metrics::Latency,
@@ -783,7 +789,8 @@ fn read_replies(
     // The replies of this read arrived now (one clock read per read, not per reply).
     let now = Instant::now();
     loop {
-        match reply_len(rbuf, limits) {
+        // `Some(n)`: the scanner starts over, and the reply's bytes leave the buffer.
+        match scanner.scan(rbuf, limits) {
             Ok(Some(n)) => {
                 let reply = rbuf.split_to(n).freeze();
                 if reply.first() == Some(&b'>') {
@@ -1203,6 +1210,8 @@ async fn serve<S: Io>(
     let mut batch: Vec<UpstreamRequest> = Vec::with_capacity(64);
     let mut wbuf = BytesMut::with_capacity(RBUF);
     let mut rbuf = BytesMut::with_capacity(RBUF);
+    // Where the reply at the front of `rbuf` stands (kept across reads).
+    let mut scanner = ReplyScanner::new();
     let mut open = true;
     // Follows the oldest unanswered request: at its deadline it is answered with a timeout;
     // STUCK_MARGIN later, the connection is replaced.
@@ -1275,7 +1284,7 @@ async fn serve<S: Io>(
             },
             r = stream.tcp().readable() => {
                 let r = r.map_err(|e| Fail::Io(e.to_string()))
-                    .and_then(|()| read_replies(&mut stream, &mut rbuf, &mut inflight, &limits, latency, slow));
+                    .and_then(|()| read_replies(&mut stream, &mut rbuf, &mut scanner, &mut inflight, &limits, latency, slow));
                 if let Err(e) = r {
                     break Err(e);
                 }

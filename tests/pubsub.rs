@@ -447,3 +447,51 @@ fn patterns_are_not_subscribed_on_mirror_clusters() {
         Resp::Int(1)
     );
 }
+
+/// The pub/sub link of a shard whose bytes arrive a few at a time (a relay writing 1 to 13
+/// bytes per write): messages of 1 byte to 200 KB, published in one pipeline, reach the
+/// subscriber intact and in order.
+#[test]
+fn messages_arriving_in_tiny_reads_are_delivered_intact() {
+    let shard = redis();
+    let relay = Dribble::start(shard.addr, 13);
+    let yaml = sharded_yaml(&[relay.addr], "{ policy: maglev }", true)
+        .replace("op_timeout: 2s", "op_timeout: 60s")
+        .replace("connect_timeout: 500ms", "connect_timeout: 10s");
+    let rw = respway(&yaml, 1);
+    let mut sub = RespConn::connect(rw.addr);
+    sub.stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    subscribe(&mut sub, "SUBSCRIBE", &["big".to_string()], 0);
+    let messages: Vec<Vec<u8>> = [1usize, 200_000, 17, 65_536, 3]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            (0..n)
+                .map(|k| {
+                    if k % 101 == 0 {
+                        b'\r'
+                    } else {
+                        b'a' + (i as u8)
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let mut publisher = RespConn::connect(shard.addr);
+    let mut out = Vec::new();
+    for m in &messages {
+        encode_cmd(&mut out, &[b"PUBLISH", b"big", m]);
+    }
+    publisher.write_raw(&out).unwrap();
+    for _ in &messages {
+        assert_eq!(publisher.read().expect("PUBLISH reply"), Resp::Int(1));
+    }
+    for (i, m) in messages.iter().enumerate() {
+        let p = parts(&sub.read().expect("message"));
+        assert_eq!(bulk_text(&p[0]), "message");
+        assert_eq!(bulk_text(&p[1]), "big");
+        assert!(p[2] == Resp::Bulk(Some(m.clone())), "message {i} differs");
+    }
+}

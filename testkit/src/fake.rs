@@ -121,3 +121,107 @@ fn fake_conn(mut stream: TcpStream, mode: FakeMode, stop: Arc<AtomicBool>) {
         }
     }
 }
+
+/// A loopback relay in front of a real server that hands the server's bytes on in tiny
+/// pieces: every write toward the client is at most `max_chunk` bytes (sizes cycle from 1 to
+/// `max_chunk`), with `TCP_NODELAY`, so a large reply reaches the client in many short reads.
+/// Client-to-server bytes pass unchanged. Stopped (and its threads ended) on drop.
+pub struct Dribble {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Dribble {
+    /// Starts a relay to `target`.
+    pub fn start(target: SocketAddr, max_chunk: usize) -> Dribble {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let max_chunk = max_chunk.max(1);
+        let thread = std::thread::spawn(move || {
+            let mut conns = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let Ok(server) = TcpStream::connect(target) else {
+                            continue;
+                        };
+                        for c in [&client, &server] {
+                            let _ = c.set_nonblocking(false);
+                            let _ = c.set_nodelay(true);
+                            let _ = c.set_read_timeout(Some(Duration::from_millis(50)));
+                        }
+                        let (c2, s2) = (
+                            client.try_clone().expect("clone"),
+                            server.try_clone().expect("clone"),
+                        );
+                        let (st1, st2) = (s.clone(), s.clone());
+                        conns.push(std::thread::spawn(move || {
+                            relay(client, server, usize::MAX, st1)
+                        }));
+                        conns.push(std::thread::spawn(move || relay(s2, c2, max_chunk, st2)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+            for c in conns {
+                let _ = c.join();
+            }
+        });
+        Dribble {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Dribble {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Copies `from` to `to` in writes of at most `max_chunk` bytes until EOF, an error or `stop`;
+/// then shuts both down so the other direction ends too.
+fn relay(mut from: TcpStream, mut to: TcpStream, max_chunk: usize, stop: Arc<AtomicBool>) {
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut size = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let n = match from.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break,
+        };
+        let mut at = 0;
+        while at < n {
+            let step = if max_chunk == usize::MAX {
+                n
+            } else {
+                size = size % max_chunk + 1;
+                size
+            };
+            let end = (at + step).min(n);
+            if to.write_all(&chunk[at..end]).is_err() {
+                return;
+            }
+            at = end;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}

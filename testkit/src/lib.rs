@@ -10,7 +10,8 @@
 //!   [`have`], [`rss_of`].
 //! - [`servers`] — `redis-server` ([`redis`], [`redis_with`], [`redis_on`], [`redis_on_with`])
 //!   and nutcracker ([`nutcracker`]).
-//! - [`fake`] — [`FakeShard`], a shard that misbehaves on demand ([`FakeMode`]).
+//! - [`fake`] — [`FakeShard`], a shard that misbehaves on demand ([`FakeMode`]), and
+//!   [`Dribble`], a relay that hands a real server's replies on a few bytes at a time.
 //! - [`resp`] — the raw client [`RespConn`], the values it reads ([`Resp`]), [`parse_resp`],
 //!   [`encode_cmd`] and the one-shot [`raw_command`].
 //!
@@ -29,7 +30,7 @@ pub mod resp;
 pub mod servers;
 
 pub use certs::{CertFiles, Pki};
-pub use fake::{FakeMode, FakeShard};
+pub use fake::{Dribble, FakeMode, FakeShard};
 pub use http::{http, http_get, url_encode};
 pub use process::{free_port, have, loopback, rss_of, wait_port, Proc, Spawn};
 pub use resp::{encode_cmd, parse_resp, raw_command, Resp, RespConn};
