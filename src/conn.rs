@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use respway_filters::command::{self, CommandClass, ProxyCommand};
 use respway_filters::model::ProtocolMode;
 use respway_filters::request::{error_reply, is_error, Flavor, Reply, Request};
@@ -33,6 +33,7 @@ use crate::fanout::{self, BoxReply};
 use crate::listener::{ListenerCtx, ListenerSlot};
 use crate::local::{self, Local, SessionState};
 use crate::metrics;
+use crate::outq::OutQueue;
 use crate::pubsub;
 use crate::slowlog::FirstArg;
 use crate::stack::{self, Chain, ChainFuture, Parts};
@@ -47,6 +48,8 @@ const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1);
 const WINDOW_START: usize = 64;
 /// A read buffer grown past this (a large command) is given back once it is empty.
 const KEEP_RBUF: usize = 64 * 1024;
+/// Most read-buffer room reserved at once for an argument the client announced.
+const MAX_AHEAD: usize = 64 << 20;
 /// A write buffer grown past this (large replies) is given back once it is empty.
 const KEEP_WBUF: usize = 256 * 1024;
 /// Pub/sub messages are moved into the write buffer while it holds less than this; the rest
@@ -158,7 +161,7 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
         // Buffers are allocated by the first read and write, and given back when a burst
         // made them grow: an idle connection costs little.
         rbuf: BytesMut::new(),
-        wbuf: BytesMut::new(),
+        wbuf: OutQueue::default(),
         pending: VecDeque::new(),
         timer: Box::pin(tokio::time::sleep_until(Instant::now())),
         timer_armed: false,
@@ -203,7 +206,9 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
 struct Session {
     decoder: RequestDecoder,
     rbuf: BytesMut,
-    wbuf: BytesMut,
+    /// Replies to write: small ones copied together, large ones (≥ 32 KiB) as the upstream
+    /// read them.
+    wbuf: OutQueue,
     pending: VecDeque<Pending>,
     timer: Pin<Box<Sleep>>,
     timer_armed: bool,
@@ -285,7 +290,18 @@ impl Session {
                 // goes to the stack, and the buffer is allocated once bytes arrived.
                 const FIRST: usize = 512;
                 let unallocated = self.rbuf.capacity() == 0;
-                if !unallocated && self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                // A large argument whose length the decoder has read (a 1 MiB SET value) gets
+                // room for all of it at once: one allocation and one copy of what arrived so
+                // far, instead of one per doubling. Capacity not written yet costs no memory.
+                let ahead = match self.decoder.bulk_end_hint() {
+                    Some(end) if !unallocated && end > self.rbuf.capacity() => {
+                        (end - self.rbuf.len()).min(MAX_AHEAD)
+                    }
+                    _ => 0,
+                };
+                if ahead > 0 {
+                    self.rbuf.reserve(ahead);
+                } else if !unallocated && self.rbuf.capacity() - self.rbuf.len() < 1024 {
                     self.rbuf.reserve(READ_CHUNK);
                 }
                 let spare = if unallocated {
@@ -407,7 +423,7 @@ impl Session {
                         }
                     }
                 };
-                self.wbuf.extend_from_slice(&reply);
+                self.wbuf.push(&reply);
                 progress = true;
                 if self.wbuf.len() > hard {
                     return Poll::Ready(Err(self.cut(ctx, Cut::HardLimit(self.wbuf.len()))));
@@ -416,7 +432,7 @@ impl Session {
 
             // 2b. Pub/sub messages, once every confirmation before them is written.
             if let Some(sub) = self.sub.as_mut().filter(|s| s.confirming == 0) {
-                match sub.drain(cx, &mut self.wbuf, self.state.resp3, DRAIN_MAX) {
+                match sub.drain(cx, &mut self.wbuf.buf, self.state.resp3, DRAIN_MAX) {
                     Ok(moved) => progress |= moved,
                     Err(n) => return Poll::Ready(Err(self.cut(ctx, Cut::Subscriber(n)))),
                 }
@@ -428,7 +444,7 @@ impl Session {
             // (TLS: records rustls holds once `wbuf` is empty are written too.)
             while !self.wbuf.is_empty() || stream.pending_out() {
                 match stream.poll_write_ready(cx) {
-                    Poll::Ready(Ok(())) => match stream.try_write(&self.wbuf) {
+                    Poll::Ready(Ok(())) => match stream.try_write(self.wbuf.front()) {
                         Ok(n) => {
                             self.wbuf.advance(n);
                             crate::stats::bump(&ctx.stats.bytes_out, n as u64);
@@ -445,9 +461,7 @@ impl Session {
                     }
                 }
             }
-            if self.wbuf.is_empty() && self.wbuf.capacity() > KEEP_WBUF {
-                self.wbuf = BytesMut::new();
-            }
+            self.wbuf.shrink(KEEP_WBUF, 0);
             // A client held at its bound that takes nothing (it may be writing a pipeline it
             // will only read after the last command, and waits for us as we wait for it) is
             // disconnected after the stall timeout instead of waiting forever.

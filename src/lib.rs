@@ -38,6 +38,7 @@ mod keyspace;
 mod listener;
 mod local;
 mod metrics;
+mod outq;
 mod pubsub;
 pub mod slowlog;
 mod stack;

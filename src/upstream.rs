@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use respway_filters::codec_limits::Limits;
 use respway_filters::request::{error_reply, Flavor, Reply, Request};
 use respway_filters::resp::{encode_command, reply_len, ReplyScanner};
@@ -54,6 +54,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tower::Service;
 
+use crate::outq::OutQueue;
 use crate::tls::{Io, TlsStream};
 
 /// Most requests taken from the queue in one turn.
@@ -72,6 +73,8 @@ const MAX_WBUF: usize = 1 << 20;
 /// A read buffer grown past this by a large reply is given back once it is empty.
 const KEEP_RBUF: usize = 256 * 1024;
 const RBUF: usize = 16 * 1024;
+/// Most read-buffer room reserved at once for a value whose length a reply announced.
+const MAX_AHEAD: usize = 64 << 20;
 
 /// Why an upstream request failed. Rendered as `-ERR respway: shard NAME (ADDR) ...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -773,8 +776,13 @@ fn read_replies(
     latency: &crate::metrics::Latency,
     (endpoint, note_min): (SocketAddr, u64),
 ) -> Result<(), Fail> {
-    if rbuf.capacity() - rbuf.len() < 4096 {
-        rbuf.reserve(RBUF);
+    match scanner.bulk_end_hint() {
+        // A large value whose length the scanner has read (a 1 MiB GET reply) gets room for
+        // all of it at once: one allocation and one copy of what arrived so far, instead of
+        // one per doubling. Capacity not written yet costs no memory.
+        Some(end) if end > rbuf.capacity() => rbuf.reserve((end - rbuf.len()).min(MAX_AHEAD)),
+        _ if rbuf.capacity() - rbuf.len() < 4096 => rbuf.reserve(RBUF),
+        _ => {}
     }
     let spare = rbuf.capacity() - rbuf.len();
     let n = match stream.try_read_buf(rbuf) {
@@ -1208,7 +1216,8 @@ async fn serve<S: Io>(
         crate::slowlog::upstream_min(),
     );
     let mut batch: Vec<UpstreamRequest> = Vec::with_capacity(64);
-    let mut wbuf = BytesMut::with_capacity(RBUF);
+    // Large arguments (a 1 MiB SET value) are queued as the client's bytes, not copied.
+    let mut wbuf = OutQueue::with_capacity(RBUF);
     let mut rbuf = BytesMut::with_capacity(RBUF);
     // Where the reply at the front of `rbuf` stands (kept across reads).
     let mut scanner = ReplyScanner::new();
@@ -1265,21 +1274,13 @@ async fn serve<S: Io>(
                     continue;
                 }
                 // Write now if the socket takes it; the select below covers the rest.
-                match stream.try_write(&wbuf) {
-                    Ok(n) => wbuf.advance(n),
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => break Err(Fail::Io(e.to_string())),
+                if let Err(e) = write_queued(&mut stream, &mut wbuf) {
+                    break Err(Fail::Io(e.to_string()));
                 }
             }
             // (TLS: records rustls holds once `wbuf` is empty are written too.)
-            w = stream.tcp().writable(), if !wbuf.is_empty() || stream.pending_out() => match w.and_then(|()| stream.try_write(&wbuf)) {
-                Ok(n) => {
-                    wbuf.advance(n);
-                    if wbuf.is_empty() && wbuf.capacity() > MAX_WBUF {
-                        wbuf = BytesMut::with_capacity(RBUF);
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            w = stream.tcp().writable(), if !wbuf.is_empty() || stream.pending_out() => match w.and_then(|()| write_queued(&mut stream, &mut wbuf)) {
+                Ok(()) => wbuf.shrink(MAX_WBUF, RBUF),
                 Err(e) => break Err(Fail::Io(e.to_string())),
             },
             r = stream.tcp().readable() => {
@@ -1336,6 +1337,27 @@ async fn serve<S: Io>(
     result
 }
 
+/// Writes what `q` holds while the socket takes all of it (TLS: also records rustls holds).
+/// `WouldBlock` is not an error: the rest waits for the next writable edge.
+pub(crate) fn write_queued(stream: &mut impl Io, q: &mut OutQueue) -> std::io::Result<()> {
+    while !q.is_empty() || stream.pending_out() {
+        let want = q.front().len();
+        match stream.try_write(q.front()) {
+            Ok(n) => {
+                q.advance(n);
+                if n < want || want == 0 {
+                    // The socket took less than offered (it is full), or only pending TLS
+                    // records went out: try again on the next edge.
+                    return Ok(());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Ready when the receiver of the oldest unanswered request is gone.
 fn front_abandoned(inflight: &mut VecDeque<Inflight>) -> impl Future<Output = ()> + '_ {
     std::future::poll_fn(
@@ -1351,7 +1373,7 @@ fn front_abandoned(inflight: &mut VecDeque<Inflight>) -> impl Future<Output = ()
 /// deadline had passed.
 fn enqueue(
     req: UpstreamRequest,
-    wbuf: &mut BytesMut,
+    wbuf: &mut OutQueue,
     inflight: &mut VecDeque<Inflight>,
     now: Instant,
     stats: &UpstreamStats,
@@ -1363,7 +1385,7 @@ fn enqueue(
         answer(req.tx, UpstreamError::Timeout, stats);
         return false;
     }
-    encode_command(&req.args, wbuf);
+    wbuf.push_command(&req.args);
     inflight.push_back(Inflight {
         tx: Some(req.tx),
         deadline: req.deadline,

@@ -24,7 +24,7 @@ pub fn reply_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolE
     // Most replies are not arrays: answer those without setting up a scanner's stack.
     let mut scanned = 0;
     match element(buf, 0, &mut scanned, limits)? {
-        Step::Incomplete => Ok(None),
+        Step::Incomplete | Step::Short(_) => Ok(None),
         Step::Done(len) => Ok(Some(len)),
         Step::Open(..) => ReplyScanner::new().scan(buf, limits),
     }
@@ -34,6 +34,8 @@ pub fn reply_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolE
 enum Step {
     /// Not all there yet.
     Incomplete,
+    /// A bulk string not all there yet, complete once the buffer is this long.
+    Short(usize),
     /// A complete non-array element (or empty / null array) ending just before this offset.
     Done(usize),
     /// The header of an array of this many (> 0) elements, which start at this offset.
@@ -101,7 +103,7 @@ fn element(
                     return Err(ProtocolError::new("invalid bulk length"));
                 };
                 if buf.len() < end + 2 {
-                    return Ok(Step::Incomplete);
+                    return Ok(Step::Short(end + 2));
                 }
                 if buf[end] != b'\r' || buf[end + 1] != b'\n' {
                     return Err(ProtocolError::new("bulk data not terminated by CRLF"));
@@ -145,6 +147,8 @@ pub struct ReplyScanner {
     depth: usize,
     /// Elements still to read in each open array.
     left: [usize; MAX_REPLY_DEPTH],
+    /// When the last scan stopped inside a bulk string: the buffer length that completes it.
+    short: Option<usize>,
 }
 
 impl Default for ReplyScanner {
@@ -154,6 +158,7 @@ impl Default for ReplyScanner {
             scanned: 0,
             depth: 0,
             left: [0; MAX_REPLY_DEPTH],
+            short: None,
         }
     }
 }
@@ -169,6 +174,14 @@ impl ReplyScanner {
         self.pos = 0;
         self.scanned = 0;
         self.depth = 0;
+        self.short = None;
+    }
+
+    /// When the last [`scan`](Self::scan) stopped inside a bulk string whose length it read:
+    /// the buffer length at which that string (with its CRLF) is complete. Lets the caller
+    /// reserve the room for a large value in one go.
+    pub fn bulk_end_hint(&self) -> Option<usize> {
+        self.short
     }
 
     /// Same answer as [`reply_len`] on `buf`, resuming from the previous call's progress.
@@ -176,9 +189,28 @@ impl ReplyScanner {
         if self.pos > buf.len() {
             self.reset();
         }
+        self.short = None;
         loop {
+            // Inside an array, most elements are short bulk strings: read those without the
+            // general path's bounds and limit checks (same answer, several times faster).
+            if self.depth > 0 {
+                if let Some(next) = short_bulk(buf, self.pos, limits.max_bulk_len) {
+                    self.pos = next;
+                    self.scanned = 0;
+                    if self.close_one() {
+                        let len = self.pos;
+                        self.reset();
+                        return Ok(Some(len));
+                    }
+                    continue;
+                }
+            }
             let next = match element(buf, self.pos, &mut self.scanned, limits)? {
                 Step::Incomplete => return Ok(None),
+                Step::Short(end) => {
+                    self.short = Some(end);
+                    return Ok(None);
+                }
                 Step::Open(count, next) => {
                     if self.depth == MAX_REPLY_DEPTH {
                         return Err(ProtocolError::new("reply nested too deep"));
@@ -194,21 +226,60 @@ impl ReplyScanner {
             // One element complete: close every array it completes.
             self.pos = next;
             self.scanned = 0;
-            loop {
-                if self.depth == 0 {
-                    let len = self.pos;
-                    self.reset();
-                    return Ok(Some(len));
-                }
-                let left = &mut self.left[self.depth - 1];
-                *left -= 1;
-                if *left > 0 {
-                    break;
-                }
-                self.depth -= 1;
+            if self.depth == 0 || self.close_one() {
+                let len = self.pos;
+                self.reset();
+                return Ok(Some(len));
             }
         }
     }
+
+    /// Counts one element of the innermost open array (`depth > 0`) and closes every array
+    /// that completes; true when the outermost one did (the reply is complete).
+    fn close_one(&mut self) -> bool {
+        while self.depth > 0 {
+            let left = &mut self.left[self.depth - 1];
+            *left -= 1;
+            if *left > 0 {
+                return false;
+            }
+            self.depth -= 1;
+        }
+        true
+    }
+}
+
+/// The end of the complete bulk string `$<n>\r\n<n bytes>\r\n` at `pos`, if that is what is
+/// there, with `n` of 1 to 18 digits without a leading zero (or `0`) and at most `max`; `None`
+/// for anything else — another type, an incomplete or malformed string — which the general
+/// path ([`element`]) then reads and reports exactly.
+#[inline]
+fn short_bulk(buf: &[u8], pos: usize, max: usize) -> Option<usize> {
+    let head = buf.get(pos..)?;
+    if head.first() != Some(&b'$') {
+        return None;
+    }
+    let mut n: usize = 0;
+    let mut i = 1;
+    loop {
+        let d = *head.get(i)?;
+        if d == b'\r' {
+            break;
+        }
+        if !d.is_ascii_digit() || i > 18 || (i == 2 && head[1] == b'0') {
+            return None;
+        }
+        n = n * 10 + usize::from(d - b'0');
+        i += 1;
+    }
+    if i == 1 || head.get(i + 1) != Some(&b'\n') || n > max {
+        return None;
+    }
+    let end = (i + 2).checked_add(n)?;
+    if head.get(end..end.checked_add(2)?)? != b"\r\n" {
+        return None;
+    }
+    Some(pos + end + 2)
 }
 
 /// Parses one complete reply (as cut by [`reply_len`]) into a [`Frame`] whose strings are
@@ -516,6 +587,72 @@ mod tests {
         }
         assert_eq!(lens, vec![one, 5]);
         assert_eq!(parse_reply(&all.freeze().slice(..one)), Ok(frame));
+    }
+
+    /// Inside arrays, bulk strings take a fast path: it must give the general path's answer
+    /// (length, incomplete, or the same error) for well-formed and malformed strings alike.
+    #[test]
+    fn resp_reply_fast_bulk_path_answers_like_the_general_one() {
+        let cases: &[&[u8]] = &[
+            b"$0\r\n\r\n",
+            b"$1\r\na\r\n",
+            b"$-1\r\n",
+            b"$12\r\n*3\r\n$1\r\nab\r\n\r\n",
+            b"$01\r\na\r\n",
+            b"$00\r\n\r\n",
+            b"$\r\n",
+            b"$+1\r\na\r\n",
+            b"$1\ra\r\n",
+            b"$1\r\nab\r\n",
+            b"$1\r\na\rx",
+            b"$999999999999999999\r\n",
+            b"$9999999999999999999\r\n",
+            b"$99999999999999999999\r\n",
+            b"$5\r\nabcde\r\n",
+        ];
+        let small = Limits {
+            max_bulk_len: 4,
+            max_multibulk_len: 8,
+            max_inline_len: 4,
+        };
+        for &c in cases {
+            for limits in [lim(), small] {
+                // The general path's answer for the string alone, shifted by the header.
+                let alone = reply_len(c, &limits).map(|r| r.map(|n| n + 4));
+                let mut arr = b"*1\r\n".to_vec();
+                arr.extend_from_slice(c);
+                assert_eq!(
+                    reply_len(&arr, &limits),
+                    alone,
+                    "{:?}",
+                    String::from_utf8_lossy(c)
+                );
+                // Every prefix: incomplete, or the same error.
+                for cut in 4..arr.len() {
+                    let mut sc = ReplyScanner::new();
+                    let got = sc.scan(&arr[..cut], &limits);
+                    let want = reply_len(&c[..cut - 4], &limits);
+                    assert_eq!(got.is_err(), want.is_err(), "{c:?} cut {cut}");
+                    if let Ok(g) = got {
+                        assert_eq!(g, None, "{c:?} cut {cut}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn resp_reply_scanner_hints_where_a_bulk_ends() {
+        let mut sc = ReplyScanner::new();
+        let mut buf = b"*2\r\n$1\r\na\r\n$1000\r\nxyz".to_vec();
+        assert_eq!(sc.scan(&buf, &lim()), Ok(None));
+        assert_eq!(sc.bulk_end_hint(), Some(11 + 7 + 1000 + 2));
+        buf.resize(11 + 7 + 1000, b'x');
+        buf.extend_from_slice(b"\r\n");
+        assert_eq!(sc.scan(&buf, &lim()), Ok(Some(buf.len())));
+        assert_eq!(sc.bulk_end_hint(), None);
+        assert_eq!(sc.scan(b"*1\r\n", &lim()), Ok(None));
+        assert_eq!(sc.bulk_end_hint(), None);
     }
 
     #[test]

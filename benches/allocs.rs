@@ -1,0 +1,122 @@
+//! Heap allocations per request through the whole proxy: respway in this process (one
+//! worker, one local `redis-server` shard), a raw client on a loopback socket, and a counting
+//! global allocator (`stats_alloc`) over the process. The client allocates nothing in its
+//! loop (requests encoded beforehand, replies read into a buffer of their known length), and
+//! redis-server is another process, so what is counted is respway's session, filter chain and
+//! upstream connection, plus its background tasks (negligible over the requests counted).
+//!
+//! For each case (GET and SET of 64 B, 4 KiB, 64 KiB and 1 MiB values, one command per round
+//! trip and 16 per pipeline) it prints allocations, reallocations and bytes allocated per
+//! request.
+//!
+//! Run: `cargo bench --bench allocs` (`-- N` sets the requests per case, default 20,000).
+
+use std::alloc::System;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// `rounds` round trips of `req` (holding `per` commands), each answered by exactly
+/// `reply.len()` bytes equal to `reply`. Allocates nothing.
+fn run(c: &mut TcpStream, req: &[u8], reply: &[u8], buf: &mut [u8], rounds: usize) {
+    for _ in 0..rounds {
+        c.write_all(req).expect("write");
+        c.read_exact(buf).expect("read");
+        assert!(*buf == *reply, "unexpected reply");
+    }
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(20_000);
+    let shard = respway_testkit::redis();
+    let yaml = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    routes:\n      catch_all: main\n\
+         clusters:\n  - name: main\n    shards:\n      - name: s0\n        endpoints:\n          - {{ address: \"{}\" }}\n",
+        shard.addr
+    );
+    let config =
+        respway_xds::translate(&respway_xds::parse_yaml(&yaml).expect("yaml")).expect("config");
+    let server = respway::start(
+        config,
+        respway::Options {
+            workers: 1,
+            ..Default::default()
+        },
+    )
+    .expect("start");
+    let addr = server.local_addrs()[0];
+    let mut c = TcpStream::connect(addr).expect("connect");
+    c.set_nodelay(true).expect("nodelay");
+    c.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:<6} {:>9} {:>3} {:>9} {:>12} {:>12} {:>14}",
+        "cmd", "value", "P", "requests", "allocs/req", "reallocs/req", "bytes/req"
+    )
+    .expect("stdout");
+    for size in [64usize, 4096, 65536, 1 << 20] {
+        let value = vec![b'x'; size];
+        for pipeline in [1usize, 16] {
+            // Fewer requests for large values: the count per request is what matters.
+            let requests = (n * 64 / size.max(64)).clamp(200, n);
+            let rounds = requests.div_ceil(pipeline);
+            let requests = rounds * pipeline;
+            for cmd in ["SET", "GET"] {
+                let mut req = Vec::new();
+                let mut reply = Vec::new();
+                for i in 0..pipeline {
+                    let key = format!("k{i}");
+                    if cmd == "SET" {
+                        encode(&mut req, &[b"SET", key.as_bytes(), &value]);
+                        reply.extend_from_slice(b"+OK\r\n");
+                    } else {
+                        encode(&mut req, &[b"GET", key.as_bytes()]);
+                        reply.extend_from_slice(format!("${size}\r\n").as_bytes());
+                        reply.extend_from_slice(&value);
+                        reply.extend_from_slice(b"\r\n");
+                    }
+                }
+                let mut buf = vec![0u8; reply.len()];
+                // Warm up: connections opened, buffers grown to their working size.
+                run(&mut c, &req, &reply, &mut buf, rounds.clamp(10, 1000));
+                let region = Region::new(GLOBAL);
+                run(&mut c, &req, &reply, &mut buf, rounds);
+                let s = region.change();
+                let per = |v: usize| v as f64 / requests as f64;
+                writeln!(
+                    out,
+                    "{:<6} {:>9} {:>3} {:>9} {:>12.2} {:>12.2} {:>14.0}",
+                    cmd,
+                    size,
+                    pipeline,
+                    requests,
+                    per(s.allocations),
+                    per(s.reallocations),
+                    per(s.bytes_allocated)
+                )
+                .expect("stdout");
+            }
+        }
+    }
+    drop(c);
+    server.shutdown();
+}
