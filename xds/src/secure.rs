@@ -85,7 +85,13 @@ impl Security {
         let token_ok = match (&self.admin_token, authorization) {
             (Some(want), Some(h)) => h
                 .strip_prefix(b"Bearer ")
-                .is_some_and(|got| constant_time_eq(got, want.as_bytes())),
+                // The ACL's digest compare: constant time, and blind to the length too.
+                .is_some_and(|got| {
+                    respway_filters::acl::password_matches(
+                        &[respway_filters::acl::sha256(want.as_bytes())],
+                        got,
+                    )
+                }),
             _ => false,
         };
         let cert_ok = cert.is_some_and(|c| {
@@ -100,7 +106,7 @@ impl Security {
     pub fn refusal(&self) -> String {
         if self.admin_token.is_none() && self.admin_identities.is_empty() {
             "POST /apply needs credentials, and this server has none configured: start \
-             respway-xds with --admin-token-file (or RESPWAY_XDS_ADMIN_TOKEN) or \
+             respway-xds with --admin-token-file (or RESPWAY_XDS_ADMIN_TOKEN_FILE) or \
              --admin-identity with TLS client certificates"
                 .to_string()
         } else {
@@ -109,14 +115,6 @@ impl Security {
                 .to_string()
         }
     }
-}
-
-/// Compares in time that depends on the lengths only, not on where the bytes differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// What the server knows of a connection's peer (tonic puts it in each request's extensions).
