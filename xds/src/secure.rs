@@ -2,7 +2,8 @@
 //! credentials, and the rule that secrets reach only the node they are for.
 //!
 //! - **TLS.** With [`Security::tls`], both ports accept only TLS ([`tls_incoming`]): each
-//!   connection's handshake runs in a task of its own, bounded by [`HANDSHAKE_TIMEOUT`], and a
+//!   connection's handshake runs in a task of its own, bounded by [`HANDSHAKE_TIMEOUT`] (at most
+//!   [`MAX_HANDSHAKES`] at once), and a
 //!   failed one (a plaintext client, a wrong CA, an expired or missing client certificate) is
 //!   logged with the peer and rustls's reason and never reaches ADS or the admin API. The
 //!   certificate files are reloaded when they change ([`respway_tls::watch`]).
@@ -50,6 +51,10 @@ use crate::Resources;
 
 /// How long a TLS handshake on the ADS or admin port may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TLS handshakes in progress at once on one port; more connections wait in the kernel's
+/// accept queue, so a connection flood cannot grow memory without bound.
+pub const MAX_HANDSHAKES: usize = 256;
 
 /// How often certificate files are checked for changes.
 pub const RELOAD_PERIOD: Duration = Duration::from_secs(2);
@@ -196,8 +201,12 @@ pub fn tls_incoming(
     what: &'static str,
 ) -> mpsc::Receiver<std::io::Result<TlsConn>> {
     let (tx, rx) = mpsc::channel(64);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
         loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
             let (stream, peer) = tokio::select! {
                 a = listener.accept() => match a {
                     Ok(a) => a,
@@ -213,7 +222,9 @@ pub fn tls_incoming(
             let acceptor = tls.acceptor();
             let tx = tx.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                let done = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                drop(slot);
+                match done {
                     Ok(Ok(s)) => {
                         let cert = s
                             .get_ref()
