@@ -10,7 +10,9 @@
 //! - `GET /slowlog`: the slow log of every listener, newest first: one line per command with
 //!   its id, time, duration, cluster/shard, client, and the command with its first argument.
 //! - `GET /clusters`: every cluster, shard and endpoint of the configuration served, with
-//!   role, zone, how many workers see it healthy, and dedicated connections open.
+//!   role, zone, how many workers see it healthy, dedicated connections open, requests,
+//!   upstream latency, errors, and while it is out (see [`crate::upstream::EndpointStats`])
+//!   since when and why.
 //! - `GET /config_dump`: the configuration served, as JSON (`{"version": N, "config": ...}`),
 //!   passwords shown as `<redacted>`.
 //! - `GET /healthz`: 200 while the process serves.
@@ -786,13 +788,42 @@ fn metrics(state: &State) -> String {
         &mut o,
         "respway_upstream_errors_total",
         "counter",
-        "Upstream request failures by kind.",
+        "Requests to each endpoint that failed in respway, by kind (counted from when its pools were created).",
     );
-    for (kind, n) in &u.errors {
+    for (labels, v) in &endpoints {
+        for (kind, n) in crate::upstream::ErrorKind::ALL.iter().zip(v.errors) {
+            let _ = writeln!(
+                o,
+                "respway_upstream_errors_total{{{labels},kind=\"{}\"}} {n}",
+                kind.name()
+            );
+        }
+    }
+    family(
+        &mut o,
+        "respway_upstream_healthy",
+        "gauge",
+        "Share of workers that have the endpoint in (1: every worker can reach it; 0: every worker has it out after a failed connect).",
+    );
+    for (labels, v) in &endpoints {
+        let share = if v.workers == 0 {
+            1.0
+        } else {
+            v.healthy_workers as f64 / v.workers as f64
+        };
+        let _ = writeln!(o, "respway_upstream_healthy{{{labels}}} {share}");
+    }
+    family(
+        &mut o,
+        "respway_upstream_ejections_total",
+        "counter",
+        "Times a worker took the endpoint out (a failed connect, or a connection lost right after it opened).",
+    );
+    for (labels, v) in &endpoints {
         let _ = writeln!(
             o,
-            "respway_upstream_errors_total{{kind=\"{}\"}} {n}",
-            kind.name()
+            "respway_upstream_ejections_total{{{labels}}} {}",
+            v.ejections
         );
     }
     let up: [(&str, &str, u64); 4] = [
@@ -862,7 +893,7 @@ fn clusters(state: &State) -> String {
             Role::Primary => "primary",
             Role::Replica => "replica",
         };
-        let _ = writeln!(
+        let _ = write!(
             o,
             "  shard {} endpoint {} role={role} zone={} healthy={} (workers {up}/{of}) dedicated_connections={} requests={} upstream_p50_us={} upstream_p99_us={}",
             s.name,
@@ -874,6 +905,22 @@ fn clusters(state: &State) -> String {
             v.latency.as_ref().map_or(0, |t| t.percentile_us(0.5)),
             v.latency.as_ref().map_or(0, |t| t.percentile_us(0.99)),
         );
+        let errors: u64 = v.errors.iter().sum();
+        let _ = write!(o, " errors={errors} ejections={}", v.ejections);
+        if let Some(d) = &v.down {
+            let since = d
+                .since
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |t| t.as_secs());
+            let ago = d.since.elapsed().map_or(0, |t| t.as_secs());
+            let _ = write!(
+                o,
+                " out_since={since} ({ago} s ago) failed_attempts={} last_error=\"{}\"",
+                d.failures,
+                d.reason.replace('"', "'")
+            );
+        }
+        o.push('\n');
     });
     o
 }

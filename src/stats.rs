@@ -129,6 +129,13 @@ pub(crate) struct EndpointView {
     pub latency: Option<crate::metrics::CmdTotals>,
     /// Requests waiting in its connections' queues now.
     pub queued: usize,
+    /// Failed requests by kind (indexed like [`ErrorKind::ALL`]).
+    pub errors: [u64; 7],
+    /// Times a worker took it out (see [`crate::upstream::EndpointStats`]).
+    pub ejections: u64,
+    /// While some worker has it out: the earliest `since`, the latest reason, the most
+    /// failed attempts.
+    pub down: Option<crate::upstream::Down>,
 }
 
 /// Adds the counters of `s` into `t` (reads per shard by index; a shard count that changed
@@ -417,6 +424,25 @@ impl Registry {
                         v.dedicated += h.dedicated_open();
                         v.requests += h.requests();
                         v.queued += h.queued();
+                        let st = h.stats();
+                        for (n, k) in v.errors.iter_mut().zip(ErrorKind::ALL) {
+                            *n += st.errors(k);
+                        }
+                        v.ejections += st.ejections();
+                        if let Some(d) = st.down() {
+                            v.down = Some(match v.down.take() {
+                                None => d,
+                                Some(o) => crate::upstream::Down {
+                                    since: o.since.min(d.since),
+                                    reason: if d.since >= o.since {
+                                        d.reason
+                                    } else {
+                                        o.reason
+                                    },
+                                    failures: o.failures.max(d.failures),
+                                },
+                            });
+                        }
                         h.add_latency(
                             v.latency.get_or_insert_with(|| {
                                 crate::metrics::CmdTotals::empty("upstream")

@@ -221,6 +221,102 @@ impl UpstreamStats {
     }
 }
 
+/// One worker's counters and health of one endpoint: written by the endpoint's connection
+/// tasks (on the worker's thread, so the atomics are uncontended), read by the worker's zone
+/// layer and by the admin endpoint. An endpoint is *out* (respway's passive outlier rule)
+/// from a failed connect, or a connection that broke the protocol or was lost right after
+/// it opened, until a connect succeeds again; the zone layer sends reads elsewhere meanwhile.
+#[derive(Debug)]
+pub(crate) struct EndpointStats {
+    /// The worker's totals over every endpoint (`INFO proxy`), counted with this endpoint's.
+    pub(crate) worker: Arc<UpstreamStats>,
+    errors: [AtomicU64; 7],
+    healthy: AtomicBool,
+    /// Times it went from healthy to out.
+    ejections: AtomicU64,
+    /// Since when it is out, why, and how many attempts failed since (written on failures
+    /// only).
+    down: Mutex<Option<Down>>,
+}
+
+/// Why and since when an endpoint is out (see [`EndpointStats`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Down {
+    /// When it went out.
+    pub(crate) since: std::time::SystemTime,
+    /// The last failure.
+    pub(crate) reason: Arc<str>,
+    /// Failed attempts since it went out.
+    pub(crate) failures: u64,
+}
+
+impl EndpointStats {
+    fn new(worker: Arc<UpstreamStats>) -> EndpointStats {
+        EndpointStats {
+            worker,
+            errors: Default::default(),
+            healthy: AtomicBool::new(true),
+            ejections: AtomicU64::new(0),
+            down: Mutex::new(None),
+        }
+    }
+
+    /// Counts one error of `kind`, for the endpoint and the worker.
+    pub(crate) fn count(&self, kind: ErrorKind) {
+        crate::stats::bump(&self.errors[kind as usize], 1);
+        self.worker.count(kind);
+    }
+
+    /// Errors of `kind` so far.
+    pub(crate) fn errors(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind as usize].load(Ordering::Relaxed)
+    }
+
+    /// Times the endpoint went out.
+    pub(crate) fn ejections(&self) -> u64 {
+        self.ejections.load(Ordering::Relaxed)
+    }
+
+    /// False while the endpoint is out.
+    pub(crate) fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Since when and why it is out (`None` while healthy).
+    pub(crate) fn down(&self) -> Option<Down> {
+        self.down.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A connection opened: the endpoint is back (or still) in.
+    fn connected(&self) {
+        if !self.healthy.swap(true, Ordering::Relaxed) {
+            *self.down.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// An attempt failed with `reason`: the endpoint is out (again).
+    fn failed(&self, reason: &Arc<str>) {
+        let was_healthy = self.healthy.swap(false, Ordering::Relaxed);
+        if was_healthy {
+            crate::stats::bump(&self.ejections, 1);
+        }
+        let mut d = self.down.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *d {
+            Some(d) if !was_healthy => {
+                d.reason = reason.clone();
+                d.failures += 1;
+            }
+            _ => {
+                *d = Some(Down {
+                    since: std::time::SystemTime::now(),
+                    reason: reason.clone(),
+                    failures: 1,
+                })
+            }
+        }
+    }
+}
+
 type ReplyTx = oneshot::Sender<Result<Reply, UpstreamError>>;
 
 /// One request handed to a connection task.
@@ -290,10 +386,9 @@ struct EndpointInner {
     flavors: Box<[FlavorPools]>,
     /// Dedicated connections open now (idle or in use).
     dedicated_open: Arc<AtomicUsize>,
-    /// False while a connect to this endpoint is failing (written by this worker's
-    /// connection tasks, read by this worker's zone layer).
-    healthy: Arc<AtomicBool>,
-    stats: Arc<UpstreamStats>,
+    /// Counters and health, written by this worker's connection tasks (health is read by
+    /// this worker's zone layer).
+    stats: Arc<EndpointStats>,
     /// Requests this worker sent to the endpoint (queued on one of its connections), for
     /// per-shard load.
     requests: AtomicU64,
@@ -327,8 +422,7 @@ impl EndpointHandle {
                 n: n.max(1),
                 flavors,
                 dedicated_open: Arc::new(AtomicUsize::new(0)),
-                healthy: Arc::new(AtomicBool::new(true)),
-                stats,
+                stats: Arc::new(EndpointStats::new(stats)),
                 requests: AtomicU64::new(0),
                 latency: Arc::default(),
             }),
@@ -339,7 +433,12 @@ impl EndpointHandle {
 
     /// False while connecting to the endpoint fails.
     pub(crate) fn is_healthy(&self) -> bool {
-        self.inner.healthy.load(Ordering::Relaxed)
+        self.inner.stats.is_healthy()
+    }
+
+    /// This worker's counters and health of the endpoint.
+    pub(crate) fn stats(&self) -> &EndpointStats {
+        &self.inner.stats
     }
 
     /// `shard <name> (<addr>)`.
@@ -368,7 +467,6 @@ impl EndpointHandle {
                         flavor,
                         None,
                         rx,
-                        i.healthy.clone(),
                         i.stats.clone(),
                         i.latency.clone(),
                     ));
@@ -429,7 +527,6 @@ impl EndpointHandle {
             flavor,
             Some(OpenGuard(i.dedicated_open.clone())),
             rx,
-            i.healthy.clone(),
             i.stats.clone(),
             i.latency.clone(),
         ));
@@ -473,7 +570,7 @@ fn send_on(
     args: Vec<Bytes>,
     deadline: Instant,
     label: Arc<str>,
-    stats: &UpstreamStats,
+    stats: &EndpointStats,
     max_queue: usize,
 ) -> UpstreamFuture {
     let (tx, rx) = oneshot::channel();
@@ -871,7 +968,7 @@ impl fmt::Display for Fail {
 }
 
 /// Answers a request that will not be sent, counting the error.
-fn answer(tx: ReplyTx, e: UpstreamError, stats: &UpstreamStats) {
+fn answer(tx: ReplyTx, e: UpstreamError, stats: &EndpointStats) {
     stats.count(e.kind());
     let _ = tx.send(Err(e));
 }
@@ -885,15 +982,14 @@ async fn run_connection(
     flavor: Flavor,
     dedicated: Option<OpenGuard>,
     mut rx: mpsc::Receiver<UpstreamRequest>,
-    healthy: Arc<AtomicBool>,
-    stats: Arc<UpstreamStats>,
+    stats: Arc<EndpointStats>,
     latency: Arc<crate::metrics::Latency>,
 ) {
     if dedicated.is_some() {
         let Some(first) = rx.recv().await else { return };
         match connect(&cfg, flavor).await {
             Ok(stream) => {
-                stats.connects.fetch_add(1, Ordering::Relaxed);
+                stats.worker.connects.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = stream
                     .serve(Some(first), &mut rx, &stats, &latency, true)
                     .await
@@ -902,7 +998,10 @@ async fn run_connection(
                 }
             }
             Err(e) => {
-                stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .worker
+                    .connect_failures
+                    .fetch_add(1, Ordering::Relaxed);
                 let reason: Arc<str> = e.text.into();
                 answer(first.tx, UpstreamError::Unavailable(reason.clone()), &stats);
                 fail_queued(&mut rx, &reason, &stats);
@@ -928,8 +1027,8 @@ async fn run_connection(
         };
         let (failure, refused) = match connect(&cfg, flavor).await {
             Ok(stream) => {
-                stats.connects.fetch_add(1, Ordering::Relaxed);
-                healthy.store(true, Ordering::Relaxed);
+                stats.worker.connects.fetch_add(1, Ordering::Relaxed);
+                stats.connected();
                 probe = false;
                 tracing::debug!(endpoint = %cfg.label, "connected");
                 let opened = Instant::now();
@@ -938,10 +1037,10 @@ async fn run_connection(
                     Err(e) => {
                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
                         if matches!(e, Fail::Protocol(_)) {
-                            stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                            stats.worker.protocol_errors.fetch_add(1, Ordering::Relaxed);
                         }
                         if matches!(e, Fail::Stuck) {
-                            stats.stuck.fetch_add(1, Ordering::Relaxed);
+                            stats.worker.stuck.fetch_add(1, Ordering::Relaxed);
                         }
                         let flapping = matches!(e, Fail::Protocol(_))
                             || (opened.elapsed() < MIN_HEALTHY_LIFE && !matches!(e, Fail::Stuck));
@@ -959,7 +1058,10 @@ async fn run_connection(
                 }
             }
             Err(e) => {
-                stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .worker
+                    .connect_failures
+                    .fetch_add(1, Ordering::Relaxed);
                 if let Some(first) = first {
                     answer(
                         first.tx,
@@ -970,9 +1072,9 @@ async fn run_connection(
                 (e.text, e.refused)
             }
         };
-        healthy.store(false, Ordering::Relaxed);
         tracing::warn!(endpoint = %cfg.label, error = %failure, ?backoff, "upstream unavailable");
         let mut reason: Arc<str> = failure.into();
+        stats.failed(&reason);
         // Whatever queued during the failed attempt is answered now, and so is everything
         // that arrives during the backoff: a dead shard must not hang its clients. While the
         // shard refuses connections (a process restarting), a request waits for one more
@@ -998,8 +1100,8 @@ async fn run_connection(
                         last_attempt = Instant::now();
                         match connect(&cfg, flavor).await {
                             Ok(stream) => {
-                                stats.connects.fetch_add(1, Ordering::Relaxed);
-                                healthy.store(true, Ordering::Relaxed);
+                                stats.worker.connects.fetch_add(1, Ordering::Relaxed);
+                                stats.connected();
                                 backoff = BACKOFF_MIN;
                                 tracing::info!(endpoint = %cfg.label, "upstream reachable again");
                                 match stream.serve(Some(req), &mut rx, &stats, &latency, false).await {
@@ -1012,9 +1114,10 @@ async fn run_connection(
                                 }
                             }
                             Err(e) => {
-                                stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+                                stats.worker.connect_failures.fetch_add(1, Ordering::Relaxed);
                                 refused = e.refused;
                                 reason = e.text.into();
+                                stats.failed(&reason);
                                 answer(req.tx, UpstreamError::Unavailable(reason.clone()), &stats);
                                 fail_queued(&mut rx, &reason, &stats);
                             }
@@ -1028,7 +1131,7 @@ async fn run_connection(
 }
 
 /// Answers everything queued right now as unavailable.
-fn fail_queued(rx: &mut mpsc::Receiver<UpstreamRequest>, reason: &Arc<str>, stats: &UpstreamStats) {
+fn fail_queued(rx: &mut mpsc::Receiver<UpstreamRequest>, reason: &Arc<str>, stats: &EndpointStats) {
     while let Ok(req) = rx.try_recv() {
         answer(req.tx, UpstreamError::Unavailable(reason.clone()), stats);
     }
@@ -1065,7 +1168,7 @@ impl Conn {
         self,
         first: Option<UpstreamRequest>,
         rx: &mut mpsc::Receiver<UpstreamRequest>,
-        stats: &UpstreamStats,
+        stats: &EndpointStats,
         latency: &crate::metrics::Latency,
         dedicated: bool,
     ) -> Result<(), Fail> {
@@ -1199,7 +1302,7 @@ async fn serve<S: Io>(
     mut stream: S,
     first: Option<UpstreamRequest>,
     rx: &mut mpsc::Receiver<UpstreamRequest>,
-    stats: &UpstreamStats,
+    stats: &EndpointStats,
     latency: &crate::metrics::Latency,
     dedicated: bool,
 ) -> Result<(), Fail> {
@@ -1376,7 +1479,7 @@ fn enqueue(
     wbuf: &mut OutQueue,
     inflight: &mut VecDeque<Inflight>,
     now: Instant,
-    stats: &UpstreamStats,
+    stats: &EndpointStats,
 ) -> bool {
     if req.tx.is_closed() {
         return true;

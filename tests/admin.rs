@@ -657,3 +657,84 @@ fn info_config_version_is_the_applied_version() {
     }
     server.shutdown();
 }
+
+/// A killed shard's failures are counted on its own endpoint (kind by kind, none on the
+/// others), the endpoint is shown out with why and since when (`/clusters`,
+/// `respway_upstream_healthy`, `respway_upstream_ejections_total`), and it is back in once
+/// the shard returns.
+#[test]
+fn upstream_errors_and_outliers_are_shown_per_endpoint() {
+    let (mut shards, addrs) = three_shards();
+    let (rw, admin) = with_admin(&sharded_yaml(&addrs, "{ policy: maglev }", true));
+    let mut c = RespConn::connect(rw.addr);
+    for i in 0..300 {
+        assert_eq!(
+            c.call(&["SET", &format!("k{i}"), "v"]),
+            Resp::Simple("OK".into())
+        );
+    }
+    let port = addrs[1].port();
+    shards[1].kill();
+    let mut failed = 0;
+    for i in 0..300 {
+        if c.call(&["GET", &format!("k{i}")]).is_error() {
+            failed += 1;
+        }
+    }
+    assert!(failed > 0, "some keys live on the killed shard");
+    let scrape = |admin: &respway::admin::Admin| {
+        let (status, body) = http_get(admin.local_addr(), "/metrics");
+        assert_eq!(status, 200);
+        prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+            .expect("valid Prometheus text")
+    };
+    let s = scrape(&admin);
+    let errors = |s: &prometheus_parse::Scrape, shard: &str| -> f64 {
+        sample(s, "respway_upstream_errors_total", &[("shard", shard)])
+            .iter()
+            .map(|x| match x.value {
+                prometheus_parse::Value::Counter(v) => v,
+                _ => panic!("counter"),
+            })
+            .sum()
+    };
+    let on_s1 = errors(&s, "s1");
+    assert!(
+        on_s1 >= 1.0 && on_s1 <= f64::from(failed),
+        "s1 errors {on_s1}, client saw {failed}"
+    );
+    assert_eq!(errors(&s, "s0"), 0.0);
+    assert_eq!(errors(&s, "s2"), 0.0);
+    let ep = addrs[1].to_string();
+    let s1 = [("shard", "s1"), ("endpoint", ep.as_str())];
+    assert!(counter(&s, "respway_upstream_healthy", &s1) < 1.0);
+    assert!(counter(&s, "respway_upstream_ejections_total", &s1) >= 1.0);
+    assert_eq!(
+        counter(&s, "respway_upstream_healthy", &[("shard", "s0")]),
+        1.0
+    );
+    let (_, clusters) = http_get(admin.local_addr(), "/clusters");
+    let line = clusters
+        .lines()
+        .find(|l| l.contains(&format!("shard s1 endpoint {ep}")))
+        .unwrap_or_else(|| panic!("{clusters}"));
+    assert!(line.contains(" out_since="), "{line}");
+    assert!(line.contains("last_error=\""), "{line}");
+    assert!(line.contains(&format!("errors={on_s1}")), "{line}");
+    shards[1] = redis_on(port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let back = (0..300).all(|i| !c.call(&["GET", &format!("k{i}")]).is_error());
+        let (_, clusters) = http_get(admin.local_addr(), "/clusters");
+        let line = clusters
+            .lines()
+            .find(|l| l.contains(&format!("shard s1 endpoint {ep}")))
+            .unwrap_or_default()
+            .to_string();
+        if back && !line.contains("out_since") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not back in: {line}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
