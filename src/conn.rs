@@ -514,7 +514,7 @@ impl Session {
         let now = *now.get_or_insert_with(Instant::now);
         let us = now.saturating_duration_since(started).as_micros() as u64;
         ctx.stats.cmds.record(idx, us, is_error(reply));
-        if us >= ctx.stats.slow.threshold_us {
+        if us >= ctx.stats.slow.threshold_us() {
             let upstream = crate::slowlog::take_upstream(reply, started);
             self.log_slow(ctx, live, idx, us, first, upstream);
         }

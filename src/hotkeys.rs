@@ -35,7 +35,8 @@ const SEEDS: [u64; DEPTH] = [
 /// One worker's hot-key tracker for one listener.
 #[derive(Debug)]
 pub(crate) struct Tracker {
-    sample: u64,
+    /// One key in this many is taken (0: none); a configuration push may change it.
+    sample: AtomicU64,
     tick: AtomicU64,
     inner: Mutex<HashMap<String, Cluster>>,
 }
@@ -124,7 +125,7 @@ impl Tracker {
     /// A tracker taking one key in `sample` (0: none).
     pub(crate) fn new(sample: u64) -> Tracker {
         Tracker {
-            sample,
+            sample: AtomicU64::new(sample),
             tick: AtomicU64::new(0),
             inner: Mutex::new(HashMap::new()),
         }
@@ -133,13 +134,19 @@ impl Tracker {
     /// True when the next offered key is to be counted (call [`record`](Self::record)).
     #[inline]
     pub(crate) fn take(&self) -> bool {
-        if self.sample == 0 {
+        let sample = self.sample.load(Ordering::Relaxed);
+        if sample == 0 {
             return false;
         }
         // One worker writes the tick (see `stats::bump`).
         let t = self.tick.load(Ordering::Relaxed);
         self.tick.store(t.wrapping_add(1), Ordering::Relaxed);
-        t.is_multiple_of(self.sample)
+        t.is_multiple_of(sample)
+    }
+
+    /// Takes one key in `sample` from now on (0: none); what was counted stays.
+    pub(crate) fn set_sample(&self, sample: u64) {
+        self.sample.store(sample, Ordering::Relaxed);
     }
 
     /// Counts `key` of `cluster` (a sampled one).
@@ -161,12 +168,15 @@ impl Tracker {
     /// Adds this worker's estimates (current + previous window, scaled by the sampling) into
     /// `into`: cluster → key → requests.
     pub(crate) fn add_into(&self, into: &mut HashMap<String, HashMap<Bytes, u64>>) {
+        // Scaled by the sampling now (a push that changed it scales older counts by the new
+        // rate until their windows pass).
+        let sample = self.sample.load(Ordering::Relaxed);
         let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for (name, c) in m.iter() {
             let keys = into.entry(name.to_string()).or_default();
             for e in c.top.iter().chain(&c.previous) {
                 *keys.entry(Bytes::copy_from_slice(&e.key)).or_default() +=
-                    u64::from(e.count) * self.sample;
+                    u64::from(e.count) * sample;
             }
         }
     }

@@ -10,7 +10,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -118,9 +118,10 @@ pub(crate) fn take_upstream(reply: &[u8], since: Instant) -> Option<(SocketAddr,
 /// One worker's slow log for one listener.
 #[derive(Debug)]
 pub(crate) struct SlowLog {
-    /// Commands at least this slow are logged (µs; `u64::MAX` = off).
-    pub(crate) threshold_us: u64,
-    max_len: usize,
+    /// Commands at least this slow are logged (µs; `u64::MAX` = off); a configuration push
+    /// may change it, and `max_len`.
+    threshold_us: AtomicU64,
+    max_len: AtomicUsize,
     ring: Mutex<VecDeque<Entry>>,
 }
 
@@ -134,16 +135,34 @@ impl SlowLog {
     /// A log of commands of at least `threshold_us`, keeping `max_len`.
     pub(crate) fn new(threshold_us: u64, max_len: usize) -> SlowLog {
         SlowLog {
-            threshold_us,
-            max_len,
+            threshold_us: AtomicU64::new(threshold_us),
+            max_len: AtomicUsize::new(max_len),
             ring: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Commands at least this slow (µs) are logged.
+    #[inline]
+    pub(crate) fn threshold_us(&self) -> u64 {
+        self.threshold_us.load(Ordering::Relaxed)
+    }
+
+    /// Logs commands of at least `threshold_us` from now on, keeping `max_len` (the oldest
+    /// entries past it are dropped now).
+    pub(crate) fn set(&self, threshold_us: u64, max_len: usize) {
+        self.threshold_us.store(threshold_us, Ordering::Relaxed);
+        self.max_len.store(max_len, Ordering::Relaxed);
+        let mut r = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        while r.len() > max_len {
+            r.pop_front();
         }
     }
 
     /// Adds an entry (the id and time are filled in here).
     #[cold]
     pub(crate) fn push(&self, mut e: Entry) {
-        if self.max_len == 0 {
+        let max_len = self.max_len.load(Ordering::Relaxed);
+        if max_len == 0 {
             return;
         }
         e.id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -151,7 +170,7 @@ impl SlowLog {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let mut r = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        if r.len() == self.max_len {
+        while r.len() >= max_len {
             r.pop_front();
         }
         r.push_back(e);

@@ -65,7 +65,6 @@ impl Worker {
                 return;
             }
         };
-        crate::slowlog::set_upstream_min(self.slowlog.0, self.slowlog.1);
         rt.block_on(async move {
             let listeners = match bind_all(&bind_to) {
                 Ok(l) => l,
@@ -82,14 +81,16 @@ impl Worker {
             let mut changed = self.shared.changed.subscribe();
             let snapshot = self.shared.current.load_full();
             let mut seen = snapshot.version;
+            self.observe_upstream(&snapshot);
             let all_parts = self.build_parts(&snapshot);
             let mut slots = Vec::new();
             let mut ctxs = Vec::new();
             let mut accepts = Vec::new();
             for (i, (listener, parts)) in listeners.into_iter().zip(all_parts).enumerate() {
+                let (sample, threshold, max_len) = self.observe(&snapshot.config.listeners[i]);
                 let stats = Arc::new(ListenerStats {
-                    hot: hotkeys::Tracker::new(self.hot_key_sample),
-                    slow: slowlog::SlowLog::new(self.slowlog.0, self.slowlog.1),
+                    hot: hotkeys::Tracker::new(sample),
+                    slow: slowlog::SlowLog::new(threshold, max_len),
                     ..Default::default()
                 });
                 self.registry
@@ -136,6 +137,12 @@ impl Worker {
                         for (slot, parts) in slots.iter().zip(self.build_parts(&snapshot)) {
                             slot.store(parts);
                         }
+                        self.observe_upstream(&snapshot);
+                        for (ctx, l) in ctxs.iter().zip(&snapshot.config.listeners) {
+                            let (sample, threshold, max_len) = self.observe(l);
+                            ctx.stats.hot.set_sample(sample);
+                            ctx.stats.slow.set(threshold, max_len);
+                        }
                         tracing::debug!(worker = self.id, version = seen, "configuration swapped");
                     }
                 }
@@ -143,6 +150,36 @@ impl Worker {
         });
         // Dropping the runtime cancels every session and connection task of this worker.
         drop(rt);
+    }
+
+    /// The listener's hot-key sampling, slow-log threshold (µs) and slow-log length: its
+    /// configuration's, else the process's.
+    fn observe(&self, l: &respway_filters::model::Listener) -> (u64, u64, usize) {
+        let o = &l.observe;
+        (
+            o.hot_key_sample.unwrap_or(self.hot_key_sample),
+            o.slowlog_threshold.map_or(self.slowlog.0, |d| {
+                u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+            }),
+            o.slowlog_max_len.unwrap_or(self.slowlog.1),
+        )
+    }
+
+    /// Sets how slow upstream a reply must be for the slow log's upstream split on this
+    /// worker's thread: from the lowest threshold of the listeners that keep a slow log.
+    fn observe_upstream(&self, snapshot: &Snapshot) {
+        let min = snapshot
+            .config
+            .listeners
+            .iter()
+            .map(|l| self.observe(l))
+            .filter(|&(_, _, len)| len > 0)
+            .map(|(_, t, _)| t)
+            .min();
+        match min {
+            Some(t) => crate::slowlog::set_upstream_min(t, 1),
+            None => crate::slowlog::set_upstream_min(u64::MAX, 0),
+        }
     }
 
     /// Builds this worker's chain parts for every listener of `snapshot`: endpoint handles

@@ -738,3 +738,78 @@ fn upstream_errors_and_outliers_are_shown_per_endpoint() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The slow log's threshold and length and the hot-key sampling come from the listener's
+/// configuration and change with a push: nothing is logged or sampled before, and after the
+/// push slow commands are logged (at most `slowlog_max_len`) and hot keys found.
+#[test]
+fn slow_log_and_hot_key_settings_follow_the_config() {
+    let (_shards, addrs) = three_shards();
+    let yaml = |extra: &str| {
+        sharded_yaml(&addrs, "{ policy: maglev }", true).replace(
+            "    op_timeout: 2s\n",
+            &format!("    op_timeout: 2s\n{extra}"),
+        )
+    };
+    let config = |y: &str| respway_xds::translate(&respway_xds::parse_yaml(y).unwrap()).unwrap();
+    let server = respway::start(
+        config(&yaml("    slowlog_threshold: 1h\n    hot_key_sample: 0\n")),
+        respway::Options::default(),
+    )
+    .expect("start");
+    let addr = server.local_addrs()[0];
+    let admin =
+        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, &server).expect("admin");
+    let mut c = RespConn::connect(addr);
+    assert_eq!(c.call(&["SET", "slow:key", "v"]), Resp::Simple("OK".into()));
+    let shard = (0..3)
+        .find(|&i| RespConn::connect(addrs[i]).call(&["EXISTS", "slow:key"]) == Resp::Int(1))
+        .expect("key on a shard");
+    let slow_get = |c: &mut RespConn| {
+        assert_eq!(
+            RespConn::connect(addrs[shard]).call(&["CLIENT", "PAUSE", "150", "ALL"]),
+            Resp::Simple("OK".into())
+        );
+        assert_eq!(c.call(&["GET", "slow:key"]), Resp::bulk("v"));
+    };
+    let hot_gets = |c: &mut RespConn| {
+        for _ in 0..2000 {
+            c.call(&["GET", "hot:one"]);
+        }
+    };
+    slow_get(&mut c);
+    hot_gets(&mut c);
+    assert_eq!(c.call(&["SLOWLOG", "LEN"]), Resp::Int(0), "threshold 1h");
+    let (_, hot) = http_get(admin.local_addr(), "/hotkeys");
+    assert!(!hot.contains("hot:one"), "sampling off: {hot}");
+
+    server
+        .apply(config(&yaml(
+            "    slowlog_threshold: 50ms\n    slowlog_max_len: 1\n    hot_key_sample: 1\n",
+        )))
+        .expect("apply");
+    // The workers swap on their own; a new session after that uses the new settings.
+    let mut logged = false;
+    for _ in 0..30 {
+        let mut c = RespConn::connect(addr);
+        slow_get(&mut c);
+        if c.call(&["SLOWLOG", "LEN"]) == Resp::Int(1) {
+            logged = true;
+            break;
+        }
+    }
+    assert!(logged, "a slow GET logged after the push");
+    let mut c = RespConn::connect(addr);
+    slow_get(&mut c);
+    slow_get(&mut c);
+    assert_eq!(
+        c.call(&["SLOWLOG", "LEN"]),
+        Resp::Int(1),
+        "slowlog_max_len 1"
+    );
+    hot_gets(&mut c);
+    let (_, hot) = http_get(admin.local_addr(), "/hotkeys");
+    assert!(hot.contains("hot:one"), "sampling every key: {hot}");
+    drop(admin);
+    server.shutdown();
+}

@@ -145,6 +145,7 @@ fn main_cluster() -> Cluster {
 
 fn listener(routes: RouteTable) -> Listener {
     Listener {
+        observe: Default::default(),
         tls: None,
         name: "main".to_owned(),
         address: addr(6380),

@@ -57,6 +57,23 @@ pub struct Listener {
     pub resp: RespSettings,
     /// TLS for clients (`None`: plaintext).
     pub tls: Option<ListenerTls>,
+    /// What the listener's slow log and hot-key detection keep.
+    pub observe: Observe,
+}
+
+/// A listener's slow log and hot-key detection; `None` takes the process's setting (the
+/// sidecar's `--slowlog-threshold-us`, `--slowlog-max-len`, `--hot-key-sample`). A push that
+/// changes them applies to the commands after it; kept entries and counts stay.
+#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Observe {
+    /// Commands at least this slow (dispatch to reply) are logged, like Redis's
+    /// `slowlog-log-slower-than` (zero logs every command).
+    pub slowlog_threshold: Option<Duration>,
+    /// Entries kept per worker, like Redis's `slowlog-max-len` (zero keeps none).
+    pub slowlog_max_len: Option<usize>,
+    /// One key in this many of the commands routed by key is counted for hot-key detection
+    /// (zero turns it off).
+    pub hot_key_sample: Option<u64>,
 }
 
 /// A listener's TLS: its certificate files, and the CA that signs client certificates (mTLS).

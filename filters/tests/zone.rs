@@ -115,6 +115,7 @@ fn routing(zone: Option<&str>) -> Arc<Routing> {
         .collect();
     let config = Config {
         listeners: vec![Listener {
+            observe: Default::default(),
             tls: None,
             name: "main".to_string(),
             address: "127.0.0.1:6380".parse().unwrap(),

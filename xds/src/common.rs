@@ -20,6 +20,8 @@ pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default cap on replies a client may have outstanding.
 pub(crate) const DEFAULT_MAX_PENDING: usize = 1024;
+/// Most slow-log entries a listener may keep per worker (an entry is a few hundred bytes).
+pub(crate) const MAX_SLOWLOG_LEN: u64 = 100_000;
 /// Default connections per worker and endpoint.
 pub(crate) const DEFAULT_CONNECTIONS_PER_ENDPOINT: usize = 1;
 /// Envoy's default maglev table size.

@@ -159,6 +159,9 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
         admin_commands: l.client.admin_commands,
         keys_max: l.client.keys_max as u64,
         pubsub_buffer_limit: l.client.pubsub_buffer_limit as u64,
+        slowlog_threshold: l.observe.slowlog_threshold.map(duration),
+        slowlog_max_len: l.observe.slowlog_max_len.map(|n| n as u64),
+        hot_key_sample: l.observe.hot_key_sample,
         protocol: match l.resp.protocol {
             ProtocolMode::Auto => rw::Protocol::Auto,
             ProtocolMode::Resp2 => rw::Protocol::Resp2,

@@ -213,6 +213,7 @@ pub fn default_config() -> Config {
             client: Default::default(),
             limits: Limits::default(),
             tls: None,
+            observe: Default::default(),
         }],
         clusters: vec![model::Cluster {
             tls: None,

@@ -1427,3 +1427,73 @@ fn eds_endpoints_come_over_ads_only() {
     )));
     assert!(errors(&own).contains("eds_cluster_config.eds_config.self: not supported"));
 }
+
+/// The slow log's and hot-key detection's settings go from YAML into the model, into
+/// `respway.v1.ListenerSettings` and back; unset stays unset (the sidecar's flags apply), and
+/// a bad value names its field.
+#[test]
+fn observability_settings_travel_in_the_extension() {
+    let yaml = |extra: &str| {
+        format!(
+            "listeners:\n  - name: main\n{extra}    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards: [{{ endpoints: [{{ address: 10.0.0.1:6379 }}] }}]\n"
+        )
+    };
+    let model = translate(
+        &parse_yaml(&yaml(
+            "    slowlog_threshold: 0us\n    slowlog_max_len: 7\n    hot_key_sample: 0\n",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let o = &model.listeners[0].observe;
+    assert_eq!(
+        (o.slowlog_threshold, o.slowlog_max_len, o.hot_key_sample),
+        (Some(Duration::ZERO), Some(7), Some(0))
+    );
+    let resources = to_resources(&model);
+    assert_eq!(translate(&resources).unwrap(), model);
+    let Some(ConfigType::TypedConfig(any)) =
+        &resources.listeners[0].filter_chains[0].filters[0].config_type
+    else {
+        panic!("typed_config")
+    };
+    let s = ListenerSettings::decode(any.value.as_slice()).unwrap();
+    assert_eq!(
+        (s.slowlog_threshold, s.slowlog_max_len, s.hot_key_sample),
+        (Some(PbDuration::default()), Some(7), Some(0))
+    );
+
+    let unset = translate(&parse_yaml(&yaml("")).unwrap()).unwrap();
+    assert_eq!(unset.listeners[0].observe, Default::default());
+    assert_eq!(translate(&to_resources(&unset)).unwrap(), unset);
+
+    let e = parse_yaml(&yaml(
+        "    slowlog_threshold: soon\n    slowlog_max_len: 100001\n    hot_key_sample: -1\n",
+    ))
+    .expect_err("bad values")
+    .to_string();
+    assert!(
+        e.contains("slowlog_threshold: invalid duration \"soon\""),
+        "{e}"
+    );
+    assert!(e.contains("slowlog_max_len: must be at most 100000"), "{e}");
+    assert!(
+        e.contains("hot_key_sample: expected an unsigned integer"),
+        "{e}"
+    );
+
+    let mut r = resources;
+    edit_settings(&mut r, |s| {
+        s.slowlog_max_len = Some(1 << 40);
+        s.slowlog_threshold = Some(PbDuration {
+            seconds: -1,
+            nanos: 0,
+        });
+    });
+    let e = errors(&r);
+    assert!(e.contains("slowlog_max_len: must be at most 100000"), "{e}");
+    assert!(
+        e.contains("slowlog_threshold: invalid duration (-1s, 0ns)"),
+        "{e}"
+    );
+}

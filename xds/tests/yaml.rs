@@ -96,6 +96,7 @@ fn full_example_model() -> Config {
     Config {
         zone: None,
         listeners: vec![Listener {
+            observe: Default::default(),
             tls: None,
             name: "main".into(),
             address: "127.0.0.1:6380".parse().unwrap(),
@@ -459,7 +460,7 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, admin_commands, keys_max, pubsub_buffer_limit, protocol, advertised_redis_version, downstream_auth_password, users, limits, routes, tls)
+        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, admin_commands, keys_max, pubsub_buffer_limit, slowlog_threshold, slowlog_max_len, hot_key_sample, protocol, advertised_redis_version, downstream_auth_password, users, limits, routes, tls)
 listener "main": op_timeout: must be greater than 0
 listener "main": routes.catch_all: unknown cluster "mian"
 listener "main": routes.prefixes[0].cluster: unknown cluster "profile"

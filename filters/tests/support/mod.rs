@@ -62,6 +62,7 @@ pub fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
 /// Routing of one listener (`l`, on 127.0.0.1:6380) with these routes over these clusters.
 pub fn routing_of(routes: RouteTable, clusters: Vec<Cluster>, zone: Option<&str>) -> Arc<Routing> {
     let listener = Listener {
+        observe: Default::default(),
         tls: None,
         name: "l".to_string(),
         address: "127.0.0.1:6380".parse().unwrap(),

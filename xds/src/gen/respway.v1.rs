@@ -408,6 +408,21 @@ pub struct ListenerSettings {
     /// `downstream_auth_passwords` (which is the default user's password).
     #[prost(message, repeated, tag = "14")]
     pub users: ::prost::alloc::vec::Vec<User>,
+    /// Commands at least this slow (dispatch to reply) go to the slow log, like Redis's
+    /// `slowlog-log-slower-than` (zero logs every command). Unset: the sidecar's
+    /// `--slowlog-threshold-us`.
+    #[prost(message, optional, tag = "15")]
+    pub slowlog_threshold: ::core::option::Option<
+        ::envoy_types::pb::google::protobuf::Duration,
+    >,
+    /// Slow-log entries kept per worker, like Redis's `slowlog-max-len` (zero keeps none).
+    /// Unset: the sidecar's `--slowlog-max-len`.
+    #[prost(uint64, optional, tag = "16")]
+    pub slowlog_max_len: ::core::option::Option<u64>,
+    /// One key in this many of the commands routed by key is counted for hot-key detection
+    /// (zero turns it off). Unset: the sidecar's `--hot-key-sample`.
+    #[prost(uint64, optional, tag = "17")]
+    pub hot_key_sample: ::core::option::Option<u64>,
 }
 impl ::prost::Name for ListenerSettings {
     const NAME: &'static str = "ListenerSettings";

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, Fr
 use prost::Name;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    AclUser, ClientLimits, Listener, MirrorMode, MirrorPolicy, PrefixRoute, ProtocolMode,
+    AclUser, ClientLimits, Listener, MirrorMode, MirrorPolicy, Observe, PrefixRoute, ProtocolMode,
     ReadPolicy, RespSettings, RouteTable, ZoneFallback,
 };
 
@@ -427,6 +427,7 @@ pub(super) fn translate(
     let mut max_pending = common::DEFAULT_MAX_PENDING;
     let mut limits = Limits::default();
     let mut client = ClientLimits::default();
+    let mut observe = Observe::default();
     let mut resp = RespSettings {
         protocol: envoy_protocol,
         ..RespSettings::default()
@@ -456,6 +457,7 @@ pub(super) fn translate(
             }
         }
         client = client_limits(cx, at, s);
+        observe = observe_settings(cx, at, s);
         resp_settings(cx, at, s, &mut resp);
         if s.max_pending_per_client != 0 {
             max_pending = s.max_pending_per_client as usize;
@@ -486,10 +488,51 @@ pub(super) fn translate(
             resp,
             client,
             limits,
+            observe,
         },
         enable_hashtagging,
         read_policy,
     })
+}
+
+/// `ListenerSettings.slowlog_threshold`, `slowlog_max_len`, `hot_key_sample` (unset: the
+/// sidecar's own flags).
+fn observe_settings(cx: &mut Cx, at: &str, s: &ListenerSettings) -> Observe {
+    let slowlog_threshold = s.slowlog_threshold.as_ref().and_then(|d| {
+        if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+            cx.err(
+                join(at, "slowlog_threshold"),
+                format!("invalid duration ({}s, {}ns)", d.seconds, d.nanos),
+            );
+            return None;
+        }
+        Some(std::time::Duration::new(d.seconds as u64, d.nanos as u32))
+    });
+    let slowlog_max_len = s.slowlog_max_len.and_then(|n| {
+        if n > common::MAX_SLOWLOG_LEN {
+            cx.err(
+                join(at, "slowlog_max_len"),
+                format!("must be at most {}", common::MAX_SLOWLOG_LEN),
+            );
+            return None;
+        }
+        Some(n as usize)
+    });
+    let hot_key_sample = s.hot_key_sample.and_then(|n| {
+        if n > u64::from(u32::MAX) {
+            cx.err(
+                join(at, "hot_key_sample"),
+                format!("must be at most {}", u32::MAX),
+            );
+            return None;
+        }
+        Some(n)
+    });
+    Observe {
+        slowlog_threshold,
+        slowlog_max_len,
+        hot_key_sample,
+    }
 }
 
 /// `ListenerSettings.users` (at `at`); problems across users are checked by the caller.

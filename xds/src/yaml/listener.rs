@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    AclUser, ClientLimits, Listener, ListenerTls, MirrorMode, MirrorPolicy, PrefixRoute,
+    AclUser, ClientLimits, Listener, ListenerTls, MirrorMode, MirrorPolicy, Observe, PrefixRoute,
     RespSettings, RouteTable,
 };
 use serde_yaml_ng::Value;
@@ -27,6 +27,9 @@ pub(super) const LISTENER_KEYS: &[&str] = &[
     "admin_commands",
     "keys_max",
     "pubsub_buffer_limit",
+    "slowlog_threshold",
+    "slowlog_max_len",
+    "hot_key_sample",
     "protocol",
     "advertised_redis_version",
     "downstream_auth_password",
@@ -100,8 +103,16 @@ pub(super) fn listener(
         }
     };
     let tls = m.get("tls").and_then(|v| listener_tls(cx, v, &m.at("tls")));
+    let observe = Observe {
+        slowlog_threshold: m.duration_or_zero(cx, "slowlog_threshold"),
+        slowlog_max_len: m
+            .uint(cx, "slowlog_max_len", common::MAX_SLOWLOG_LEN)
+            .map(|n| n as usize),
+        hot_key_sample: m.uint(cx, "hot_key_sample", u64::from(u32::MAX)),
+    };
     (cx.count() == before).then(|| Listener {
         tls,
+        observe,
         name: name.unwrap_or_default(),
         address,
         routes,

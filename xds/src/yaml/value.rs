@@ -200,6 +200,14 @@ impl<'v> Map<'v> {
         Some(ppm as u32)
     }
 
+    /// A duration string, zero allowed.
+    pub(super) fn duration_or_zero(&self, cx: &mut Cx, key: &str) -> Option<Duration> {
+        let s = self.string(cx, key)?;
+        common::parse_duration(&s)
+            .map_err(|e| cx.err(self.at(key), e))
+            .ok()
+    }
+
     /// A duration string greater than zero.
     pub(super) fn duration(&self, cx: &mut Cx, key: &str) -> Option<Duration> {
         let s = self.string(cx, key)?;
