@@ -23,7 +23,8 @@ struct Shard {
 fn shards_with_replicas(n: usize) -> Vec<Shard> {
     let shards: Vec<Shard> = (0..n)
         .map(|_| {
-            let primary = redis();
+            // No 5 s wait for more replicas before the first (diskless) sync.
+            let primary = redis_with(&["--repl-diskless-sync-delay", "0"]);
             let port = primary.addr.port().to_string();
             let replica = redis_with(&["--replicaof", "127.0.0.1", &port]);
             Shard { primary, replica }
