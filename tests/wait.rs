@@ -2,8 +2,8 @@
 //! `redis-server --replicaof` process): the count of replicas that acknowledged the client's
 //! writes on every shard, a stopped replica (SIGSTOP) capping the answer while other clients
 //! are served, Redis's own errors, a client that leaves while waiting, WAITAOF on a 7.0
-//! server, MULTI and subscriber mode, shards without replicas, mirror clusters left out and
-//! the dedicated-connection bound.
+//! server, MULTI and subscriber mode, shards without replicas, mirror clusters left out, the
+//! dedicated-connection bound, pattern subscribers not seeing the nudge, and redis-py.
 
 mod support;
 
@@ -507,4 +507,27 @@ fn pattern_subscribers_do_not_see_the_nudge() {
     let mut want = markers.clone();
     want.sort();
     assert_eq!(got, want, "only the markers, no nudge");
+}
+
+/// redis-py, unchanged (the version `tests/clients/requirements.txt` pins): `r.wait(1, 2000)`
+/// after a write answers 1 through respway.
+#[test]
+fn redis_py_wait_answers_the_count() {
+    let shards = shards_with_replicas(2);
+    let rw = respway(&yaml_over(&shards, ""), 1);
+    let script = format!(
+        "import redis\n\
+         r = redis.Redis(host='{}', port={}, socket_timeout=10)\n\
+         r.set('py', 'v')\n\
+         n = r.wait(1, 2000)\n\
+         assert n == 1, n\n\
+         print('ok wait', n)\n",
+        rw.addr.ip(),
+        rw.addr.port()
+    );
+    let (ok, out) = run_bounded("python3", &["-c", &script]);
+    assert!(
+        ok,
+        "redis-py WAIT failed ({SETUP} if redis is missing):\n{out}"
+    );
 }
