@@ -830,6 +830,12 @@ impl Session {
                     backstop,
                 )
             }
+            CommandClass::Blocking if crate::wait::is_wait(cmd) => {
+                match crate::wait::call(cmd, args, &live.parts, flavor, op_timeout) {
+                    crate::wait::Call::Wait { fut, backstop } => Pending::other(fut, backstop),
+                    crate::wait::Call::Refused(r) => Pending::Ready(r),
+                }
+            }
             CommandClass::Blocking => {
                 if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
                     return Pending::Ready(error_reply(&format!("ERR {e}")));

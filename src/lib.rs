@@ -25,6 +25,7 @@
 //! - `tls`: TLS on listeners and to shards (configurations per snapshot, the stream type);
 //! - `tx`: transactions pinned to one shard;
 //! - `upstream`: pooled, pipelined connections to the Redis shards;
+//! - `wait`: `WAIT` / `WAITAOF` on every primary, on dedicated connections;
 //! - `worker`: one worker thread (its runtime, its chain parts per config, accept loop, drain).
 
 mod acl;
@@ -46,6 +47,7 @@ mod stats;
 mod tls;
 mod tx;
 mod upstream;
+mod wait;
 mod worker;
 pub mod xds;
 

@@ -283,7 +283,6 @@ fn unsupported_and_unknown_commands_keep_the_connection() {
     let mut c = sync_client(rw.addr);
     for cmd in [
         vec!["SWAPDB", "0", "1"],
-        vec!["WAIT", "1", "0"],
         vec!["MOVE", "k", "1"],
         vec!["DEBUG", "SLEEP", "0"],
         vec!["CONFIG", "GET", "x"],

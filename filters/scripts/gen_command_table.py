@@ -17,7 +17,9 @@ persistence) in a temporary directory, runs `redis-cli -3 --json COMMAND` and a 
 through `rustfmt --edition 2021` and writes (or, with --check, compares) the result. It
 also renders COMMANDS.md at the repository root: one row per command and subcommand with
 its class and what respway does with it (`describe()`), plus the Redis 7.2 additions a
-7.0 server does not list (`REDIS_72_EXTRAS`); --check compares that file too.
+7.0 server does not list (`REDIS_72_EXTRAS`); --check compares that file too. The 7.2
+commands respway serves (`REDIS_72_COMMANDS`: `WAITAOF`) are added to the server's list,
+so they are in the table as well.
 
 Needs python3 (no third-party packages), redis-server, redis-cli and rustfmt on PATH
 (or given by --redis-server / --redis-cli / $RUSTFMT). `--dump-json FILE` saves the raw
@@ -75,7 +77,8 @@ FLAG_CONST = dict(FLAGS)
 #   2. SPLIT: split per shard and merged;
 #   2b. TRANSACTION: MULTI / EXEC / DISCARD / WATCH / UNWATCH (a dedicated connection);
 #   2c. FANOUT: SCRIPT and FUNCTION subcommands sent to every shard (or one);
-#   2d. BLOCKING, PUBSUB, KEYSPACE: blocking commands, pub/sub, keyspace-wide commands;
+#   2d. BLOCKING, WAIT, PUBSUB, KEYSPACE: blocking commands (WAIT / WAITAOF on every
+#       primary), pub/sub, keyspace-wide commands;
 #   3. UNSUPPORTED: commands a sharding proxy still cannot serve (by name);
 #   4. `blocking`, `pubsub` or `admin` flag -> Unsupported;
 #   5. no keys at all -> Unsupported (cluster-wide, connection or server commands);
@@ -121,6 +124,10 @@ BLOCKING = {
     "xread", "xreadgroup",
 }
 
+# WAIT / WAITAOF: blocking too (the session orders them the same way), but sent to every
+# primary of every routed cluster, each on a dedicated connection (src/wait.rs).
+WAIT = {"wait", "waitaof"}
+
 # Pub/sub (src/pubsub.rs).
 PUBSUB = {
     "subscribe": "Subscribe",
@@ -161,8 +168,6 @@ UNSUPPORTED = {
     "move": "moves a key to another database of one server",
     "migrate": "moves keys between servers",
     "restore-asking": "Redis Cluster internal",
-    "wait": "replicas acknowledge the writes of one upstream connection, and respway's carry "
-    "many clients' writes (or none of this client's)",
 }
 
 # Single-key commands whose other "keys" are patterns the proxy cannot route (SORT_RO's
@@ -501,6 +506,11 @@ def classify(c: Cmd) -> tuple[str, str]:
         return f"CommandClass::Fanout(FanoutKind::{FANOUT[c.name]})", "sent to every shard"
     if c.name in BLOCKING:
         return "CommandClass::Blocking", "blocking, on a dedicated connection"
+    if c.name in WAIT:
+        return (
+            "CommandClass::Blocking",
+            "blocking, on a dedicated connection to every primary of every routed cluster",
+        )
     if c.name in PUBSUB:
         return f"CommandClass::PubSub(PubSubKind::{PUBSUB[c.name]})", "pub/sub"
     if c.name in KEYSPACE:
@@ -538,9 +548,29 @@ REDIS_72_EXTRAS = [
         "answered locally: `LIB-NAME`/`LIB-VER` kept for `CLIENT INFO` (resolved by the "
         "`CLIENT` container)",
     ),
-    ("waitaof", "none", "unknown to the command table: `-ERR unknown command`"),
     ("cluster|myshardid", "Unsupported", "refused, as the rest of `CLUSTER`"),
 ]
+
+# Commands Redis 7.2 added that respway serves, so they belong in the generated table too:
+# their `COMMAND` reply as a 7.2 server gives it (`COMMAND INFO name` with `redis-cli -3
+# --json`), added to a 7.0 server's list, which does not have them (a server that lists
+# them wins). Their COMMANDS.md rows are marked hand-maintained like REDIS_72_EXTRAS.
+REDIS_72_COMMANDS = [
+    [
+        "waitaof", 4, ["noscript"], 0, 0, 0, ["@slow", "@connection"],
+        ["request_policy:all_shards", "response_policy:agg_min"], [], [],
+    ],
+]
+
+
+def add_72_commands(data: dict) -> None:
+    """Adds the REDIS_72_COMMANDS the server does not list to `data["command"]`, and their
+    names to `data["hand_added"]`."""
+    listed = {raw[0] for raw in data["command"]}
+    added = [raw for raw in REDIS_72_COMMANDS if raw[0] not in listed]
+    data["command"] = data["command"] + added
+    data["hand_added"] = [raw[0] for raw in added]
+
 
 # CLIENT subcommands that `fn client` (src/local.rs) answers; the others are refused.
 CLIENT_LOCAL = {
@@ -594,6 +624,12 @@ FANOUT_PHRASE = {
 BLOCKING_PHRASE = (
     "on a dedicated connection to the primary of the keys' shard (all on one, else "
     "`-CROSSSLOT`); its own timeout is honoured"
+)
+
+WAIT_PHRASE = (
+    "on a dedicated connection to every primary of every routed cluster, after an "
+    "`SPUBLISH` that moves the connection's replication offset past the client's writes; "
+    "the smallest answer over the shards; its own timeout is honoured"
 )
 
 PUBSUB_PHRASE = {
@@ -663,7 +699,9 @@ CLASS_DOC = [
         "`XREAD`/`XREADGROUP` with `BLOCK`: each runs on a dedicated connection to the primary "
         "of the one shard all its keys hash to (else `-CROSSSLOT`), from the endpoint's pool "
         "of `dedicated_connections`; the command's own timeout is honoured (0 blocks "
-        "forever) and a client that leaves while blocked has the connection closed at once.",
+        "forever) and a client that leaves while blocked has the connection closed at once. "
+        "`WAIT` / `WAITAOF` run the same way on every primary of every routed cluster at "
+        "once and answer the smallest count.",
     ),
     (
         "PubSub",
@@ -728,6 +766,11 @@ def describe(c: Cmd) -> str:
     if cls == "Fanout":
         return FANOUT_PHRASE[kind]
     if cls == "Blocking":
+        if c.name in WAIT:
+            phrase = WAIT_PHRASE
+            if c.name == "waitaof":
+                phrase += " (element-wise: local, replicas)"
+            return phrase
         if c.name in ("xread", "xreadgroup"):
             return BLOCKING_PHRASE + "; without `BLOCK` forwarded as usual"
         return BLOCKING_PHRASE
@@ -766,9 +809,13 @@ def render_markdown(data: dict) -> str:
     listed = {c.name for c in cmds} | {s.name for c in cmds for s in c.subs}
     by_name = {c.name: c for c in cmds}
     # rows: (sort key, name, class, phrase)
+    hand = set(data.get("hand_added", []))
     rows = []
     for c in cmds:
-        rows.append(((c.name, ""), c.name, class_name(c.cls), describe(c)))
+        phrase = describe(c)
+        if c.name in hand:
+            phrase += " *(Redis 7.2; hand-maintained)*"
+        rows.append(((c.name, ""), c.name, class_name(c.cls), phrase))
         for s in c.subs:
             rows.append(((c.name, s.name), s.name, class_name(s.cls), describe(s)))
     extras = [e for e in REDIS_72_EXTRAS if e[0] not in listed]
@@ -801,11 +848,13 @@ def render_markdown(data: dict) -> str:
         "    python3 filters/scripts/gen_command_table.py\n\n"
         "(`--check` fails when either file is stale).\n\n"
     )
-    if extras:
+    hand_names = sorted(hand) + [e[0] for e in extras]
+    if hand_names:
         out.append(
             f"Commands added in Redis 7.2 that a {version} server does not list are kept by hand "
-            "in the script (`REDIS_72_EXTRAS`) and marked *(Redis 7.2; hand-maintained)*: "
-            + ", ".join(f"`{md_name(e[0])}`" for e in extras)
+            "in the script (`REDIS_72_COMMANDS`, in the table too, and `REDIS_72_EXTRAS`) and "
+            "marked *(Redis 7.2; hand-maintained)*: "
+            + ", ".join(f"`{md_name(n)}`" for n in hand_names)
             + ".\n\n"
         )
     out.append(
@@ -921,10 +970,11 @@ def static_name(c: Cmd) -> str:
     return "SUB_" + c.name.upper().replace("-", "_").replace("|", "_")
 
 
-def rs_cmd(c: Cmd) -> str:
+def rs_cmd(c: Cmd, hand: bool = False) -> str:
     subs = f"&{static_name(c)}" if c.subs else "&[]"
+    note = " (Redis 7.2; hand-maintained in the script's REDIS_72_COMMANDS)" if hand else ""
     return (
-        f"    // {c.name}: {c.reason}\n"
+        f"    // {c.name}: {c.reason}{note}\n"
         "    CommandInfo {\n"
         f"        name: {rs_str(c.name)},\n"
         f"        arity: {c.arity},\n"
@@ -982,8 +1032,9 @@ pub(super) static PHF_SLOTS: [u16; {len(slots)}] = [{", ".join("E" if s == PHF_E
 pub(super) static COMMANDS: [CommandInfo; {len(cmds)}] = [
 """
     )
+    hand = set(data.get("hand_added", []))
     for c in cmds:
-        out.append(rs_cmd(c))
+        out.append(rs_cmd(c, c.name in hand))
     out.append("];\n")
     for c in cmds:
         if not c.subs:
@@ -1055,6 +1106,7 @@ def main() -> int:
         data = collect(args.redis_server, args.redis_cli)
     if args.dump_json:
         args.dump_json.write_text(json.dumps(data, indent=1) + "\n")
+    add_72_commands(data)
 
     outputs = [
         (args.output, rustfmt(render(data))),

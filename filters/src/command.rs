@@ -4,7 +4,8 @@
 //! The table itself (`command_table.rs`, next to this file) is generated from a real
 //! redis-server's `COMMAND` reply by `filters/scripts/gen_command_table.py`; it is checked
 //! in, and `python3 filters/scripts/gen_command_table.py --check` fails when it is stale.
-//! It currently holds Redis 7.0.15 ([`REDIS_VERSION`]).
+//! It currently holds Redis 7.0.15 ([`REDIS_VERSION`]), plus `WAITAOF` (Redis 7.2), kept by
+//! hand in the script.
 //!
 //! # Per request
 //!
@@ -31,11 +32,11 @@
 //! 4. **Fanout**: `SCRIPT LOAD | EXISTS | FLUSH` (every endpoint), `FUNCTION LOAD | DELETE |
 //!    FLUSH | RESTORE` (every primary), `FUNCTION LIST | DUMP` (one primary) ([`FanoutKind`]).
 //! 5. **Blocking**: `BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`, `BZPOPMIN`,
-//!    `BZPOPMAX`, `BZMPOP`, `XREAD`, `XREADGROUP` (a dedicated connection each).
+//!    `BZPOPMAX`, `BZMPOP`, `XREAD`, `XREADGROUP` (a dedicated connection each), and `WAIT`,
+//!    `WAITAOF` (a dedicated connection to every primary).
 //! 6. **PubSub** ([`PubSubKind`]) and **Keyspace** ([`KeyspaceKind`]: `SCAN`, `KEYS`,
 //!    `DBSIZE`, `RANDOMKEY`, `FLUSHDB`, `FLUSHALL`).
-//! 7. **Unsupported** by name: `MOVE` (another database), `MIGRATE`, `RESTORE-ASKING`,
-//!    `WAIT` (replicas acknowledge one upstream connection's writes).
+//! 7. **Unsupported** by name: `MOVE` (another database), `MIGRATE`, `RESTORE-ASKING`.
 //! 8. **Unsupported** when Redis flags the command `blocking`, `pubsub` or `admin`
 //!    (`CONFIG SET`, `DEBUG`, `SHUTDOWN`, `SAVE`, `REPLICAOF`, `MONITOR`, `PFDEBUG`, most
 //!    `CLUSTER`/`ACL` subcommands, ...).
@@ -1053,7 +1054,8 @@ mod tests {
             ("blmpop", Blocking),
             ("xread", Blocking),
             ("xreadgroup", Blocking),
-            ("wait", Unsupported),
+            ("wait", Blocking),
+            ("waitaof", Blocking),
             ("keys", Keyspace(KeyspaceKind::Keys)),
             ("scan", Keyspace(KeyspaceKind::Scan)),
             ("randomkey", Keyspace(KeyspaceKind::RandomKey)),

@@ -19,8 +19,8 @@ pub(super) const PHF_BUCKET_BITS: u32 = 6;
 
 /// Per-bucket seeds of the perfect hash over the top-level names.
 pub(super) static PHF_SEEDS: [u16; 64] = [
-    7, 0, 3, 2, 6, 0, 0, 3, 4, 1, 0, 0, 0, 0, 0, 1, 14, 4, 3, 0, 0, 0, 0, 0, 2, 0, 6, 2, 3, 0, 0,
-    1, 6, 0, 8, 0, 0, 0, 1, 1, 5, 2, 0, 4, 1, 7, 0, 1, 0, 0, 0, 2, 0, 0, 6, 1, 1, 1, 1, 1, 0, 1, 5,
+    7, 0, 3, 2, 6, 0, 0, 3, 4, 1, 0, 0, 0, 0, 0, 1, 14, 4, 1, 0, 0, 0, 0, 0, 2, 0, 6, 2, 3, 0, 0,
+    1, 6, 0, 8, 0, 0, 0, 1, 1, 5, 2, 0, 4, 1, 7, 0, 1, 0, 0, 5, 2, 0, 0, 6, 1, 1, 1, 1, 1, 0, 3, 5,
     0,
 ];
 
@@ -29,31 +29,31 @@ const E: u16 = u16::MAX;
 
 /// Perfect-hash slots: index into `COMMANDS`, or `E` when empty.
 pub(super) static PHF_SLOTS: [u16; 512] = [
-    39, 21, E, 43, E, 33, E, 214, E, 24, 208, 68, E, E, E, 235, 95, E, 77, E, 140, E, E, 133, E, E,
-    E, 236, E, E, 186, E, E, 188, 135, 8, E, E, 109, E, E, E, E, E, E, 13, E, 27, 70, 125, E, E, E,
-    E, E, E, E, E, E, E, E, E, E, E, 149, 93, E, E, 138, 183, E, 46, 200, 191, 61, 223, 201, E, E,
-    E, 75, E, E, 121, 17, 172, 103, 102, E, 211, E, E, 206, E, 217, 158, E, 159, E, 94, E, E, 160,
-    E, 28, E, 64, 231, 142, E, 115, E, E, 110, 157, E, E, 106, 147, E, E, 185, 86, 226, E, E, 120,
-    239, E, 54, 165, 224, 128, 230, E, E, E, 143, E, E, 32, E, E, E, E, 238, E, 49, 212, 44, 52, E,
-    E, 10, E, E, 203, 85, 134, 122, 136, E, 101, E, 175, E, E, 3, 124, E, E, E, 225, 234, E, E, 37,
-    E, 81, E, E, E, E, 132, 36, 192, 151, 63, E, E, 118, 233, 146, E, 180, 166, E, E, 222, 87, E,
-    218, 50, E, E, E, 184, E, E, E, 23, E, E, 126, 139, 174, E, 232, E, E, E, E, E, E, E, 197, 173,
-    229, 179, 123, 71, E, 119, 1, E, E, 112, E, 209, 6, E, 26, E, E, 0, E, E, 19, 40, E, E, 91,
-    187, E, E, 76, 83, 7, E, 59, E, E, E, 155, E, 199, E, E, 25, 205, 80, 167, 5, E, E, E, E, E, E,
-    E, E, 227, E, E, 2, 12, 127, E, 99, E, E, E, E, E, E, E, E, E, 104, E, 221, E, E, E, E, 220,
-    141, E, E, 213, E, E, E, 171, E, 96, E, E, 100, E, 9, E, E, E, E, 38, E, 69, E, E, E, 129, E,
-    E, 148, 168, 53, E, 30, E, E, 163, 219, 207, E, E, 34, E, E, 153, E, E, 79, 105, E, 97, E, E,
-    E, E, E, 210, 170, 82, 4, 190, E, E, E, E, 107, E, E, E, E, E, 66, 152, E, E, 47, 216, 162, 73,
-    E, 189, E, E, E, E, 108, E, E, E, 154, E, 198, E, E, E, 113, E, E, 60, 84, E, E, E, 89, E, 111,
-    E, E, E, 65, 130, 116, 169, E, 74, E, E, 16, 182, E, 177, 131, 88, E, 150, E, 98, E, 51, 48, E,
-    117, E, 90, E, 72, E, E, 15, 14, E, 193, 57, 178, 202, 194, 11, 176, 78, 55, E, E, E, 196, E,
-    181, 145, 58, E, E, 45, E, E, E, E, E, 18, 237, 114, E, E, 92, 156, E, E, E, 20, 161, E, 62,
-    22, E, 29, 41, 137, 228, E, 67, 164, 56, E, E, E, 215, E, E, E, E, E, 35, 42, 144, E, E, 204,
-    195, 31,
+    39, 21, E, 43, E, 33, E, 215, E, 24, 209, 68, E, E, E, 236, 95, 77, 82, E, 140, E, E, 133, E,
+    E, E, 237, E, E, 186, E, E, 188, 135, 8, E, E, 109, E, E, E, E, E, E, 13, E, 27, 70, 125, E, E,
+    E, E, E, E, E, E, E, E, E, E, E, E, 149, 93, E, E, 138, 183, E, 46, 201, E, 61, 224, 202, E, E,
+    E, 75, E, E, 121, 17, 172, 103, 102, E, 212, E, E, 207, E, 218, 158, E, 159, E, 94, E, E, 160,
+    E, 28, E, 64, 232, 142, E, 115, E, E, 110, 157, E, E, 106, 147, E, E, 185, 86, 227, E, E, 120,
+    240, E, 54, 165, 225, 128, 231, E, E, E, E, E, E, 32, E, E, E, E, 239, E, 49, 213, 44, 52, E,
+    E, 10, E, E, 204, 85, 134, 122, 136, E, 101, E, 175, E, E, 3, 124, E, E, E, 226, 235, E, E, 37,
+    E, 81, E, E, E, E, 132, 36, 193, 151, 63, E, E, 118, 234, 146, 0, 180, 166, E, E, 223, 87, E,
+    219, 50, E, E, E, 184, E, E, E, 23, E, E, 126, 139, E, E, 233, E, E, E, E, E, E, E, 198, 173,
+    230, 179, 123, 71, E, 119, 1, E, E, 112, E, 210, 6, E, 26, E, E, E, E, E, 19, 40, E, E, 91,
+    187, E, E, 76, 83, 7, E, 59, E, E, E, 155, E, 200, E, E, 25, 206, 80, 167, 5, E, E, E, E, E,
+    57, E, E, 228, E, E, 2, 12, 127, E, 99, E, E, E, E, E, E, E, E, E, 104, E, 222, E, E, E, E,
+    221, 141, E, E, 214, E, E, E, 171, E, 96, E, E, 100, E, 9, E, E, E, E, 38, E, 69, E, E, E, 129,
+    E, E, 148, 168, 53, E, 30, E, E, 163, 220, 208, E, E, 34, E, E, 153, E, E, 79, 105, E, 97, E,
+    E, E, E, E, 211, 170, E, 4, 190, E, E, E, E, 107, E, E, E, E, E, 66, 152, E, E, 47, 217, 162,
+    73, E, 189, E, E, E, E, 108, E, E, E, 154, E, 199, E, 191, E, 113, E, E, 60, 84, E, E, E, 89,
+    E, 111, E, E, E, 65, 130, 116, 169, E, 74, E, E, 16, 182, E, 143, 131, 88, E, 150, E, 98, E,
+    51, 48, E, 117, E, 90, E, 72, 174, E, 15, 14, E, 194, 192, 178, 203, 195, 11, 176, 78, 55, E,
+    177, E, 197, E, 181, 145, 58, E, E, 45, E, E, E, E, E, 18, 238, 114, E, E, 92, 156, E, E, E,
+    20, 161, E, 62, 22, E, 29, 41, 137, 229, E, 67, 164, 56, E, E, E, 216, E, E, E, E, E, 35, 42,
+    144, E, E, 205, 196, 31,
 ];
 
 /// Every top-level command, sorted by name.
-pub(super) static COMMANDS: [CommandInfo; 240] = [
+pub(super) static COMMANDS: [CommandInfo; 241] = [
     // acl: no keys
     CommandInfo {
         name: "acl",
@@ -2954,7 +2954,7 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         class: CommandClass::Transaction,
         subcommands: &[],
     },
-    // wait: replicas acknowledge the writes of one upstream connection, and respway's carry many clients' writes (or none of this client's)
+    // wait: blocking, on a dedicated connection to every primary of every routed cluster
     CommandInfo {
         name: "wait",
         arity: 3,
@@ -2963,7 +2963,19 @@ pub(super) static COMMANDS: [CommandInfo; 240] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow", "@connection"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Blocking,
+        subcommands: &[],
+    },
+    // waitaof: blocking, on a dedicated connection to every primary of every routed cluster (Redis 7.2; hand-maintained in the script's REDIS_72_COMMANDS)
+    CommandInfo {
+        name: "waitaof",
+        arity: 4,
+        flags: NOSCRIPT,
+        flag_names: &["noscript"],
+        legacy_range: (0, 0, 0),
+        acl_categories: &["@slow", "@connection"],
+        keys: KeySpec::None,
+        class: CommandClass::Blocking,
         subcommands: &[],
     },
     // watch: transaction, on a dedicated connection
