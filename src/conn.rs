@@ -98,6 +98,53 @@ impl Live {
     }
 }
 
+/// The clock of one turn of the session's reply loop: read at most once, for the latency of
+/// the replies the turn completes, and the latency of the last backstop seen.
+#[derive(Default)]
+struct TurnClock {
+    now: Option<Instant>,
+    last: Option<(Instant, u64)>,
+}
+
+thread_local! {
+    /// While a session dispatches the commands of one read (`Batch`): whether the clock may
+    /// be cached, and its reading.
+    static BATCH_NOW: std::cell::Cell<(bool, Option<Instant>)> =
+        const { std::cell::Cell::new((false, None)) };
+}
+
+/// Now, read once for all the commands dispatched from one client read (their deadlines then
+/// differ by the microseconds the dispatch takes, not by a clock read each); outside a
+/// [`Batch`], the clock itself.
+fn batch_now() -> Instant {
+    BATCH_NOW.with(|c| match c.get() {
+        (true, Some(t)) => t,
+        (true, None) => {
+            let t = Instant::now();
+            c.set((true, Some(t)));
+            t
+        }
+        (false, _) => Instant::now(),
+    })
+}
+
+/// The span of one `decode_all` on this thread: [`batch_now`] caches the clock until it
+/// ends (a dispatch never awaits, so no other session runs meanwhile).
+struct Batch;
+
+impl Batch {
+    fn start() -> Batch {
+        BATCH_NOW.with(|c| c.set((true, None)));
+        Batch
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        BATCH_NOW.with(|c| c.set((false, None)));
+    }
+}
+
 enum Pending {
     Ready(Reply),
     /// `deadline` is the session's backstop; `idx` the command's index in the counters.
@@ -363,7 +410,7 @@ impl Session {
 
             // 2. Move finished replies, oldest first, into the write buffer (the clock is
             //    read once per turn, for the latency of the replies it completes).
-            let mut now = None;
+            let mut now = TurnClock::default();
             while let Some(front) = self.pending.front_mut() {
                 let reply = match front {
                     Pending::Ready(_) => match self.pending.pop_front() {
@@ -503,19 +550,28 @@ impl Session {
         &self,
         ctx: &ListenerCtx,
         live: &Live,
-        now: &mut Option<Instant>,
+        clock: &mut TurnClock,
         idx: u16,
         backstop: Instant,
         reply: &[u8],
         first: FirstArg,
     ) {
         let op = live.parts.listener.op_timeout;
-        let started = backstop.checked_sub(op + op + BACKSTOP).unwrap_or(backstop);
-        let now = *now.get_or_insert_with(Instant::now);
-        let us = now.saturating_duration_since(started).as_micros() as u64;
+        let started = || backstop.checked_sub(op + op + BACKSTOP).unwrap_or(backstop);
+        // Commands dispatched from one read share their backstop (see `batch_now`), and the
+        // replies completed in one turn share `now`: one subtraction per run of them.
+        let us = match clock.last {
+            Some((b, us)) if b == backstop => us,
+            _ => {
+                let now = *clock.now.get_or_insert_with(Instant::now);
+                let us = now.saturating_duration_since(started()).as_micros() as u64;
+                clock.last = Some((backstop, us));
+                us
+            }
+        };
         ctx.stats.cmds.record(idx, us, is_error(reply));
         if us >= ctx.stats.slow.threshold_us() {
-            let upstream = crate::slowlog::take_upstream(reply, started);
+            let upstream = crate::slowlog::take_upstream(reply, started());
             self.log_slow(ctx, live, idx, us, first, upstream);
         }
     }
@@ -624,6 +680,7 @@ impl Session {
     }
 
     fn decode_all(&mut self, live: &mut Live, ctx: &ListenerCtx, max: usize, limit: usize) {
+        let _batch = Batch::start();
         while self.pending.len() < max && self.held() < limit {
             let decoded = match self.stashed.take() {
                 Some(args) => Ok(Some(args)),
@@ -746,7 +803,7 @@ impl Session {
         // The clock is read only for commands that go upstream: the reply's deadline, and the
         // session's backstop after it.
         let times = || {
-            let deadline = Instant::now() + op_timeout;
+            let deadline = batch_now() + op_timeout;
             (deadline, deadline + op_timeout + BACKSTOP)
         };
         if in_multi || cmd.class == CommandClass::Transaction {
@@ -934,7 +991,7 @@ impl Session {
     ) -> Pending {
         let op_timeout = live.parts.listener.op_timeout;
         let times = || {
-            let deadline = Instant::now() + op_timeout;
+            let deadline = batch_now() + op_timeout;
             (deadline, deadline + op_timeout + BACKSTOP)
         };
         let flavor = self.state.flavor();

@@ -138,10 +138,15 @@ impl Tracker {
         if sample == 0 {
             return false;
         }
-        // One worker writes the tick (see `stats::bump`).
+        // One worker writes the tick (see `stats::bump`): a countdown, so no division per
+        // command.
         let t = self.tick.load(Ordering::Relaxed);
-        self.tick.store(t.wrapping_add(1), Ordering::Relaxed);
-        t.is_multiple_of(sample)
+        if t > 1 && t <= sample {
+            self.tick.store(t - 1, Ordering::Relaxed);
+            return false;
+        }
+        self.tick.store(sample, Ordering::Relaxed);
+        true
     }
 
     /// Takes one key in `sample` from now on (0: none); what was counted stays.
@@ -221,6 +226,23 @@ pub(crate) fn quote(key: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn takes_one_key_in_sample_and_follows_a_new_sampling() {
+        let t = Tracker::new(4);
+        let taken: Vec<bool> = (0..9).map(|_| t.take()).collect();
+        assert_eq!(
+            taken,
+            [true, false, false, false, true, false, false, false, true]
+        );
+        t.set_sample(1);
+        assert!((0..5).all(|_| t.take()));
+        t.set_sample(0);
+        assert!((0..5).all(|_| !t.take()));
+        t.set_sample(3);
+        let n = (0..30).filter(|_| t.take()).count();
+        assert_eq!(n, 10);
+    }
 
     #[test]
     fn finds_the_heaviest_keys_in_bounded_memory() {

@@ -893,6 +893,7 @@ fn read_replies(
     }
     // The replies of this read arrived now (one clock read per read, not per reply).
     let now = Instant::now();
+    let mut last: Option<(Instant, u64)> = None;
     loop {
         // `Some(n)`: the scanner starts over, and the reply's bytes leave the buffer.
         match scanner.scan(rbuf, limits) {
@@ -909,7 +910,16 @@ fn read_replies(
                     Some(Inflight {
                         tx: Some(tx), sent, ..
                     }) => {
-                        let us = now.saturating_duration_since(sent).as_micros() as u64;
+                        // Requests written in one batch share `sent`: one subtraction per
+                        // run of them in this read.
+                        let us = match last {
+                            Some((t, us)) if t == sent => us,
+                            _ => {
+                                let us = now.saturating_duration_since(sent).as_micros() as u64;
+                                last = Some((sent, us));
+                                us
+                            }
+                        };
                         latency.record(us);
                         if us >= note_min {
                             crate::slowlog::note_upstream(&reply, now, endpoint, us);

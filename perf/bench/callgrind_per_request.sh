@@ -2,6 +2,7 @@
 # callgrind instruction count of respway over 3 local shards for N redis-benchmark requests:
 #   perf/bench/callgrind_per_request.sh BIN get|set N TAG   (ports 7301-7303, 7390; loopback)
 # Per request = (count at N2 - count at N1) / (N2 - N1), which removes start-up and shutdown.
+# P=16 pipelines (default 1); C=1 clients (default 10); RW_ARGS="--hot-key-sample 0 ..." adds respway flags.
 set -euo pipefail
 mkdir -p "${CG_DIR:-/tmp/cg}"
 BIN=$1; T=$2; N=$3; TAG=$4
@@ -17,10 +18,10 @@ clusters:
       - { name: s2, endpoints: [{ address: "127.0.0.1:7303" }] }
 Y
 sleep 0.5
-valgrind --tool=callgrind --callgrind-out-file=${CG_DIR:-/tmp/cg}/cg.$TAG.$T.$N.out $BIN --config ${CG_DIR:-/tmp/cg}/rw.yaml --workers 1 2>${CG_DIR:-/tmp/cg}/vg.$TAG.log &
+valgrind --tool=callgrind --callgrind-out-file=${CG_DIR:-/tmp/cg}/cg.$TAG.$T.$N.out $BIN --config ${CG_DIR:-/tmp/cg}/rw.yaml --workers 1 ${RW_ARGS:-} 2>${CG_DIR:-/tmp/cg}/vg.$TAG.log &
 VG=$!
 for i in $(seq 100); do redis-cli -p 7390 ping >/dev/null 2>&1 && break; sleep 0.2; done
-redis-benchmark -p 7390 -c 10 -n $N -t $T -P 1 -d 64 -r 10000 -q >/dev/null 2>&1 || true
+redis-benchmark -p 7390 -c ${C:-10} -n $N -t $T -P ${P:-1} -d 64 -r 10000 -q >/dev/null 2>&1 || true
 kill -INT $VG; wait $VG || true
 for p in 7301 7302 7303; do kill $(cat ${CG_DIR:-/tmp/cg}/r$p.pid) 2>/dev/null || true; done
 sleep 0.3
