@@ -32,6 +32,9 @@ pub struct Request {
     pub shard: Option<usize>,
     /// Endpoint index within the shard (set by the zone layer; `None` = the primary).
     pub endpoint: Option<usize>,
+    /// Index of the shard's primary among its endpoints (set by the zone layer with
+    /// `endpoint`, 0 before), so the upstream needs no table of its own.
+    pub primary: usize,
     /// The route taken (set by the route layer).
     pub route: RouteId,
     /// When the client stops waiting for the reply (`op_timeout` after it was read); a
@@ -75,6 +78,7 @@ impl Request {
             cluster: 0,
             shard: None,
             endpoint: None,
+            primary: 0,
             route: RouteId::CatchAll,
             deadline: None,
             flavor: Flavor::default(),
