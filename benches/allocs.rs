@@ -6,8 +6,8 @@
 //! upstream connection, plus its background tasks (negligible over the requests counted).
 //!
 //! For each case (GET and SET of 64 B, 4 KiB, 64 KiB and 1 MiB values, one command per round
-//! trip and 16 per pipeline) it prints allocations, reallocations and bytes allocated per
-//! request.
+//! trip and 16 per pipeline; MSET and MGET of 4 keys at 64 B and 4 KiB) it prints allocations,
+//! reallocations and bytes allocated per request.
 //!
 //! Run: `cargo bench --bench allocs` (`-- N` sets the requests per case, default 20,000).
 
@@ -80,12 +80,33 @@ fn main() {
             let requests = (n * 64 / size.max(64)).clamp(200, n);
             let rounds = requests.div_ceil(pipeline);
             let requests = rounds * pipeline;
-            for cmd in ["SET", "GET"] {
+            // MSET/MGET of 4 keys (one shard: forwarded whole, not split), small values only.
+            let multi: &[&str] = if size <= 4096 { &["MSET", "MGET"] } else { &[] };
+            for &cmd in ["SET", "GET"].iter().chain(multi) {
                 let mut req = Vec::new();
                 let mut reply = Vec::new();
                 for i in 0..pipeline {
                     let key = format!("k{i}");
-                    if cmd == "SET" {
+                    let keys: Vec<String> = (0..4).map(|j| format!("m{i}.{j}")).collect();
+                    if cmd == "MSET" {
+                        let mut argv: Vec<&[u8]> = vec![b"MSET"];
+                        for k in &keys {
+                            argv.push(k.as_bytes());
+                            argv.push(&value);
+                        }
+                        encode(&mut req, &argv);
+                        reply.extend_from_slice(b"+OK\r\n");
+                    } else if cmd == "MGET" {
+                        let mut argv: Vec<&[u8]> = vec![b"MGET"];
+                        argv.extend(keys.iter().map(|k| k.as_bytes()));
+                        encode(&mut req, &argv);
+                        reply.extend_from_slice(b"*4\r\n");
+                        for _ in 0..4 {
+                            reply.extend_from_slice(format!("${size}\r\n").as_bytes());
+                            reply.extend_from_slice(&value);
+                            reply.extend_from_slice(b"\r\n");
+                        }
+                    } else if cmd == "SET" {
                         encode(&mut req, &[b"SET", key.as_bytes(), &value]);
                         reply.extend_from_slice(b"+OK\r\n");
                     } else {

@@ -1016,7 +1016,7 @@ impl Session {
             }
         }
         let (deadline, backstop) = times();
-        let mut req = Request::new(cmd, args, key);
+        let mut req = Request::new(cmd, args, &self.keys);
         req.deadline = Some(deadline.into_std());
         req.flavor = flavor;
         // Every layer is always ready (queues are bounded per session, above).

@@ -58,8 +58,6 @@ pub(crate) struct Parts {
     pub(crate) routing: Arc<Routing>,
     /// This worker's endpoint handles (also the health view).
     pub(crate) endpoints: Arc<Endpoints>,
-    /// Primary index per `[cluster][shard]`.
-    pub(crate) primaries: Arc<Vec<Vec<usize>>>,
     /// Where mirrored copies go.
     pub(crate) mirror: Arc<dyn MirrorSink>,
     /// Mirror counters (this worker).
@@ -78,13 +76,13 @@ pub(crate) struct Parts {
 
 impl Parts {
     /// The index of the primary of `(cluster, shard)` among the shard's endpoints (0 when
-    /// unknown).
+    /// unknown), from the routing table (`ShardRoute::primary`, which the zone layer uses).
     pub(crate) fn primary_index(&self, cluster: usize, shard: usize) -> usize {
-        self.primaries
+        self.routing
+            .clusters
             .get(cluster)
-            .and_then(|s| s.get(shard))
-            .copied()
-            .unwrap_or(0)
+            .and_then(|c| c.shards.get(shard))
+            .map_or(0, |s| s.primary)
     }
 
     /// This worker's handle of the primary of `(cluster, shard)`.
@@ -109,7 +107,6 @@ pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
         .layer(ZoneLayer::new(p.routing.clone(), health))
         .service(Upstream::new(
             p.endpoints.clone(),
-            p.primaries.clone(),
             conn,
             p.listener.op_timeout,
         ))

@@ -694,8 +694,6 @@ impl HealthView for Endpoints {
 #[derive(Debug, Clone)]
 pub(crate) struct Upstream {
     endpoints: Arc<Endpoints>,
-    /// Index of each shard's primary, `[cluster][shard]`.
-    primaries: Arc<Vec<Vec<usize>>>,
     /// Which of an endpoint's connections this client uses: fixed for the session's life, so
     /// every command of one client to one endpoint travels on one connection (Redis orders
     /// commands per connection only); sessions, not commands, are spread over connections.
@@ -707,15 +705,9 @@ pub(crate) struct Upstream {
 impl Upstream {
     /// An upstream service over this worker's endpoints for one session; `conn` picks the
     /// session's connection to every endpoint (`conn % connections_per_endpoint`).
-    pub(crate) fn new(
-        endpoints: Arc<Endpoints>,
-        primaries: Arc<Vec<Vec<usize>>>,
-        conn: usize,
-        default_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(endpoints: Arc<Endpoints>, conn: usize, default_timeout: Duration) -> Self {
         Upstream {
             endpoints,
-            primaries,
             conn,
             default_timeout,
         }
@@ -734,12 +726,8 @@ impl Service<Request> for Upstream {
 
     fn call(&mut self, req: Request) -> UpstreamFuture {
         let shard = req.shard.unwrap_or(0);
-        let primary = self
-            .primaries
-            .get(req.cluster)
-            .and_then(|c| c.get(shard))
-            .copied()
-            .unwrap_or(0);
+        // Both set by the zone layer, which looked the primary up.
+        let primary = req.primary;
         let endpoint = req.endpoint.unwrap_or(primary);
         let Some(ep) = self.endpoints.get(req.cluster, shard, endpoint) else {
             let deadline = Instant::now();

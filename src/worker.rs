@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use respway_filters::hot_key::HotKeyStats;
 use respway_filters::mirror::MirrorStats;
-use respway_filters::model::{Cluster, Role};
+use respway_filters::model::Cluster;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -232,23 +232,6 @@ impl Worker {
                 })
                 .collect(),
         ));
-        let primaries: Arc<Vec<Vec<usize>>> = Arc::new(
-            config
-                .clusters
-                .iter()
-                .map(|c| {
-                    c.shards
-                        .iter()
-                        .map(|s| {
-                            s.endpoints
-                                .iter()
-                                .position(|e| e.role == Role::Primary)
-                                .unwrap_or(0)
-                        })
-                        .collect()
-                })
-                .collect(),
-        );
         config
             .listeners
             .iter()
@@ -271,7 +254,6 @@ impl Worker {
                     hot_key_stats: Arc::new(HotKeyStats::new(routing)),
                     routing: routing.clone(),
                     endpoints: endpoints.clone(),
-                    primaries: primaries.clone(),
                     mirror: Arc::new(queue),
                     databases: routing
                         .routed_clusters()

@@ -407,7 +407,7 @@ fn request(args: &[Bytes]) -> Request {
     assert!(cmd.arity_ok(args.len()));
     let mut keys = Vec::new();
     cmd.key_indices(args, &mut keys).expect("keys");
-    Request::new(cmd, args.to_vec(), keys.first().copied())
+    Request::new(cmd, args.to_vec(), &keys)
 }
 
 /// The argv of the 16 commands of one pipeline, keys `<prefix><i>`.
@@ -632,7 +632,7 @@ where
             let cmd = cmd.resolve(&args);
             assert!(cmd.arity_ok(args.len()));
             cmd.key_indices(&args, &mut self.keys).expect("keys");
-            let req = Request::new(cmd, args, self.keys.first().copied());
+            let req = Request::new(cmd, args, &self.keys);
             let _ = self.svc.poll_ready(&mut cx);
             self.futs.push(self.svc.call(req));
         }

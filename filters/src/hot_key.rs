@@ -32,12 +32,13 @@
 //!
 //! # Readiness
 //!
-//! A fan-out calls the one inner service N times. [`HotKey::poll_ready`] makes the inner
-//! service ready for the first call, as tower requires; before each further call, `call`
-//! polls the inner service again with a no-op waker. Respway's inner services are always
-//! ready, so this is only a check; if one were not ready, that shard's sub-request is not
-//! sent and counts as a failed shard (`-ERR respway: shard not ready`), so the client still
-//! gets exactly one reply and `call` never waits.
+//! A fan-out calls the one inner service N times, through a [`Join`] (shared with the
+//! multi-key layer, which documents the rule in [`crate::fanout`]): the first call relies on
+//! [`HotKey::poll_ready`], each further one polls the inner service with a no-op waker first.
+//! Respway's inner services are always ready, so this is only a check; if one were not ready,
+//! that shard's sub-request is not sent and counts as a failed shard
+//! (`-ERR respway: shard not ready`), so the client still gets exactly one reply and `call`
+//! never waits.
 //!
 //! # Invariants
 //!
@@ -49,13 +50,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tower::{Layer, Service};
 
 use crate::command::{CommandClass, SplitKind};
+use crate::fanout::Join;
 use crate::model::HotKeyRead;
 use crate::request::{error_reply, is_error, Reply, Request};
 use crate::routing::Routing;
@@ -107,11 +109,8 @@ pub enum ResponseFuture<F> {
 /// Sub-requests in flight for one hot-key write.
 #[derive(Debug)]
 pub struct FanOut<F> {
-    /// One per shard, in shard order: the future (`None` when the shard was not ready), its
-    /// reply when done.
-    parts: Vec<(Option<F>, Option<Reply>)>,
-    /// Shards still to answer.
-    pending: usize,
+    /// One sub-request per shard, in shard order.
+    join: Join<F>,
     routing: Arc<Routing>,
     stats: Arc<HotKeyStats>,
     cluster: usize,
@@ -224,30 +223,17 @@ where
             return ResponseFuture::Inner(self.inner.call(req));
         }
         self.stats.fanned_out(cluster, rule);
-        let mut parts = Vec::with_capacity(n);
-        let mut cx = Context::from_waker(Waker::noop());
+        let mut join = Join::with_capacity(n);
         // Shards 0..n-1 get clones (argument `Bytes` are refcounted), the last the original.
-        let mut req = Some(req);
-        for shard in 0..n {
-            // The caller made the inner service ready for the first call; check again before
-            // each further one (see "Readiness" in the module docs).
-            if shard > 0 && self.inner.poll_ready(&mut cx).is_pending() {
-                parts.push((None, Some(error_reply("ERR respway: shard not ready"))));
-                continue;
-            }
-            let mut sub = match req.as_ref() {
-                Some(r) if shard + 1 < n => r.clone(),
-                _ => req
-                    .take()
-                    .expect("the original is used once, by the last shard"),
-            };
+        for shard in 0..n - 1 {
+            let mut sub = req.clone();
             sub.shard = Some(shard);
-            parts.push((Some(self.inner.call(sub)), None));
+            join.call(&mut self.inner, sub);
         }
-        let pending = parts.iter().filter(|p| p.1.is_none()).count();
+        req.shard = Some(n - 1);
+        join.call(&mut self.inner, req);
         ResponseFuture::FanOut(FanOut {
-            parts,
-            pending,
+            join,
             routing: self.routing.clone(),
             stats: self.stats.clone(),
             cluster,
@@ -267,23 +253,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             ResponseFuture::Inner(f) => Pin::new(f).poll(cx),
-            ResponseFuture::FanOut(f) => {
-                for (fut, reply) in &mut f.parts {
-                    if reply.is_some() {
-                        continue;
-                    }
-                    if let Some(fut) = fut {
-                        if let Poll::Ready(Ok(r)) = Pin::new(fut).poll(cx) {
-                            *reply = Some(r);
-                            f.pending -= 1;
-                        }
-                    }
-                }
-                if f.pending > 0 {
-                    return Poll::Pending;
-                }
-                Poll::Ready(Ok(f.merge()))
-            }
+            ResponseFuture::FanOut(f) => match f.join.poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Ok(f.merge())),
+                Poll::Pending => Poll::Pending,
+            },
         }
     }
 }
@@ -291,21 +264,21 @@ where
 impl<F> FanOut<F> {
     /// The first shard's reply, or an error naming every failed shard.
     fn merge(&mut self) -> Reply {
-        let replies = || self.parts.iter().filter_map(|p| p.1.as_ref());
-        let Some(first_err) = replies().find(|r| is_error(r)) else {
+        let Some(first_err) = self.join.replies().flatten().find(|r| is_error(r)).cloned() else {
             // Shard 0 is always called, so its reply is there (unless polled after the end).
-            return self.parts[0]
-                .1
-                .take()
+            return self
+                .join
+                .take(0)
+                .filter(|r| !r.is_empty())
                 .unwrap_or_else(|| error_reply("ERR respway: reply polled twice"));
         };
         self.stats.partial_failure(self.cluster, self.rule);
         let c = &self.routing.clusters[self.cluster];
         let failed: Vec<&str> = self
-            .parts
-            .iter()
+            .join
+            .replies()
             .enumerate()
-            .filter(|(_, p)| p.1.as_deref().is_some_and(is_error))
+            .filter(|(_, r)| r.is_some_and(|r| is_error(r)))
             .map(|(i, _)| c.shards.get(i).map_or("?", |s| s.name.as_str()))
             .collect();
         let failed = failed.join(", ");

@@ -12,6 +12,7 @@
 pub mod acl;
 pub mod codec_limits;
 pub mod command;
+pub mod fanout;
 pub mod hash;
 pub mod hash_layer;
 pub mod hot_key;

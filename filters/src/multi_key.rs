@@ -8,6 +8,12 @@
 //!   are pinned to that shard, or refused with `-CROSSSLOT` when the keys hash apart.
 //!
 //! A command whose keys all hash to one shard is forwarded unchanged, with no merge cost.
+//!
+//! Key positions are the ones the session computed ([`Request::keys`]), not computed again.
+//! The sub-commands go through one [`Join`], whose readiness rule (see [`crate::fanout`])
+//! is the hot-key layer's too: a sub-command the inner service is not ready for is not sent
+//! and answers [`NOT_READY`](crate::fanout::NOT_READY), which the merge returns like any
+//! shard error.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,7 +25,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tower::{Layer, Service};
 
 use crate::command::{CommandClass, SplitKind};
-use crate::request::{error_reply, is_error, Reply, Request};
+use crate::fanout::Join;
+use crate::request::{error_reply, is_error, Keys, Reply, Request};
 use crate::resp::{parse_reply, Frame};
 use crate::routing::Routing;
 
@@ -45,7 +52,6 @@ impl<S> Layer<S> for MultiKeyLayer {
         MultiKey {
             inner,
             routing: self.routing.clone(),
-            keys: Vec::new(),
             shards: Vec::new(),
         }
     }
@@ -56,7 +62,7 @@ impl<S> Layer<S> for MultiKeyLayer {
 pub struct MultiKey<S> {
     inner: S,
     routing: Arc<Routing>,
-    keys: Vec<usize>,
+    /// Reused buffer: the shard of each key.
     shards: Vec<usize>,
 }
 
@@ -77,15 +83,11 @@ pub struct Merge<F> {
     kind: SplitKind,
     /// Number of keys in the original command.
     nkeys: usize,
-    /// One per shard: the future, the original key positions it carries, its reply when done.
-    parts: Vec<Part<F>>,
-}
-
-#[derive(Debug)]
-struct Part<F> {
-    fut: F,
-    positions: Vec<usize>,
-    reply: Option<Reply>,
+    /// One sub-command per shard (see [`Join`] for the readiness rule).
+    join: Join<F>,
+    /// Per sub-command, in the join's order: the indices (in the original command's key
+    /// order) of the keys it carries.
+    positions: Vec<Vec<usize>>,
 }
 
 // === impl MultiKey ===
@@ -126,16 +128,13 @@ where
         if req.shard.is_some() {
             return ResponseFuture::Inner(self.inner.call(req));
         }
-        if let Err(e) = req.cmd.key_indices(&req.args, &mut self.keys) {
-            return ResponseFuture::Ready(Some(error_reply(&format!("ERR {e}"))));
-        }
-        if self.keys.is_empty() {
+        if req.keys.is_empty() {
             return ResponseFuture::Inner(self.inner.call(req));
         }
         let picker = &self.routing.clusters[req.cluster].picker;
         self.shards.clear();
         self.shards
-            .extend(self.keys.iter().map(|&i| picker.pick(&req.args[i])));
+            .extend(req.keys.iter().map(|i| picker.pick(&req.args[i])));
         let first = self.shards[0];
         if self.shards.iter().all(|&s| s == first) {
             req.shard = Some(first);
@@ -152,33 +151,33 @@ where
                 None => groups.push((shard, vec![pos])),
             }
         }
-        let mut parts = Vec::with_capacity(groups.len());
+        let mut join = Join::with_capacity(groups.len());
+        let mut all_positions = Vec::with_capacity(groups.len());
+        let per_key = if kind == SplitKind::Mset { 2 } else { 1 };
         for (shard, positions) in groups {
-            let per_key = if kind == SplitKind::Mset { 2 } else { 1 };
             let mut args = Vec::with_capacity(1 + positions.len() * per_key);
             args.push(req.args[0].clone());
-            for &p in &positions {
-                let i = self.keys[p];
+            for i in positions.iter().filter_map(|&p| req.keys.get(p)) {
                 args.push(req.args[i].clone());
                 if kind == SplitKind::Mset {
                     args.push(req.args[i + 1].clone());
                 }
             }
-            let mut sub = Request::new(req.cmd, args, Some(1));
+            // `cmd k1 [v1] k2 [v2] ...`: the keys from 1, `per_key` apart.
+            let keys = Keys::step(1, per_key, positions.len());
+            let mut sub = Request::with_keys(req.cmd, args, keys);
             sub.deadline = req.deadline;
             sub.flavor = req.flavor;
             sub.cluster = req.cluster;
             sub.shard = Some(shard);
-            parts.push(Part {
-                fut: self.inner.call(sub),
-                positions,
-                reply: None,
-            });
+            join.call(&mut self.inner, sub);
+            all_positions.push(positions);
         }
         ResponseFuture::Merge(Merge {
             kind,
-            nkeys: self.keys.len(),
-            parts,
+            nkeys: req.keys.len(),
+            join,
+            positions: all_positions,
         })
     }
 }
@@ -197,28 +196,17 @@ where
             ResponseFuture::Ready(r) => Poll::Ready(Ok(r
                 .take()
                 .unwrap_or_else(|| error_reply("ERR respway: reply polled twice")))),
-            ResponseFuture::Merge(m) => {
-                let mut pending = false;
-                for part in &mut m.parts {
-                    if part.reply.is_none() {
-                        match Pin::new(&mut part.fut).poll(cx) {
-                            Poll::Ready(Ok(r)) => part.reply = Some(r),
-                            Poll::Pending => pending = true,
-                        }
-                    }
-                }
-                if pending {
-                    return Poll::Pending;
-                }
-                Poll::Ready(Ok(m.merge()))
-            }
+            ResponseFuture::Merge(m) => match m.join.poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Ok(m.merge())),
+                Poll::Pending => Poll::Pending,
+            },
         }
     }
 }
 
 impl<F> Merge<F> {
     fn merge(&mut self) -> Reply {
-        let replies = self.parts.iter().map(|p| p.reply.as_ref());
+        let replies = self.join.replies();
         // Any shard error is the reply (the first, in shard order of appearance).
         if let Some(err) = replies.clone().flatten().find(|r| is_error(r)) {
             return err.clone();
@@ -239,13 +227,13 @@ impl<F> Merge<F> {
             }
             SplitKind::Mget => {
                 let mut slots: Vec<Option<Frame>> = vec![None; self.nkeys];
-                for part in &self.parts {
-                    let Some(r) = part.reply.as_ref() else {
+                for (reply, positions) in self.join.replies().zip(&self.positions) {
+                    let Some(r) = reply else {
                         return unexpected(&[]);
                     };
                     match parse_reply(r) {
-                        Ok(Frame::Array(items)) if items.len() == part.positions.len() => {
-                            for (item, &pos) in items.into_iter().zip(&part.positions) {
+                        Ok(Frame::Array(items)) if items.len() == positions.len() => {
+                            for (item, &pos) in items.into_iter().zip(positions) {
                                 slots[pos] = Some(item);
                             }
                         }

@@ -11,7 +11,6 @@ use std::task::{Context, Poll};
 use futures_util::future::Either;
 use tower::{Layer, Service};
 
-use crate::command::CommandClass;
 use crate::request::{error_reply, Reply, Request};
 use crate::routing::Routing;
 
@@ -34,7 +33,6 @@ impl<S> Layer<S> for PrefixRouteLayer {
         PrefixRoute {
             inner,
             routing: self.routing.clone(),
-            keys: Vec::new(),
         }
     }
 }
@@ -44,8 +42,6 @@ impl<S> Layer<S> for PrefixRouteLayer {
 pub struct PrefixRoute<S> {
     inner: S,
     routing: Arc<Routing>,
-    /// Reused buffer for key positions (no allocation per request).
-    keys: Vec<usize>,
 }
 
 // === impl PrefixRoute ===
@@ -61,35 +57,15 @@ impl<S> PrefixRoute<S> {
         self.inner
     }
 
-    fn route(&mut self, req: &mut Request) -> Result<(), Reply> {
-        let multi = matches!(
-            req.cmd.class,
-            // Blocking: XREAD / XREADGROUP without BLOCK, forwarded like SameShard.
-            CommandClass::Split(_) | CommandClass::SameShard | CommandClass::Blocking
-        );
-        if !multi {
-            let Some(i) = req.key else {
-                return self.catch_all(req);
-            };
-            let m = self
-                .routing
-                .route(&req.args[i])
-                .ok_or_else(|| no_route(&req.args[i]))?;
-            req.cluster = m.cluster;
-            req.route = m.route;
-            if m.strip > 0 {
-                req.args[i] = req.args[i].slice(m.strip..);
-            }
-            return Ok(());
-        }
-        req.cmd
-            .key_indices(&req.args, &mut self.keys)
-            .map_err(|e| error_reply(&format!("ERR {e}")))?;
-        if self.keys.is_empty() {
+    /// Routes by every key of `req`, at the positions the session computed
+    /// ([`Request::keys`]): a single-key command has one, a multi-key one needs all its keys
+    /// on one cluster.
+    fn route(&self, req: &mut Request) -> Result<(), Reply> {
+        if req.keys.is_empty() {
             return self.catch_all(req);
         }
         let mut cluster = None;
-        for &i in &self.keys {
+        for i in req.keys.iter() {
             let m = self
                 .routing
                 .route(&req.args[i])

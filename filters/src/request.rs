@@ -1,8 +1,9 @@
 //! The request that flows through the chain, and the reply it produces.
 //!
 //! The session parses a command once (argv as zero-copy `Bytes`, looked up in the command
-//! table) and wraps it in a [`Request`]. Layers annotate it — the route layer sets the
-//! cluster, the split and hash layers pin the shard — instead of parsing it again.
+//! table), computes its key positions once ([`Keys`]) and wraps both in a [`Request`]. Layers
+//! annotate it — the route layer sets the cluster, the split and hash layers pin the shard —
+//! and read the carried positions instead of computing them again.
 //!
 //! A reply is an encoded RESP frame ([`Reply`] = `Bytes`): replies from Redis pass through
 //! untouched, and errors made by the proxy are encoded once with [`error_reply`].
@@ -22,14 +23,18 @@ pub struct Request {
     pub cmd: &'static CommandInfo,
     /// The arguments, `args[0]` being the command name as the client sent it.
     pub args: Vec<Bytes>,
-    /// Index in `args` of the first key, if the command has keys.
-    pub key: Option<usize>,
+    /// Positions in `args` of the keys, as the session computed them
+    /// ([`CommandInfo::key_indices`]); a layer that rewrites `args` keeps them true.
+    pub keys: Keys,
     /// Index of the target cluster in the routing table (set by the route layer).
     pub cluster: usize,
     /// Shard pinned by a layer (split, hot key); `None` lets the hash layer choose.
     pub shard: Option<usize>,
     /// Endpoint index within the shard (set by the zone layer; `None` = the primary).
     pub endpoint: Option<usize>,
+    /// Index of the shard's primary among its endpoints (set by the zone layer with
+    /// `endpoint`, 0 before), so the upstream needs no table of its own.
+    pub primary: usize,
     /// The route taken (set by the route layer).
     pub route: RouteId,
     /// When the client stops waiting for the reply (`op_timeout` after it was read); a
@@ -58,15 +63,22 @@ impl Flavor {
 }
 
 impl Request {
-    /// A request for `cmd` with its arguments; the cluster and shard are filled in later.
-    pub fn new(cmd: &'static CommandInfo, args: Vec<Bytes>, key: Option<usize>) -> Self {
+    /// A request for `cmd` with its arguments and its key positions (as
+    /// [`CommandInfo::key_indices`] gives them); the cluster and shard are filled in later.
+    pub fn new(cmd: &'static CommandInfo, args: Vec<Bytes>, keys: &[usize]) -> Self {
+        Request::with_keys(cmd, args, Keys::from_positions(keys))
+    }
+
+    /// [`Request::new`] with the positions already in a [`Keys`].
+    pub fn with_keys(cmd: &'static CommandInfo, args: Vec<Bytes>, keys: Keys) -> Self {
         Request {
             cmd,
             args,
-            key,
+            keys,
             cluster: 0,
             shard: None,
             endpoint: None,
+            primary: 0,
             route: RouteId::CatchAll,
             deadline: None,
             flavor: Flavor::default(),
@@ -81,7 +93,93 @@ impl Request {
 
     /// The first key, if any.
     pub fn first_key(&self) -> Option<&Bytes> {
-        self.key.and_then(|i| self.args.get(i))
+        self.keys.first().and_then(|i| self.args.get(i))
+    }
+}
+
+/// The positions in a request's `args` of its keys, in the command's order.
+///
+/// Almost every command's keys sit at evenly spaced positions (`GET k`: 1; `MGET a b c`: 1, 2,
+/// 3; `MSET a 1 b 2`: 1, 3; `EVAL s 2 a b`: 3, 4), which are held as a start, a step and a
+/// count: no heap allocation, whatever the number of keys, and a clone is a copy. Other
+/// positions (`ZUNIONSTORE d 2 a b`: 1, 3, 4; `SORT ... STORE`) are held in a boxed slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys(Repr);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Repr {
+    /// `count` positions: `first`, `first + step`, ...
+    Step {
+        first: usize,
+        step: usize,
+        count: usize,
+    },
+    /// Any other positions.
+    List(Box<[usize]>),
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys::step(0, 1, 0)
+    }
+}
+
+impl Keys {
+    /// `count` positions from `first`, `step` apart.
+    pub fn step(first: usize, step: usize, count: usize) -> Self {
+        Keys(Repr::Step { first, step, count })
+    }
+
+    /// The positions `at` (allocates only when they are not evenly spaced).
+    pub fn from_positions(at: &[usize]) -> Self {
+        let (first, step) = match *at {
+            [] => (0, 1),
+            [a] => (a, 1),
+            [a, b, ..] if b > a => (a, b - a),
+            _ => return Keys(Repr::List(at.into())),
+        };
+        let even = at
+            .iter()
+            .enumerate()
+            .all(|(i, &p)| Some(p) == step.checked_mul(i).and_then(|d| d.checked_add(first)));
+        if even {
+            Keys::step(first, step, at.len())
+        } else {
+            Keys(Repr::List(at.into()))
+        }
+    }
+
+    /// The number of keys.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Step { count, .. } => *count,
+            Repr::List(l) => l.len(),
+        }
+    }
+
+    /// True for a command without keys.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The position of the `i`-th key.
+    pub fn get(&self, i: usize) -> Option<usize> {
+        match &self.0 {
+            Repr::Step { first, step, count } => {
+                (i < *count).then(|| first.saturating_add(step.saturating_mul(i)))
+            }
+            Repr::List(l) => l.get(i).copied(),
+        }
+    }
+
+    /// The position of the first key.
+    pub fn first(&self) -> Option<usize> {
+        self.get(0)
+    }
+
+    /// The positions, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        (0..self.len()).map(move |i| self.get(i).unwrap_or_default())
     }
 }
 
@@ -100,4 +198,32 @@ pub fn error_reply(msg: &str) -> Reply {
 /// True when the encoded reply is an error frame (RESP2 `-`, or RESP3 blob error `!`).
 pub fn is_error(reply: &[u8]) -> bool {
     matches!(reply.first(), Some(b'-' | b'!'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(at: &[usize]) -> Keys {
+        let k = Keys::from_positions(at);
+        assert_eq!(k.iter().collect::<Vec<_>>(), at, "{at:?}");
+        assert_eq!(k.len(), at.len());
+        assert_eq!(k.first(), at.first().copied());
+        assert_eq!(k.get(at.len()), None);
+        k
+    }
+
+    #[test]
+    fn evenly_spaced_positions_are_held_inline() {
+        for at in [&[][..], &[1], &[1, 2, 3], &[1, 3, 5, 7], &[3, 4]] {
+            assert!(matches!(roundtrip(at).0, Repr::Step { .. }), "{at:?}");
+        }
+    }
+
+    #[test]
+    fn other_positions_are_listed() {
+        for at in [&[1, 3, 4][..], &[2, 1], &[1, 1], &[1, 2, 4]] {
+            assert!(matches!(roundtrip(at).0, Repr::List(_)), "{at:?}");
+        }
+    }
 }

@@ -26,7 +26,8 @@
 //! costs no health lookup at all.
 //!
 //! The zone layer is the only one that sets [`Request::endpoint`]; it always sets it (to
-//! `Some`), replacing whatever an outer layer left there. A shard index outside the cluster
+//! `Some`), replacing whatever an outer layer left there, and [`Request::primary`] with it
+//! (the upstream's replica-read fallback target). A shard index outside the cluster
 //! (which the outer layers never produce) leaves the request untouched for the upstream to
 //! reject.
 
@@ -147,14 +148,14 @@ impl<S> Zone<S> {
         self.inner
     }
 
-    /// The endpoint for `req` within shard `shard` of cluster `cluster`, or `None` when the
-    /// routing table has no such shard.
-    fn choose(&mut self, req: &Request, cluster: usize, shard: usize) -> Option<usize> {
+    /// The endpoint for `req` within shard `shard` of cluster `cluster` and the shard's
+    /// primary, or `None` when the routing table has no such shard.
+    fn choose(&mut self, req: &Request, cluster: usize, shard: usize) -> Option<(usize, usize)> {
         let c = self.routing.clusters.get(cluster)?;
         let s = c.shards.get(shard)?;
         let primary = s.primary;
         if !req.is_read() || s.endpoints.len() <= 1 {
-            return Some(primary);
+            return Some((primary, primary));
         }
         let mut pick = |want: fn(&EndpointRoute) -> bool| {
             round_robin(&mut self.rr, &s.endpoints, want, |e| {
@@ -172,7 +173,7 @@ impl<S> Zone<S> {
             }
             ReadPolicy::Any => pick(|_| true),
         };
-        Some(chosen.unwrap_or(primary))
+        Some((chosen.unwrap_or(primary), primary))
     }
 }
 
@@ -190,8 +191,9 @@ where
 
     fn call(&mut self, mut req: Request) -> S::Future {
         let shard = req.shard.unwrap_or(0);
-        if let Some(endpoint) = self.choose(&req, req.cluster, shard) {
+        if let Some((endpoint, primary)) = self.choose(&req, req.cluster, shard) {
             req.endpoint = Some(endpoint);
+            req.primary = primary;
         }
         self.inner.call(req)
     }

@@ -121,7 +121,7 @@ fn hot_write_goes_to_every_shard_and_answers_with_the_first_shards_reply() {
         assert_eq!(r.cluster, 0);
         assert_eq!(r.endpoint, None);
         assert_eq!(r.args, vec!["SET", "HIGH_FREQ_menu", "v"]);
-        assert_eq!(r.key, Some(1));
+        assert_eq!(r.keys.first(), Some(1));
     }
     let s = rule_stats(&stats, "HIGH_FREQ_");
     assert_eq!(s.fanned_out_writes, 1);

@@ -153,7 +153,7 @@ impl Setup {
 
 fn assert_same(got: &Request, sent: &Request) {
     assert_eq!(got.args, sent.args);
-    assert_eq!(got.key, sent.key);
+    assert_eq!(got.keys, sent.keys);
     assert_eq!(got.cluster, sent.cluster);
     assert_eq!(got.shard, sent.shard);
     assert_eq!(got.endpoint, sent.endpoint);

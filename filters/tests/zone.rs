@@ -182,7 +182,7 @@ fn request(args: &[&'static str], cluster: usize, shard: Option<usize>) -> Reque
         .map(|a| Bytes::from_static(a.as_bytes()))
         .collect();
     let key = (args.len() > 1).then_some(1);
-    let mut req = Request::new(cmd, args, key);
+    let mut req = Request::new(cmd, args, key.as_slice());
     req.cluster = cluster;
     req.shard = shard;
     req

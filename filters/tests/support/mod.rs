@@ -143,14 +143,14 @@ pub fn request(routing: &Routing, argv: &[&str]) -> Request {
     let cmd = lookup(&args[0]).unwrap().resolve(&args);
     let mut keys = Vec::new();
     cmd.key_indices(&args, &mut keys).unwrap();
-    let mut req = Request::new(cmd, args, keys.first().copied());
-    let m = match req.key {
+    let mut req = Request::new(cmd, args, &keys);
+    let m = match req.keys.first() {
         Some(i) => routing.route(&req.args[i]).unwrap(),
         None => routing.catch_all().unwrap(),
     };
     req.cluster = m.cluster;
     req.route = m.route;
-    if let (Some(i), true) = (req.key, m.strip > 0) {
+    if let (Some(i), true) = (req.keys.first(), m.strip > 0) {
         req.args[i] = req.args[i].slice(m.strip..);
     }
     req
