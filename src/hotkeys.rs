@@ -25,12 +25,7 @@ pub(crate) const TOP: usize = 32;
 pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 const DEPTH: usize = 4;
 const WIDTH: usize = 4096;
-const SEEDS: [u64; DEPTH] = [
-    0x9e37_79b9_7f4a_7c15,
-    0xc2b2_ae3d_27d4_eb4f,
-    0x1656_67b1_9e37_79f9,
-    0x27d4_eb2f_1656_67c5,
-];
+const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// One worker's hot-key tracker for one listener.
 #[derive(Debug)]
@@ -74,14 +69,14 @@ impl Cluster {
             self.sketch.iter_mut().for_each(|c| *c = 0);
             self.started = now;
         }
+        // One hash per key: its 12-bit slices pick the counter of each row (4 × 12 of its 64
+        // bits; xxh64's bits are independent enough for a sketch, and one hash instead of
+        // four is most of a sampled key's cost).
+        let first = xxhash_rust::xxh64::xxh64(key, SEED);
         let mut est = u32::MAX;
-        let mut first = 0;
-        for (row, seed) in SEEDS.iter().enumerate() {
-            let h = xxhash_rust::xxh64::xxh64(key, *seed);
-            if row == 0 {
-                first = h;
-            }
-            let c = &mut self.sketch[row * WIDTH + h as usize % WIDTH];
+        for row in 0..DEPTH {
+            let col = (first >> (row * 12)) as usize % WIDTH;
+            let c = &mut self.sketch[row * WIDTH + col];
             *c = c.saturating_add(1);
             est = est.min(*c);
         }
