@@ -99,11 +99,51 @@ impl Live {
 }
 
 /// The clock of one turn of the session's reply loop: read at most once, for the latency of
-/// the replies the turn completes, and the latency of the last backstop seen.
-#[derive(Default)]
-struct TurnClock {
+/// the replies the turn completes, the latency of the last backstop seen, and the run of
+/// replies of one command and latency not yet counted (counted when the run ends or the turn
+/// is dropped, so that a pipeline of GETs costs one counter update per run).
+struct TurnClock<'a> {
     now: Option<Instant>,
     last: Option<(Instant, u64)>,
+    stats: &'a metrics::CommandStats,
+    /// (command index, µs, replies, error replies).
+    run: Option<(u16, u64, u64, u64)>,
+}
+
+impl<'a> TurnClock<'a> {
+    fn new(stats: &'a metrics::CommandStats) -> Self {
+        TurnClock {
+            now: None,
+            last: None,
+            stats,
+            run: None,
+        }
+    }
+
+    /// Counts one reply of command `idx` that took `us`.
+    #[inline]
+    fn count(&mut self, idx: u16, us: u64, failed: bool) {
+        match &mut self.run {
+            Some((i, u, n, f)) if *i == idx && *u == us => {
+                *n += 1;
+                *f += u64::from(failed);
+            }
+            run => {
+                if let Some((i, u, n, f)) = run.take() {
+                    self.stats.record_n(i, u, n, f);
+                }
+                *run = Some((idx, us, 1, u64::from(failed)));
+            }
+        }
+    }
+}
+
+impl Drop for TurnClock<'_> {
+    fn drop(&mut self) {
+        if let Some((i, u, n, f)) = self.run.take() {
+            self.stats.record_n(i, u, n, f);
+        }
+    }
 }
 
 thread_local! {
@@ -410,7 +450,7 @@ impl Session {
 
             // 2. Move finished replies, oldest first, into the write buffer (the clock is
             //    read once per turn, for the latency of the replies it completes).
-            let mut now = TurnClock::default();
+            let mut now = TurnClock::new(&ctx.stats.cmds);
             while let Some(front) = self.pending.front_mut() {
                 let reply = match front {
                     Pending::Ready(_) => match self.pending.pop_front() {
@@ -476,6 +516,10 @@ impl Session {
                     return Poll::Ready(Err(self.cut(ctx, Cut::HardLimit(self.wbuf.len()))));
                 }
             }
+
+            // Counted before any of these replies is written (a client that reads its reply
+            // and then scrapes the metrics finds it counted).
+            drop(now);
 
             // 2b. Pub/sub messages, once every confirmation before them is written.
             if let Some(sub) = self.sub.as_mut().filter(|s| s.confirming == 0) {
@@ -550,7 +594,7 @@ impl Session {
         &self,
         ctx: &ListenerCtx,
         live: &Live,
-        clock: &mut TurnClock,
+        clock: &mut TurnClock<'_>,
         idx: u16,
         backstop: Instant,
         reply: &[u8],
@@ -569,7 +613,7 @@ impl Session {
                 us
             }
         };
-        ctx.stats.cmds.record(idx, us, is_error(reply));
+        clock.count(idx, us, is_error(reply));
         if us >= ctx.stats.slow.threshold_us() {
             let upstream = crate::slowlog::take_upstream(reply, started());
             self.log_slow(ctx, live, idx, us, first, upstream);

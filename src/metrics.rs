@@ -125,12 +125,12 @@ impl Default for Latency {
 }
 
 impl Latency {
-    /// Counts one latency (µs).
+    /// Counts `n` latencies of `us` each.
     #[inline]
-    pub(crate) fn record(&self, us: u64) {
-        bump(&self.count, 1);
-        bump(&self.sum_us, us);
-        bump(&self.hist[bucket(us)], 1);
+    pub(crate) fn record_n(&self, us: u64, n: u64) {
+        bump(&self.count, n);
+        bump(&self.sum_us, us.saturating_mul(n));
+        bump(&self.hist[bucket(us)], n);
     }
 
     /// Adds this histogram into `t` (as a [`CmdTotals`] named `name`).
@@ -192,17 +192,24 @@ impl CommandStats {
     /// Counts one answered command.
     #[inline]
     pub(crate) fn record(&self, index: u16, us: u64, failed: bool) {
+        self.record_n(index, us, 1, u64::from(failed));
+    }
+
+    /// Counts `n` answered commands of one kind that took `us` each, `failed` of them with an
+    /// error reply.
+    #[inline]
+    pub(crate) fn record_n(&self, index: u16, us: u64, n: u64, failed: u64) {
         let Some(slot) = self.per.get(usize::from(index)) else {
             return;
         };
         let s = slot.get_or_init(Box::default);
         // One worker writes these (see `stats::bump`).
-        bump(&s.calls, 1);
-        bump(&s.usec, us);
-        if failed {
-            bump(&s.failed, 1);
+        bump(&s.calls, n);
+        bump(&s.usec, us.saturating_mul(n));
+        if failed > 0 {
+            bump(&s.failed, failed);
         }
-        bump(&s.hist[bucket(us)], 1);
+        bump(&s.hist[bucket(us)], n);
     }
 
     /// Adds this worker's counters into `into` (indexed like `per`).

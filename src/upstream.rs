@@ -843,6 +843,34 @@ struct Inflight {
     sent: Instant,
 }
 
+/// Latencies of consecutive replies counted as one run (replies of one write batch, read
+/// together, took the same time): one histogram update per run, the rest when dropped.
+struct LatencyRun<'a> {
+    latency: &'a crate::metrics::Latency,
+    us: u64,
+    n: u64,
+}
+
+impl LatencyRun<'_> {
+    #[inline]
+    fn add(&mut self, us: u64) {
+        if self.n > 0 && us != self.us {
+            self.latency.record_n(self.us, self.n);
+            self.n = 0;
+        }
+        self.us = us;
+        self.n += 1;
+    }
+}
+
+impl Drop for LatencyRun<'_> {
+    fn drop(&mut self) {
+        if self.n > 0 {
+            self.latency.record_n(self.us, self.n);
+        }
+    }
+}
+
 /// Reads what the socket has and completes every whole reply, oldest request first.
 ///
 /// `scanner` keeps its progress inside a reply that is not complete yet: the next read scans
@@ -882,6 +910,11 @@ fn read_replies(
     // The replies of this read arrived now (one clock read per read, not per reply).
     let now = Instant::now();
     let mut last: Option<(Instant, u64)> = None;
+    let mut run = LatencyRun {
+        latency,
+        us: 0,
+        n: 0,
+    };
     loop {
         // `Some(n)`: the scanner starts over, and the reply's bytes leave the buffer.
         match scanner.scan(rbuf, limits) {
@@ -908,7 +941,7 @@ fn read_replies(
                                 us
                             }
                         };
-                        latency.record(us);
+                        run.add(us);
                         if us >= note_min {
                             crate::slowlog::note_upstream(&reply, now, endpoint, us);
                         }
