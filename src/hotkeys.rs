@@ -33,7 +33,8 @@ pub(crate) struct Tracker {
     /// One key in this many is taken (0: none); a configuration push may change it.
     sample: AtomicU64,
     tick: AtomicU64,
-    inner: Mutex<HashMap<String, Cluster>>,
+    /// Per cluster name (a few: a list searched by name is cheaper than hashing it).
+    inner: Mutex<Vec<(String, Cluster)>>,
 }
 
 #[derive(Debug)]
@@ -122,7 +123,7 @@ impl Tracker {
         Tracker {
             sample: AtomicU64::new(sample),
             tick: AtomicU64::new(0),
-            inner: Mutex::new(HashMap::new()),
+            inner: Mutex::new(Vec::new()),
         }
     }
 
@@ -155,12 +156,12 @@ impl Tracker {
             return;
         };
         let now = Instant::now();
-        match m.get_mut(cluster) {
-            Some(c) => c.count(key, now),
+        match m.iter_mut().find(|(n, _)| n == cluster) {
+            Some((_, c)) => c.count(key, now),
             None => {
                 let mut c = Cluster::new();
                 c.count(key, now);
-                m.insert(cluster.to_string(), c);
+                m.push((cluster.to_string(), c));
             }
         }
     }
@@ -264,7 +265,7 @@ mod tests {
             .collect();
         let want: Vec<String> = (0..10).map(|h| format!("heavy{h}")).collect();
         assert_eq!(keys, want);
-        assert!(t.inner.lock().unwrap()["main"].top.len() <= TOP);
+        assert!(t.inner.lock().unwrap()[0].1.top.len() <= TOP);
     }
 
     #[test]
