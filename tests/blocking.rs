@@ -39,45 +39,6 @@ fn shard_of(rw: SocketAddr, shards: &[SocketAddr], key: &str) -> usize {
     i
 }
 
-/// Connections of these shards blocked in `cmd` now (`CLIENT LIST`: `flags=b`, `cmd=...`).
-fn blocked(shards: &[SocketAddr], cmd: &str) -> usize {
-    let want = format!(" cmd={cmd} ");
-    shards
-        .iter()
-        .map(|&s| {
-            RespConn::connect(s)
-                .call(&["CLIENT", "LIST"])
-                .text()
-                .lines()
-                .filter(|l| l.contains(" flags=b ") && l.contains(&want))
-                .count()
-        })
-        .sum()
-}
-
-/// Waits (10 ms polls, 5 s at most) until `n` connections are blocked in `cmd`.
-fn wait_blocked(shards: &[SocketAddr], cmd: &str, n: usize) {
-    let start = Instant::now();
-    while blocked(shards, cmd) < n {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{n} clients never blocked in {cmd} (have {})",
-            blocked(shards, cmd)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Runs `args` on a new connection to `addr` in a thread; the thread returns the reply.
-fn spawn_call(addr: SocketAddr, args: &[&str]) -> JoinHandle<Resp> {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    std::thread::spawn(move || {
-        let mut c = RespConn::connect(addr);
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        c.call(&a)
-    })
-}
-
 /// Connections the shard has accepted so far (asked on `conn`, which is counted once).
 fn connections_received(conn: &mut RespConn) -> u64 {
     let info = conn.call(&["INFO", "stats"]).text();

@@ -333,3 +333,58 @@ impl Drop for MgmtProc {
         self.stop();
     }
 }
+
+// === blocked clients (blocking commands, WAIT) ===
+
+/// Connections of these servers blocked in `cmd` now (`CLIENT LIST`: `flags=b`, `cmd=...`).
+pub fn blocked(addrs: &[SocketAddr], cmd: &str) -> usize {
+    let want = format!(" cmd={cmd} ");
+    addrs
+        .iter()
+        .map(|&s| {
+            RespConn::connect(s)
+                .call(&["CLIENT", "LIST"])
+                .text()
+                .lines()
+                .filter(|l| l.contains(" flags=b ") && l.contains(&want))
+                .count()
+        })
+        .sum()
+}
+
+/// Waits (10 ms polls, 5 s at most) until `n` connections are blocked in `cmd`.
+pub fn wait_blocked(addrs: &[SocketAddr], cmd: &str, n: usize) {
+    let start = Instant::now();
+    while blocked(addrs, cmd) < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{n} connections never blocked in {cmd} (have {})",
+            blocked(addrs, cmd)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (10 ms polls, 5 s at most) until no connection is blocked in `cmd`.
+pub fn wait_unblocked(addrs: &[SocketAddr], cmd: &str) {
+    let start = Instant::now();
+    while blocked(addrs, cmd) > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{} connections still blocked in {cmd} after {:?}",
+            blocked(addrs, cmd),
+            start.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `args` on a new connection to `addr` in a thread; the thread returns the reply.
+pub fn spawn_call(addr: SocketAddr, args: &[&str]) -> std::thread::JoinHandle<Resp> {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    std::thread::spawn(move || {
+        let mut c = RespConn::connect(addr);
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        c.call(&a)
+    })
+}
