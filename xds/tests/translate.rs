@@ -493,6 +493,16 @@ fn add_listener_other(r: &mut Resources) {
 }
 
 /// Edits the listener's `respway.v1.ListenerSettings` in place.
+/// The first listener's `respway.v1.ListenerSettings`.
+fn settings_of(r: &Resources) -> ListenerSettings {
+    let Some(ConfigType::TypedConfig(any)) =
+        &r.listeners[0].filter_chains[0].filters[0].config_type
+    else {
+        panic!("typed_config")
+    };
+    ListenerSettings::decode(any.value.as_slice()).unwrap()
+}
+
 fn edit_settings(r: &mut Resources, f: impl FnOnce(&mut ListenerSettings)) {
     let filter = &mut r.listeners[0].filter_chains[0].filters[0];
     let Some(ConfigType::TypedConfig(any)) = &mut filter.config_type else {
@@ -1022,12 +1032,7 @@ clusters:
     assert_eq!(translate(&resources).unwrap(), model);
 
     // respway.v1.ListenerSettings and respway.v1.ClusterOptions carry them.
-    let Some(ConfigType::TypedConfig(any)) =
-        &resources.listeners[0].filter_chains[0].filters[0].config_type
-    else {
-        panic!("typed_config")
-    };
-    let settings = ListenerSettings::decode(any.value.as_slice()).unwrap();
+    let settings = settings_of(&resources);
     assert_eq!(
         (
             settings.client_buffer_limit,
@@ -1452,12 +1457,7 @@ fn observability_settings_travel_in_the_extension() {
     );
     let resources = to_resources(&model);
     assert_eq!(translate(&resources).unwrap(), model);
-    let Some(ConfigType::TypedConfig(any)) =
-        &resources.listeners[0].filter_chains[0].filters[0].config_type
-    else {
-        panic!("typed_config")
-    };
-    let s = ListenerSettings::decode(any.value.as_slice()).unwrap();
+    let s = settings_of(&resources);
     assert_eq!(
         (s.slowlog_threshold, s.slowlog_max_len, s.hot_key_sample),
         (Some(PbDuration::default()), Some(7), Some(0))

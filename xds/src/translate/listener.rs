@@ -21,7 +21,9 @@ use respway_filters::model::{
     ReadPolicy, RespSettings, RouteTable, ZoneFallback,
 };
 
-use super::{inline_secret, positive_duration, socket_address, type_name, unpack, unsupported};
+use super::{
+    duration, inline_secret, positive_duration, socket_address, type_name, unpack, unsupported,
+};
 use crate::common::{self, MirrorProblem};
 use crate::error::{index, join, Cx};
 use crate::pb::respway::v1::{self as rw, ListenerSettings};
@@ -498,16 +500,10 @@ pub(super) fn translate(
 /// `ListenerSettings.slowlog_threshold`, `slowlog_max_len`, `hot_key_sample` (unset: the
 /// sidecar's own flags).
 fn observe_settings(cx: &mut Cx, at: &str, s: &ListenerSettings) -> Observe {
-    let slowlog_threshold = s.slowlog_threshold.as_ref().and_then(|d| {
-        if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
-            cx.err(
-                join(at, "slowlog_threshold"),
-                format!("invalid duration ({}s, {}ns)", d.seconds, d.nanos),
-            );
-            return None;
-        }
-        Some(std::time::Duration::new(d.seconds as u64, d.nanos as u32))
-    });
+    let slowlog_threshold = s
+        .slowlog_threshold
+        .as_ref()
+        .and_then(|d| duration(cx, &join(at, "slowlog_threshold"), d));
     let slowlog_max_len = s.slowlog_max_len.and_then(|n| {
         if n > common::MAX_SLOWLOG_LEN {
             cx.err(

@@ -234,8 +234,8 @@ fn unsupported(cx: &mut Cx, prefix: &str, fields: &[(&str, bool)]) {
     }
 }
 
-/// A protobuf duration that must be greater than zero.
-fn positive_duration(cx: &mut Cx, field: &str, d: &PbDuration) -> Option<Duration> {
+/// A protobuf duration, zero allowed.
+fn duration(cx: &mut Cx, field: &str, d: &PbDuration) -> Option<Duration> {
     if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
         cx.err(
             field,
@@ -243,7 +243,12 @@ fn positive_duration(cx: &mut Cx, field: &str, d: &PbDuration) -> Option<Duratio
         );
         return None;
     }
-    let out = Duration::new(d.seconds as u64, d.nanos as u32);
+    Some(Duration::new(d.seconds as u64, d.nanos as u32))
+}
+
+/// A protobuf duration that must be greater than zero.
+fn positive_duration(cx: &mut Cx, field: &str, d: &PbDuration) -> Option<Duration> {
+    let out = duration(cx, field, d)?;
     if out.is_zero() {
         cx.err(field, "must be greater than 0");
         return None;
