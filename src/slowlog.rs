@@ -69,13 +69,10 @@ thread_local! {
 
 /// Sets, for this worker thread, how slow upstream a reply must be to be noted: an eighth of
 /// the slow-log threshold, so that a slow command whose endpoint took less than that was slow
-/// in respway (or waiting for its client), and one that took more finds its note.
-pub(crate) fn set_upstream_min(threshold_us: u64, max_len: usize) {
-    let min = if max_len == 0 || threshold_us == u64::MAX {
-        u64::MAX
-    } else {
-        threshold_us / 8
-    };
+/// in respway (or waiting for its client), and one that took more finds its note. `None`: no
+/// slow log on this thread, nothing noted.
+pub(crate) fn set_upstream_min(threshold_us: Option<u64>) {
+    let min = threshold_us.map_or(u64::MAX, |t| t / 8);
     UPSTREAM_MIN.with(|m| m.set(min));
 }
 

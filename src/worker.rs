@@ -176,10 +176,7 @@ impl Worker {
             .filter(|&(_, _, len)| len > 0)
             .map(|(_, t, _)| t)
             .min();
-        match min {
-            Some(t) => crate::slowlog::set_upstream_min(t, 1),
-            None => crate::slowlog::set_upstream_min(u64::MAX, 0),
-        }
+        crate::slowlog::set_upstream_min(min);
     }
 
     /// Builds this worker's chain parts for every listener of `snapshot`: endpoint handles
