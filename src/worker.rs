@@ -370,8 +370,9 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
                             let limit = ctx.slot.parts.load().listener.client.stall_timeout;
                             let shake = tls_handshake(stream, peer, &tls, &ctx);
                             match tokio::time::timeout(limit, shake).await {
-                                Ok(Some(s)) => conn::serve(s, ctx.clone(), seq).await,
-                                Ok(None) => {}
+                                Ok(Shake::Tls(s)) => conn::serve(s, ctx.clone(), seq).await,
+                                Ok(Shake::Plaintext(s)) => refuse_plaintext(s).await,
+                                Ok(Shake::Failed) => {}
                                 Err(_) => {
                                     ctx.stats.tls_handshake_failures.inc();
                                     tracing::debug!(
@@ -402,58 +403,73 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
 /// first byte looks like RESP: `*` or an inline command's letter).
 const PLAINTEXT_REFUSED: &[u8] = b"-ERR this port speaks TLS\r\n";
 
-/// The server side of a TLS handshake on an accepted connection; `None` when it failed
-/// (logged and counted) or the client sent plaintext (told so when it looks like RESP, and
-/// counted). The caller bounds it in time.
+/// How a TLS listener's handshake ended. (Once per connection, moved straight into the
+/// session: the size difference between variants costs nothing worth a box.)
+#[allow(clippy::large_enum_variant)]
+enum Shake {
+    Tls(crate::tls::TlsStream),
+    /// The client's first byte looks like RESP (`*` or an inline command's letter): it is
+    /// told, after the bounded handshake, that the port speaks TLS.
+    Plaintext(tokio::net::TcpStream),
+    /// Failed (logged and counted), closed, or plaintext that is not RESP (counted).
+    Failed,
+}
+
+/// The server side of a TLS handshake on an accepted connection. The caller bounds it in
+/// time; a plaintext client's refusal is not part of it, so a client that stays connected
+/// after reading it is not also counted as a handshake that timed out.
 async fn tls_handshake(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     tls: &respway_tls::ServerTls,
     ctx: &ListenerCtx,
-) -> Option<crate::tls::TlsStream> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+) -> Shake {
     // A TLS connection starts with a handshake record (content type 22).
     let mut first = [0u8; 1];
     match stream.peek(&mut first).await {
-        Ok(0) | Err(_) => return None,
+        Ok(0) | Err(_) => return Shake::Failed,
         Ok(_) => {}
     }
     if first[0] != 0x16 {
         ctx.stats.tls_plaintext_refused.inc();
         tracing::debug!(%peer, "plaintext client on a TLS listener: closed");
-        let mut stream = stream;
         if first[0] == b'*' || first[0].is_ascii_alphabetic() {
-            // What the client sent is read first (and dropped, never executed): closing a
-            // socket with unread bytes resets it, and the client might not see the error.
-            let mut sink = [0u8; 4096];
-            while let Ok(n) = stream.try_read(&mut sink) {
-                if n == 0 {
-                    break;
-                }
-            }
-            let _ = stream.write_all(PLAINTEXT_REFUSED).await;
-            let _ = stream.shutdown().await;
-            // Until the client closes, for a second at most.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-                while let Ok(n) = stream.read(&mut sink).await {
-                    if n == 0 {
-                        break;
-                    }
-                }
-            })
-            .await;
+            return Shake::Plaintext(stream);
         }
-        return None;
+        return Shake::Failed;
     }
     match tls.acceptor().accept(stream).await {
         Ok(s) => {
             let (tcp, conn) = s.into_inner();
-            Some(crate::tls::TlsStream::new(tcp, conn))
+            Shake::Tls(crate::tls::TlsStream::new(tcp, conn))
         }
         Err(e) => {
             ctx.stats.tls_handshake_failures.inc();
             tracing::info!(%peer, reason = %crate::tls::reason(&e), "TLS handshake failed");
-            None
+            Shake::Failed
         }
     }
+}
+
+/// Tells a plaintext client on a TLS listener why it is closed. What it sent is read first
+/// (and dropped, never executed): closing a socket with unread bytes resets it, and the client
+/// might not see the error. Then it waits for the client to close, for a second at most.
+async fn refuse_plaintext(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sink = [0u8; 4096];
+    while let Ok(n) = stream.try_read(&mut sink) {
+        if n == 0 {
+            break;
+        }
+    }
+    let _ = stream.write_all(PLAINTEXT_REFUSED).await;
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }

@@ -241,6 +241,28 @@ fn tls_listener_in_front_of_plaintext_shards() {
         wait_info_at_least(rw.addr, &pki.ca(), "tls_plaintext_connections_refused", 1),
         1
     );
+    // One that sends its command 300 ms after connecting and then stays connected past
+    // client_stall_timeout is refused the same way and counted as refused plaintext, not as a
+    // failed handshake (the refusal is not part of the bounded handshake).
+    let mut slow = RespConn::connect(rw.addr);
+    std::thread::sleep(Duration::from_millis(300));
+    slow.send(&["SET", "plain:key", "v"]);
+    let (got, end) = slow.read_until_closed(Duration::from_secs(10));
+    assert!(end.is_ok(), "closed: {end:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "-ERR this port speaks TLS\r\n"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(slow);
+    assert_eq!(
+        wait_info_at_least(rw.addr, &pki.ca(), "tls_plaintext_connections_refused", 2),
+        2
+    );
+    assert_eq!(
+        wait_info_at_least(rw.addr, &pki.ca(), "tls_handshake_failures", failed),
+        failed
+    );
 
     // A client that connects and never starts its handshake is closed after
     // client_stall_timeout (1 s here), without a byte.
