@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -281,6 +282,27 @@ impl Drop for Running {
 
 /// A free loopback port (bound, then released for the process about to use it).
 pub fn free_port() -> Result<u16, Error> {
+    // Below Linux's ephemeral range (32768-60999 by default): a port there can be taken by
+    // any outgoing connection on the machine between this check and the child's bind (seen in
+    // CI: "Address already in use"). The start differs per process; the count moves on, so
+    // one process never hands out the same port twice.
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static START: OnceLock<u32> = OnceLock::new();
+    let start = *START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        (std::process::id().wrapping_mul(7919) ^ nanos) % SPAN
+    });
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (start + n) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -1077,6 +1099,18 @@ pub fn load_average() -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_never_repeat() {
+        // A released port in the kernel's ephemeral range can be taken by any outgoing
+        // connection before the child binds it.
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..500 {
+            let port = free_port().unwrap();
+            assert!(port < 32_768, "{port} is in the ephemeral range");
+            assert!(seen.insert(port), "{port} handed out twice");
+        }
+    }
 
     #[test]
     fn sums_commandstats() {
