@@ -1083,9 +1083,11 @@ impl Session {
         let routing = &live.parts.routing;
         if let Some(m) = routing.route(key) {
             if let Some(c) = routing.clusters.get(m.cluster) {
-                ctx.stats
-                    .hot
-                    .record(&c.name, &key[m.strip.min(key.len())..]);
+                ctx.stats.hot.record(
+                    &c.name,
+                    &key[m.strip.min(key.len())..],
+                    batch_now().into_std(),
+                );
             }
         }
     }

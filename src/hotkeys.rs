@@ -41,6 +41,8 @@ pub(crate) struct Tracker {
 struct Cluster {
     sketch: Vec<u32>,
     top: Vec<Hot>,
+    /// The smallest count in `top` once it is full (0 before).
+    min: u32,
     previous: Vec<Hot>,
     started: Instant,
 }
@@ -59,6 +61,7 @@ impl Cluster {
         Cluster {
             sketch: vec![0; DEPTH * WIDTH],
             top: Vec::with_capacity(TOP),
+            min: 0,
             previous: Vec::new(),
             started: Instant::now(),
         }
@@ -68,6 +71,7 @@ impl Cluster {
         if now.duration_since(self.started) >= WINDOW {
             self.previous = std::mem::take(&mut self.top);
             self.sketch.iter_mut().for_each(|c| *c = 0);
+            self.min = 0;
             self.started = now;
         }
         // One hash per key: its 12-bit slices pick the counter of each row (4 × 12 of its 64
@@ -81,12 +85,23 @@ impl Cluster {
             *c = c.saturating_add(1);
             est = est.min(*c);
         }
+        // A key in the full list has a count of at least `min`, and every counter of its
+        // has grown since it was stored, so its estimate now is above `min`: an estimate at
+        // or below `min` is a key outside the list that cannot enter it. That is most sampled
+        // keys, and they skip the list's scans.
+        if self.top.len() == TOP && est <= self.min {
+            return;
+        }
         if let Some(e) = self
             .top
             .iter_mut()
             .find(|e| e.hash == first && e.key == key)
         {
+            let was_min = e.count == self.min;
             e.count = est;
+            if was_min {
+                self.reset_min();
+            }
             return;
         }
         if self.top.len() < TOP {
@@ -95,16 +110,25 @@ impl Cluster {
                 count: est,
                 hash: first,
             });
+            self.reset_min();
             return;
         }
         if let Some(min) = self.top.iter_mut().min_by_key(|e| e.count) {
-            if est > min.count {
-                min.key.clear();
-                min.key.extend_from_slice(key);
-                min.count = est;
-                min.hash = first;
-            }
+            // est > min.count (checked above).
+            min.key.clear();
+            min.key.extend_from_slice(key);
+            min.count = est;
+            min.hash = first;
         }
+        self.reset_min();
+    }
+
+    fn reset_min(&mut self) {
+        self.min = if self.top.len() == TOP {
+            self.top.iter().map(|e| e.count).min().unwrap_or(0)
+        } else {
+            0
+        };
     }
 }
 
@@ -150,12 +174,11 @@ impl Tracker {
         self.sample.store(sample, Ordering::Relaxed);
     }
 
-    /// Counts `key` of `cluster` (a sampled one).
-    pub(crate) fn record(&self, cluster: &str, key: &[u8]) {
+    /// Counts `key` of `cluster` (a sampled one) at `now`.
+    pub(crate) fn record(&self, cluster: &str, key: &[u8], now: Instant) {
         let Ok(mut m) = self.inner.try_lock() else {
             return;
         };
-        let now = Instant::now();
         match m.iter_mut().find(|(n, _)| n == cluster) {
             Some((_, c)) => c.count(key, now),
             None => {
@@ -248,11 +271,15 @@ mod tests {
         for round in 0..200 {
             for h in 0..20 {
                 for _ in 0..(20 - h) {
-                    t.record(c, format!("heavy{h}").as_bytes());
+                    t.record(c, format!("heavy{h}").as_bytes(), Instant::now());
                 }
             }
             for l in 0..250 {
-                t.record(c, format!("light{}", round * 250 + l).as_bytes());
+                t.record(
+                    c,
+                    format!("light{}", round * 250 + l).as_bytes(),
+                    Instant::now(),
+                );
             }
         }
         let mut m = HashMap::new();
@@ -266,6 +293,56 @@ mod tests {
         let want: Vec<String> = (0..10).map(|h| format!("heavy{h}")).collect();
         assert_eq!(keys, want);
         assert!(t.inner.lock().unwrap()[0].1.top.len() <= TOP);
+    }
+
+    /// The list as kept without the `min` shortcut: find the key, else push, else replace
+    /// the smallest when the estimate beats it.
+    fn plain_top(keys: &[Vec<u8>]) -> Vec<(Vec<u8>, u32)> {
+        let mut sketch = vec![0u32; DEPTH * WIDTH];
+        let mut top: Vec<(Vec<u8>, u32)> = Vec::new();
+        for key in keys {
+            let first = xxhash_rust::xxh64::xxh64(key, SEED);
+            let mut est = u32::MAX;
+            for row in 0..DEPTH {
+                let c = &mut sketch[row * WIDTH + (first >> (row * 12)) as usize % WIDTH];
+                *c += 1;
+                est = est.min(*c);
+            }
+            if let Some(e) = top.iter_mut().find(|e| &e.0 == key) {
+                e.1 = est;
+            } else if top.len() < TOP {
+                top.push((key.clone(), est));
+            } else if let Some(m) = top.iter_mut().min_by_key(|e| e.1) {
+                if est > m.1 {
+                    *m = (key.clone(), est);
+                }
+            }
+        }
+        top
+    }
+
+    #[test]
+    fn skipping_keys_at_or_below_the_lists_minimum_keeps_the_same_list() {
+        // A skewed stream over many keys, with repeats of list members and near-misses.
+        let mut x: u64 = 7;
+        let keys: Vec<Vec<u8>> = (0..60_000)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = (x >> 33) % 1000;
+                let id = if r < 400 { r % 50 } else { (x >> 13) % 20_000 };
+                format!("k{id}").into_bytes()
+            })
+            .collect();
+        let mut c = Cluster::new();
+        let now = c.started;
+        for k in &keys {
+            c.count(k, now);
+        }
+        let got: Vec<(Vec<u8>, u32)> = c.top.iter().map(|e| (e.key.clone(), e.count)).collect();
+        assert_eq!(got, plain_top(&keys));
+        assert_eq!(c.min, c.top.iter().map(|e| e.count).min().unwrap());
     }
 
     #[test]
