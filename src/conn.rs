@@ -99,51 +99,100 @@ impl Live {
 }
 
 /// The clock of one turn of the session's reply loop: read at most once, for the latency of
-/// the replies the turn completes, the latency of the last backstop seen, and the run of
-/// replies of one command and latency not yet counted (counted when the run ends or the turn
-/// is dropped, so that a pipeline of GETs costs one counter update per run).
+/// the replies the turn completes, and the run of replies of one command and one backstop
+/// (dispatched from one read) not yet counted: counted when the run ends or the turn is
+/// dropped, so that a pipeline of GETs costs one subtraction and one counter update per run.
 struct TurnClock<'a> {
     now: Option<Instant>,
-    last: Option<(Instant, u64)>,
     stats: &'a metrics::CommandStats,
-    /// (command index, µs, replies, error replies).
-    run: Option<(u16, u64, u64, u64)>,
+    run: Run,
+}
+
+/// Replies of command `idx` whose session backstop is `backstop`, `us` each; `n == 0`: none.
+struct Run {
+    idx: u16,
+    backstop: Instant,
+    us: u64,
+    n: u64,
+    failed: u64,
 }
 
 impl<'a> TurnClock<'a> {
     fn new(stats: &'a metrics::CommandStats) -> Self {
+        // Any instant will do while the run is empty: one read once per process, not a clock
+        // read per turn.
+        static ANY: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let any = *ANY.get_or_init(Instant::now);
         TurnClock {
             now: None,
-            last: None,
             stats,
-            run: None,
+            run: Run {
+                idx: 0,
+                backstop: any,
+                us: 0,
+                n: 0,
+                failed: 0,
+            },
         }
     }
 
-    /// Counts one reply of command `idx` that took `us`.
-    #[inline]
-    fn count(&mut self, idx: u16, us: u64, failed: bool) {
-        match &mut self.run {
-            Some((i, u, n, f)) if *i == idx && *u == us => {
-                *n += 1;
-                *f += u64::from(failed);
-            }
-            run => {
-                if let Some((i, u, n, f)) = run.take() {
-                    self.stats.record_n(i, u, n, f);
-                }
-                *run = Some((idx, us, 1, u64::from(failed)));
-            }
+    /// Counts one reply of command `idx` dispatched with `backstop`; its latency in µs.
+    #[inline(always)]
+    fn count(&mut self, live: &Live, idx: u16, backstop: Instant, failed: bool) -> u64 {
+        let r = &self.run;
+        if r.n == 0 || r.idx != idx || r.backstop != backstop {
+            self.flush();
+            let now = *self.now.get_or_insert_with(Instant::now);
+            self.run = Run {
+                idx,
+                backstop,
+                us: now
+                    .saturating_duration_since(started(live, backstop))
+                    .as_micros() as u64,
+                n: 0,
+                failed: 0,
+            };
+        }
+        let r = &mut self.run;
+        r.n += 1;
+        r.failed += u64::from(failed);
+        r.us
+    }
+
+    fn flush(&mut self) {
+        let r = &self.run;
+        if r.n > 0 {
+            self.stats.record_n(r.idx, r.us, r.n, r.failed);
         }
     }
 }
 
 impl Drop for TurnClock<'_> {
     fn drop(&mut self) {
-        if let Some((i, u, n, f)) = self.run.take() {
-            self.stats.record_n(i, u, n, f);
-        }
+        self.flush();
     }
+}
+
+/// When a command whose session backstop is `backstop` was dispatched (the backstop less the
+/// spans added to it there).
+fn started(live: &Live, backstop: Instant) -> Instant {
+    let op = live.parts.listener.op_timeout;
+    backstop.checked_sub(op + op + BACKSTOP).unwrap_or(backstop)
+}
+
+/// Counts a reply that came from upstream (or a future): its latency runs from dispatch
+/// (see [`started`]). `Some(µs)` when it is slow enough for the slow log.
+#[inline(always)]
+fn record(
+    ctx: &ListenerCtx,
+    live: &Live,
+    clock: &mut TurnClock<'_>,
+    idx: u16,
+    backstop: Instant,
+    reply: &[u8],
+) -> Option<u64> {
+    let us = clock.count(live, idx, backstop, is_error(reply));
+    (us >= ctx.stats.slow.threshold_us()).then_some(us)
 }
 
 thread_local! {
@@ -460,19 +509,8 @@ impl Session {
                         }
                         _ => unreachable!("front was Ready"),
                     },
-                    Pending::Wait {
-                        deadline,
-                        idx,
-                        first,
-                        ..
-                    }
-                    | Pending::Other {
-                        deadline,
-                        idx,
-                        first,
-                        ..
-                    } => {
-                        let (deadline, idx, first) = (*deadline, *idx, *first);
+                    Pending::Wait { deadline, idx, .. } | Pending::Other { deadline, idx, .. } => {
+                        let (deadline, idx) = (*deadline, *idx);
                         let polled = match front {
                             Pending::Wait { fut, .. } => match Pin::new(fut).poll(cx) {
                                 Poll::Ready(Ok(r)) => Poll::Ready(r),
@@ -484,7 +522,17 @@ impl Session {
                         };
                         match polled {
                             Poll::Ready(r) => {
-                                self.record(ctx, live, &mut now, idx, deadline, &r, first);
+                                if let Some(us) = record(ctx, live, &mut now, idx, deadline, &r) {
+                                    // Slow: the entry is still at the front.
+                                    let first = match self.pending.front() {
+                                        Some(
+                                            Pending::Wait { first, .. }
+                                            | Pending::Other { first, .. },
+                                        ) => *first,
+                                        _ => FirstArg::NONE,
+                                    };
+                                    self.log_slow_reply(ctx, live, idx, us, deadline, &r, first);
+                                }
                                 self.pending.pop_front();
                                 self.waits -= 1;
                                 self.confirmed(idx);
@@ -587,37 +635,21 @@ impl Session {
         }
     }
 
-    /// Counts a reply that came from upstream (or a future): its latency runs from dispatch,
-    /// which is `deadline` (the backstop) less the spans added to it there.
+    /// Logs a slow reply (see [`record`]) with its upstream time, when the upstream noted it.
+    #[cold]
     #[allow(clippy::too_many_arguments)]
-    fn record(
+    fn log_slow_reply(
         &self,
         ctx: &ListenerCtx,
         live: &Live,
-        clock: &mut TurnClock<'_>,
         idx: u16,
+        us: u64,
         backstop: Instant,
         reply: &[u8],
         first: FirstArg,
     ) {
-        let op = live.parts.listener.op_timeout;
-        let started = || backstop.checked_sub(op + op + BACKSTOP).unwrap_or(backstop);
-        // Commands dispatched from one read share their backstop (see `batch_now`), and the
-        // replies completed in one turn share `now`: one subtraction per run of them.
-        let us = match clock.last {
-            Some((b, us)) if b == backstop => us,
-            _ => {
-                let now = *clock.now.get_or_insert_with(Instant::now);
-                let us = now.saturating_duration_since(started()).as_micros() as u64;
-                clock.last = Some((backstop, us));
-                us
-            }
-        };
-        clock.count(idx, us, is_error(reply));
-        if us >= ctx.stats.slow.threshold_us() {
-            let upstream = crate::slowlog::take_upstream(reply, started());
-            self.log_slow(ctx, live, idx, us, first, upstream);
-        }
+        let upstream = crate::slowlog::take_upstream(reply, started(live, backstop));
+        self.log_slow(ctx, live, idx, us, first, upstream);
     }
 
     /// Adds a slow command to the slow log, with the cluster and shard its key routes to.

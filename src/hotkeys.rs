@@ -154,24 +154,26 @@ impl Tracker {
     /// True when the next offered key is to be counted (call [`record`](Self::record)).
     #[inline]
     pub(crate) fn take(&self) -> bool {
-        let sample = self.sample.load(Ordering::Relaxed);
-        if sample == 0 {
+        // One worker writes the tick (see `stats::bump`): a countdown, so no division per
+        // command, and the sampling is read only when it ends.
+        let t = self.tick.load(Ordering::Relaxed);
+        if t > 1 {
+            self.tick.store(t - 1, Ordering::Relaxed);
             return false;
         }
-        // One worker writes the tick (see `stats::bump`): a countdown, so no division per
-        // command.
-        let t = self.tick.load(Ordering::Relaxed);
-        if t > 1 && t <= sample {
-            self.tick.store(t - 1, Ordering::Relaxed);
+        let sample = self.sample.load(Ordering::Relaxed);
+        if sample == 0 {
             return false;
         }
         self.tick.store(sample, Ordering::Relaxed);
         true
     }
 
-    /// Takes one key in `sample` from now on (0: none); what was counted stays.
+    /// Takes one key in `sample` from now on (0: none); what was counted stays. (Offered
+    /// while it changes, a key may finish the old countdown first.)
     pub(crate) fn set_sample(&self, sample: u64) {
         self.sample.store(sample, Ordering::Relaxed);
+        self.tick.store(0, Ordering::Relaxed);
     }
 
     /// Counts `key` of `cluster` (a sampled one) at `now`.

@@ -843,23 +843,44 @@ struct Inflight {
     sent: Instant,
 }
 
-/// Latencies of consecutive replies counted as one run (replies of one write batch, read
-/// together, took the same time): one histogram update per run, the rest when dropped.
+/// Latencies of consecutive replies counted as one run (replies of one write batch share
+/// `sent` and are read together, so they took the same time): one subtraction and one
+/// histogram update per run, the rest when dropped.
 struct LatencyRun<'a> {
     latency: &'a crate::metrics::Latency,
+    /// The run's send time and `now` less it.
+    sent: Instant,
+    now: Instant,
     us: u64,
     n: u64,
 }
 
-impl LatencyRun<'_> {
+impl<'a> LatencyRun<'a> {
+    /// For the replies of one read, which arrived `now`.
+    fn new(latency: &'a crate::metrics::Latency, now: Instant) -> Self {
+        // A first reply sent `now` joins this empty run, and its 0 µs are right.
+        LatencyRun {
+            latency,
+            sent: now,
+            now,
+            us: 0,
+            n: 0,
+        }
+    }
+
+    /// Counts a reply to a request sent at `sent`; its latency.
     #[inline]
-    fn add(&mut self, us: u64) {
-        if self.n > 0 && us != self.us {
-            self.latency.record_n(self.us, self.n);
+    fn add(&mut self, sent: Instant) -> u64 {
+        if sent != self.sent {
+            if self.n > 0 {
+                self.latency.record_n(self.us, self.n);
+            }
+            self.sent = sent;
+            self.us = self.now.saturating_duration_since(sent).as_micros() as u64;
             self.n = 0;
         }
-        self.us = us;
         self.n += 1;
+        self.us
     }
 }
 
@@ -909,12 +930,7 @@ fn read_replies(
     }
     // The replies of this read arrived now (one clock read per read, not per reply).
     let now = Instant::now();
-    let mut last: Option<(Instant, u64)> = None;
-    let mut run = LatencyRun {
-        latency,
-        us: 0,
-        n: 0,
-    };
+    let mut run = LatencyRun::new(latency, now);
     loop {
         // `Some(n)`: the scanner starts over, and the reply's bytes leave the buffer.
         match scanner.scan(rbuf, limits) {
@@ -931,17 +947,7 @@ fn read_replies(
                     Some(Inflight {
                         tx: Some(tx), sent, ..
                     }) => {
-                        // Requests written in one batch share `sent`: one subtraction per
-                        // run of them in this read.
-                        let us = match last {
-                            Some((t, us)) if t == sent => us,
-                            _ => {
-                                let us = now.saturating_duration_since(sent).as_micros() as u64;
-                                last = Some((sent, us));
-                                us
-                            }
-                        };
-                        run.add(us);
+                        let us = run.add(sent);
                         if us >= note_min {
                             crate::slowlog::note_upstream(&reply, now, endpoint, us);
                         }

@@ -4,12 +4,16 @@
 # Each round runs redis-benchmark GET -P 16 -c 50 -d 64 -r 100000 against A, then B
 # (respway --workers 1; ports 7401-7403, 7490; loopback), and prints rps and respway's
 # user+system CPU seconds per million requests (from /proc/PID/stat), then the medians.
+# PIN=1 puts respway on CPU 0 and the shards and redis-benchmark on CPU 1 (taskset), so the
+# two builds do not share a core with the load they serve: steadier CPU-per-request figures.
 set -euo pipefail
 A=$1; B=$2; ROUNDS=${3:-5}; N=${4:-2000000}; shift 4 || true
 [ "${1:-}" = "--" ] && shift
 EXTRA_B=("$@")
 D=$(mktemp -d)
-for p in 7401 7402 7403; do redis-server --port $p --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile $D/r$p.pid --logfile $D/r$p.log; done
+RW_PIN=(); LOAD_PIN=()
+if [ "${PIN:-0}" = 1 ]; then RW_PIN=(taskset -c 0); LOAD_PIN=(taskset -c 1); fi
+for p in 7401 7402 7403; do "${LOAD_PIN[@]}" redis-server --port $p --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile $D/r$p.pid --logfile $D/r$p.log; done
 cat > $D/rw.yaml <<Y
 listeners: [{ name: main, address: "127.0.0.1:7490", routes: { catch_all: c } }]
 clusters:
@@ -23,11 +27,11 @@ Y
 TCK=$(getconf CLK_TCK)
 run() { # BIN TAG ARGS...
   local bin=$1 tag=$2; shift 2
-  $bin --config $D/rw.yaml --workers 1 "$@" 2>$D/$tag.log & local pid=$!
+  "${RW_PIN[@]}" $bin --config $D/rw.yaml --workers 1 "$@" 2>$D/$tag.log & local pid=$!
   for i in $(seq 100); do redis-cli -p 7490 ping >/dev/null 2>&1 && break; sleep 0.1; done
-  redis-benchmark -p 7490 -t set -n 200000 -P 16 -c 50 -d 64 -r 100000 -q >/dev/null 2>&1
+  "${LOAD_PIN[@]}" redis-benchmark -p 7490 -t set -n 200000 -P 16 -c 50 -d 64 -r 100000 -q >/dev/null 2>&1
   local t0; t0=$(awk '{print $14+$15}' /proc/$pid/stat)
-  local rps; rps=$(redis-benchmark -p 7490 -t get -n $N -P 16 -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -o 'GET: [0-9.]* requests per second' | tail -1 | awk '{print $2}')
+  local rps; rps=$("${LOAD_PIN[@]}" redis-benchmark -p 7490 -t get -n $N -P 16 -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -o 'GET: [0-9.]* requests per second' | tail -1 | awk '{print $2}')
   local t1; t1=$(awk '{print $14+$15}' /proc/$pid/stat)
   kill -INT $pid; wait $pid || true
   echo "$tag $rps $(echo "($t1 - $t0) / $TCK / ($N / 1000000)" | bc -l)"
