@@ -1526,6 +1526,7 @@ fn enqueue(
         return false;
     }
     wbuf.push_command(&req.args);
+    respway_filters::resp::recycle_argv(req.args);
     inflight.push_back(Inflight {
         tx: Some(req.tx),
         deadline: req.deadline,

@@ -22,7 +22,7 @@ pub use frame::{
     write_simple, Frame,
 };
 pub use reply::{parse_reply, reply_len, ReplyScanner, MAX_REPLY_DEPTH};
-pub use request::{Args, RequestDecoder};
+pub use request::{argv_with_capacity, recycle_argv, Args, RequestDecoder};
 
 /// Most bytes accepted between the `*` / `$` of a header line and its CR (Redis uses its
 /// inline limit, 64 KiB, and answers `too big mbulk count string` / `too big bulk count

@@ -9,6 +9,45 @@ use crate::codec_limits::Limits;
 /// buffer (inline arguments with quote escapes are the only copies).
 pub type Args = Vec<Bytes>;
 
+/// Argument vectors kept per thread for reuse, and the largest capacity kept: a pipelined
+/// GET costs no heap allocation for its argv (the upstream connection gives it back once the
+/// command is encoded, on the same worker thread). Bounded: at most 256 × 16 × 32 bytes.
+const POOL_MAX: usize = 256;
+const POOLED_CAP_MAX: usize = 16;
+
+thread_local! {
+    static ARGV_POOL: std::cell::RefCell<Vec<Args>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An empty argument vector with room for `n`, from this thread's pool when it has one.
+#[inline]
+pub fn argv_with_capacity(n: usize) -> Args {
+    match ARGV_POOL.with(|p| p.borrow_mut().pop()) {
+        Some(mut v) => {
+            v.reserve(n);
+            v
+        }
+        None => Vec::with_capacity(n),
+    }
+}
+
+/// Gives `args` back to this thread's pool (its `Bytes` are released now); a vector too
+/// large to keep, or one more than the pool holds, is freed.
+#[inline]
+pub fn recycle_argv(mut args: Args) {
+    let cap = args.capacity();
+    if cap == 0 || cap > POOLED_CAP_MAX {
+        return;
+    }
+    args.clear();
+    ARGV_POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOL_MAX {
+            p.push(args);
+        }
+    });
+}
+
 /// Where the decoder is inside the command at the front of the buffer.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -239,11 +278,8 @@ impl RequestDecoder {
             self.left -= 1;
         }
         let frame = buf.split_to(self.pos).freeze();
-        let args = self
-            .ranges
-            .iter()
-            .map(|&(s, e)| frame.slice(s..e))
-            .collect();
+        let mut args = argv_with_capacity(self.ranges.len());
+        args.extend(self.ranges.iter().map(|&(s, e)| frame.slice(s..e)));
         self.reset();
         Ok(Some(args))
     }
