@@ -315,6 +315,7 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
         lane: Lane::Local,
         pins: 0,
         stashed: None,
+        frame: None,
         sub: None,
     };
     // Registered once with the first poll, the drain notification wakes this task when the
@@ -379,7 +380,10 @@ struct Session {
     /// Transactions pinned so far (names their lanes).
     pins: u64,
     /// A decoded command waiting for the commands in flight on another lane.
-    stashed: Option<Vec<Bytes>>,
+    stashed: Option<(Vec<Bytes>, Option<Bytes>)>,
+    /// The frame of the command being dispatched, as the client sent it (see
+    /// `RequestDecoder::decode_frame`): `forward` hands it on with the arguments.
+    frame: Option<Bytes>,
     /// Pub/sub subscriptions, from the first `(P|S)SUBSCRIBE` on.
     sub: Option<Box<pubsub::Subscriber>>,
 }
@@ -759,11 +763,11 @@ impl Session {
         let _batch = Batch::start();
         while self.pending.len() < max && self.held() < limit {
             let decoded = match self.stashed.take() {
-                Some(args) => Ok(Some(args)),
-                None => self.decoder.decode(&mut self.rbuf),
+                Some(cmd) => Ok(Some(cmd)),
+                None => self.decoder.decode_frame(&mut self.rbuf),
             };
             match decoded {
-                Ok(Some(args)) => {
+                Ok(Some((args, frame))) => {
                     // Looked up once; dispatch uses the same entry.
                     let top = command::lookup(&args[0]);
                     let cmd = top.map(|c| c.resolve(&args));
@@ -781,12 +785,14 @@ impl Session {
                         && (lane != self.lane || lane == Lane::Blocking)
                         && self.waits > 0
                     {
-                        self.stashed = Some(args);
+                        self.stashed = Some((args, frame));
                         return;
                     }
                     ctx.stats.commands.inc();
                     let first_arg = FirstArg::of(args.get(1));
+                    self.frame = frame;
                     let mut p = self.dispatch(cmd, args, live, ctx);
+                    self.frame = None;
                     let index = metrics::index_of(top);
                     match &mut p {
                         Pending::Ready(r) => {
@@ -1093,6 +1099,7 @@ impl Session {
         }
         let (deadline, backstop) = times();
         let mut req = Request::new(cmd, args, &self.keys);
+        req.raw = self.frame.take();
         req.deadline = Some(deadline.into_std());
         req.flavor = flavor;
         // Every layer is always ready (queues are bounded per session, above).

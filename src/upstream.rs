@@ -324,6 +324,9 @@ type ReplyTx = oneshot::Sender<Result<Reply, UpstreamError>>;
 pub(crate) struct UpstreamRequest {
     /// The command to send.
     pub(crate) args: Vec<Bytes>,
+    /// `args` as the client sent them (see `Request::raw`): written instead of encoding
+    /// `args`.
+    pub(crate) raw: Option<Bytes>,
     /// When the client stops waiting.
     pub(crate) deadline: Instant,
     /// Where the reply goes.
@@ -484,6 +487,18 @@ impl EndpointHandle {
         conn: usize,
         deadline: Instant,
     ) -> UpstreamFuture {
+        self.send_frame(args, None, flavor, conn, deadline)
+    }
+
+    /// [`send`](Self::send) with the client's frame of `args` (see `Request::raw`).
+    pub(crate) fn send_frame(
+        &self,
+        args: Vec<Bytes>,
+        raw: Option<Bytes>,
+        flavor: Flavor,
+        conn: usize,
+        deadline: Instant,
+    ) -> UpstreamFuture {
         let label = self.inner.cfg.label.clone();
         let Some(conns) = self.shared(flavor) else {
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
@@ -492,6 +507,7 @@ impl EndpointHandle {
         send_on(
             &conns[conn % conns.len()],
             args,
+            raw,
             deadline,
             label,
             &self.inner.stats,
@@ -568,13 +584,19 @@ impl EndpointHandle {
 fn send_on(
     queue: &mpsc::Sender<UpstreamRequest>,
     args: Vec<Bytes>,
+    raw: Option<Bytes>,
     deadline: Instant,
     label: Arc<str>,
     stats: &EndpointStats,
     max_queue: usize,
 ) -> UpstreamFuture {
     let (tx, rx) = oneshot::channel();
-    let failed = match queue.try_send(UpstreamRequest { args, deadline, tx }) {
+    let failed = match queue.try_send(UpstreamRequest {
+        args,
+        raw,
+        deadline,
+        tx,
+    }) {
         Ok(()) => return UpstreamFuture::waiting(rx, label, deadline),
         Err(mpsc::error::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),
         Err(mpsc::error::TrySendError::Closed(_)) => UpstreamError::Closed,
@@ -611,6 +633,7 @@ impl Dedicated {
         send_on(
             &self.tx,
             args,
+            None,
             deadline,
             i.cfg.label.clone(),
             &i.stats,
@@ -744,12 +767,12 @@ impl Service<Request> for Upstream {
             // only.
             if let Some(p) = self.endpoints.get(req.cluster, shard, primary) {
                 let fallback = Some((p.clone(), req.args.clone(), req.flavor, self.conn));
-                let mut f = ep.send(req.args, req.flavor, self.conn, deadline);
+                let mut f = ep.send_frame(req.args, req.raw, req.flavor, self.conn, deadline);
                 f.fallback = fallback;
                 return f;
             }
         }
-        ep.send(req.args, req.flavor, self.conn, deadline)
+        ep.send_frame(req.args, req.raw, req.flavor, self.conn, deadline)
     }
 }
 
@@ -1525,7 +1548,21 @@ fn enqueue(
         answer(req.tx, UpstreamError::Timeout, stats);
         return false;
     }
-    wbuf.push_command(&req.args);
+    match &req.raw {
+        Some(raw) => {
+            debug_assert!(
+                {
+                    let mut again = bytes::BytesMut::new();
+                    respway_filters::resp::encode_command(&req.args, &mut again);
+                    again == raw[..]
+                },
+                "a request's raw frame differs from its arguments: {:?}",
+                req.args
+            );
+            wbuf.push(raw);
+        }
+        None => wbuf.push_command(&req.args),
+    }
     respway_filters::resp::recycle_argv(req.args);
     inflight.push_back(Inflight {
         tx: Some(req.tx),

@@ -84,6 +84,8 @@ impl<S> PrefixRoute<S> {
             }
             if m.strip > 0 {
                 req.args[i] = req.args[i].slice(m.strip..);
+                // The client's bytes are no longer the command to send.
+                req.raw = None;
             }
         }
         req.cluster = cluster.unwrap_or(0);

@@ -23,6 +23,11 @@ pub struct Request {
     pub cmd: &'static CommandInfo,
     /// The arguments, `args[0]` being the command name as the client sent it.
     pub args: Vec<Bytes>,
+    /// The command as the client sent it (a multibulk frame, byte for byte what encoding
+    /// `args` gives), which the upstream copies instead of encoding `args` again (or, when
+    /// large, writes without a copy). `None` for inline commands and requests made by a
+    /// layer. **A layer that changes `args` sets it to `None`.**
+    pub raw: Option<Bytes>,
     /// Positions in `args` of the keys, as the session computed them
     /// ([`CommandInfo::key_indices`]); a layer that rewrites `args` keeps them true.
     pub keys: Keys,
@@ -74,6 +79,7 @@ impl Request {
         Request {
             cmd,
             args,
+            raw: None,
             keys,
             cluster: 0,
             shard: None,
@@ -220,7 +226,7 @@ mod tests {
     #[test]
     fn a_request_stays_small_enough_to_move_inline() {
         assert!(
-            std::mem::size_of::<Request>() <= 128,
+            std::mem::size_of::<Request>() <= 160,
             "{}",
             std::mem::size_of::<Request>()
         );

@@ -133,6 +133,17 @@ impl RequestDecoder {
     /// (`"..."` with `\n \r \t \b \a \\ \" \xHH` escapes, `'...'` with `\'`). Like Redis, an
     /// inline line ends at its first NUL byte.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
+        Ok(self.decode_frame(buf)?.map(|(args, _)| args))
+    }
+
+    /// [`decode`](Self::decode), and for a multibulk command its whole frame as received.
+    /// The decoder accepts only canonical lengths (no sign, no leading zero), so the frame is
+    /// byte for byte what encoding `args` again would give: it can be forwarded as it is.
+    /// Inline commands have no such frame (`None`).
+    pub fn decode_frame(
+        &mut self,
+        buf: &mut BytesMut,
+    ) -> Result<Option<(Args, Option<Bytes>)>, ProtocolError> {
         if self.pos > buf.len() {
             // The buffer shrank under us: it is not the one we were reading.
             self.reset();
@@ -173,7 +184,7 @@ impl RequestDecoder {
                     }
                     let args = split_inline(&line, end)?;
                     if !args.is_empty() {
-                        return Ok(Some(args));
+                        return Ok(Some((args, None)));
                     }
                 }
                 Mode::Count => {
@@ -216,7 +227,10 @@ impl RequestDecoder {
     }
 
     /// Reads multibulk elements from `self.pos` on; returns the command once all are there.
-    fn elements(&mut self, buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
+    fn elements(
+        &mut self,
+        buf: &mut BytesMut,
+    ) -> Result<Option<(Args, Option<Bytes>)>, ProtocolError> {
         while self.left > 0 {
             let start = self.pos;
             let len = match self.bulk {
@@ -281,7 +295,7 @@ impl RequestDecoder {
         let mut args = argv_with_capacity(self.ranges.len());
         args.extend(self.ranges.iter().map(|&(s, e)| frame.slice(s..e)));
         self.reset();
-        Ok(Some(args))
+        Ok(Some((args, Some(frame))))
     }
 }
 
@@ -501,6 +515,45 @@ mod tests {
 
     fn err(input: &[u8]) -> String {
         err_of(input, Limits::default())
+    }
+
+    #[test]
+    fn a_multibulk_frame_is_what_encoding_its_args_gives() {
+        let mut d = RequestDecoder::default();
+        let mut buf = BytesMut::new();
+        let cmds: Vec<Vec<&[u8]>> = vec![
+            vec![b"GET", b"k"],
+            vec![b"SET", b"key:1", &[b'v'; 300][..]],
+            vec![b"set", b"", b"\r\n"],
+            vec![b"PING"],
+        ];
+        for c in &cmds {
+            crate::resp::encode_command(c, &mut buf);
+        }
+        // An empty command between them is skipped, and an inline one has no frame.
+        buf.extend_from_slice(b"*0\r\nPING x\r\n");
+        for c in &cmds {
+            let (args, frame) = d.decode_frame(&mut buf).unwrap().unwrap();
+            let mut again = BytesMut::new();
+            crate::resp::encode_command(&args, &mut again);
+            assert_eq!(frame.as_deref(), Some(&again[..]), "{c:?}");
+        }
+        let (args, frame) = d.decode_frame(&mut buf).unwrap().unwrap();
+        assert_eq!(
+            args,
+            vec![Bytes::from_static(b"PING"), Bytes::from_static(b"x")]
+        );
+        assert_eq!(frame, None);
+        // Lengths that are not canonical are refused, so a frame never differs from that.
+        for bad in [
+            &b"*2\r\n$03\r\nGET\r\n$1\r\nk\r\n"[..],
+            b"*02\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+            b"*2\r\n$+3\r\nGET\r\n$1\r\nk\r\n",
+        ] {
+            let mut d = RequestDecoder::default();
+            let mut b = BytesMut::from(bad);
+            assert!(d.decode_frame(&mut b).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
