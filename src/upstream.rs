@@ -748,10 +748,10 @@ impl Service<Request> for Upstream {
     }
 
     fn call(&mut self, req: Request) -> UpstreamFuture {
-        let shard = req.shard.unwrap_or(0);
+        let shard = req.shard.unwrap_or(0) as usize;
         // Both set by the zone layer, which looked the primary up.
-        let primary = req.primary;
-        let endpoint = req.endpoint.unwrap_or(primary);
+        let primary = usize::from(req.primary);
+        let endpoint = req.endpoint.map_or(primary, usize::from);
         let Some(ep) = self.endpoints.get(req.cluster, shard, endpoint) else {
             let deadline = Instant::now();
             return UpstreamFuture::failed(UpstreamError::NoShard, Arc::from(""), deadline);

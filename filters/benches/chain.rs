@@ -361,9 +361,13 @@ impl Service<Request> for Recording {
 
     fn call(&mut self, req: Request) -> Self::Future {
         let key = req.first_key().cloned();
-        self.0
-            .borrow_mut()
-            .push((req.cluster, req.shard, req.endpoint, req.route, key));
+        self.0.borrow_mut().push((
+            req.cluster,
+            req.shard.map(|s| s as usize),
+            req.endpoint.map(usize::from),
+            req.route,
+            key,
+        ));
         ready(Ok(Bytes::from_static(REPLY)))
     }
 }

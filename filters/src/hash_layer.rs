@@ -73,7 +73,7 @@ where
                 Some(key) => self.routing.clusters[req.cluster].picker.pick(key),
                 None => 0,
             };
-            req.shard = Some(shard);
+            req.shard = Some(shard as u32);
         }
         self.inner.call(req)
     }

@@ -315,8 +315,23 @@ impl Routing {
     }
 }
 
+/// Endpoints a shard may have (a request carries the index as a `u16`).
+pub const MAX_SHARD_ENDPOINTS: usize = u16::MAX as usize;
+
 fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, String> {
     let picker = cluster_picker(c).map_err(|e| format!("cluster \"{}\": {e}", c.name))?;
+    if let Some(s) = c
+        .shards
+        .iter()
+        .find(|s| s.endpoints.len() > MAX_SHARD_ENDPOINTS)
+    {
+        return Err(format!(
+            "cluster \"{}\": shard \"{}\": endpoints: at most {MAX_SHARD_ENDPOINTS} (got {})",
+            c.name,
+            s.name,
+            s.endpoints.len()
+        ));
+    }
     let shards: Vec<ShardRoute> = c
         .shards
         .iter()

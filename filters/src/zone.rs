@@ -190,10 +190,11 @@ where
     }
 
     fn call(&mut self, mut req: Request) -> S::Future {
-        let shard = req.shard.unwrap_or(0);
+        let shard = req.shard.unwrap_or(0) as usize;
         if let Some((endpoint, primary)) = self.choose(&req, req.cluster, shard) {
-            req.endpoint = Some(endpoint);
-            req.primary = primary;
+            // (A shard has at most `u16::MAX` endpoints: the routing table refuses more.)
+            req.endpoint = Some(endpoint as u16);
+            req.primary = primary as u16;
         }
         self.inner.call(req)
     }

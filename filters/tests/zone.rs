@@ -184,7 +184,7 @@ fn request(args: &[&'static str], cluster: usize, shard: Option<usize>) -> Reque
     let key = (args.len() > 1).then_some(1);
     let mut req = Request::new(cmd, args, key.as_slice());
     req.cluster = cluster;
-    req.shard = shard;
+    req.shard = shard.map(|s| s as u32);
     req
 }
 
@@ -220,7 +220,7 @@ impl Fixture {
     async fn send(&mut self, req: Request) -> Option<usize> {
         let reply = self.svc.ready().await.unwrap().call(req).await.unwrap();
         assert_eq!(reply, Bytes::from_static(b"+OK\r\n"));
-        self.inner.seen().last().unwrap().endpoint
+        self.inner.seen().last().unwrap().endpoint.map(usize::from)
     }
 
     /// Endpoints chosen for `n` reads on shard 0 of `cluster`.
@@ -284,7 +284,7 @@ async fn zone_keeps_cluster_and_shard_and_defaults_to_shard_zero() {
         .inner
         .seen()
         .iter()
-        .map(|r| (r.cluster, r.shard, r.endpoint))
+        .map(|r| (r.cluster, r.shard, r.endpoint.map(usize::from)))
         .collect();
     assert_eq!(
         seen,
@@ -441,4 +441,31 @@ async fn zone_writes_do_not_move_the_cursor() {
     f.send(set(ANY)).await;
     f.send(set(ANY)).await;
     assert_eq!(f.reads(ANY, 2).await, vec![2, 3]);
+}
+
+#[test]
+fn a_shard_with_more_endpoints_than_a_request_can_name_is_refused() {
+    // A request names the endpoint it goes to with a u16.
+    let mut c = cluster("big", ReadPolicy::Any, 7000);
+    let e = c.shards[0].endpoints[0].clone();
+    c.shards[0].endpoints = vec![e; respway_filters::routing::MAX_SHARD_ENDPOINTS + 1];
+    let config = Config {
+        listeners: Vec::new(),
+        clusters: vec![c],
+        zone: None,
+    };
+    let e = Routing::compile_clusters(&config).unwrap_err();
+    assert_eq!(
+        e,
+        "cluster \"big\": shard \"s0\": endpoints: at most 65535 (got 65536)"
+    );
+    let mut ok = cluster("ok", ReadPolicy::Any, 7000);
+    let e = ok.shards[0].endpoints[0].clone();
+    ok.shards[0].endpoints = vec![e; respway_filters::routing::MAX_SHARD_ENDPOINTS];
+    let config = Config {
+        listeners: Vec::new(),
+        clusters: vec![ok],
+        zone: None,
+    };
+    assert!(Routing::compile_clusters(&config).is_ok());
 }
