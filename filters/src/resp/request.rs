@@ -235,46 +235,65 @@ impl RequestDecoder {
             let start = self.pos;
             let len = match self.bulk {
                 Some(len) => len,
-                None => {
-                    // Searched from the type byte itself, so that `\r` there is reported as
-                    // "expected '$'" (as Redis does); the length limit still counts only the
-                    // bytes after the type byte.
-                    let cr = match find_line_end(
-                        buf,
-                        start,
-                        &mut self.scanned,
-                        MAX_HEADER_LINE + 1,
-                        b'\r',
-                    ) {
-                        LineEnd::Found(i) => i,
-                        LineEnd::Incomplete => return Ok(None),
-                        LineEnd::TooLong => {
-                            return Err(ProtocolError::new("too big bulk count string"))
+                // Most arguments are shorter than 100 bytes: `$<1 or 2 digits>\r\n`, read
+                // without the general line search and number parser (same answer: a canonical
+                // length within the limit; anything else takes the general path).
+                None => match (self.scanned == 0)
+                    .then(|| short_bulk_header(&buf[start..]))
+                    .flatten()
+                {
+                    // Most arguments are shorter than 100 bytes: `$<1 or 2 digits>\r\n`, read
+                    // without the general line search and number parser (same answer: a
+                    // canonical length within the limit; anything else takes the general path).
+                    Some(len) => {
+                        if len > self.limits.max_bulk_len {
+                            return Err(ProtocolError::new("invalid bulk length"));
                         }
-                    };
-                    let first = buf[start];
-                    if first != b'$' {
-                        return Err(ProtocolError(format!(
-                            "expected '$', got '{}'",
-                            show_byte(first)
-                        )));
+                        self.bulk = Some(len);
+                        self.pos = start + if len < 10 { 4 } else { 5 };
+                        len
                     }
-                    let Some(&lf) = buf.get(cr + 1) else {
-                        return Ok(None);
-                    };
-                    let len = match parse_i64(&buf[start + 1..cr]) {
-                        Some(n) if lf == b'\n' && n >= 0 => n as u64,
-                        _ => return Err(ProtocolError::new("invalid bulk length")),
-                    };
-                    if len > self.limits.max_bulk_len as u64 {
-                        return Err(ProtocolError::new("invalid bulk length"));
+                    None => {
+                        // Searched from the type byte itself, so that `\r` there is reported as
+                        // "expected '$'" (as Redis does); the length limit still counts only the
+                        // bytes after the type byte.
+                        let cr = match find_line_end(
+                            buf,
+                            start,
+                            &mut self.scanned,
+                            MAX_HEADER_LINE + 1,
+                            b'\r',
+                        ) {
+                            LineEnd::Found(i) => i,
+                            LineEnd::Incomplete => return Ok(None),
+                            LineEnd::TooLong => {
+                                return Err(ProtocolError::new("too big bulk count string"))
+                            }
+                        };
+                        let first = buf[start];
+                        if first != b'$' {
+                            return Err(ProtocolError(format!(
+                                "expected '$', got '{}'",
+                                show_byte(first)
+                            )));
+                        }
+                        let Some(&lf) = buf.get(cr + 1) else {
+                            return Ok(None);
+                        };
+                        let len = match parse_i64(&buf[start + 1..cr]) {
+                            Some(n) if lf == b'\n' && n >= 0 => n as u64,
+                            _ => return Err(ProtocolError::new("invalid bulk length")),
+                        };
+                        if len > self.limits.max_bulk_len as u64 {
+                            return Err(ProtocolError::new("invalid bulk length"));
+                        }
+                        let len = len as usize;
+                        self.bulk = Some(len);
+                        self.pos = cr + 2;
+                        self.scanned = 0;
+                        len
                     }
-                    let len = len as usize;
-                    self.bulk = Some(len);
-                    self.pos = cr + 2;
-                    self.scanned = 0;
-                    len
-                }
+                },
             };
             let data = self.pos;
             let Some(end) = data.checked_add(len).filter(|e| e.checked_add(2).is_some()) else {
@@ -296,6 +315,19 @@ impl RequestDecoder {
         args.extend(self.ranges.iter().map(|&(s, e)| frame.slice(s..e)));
         self.reset();
         Ok(Some((args, Some(frame))))
+    }
+}
+
+/// The length in a complete `$<d>\r\n` or `$<d><d>\r\n` header at the start of `b` (no
+/// leading zero, except `$0`); `None` for anything else.
+#[inline]
+fn short_bulk_header(b: &[u8]) -> Option<usize> {
+    match *b {
+        [b'$', d, b'\r', b'\n', ..] if d.is_ascii_digit() => Some(usize::from(d - b'0')),
+        [b'$', d1, d2, b'\r', b'\n', ..] if (b'1'..=b'9').contains(&d1) && d2.is_ascii_digit() => {
+            Some(usize::from(d1 - b'0') * 10 + usize::from(d2 - b'0'))
+        }
+        _ => None,
     }
 }
 
@@ -515,6 +547,57 @@ mod tests {
 
     fn err(input: &[u8]) -> String {
         err_of(input, Limits::default())
+    }
+
+    #[test]
+    fn short_bulk_headers_read_like_the_general_path() {
+        for (input, want) in [
+            (
+                &b"*2\r\n$3\r\nGET\r\n$0\r\n\r\n"[..],
+                Ok(vec![&b"GET"[..], b""]),
+            ),
+            (b"*1\r\n$9\r\n123456789\r\n", Ok(vec![b"123456789"])),
+            (b"*1\r\n$10\r\n1234567890\r\n", Ok(vec![b"1234567890"])),
+            (b"*1\r\n$00\r\n\r\n", Err("invalid bulk length")),
+            (b"*1\r\n$01\r\nx\r\n", Err("invalid bulk length")),
+            (
+                b"*1\r\n$3\r\nabcd\r\n",
+                Err("bulk data not terminated by CRLF"),
+            ),
+            (b"*1\r\n$6\r\nabcdef\r\n", Err("invalid bulk length")),
+            (b"*1\r\n$12\r\nabcdefghijkl\r\n", Err("invalid bulk length")),
+        ] {
+            let mut d = RequestDecoder::new(lim(5, 16, 64));
+            if input.windows(3).any(|w| w == b"$9\r" || w == b"$10") {
+                d = RequestDecoder::new(lim(100, 16, 64));
+            }
+            let got = d.decode(&mut BytesMut::from(input));
+            match want {
+                Ok(args) => {
+                    let args: Vec<Bytes> = args.into_iter().map(Bytes::copy_from_slice).collect();
+                    assert_eq!(got.unwrap(), Some(args), "{input:?}");
+                }
+                Err(e) => assert_eq!(got.unwrap_err().0, e, "{input:?}"),
+            }
+        }
+        // Arriving a byte at a time: the same command.
+        let whole = b"*2\r\n$3\r\nGET\r\n$12\r\nabcdefghijkl\r\n";
+        let mut d = RequestDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut got = None;
+        for &b in whole.iter() {
+            buf.extend_from_slice(&[b]);
+            if let Some(args) = d.decode(&mut buf).unwrap() {
+                got = Some(args);
+            }
+        }
+        assert_eq!(
+            got.unwrap(),
+            vec![
+                Bytes::from_static(b"GET"),
+                Bytes::from_static(b"abcdefghijkl")
+            ]
+        );
     }
 
     #[test]
