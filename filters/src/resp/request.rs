@@ -188,20 +188,32 @@ impl RequestDecoder {
                     }
                 }
                 Mode::Count => {
-                    let cr = match find_line_end(buf, 1, &mut self.scanned, MAX_HEADER_LINE, b'\r')
-                    {
-                        LineEnd::Found(i) => i,
-                        LineEnd::Incomplete => return Ok(None),
-                        LineEnd::TooLong => {
-                            return Err(ProtocolError::new("too big mbulk count string"))
+                    // `*<1 or 2 digits>\r\n` without the general search and parser (as for
+                    // bulk headers, below).
+                    let (count, cr) = match short_header(buf, b'*') {
+                        Some((n, header)) => (n as i64, header - 2),
+                        None => {
+                            let cr = match find_line_end(
+                                buf,
+                                1,
+                                &mut self.scanned,
+                                MAX_HEADER_LINE,
+                                b'\r',
+                            ) {
+                                LineEnd::Found(i) => i,
+                                LineEnd::Incomplete => return Ok(None),
+                                LineEnd::TooLong => {
+                                    return Err(ProtocolError::new("too big mbulk count string"))
+                                }
+                            };
+                            let Some(&lf) = buf.get(cr + 1) else {
+                                return Ok(None);
+                            };
+                            match parse_i64(&buf[1..cr]) {
+                                Some(n) if lf == b'\n' => (n, cr),
+                                _ => return Err(ProtocolError::new("invalid multibulk length")),
+                            }
                         }
-                    };
-                    let Some(&lf) = buf.get(cr + 1) else {
-                        return Ok(None);
-                    };
-                    let count = match parse_i64(&buf[1..cr]) {
-                        Some(n) if lf == b'\n' => n,
-                        _ => return Err(ProtocolError::new("invalid multibulk length")),
                     };
                     if count > 0 && count as u64 > self.limits.max_multibulk_len as u64 {
                         return Err(ProtocolError::new("invalid multibulk length"));
@@ -239,18 +251,18 @@ impl RequestDecoder {
                 // without the general line search and number parser (same answer: a canonical
                 // length within the limit; anything else takes the general path).
                 None => match (self.scanned == 0)
-                    .then(|| short_bulk_header(&buf[start..]))
+                    .then(|| short_header(&buf[start..], b'$'))
                     .flatten()
                 {
                     // Most arguments are shorter than 100 bytes: `$<1 or 2 digits>\r\n`, read
                     // without the general line search and number parser (same answer: a
                     // canonical length within the limit; anything else takes the general path).
-                    Some(len) => {
+                    Some((len, header)) => {
                         if len > self.limits.max_bulk_len {
                             return Err(ProtocolError::new("invalid bulk length"));
                         }
                         self.bulk = Some(len);
-                        self.pos = start + if len < 10 { 4 } else { 5 };
+                        self.pos = start + header;
                         len
                     }
                     None => {
@@ -318,14 +330,18 @@ impl RequestDecoder {
     }
 }
 
-/// The length in a complete `$<d>\r\n` or `$<d><d>\r\n` header at the start of `b` (no
-/// leading zero, except `$0`); `None` for anything else.
+/// The number in a complete `<type><d>\r\n` or `<type><d><d>\r\n` header at the start of
+/// `b` (no leading zero, except `0` alone) and the header's length; `None` for anything else.
 #[inline]
-fn short_bulk_header(b: &[u8]) -> Option<usize> {
+fn short_header(b: &[u8], ty: u8) -> Option<(usize, usize)> {
     match *b {
-        [b'$', d, b'\r', b'\n', ..] if d.is_ascii_digit() => Some(usize::from(d - b'0')),
-        [b'$', d1, d2, b'\r', b'\n', ..] if (b'1'..=b'9').contains(&d1) && d2.is_ascii_digit() => {
-            Some(usize::from(d1 - b'0') * 10 + usize::from(d2 - b'0'))
+        [t, d, b'\r', b'\n', ..] if t == ty && d.is_ascii_digit() => {
+            Some((usize::from(d - b'0'), 4))
+        }
+        [t, d1, d2, b'\r', b'\n', ..]
+            if t == ty && (b'1'..=b'9').contains(&d1) && d2.is_ascii_digit() =>
+        {
+            Some((usize::from(d1 - b'0') * 10 + usize::from(d2 - b'0'), 5))
         }
         _ => None,
     }
@@ -566,6 +582,10 @@ mod tests {
             ),
             (b"*1\r\n$6\r\nabcdef\r\n", Err("invalid bulk length")),
             (b"*1\r\n$12\r\nabcdefghijkl\r\n", Err("invalid bulk length")),
+            (b"*0\r\n*1\r\n$1\r\nx\r\n", Ok(vec![b"x"])),
+            (b"*00\r\n", Err("invalid multibulk length")),
+            (b"*17\r\n", Err("invalid multibulk length")),
+            (b"*-1\r\n*1\r\n$1\r\ny\r\n", Ok(vec![b"y"])),
         ] {
             let mut d = RequestDecoder::new(lim(5, 16, 64));
             if input.windows(3).any(|w| w == b"$9\r" || w == b"$10") {
