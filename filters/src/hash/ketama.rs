@@ -24,6 +24,10 @@ use crate::hash::{
 };
 use crate::model::{HashTag, KeyHash};
 
+/// Buckets of the lookup table over the 32-bit hash space (16 KiB per continuum).
+const LUT: usize = 4096;
+const LUT_SHIFT: u32 = 32 - LUT.trailing_zeros();
+
 /// Points per shard at equal weights.
 pub const POINTS_PER_SERVER: u32 = 160;
 /// Twemproxy formats `"<name>-<index>"` into a buffer of this size (`KETAMA_MAX_HOSTLEN`).
@@ -35,6 +39,10 @@ pub struct Ketama {
     points: Box<[u32]>,
     /// Shard index of each point.
     shards: Box<[u32]>,
+    /// `starts[b]`: the index of the first point at or above `b << LUT_SHIFT` (and
+    /// `starts[LUT]` = the number of points), so a lookup searches only the points of its
+    /// hash's bucket (about 0.1 of them at 3 shards) instead of the whole continuum.
+    starts: Box<[u32]>,
     /// Number of shards (one shard short-circuits the lookup, as in twemproxy).
     nshards: usize,
     /// The pool's key hash.
@@ -135,9 +143,16 @@ impl Ketama {
         // Twemproxy uses qsort, whose order for equal values is unspecified; we keep config order.
         continuum.sort_by_key(|&(value, _)| value);
         let (points, owners): (Vec<u32>, Vec<u32>) = continuum.into_iter().unzip();
+        let starts = (0..=LUT)
+            .map(|b| match u32::try_from(b << LUT_SHIFT) {
+                Ok(low) => points.partition_point(|&p| p < low) as u32,
+                Err(_) => points.len() as u32,
+            })
+            .collect();
         Ok(Ketama {
             points: points.into_boxed_slice(),
             shards: owners.into_boxed_slice(),
+            starts,
             nshards: shards.len(),
             key_hash,
             hashtag,
@@ -147,7 +162,10 @@ impl Ketama {
     /// The shard for an already computed 32-bit key hash (`ketama_dispatch`).
     #[inline]
     pub fn pick_hash(&self, hash: u32) -> usize {
-        let i = self.points.partition_point(|&p| p < hash);
+        // The first point >= hash lies between the first points of this bucket and the next.
+        let b = (hash >> LUT_SHIFT) as usize;
+        let (lo, hi) = (self.starts[b] as usize, self.starts[b + 1] as usize);
+        let i = lo + self.points[lo..hi].partition_point(|&p| p < hash);
         let i = if i == self.points.len() { 0 } else { i };
         self.shards[i] as usize
     }
@@ -184,6 +202,41 @@ impl ShardPicker for Ketama {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bucket_table_finds_what_a_search_of_the_whole_continuum_finds() {
+        let names: Vec<String> = (0..7).map(|i| format!("10.0.0.{i}:6379")).collect();
+        let shards: Vec<ShardInput<'_>> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ShardInput {
+                hash_key: n,
+                weight: 1 + i as u32 % 3,
+                slots: &[],
+            })
+            .collect();
+        let k = Ketama::build(&shards, KeyHash::Fnv1a64, None).unwrap();
+        let plain = |h: u32| {
+            let i = k.points.partition_point(|&p| p < h);
+            k.shards[if i == k.points.len() { 0 } else { i }] as usize
+        };
+        let mut hashes = vec![0, 1, u32::MAX, u32::MAX - 1];
+        for &p in k.points.iter() {
+            hashes.extend([p, p.wrapping_add(1), p.wrapping_sub(1)]);
+        }
+        for b in 0..=LUT as u64 {
+            let low = (b << LUT_SHIFT) as u32;
+            hashes.extend([low, low.wrapping_sub(1)]);
+        }
+        let mut x: u32 = 12345;
+        for _ in 0..100_000 {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            hashes.push(x);
+        }
+        for h in hashes {
+            assert_eq!(k.pick_hash(h), plain(h), "hash {h}");
+        }
+    }
 
     /// The twitter/util `KetamaDistributorTest` node set (from libmemcached's test data): bare IPs
     /// (twemproxy's port-11211 naming) with these weights.
