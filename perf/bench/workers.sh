@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Throughput and respway CPU per request by worker count, over 3 local shards:
+#   perf/bench/workers.sh BIN [ROUNDS] [REQUESTS] [WORKER COUNTS...]   (default: 3 1000000 1 2)
+# Each round runs redis-benchmark GET at -P 1 and -P 16 (-c 50 -d 64 -r 100000) against
+# respway --workers N for each N in turn (ports 7501-7503, 7590; loopback), and prints rps and
+# respway's user+system CPU seconds per million requests (from /proc/PID/stat), then medians.
+set -euo pipefail
+BIN=$1; ROUNDS=${2:-3}; N=${3:-1000000}; shift 3 || true
+COUNTS=("$@"); [ ${#COUNTS[@]} -gt 0 ] || COUNTS=(1 2)
+D=$(mktemp -d)
+for p in 7501 7502 7503; do redis-server --port $p --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile $D/r$p.pid --logfile $D/r$p.log; done
+cat > $D/rw.yaml <<Y
+listeners: [{ name: main, address: "127.0.0.1:7590", routes: { catch_all: c } }]
+clusters:
+  - name: c
+    hash: { policy: ketama, key_hash: fnv1a_64 }
+    shards:
+      - { name: s0, endpoints: [{ address: "127.0.0.1:7501" }] }
+      - { name: s1, endpoints: [{ address: "127.0.0.1:7502" }] }
+      - { name: s2, endpoints: [{ address: "127.0.0.1:7503" }] }
+Y
+TCK=$(getconf CLK_TCK)
+for r in $(seq $ROUNDS); do
+  for w in "${COUNTS[@]}"; do
+    $BIN --config $D/rw.yaml --workers $w 2>$D/rw.log & pid=$!
+    for i in $(seq 100); do redis-cli -p 7590 ping >/dev/null 2>&1 && break; sleep 0.1; done
+    redis-benchmark -p 7590 -t set -n 200000 -P 16 -c 50 -d 64 -r 100000 -q >/dev/null 2>&1
+    for P in 1 16; do
+      n=$N; [ $P = 1 ] && n=$((N / 4))
+      t0=$(awk '{print $14+$15}' /proc/$pid/stat)
+      rps=$(redis-benchmark -p 7590 -t get -n $n -P $P -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -o 'GET: [0-9.]* requests per second' | tail -1 | awk '{print $2}')
+      t1=$(awk '{print $14+$15}' /proc/$pid/stat)
+      echo "w$w P$P $rps $(echo "($t1 - $t0) / $TCK / ($n / 1000000)" | bc -l)"
+    done
+    kill -INT $pid; wait $pid || true
+  done
+done | tee $D/out
+for p in 7501 7502 7503; do kill $(cat $D/r$p.pid) 2>/dev/null || true; done
+for w in "${COUNTS[@]}"; do for P in 1 16; do
+  grep "^w$w P$P " $D/out | awk '{print $3}' | sort -n | awk -v t="w$w P$P" '{a[NR]=$1} END {printf "%s median rps %.0f  ", t, a[int((NR+1)/2)]}'
+  grep "^w$w P$P " $D/out | awk '{print $4}' | sort -n | awk '{a[NR]=$1} END {printf "median CPU-s per 1M %.3f\n", a[int((NR+1)/2)]}'
+done; done
+rm -rf $D
