@@ -748,7 +748,7 @@ impl Service<Request> for Upstream {
     }
 
     fn call(&mut self, req: Request) -> UpstreamFuture {
-        let shard = req.shard.unwrap_or(0) as usize;
+        let shard = req.shard_index().unwrap_or(0);
         // Both set by the zone layer, which looked the primary up.
         let primary = usize::from(req.primary);
         let endpoint = req.endpoint.map_or(primary, usize::from);

@@ -363,7 +363,7 @@ impl Service<Request> for Recording {
         let key = req.first_key().cloned();
         self.0.borrow_mut().push((
             req.cluster,
-            req.shard.map(|s| s as usize),
+            req.shard_index(),
             req.endpoint.map(usize::from),
             req.route,
             key,

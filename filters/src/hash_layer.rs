@@ -73,7 +73,7 @@ where
                 Some(key) => self.routing.clusters[req.cluster].picker.pick(key),
                 None => 0,
             };
-            req.shard = Some(shard as u32);
+            req.pin_shard(shard);
         }
         self.inner.call(req)
     }

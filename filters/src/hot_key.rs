@@ -215,7 +215,7 @@ where
         if req.is_read() {
             let shard = self.read_shard(cluster, rule);
             self.stats.read(cluster, rule, shard);
-            req.shard = Some(shard as u32);
+            req.pin_shard(shard);
             return ResponseFuture::Inner(self.inner.call(req));
         }
         let n = self.routing.clusters[cluster].shards.len();
@@ -227,10 +227,10 @@ where
         // Shards 0..n-1 get clones (argument `Bytes` are refcounted), the last the original.
         for shard in 0..n - 1 {
             let mut sub = req.clone();
-            sub.shard = Some(shard as u32);
+            sub.pin_shard(shard);
             join.call(&mut self.inner, sub);
         }
-        req.shard = Some((n - 1) as u32);
+        req.pin_shard(n - 1);
         join.call(&mut self.inner, req);
         ResponseFuture::FanOut(FanOut {
             join,

@@ -137,7 +137,7 @@ where
             .extend(req.keys.iter().map(|i| picker.pick(&req.args[i])));
         let first = self.shards[0];
         if self.shards.iter().all(|&s| s == first) {
-            req.shard = Some(first as u32);
+            req.pin_shard(first);
             return ResponseFuture::Inner(self.inner.call(req));
         }
         let Some(kind) = kind else {
@@ -169,7 +169,7 @@ where
             sub.deadline = req.deadline;
             sub.flavor = req.flavor;
             sub.cluster = req.cluster;
-            sub.shard = Some(shard as u32);
+            sub.pin_shard(shard);
             join.call(&mut self.inner, sub);
             all_positions.push(positions);
         }

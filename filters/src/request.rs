@@ -99,6 +99,17 @@ impl Request {
         self.cmd.flags & crate::command::READONLY != 0
     }
 
+    /// Pins the request to shard `shard` of its cluster. (Shard counts are far below
+    /// `u32::MAX`: a cluster's shards each hold connections.)
+    pub fn pin_shard(&mut self, shard: usize) {
+        self.shard = Some(shard as u32);
+    }
+
+    /// The pinned shard, as an index.
+    pub fn shard_index(&self) -> Option<usize> {
+        self.shard.map(|s| s as usize)
+    }
+
     /// The first key, if any.
     pub fn first_key(&self) -> Option<&Bytes> {
         self.keys.first().and_then(|i| self.args.get(i))

@@ -190,7 +190,7 @@ where
     }
 
     fn call(&mut self, mut req: Request) -> S::Future {
-        let shard = req.shard.unwrap_or(0) as usize;
+        let shard = req.shard_index().unwrap_or(0);
         if let Some((endpoint, primary)) = self.choose(&req, req.cluster, shard) {
             // (A shard has at most `u16::MAX` endpoints: the routing table refuses more.)
             req.endpoint = Some(endpoint as u16);

@@ -117,7 +117,7 @@ fn hot_write_goes_to_every_shard_and_answers_with_the_first_shards_reply() {
     let seen = mock.seen();
     assert_eq!(seen.len(), 4, "one sub-request per shard");
     for (i, r) in seen.iter().enumerate() {
-        assert_eq!(r.shard, Some(i as u32));
+        assert_eq!(r.shard_index(), Some(i));
         assert_eq!(r.cluster, 0);
         assert_eq!(r.endpoint, None);
         assert_eq!(r.args, vec!["SET", "HIGH_FREQ_menu", "v"]);
@@ -157,11 +157,7 @@ fn split_commands_with_one_hot_key_fan_out() {
     // DEL and MSET of a single hot key must reach every copy of it.
     send(&mut svc, request(&routing, &["DEL", "HIGH_FREQ_a"]));
     send(&mut svc, request(&routing, &["MSET", "HIGH_FREQ_a", "1"]));
-    let shards: Vec<Option<usize>> = mock
-        .seen()
-        .iter()
-        .map(|r| r.shard.map(|s| s as usize))
-        .collect();
+    let shards: Vec<Option<usize>> = mock.seen().iter().map(|r| r.shard_index()).collect();
     let expected: Vec<Option<usize>> = (0..2).flat_map(|_| (0..4).map(Some)).collect();
     assert_eq!(shards, expected);
     assert_eq!(rule_stats(&stats, "HIGH_FREQ_").fanned_out_writes, 2);
@@ -234,10 +230,7 @@ impl Service<Request> for DeferredMock {
 
     fn call(&mut self, req: Request) -> Deferred {
         let (tx, rx) = oneshot::channel();
-        self.senders
-            .lock()
-            .unwrap()
-            .push((req.shard.map(|s| s as usize), tx));
+        self.senders.lock().unwrap().push((req.shard_index(), tx));
         Deferred(rx)
     }
 }
@@ -312,7 +305,7 @@ fn reads_rotate_over_the_shards_round_robin() {
     let shards: Vec<usize> = mock
         .seen()
         .iter()
-        .map(|r| r.shard.unwrap() as usize)
+        .map(|r| r.shard_index().unwrap())
         .collect();
     assert_eq!(shards.len(), 8, "one call per read");
     // The rotation starts at a random shard per connection, then goes round in order.
@@ -340,7 +333,7 @@ fn same_zone_reads_prefer_local_shards() {
     let shards: Vec<usize> = mock
         .seen()
         .iter()
-        .map(|r| r.shard.unwrap() as usize)
+        .map(|r| r.shard_index().unwrap())
         .collect();
     // s1 and s3 are in z1, alternating.
     assert!(shards.iter().all(|s| *s == 1 || *s == 3), "{shards:?}");
@@ -360,7 +353,7 @@ fn same_zone_reads_use_every_shard_when_none_is_local() {
     let mut shards: Vec<usize> = mock
         .seen()
         .iter()
-        .map(|r| r.shard.unwrap() as usize)
+        .map(|r| r.shard_index().unwrap())
         .collect();
     shards.sort();
     assert_eq!(shards, vec![0, 1, 2, 3]);

@@ -184,7 +184,9 @@ fn request(args: &[&'static str], cluster: usize, shard: Option<usize>) -> Reque
     let key = (args.len() > 1).then_some(1);
     let mut req = Request::new(cmd, args, key.as_slice());
     req.cluster = cluster;
-    req.shard = shard.map(|s| s as u32);
+    if let Some(s) = shard {
+        req.pin_shard(s);
+    }
     req
 }
 
