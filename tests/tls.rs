@@ -134,6 +134,19 @@ fn redis_cli(args: &[&str]) -> String {
     out
 }
 
+/// Sends a `SET` in plaintext on `c` (to a TLS listener): the answer is respway's error and
+/// the connection is closed. Returns the connection, still open on the client's side.
+fn told_this_port_speaks_tls(mut c: RespConn) -> RespConn {
+    c.send(&["SET", "plain:key", "v"]);
+    let (got, end) = c.read_until_closed(Duration::from_secs(10));
+    assert!(end.is_ok(), "closed: {end:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "-ERR this port speaks TLS\r\n"
+    );
+    c
+}
+
 #[test]
 fn tls_listener_in_front_of_plaintext_shards() {
     let pki = Pki::new("listener");
@@ -213,8 +226,8 @@ fn tls_listener_in_front_of_plaintext_shards() {
     // than once.)
     let mut failed = wait_info_at_least(rw.addr, &pki.ca(), "tls_handshake_failures", 3);
     assert!(failed >= 3, "{failed}");
-    // A retry of redis-cli's can still be counted after that: wait until the count holds
-    // still for 300 ms (5 s at most), so the idle client below adds exactly one.
+    // A late-counted attempt of redis-cli's would still be counted after that: wait until
+    // the count holds still for 300 ms (5 s at most), so the checks below are exact.
     let settle = Instant::now() + Duration::from_secs(5);
     loop {
         std::thread::sleep(Duration::from_millis(300));
@@ -226,14 +239,8 @@ fn tls_listener_in_front_of_plaintext_shards() {
     }
 
     // A plaintext client: its command is not executed, and it is told why.
-    let mut plain = RespConn::connect(rw.addr);
-    plain.send(&["SET", "plain:key", "v"]);
-    let (got, end) = plain.read_until_closed(Duration::from_secs(10));
-    assert!(end.is_ok(), "closed: {end:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        "-ERR this port speaks TLS\r\n"
-    );
+    let plain = RespConn::connect(rw.addr);
+    let _plain = told_this_port_speaks_tls(plain);
     for a in &addrs {
         assert_eq!(raw_command(*a, &["EXISTS", "plain:key"]).unwrap(), ":0\r\n");
     }
@@ -244,15 +251,9 @@ fn tls_listener_in_front_of_plaintext_shards() {
     // One that sends its command 300 ms after connecting and then stays connected past
     // client_stall_timeout is refused the same way and counted as refused plaintext, not as a
     // failed handshake (the refusal is not part of the bounded handshake).
-    let mut slow = RespConn::connect(rw.addr);
+    let slow = RespConn::connect(rw.addr);
     std::thread::sleep(Duration::from_millis(300));
-    slow.send(&["SET", "plain:key", "v"]);
-    let (got, end) = slow.read_until_closed(Duration::from_secs(10));
-    assert!(end.is_ok(), "closed: {end:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        "-ERR this port speaks TLS\r\n"
-    );
+    let slow = told_this_port_speaks_tls(slow);
     std::thread::sleep(Duration::from_millis(1500));
     drop(slow);
     assert_eq!(
