@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Throughput and proxy CPU per request of two respway builds, interleaved, over 3 local shards:
 #   perf/bench/observability_cost.sh BIN_A BIN_B [ROUNDS] [REQUESTS] [-- EXTRA ARGS FOR B]
-# Each round runs redis-benchmark GET -P 16 -c 50 -d 64 -r 100000 against A, then B
+# Each round runs redis-benchmark GET -P 16 -c 50 -d 64 -r 100000 against A and B
 # (respway --workers 1; ports 7401-7403, 7490; loopback), and prints rps and respway's
 # user+system CPU seconds per million requests (from /proc/PID/stat), then the medians.
 # PIN=1 puts respway on CPU 0 and the shards and redis-benchmark on CPU 1 (taskset), so the
@@ -36,13 +36,30 @@ run() { # BIN TAG ARGS...
   kill -INT $pid; wait $pid || true
   echo "$tag $rps $(echo "($t1 - $t0) / $TCK / ($N / 1000000)" | bc -l)"
 }
+# Rounds alternate which build runs first (A B, then B A, ...): the second run of a round
+# was measured ~1.7% dearer in CPU per request whichever build it was (60 + 60 rounds of
+# off/on and on/off), so a fixed order would add that to the difference.
 for r in $(seq $ROUNDS); do
-  run $A A
-  run $B B "${EXTRA_B[@]}"
+  if [ $((r % 2)) = 1 ]; then
+    run $A A
+    run $B B "${EXTRA_B[@]}"
+  else
+    run $B B "${EXTRA_B[@]}"
+    run $A A
+  fi
 done | tee $D/out
 for p in 7401 7402 7403; do kill $(cat $D/r$p.pid) 2>/dev/null || true; done
 for t in A B; do
   grep "^$t " $D/out | awk '{print $2}' | sort -n | awk '{a[NR]=$1} END {printf "'$t' median rps %.0f  ", a[int((NR+1)/2)]}'
   grep "^$t " $D/out | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {printf "median CPU-s per 1M requests %.3f\n", a[int((NR+1)/2)]}'
 done
+# Paired ratios B/A per round (the r-th A with the r-th B): mean ± standard error.
+awk '$1 == "A" {ra[++na] = $2; ca[na] = $3} $1 == "B" {rb[++nb] = $2; cb[nb] = $3}
+  END {
+    n = (na < nb) ? na : nb
+    for (i = 1; i <= n; i++) { x = rb[i] / ra[i]; y = cb[i] / ca[i]; sx += x; sxx += x * x; sy += y; syy += y * y }
+    mx = sx / n; my = sy / n
+    ex = sqrt((sxx / n - mx * mx) * n / (n - 1) / n); ey = sqrt((syy / n - my * my) * n / (n - 1) / n)
+    printf "paired B/A over %d rounds: throughput %.4f ± %.4f, CPU per request %.4f ± %.4f (mean ± standard error)\n", n, mx, ex, my, ey
+  }' $D/out
 rm -rf $D
