@@ -6,23 +6,14 @@
 # redis-benchmark -t get -P 1 -c 50 -d 64 -r 100000 (ports 7501-7503, 7590; loopback).
 set -euo pipefail
 BIN=$1; ROUNDS=${2:-5}; N=${3:-300000}
+. "$(dirname "$0")/shards.sh"
 D=$(mktemp -d)
-for p in 7501 7502 7503; do redis-server --port $p --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile $D/r$p.pid --logfile $D/r$p.log; done
-cat > $D/rw.yaml <<Y
-listeners: [{ name: main, address: "127.0.0.1:7590", routes: { catch_all: c } }]
-clusters:
-  - name: c
-    dedicated_connections: 256
-    shards:
-      - { name: s0, endpoints: [{ address: "127.0.0.1:7501" }] }
-      - { name: s1, endpoints: [{ address: "127.0.0.1:7502" }] }
-      - { name: s2, endpoints: [{ address: "127.0.0.1:7503" }] }
-Y
+start_shards $D 7501 7502 7503
+shards_yaml 7590 "dedicated_connections: 256" 7501 7502 7503 >$D/rw.yaml
 $BIN --config $D/rw.yaml --workers 1 2>$D/rw.log & RW=$!
-trap 'kill $RW 2>/dev/null; for p in 7501 7502 7503; do kill $(cat $D/r$p.pid) 2>/dev/null || true; done' EXIT
+trap 'kill $RW 2>/dev/null; stop_shards $D 7501 7502 7503' EXIT
 for i in $(seq 100); do redis-cli -p 7590 ping >/dev/null 2>&1 && break; sleep 0.1; done
 redis-benchmark -p 7590 -t set -n 100000 -c 50 -d 64 -r 100000 -q >/dev/null 2>&1
-TCK=$(getconf CLK_TCK)
 # 200 sockets each blocked in BLPOP on its own empty list (until killed).
 cat > $D/block.py <<'P'
 import socket, sys, time
@@ -42,11 +33,11 @@ run() { # TAG
     for i in $(seq 100); do grep -q blocked $D/block.out 2>/dev/null && break; sleep 0.1; done
     sleep 0.5
   fi
-  local t0; t0=$(awk '{print $14+$15}' /proc/$RW/stat)
+  local t0; t0=$(cpu_ticks $RW)
   local rps; rps=$(redis-benchmark -p 7590 -t get -n $N -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -o 'GET: [0-9.]* requests per second' | tail -1 | awk '{print $2}')
-  local t1; t1=$(awk '{print $14+$15}' /proc/$RW/stat)
+  local t1; t1=$(cpu_ticks $RW)
   [ -n "$blocker" ] && { kill $blocker; wait $blocker 2>/dev/null || true; sleep 0.5; }
-  echo "$1 $rps $(echo "($t1 - $t0) / $TCK / ($N / 1000000)" | bc -l)"
+  echo "$1 $rps $(cpu_per_million $t0 $t1 $N)"
 }
 for r in $(seq $ROUNDS); do run A; run B; done | tee $D/out
 for t in A B; do

@@ -6,23 +6,15 @@
 set -euo pipefail
 mkdir -p "${CG_DIR:-/tmp/cg}"
 BIN=$1; T=$2; N=$3; TAG=$4
-for p in 7301 7302 7303; do redis-server --port $p --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile ${CG_DIR:-/tmp/cg}/r$p.pid --logfile ${CG_DIR:-/tmp/cg}/r$p.log; done
-cat > ${CG_DIR:-/tmp/cg}/rw.yaml <<Y
-listeners: [{ name: main, address: "127.0.0.1:7390", routes: { catch_all: c } }]
-clusters:
-  - name: c
-    hash: { policy: ketama, key_hash: fnv1a_64 }
-    shards:
-      - { name: s0, endpoints: [{ address: "127.0.0.1:7301" }] }
-      - { name: s1, endpoints: [{ address: "127.0.0.1:7302" }] }
-      - { name: s2, endpoints: [{ address: "127.0.0.1:7303" }] }
-Y
+. "$(dirname "$0")/shards.sh"
+start_shards ${CG_DIR:-/tmp/cg} 7301 7302 7303
+shards_yaml 7390 "$KETAMA" 7301 7302 7303 >${CG_DIR:-/tmp/cg}/rw.yaml
 sleep 0.5
 valgrind --tool=callgrind --callgrind-out-file=${CG_DIR:-/tmp/cg}/cg.$TAG.$T.$N.out $BIN --config ${CG_DIR:-/tmp/cg}/rw.yaml --workers 1 ${RW_ARGS:-} 2>${CG_DIR:-/tmp/cg}/vg.$TAG.log &
 VG=$!
 for i in $(seq 100); do redis-cli -p 7390 ping >/dev/null 2>&1 && break; sleep 0.2; done
 redis-benchmark -p 7390 -c ${C:-10} -n $N -t $T -P ${P:-1} -d 64 -r 10000 -q >/dev/null 2>&1 || true
 kill -INT $VG; wait $VG || true
-for p in 7301 7302 7303; do kill $(cat ${CG_DIR:-/tmp/cg}/r$p.pid) 2>/dev/null || true; done
+stop_shards ${CG_DIR:-/tmp/cg} 7301 7302 7303
 sleep 0.3
 grep -h "^summary:" ${CG_DIR:-/tmp/cg}/cg.$TAG.$T.$N.out | awk -v t=$TAG -v T=$T -v n=$N '{print t, T, n, $2}'

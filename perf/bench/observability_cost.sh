@@ -10,31 +10,22 @@ set -euo pipefail
 A=$1; B=$2; ROUNDS=${3:-5}; N=${4:-2000000}; shift 4 || true
 [ "${1:-}" = "--" ] && shift
 EXTRA_B=("$@")
+. "$(dirname "$0")/shards.sh"
 D=$(mktemp -d)
 RW_PIN=(); LOAD_PIN=()
 if [ "${PIN:-0}" = 1 ]; then RW_PIN=(taskset -c 0); LOAD_PIN=(taskset -c 1); fi
-for p in 7401 7402 7403; do "${LOAD_PIN[@]}" redis-server --port $p --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile $D/r$p.pid --logfile $D/r$p.log; done
-cat > $D/rw.yaml <<Y
-listeners: [{ name: main, address: "127.0.0.1:7490", routes: { catch_all: c } }]
-clusters:
-  - name: c
-    hash: { policy: ketama, key_hash: fnv1a_64 }
-    shards:
-      - { name: s0, endpoints: [{ address: "127.0.0.1:7401" }] }
-      - { name: s1, endpoints: [{ address: "127.0.0.1:7402" }] }
-      - { name: s2, endpoints: [{ address: "127.0.0.1:7403" }] }
-Y
-TCK=$(getconf CLK_TCK)
+SHARD_WRAP="${LOAD_PIN[*]}" start_shards $D 7401 7402 7403
+shards_yaml 7490 "$KETAMA" 7401 7402 7403 >$D/rw.yaml
 run() { # BIN TAG ARGS...
   local bin=$1 tag=$2; shift 2
   "${RW_PIN[@]}" $bin --config $D/rw.yaml --workers 1 "$@" 2>$D/$tag.log & local pid=$!
   for i in $(seq 100); do redis-cli -p 7490 ping >/dev/null 2>&1 && break; sleep 0.1; done
   "${LOAD_PIN[@]}" redis-benchmark -p 7490 -t set -n 200000 -P 16 -c 50 -d 64 -r 100000 -q >/dev/null 2>&1
-  local t0; t0=$(awk '{print $14+$15}' /proc/$pid/stat)
+  local t0; t0=$(cpu_ticks $pid)
   local rps; rps=$("${LOAD_PIN[@]}" redis-benchmark -p 7490 -t get -n $N -P 16 -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -o 'GET: [0-9.]* requests per second' | tail -1 | awk '{print $2}')
-  local t1; t1=$(awk '{print $14+$15}' /proc/$pid/stat)
+  local t1; t1=$(cpu_ticks $pid)
   kill -INT $pid; wait $pid || true
-  echo "$tag $rps $(echo "($t1 - $t0) / $TCK / ($N / 1000000)" | bc -l)"
+  echo "$tag $rps $(cpu_per_million $t0 $t1 $N)"
 }
 # Rounds alternate which build runs first (A B, then B A, ...): the second run of a round
 # was measured ~1.7% dearer in CPU per request whichever build it was (60 + 60 rounds of
@@ -48,7 +39,7 @@ for r in $(seq $ROUNDS); do
     run $A A
   fi
 done | tee $D/out
-for p in 7401 7402 7403; do kill $(cat $D/r$p.pid) 2>/dev/null || true; done
+stop_shards $D 7401 7402 7403
 for t in A B; do
   grep "^$t " $D/out | awk '{print $2}' | sort -n | awk '{a[NR]=$1} END {printf "'$t' median rps %.0f  ", a[int((NR+1)/2)]}'
   grep "^$t " $D/out | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {printf "median CPU-s per 1M requests %.3f\n", a[int((NR+1)/2)]}'

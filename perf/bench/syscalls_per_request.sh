@@ -13,20 +13,11 @@
 #            perf report -i /tmp/perf.TAG.data --no-children --sort sym -g none).
 set -euo pipefail
 BIN=$1; S=$2; P=$3; N=$4; TAG=$5
+. "$(dirname "$0")/shards.sh"
 D=$(mktemp -d)
-for p in 7401 7402 7403; do
-  redis-server --port $p --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile $D/r$p.pid --logfile $D/r$p.log
-done
-{
-  echo 'listeners: [{ name: main, address: "127.0.0.1:7490", routes: { catch_all: c } }]'
-  echo 'clusters:'
-  echo '  - name: c'
-  echo '    hash: { policy: ketama, key_hash: fnv1a_64 }'
-  echo '    shards:'
-  for i in $(seq 0 $((S - 1))); do
-    echo "      - { name: s$i, endpoints: [{ address: \"127.0.0.1:740$((i + 1))\" }] }"
-  done
-} >$D/rw.yaml
+start_shards $D 7401 7402 7403
+ports=(7401 7402 7403)
+shards_yaml 7490 "$KETAMA" "${ports[@]:0:$S}" >$D/rw.yaml
 "$BIN" --config $D/rw.yaml --workers 1 2>/dev/null & pid=$!
 for i in $(seq 100); do redis-cli -p 7490 ping >/dev/null 2>&1 && break; sleep 0.1; done
 redis-benchmark -p 7490 -t set -n 100000 -P 16 -c 50 -d 64 -r 100000 -q >/dev/null 2>&1
@@ -43,6 +34,6 @@ if [ "${REC:-0}" != 1 ]; then
   # task-clock is printed in msec: per request it is shown in msec too.
   awk -v n=$N '/sys_enter|context-switches|task-clock/ {gsub(",","",$1); printf "%-34s %10.4f per request\n", $2, $1/n}' $D/stat
 fi
-for p in 7401 7402 7403; do kill $(cat $D/r$p.pid) 2>/dev/null || true; done
+stop_shards $D 7401 7402 7403
 sleep 1
 rm -rf $D

@@ -7,19 +7,10 @@
 set -euo pipefail
 BIN=$1; ROUNDS=${2:-3}; N=${3:-1000000}; shift 3 || true
 COUNTS=("$@"); [ ${#COUNTS[@]} -gt 0 ] || COUNTS=(1 2)
+. "$(dirname "$0")/shards.sh"
 D=$(mktemp -d)
-for p in 7501 7502 7503; do redis-server --port $p --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile $D/r$p.pid --logfile $D/r$p.log; done
-cat > $D/rw.yaml <<Y
-listeners: [{ name: main, address: "127.0.0.1:7590", routes: { catch_all: c } }]
-clusters:
-  - name: c
-    hash: { policy: ketama, key_hash: fnv1a_64 }
-    shards:
-      - { name: s0, endpoints: [{ address: "127.0.0.1:7501" }] }
-      - { name: s1, endpoints: [{ address: "127.0.0.1:7502" }] }
-      - { name: s2, endpoints: [{ address: "127.0.0.1:7503" }] }
-Y
-TCK=$(getconf CLK_TCK)
+start_shards $D 7501 7502 7503
+shards_yaml 7590 "$KETAMA" 7501 7502 7503 >$D/rw.yaml
 for r in $(seq $ROUNDS); do
   for w in "${COUNTS[@]}"; do
     $BIN --config $D/rw.yaml --workers $w 2>$D/rw.log & pid=$!
@@ -27,15 +18,15 @@ for r in $(seq $ROUNDS); do
     redis-benchmark -p 7590 -t set -n 200000 -P 16 -c 50 -d 64 -r 100000 -q >/dev/null 2>&1
     for P in 1 16; do
       n=$N; [ $P = 1 ] && n=$((N / 4))
-      t0=$(awk '{print $14+$15}' /proc/$pid/stat)
+      t0=$(cpu_ticks $pid)
       rps=$(redis-benchmark -p 7590 -t get -n $n -P $P -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -o 'GET: [0-9.]* requests per second' | tail -1 | awk '{print $2}')
-      t1=$(awk '{print $14+$15}' /proc/$pid/stat)
-      echo "w$w P$P $rps $(echo "($t1 - $t0) / $TCK / ($n / 1000000)" | bc -l)"
+      t1=$(cpu_ticks $pid)
+      echo "w$w P$P $rps $(cpu_per_million $t0 $t1 $n)"
     done
     kill -INT $pid; wait $pid || true
   done
 done | tee $D/out
-for p in 7501 7502 7503; do kill $(cat $D/r$p.pid) 2>/dev/null || true; done
+stop_shards $D 7501 7502 7503
 for w in "${COUNTS[@]}"; do for P in 1 16; do
   grep "^w$w P$P " $D/out | awk '{print $3}' | sort -n | awk -v t="w$w P$P" '{a[NR]=$1} END {printf "%s median rps %.0f  ", t, a[int((NR+1)/2)]}'
   grep "^w$w P$P " $D/out | awk '{print $4}' | sort -n | awk '{a[NR]=$1} END {printf "median CPU-s per 1M %.3f\n", a[int((NR+1)/2)]}'

@@ -1,0 +1,43 @@
+# Sourced by the bench scripts (not run): local shards, respway's config over them, and CPU
+# time from /proc. Each script keeps its own ports, so two can run at once.
+
+# start_shards DIR PORT...: one redis-server per port (no persistence, loopback), pid and log
+# files in DIR. $SHARD_WRAP, when set, prefixes the command (e.g. "taskset -c 1").
+start_shards() {
+  local dir=$1 p; shift
+  for p in "$@"; do
+    ${SHARD_WRAP:-} redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+      --pidfile "$dir/r$p.pid" --logfile "$dir/r$p.log"
+  done
+}
+
+# stop_shards DIR PORT...: stops what start_shards started.
+stop_shards() {
+  local dir=$1 p; shift
+  for p in "$@"; do kill "$(cat "$dir/r$p.pid")" 2>/dev/null || true; done
+}
+
+# shards_yaml LISTEN_PORT CLUSTER_LINE SHARD_PORT...: a respway config with one listener on
+# LISTEN_PORT whose catch-all is cluster c, with shards s0, s1, ... at the ports, and
+# CLUSTER_LINE (e.g. "hash: { policy: ketama, key_hash: fnv1a_64 }"; empty: none) in c.
+shards_yaml() {
+  local listen=$1 line=$2 i=0 p; shift 2
+  echo "listeners: [{ name: main, address: \"127.0.0.1:$listen\", routes: { catch_all: c } }]"
+  echo "clusters:"
+  echo "  - name: c"
+  [ -n "$line" ] && echo "    $line"
+  echo "    shards:"
+  for p in "$@"; do
+    echo "      - { name: s$i, endpoints: [{ address: \"127.0.0.1:$p\" }] }"
+    i=$((i + 1))
+  done
+}
+
+# KETAMA: twemproxy's placement, what the bench scripts measure by default.
+KETAMA="hash: { policy: ketama, key_hash: fnv1a_64 }"
+
+# cpu_ticks PID: user + system CPU of the process so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# cpu_per_million T0 T1 N: CPU seconds per million requests from two cpu_ticks readings.
+cpu_per_million() { echo "($2 - $1) / $(getconf CLK_TCK) / ($3 / 1000000)" | bc -l; }
