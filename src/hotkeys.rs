@@ -11,6 +11,11 @@
 //!
 //! The sampled path takes the worker's own mutex (with `try_lock`: a key offered while a
 //! report reads the tracker is skipped), never a lock shared across workers.
+//!
+//! Sampled keys are queued (a copy of up to `INLINE_KEY` bytes and the hash) and counted
+//! `BATCH` at a time: a sample comes one in many commands, so its sketch counters are out of
+//! the cache by then, and counting them one by one stalls on each miss in turn, while a batch
+//! lets the misses overlap. A report counts what is queued first.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +31,10 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 const DEPTH: usize = 4;
 const WIDTH: usize = 4096;
 const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Sampled keys counted together.
+const BATCH: usize = 32;
+/// Keys up to this long are queued; a longer one is counted at once.
+const INLINE_KEY: usize = 46;
 
 /// One worker's hot-key tracker for one listener.
 #[derive(Debug)]
@@ -33,8 +42,60 @@ pub(crate) struct Tracker {
     /// One key in this many is taken (0: none); a configuration push may change it.
     sample: AtomicU64,
     tick: AtomicU64,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
     /// Per cluster name (a few: a list searched by name is cheaper than hashing it).
-    inner: Mutex<Vec<(String, Cluster)>>,
+    clusters: Vec<(String, Cluster)>,
+    /// Sampled keys not counted yet, oldest first.
+    queue: Vec<Sample>,
+}
+
+/// A sampled key waiting to be counted: its cluster (index in `clusters`), hash and bytes.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    cluster: u16,
+    len: u8,
+    key: [u8; INLINE_KEY],
+    hash: u64,
+}
+
+impl Inner {
+    /// The index of `cluster`'s counts, added when new.
+    fn cluster(&mut self, cluster: &str) -> usize {
+        match self.clusters.iter().position(|(n, _)| n == cluster) {
+            Some(i) => i,
+            None => {
+                self.clusters.push((cluster.to_string(), Cluster::new()));
+                self.clusters.len() - 1
+            }
+        }
+    }
+
+    /// Counts the queued keys at `now`: first every sketch update (independent loads, whose
+    /// cache misses overlap), then the top lists in order (which gives what counting them
+    /// one by one gives: a list does not change a sketch).
+    fn flush(&mut self, now: Instant) {
+        if self.queue.is_empty() {
+            return;
+        }
+        let mut est = [0u32; BATCH];
+        for c in &mut self.clusters {
+            c.1.roll(now);
+        }
+        for (e, s) in est.iter_mut().zip(&self.queue) {
+            *e = self.clusters[usize::from(s.cluster)].1.add(s.hash);
+        }
+        for (e, s) in est.iter().zip(&self.queue) {
+            let key = &s.key[..usize::from(s.len)];
+            self.clusters[usize::from(s.cluster)]
+                .1
+                .offer(key, s.hash, *e);
+        }
+        self.queue.clear();
+    }
 }
 
 #[derive(Debug)]
@@ -67,17 +128,30 @@ impl Cluster {
         }
     }
 
+    #[cfg(test)]
     fn count(&mut self, key: &[u8], now: Instant) {
+        self.roll(now);
+        let hash = xxhash_rust::xxh64::xxh64(key, SEED);
+        let est = self.add(hash);
+        self.offer(key, hash, est);
+    }
+
+    /// Starts a new window when this one is over at `now`.
+    fn roll(&mut self, now: Instant) {
         if now.duration_since(self.started) >= WINDOW {
             self.previous = std::mem::take(&mut self.top);
             self.sketch.iter_mut().for_each(|c| *c = 0);
             self.min = 0;
             self.started = now;
         }
+    }
+
+    /// Counts the key whose hash is `first` in the sketch; its estimate.
+    #[inline]
+    fn add(&mut self, first: u64) -> u32 {
         // One hash per key: its 12-bit slices pick the counter of each row (4 × 12 of its 64
         // bits; xxh64's bits are independent enough for a sketch, and one hash instead of
         // four is most of a sampled key's cost).
-        let first = xxhash_rust::xxh64::xxh64(key, SEED);
         let mut est = u32::MAX;
         for row in 0..DEPTH {
             let col = (first >> (row * 12)) as usize % WIDTH;
@@ -85,6 +159,11 @@ impl Cluster {
             *c = c.saturating_add(1);
             est = est.min(*c);
         }
+        est
+    }
+
+    /// Offers `key` (hash `first`), whose estimate is now `est`, to the top list.
+    fn offer(&mut self, key: &[u8], first: u64, est: u32) {
         // A key in the full list has a count of at least `min`, and every counter of its
         // has grown since it was stored, so its estimate now is above `min`: an estimate at
         // or below `min` is a key outside the list that cannot enter it. That is most sampled
@@ -147,7 +226,10 @@ impl Tracker {
         Tracker {
             sample: AtomicU64::new(sample),
             tick: AtomicU64::new(0),
-            inner: Mutex::new(Vec::new()),
+            inner: Mutex::new(Inner {
+                clusters: Vec::new(),
+                queue: Vec::with_capacity(BATCH),
+            }),
         }
     }
 
@@ -181,13 +263,27 @@ impl Tracker {
         let Ok(mut m) = self.inner.try_lock() else {
             return;
         };
-        match m.iter_mut().find(|(n, _)| n == cluster) {
-            Some((_, c)) => c.count(key, now),
-            None => {
-                let mut c = Cluster::new();
-                c.count(key, now);
-                m.push((cluster.to_string(), c));
-            }
+        let hash = xxhash_rust::xxh64::xxh64(key, SEED);
+        let i = m.cluster(cluster);
+        if key.len() > INLINE_KEY || i > usize::from(u16::MAX) {
+            // Counted now, after what was queued before it.
+            m.flush(now);
+            let c = &mut m.clusters[i].1;
+            c.roll(now);
+            let est = c.add(hash);
+            c.offer(key, hash, est);
+            return;
+        }
+        let mut s = Sample {
+            cluster: i as u16,
+            len: key.len() as u8,
+            key: [0; INLINE_KEY],
+            hash,
+        };
+        s.key[..key.len()].copy_from_slice(key);
+        m.queue.push(s);
+        if m.queue.len() == BATCH {
+            m.flush(now);
         }
     }
 
@@ -197,8 +293,9 @@ impl Tracker {
         // Scaled by the sampling now (a push that changed it scales older counts by the new
         // rate until their windows pass).
         let sample = self.sample.load(Ordering::Relaxed);
-        let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        for (name, c) in m.iter() {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        m.flush(Instant::now());
+        for (name, c) in m.clusters.iter() {
             let keys = into.entry(name.to_string()).or_default();
             for e in c.top.iter().chain(&c.previous) {
                 *keys.entry(Bytes::copy_from_slice(&e.key)).or_default() +=
@@ -294,7 +391,7 @@ mod tests {
             .collect();
         let want: Vec<String> = (0..10).map(|h| format!("heavy{h}")).collect();
         assert_eq!(keys, want);
-        assert!(t.inner.lock().unwrap()[0].1.top.len() <= TOP);
+        assert!(t.inner.lock().unwrap().clusters[0].1.top.len() <= TOP);
     }
 
     /// The list as kept without the `min` shortcut: find the key, else push, else replace
@@ -345,6 +442,53 @@ mod tests {
         let got: Vec<(Vec<u8>, u32)> = c.top.iter().map(|e| (e.key.clone(), e.count)).collect();
         assert_eq!(got, plain_top(&keys));
         assert_eq!(c.min, c.top.iter().map(|e| e.count).min().unwrap());
+    }
+
+    #[test]
+    fn counting_queued_keys_in_batches_gives_what_counting_each_at_once_gives() {
+        // Two clusters; keys short enough to queue and longer ones counted at once, mixed.
+        let mut x: u64 = 11;
+        let keys: Vec<(&str, Vec<u8>)> = (0..20_000)
+            .map(|i| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = (x >> 33) % 1000;
+                let id = if r < 400 { r % 40 } else { (x >> 13) % 5_000 };
+                let pad = if id % 3 == 0 {
+                    "-".repeat(INLINE_KEY)
+                } else {
+                    String::new()
+                };
+                let cluster = if i % 5 == 0 { "b" } else { "a" };
+                (cluster, format!("k{id}{pad}").into_bytes())
+            })
+            .collect();
+        let t = Tracker::new(1);
+        let now = Instant::now();
+        let mut one_by_one: Vec<(&str, Cluster)> = Vec::new();
+        for (c, k) in &keys {
+            t.record(c, k, now);
+            let i = match one_by_one.iter().position(|(n, _)| n == c) {
+                Some(i) => i,
+                None => {
+                    one_by_one.push((c, Cluster::new()));
+                    one_by_one.len() - 1
+                }
+            };
+            one_by_one[i].1.count(k, now);
+        }
+        let mut m = t.inner.lock().unwrap();
+        assert!(!m.queue.is_empty(), "the last keys are still queued");
+        m.flush(now);
+        for (name, want) in &one_by_one {
+            let got = &m.clusters.iter().find(|(n, _)| n == name).unwrap().1;
+            let list = |c: &Cluster| -> Vec<(Vec<u8>, u32)> {
+                c.top.iter().map(|e| (e.key.clone(), e.count)).collect()
+            };
+            assert_eq!(list(got), list(want), "cluster {name}");
+            assert_eq!(got.sketch, want.sketch, "cluster {name}");
+        }
     }
 
     #[test]
