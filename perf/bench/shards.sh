@@ -14,7 +14,15 @@ start_shards() {
 # stop_shards DIR PORT...: stops what start_shards started.
 stop_shards() {
   local dir=$1 p; shift
-  for p in "$@"; do kill "$(cat "$dir/r$p.pid")" 2>/dev/null || true; done
+  local pids=() pid i
+  for p in "$@"; do
+    pid=$(cat "$dir/r$p.pid" 2>/dev/null) || continue
+    kill "$pid" 2>/dev/null && pids+=("$pid")
+  done
+  # Gone before the caller removes DIR (a shard writes its log as it shuts down).
+  for pid in "${pids[@]}"; do
+    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  done
 }
 
 # shards_yaml LISTEN_PORT CLUSTER_LINE SHARD_PORT...: a respway config with one listener on
