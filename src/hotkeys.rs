@@ -420,19 +420,27 @@ mod tests {
         top
     }
 
+    /// `n` key ids of a skewed stream (an LCG seeded with `seed`): 40% over `hot` ids, the
+    /// rest over `cold`, so list members repeat and near-misses come and go.
+    fn skewed(seed: u64, n: usize, hot: u64, cold: u64) -> impl Iterator<Item = u64> {
+        let mut x = seed;
+        (0..n).map(move |_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = (x >> 33) % 1000;
+            if r < 400 {
+                r % hot
+            } else {
+                (x >> 13) % cold
+            }
+        })
+    }
+
     #[test]
     fn skipping_keys_at_or_below_the_lists_minimum_keeps_the_same_list() {
-        // A skewed stream over many keys, with repeats of list members and near-misses.
-        let mut x: u64 = 7;
-        let keys: Vec<Vec<u8>> = (0..60_000)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let r = (x >> 33) % 1000;
-                let id = if r < 400 { r % 50 } else { (x >> 13) % 20_000 };
-                format!("k{id}").into_bytes()
-            })
+        let keys: Vec<Vec<u8>> = skewed(7, 60_000, 50, 20_000)
+            .map(|id| format!("k{id}").into_bytes())
             .collect();
         let mut c = Cluster::new();
         let now = c.started;
@@ -447,14 +455,9 @@ mod tests {
     #[test]
     fn counting_queued_keys_in_batches_gives_what_counting_each_at_once_gives() {
         // Two clusters; keys short enough to queue and longer ones counted at once, mixed.
-        let mut x: u64 = 11;
-        let keys: Vec<(&str, Vec<u8>)> = (0..20_000)
-            .map(|i| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let r = (x >> 33) % 1000;
-                let id = if r < 400 { r % 40 } else { (x >> 13) % 5_000 };
+        let keys: Vec<(&str, Vec<u8>)> = skewed(11, 20_000, 40, 5_000)
+            .enumerate()
+            .map(|(i, id)| {
                 let pad = if id % 3 == 0 {
                     "-".repeat(INLINE_KEY)
                 } else {
