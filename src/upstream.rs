@@ -763,10 +763,15 @@ impl Service<Request> for Upstream {
         if endpoint != primary && req.is_read() {
             // A read sent to a replica: if the replica turns out to be unreachable, the read
             // is retried once on the primary instead of failing (the zone layer skips the
-            // replica from then on). Costs one clone of the argument list, for replica reads
-            // only.
+            // replica from then on). Costs one clone of the argument list and one box, for
+            // replica reads only.
             if let Some(p) = self.endpoints.get(req.cluster, shard, primary) {
-                let fallback = Some((p.clone(), req.args.clone(), req.flavor, self.conn));
+                let fallback = Some(Box::new((
+                    p.clone(),
+                    req.args.clone(),
+                    req.flavor,
+                    self.conn,
+                )));
                 let mut f = ep.send_frame(req.args, req.raw, req.flavor, self.conn, deadline);
                 f.fallback = fallback;
                 return f;
@@ -776,14 +781,20 @@ impl Service<Request> for Upstream {
     }
 }
 
+/// Where a replica read goes again when the replica cannot be reached: the primary, the
+/// arguments, the flavor and the connection index.
+type Fallback = (EndpointHandle, Vec<Bytes>, Flavor, usize);
+
 /// The reply of one upstream request.
 #[derive(Debug)]
 pub(crate) struct UpstreamFuture {
     state: State,
     label: Arc<str>,
     /// For replica reads: the primary and the request, to retry there once when the replica
-    /// cannot be reached.
-    fallback: Option<(EndpointHandle, Vec<Bytes>, Flavor, usize)>,
+    /// cannot be reached. Boxed: every reply's future is as large as this field, and a
+    /// session moves each future into its queue (at 128 bytes or less a move is a few
+    /// instructions, not a `memcpy` call).
+    fallback: Option<Box<Fallback>>,
     deadline: Instant,
 }
 
@@ -841,7 +852,8 @@ impl Future for UpstreamFuture {
                 Ok(reply) => return Poll::Ready(Ok(reply)),
                 Err(e) => {
                     if e.retryable_read() {
-                        if let Some((primary, args, flavor, conn)) = this.fallback.take() {
+                        if let Some(b) = this.fallback.take() {
+                            let (primary, args, flavor, conn) = *b;
                             let next = primary.send(args, flavor, conn, this.deadline);
                             this.state = next.state;
                             this.label = next.label;
