@@ -791,9 +791,9 @@ pub(crate) struct UpstreamFuture {
     state: State,
     label: Arc<str>,
     /// For replica reads: the primary and the request, to retry there once when the replica
-    /// cannot be reached. Boxed: every reply's future is as large as this field, and a
-    /// session moves each future into its queue (at 128 bytes or less a move is a few
-    /// instructions, not a `memcpy` call).
+    /// cannot be reached. Boxed: every reply's future carries the field, only replica reads
+    /// fill it, and a session moves each future into its queue (at 128 bytes or less a move
+    /// is a few instructions, not a `memcpy` call).
     fallback: Option<Box<Fallback>>,
     deadline: Instant,
 }
