@@ -7,7 +7,8 @@
 //! samples, with high probability) and enters the cluster's top-`TOP` list when its estimate
 //! beats the list's smallest. Windows last `WINDOW`; a report adds the current window to
 //! the previous one, so it always covers one to two windows. Memory per cluster and worker:
-//! 64 KiB of counters and `TOP` keys.
+//! 64 KiB of counters and `TOP` keys; per listener and worker, a queue of `BATCH` samples of
+//! 64 bytes.
 //!
 //! The sampled path takes the worker's own mutex (with `try_lock`: a key offered while a
 //! report reads the tracker is skipped), never a lock shared across workers.
@@ -128,10 +129,9 @@ impl Cluster {
         }
     }
 
-    #[cfg(test)]
-    fn count(&mut self, key: &[u8], now: Instant) {
+    /// Counts `key`, whose hash is `hash`, at `now`.
+    fn count(&mut self, key: &[u8], hash: u64, now: Instant) {
         self.roll(now);
-        let hash = xxhash_rust::xxh64::xxh64(key, SEED);
         let est = self.add(hash);
         self.offer(key, hash, est);
     }
@@ -268,10 +268,7 @@ impl Tracker {
         if key.len() > INLINE_KEY || i > usize::from(u16::MAX) {
             // Counted now, after what was queued before it.
             m.flush(now);
-            let c = &mut m.clusters[i].1;
-            c.roll(now);
-            let est = c.add(hash);
-            c.offer(key, hash, est);
+            m.clusters[i].1.count(key, hash, now);
             return;
         }
         let mut s = Sample {
@@ -445,7 +442,7 @@ mod tests {
         let mut c = Cluster::new();
         let now = c.started;
         for k in &keys {
-            c.count(k, now);
+            c.count(k, xxhash_rust::xxh64::xxh64(k, SEED), now);
         }
         let got: Vec<(Vec<u8>, u32)> = c.top.iter().map(|e| (e.key.clone(), e.count)).collect();
         assert_eq!(got, plain_top(&keys));
@@ -479,7 +476,9 @@ mod tests {
                     one_by_one.len() - 1
                 }
             };
-            one_by_one[i].1.count(k, now);
+            one_by_one[i]
+                .1
+                .count(k, xxhash_rust::xxh64::xxh64(k, SEED), now);
         }
         let mut m = t.inner.lock().unwrap();
         assert!(!m.queue.is_empty(), "the last keys are still queued");

@@ -86,8 +86,8 @@ for r in $(seq $ROUNDS); do
 done | tee $D/out
 echo "median µs per request (user, system, total) and req/s:"
 med() { sort -n | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'; }
+col() { grep "^$1 " $D/out | awk "{print $2}"; } # NAME AWK-EXPRESSION: one value per run
 for name in respway predixy nutcracker; do
-  g() { grep "^$name " $D/out | awk "{print $1}"; }
   printf "%-10s user %s  system %s  total %s  rps %s\n" $name \
-    "$(g '$3' | med)" "$(g '$4' | med)" "$(g '$3 + $4' | med)" "$(g '$2' | med)"
+    "$(col $name '$3' | med)" "$(col $name '$4' | med)" "$(col $name '$3 + $4' | med)" "$(col $name '$2' | med)"
 done
