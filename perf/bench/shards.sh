@@ -47,5 +47,8 @@ KETAMA="hash: { policy: ketama, key_hash: fnv1a_64 }"
 # cpu_ticks PID: user + system CPU of the process so far, in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+# user_ticks PID: user CPU of the process so far (no kernel time), in clock ticks.
+user_ticks() { awk '{print $14}' "/proc/$1/stat"; }
+
 # cpu_per_million T0 T1 N: CPU seconds per million requests from two cpu_ticks readings.
 cpu_per_million() { echo "($2 - $1) / $(getconf CLK_TCK) / ($3 / 1000000)" | bc -l; }
