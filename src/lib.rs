@@ -41,6 +41,7 @@ mod local;
 mod metrics;
 mod outq;
 mod pubsub;
+mod queue;
 pub mod slowlog;
 mod stack;
 mod stats;

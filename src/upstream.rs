@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::queue;
 use bytes::{Bytes, BytesMut};
 use respway_filters::codec_limits::Limits;
 use respway_filters::request::{error_reply, Flavor, Reply, Request};
@@ -50,7 +51,7 @@ use respway_filters::resp::{encode_command, reply_len, ReplyScanner};
 use respway_filters::zone::HealthView;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tower::Service;
 
@@ -401,10 +402,10 @@ struct EndpointInner {
 
 #[derive(Debug, Default)]
 struct FlavorPools {
-    shared: OnceLock<Box<[mpsc::Sender<UpstreamRequest>]>>,
+    shared: OnceLock<Box<[queue::Sender<UpstreamRequest>]>>,
     /// Dedicated connections between two transactions (one worker's sessions only; taken
     /// when a transaction starts and given back when it ends).
-    idle: Mutex<Vec<mpsc::Sender<UpstreamRequest>>>,
+    idle: Mutex<Vec<queue::Sender<UpstreamRequest>>>,
 }
 
 impl EndpointHandle {
@@ -458,13 +459,13 @@ impl EndpointHandle {
         self.inner.flavors.get(flavor.index())
     }
 
-    fn shared(&self, flavor: Flavor) -> Option<&[mpsc::Sender<UpstreamRequest>]> {
+    fn shared(&self, flavor: Flavor) -> Option<&[queue::Sender<UpstreamRequest>]> {
         let i = &self.inner;
         let pools = self.pools(flavor)?;
         Some(pools.shared.get_or_init(|| {
             (0..i.n)
                 .map(|_| {
-                    let (tx, rx) = mpsc::channel(i.cfg.max_queue.max(1));
+                    let (tx, rx) = queue::channel(i.cfg.max_queue);
                     tokio::spawn(run_connection(
                         i.cfg.clone(),
                         flavor,
@@ -537,7 +538,7 @@ impl EndpointHandle {
             i.stats.count(ErrorKind::Busy);
             return Err(UpstreamError::Busy(i.cfg.dedicated.max(1)));
         }
-        let (tx, rx) = mpsc::channel(i.cfg.max_queue.max(1));
+        let (tx, rx) = queue::channel(i.cfg.max_queue);
         tokio::spawn(run_connection(
             i.cfg.clone(),
             flavor,
@@ -566,7 +567,7 @@ impl EndpointHandle {
             .iter()
             .filter_map(|f| f.shared.get())
             .flat_map(|conns| conns.iter())
-            .map(|tx| tx.max_capacity() - tx.capacity())
+            .map(|tx| tx.len())
             .sum()
     }
 
@@ -582,7 +583,7 @@ impl EndpointHandle {
 }
 
 fn send_on(
-    queue: &mpsc::Sender<UpstreamRequest>,
+    queue: &queue::Sender<UpstreamRequest>,
     args: Vec<Bytes>,
     raw: Option<Bytes>,
     deadline: Instant,
@@ -598,8 +599,8 @@ fn send_on(
         tx,
     }) {
         Ok(()) => return UpstreamFuture::waiting(rx, label, deadline),
-        Err(mpsc::error::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),
-        Err(mpsc::error::TrySendError::Closed(_)) => UpstreamError::Closed,
+        Err(queue::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),
+        Err(queue::TrySendError::Closed(_)) => UpstreamError::Closed,
     };
     stats.count(failed.kind());
     UpstreamFuture::failed(failed, label, deadline)
@@ -620,7 +621,7 @@ impl Drop for OpenGuard {
 /// (which discards a `MULTI` in progress on Redis) and every later command on it fails.
 #[derive(Debug)]
 pub(crate) struct Dedicated {
-    tx: mpsc::Sender<UpstreamRequest>,
+    tx: queue::Sender<UpstreamRequest>,
     handle: EndpointHandle,
     flavor: Flavor,
 }
@@ -1053,7 +1054,7 @@ async fn run_connection(
     cfg: EndpointConfig,
     flavor: Flavor,
     dedicated: Option<OpenGuard>,
-    mut rx: mpsc::Receiver<UpstreamRequest>,
+    mut rx: queue::Receiver<UpstreamRequest>,
     stats: Arc<EndpointStats>,
     latency: Arc<crate::metrics::Latency>,
 ) {
@@ -1203,8 +1204,12 @@ async fn run_connection(
 }
 
 /// Answers everything queued right now as unavailable.
-fn fail_queued(rx: &mut mpsc::Receiver<UpstreamRequest>, reason: &Arc<str>, stats: &EndpointStats) {
-    while let Ok(req) = rx.try_recv() {
+fn fail_queued(
+    rx: &mut queue::Receiver<UpstreamRequest>,
+    reason: &Arc<str>,
+    stats: &EndpointStats,
+) {
+    while let Some(req) = rx.try_recv() {
         answer(req.tx, UpstreamError::Unavailable(reason.clone()), stats);
     }
 }
@@ -1239,7 +1244,7 @@ impl Conn {
     async fn serve(
         self,
         first: Option<UpstreamRequest>,
-        rx: &mut mpsc::Receiver<UpstreamRequest>,
+        rx: &mut queue::Receiver<UpstreamRequest>,
         stats: &EndpointStats,
         latency: &crate::metrics::Latency,
         dedicated: bool,
@@ -1373,7 +1378,7 @@ async fn hello<S: AsyncRead + AsyncWrite + Unpin>(
 async fn serve<S: Io>(
     mut stream: S,
     first: Option<UpstreamRequest>,
-    rx: &mut mpsc::Receiver<UpstreamRequest>,
+    rx: &mut queue::Receiver<UpstreamRequest>,
     stats: &EndpointStats,
     latency: &crate::metrics::Latency,
     dedicated: bool,
@@ -1429,12 +1434,7 @@ async fn serve<S: Io>(
                 // batching across clients that makes the shard's work (and ours) per request
                 // smaller, like twemproxy writing once per epoll iteration.
                 tokio::task::yield_now().await;
-                while batch.len() < BATCH {
-                    match rx.try_recv() {
-                        Ok(req) => batch.push(req),
-                        Err(_) => break,
-                    }
-                }
+                rx.try_recv_many(&mut batch, BATCH - n);
                 let now = Instant::now();
                 let mut late = false;
                 for req in batch.drain(..) {
