@@ -413,6 +413,10 @@ impl Session {
             limits.buffer_hard_limit,
             limits.stall_timeout,
         );
+        // Set when the front's future answered `Pending` during this call: it has registered
+        // the task's waker (a future's contract), so polling it again in a later turn of this
+        // loop, before that wake, only repeats its work through every layer of the chain.
+        let mut front_waits = false;
         loop {
             let mut progress = false;
 
@@ -513,6 +517,7 @@ impl Session {
                         }
                         _ => unreachable!("front was Ready"),
                     },
+                    Pending::Wait { .. } | Pending::Other { .. } if front_waits => break,
                     Pending::Wait { deadline, idx, .. } | Pending::Other { deadline, idx, .. } => {
                         let (deadline, idx) = (*deadline, *idx);
                         let polled = match front {
@@ -556,6 +561,7 @@ impl Session {
                                     ctx.stats.timeouts.inc();
                                     error_reply("ERR respway: upstream timeout")
                                 } else {
+                                    front_waits = true;
                                     break;
                                 }
                             }
