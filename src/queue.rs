@@ -158,12 +158,6 @@ impl<T> Receiver<T> {
         Poll::Ready(n)
     }
 
-    /// Waits for items and moves up to `limit` of them into `buf` (see
-    /// [`poll_recv_many`](Self::poll_recv_many)).
-    pub(crate) async fn recv_many(&mut self, buf: &mut Vec<T>, limit: usize) -> usize {
-        poll_fn(|cx| self.poll_recv_many(cx, buf, limit)).await
-    }
-
     /// Moves up to `limit` items waiting now into `buf` without waiting; how many.
     pub(crate) fn try_recv_many(&mut self, buf: &mut Vec<T>, limit: usize) -> usize {
         let mut s = self.0.lock();

@@ -1422,12 +1422,72 @@ async fn serve<S: Io>(
                 timer_armed = true;
             }
         }
-        tokio::select! {
-            n = rx.recv_many(&mut batch, BATCH), if open && wbuf.len() < MAX_WBUF => {
-                if n == 0 {
-                    open = false;
-                    continue;
-                }
+        // One poll finds everything that is ready (replies, requests, room to write, the
+        // timer) and the loop body handles it all, instead of `select!` running one branch
+        // per turn with a fresh readiness future (and its waiter list entry) for each socket
+        // direction every time.
+        let ev = std::future::poll_fn(|cx| {
+            let ev = Events {
+                readable: match stream.poll_read_ready(cx) {
+                    Poll::Ready(r) => Some(r),
+                    Poll::Pending => None,
+                },
+                requests: if open && wbuf.len() < MAX_WBUF {
+                    match rx.poll_recv_many(cx, &mut batch, BATCH) {
+                        Poll::Ready(n) => Some(n),
+                        Poll::Pending => None,
+                    }
+                } else {
+                    None
+                },
+                // (TLS: records rustls holds once `wbuf` is empty are written too.)
+                writable: if !wbuf.is_empty() || stream.pending_out() {
+                    match stream.poll_write_ready(cx) {
+                        Poll::Ready(r) => Some(r),
+                        Poll::Pending => None,
+                    }
+                } else {
+                    None
+                },
+                // A dedicated connection whose oldest request lost its client (a session
+                // that ended while blocked in BLPOP, or mid-EXEC) is closed at once: Redis
+                // then unblocks it and pops nothing for nobody.
+                abandoned: dedicated
+                    && match inflight.front_mut().and_then(|f| f.tx.as_mut()) {
+                        Some(tx) => tx.poll_closed(cx).is_ready(),
+                        None => false,
+                    },
+                timer: timer_armed && timer.as_mut().poll(cx).is_ready(),
+            };
+            if ev.any() {
+                Poll::Ready(ev)
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        if ev.abandoned {
+            break Err(Fail::Abandoned);
+        }
+        if let Some(r) = ev.readable {
+            let r = r.map_err(|e| Fail::Io(e.to_string())).and_then(|()| {
+                read_replies(
+                    &mut stream,
+                    &mut rbuf,
+                    &mut scanner,
+                    &mut inflight,
+                    &limits,
+                    latency,
+                    slow,
+                )
+            });
+            if let Err(e) = r {
+                break Err(e);
+            }
+        }
+        match ev.requests {
+            Some(0) => open = false,
+            Some(n) => {
                 // Let every other task of this worker run first — tokio resumes a yielded task
                 // only after it has polled the I/O driver again — so that requests from
                 // clients served in the same event-loop turn join this write. This is the
@@ -1445,59 +1505,47 @@ async fn serve<S: Io>(
                 if late && dedicated {
                     break Err(Fail::Stuck);
                 }
-                if wbuf.is_empty() {
-                    continue;
-                }
-                // Write now if the socket takes it; the select below covers the rest.
-                if let Err(e) = write_queued(&mut stream, &mut wbuf) {
-                    break Err(Fail::Io(e.to_string()));
+                // Write now if the socket takes it; the next poll covers the rest.
+                if !wbuf.is_empty() {
+                    if let Err(e) = write_queued(&mut stream, &mut wbuf) {
+                        break Err(Fail::Io(e.to_string()));
+                    }
                 }
             }
-            // (TLS: records rustls holds once `wbuf` is empty are written too.)
-            w = stream.tcp().writable(), if !wbuf.is_empty() || stream.pending_out() => match w.and_then(|()| write_queued(&mut stream, &mut wbuf)) {
+            None => {}
+        }
+        if let Some(w) = ev.writable {
+            match w.and_then(|()| write_queued(&mut stream, &mut wbuf)) {
                 Ok(()) => wbuf.shrink(MAX_WBUF, RBUF),
                 Err(e) => break Err(Fail::Io(e.to_string())),
-            },
-            r = stream.tcp().readable() => {
-                let r = r.map_err(|e| Fail::Io(e.to_string()))
-                    .and_then(|()| read_replies(&mut stream, &mut rbuf, &mut scanner, &mut inflight, &limits, latency, slow));
-                if let Err(e) = r {
-                    break Err(e);
+            }
+        }
+        if ev.timer {
+            timer_armed = false;
+            let now = Instant::now();
+            // Answer every request past its deadline (their replies, if they come, are
+            // dropped in order); replace the connection once the oldest is far past it.
+            for f in inflight.iter_mut() {
+                if f.deadline > now {
+                    break;
+                }
+                if let Some(tx) = f.tx.take() {
+                    answer(tx, UpstreamError::Timeout, stats);
                 }
             }
-            // A dedicated connection whose oldest request lost its client (a session that
-            // ended while blocked in BLPOP, or mid-EXEC) is closed at once: Redis then
-            // unblocks it and pops nothing for nobody.
-            () = front_abandoned(&mut inflight), if dedicated && inflight.front().is_some_and(|f| f.tx.is_some()) => {
-                break Err(Fail::Abandoned);
-            }
-            () = &mut timer, if timer_armed => {
-                timer_armed = false;
-                let now = Instant::now();
-                // Answer every request past its deadline (their replies, if they come, are
-                // dropped in order); replace the connection once the oldest is far past it.
-                for f in inflight.iter_mut() {
-                    if f.deadline > now {
-                        break;
-                    }
-                    if let Some(tx) = f.tx.take() {
-                        answer(tx, UpstreamError::Timeout, stats);
-                    }
+            match inflight.front() {
+                Some(front) if front.tx.is_none() && dedicated => {
+                    let _ = front;
+                    break Err(Fail::Stuck);
                 }
-                match inflight.front() {
-                    Some(front) if front.tx.is_none() && dedicated => {
-                        let _ = front;
-                        break Err(Fail::Stuck);
-                    }
-                    Some(front) if front.tx.is_none() && front.deadline + STUCK_MARGIN <= now => {
-                        break Err(Fail::Stuck);
-                    }
-                    Some(front) if front.tx.is_none() => {
-                        timer.as_mut().reset(front.deadline + STUCK_MARGIN);
-                        timer_armed = true;
-                    }
-                    _ => {}
+                Some(front) if front.tx.is_none() && front.deadline + STUCK_MARGIN <= now => {
+                    break Err(Fail::Stuck);
                 }
+                Some(front) if front.tx.is_none() => {
+                    timer.as_mut().reset(front.deadline + STUCK_MARGIN);
+                    timer_armed = true;
+                }
+                _ => {}
             }
         }
     };
@@ -1508,8 +1556,36 @@ async fn serve<S: Io>(
                 answer(tx, UpstreamError::ConnectionLost(reason.clone()), stats);
             }
         }
+        // Taken from the queue in the poll that found the failure, not written.
+        for req in batch.drain(..) {
+            answer(req.tx, UpstreamError::ConnectionLost(reason.clone()), stats);
+        }
     }
     result
+}
+
+/// What one poll of a connection task found ready.
+struct Events {
+    /// The socket may have replies (or an error).
+    readable: Option<std::io::Result<()>>,
+    /// Requests moved into the batch (`Some(0)`: every sender is gone).
+    requests: Option<usize>,
+    /// The socket may take bytes (or an error).
+    writable: Option<std::io::Result<()>>,
+    /// A dedicated connection's oldest request lost its client.
+    abandoned: bool,
+    /// The oldest request's deadline (or the stuck margin after it) passed.
+    timer: bool,
+}
+
+impl Events {
+    fn any(&self) -> bool {
+        self.readable.is_some()
+            || self.requests.is_some()
+            || self.writable.is_some()
+            || self.abandoned
+            || self.timer
+    }
 }
 
 /// Writes what `q` holds while the socket takes all of it (TLS: also records rustls holds).
@@ -1531,16 +1607,6 @@ pub(crate) fn write_queued(stream: &mut impl Io, q: &mut OutQueue) -> std::io::R
         }
     }
     Ok(())
-}
-
-/// Ready when the receiver of the oldest unanswered request is gone.
-fn front_abandoned(inflight: &mut VecDeque<Inflight>) -> impl Future<Output = ()> + '_ {
-    std::future::poll_fn(
-        move |cx| match inflight.front_mut().and_then(|f| f.tx.as_mut()) {
-            Some(tx) => tx.poll_closed(cx),
-            None => Poll::Pending,
-        },
-    )
 }
 
 /// Encodes a dequeued request, unless its client stopped waiting (deadline passed, or the
