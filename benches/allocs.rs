@@ -7,7 +7,8 @@
 //!
 //! For each case (GET and SET of 64 B, 4 KiB, 64 KiB and 1 MiB values, one command per round
 //! trip and 16 per pipeline; MSET and MGET of 4 keys at 64 B and 4 KiB) it prints allocations,
-//! reallocations and bytes allocated per request.
+//! reallocations and bytes allocated per request; then GET of a 2-byte value from 50 clients
+//! at once, 16 per pipeline.
 //!
 //! Run: `cargo bench --bench allocs` (`-- N` sets the requests per case, default 20,000).
 
@@ -139,5 +140,60 @@ fn main() {
         }
     }
     drop(c);
+    // Many clients at once (as redis-benchmark -c 50 -P 16): up to 800 commands in flight,
+    // dispatched in bursts before the connection task takes them, which is what per-thread
+    // pools of request parts have to cover.
+    for (clients, pipeline) in [(50usize, 16usize)] {
+        let rounds = (n / (clients * pipeline)).max(10);
+        let requests = rounds * clients * pipeline;
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(clients + 1));
+        let threads: Vec<_> = (0..clients)
+            .map(|t| {
+                let barrier = barrier.clone();
+                let mut req = Vec::new();
+                let mut reply = Vec::new();
+                for i in 0..pipeline {
+                    encode(&mut req, &[b"GET", format!("c{t}.{i}").as_bytes()]);
+                    reply.extend_from_slice(b"$2\r\n64\r\n");
+                }
+                let mut c = TcpStream::connect(addr).expect("connect");
+                c.set_nodelay(true).expect("nodelay");
+                c.set_read_timeout(Some(Duration::from_secs(30)))
+                    .expect("timeout");
+                for i in 0..pipeline {
+                    let mut set = Vec::new();
+                    encode(&mut set, &[b"SET", format!("c{t}.{i}").as_bytes(), b"64"]);
+                    c.write_all(&set).expect("write");
+                    let mut ok = [0u8; 5];
+                    c.read_exact(&mut ok).expect("read");
+                }
+                let mut buf = vec![0u8; reply.len()];
+                run(&mut c, &req, &reply, &mut buf, 10);
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    run(&mut c, &req, &reply, &mut buf, rounds);
+                })
+            })
+            .collect();
+        let region = Region::new(GLOBAL);
+        barrier.wait();
+        for t in threads {
+            t.join().expect("client");
+        }
+        let s = region.change();
+        let per = |v: usize| v as f64 / requests as f64;
+        writeln!(
+            out,
+            "{:<6} {:>9} {:>3} {:>9} {:>12.2} {:>12.2} {:>14.0}   ({clients} clients)",
+            "GET",
+            2,
+            pipeline,
+            requests,
+            per(s.allocations),
+            per(s.reallocations),
+            per(s.bytes_allocated)
+        )
+        .expect("stdout");
+    }
     server.shutdown();
 }
