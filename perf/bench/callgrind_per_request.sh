@@ -7,6 +7,7 @@ set -euo pipefail
 mkdir -p "${CG_DIR:-/tmp/cg}"
 BIN=$1; T=$2; N=$3; TAG=$4
 . "$(dirname "$0")/shards.sh"
+require_free 7301 7302 7303 7390
 start_shards ${CG_DIR:-/tmp/cg} 7301 7302 7303
 shards_yaml 7390 "$KETAMA" 7301 7302 7303 >${CG_DIR:-/tmp/cg}/rw.yaml
 sleep 0.5

@@ -13,6 +13,7 @@ A=$1; B=$2; ROUNDS=${3:-5}; N=${4:-2000000}; shift 4 || true
 [ "${1:-}" = "--" ] && shift
 EXTRA_B=("$@")
 . "$(dirname "$0")/shards.sh"
+require_free 7401 7402 7403 7490
 D=$(mktemp -d)
 RW_PIN=(); LOAD_PIN=()
 if [ "${PIN:-0}" = 1 ]; then RW_PIN=(taskset -c 0); LOAD_PIN=(taskset -c 1); fi

@@ -9,6 +9,7 @@
 set -euo pipefail
 RW=$1; PX=$2; N=$3; P=${4:-16}
 . "$(dirname "$0")/shards.sh"
+require_free 7601 7602 7603 7690 7691
 D=$(mktemp -d)
 start_shards $D 7601 7602 7603
 shards_yaml 7690 "$KETAMA" 7601 7602 7603 >$D/rw.yaml

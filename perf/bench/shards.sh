@@ -1,6 +1,19 @@
 # Sourced by the bench scripts (not run): local shards, respway's config over them, and CPU
 # time from /proc. Each script keeps its own ports, so two can run at once.
 
+# require_free PORT...: stops the script when something already listens on a port. respway
+# listens with SO_REUSEPORT, so a respway left from an earlier run would silently take part of
+# the load of a new one on the same port (and its CPU would not be counted).
+require_free() {
+  local p
+  for p in "$@"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "port $p is already in use (a process left from an earlier run?)" >&2
+      exit 1
+    fi
+  done
+}
+
 # start_shards DIR PORT...: one redis-server per port (no persistence, loopback), pid and log
 # files in DIR. $SHARD_WRAP, when set, prefixes the command (e.g. "taskset -c 1").
 start_shards() {

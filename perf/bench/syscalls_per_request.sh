@@ -14,6 +14,7 @@
 set -euo pipefail
 BIN=$1; S=$2; P=$3; N=$4; TAG=$5
 . "$(dirname "$0")/shards.sh"
+require_free 7401 7402 7403 7490
 D=$(mktemp -d)
 start_shards $D 7401 7402 7403
 ports=(7401 7402 7403)

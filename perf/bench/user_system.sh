@@ -11,6 +11,7 @@
 set -euo pipefail
 RW=$1; PX=$2; ROUNDS=$3; N=$4; P=${5:-16}
 . "$(dirname "$0")/shards.sh"
+require_free 7501 7502 7503 7590 7591 7592
 D=$(mktemp -d)
 start_shards $D 7501 7502 7503
 shards_yaml 7590 "$KETAMA" 7501 7502 7503 >$D/rw.yaml
