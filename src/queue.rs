@@ -185,14 +185,6 @@ impl<T> Receiver<T> {
         .await
     }
 
-    /// Closes the queue (later sends are refused as [`TrySendError::Closed`]) and returns
-    /// what waits in it, for the receiver to answer.
-    pub(crate) fn close(&mut self) -> VecDeque<T> {
-        let mut s = self.0.lock();
-        s.closed = true;
-        std::mem::take(&mut s.items)
-    }
-
     /// The next item waiting now, if any.
     pub(crate) fn try_recv(&mut self) -> Option<T> {
         self.0.lock().items.pop_front()
@@ -287,15 +279,5 @@ mod tests {
         assert!(tx.is_closed());
         assert_eq!(Arc::strong_count(&item), 1);
         assert!(matches!(tx.try_send(item), Err(TrySendError::Closed(_))));
-    }
-
-    #[test]
-    fn a_closed_queue_hands_back_what_waits_and_refuses_more() {
-        let (tx, mut rx) = channel(4);
-        tx.try_send(1).unwrap();
-        tx.try_send(2).unwrap();
-        assert_eq!(rx.close(), [1, 2]);
-        assert!(tx.is_closed());
-        assert_eq!(tx.try_send(3), Err(TrySendError::Closed(3)));
     }
 }

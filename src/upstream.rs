@@ -238,8 +238,6 @@ pub(crate) struct EndpointStats {
     /// Since when it is out, why, and how many attempts failed since (written on failures
     /// only).
     down: Mutex<Option<Down>>,
-    /// `shard <name> (<addr>)`: failures carry it to the client's reply (see [`Failed`]).
-    label: Arc<str>,
 }
 
 /// Why and since when an endpoint is out (see [`EndpointStats`]).
@@ -254,10 +252,9 @@ pub(crate) struct Down {
 }
 
 impl EndpointStats {
-    fn new(worker: Arc<UpstreamStats>, label: Arc<str>) -> EndpointStats {
+    fn new(worker: Arc<UpstreamStats>) -> EndpointStats {
         EndpointStats {
             worker,
-            label,
             errors: Default::default(),
             healthy: AtomicBool::new(true),
             ejections: AtomicU64::new(0),
@@ -321,17 +318,7 @@ impl EndpointStats {
     }
 }
 
-type ReplyTx = oneshot::Sender<Result<Reply, Failed>>;
-
-/// A request that failed, and the endpoint it failed at (`shard <name> (<addr>)`) for the
-/// client's error reply: the label travels with failures only, so a request that succeeds
-/// costs no copy of it (an `Arc<str>` clone and drop: two atomic operations per request).
-#[derive(Debug)]
-pub(crate) struct Failed(UpstreamError, Arc<str>);
-
-/// The label of a failure whose endpoint is not known: a request whose connection task was
-/// stopped with its runtime (every task that ends on its own answers what it holds).
-const UNKNOWN_LABEL: &str = "upstream";
+type ReplyTx = oneshot::Sender<Result<Reply, UpstreamError>>;
 
 /// One request handed to a connection task.
 #[derive(Debug)]
@@ -433,14 +420,13 @@ impl EndpointHandle {
         let flavors = (0..2 * cfg.databases.clamp(1, 256) as usize)
             .map(|_| FlavorPools::default())
             .collect();
-        let stats = Arc::new(EndpointStats::new(stats, cfg.label.clone()));
         let h = EndpointHandle {
             inner: Arc::new(EndpointInner {
                 cfg,
                 n: n.max(1),
                 flavors,
                 dedicated_open: Arc::new(AtomicUsize::new(0)),
-                stats,
+                stats: Arc::new(EndpointStats::new(stats)),
                 requests: AtomicU64::new(0),
                 latency: Arc::default(),
             }),
@@ -514,8 +500,8 @@ impl EndpointHandle {
         conn: usize,
         deadline: Instant,
     ) -> UpstreamFuture {
+        let label = self.inner.cfg.label.clone();
         let Some(conns) = self.shared(flavor) else {
-            let label = self.inner.cfg.label.clone();
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
         crate::stats::bump(&self.inner.requests, 1);
@@ -524,6 +510,7 @@ impl EndpointHandle {
             args,
             raw,
             deadline,
+            label,
             &self.inner.stats,
             self.inner.cfg.max_queue,
         )
@@ -600,6 +587,7 @@ fn send_on(
     args: Vec<Bytes>,
     raw: Option<Bytes>,
     deadline: Instant,
+    label: Arc<str>,
     stats: &EndpointStats,
     max_queue: usize,
 ) -> UpstreamFuture {
@@ -610,12 +598,12 @@ fn send_on(
         deadline,
         tx,
     }) {
-        Ok(()) => return UpstreamFuture::waiting(rx, deadline),
+        Ok(()) => return UpstreamFuture::waiting(rx, label, deadline),
         Err(queue::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),
         Err(queue::TrySendError::Closed(_)) => UpstreamError::Closed,
     };
     stats.count(failed.kind());
-    UpstreamFuture::failed(failed, stats.label.clone(), deadline)
+    UpstreamFuture::failed(failed, label, deadline)
 }
 
 /// Decrements the count of open dedicated connections when their task ends.
@@ -643,7 +631,15 @@ impl Dedicated {
     pub(crate) fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
         let i = &self.handle.inner;
         crate::stats::bump(&i.requests, 1);
-        send_on(&self.tx, args, None, deadline, &i.stats, i.cfg.max_queue)
+        send_on(
+            &self.tx,
+            args,
+            None,
+            deadline,
+            i.cfg.label.clone(),
+            &i.stats,
+            i.cfg.max_queue,
+        )
     }
 
     /// Puts the connection back in the idle pool at once: for a holder whose every request
@@ -794,6 +790,7 @@ type Fallback = (EndpointHandle, Vec<Bytes>, Flavor, usize);
 #[derive(Debug)]
 pub(crate) struct UpstreamFuture {
     state: State,
+    label: Arc<str>,
     /// For replica reads: the primary and the request, to retry there once when the replica
     /// cannot be reached. Boxed: every reply's future carries the field, only replica reads
     /// fill it, and a session moves each future into its queue (at 128 bytes or less a move
@@ -805,15 +802,20 @@ pub(crate) struct UpstreamFuture {
 #[derive(Debug)]
 enum State {
     /// Waiting for the connection task.
-    Waiting(oneshot::Receiver<Result<Reply, Failed>>),
+    Waiting(oneshot::Receiver<Result<Reply, UpstreamError>>),
     /// Already failed.
-    Failed(Option<Failed>),
+    Failed(Option<UpstreamError>),
 }
 
 impl UpstreamFuture {
-    fn waiting(rx: oneshot::Receiver<Result<Reply, Failed>>, deadline: Instant) -> Self {
+    fn waiting(
+        rx: oneshot::Receiver<Result<Reply, UpstreamError>>,
+        label: Arc<str>,
+        deadline: Instant,
+    ) -> Self {
         UpstreamFuture {
             state: State::Waiting(rx),
+            label,
             fallback: None,
             deadline,
         }
@@ -821,7 +823,8 @@ impl UpstreamFuture {
 
     fn failed(e: UpstreamError, label: Arc<str>, deadline: Instant) -> Self {
         UpstreamFuture {
-            state: State::Failed(Some(Failed(e, label))),
+            state: State::Failed(Some(e)),
+            label,
             fallback: None,
             deadline,
         }
@@ -841,25 +844,24 @@ impl Future for UpstreamFuture {
             let result = match &mut this.state {
                 State::Waiting(rx) => match Pin::new(rx).poll(cx) {
                     Poll::Ready(Ok(r)) => r,
-                    Poll::Ready(Err(_)) => Err(Failed(UpstreamError::Closed, UNKNOWN_LABEL.into())),
+                    Poll::Ready(Err(_)) => Err(UpstreamError::Closed),
                     Poll::Pending => return Poll::Pending,
                 },
-                State::Failed(e) => Err(e
-                    .take()
-                    .unwrap_or_else(|| Failed(UpstreamError::Closed, UNKNOWN_LABEL.into()))),
+                State::Failed(e) => Err(e.take().unwrap_or(UpstreamError::Closed)),
             };
             match result {
                 Ok(reply) => return Poll::Ready(Ok(reply)),
-                Err(Failed(e, label)) => {
+                Err(e) => {
                     if e.retryable_read() {
                         if let Some(b) = this.fallback.take() {
                             let (primary, args, flavor, conn) = *b;
                             let next = primary.send(args, flavor, conn, this.deadline);
                             this.state = next.state;
+                            this.label = next.label;
                             continue;
                         }
                     }
-                    return Poll::Ready(Ok(e.to_reply(&label)));
+                    return Poll::Ready(Ok(e.to_reply(&this.label)));
                 }
             }
         }
@@ -1041,7 +1043,7 @@ impl fmt::Display for Fail {
 /// Answers a request that will not be sent, counting the error.
 fn answer(tx: ReplyTx, e: UpstreamError, stats: &EndpointStats) {
     stats.count(e.kind());
-    let _ = tx.send(Err(Failed(e, stats.label.clone())));
+    let _ = tx.send(Err(e));
 }
 
 /// One connection's task. A shared connection (`dedicated` is `None`) reconnects after
@@ -1066,10 +1068,6 @@ async fn run_connection(
                     .await
                 {
                     tracing::debug!(endpoint = %cfg.label, error = %e, "dedicated connection closed");
-                }
-                // What its holder queued meanwhile was not sent (later sends fail at once).
-                for req in rx.close() {
-                    answer(req.tx, UpstreamError::Closed, &stats);
                 }
             }
             Err(e) => {
