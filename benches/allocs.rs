@@ -41,6 +41,31 @@ fn run(c: &mut TcpStream, req: &[u8], reply: &[u8], buf: &mut [u8], rounds: usiz
     }
 }
 
+/// One line of the table: allocations, reallocations and bytes per request.
+fn row(
+    out: &mut impl Write,
+    cmd: &str,
+    size: usize,
+    pipeline: usize,
+    requests: usize,
+    s: &stats_alloc::Stats,
+    note: &str,
+) {
+    let per = |v: usize| v as f64 / requests as f64;
+    writeln!(
+        out,
+        "{:<6} {:>9} {:>3} {:>9} {:>12.2} {:>12.2} {:>14.0}{note}",
+        cmd,
+        size,
+        pipeline,
+        requests,
+        per(s.allocations),
+        per(s.reallocations),
+        per(s.bytes_allocated)
+    )
+    .expect("stdout");
+}
+
 fn main() {
     let n: usize = std::env::args()
         .skip(1)
@@ -123,19 +148,7 @@ fn main() {
                 let region = Region::new(GLOBAL);
                 run(&mut c, &req, &reply, &mut buf, rounds);
                 let s = region.change();
-                let per = |v: usize| v as f64 / requests as f64;
-                writeln!(
-                    out,
-                    "{:<6} {:>9} {:>3} {:>9} {:>12.2} {:>12.2} {:>14.0}",
-                    cmd,
-                    size,
-                    pipeline,
-                    requests,
-                    per(s.allocations),
-                    per(s.reallocations),
-                    per(s.bytes_allocated)
-                )
-                .expect("stdout");
+                row(&mut out, cmd, size, pipeline, requests, &s, "");
             }
         }
     }
@@ -181,19 +194,8 @@ fn main() {
             t.join().expect("client");
         }
         let s = region.change();
-        let per = |v: usize| v as f64 / requests as f64;
-        writeln!(
-            out,
-            "{:<6} {:>9} {:>3} {:>9} {:>12.2} {:>12.2} {:>14.0}   ({clients} clients)",
-            "GET",
-            2,
-            pipeline,
-            requests,
-            per(s.allocations),
-            per(s.reallocations),
-            per(s.bytes_allocated)
-        )
-        .expect("stdout");
+        let note = format!("   ({clients} clients)");
+        row(&mut out, "GET", 2, pipeline, requests, &s, &note);
     }
     server.shutdown();
 }

@@ -13,42 +13,7 @@ require_free 7601 7602 7603 7690 7691
 D=$(mktemp -d)
 start_shards $D 7601 7602 7603
 shards_yaml 7690 "$KETAMA" 7601 7602 7603 >$D/rw.yaml
-cat >$D/predixy.conf <<CONF
-Name bench-predixy
-Bind 127.0.0.1:7691
-WorkerThreads 1
-ClientTimeout 0
-Log $D/predixy.log
-LogVerbSample 0
-LogDebugSample 0
-LogInfoSample 10000
-LogNoticeSample 1
-LogWarnSample 1
-LogErrorSample 1
-Authority {
-    Auth {
-        Mode write
-    }
-}
-StandaloneServerPool {
-    Hash crc16
-    Distribution modula
-    MasterReadPriority 100
-    RefreshMethod fixed
-    ServerTimeout 2
-    ServerFailureLimit 10
-    ServerRetryTimeout 1
-    Group g0 {
-        + 127.0.0.1:7601
-    }
-    Group g1 {
-        + 127.0.0.1:7602
-    }
-    Group g2 {
-        + 127.0.0.1:7603
-    }
-}
-CONF
+predixy_conf $D 7691 7601 7602 7603 >$D/predixy.conf
 "$RW" --config $D/rw.yaml --workers 1 2>$D/rw.log & rw=$!
 "$PX" $D/predixy.conf >$D/predixy.out 2>&1 & px=$!
 trap 'kill $rw $px 2>/dev/null || true; stop_shards $D 7601 7602 7603; rm -rf $D' EXIT

@@ -65,3 +65,41 @@ user_ticks() { awk '{print $14}' "/proc/$1/stat"; }
 
 # cpu_per_million T0 T1 N: CPU seconds per million requests from two cpu_ticks readings.
 cpu_per_million() { echo "($2 - $1) / $(getconf CLK_TCK) / ($3 / 1000000)" | bc -l; }
+
+# predixy_conf DIR PORT SHARD_PORT...: a predixy config listening on PORT with one worker
+# thread over plain instances: a standalone pool of one group per shard (crc16, modula), its
+# write mode needing an authority block; its log in DIR.
+predixy_conf() {
+  local dir=$1 port=$2 p i=0; shift 2
+  cat <<EOF
+Name bench-predixy
+Bind 127.0.0.1:$port
+WorkerThreads 1
+ClientTimeout 0
+Log $dir/predixy.log
+LogVerbSample 0
+LogDebugSample 0
+LogInfoSample 10000
+LogNoticeSample 1
+LogWarnSample 1
+LogErrorSample 1
+Authority {
+    Auth {
+        Mode write
+    }
+}
+StandaloneServerPool {
+    Hash crc16
+    Distribution modula
+    MasterReadPriority 100
+    RefreshMethod fixed
+    ServerTimeout 2
+    ServerFailureLimit 10
+    ServerRetryTimeout 1
+EOF
+  for p in "$@"; do
+    printf '    Group g%d {\n        + 127.0.0.1:%s\n    }\n' $i "$p"
+    i=$((i + 1))
+  done
+  echo "}"
+}

@@ -15,44 +15,7 @@ require_free 7501 7502 7503 7590 7591 7592
 D=$(mktemp -d)
 start_shards $D 7501 7502 7503
 shards_yaml 7590 "$KETAMA" 7501 7502 7503 >$D/rw.yaml
-# predixy shards plain instances with a standalone pool of one group per shard (crc16,
-# modula), its write mode needing an authority block.
-cat >$D/predixy.conf <<EOF
-Name bench-predixy
-Bind 127.0.0.1:7591
-WorkerThreads 1
-ClientTimeout 0
-Log $D/predixy.log
-LogVerbSample 0
-LogDebugSample 0
-LogInfoSample 10000
-LogNoticeSample 1
-LogWarnSample 1
-LogErrorSample 1
-Authority {
-    Auth {
-        Mode write
-    }
-}
-StandaloneServerPool {
-    Hash crc16
-    Distribution modula
-    MasterReadPriority 100
-    RefreshMethod fixed
-    ServerTimeout 2
-    ServerFailureLimit 10
-    ServerRetryTimeout 1
-    Group g0 {
-        + 127.0.0.1:7501
-    }
-    Group g1 {
-        + 127.0.0.1:7502
-    }
-    Group g2 {
-        + 127.0.0.1:7503
-    }
-}
-EOF
+predixy_conf $D 7591 7501 7502 7503 >$D/predixy.conf
 cat >$D/nc.yml <<EOF
 bench:
   listen: 127.0.0.1:7592
