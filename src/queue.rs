@@ -8,9 +8,12 @@
 //! channel spends several atomic operations per request instead, and its receiver takes the
 //! semaphore's lock for every request it receives, to give the permit back.
 //!
+//! There is one [`Sender`] per queue: it lives in the endpoint's pool (or a transaction's
+//! dedicated connection), and the sessions send through a reference to it.
+//!
 //! Semantics kept from `mpsc`: a full queue refuses a send at once ([`TrySendError::Full`]);
 //! a queue whose receiver is gone refuses with [`TrySendError::Closed`]; the receiver sees
-//! the end (`None`, 0) once every sender is gone and the queue is empty.
+//! the end (`None`, 0) once the sender is gone and the queue is empty.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -26,8 +29,8 @@ struct State<T> {
     items: VecDeque<T>,
     /// The receiver's task, parked on an empty queue (taken by the send that wakes it).
     waker: Option<Waker>,
-    /// Senders alive.
-    senders: usize,
+    /// The sender is gone.
+    sender_gone: bool,
     /// The receiver is gone.
     closed: bool,
 }
@@ -39,13 +42,23 @@ impl<T> Shared<T> {
     }
 }
 
+impl<T> State<T> {
+    /// Keeps the receiver's waker, to be woken by the next send (or the sender's drop).
+    fn park(&mut self, cx: &Context<'_>) {
+        match &mut self.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            w => *w = Some(cx.waker().clone()),
+        }
+    }
+}
+
 /// A queue holding at most `cap` items (at least 1).
 pub(crate) fn channel<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             items: VecDeque::new(),
             waker: None,
-            senders: 1,
+            sender_gone: false,
             closed: false,
         }),
         cap: cap.max(1),
@@ -62,7 +75,7 @@ pub(crate) enum TrySendError<T> {
     Closed(T),
 }
 
-/// The sending side (one per pool slot; [`Clone`] adds a sender).
+/// The sending side (one per queue).
 pub(crate) struct Sender<T>(Arc<Shared<T>>);
 
 impl<T> std::fmt::Debug for Sender<T> {
@@ -102,18 +115,11 @@ impl<T> Sender<T> {
     }
 }
 
-impl<T> Clone for Sender<T> {
-    fn clone(&self) -> Self {
-        self.0.lock().senders += 1;
-        Sender(self.0.clone())
-    }
-}
-
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         let mut s = self.0.lock();
-        s.senders -= 1;
-        let waker = if s.senders == 0 { s.waker.take() } else { None };
+        s.sender_gone = true;
+        let waker = s.waker.take();
         drop(s);
         if let Some(w) = waker {
             w.wake();
@@ -133,8 +139,8 @@ impl<T> std::fmt::Debug for Receiver<T> {
 }
 
 impl<T> Receiver<T> {
-    /// Moves up to `limit` waiting items into `buf` and returns how many; 0 once every
-    /// sender is gone and nothing is left. Pending (with the task's waker kept) while the
+    /// Moves up to `limit` waiting items into `buf` and returns how many; 0 once the sender
+    /// is gone and nothing is left. Pending (with the task's waker kept) while the
     /// queue is empty and a sender remains.
     pub(crate) fn poll_recv_many(
         &mut self,
@@ -144,13 +150,10 @@ impl<T> Receiver<T> {
     ) -> Poll<usize> {
         let mut s = self.0.lock();
         if s.items.is_empty() {
-            if s.senders == 0 || limit == 0 {
+            if s.sender_gone || limit == 0 {
                 return Poll::Ready(0);
             }
-            match &mut s.waker {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                w => *w = Some(cx.waker().clone()),
-            }
+            s.park(cx);
             return Poll::Pending;
         }
         let n = s.items.len().min(limit);
@@ -166,20 +169,17 @@ impl<T> Receiver<T> {
         n
     }
 
-    /// The next item; `None` once every sender is gone and nothing is left.
+    /// The next item; `None` once the sender is gone and nothing is left.
     pub(crate) async fn recv(&mut self) -> Option<T> {
         poll_fn(|cx| {
             let mut s = self.0.lock();
             if let Some(item) = s.items.pop_front() {
                 return Poll::Ready(Some(item));
             }
-            if s.senders == 0 {
+            if s.sender_gone {
                 return Poll::Ready(None);
             }
-            match &mut s.waker {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                w => *w = Some(cx.waker().clone()),
-            }
+            s.park(cx);
             Poll::Pending
         })
         .await
@@ -254,17 +254,15 @@ mod tests {
     }
 
     #[test]
-    fn the_receiver_sees_the_end_after_the_last_sender_and_the_last_item() {
+    fn the_receiver_sees_the_end_after_the_sender_and_the_last_item() {
         let (tx, mut rx) = channel(4);
-        let tx2 = tx.clone();
         let (count, w) = waker();
         let mut cx = Context::from_waker(&w);
         let mut buf = Vec::new();
         tx.try_send(7).unwrap();
-        drop(tx);
         assert_eq!(rx.poll_recv_many(&mut cx, &mut buf, 8), Poll::Ready(1));
         assert_eq!(rx.poll_recv_many(&mut cx, &mut buf, 8), Poll::Pending);
-        drop(tx2);
+        drop(tx);
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
         assert_eq!(rx.poll_recv_many(&mut cx, &mut buf, 8), Poll::Ready(0));
     }
