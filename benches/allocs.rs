@@ -8,7 +8,8 @@
 //! For each case (GET and SET of 64 B, 4 KiB, 64 KiB and 1 MiB values, one command per round
 //! trip and 16 per pipeline; MSET and MGET of 4 keys at 64 B and 4 KiB) it prints allocations,
 //! reallocations and bytes allocated per request; then GET of a 2-byte value from 50 clients
-//! at once, 16 per pipeline.
+//! at once, 16 per pipeline; then MSET and MGET of 10 keys over 3 shards (split per shard and
+//! merged).
 //!
 //! Run: `cargo bench --bench allocs` (`-- N` sets the requests per case, default 20,000).
 
@@ -197,5 +198,82 @@ fn main() {
         let note = format!("   ({clients} clients)");
         row(&mut out, "GET", 2, pipeline, requests, &s, &note);
     }
+    server.shutdown();
+    split_rows(&mut out, n);
+}
+
+/// MSET and MGET of 10 keys at 64 B over 3 shards: each command is split into one
+/// sub-command per shard and the replies are merged.
+fn split_rows(out: &mut impl Write, n: usize) {
+    let shards: Vec<_> = (0..3).map(|_| respway_testkit::redis()).collect();
+    let mut yaml = String::from(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    routes:\n      catch_all: main\n\
+         clusters:\n  - name: main\n    shards:\n",
+    );
+    for (i, s) in shards.iter().enumerate() {
+        yaml += &format!(
+            "      - name: s{i}\n        endpoints:\n          - {{ address: \"{}\" }}\n",
+            s.addr
+        );
+    }
+    let config =
+        respway_xds::translate(&respway_xds::parse_yaml(&yaml).expect("yaml")).expect("config");
+    let server = respway::start(
+        config,
+        respway::Options {
+            workers: 1,
+            ..Default::default()
+        },
+    )
+    .expect("start");
+    let mut c = TcpStream::connect(server.local_addrs()[0]).expect("connect");
+    c.set_nodelay(true).expect("nodelay");
+    c.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let value = [b'x'; 64];
+    for pipeline in [1usize, 16] {
+        let rounds = n.div_ceil(pipeline);
+        let requests = rounds * pipeline;
+        for cmd in ["MSET", "MGET"] {
+            let mut req = Vec::new();
+            let mut reply = Vec::new();
+            for i in 0..pipeline {
+                let keys: Vec<String> = (0..10).map(|j| format!("s{i}.{j}")).collect();
+                let mut argv: Vec<&[u8]> = vec![cmd.as_bytes()];
+                for k in &keys {
+                    argv.push(k.as_bytes());
+                    if cmd == "MSET" {
+                        argv.push(&value);
+                    }
+                }
+                encode(&mut req, &argv);
+                if cmd == "MSET" {
+                    reply.extend_from_slice(b"+OK\r\n");
+                } else {
+                    reply.extend_from_slice(b"*10\r\n");
+                    for _ in 0..10 {
+                        reply.extend_from_slice(b"$64\r\n");
+                        reply.extend_from_slice(&value);
+                        reply.extend_from_slice(b"\r\n");
+                    }
+                }
+            }
+            let mut buf = vec![0u8; reply.len()];
+            run(&mut c, &req, &reply, &mut buf, rounds.clamp(10, 1000));
+            let region = Region::new(GLOBAL);
+            run(&mut c, &req, &reply, &mut buf, rounds);
+            let s = region.change();
+            row(
+                out,
+                cmd,
+                64,
+                pipeline,
+                requests,
+                &s,
+                "   (10 keys, 3 shards)",
+            );
+        }
+    }
+    drop(c);
     server.shutdown();
 }

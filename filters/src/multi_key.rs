@@ -24,10 +24,11 @@ use std::task::{Context, Poll};
 use bytes::{BufMut, Bytes, BytesMut};
 use tower::{Layer, Service};
 
+use crate::codec_limits::Limits;
 use crate::command::{CommandClass, SplitKind};
 use crate::fanout::Join;
 use crate::request::{error_reply, is_error, Keys, Reply, Request};
-use crate::resp::{parse_reply, Frame};
+use crate::resp::{argv_with_capacity, parse_i64, parse_reply, recycle_argv, reply_len, Frame};
 use crate::routing::Routing;
 
 /// The reply to a command whose keys hash to more than one shard.
@@ -53,6 +54,7 @@ impl<S> Layer<S> for MultiKeyLayer {
             inner,
             routing: self.routing.clone(),
             shards: Vec::new(),
+            order: Vec::new(),
         }
     }
 }
@@ -62,8 +64,10 @@ impl<S> Layer<S> for MultiKeyLayer {
 pub struct MultiKey<S> {
     inner: S,
     routing: Arc<Routing>,
-    /// Reused buffer: the shard of each key.
+    /// Reused buffer: the shard of each key, then its group (its shard's index in `order`).
     shards: Vec<usize>,
+    /// Reused buffer: the shards of a split command, in order of first appearance.
+    order: Vec<usize>,
 }
 
 /// What a [`MultiKey`] call returns.
@@ -85,9 +89,9 @@ pub struct Merge<F> {
     nkeys: usize,
     /// One sub-command per shard (see [`Join`] for the readiness rule).
     join: Join<F>,
-    /// Per sub-command, in the join's order: the indices (in the original command's key
-    /// order) of the keys it carries.
-    positions: Vec<Vec<usize>>,
+    /// MGET only (empty otherwise): per key of the original command, the index of the
+    /// sub-command that carries it. A sub-command carries its keys in their original order.
+    groups: Vec<usize>,
 }
 
 // === impl MultiKey ===
@@ -143,41 +147,53 @@ where
         let Some(kind) = kind else {
             return ResponseFuture::Ready(Some(error_reply(CROSSSLOT)));
         };
-        // Group key positions by shard, in order of first appearance.
-        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-        for (pos, &shard) in self.shards.iter().enumerate() {
-            match groups.iter_mut().find(|(s, _)| *s == shard) {
-                Some((_, v)) => v.push(pos),
-                None => groups.push((shard, vec![pos])),
-            }
+        // Number the shards in order of first appearance; each key's entry in `shards`
+        // becomes its group (the sub-command that carries it).
+        self.order.clear();
+        for s in self.shards.iter_mut() {
+            *s = match self.order.iter().position(|o| o == s) {
+                Some(g) => g,
+                None => {
+                    self.order.push(*s);
+                    self.order.len() - 1
+                }
+            };
         }
-        let mut join = Join::with_capacity(groups.len());
-        let mut all_positions = Vec::with_capacity(groups.len());
+        let mut join = Join::with_capacity(self.order.len());
         let per_key = if kind == SplitKind::Mset { 2 } else { 1 };
-        for (shard, positions) in groups {
-            let mut args = Vec::with_capacity(1 + positions.len() * per_key);
+        for (g, &shard) in self.order.iter().enumerate() {
+            let count = self.shards.iter().filter(|&&k| k == g).count();
+            let mut args = argv_with_capacity(1 + count * per_key);
             args.push(req.args[0].clone());
-            for i in positions.iter().filter_map(|&p| req.keys.get(p)) {
-                args.push(req.args[i].clone());
-                if kind == SplitKind::Mset {
-                    args.push(req.args[i + 1].clone());
+            for (p, _) in self.shards.iter().enumerate().filter(|&(_, &k)| k == g) {
+                if let Some(i) = req.keys.get(p) {
+                    args.push(req.args[i].clone());
+                    if kind == SplitKind::Mset {
+                        args.push(req.args[i + 1].clone());
+                    }
                 }
             }
             // `cmd k1 [v1] k2 [v2] ...`: the keys from 1, `per_key` apart.
-            let keys = Keys::step(1, per_key, positions.len());
+            let keys = Keys::step(1, per_key, count);
             let mut sub = Request::with_keys(req.cmd, args, keys);
             sub.deadline = req.deadline;
             sub.flavor = req.flavor;
             sub.cluster = req.cluster;
             sub.pin_shard(shard);
             join.call(&mut self.inner, sub);
-            all_positions.push(positions);
         }
+        let groups = match kind {
+            SplitKind::Mget => self.shards.clone(),
+            _ => Vec::new(),
+        };
+        // The sub-commands hold their own slices of the arguments: this vector can serve
+        // the next request.
+        recycle_argv(req.args);
         ResponseFuture::Merge(Merge {
             kind,
-            nkeys: req.keys.len(),
+            nkeys: self.shards.len(),
             join,
-            positions: all_positions,
+            groups,
         })
     }
 }
@@ -225,33 +241,75 @@ impl<F> Merge<F> {
                 crate::resp::write_integer(&mut out, b':', sum);
                 out.freeze()
             }
-            SplitKind::Mget => {
-                let mut slots: Vec<Option<Frame>> = vec![None; self.nkeys];
-                for (reply, positions) in self.join.replies().zip(&self.positions) {
-                    let Some(r) = reply else {
-                        return unexpected(&[]);
-                    };
-                    match parse_reply(r) {
-                        Ok(Frame::Array(items)) if items.len() == positions.len() => {
-                            for (item, &pos) in items.into_iter().zip(positions) {
-                                slots[pos] = Some(item);
-                            }
-                        }
-                        _ => return unexpected(r),
-                    }
-                }
-                let mut out = BytesMut::with_capacity(64 * self.nkeys);
-                crate::resp::write_integer(&mut out, b'*', self.nkeys as i64);
-                for f in slots {
-                    match f {
-                        Some(f) => f.encode(&mut out),
-                        None => out.put_slice(b"$-1\r\n"),
-                    }
-                }
-                out.freeze()
-            }
+            SplitKind::Mget => merge_mget(self.nkeys, &self.groups, self.join.replies()),
         }
     }
+}
+
+/// The MGET reply in the original key order, from one array reply per sub-command
+/// (`groups[p]` is the sub-command holding key `p`, which carries its keys in their original
+/// order). The elements are copied as the shards sent them: nothing is parsed beyond each
+/// element's length.
+fn merge_mget<'a>(
+    nkeys: usize,
+    groups: &[usize],
+    replies: impl Iterator<Item = Option<&'a Reply>> + Clone,
+) -> Reply {
+    // Replies were framed by the upstream connection already: no limit applies here.
+    let limits = Limits {
+        max_bulk_len: usize::MAX,
+        max_multibulk_len: usize::MAX,
+        max_inline_len: 0,
+    };
+    // Per sub-reply: the offset of its next element, and how many elements are left.
+    let mut cursors = Vec::with_capacity(replies.clone().count());
+    for r in replies.clone() {
+        let Some(r) = r else {
+            return unexpected(&[]);
+        };
+        match array_header(r) {
+            Some(c) => cursors.push(c),
+            None => return unexpected(r),
+        }
+    }
+    let mut out =
+        BytesMut::with_capacity(16 + replies.clone().flatten().map(|r| r.len()).sum::<usize>());
+    crate::resp::write_integer(&mut out, b'*', nkeys as i64);
+    for &g in groups {
+        let (Some(Some(r)), Some((at, left))) = (replies.clone().nth(g), cursors.get_mut(g)) else {
+            return unexpected(&[]);
+        };
+        if *left == 0 {
+            return unexpected(r);
+        }
+        match reply_len(&r[*at..], &limits) {
+            Ok(Some(n)) => {
+                out.put_slice(&r[*at..*at + n]);
+                *at += n;
+                *left -= 1;
+            }
+            _ => return unexpected(r),
+        }
+    }
+    // Every element used, and nothing after the last.
+    for (r, (at, left)) in replies.flatten().zip(&cursors) {
+        if *left != 0 || *at != r.len() {
+            return unexpected(r);
+        }
+    }
+    out.freeze()
+}
+
+/// The element count of the array header at the start of `r`, and where its first element
+/// starts.
+fn array_header(r: &[u8]) -> Option<(usize, usize)> {
+    let rest = r.strip_prefix(b"*")?;
+    let end = rest.iter().take(24).position(|&b| b == b'\r')?;
+    if rest.get(end + 1) != Some(&b'\n') {
+        return None;
+    }
+    let n = usize::try_from(parse_i64(&rest[..end])?).ok()?;
+    Some((end + 3, n))
 }
 
 fn unexpected(r: &[u8]) -> Reply {
@@ -259,4 +317,57 @@ fn unexpected(r: &[u8]) -> Reply {
         "ERR respway: unexpected reply from a shard while merging: {}",
         String::from_utf8_lossy(&r[..r.len().min(64)])
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merged(groups: &[usize], replies: &[&'static [u8]]) -> Reply {
+        let replies: Vec<Reply> = replies.iter().map(|r| Bytes::from_static(r)).collect();
+        merge_mget(groups.len(), groups, replies.iter().map(Some))
+    }
+
+    #[test]
+    fn mget_merge_puts_elements_back_in_key_order_byte_for_byte() {
+        // Keys 0 and 3 on the first sub-command, 1, 2 and 4 on the second.
+        let got = merged(
+            &[0, 1, 1, 0, 1],
+            &[
+                b"*2\r\n$1\r\na\r\n$-1\r\n",
+                b"*3\r\n$4\r\nb\r\nc\r\n_\r\n$0\r\n\r\n",
+            ],
+        );
+        assert_eq!(
+            &got[..],
+            b"*5\r\n$1\r\na\r\n$4\r\nb\r\nc\r\n_\r\n$-1\r\n$0\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn mget_merge_refuses_replies_that_do_not_match_the_keys() {
+        let short = merged(&[0, 1, 1], &[b"*1\r\n$1\r\na\r\n", b"*1\r\n$1\r\nb\r\n"]);
+        let extra = merged(
+            &[0, 1],
+            &[b"*1\r\n$1\r\na\r\n$1\r\nz\r\n", b"*1\r\n$1\r\nb\r\n"],
+        );
+        let wrong_count = merged(&[0, 1], &[b"*2\r\n$1\r\na\r\n", b"*1\r\n$1\r\nb\r\n"]);
+        let not_array = merged(&[0, 1], &[b"$1\r\na\r\n", b"*1\r\n$1\r\nb\r\n"]);
+        let null_array = merged(&[0, 1], &[b"*-1\r\n", b"*1\r\n$1\r\nb\r\n"]);
+        for r in [short, extra, wrong_count, not_array, null_array] {
+            assert!(
+                r.starts_with(b"-ERR respway: unexpected reply from a shard while merging"),
+                "{r:?}"
+            );
+        }
+        let missing = merge_mget(
+            2,
+            &[0, 1],
+            [Some(&Bytes::from_static(b"*1\r\n:1\r\n")), None].into_iter(),
+        );
+        assert!(
+            missing.starts_with(b"-ERR respway: unexpected reply"),
+            "{missing:?}"
+        );
+    }
 }

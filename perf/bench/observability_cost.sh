@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Throughput and proxy CPU per request of two respway builds, interleaved, over 3 local shards:
 #   perf/bench/observability_cost.sh BIN_A BIN_B [ROUNDS] [REQUESTS] [-- EXTRA ARGS FOR B]
-# Each round runs redis-benchmark GET -P 16 (P=1 sets another depth) -c 50 -d 64 -r 100000 against A and B
+# Each round runs redis-benchmark GET -P 16 (P=1 sets another depth; T=set|mset|mget another
+# command, mget = MGET of 10 keys) -c 50 -d 64 -r 100000 against A and B
 # (respway --workers 1; ports 7401-7403, 7490; loopback), and prints rps and respway's
 # user+system CPU seconds per million requests and its user part alone (from /proc/PID/stat),
 # then the medians and paired ratios. User time is what a change to respway's own code moves;
@@ -25,7 +26,7 @@ run() { # BIN TAG ARGS...
   for i in $(seq 100); do redis-cli -p 7490 ping >/dev/null 2>&1 && break; sleep 0.1; done
   "${LOAD_PIN[@]}" redis-benchmark -p 7490 -t set -n 200000 -P 16 -c 50 -d 64 -r 100000 -q >/dev/null 2>&1
   local t0 u0; t0=$(cpu_ticks $pid); u0=$(user_ticks $pid)
-  local rps; rps=$("${LOAD_PIN[@]}" redis-benchmark -p 7490 -t get -n $N -P ${P:-16} -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -o 'GET: [0-9.]* requests per second' | tail -1 | awk '{print $2}')
+  local rps; rps=$("${LOAD_PIN[@]}" redis-benchmark -p 7490 -n $N -P ${P:-16} -c 50 -d 64 -r 100000 -q $(bench_args ${T:-get}) 2>/dev/null | tr '\r' '\n' | grep -o ': [0-9.]* requests per second' | tail -1 | awk '{print $2}')
   local t1 u1; t1=$(cpu_ticks $pid); u1=$(user_ticks $pid)
   kill -INT $pid; wait $pid || true
   echo "$tag $rps $(cpu_per_million $t0 $t1 $N) $(cpu_per_million $u0 $u1 $N)"

@@ -103,3 +103,13 @@ EOF
   done
   echo "}"
 }
+
+# redis-benchmark's arguments for test T: mget = MGET of 10 random keys (as the side-by-side
+# kit sends it: redis-benchmark has no MGET test of its own); anything else = -t T.
+bench_args() {
+  case $1 in
+    mget) echo MGET key:__rand_int__ key:__rand_int__ key:__rand_int__ key:__rand_int__ key:__rand_int__ \
+      key:__rand_int__ key:__rand_int__ key:__rand_int__ key:__rand_int__ key:__rand_int__ ;;
+    *) echo -t "$1" ;;
+  esac
+}

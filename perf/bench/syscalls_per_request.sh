@@ -3,7 +3,8 @@
 # time in it, over 1 or 3 local shards:
 #   perf/bench/syscalls_per_request.sh BIN SHARDS P N TAG
 # SHARDS 1 or 3 (ports 7401-7403, respway on 7490, --workers 1; loopback); redis-benchmark GET
-# -c 50 -P P -d 64 -r 100000, N requests, after a SET warm-up. Needs Linux perf (Debian's
+# -c 50 -P P -d 64 -r 100000, N requests, after a SET warm-up. T=set|mset|mget (default get;
+# mget = MGET of 10 random keys, as the side-by-side kit sends it). Needs Linux perf (Debian's
 # linux-perf): the tracepoint and software events used here work where hardware counters are
 # "not supported" (as on this project's VMs).
 #   default: perf stat of EV (default raw_syscalls:sys_enter,context-switches,task-clock),
@@ -28,7 +29,7 @@ else
   perf stat -e "${EV:-raw_syscalls:sys_enter,context-switches,task-clock}" -p $pid -o $D/stat 2>/dev/null & pp=$!
 fi
 sleep 0.5
-redis-benchmark -p 7490 -t get -n $N -P $P -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -o 'GET: [0-9.]* requests per second' | tail -1
+redis-benchmark -p 7490 -n $N -P $P -c 50 -d 64 -r 100000 -q $(bench_args ${T:-get}) 2>/dev/null | tr '\r' '\n' | grep -o '[^:]*: [0-9.]* requests per second' | tail -1 || true
 kill -INT $pp; wait $pp 2>/dev/null || true
 kill -INT $pid; wait $pid || true
 if [ "${REC:-0}" != 1 ]; then
