@@ -28,7 +28,9 @@ use crate::codec_limits::Limits;
 use crate::command::{CommandClass, SplitKind};
 use crate::fanout::Join;
 use crate::request::{error_reply, is_error, Keys, Reply, Request};
-use crate::resp::{argv_with_capacity, parse_i64, parse_reply, recycle_argv, reply_len, Frame};
+use crate::resp::{
+    argv_with_capacity, parse_i64, parse_reply, recycle_argv, reply_len, Args, Frame,
+};
 use crate::routing::Routing;
 
 /// The reply to a command whose keys hash to more than one shard.
@@ -55,6 +57,7 @@ impl<S> Layer<S> for MultiKeyLayer {
             routing: self.routing.clone(),
             shards: Vec::new(),
             order: Vec::new(),
+            subs: Vec::new(),
         }
     }
 }
@@ -66,8 +69,11 @@ pub struct MultiKey<S> {
     routing: Arc<Routing>,
     /// Reused buffer: the shard of each key, then its group (its shard's index in `order`).
     shards: Vec<usize>,
-    /// Reused buffer: the shards of a split command, in order of first appearance.
-    order: Vec<usize>,
+    /// Reused buffer: the shards of a split command, in order of first appearance, and how
+    /// many of its keys each one holds.
+    order: Vec<(usize, usize)>,
+    /// Reused buffer: the sub-commands' arguments while they are gathered.
+    subs: Vec<Args>,
 }
 
 /// What a [`MultiKey`] call returns.
@@ -148,31 +154,40 @@ where
             return ResponseFuture::Ready(Some(error_reply(CROSSSLOT)));
         };
         // Number the shards in order of first appearance; each key's entry in `shards`
-        // becomes its group (the sub-command that carries it).
+        // becomes its group (the sub-command that carries it). `order` holds each group's
+        // shard and key count.
         self.order.clear();
         for s in self.shards.iter_mut() {
-            *s = match self.order.iter().position(|o| o == s) {
-                Some(g) => g,
+            *s = match self.order.iter().position(|(o, _)| o == s) {
+                Some(g) => {
+                    self.order[g].1 += 1;
+                    g
+                }
                 None => {
-                    self.order.push(*s);
+                    self.order.push((*s, 1));
                     self.order.len() - 1
                 }
             };
         }
-        let mut join = Join::with_capacity(self.order.len());
         let per_key = if kind == SplitKind::Mset { 2 } else { 1 };
-        for (g, &shard) in self.order.iter().enumerate() {
-            let count = self.shards.iter().filter(|&&k| k == g).count();
+        self.subs.clear();
+        for &(_, count) in &self.order {
             let mut args = argv_with_capacity(1 + count * per_key);
             args.push(req.args[0].clone());
-            for (p, _) in self.shards.iter().enumerate().filter(|&(_, &k)| k == g) {
-                if let Some(i) = req.keys.get(p) {
-                    args.push(req.args[i].clone());
-                    if kind == SplitKind::Mset {
-                        args.push(req.args[i + 1].clone());
-                    }
+            self.subs.push(args);
+        }
+        // The arguments move into the sub-commands: no reference count is taken for them.
+        for (p, &g) in self.shards.iter().enumerate() {
+            if let Some(i) = req.keys.get(p) {
+                let sub = &mut self.subs[g];
+                sub.push(std::mem::take(&mut req.args[i]));
+                if kind == SplitKind::Mset {
+                    sub.push(std::mem::take(&mut req.args[i + 1]));
                 }
             }
+        }
+        let mut join = Join::with_capacity(self.order.len());
+        for (args, &(shard, count)) in self.subs.drain(..).zip(&self.order) {
             // `cmd k1 [v1] k2 [v2] ...`: the keys from 1, `per_key` apart.
             let keys = Keys::step(1, per_key, count);
             let mut sub = Request::with_keys(req.cmd, args, keys);
