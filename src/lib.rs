@@ -268,6 +268,15 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     });
     let registry = Arc::new(Registry::default());
     let (stop, stop_rx) = watch::channel(Stop::Run);
+    {
+        let config = &shared.current.load().config;
+        let named: Vec<(String, SocketAddr)> = config
+            .listeners
+            .iter()
+            .map(|l| (l.name.clone(), l.address))
+            .collect();
+        listener::check_free(&named)?;
+    }
     let mut threads = Vec::with_capacity(workers);
     // Worker 0 binds first (resolving port 0); the others bind the same addresses with
     // SO_REUSEPORT so the kernel spreads connections over them.

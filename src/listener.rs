@@ -76,6 +76,30 @@ pub(crate) fn bind_all(addrs: &[(String, SocketAddr)]) -> io::Result<Vec<TcpList
         .collect()
 }
 
+/// Fails (`AddrInUse`, naming the listener and address) when something already listens on
+/// one of `addrs`: another respway included. The workers bind with `SO_REUSEPORT` to share
+/// their address among themselves, which would also let them join another process's sockets
+/// on it (of the same user) and silently take part of its clients; a plain socket cannot
+/// bind where anything listens, so it is tried first. Port 0 needs no check.
+pub(crate) fn check_free(addrs: &[(String, SocketAddr)]) -> io::Result<()> {
+    for (name, addr) in addrs.iter().filter(|(_, a)| a.port() != 0) {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        // Connections of an earlier process in TIME_WAIT do not block the address.
+        socket.set_reuseaddr(true)?;
+        socket.bind(*addr).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("listener {name:?}: cannot listen on {addr}: {e} (is another process listening on it?)"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
 fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?

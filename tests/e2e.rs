@@ -947,3 +947,44 @@ fn nested_replies_arriving_in_tiny_reads_are_delivered_intact() {
     assert!(got == expect, "replies differ from Redis's bytes");
     assert_eq!(c.call(&["GET", "x"]), Resp::bulk("y"));
 }
+
+/// A second respway started on an address a running one listens on is refused with "address
+/// in use", as redis-server and nutcracker refuse it. `SO_REUSEPORT` is how one respway's
+/// workers share their address; without this check another process would silently take
+/// part of the first one's clients.
+#[test]
+fn an_address_in_use_is_refused_not_shared() {
+    let shard = redis();
+    let first = respway(&sharded_yaml(&[shard.addr], "{ policy: maglev }", true), 2);
+    let yaml = sharded_yaml(&[shard.addr], "{ policy: maglev }", true)
+        .replace("127.0.0.1:0", &first.addr.to_string());
+    let config = respway_xds::translate(&respway_xds::parse_yaml(&yaml).unwrap()).unwrap();
+    let second = respway::start(
+        config,
+        respway::Options {
+            workers: 1,
+            ..Default::default()
+        },
+    );
+    let err = match second {
+        Ok(s) => {
+            s.shutdown();
+            panic!("a second respway started on {}", first.addr);
+        }
+        Err(e) => e,
+    };
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with(&format!(
+            "listener \"main\": cannot listen on {}: ",
+            first.addr
+        )),
+        "{msg}"
+    );
+    // The first one still serves.
+    let mut c = sync_client(first.addr);
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut c).unwrap();
+    let v: String = redis::cmd("GET").arg("k").query(&mut c).unwrap();
+    assert_eq!(v, "v");
+}
