@@ -67,17 +67,17 @@ fn row(
     .expect("stdout");
 }
 
-fn main() {
-    let n: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(20_000);
-    let shard = respway_testkit::redis();
-    let yaml = format!(
+/// respway in this process (one worker) over these shards, and its listener's address.
+fn start_over(shards: &[std::net::SocketAddr]) -> (respway::Server, std::net::SocketAddr) {
+    let mut yaml = String::from(
         "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    routes:\n      catch_all: main\n\
-         clusters:\n  - name: main\n    shards:\n      - name: s0\n        endpoints:\n          - {{ address: \"{}\" }}\n",
-        shard.addr
+         clusters:\n  - name: main\n    shards:\n",
     );
+    for (i, a) in shards.iter().enumerate() {
+        yaml += &format!(
+            "      - name: s{i}\n        endpoints:\n          - {{ address: \"{a}\" }}\n"
+        );
+    }
     let config =
         respway_xds::translate(&respway_xds::parse_yaml(&yaml).expect("yaml")).expect("config");
     let server = respway::start(
@@ -89,10 +89,26 @@ fn main() {
     )
     .expect("start");
     let addr = server.local_addrs()[0];
-    let mut c = TcpStream::connect(addr).expect("connect");
+    (server, addr)
+}
+
+/// A client connection without Nagle's delay, failing after 30 s without a reply.
+fn connect(addr: std::net::SocketAddr) -> TcpStream {
+    let c = TcpStream::connect(addr).expect("connect");
     c.set_nodelay(true).expect("nodelay");
     c.set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
+    c
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(20_000);
+    let shard = respway_testkit::redis();
+    let (server, addr) = start_over(&[shard.addr]);
+    let mut c = connect(addr);
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -170,10 +186,7 @@ fn main() {
                     encode(&mut req, &[b"GET", format!("c{t}.{i}").as_bytes()]);
                     reply.extend_from_slice(b"$2\r\n64\r\n");
                 }
-                let mut c = TcpStream::connect(addr).expect("connect");
-                c.set_nodelay(true).expect("nodelay");
-                c.set_read_timeout(Some(Duration::from_secs(30)))
-                    .expect("timeout");
+                let mut c = connect(addr);
                 for i in 0..pipeline {
                     let mut set = Vec::new();
                     encode(&mut set, &[b"SET", format!("c{t}.{i}").as_bytes(), b"64"]);
@@ -206,30 +219,9 @@ fn main() {
 /// sub-command per shard and the replies are merged.
 fn split_rows(out: &mut impl Write, n: usize) {
     let shards: Vec<_> = (0..3).map(|_| respway_testkit::redis()).collect();
-    let mut yaml = String::from(
-        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    routes:\n      catch_all: main\n\
-         clusters:\n  - name: main\n    shards:\n",
-    );
-    for (i, s) in shards.iter().enumerate() {
-        yaml += &format!(
-            "      - name: s{i}\n        endpoints:\n          - {{ address: \"{}\" }}\n",
-            s.addr
-        );
-    }
-    let config =
-        respway_xds::translate(&respway_xds::parse_yaml(&yaml).expect("yaml")).expect("config");
-    let server = respway::start(
-        config,
-        respway::Options {
-            workers: 1,
-            ..Default::default()
-        },
-    )
-    .expect("start");
-    let mut c = TcpStream::connect(server.local_addrs()[0]).expect("connect");
-    c.set_nodelay(true).expect("nodelay");
-    c.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
+    let addrs: Vec<_> = shards.iter().map(|s| s.addr).collect();
+    let (server, addr) = start_over(&addrs);
+    let mut c = connect(addr);
     let value = [b'x'; 64];
     for pipeline in [1usize, 16] {
         let rounds = n.div_ceil(pipeline);
