@@ -42,6 +42,23 @@ fn run(c: &mut TcpStream, req: &[u8], reply: &[u8], buf: &mut [u8], rounds: usiz
     }
 }
 
+/// The allocations of `rounds` round trips, after a warm-up (connections opened, buffers
+/// grown to their working size).
+fn measure(c: &mut TcpStream, req: &[u8], reply: &[u8], rounds: usize) -> stats_alloc::Stats {
+    let mut buf = vec![0u8; reply.len()];
+    run(c, req, reply, &mut buf, rounds.clamp(10, 1000));
+    let region = Region::new(GLOBAL);
+    run(c, req, reply, &mut buf, rounds);
+    region.change()
+}
+
+/// Appends `$len\r\nvalue\r\n` to `out`.
+fn bulk(out: &mut Vec<u8>, value: &[u8]) {
+    out.extend_from_slice(format!("${}\r\n", value.len()).as_bytes());
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// One line of the table: allocations, reallocations and bytes per request.
 fn row(
     out: &mut impl Write,
@@ -145,26 +162,17 @@ fn main() {
                         encode(&mut req, &argv);
                         reply.extend_from_slice(b"*4\r\n");
                         for _ in 0..4 {
-                            reply.extend_from_slice(format!("${size}\r\n").as_bytes());
-                            reply.extend_from_slice(&value);
-                            reply.extend_from_slice(b"\r\n");
+                            bulk(&mut reply, &value);
                         }
                     } else if cmd == "SET" {
                         encode(&mut req, &[b"SET", key.as_bytes(), &value]);
                         reply.extend_from_slice(b"+OK\r\n");
                     } else {
                         encode(&mut req, &[b"GET", key.as_bytes()]);
-                        reply.extend_from_slice(format!("${size}\r\n").as_bytes());
-                        reply.extend_from_slice(&value);
-                        reply.extend_from_slice(b"\r\n");
+                        bulk(&mut reply, &value);
                     }
                 }
-                let mut buf = vec![0u8; reply.len()];
-                // Warm up: connections opened, buffers grown to their working size.
-                run(&mut c, &req, &reply, &mut buf, rounds.clamp(10, 1000));
-                let region = Region::new(GLOBAL);
-                run(&mut c, &req, &reply, &mut buf, rounds);
-                let s = region.change();
+                let s = measure(&mut c, &req, &reply, rounds);
                 row(&mut out, cmd, size, pipeline, requests, &s, "");
             }
         }
@@ -244,17 +252,11 @@ fn split_rows(out: &mut impl Write, n: usize) {
                 } else {
                     reply.extend_from_slice(b"*10\r\n");
                     for _ in 0..10 {
-                        reply.extend_from_slice(b"$64\r\n");
-                        reply.extend_from_slice(&value);
-                        reply.extend_from_slice(b"\r\n");
+                        bulk(&mut reply, &value);
                     }
                 }
             }
-            let mut buf = vec![0u8; reply.len()];
-            run(&mut c, &req, &reply, &mut buf, rounds.clamp(10, 1000));
-            let region = Region::new(GLOBAL);
-            run(&mut c, &req, &reply, &mut buf, rounds);
-            let s = region.change();
+            let s = measure(&mut c, &req, &reply, rounds);
             row(
                 out,
                 cmd,
