@@ -268,41 +268,30 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     });
     let registry = Arc::new(Registry::default());
     let (stop, stop_rx) = watch::channel(Stop::Run);
-    {
-        let config = &shared.current.load().config;
-        let named: Vec<(String, SocketAddr)> = config
-            .listeners
-            .iter()
-            .map(|l| (l.name.clone(), l.address))
-            .collect();
-        listener::check_free(&named)?;
-    }
+    // The listeners' names and configured addresses.
+    let named: Vec<(String, SocketAddr)> = shared
+        .current
+        .load()
+        .config
+        .listeners
+        .iter()
+        .map(|l| (l.name.clone(), l.address))
+        .collect();
+    listener::check_free(&named)?;
     let mut threads = Vec::with_capacity(workers);
     // Worker 0 binds first (resolving port 0); the others bind the same addresses with
     // SO_REUSEPORT so the kernel spreads connections over them.
     let mut addrs: Option<Vec<SocketAddr>> = None;
     for w in 0..workers {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<Vec<SocketAddr>>>();
-        let bind_to: Vec<SocketAddr> = match &addrs {
-            Some(a) => a.clone(),
-            None => shared
-                .current
-                .load()
-                .config
-                .listeners
+        let bind_to: Vec<(String, SocketAddr)> = match &addrs {
+            Some(a) => named
                 .iter()
-                .map(|l| l.address)
+                .map(|(n, _)| n.clone())
+                .zip(a.iter().copied())
                 .collect(),
+            None => named.clone(),
         };
-        let names: Vec<String> = shared
-            .current
-            .load()
-            .config
-            .listeners
-            .iter()
-            .map(|l| l.name.clone())
-            .collect();
-        let bind_to: Vec<(String, SocketAddr)> = names.into_iter().zip(bind_to).collect();
         let worker = Worker {
             id: w,
             shared: shared.clone(),
