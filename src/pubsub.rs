@@ -266,11 +266,7 @@ async fn run_link(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceiver<LinkCmd>)
         // Resumes inside a message that spans reads (a large payload, or a reply to a
         // subscribe of many channels) instead of scanning it again from its start.
         let mut scanner = ReplyScanner::new();
-        let limits = Limits {
-            max_bulk_len: usize::MAX >> 1,
-            max_multibulk_len: usize::MAX >> 1,
-            ..Limits::default()
-        };
+        let limits = Limits::REPLIES;
         let failed: String = 'conn: loop {
             if !wbuf.is_empty() {
                 if let Err(e) = wr.write_all(&wbuf).await {

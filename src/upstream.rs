@@ -1383,12 +1383,7 @@ async fn serve<S: Io>(
     latency: &crate::metrics::Latency,
     dedicated: bool,
 ) -> Result<(), Fail> {
-    // Replies from Redis are trusted to be well formed; only absurd sizes are refused.
-    let limits = Limits {
-        max_bulk_len: usize::MAX >> 1,
-        max_multibulk_len: usize::MAX >> 1,
-        max_inline_len: usize::MAX >> 1,
-    };
+    let limits = Limits::REPLIES;
     let mut inflight: VecDeque<Inflight> = VecDeque::new();
     // Replies this slow are noted for the slow log (read once per connection).
     let slow = (

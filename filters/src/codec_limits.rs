@@ -11,6 +11,16 @@ pub struct Limits {
     pub max_inline_len: usize,
 }
 
+impl Limits {
+    /// For replies from Redis, which are trusted to be well formed (upstream connections, the
+    /// pub/sub link, merges of replies already framed): only absurd sizes are refused.
+    pub const REPLIES: Limits = Limits {
+        max_bulk_len: usize::MAX >> 1,
+        max_multibulk_len: usize::MAX >> 1,
+        max_inline_len: usize::MAX >> 1,
+    };
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {

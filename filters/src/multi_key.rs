@@ -29,7 +29,7 @@ use crate::command::{CommandClass, SplitKind};
 use crate::fanout::Join;
 use crate::request::{error_reply, is_error, Keys, Reply, Request};
 use crate::resp::{
-    argv_with_capacity, parse_i64, parse_reply, recycle_argv, reply_len, Args, Frame,
+    argv_with_capacity, array_header, parse_reply, recycle_argv, reply_len, Args, Frame,
 };
 use crate::routing::Routing;
 
@@ -268,36 +268,32 @@ impl<F> Merge<F> {
 fn merge_mget<'a>(
     nkeys: usize,
     groups: &[usize],
-    replies: impl Iterator<Item = Option<&'a Reply>> + Clone,
+    replies: impl Iterator<Item = Option<&'a Reply>>,
 ) -> Reply {
-    // Replies were framed by the upstream connection already: no limit applies here.
-    let limits = Limits {
-        max_bulk_len: usize::MAX,
-        max_multibulk_len: usize::MAX,
-        max_inline_len: 0,
-    };
-    // Per sub-reply: the offset of its next element, and how many elements are left.
-    let mut cursors = Vec::with_capacity(replies.clone().count());
-    for r in replies.clone() {
+    // Per sub-reply: the reply, the offset of its next element, and how many are left.
+    let mut cursors = Vec::with_capacity(replies.size_hint().0);
+    let mut len = 16;
+    for r in replies {
         let Some(r) = r else {
             return unexpected(&[]);
         };
-        match array_header(r) {
-            Some(c) => cursors.push(c),
-            None => return unexpected(r),
-        }
+        let Some((left, first)) = array_header(r) else {
+            return unexpected(r);
+        };
+        cursors.push((r, first, left));
+        len += r.len();
     }
-    let mut out =
-        BytesMut::with_capacity(16 + replies.clone().flatten().map(|r| r.len()).sum::<usize>());
+    let mut out = BytesMut::with_capacity(len);
     crate::resp::write_integer(&mut out, b'*', nkeys as i64);
     for &g in groups {
-        let (Some(Some(r)), Some((at, left))) = (replies.clone().nth(g), cursors.get_mut(g)) else {
+        let Some((r, at, left)) = cursors.get_mut(g) else {
             return unexpected(&[]);
         };
         if *left == 0 {
             return unexpected(r);
         }
-        match reply_len(&r[*at..], &limits) {
+        // The upstream connection framed the reply already: no limit applies here.
+        match reply_len(&r[*at..], &Limits::REPLIES) {
             Ok(Some(n)) => {
                 out.put_slice(&r[*at..*at + n]);
                 *at += n;
@@ -307,24 +303,12 @@ fn merge_mget<'a>(
         }
     }
     // Every element used, and nothing after the last.
-    for (r, (at, left)) in replies.flatten().zip(&cursors) {
+    for (r, at, left) in &cursors {
         if *left != 0 || *at != r.len() {
             return unexpected(r);
         }
     }
     out.freeze()
-}
-
-/// The element count of the array header at the start of `r`, and where its first element
-/// starts.
-fn array_header(r: &[u8]) -> Option<(usize, usize)> {
-    let rest = r.strip_prefix(b"*")?;
-    let end = rest.iter().take(24).position(|&b| b == b'\r')?;
-    if rest.get(end + 1) != Some(&b'\n') {
-        return None;
-    }
-    let n = usize::try_from(parse_i64(&rest[..end])?).ok()?;
-    Some((end + 3, n))
 }
 
 fn unexpected(r: &[u8]) -> Reply {

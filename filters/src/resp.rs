@@ -21,7 +21,7 @@ pub use frame::{
     encode_command, write_array_header, write_bulk, write_bulk_header, write_error, write_integer,
     write_simple, Frame,
 };
-pub use reply::{parse_reply, reply_len, ReplyScanner, MAX_REPLY_DEPTH};
+pub use reply::{array_header, parse_reply, reply_len, ReplyScanner, MAX_REPLY_DEPTH};
 pub use request::{argv_with_capacity, recycle_argv, Args, RequestDecoder};
 
 /// Most bytes accepted between the `*` / `$` of a header line and its CR (Redis uses its

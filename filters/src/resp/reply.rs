@@ -30,6 +30,19 @@ pub fn reply_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolE
     }
 }
 
+/// The element count of the non-empty array (`*`) at the start of `buf`, and the offset of
+/// its first element; `None` for anything else (another type, a null or empty array, a
+/// header that is incomplete or invalid).
+pub fn array_header(buf: &[u8]) -> Option<(usize, usize)> {
+    if buf.first() != Some(&b'*') {
+        return None;
+    }
+    match element(buf, 0, &mut 0, &Limits::REPLIES) {
+        Ok(Step::Open(n, first)) => Some((n, first)),
+        _ => None,
+    }
+}
+
 /// What [`element`] found at a position.
 enum Step {
     /// Not all there yet.
