@@ -91,9 +91,13 @@ pub(crate) fn check_free(addrs: &[(String, SocketAddr)]) -> io::Result<()> {
         // Connections of an earlier process in TIME_WAIT do not block the address.
         socket.set_reuseaddr(true)?;
         socket.bind(*addr).map_err(|e| {
+            let hint = match e.kind() {
+                io::ErrorKind::AddrInUse => " (is another process listening on it?)",
+                _ => "",
+            };
             io::Error::new(
                 e.kind(),
-                format!("listener {name:?}: cannot listen on {addr}: {e} (is another process listening on it?)"),
+                format!("listener {name:?}: cannot listen on {addr}: {e}{hint}"),
             )
         })?;
     }

@@ -649,6 +649,27 @@ fn a_bind_failure_names_the_listener_and_address() {
     );
 }
 
+/// An address this host does not have is refused with the system's reason alone: the hint
+/// about another process is only for an address in use.
+#[test]
+fn an_address_not_on_this_host_is_refused_without_the_in_use_hint() {
+    let shard = redis();
+    // 192.0.2.0/24 is TEST-NET-1: documentation only, never assigned to a host.
+    let yaml = format!(
+        "listeners:\n  - name: edge\n    address: 192.0.2.1:7000\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+        shard.addr
+    );
+    let config = respway_xds::translate(&respway_xds::parse_yaml(&yaml).unwrap()).unwrap();
+    let err = respway::start(config, respway::Options::default()).expect_err("not this host's");
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrNotAvailable, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("listener \"edge\": cannot listen on 192.0.2.1:7000: "),
+        "{text}"
+    );
+    assert!(!text.contains("another process"), "{text}");
+}
+
 /// A script that declares no keys would run on an arbitrary shard; it is refused unless the
 /// listener allows it.
 #[test]
