@@ -1,9 +1,10 @@
 # Sourced by the bench scripts (not run): local shards, respway's config over them, and CPU
 # time from /proc. Each script keeps its own ports, so two can run at once.
 
-# require_free PORT...: stops the script when something already listens on a port. respway
-# listens with SO_REUSEPORT, so a respway left from an earlier run would silently take part of
-# the load of a new one on the same port (and its CPU would not be counted).
+# require_free PORT...: stops the script when something already listens on a port (a process
+# left from an earlier run), with a message that says so. Before 0d4ec82 a respway left over
+# silently took part of the load of a new one on its port (SO_REUSEPORT); respway now refuses
+# a port in use itself, and older builds are still measured with these scripts.
 require_free() {
   local p
   for p in "$@"; do
