@@ -894,6 +894,15 @@ impl Session {
             let deadline = batch_now() + op_timeout;
             (deadline, deadline + op_timeout + BACKSTOP)
         };
+        // SORT's BY and GET patterns read keys on the sorted key's shard: refused when the
+        // keys they form may live elsewhere (they would read as missing), as Redis Cluster
+        // refuses them.
+        if matches!(cmd.name, "sort" | "sort_ro") {
+            if let Err(msg) = respway_filters::sort_patterns::check(&args, &live.parts.routing) {
+                self.mark_dirty();
+                return Pending::Ready(error_reply(msg));
+            }
+        }
         if in_multi || cmd.class == CommandClass::Transaction {
             return self.dispatch_tx(cmd, args, live, ctx, times().0);
         }

@@ -218,6 +218,113 @@ fn multi_key_split_one_subcommand_per_shard() {
     assert_eq!(total, 50);
 }
 
+/// `SORT key BY pattern` and `GET pattern` read other keys on the shard that runs the SORT.
+/// Keys the pattern forms on other shards would silently read as missing (weights of 0,
+/// `GET`s of nil), so respway refuses such patterns as Redis Cluster does, and runs the ones
+/// whose keys all live with the sorted key: a `{hashtag}` before the `*`, or a single shard.
+#[test]
+fn sort_patterns_that_read_other_shards_are_refused() {
+    const BY_DENIED: &str = "BY option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.";
+    const GET_DENIED: &str = "GET option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.";
+    let (_shards, rw) = three_shards_behind_respway("{ policy: crc16_slots }", 1);
+    let mut c = sync_client(rw.addr);
+    let refused = |c: &mut redis::Connection, args: &[&str]| -> String {
+        let err = redis::cmd(args[0])
+            .arg(&args[1..])
+            .query::<Value>(c)
+            .unwrap_err();
+        assert_eq!(err.code(), Some("ERR"), "{args:?}: {err}");
+        err.detail().unwrap_or_default().to_string()
+    };
+    let sorted = |c: &mut redis::Connection, args: &[&str]| -> Vec<String> {
+        redis::cmd(args[0])
+            .arg(&args[1..])
+            .query(c)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    };
+    // "a" and "b" are in different crc16 thirds (slots 15495 and 3300); the weights spread.
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("a")
+        .arg(&["3", "1", "2"])
+        .query(&mut c)
+        .unwrap();
+    for (k, v) in [("w_1", "30"), ("w_2", "10"), ("w_3", "20")] {
+        let _: () = redis::cmd("SET").arg(k).arg(v).query(&mut c).unwrap();
+    }
+    assert_eq!(refused(&mut c, &["SORT", "a", "BY", "w_*"]), BY_DENIED);
+    assert_eq!(refused(&mut c, &["SORT_RO", "a", "BY", "w_*"]), BY_DENIED);
+    assert_eq!(
+        refused(&mut c, &["SORT", "a", "GET", "#", "GET", "w_*"]),
+        GET_DENIED
+    );
+    assert_eq!(refused(&mut c, &["SORT", "a", "BY", "w_*->f"]), BY_DENIED);
+    // A tag that holds the `*`, or another shard's tag, does not keep the keys together.
+    assert_eq!(refused(&mut c, &["SORT", "a", "BY", "{w*}"]), BY_DENIED);
+    assert_eq!(
+        refused(&mut c, &["SORT", "{a}l", "BY", "{b}w_*"]),
+        BY_DENIED
+    );
+    // Patterns that read no key are the sorted key's own business.
+    assert_eq!(
+        sorted(&mut c, &["SORT", "a", "BY", "nosort"]),
+        ["3", "1", "2"]
+    );
+    assert_eq!(
+        sorted(&mut c, &["SORT", "a", "BY", "w_fixed"]),
+        ["3", "1", "2"]
+    );
+    assert_eq!(sorted(&mut c, &["SORT", "a", "GET", "#"]), ["1", "2", "3"]);
+    assert_eq!(
+        sorted(&mut c, &["SORT_RO", "a", "DESC", "LIMIT", "0", "2"]),
+        ["3", "2"]
+    );
+    // With a hashtag before the `*`, every key the pattern forms is on the key's shard.
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("{u}l")
+        .arg(&["3", "1", "2"])
+        .query(&mut c)
+        .unwrap();
+    for (k, v) in [("{u}w_1", "30"), ("{u}w_2", "10"), ("{u}w_3", "20")] {
+        let _: () = redis::cmd("SET").arg(k).arg(v).query(&mut c).unwrap();
+    }
+    assert_eq!(
+        sorted(&mut c, &["SORT", "{u}l", "BY", "{u}w_*"]),
+        ["2", "3", "1"]
+    );
+    assert_eq!(
+        sorted(
+            &mut c,
+            &["SORT_RO", "{u}l", "BY", "{u}w_*", "GET", "{u}w_*", "GET", "#"]
+        ),
+        ["10", "2", "20", "3", "30", "1"]
+    );
+    // In a transaction the refusal discards it, as any command refused while queued does.
+    let _: () = redis::cmd("MULTI").query(&mut c).unwrap();
+    assert_eq!(refused(&mut c, &["SORT", "a", "BY", "w_*"]), BY_DENIED);
+    let err = redis::cmd("EXEC").query::<Value>(&mut c).unwrap_err();
+    assert_eq!(err.code(), Some("EXECABORT"), "{err}");
+
+    // Over one shard every key is with every other: nothing is refused.
+    let one = redis();
+    let rw1 = respway(
+        &sharded_yaml(&[one.addr], "{ policy: crc16_slots }", true),
+        1,
+    );
+    let mut c1 = sync_client(rw1.addr);
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("a")
+        .arg(&["3", "1", "2"])
+        .query(&mut c1)
+        .unwrap();
+    for (k, v) in [("w_1", "30"), ("w_2", "10"), ("w_3", "20")] {
+        let _: () = redis::cmd("SET").arg(k).arg(v).query(&mut c1).unwrap();
+    }
+    assert_eq!(
+        sorted(&mut c1, &["SORT", "a", "BY", "w_*", "GET", "w_*"]),
+        ["10", "20", "30"]
+    );
+}
+
 #[test]
 fn crossslot_and_hashtags() {
     let (_shards, rw) = three_shards_behind_respway("{ policy: crc16_slots }", 1);

@@ -746,8 +746,25 @@ def class_kind(cls: str) -> str:
     return cls.split("(", 1)[1].rstrip(")").split("::")[-1]
 
 
+# SORT / SORT_RO: BY and GET patterns read keys on the sorted key's shard (src/conn.rs,
+# filters/src/sort_patterns.rs).
+SORT_PATTERNS = (
+    "; a `BY`/`GET` pattern whose keys may be on another shard is refused as Redis Cluster "
+    "refuses it (`-ERR BY option of SORT denied in Cluster mode ...`): put a `{hashtag}` "
+    "before its `*`"
+)
+
+
 def describe(c: Cmd) -> str:
     """One phrase: what respway does with `c` at runtime."""
+    phrase = describe_class(c)
+    if c.name in ("sort", "sort_ro"):
+        phrase += SORT_PATTERNS
+    return phrase
+
+
+def describe_class(c: Cmd) -> str:
+    """[`describe`] by the command's class alone."""
     cls, kind = class_name(c.cls), class_kind(c.cls)
     top = c.parent.name if c.parent else c.name
     if cls == "Single":

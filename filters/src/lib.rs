@@ -23,4 +23,5 @@ pub mod prefix_route;
 pub mod request;
 pub mod resp;
 pub mod routing;
+pub mod sort_patterns;
 pub mod zone;

@@ -42,6 +42,8 @@ pub struct ClusterRoute {
     pub read_policy: ReadPolicy,
     /// Indices of shards with at least one endpoint in the sidecar's zone.
     pub local_shards: Vec<usize>,
+    /// The hashtag rule (`None`: whole keys are hashed); the picker applies it itself.
+    pub hashtag: Option<crate::model::HashTag>,
 }
 
 /// One shard as the request path sees it.
@@ -245,6 +247,26 @@ impl Routing {
         })
     }
 
+    /// The route of every key that starts with `prefix`, whatever follows: [`route`] of
+    /// `prefix`, unless a longer route prefix starts with `prefix` (then some such keys go
+    /// elsewhere, and this is `None`).
+    ///
+    /// [`route`]: Self::route
+    pub fn route_of_every(&self, prefix: &[u8]) -> Option<RouteMatch> {
+        let longer = self.prefixes.iter().any(|r| {
+            r.prefix.len() > prefix.len()
+                && if self.case_insensitive {
+                    r.prefix[..prefix.len()].eq_ignore_ascii_case(prefix)
+                } else {
+                    r.prefix.starts_with(prefix)
+                }
+        });
+        if longer {
+            return None;
+        }
+        self.route(prefix)
+    }
+
     /// The route for commands without keys.
     pub fn catch_all(&self) -> Option<RouteMatch> {
         self.catch_all.as_ref().map(|r| RouteMatch {
@@ -375,5 +397,6 @@ fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, Stri
         hot_keys,
         read_policy: c.read_policy,
         local_shards,
+        hashtag: c.hashtag,
     })
 }
