@@ -218,6 +218,22 @@ fn multi_key_split_one_subcommand_per_shard() {
     assert_eq!(total, 50);
 }
 
+/// The list `list` = 3 1 2 and weights `{weight}1..3` = 30 10 20: by weight, 2 3 1.
+fn seed_sort(c: &mut redis::Connection, list: &str, weight: &str) {
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(list)
+        .arg(&["3", "1", "2"])
+        .query(c)
+        .unwrap();
+    for (i, v) in [(1, "30"), (2, "10"), (3, "20")] {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{weight}{i}"))
+            .arg(v)
+            .query(c)
+            .unwrap();
+    }
+}
+
 /// `SORT key BY pattern` and `GET pattern` read other keys on the shard that runs the SORT.
 /// Keys the pattern forms on other shards would silently read as missing (weights of 0,
 /// `GET`s of nil), so respway refuses such patterns as Redis Cluster does, and runs the ones
@@ -243,14 +259,7 @@ fn sort_patterns_that_read_other_shards_are_refused() {
             .unwrap_or_else(|e| panic!("{args:?}: {e}"))
     };
     // "a" and "b" are in different crc16 thirds (slots 15495 and 3300); the weights spread.
-    let _: i64 = redis::cmd("RPUSH")
-        .arg("a")
-        .arg(&["3", "1", "2"])
-        .query(&mut c)
-        .unwrap();
-    for (k, v) in [("w_1", "30"), ("w_2", "10"), ("w_3", "20")] {
-        let _: () = redis::cmd("SET").arg(k).arg(v).query(&mut c).unwrap();
-    }
+    seed_sort(&mut c, "a", "w_");
     assert_eq!(refused(&mut c, &["SORT", "a", "BY", "w_*"]), BY_DENIED);
     assert_eq!(refused(&mut c, &["SORT_RO", "a", "BY", "w_*"]), BY_DENIED);
     assert_eq!(
@@ -279,14 +288,7 @@ fn sort_patterns_that_read_other_shards_are_refused() {
         ["3", "2"]
     );
     // With a hashtag before the `*`, every key the pattern forms is on the key's shard.
-    let _: i64 = redis::cmd("RPUSH")
-        .arg("{u}l")
-        .arg(&["3", "1", "2"])
-        .query(&mut c)
-        .unwrap();
-    for (k, v) in [("{u}w_1", "30"), ("{u}w_2", "10"), ("{u}w_3", "20")] {
-        let _: () = redis::cmd("SET").arg(k).arg(v).query(&mut c).unwrap();
-    }
+    seed_sort(&mut c, "{u}l", "{u}w_");
     assert_eq!(
         sorted(&mut c, &["SORT", "{u}l", "BY", "{u}w_*"]),
         ["2", "3", "1"]
@@ -311,14 +313,7 @@ fn sort_patterns_that_read_other_shards_are_refused() {
         1,
     );
     let mut c1 = sync_client(rw1.addr);
-    let _: i64 = redis::cmd("RPUSH")
-        .arg("a")
-        .arg(&["3", "1", "2"])
-        .query(&mut c1)
-        .unwrap();
-    for (k, v) in [("w_1", "30"), ("w_2", "10"), ("w_3", "20")] {
-        let _: () = redis::cmd("SET").arg(k).arg(v).query(&mut c1).unwrap();
-    }
+    seed_sort(&mut c1, "a", "w_");
     assert_eq!(
         sorted(&mut c1, &["SORT", "a", "BY", "w_*", "GET", "w_*"]),
         ["10", "20", "30"]

@@ -4,7 +4,7 @@ mod support;
 
 use bytes::Bytes;
 
-use respway_filters::model::{HashPolicy, HashTag, PrefixRoute, RouteTable};
+use respway_filters::model::{Cluster, HashPolicy, HashTag, PrefixRoute, RouteTable};
 use respway_filters::routing::Routing;
 use respway_filters::sort_patterns::{check, BY_DENIED, GET_DENIED};
 use support::{cluster, routing_of, shard};
@@ -16,19 +16,22 @@ fn catch_all(c: &str) -> RouteTable {
     }
 }
 
-/// Three shards, crc16 slots with `{}` hashtags, every key routed to them.
-fn three() -> std::sync::Arc<Routing> {
+/// Cluster `name` of three shards (ports `port`..`port + 2`), crc16 slots with `{}` hashtags.
+fn three_tagged(name: &str, port: u16) -> Cluster {
     let mut c = cluster(
-        "c",
+        name,
         HashPolicy::Crc16Slots,
-        vec![
-            shard("s0", 7001, None),
-            shard("s1", 7002, None),
-            shard("s2", 7003, None),
-        ],
+        (0..3)
+            .map(|i| shard(&format!("s{i}"), port + i, None))
+            .collect(),
     );
     c.hashtag = Some(HashTag::default());
-    routing_of(catch_all("c"), vec![c], None)
+    c
+}
+
+/// Every key routed to [`three_tagged`] shards.
+fn three() -> std::sync::Arc<Routing> {
+    routing_of(catch_all("c"), vec![three_tagged("c", 7001)], None)
 }
 
 fn args(s: &str) -> Vec<Bytes> {
@@ -130,16 +133,6 @@ fn one_shard_passes_without_tags_but_not_across_routes() {
 fn a_mirror_cluster_must_keep_the_keys_together_too() {
     use respway_filters::model::{MirrorMode, MirrorPolicy};
     // The route's cluster has one shard; its dual-write mirror has three, tags on.
-    let mut three = cluster(
-        "new",
-        HashPolicy::Crc16Slots,
-        vec![
-            shard("s0", 7101, None),
-            shard("s1", 7102, None),
-            shard("s2", 7103, None),
-        ],
-    );
-    three.hashtag = Some(HashTag::default());
     let routes = RouteTable {
         catch_all: Some("old".to_string()),
         catch_all_mirrors: vec![MirrorPolicy {
@@ -156,10 +149,28 @@ fn a_mirror_cluster_must_keep_the_keys_together_too() {
         routes,
         vec![
             cluster("old", HashPolicy::Crc16Slots, vec![shard("s0", 7001, None)]),
-            three,
+            three_tagged("new", 7101),
         ],
         None,
     );
     assert_eq!(check(&args("SORT a BY w_* STORE d"), &r), Err(BY_DENIED));
     assert_eq!(check(&args("SORT {u}a BY {u}w_* STORE {u}d"), &r), Ok(()));
+}
+
+#[test]
+fn a_key_without_a_route_is_left_to_the_chain() {
+    let route = PrefixRoute {
+        prefix: "app:".to_string(),
+        remove_prefix: false,
+        cluster: "c".to_string(),
+        mirrors: Vec::new(),
+    };
+    let routes = RouteTable {
+        routes: vec![route],
+        ..Default::default()
+    };
+    let r = routing_of(routes, vec![three_tagged("c", 7001)], None);
+    // The chain answers `no route for key` for it; the pattern is not what is wrong.
+    assert_eq!(check(&args("SORT other BY w_*"), &r), Ok(()));
+    assert_eq!(check(&args("SORT app:l BY app:w_*"), &r), Err(BY_DENIED));
 }
