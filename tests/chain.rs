@@ -202,6 +202,76 @@ fn hot_key_writes_reach_every_shard() {
     assert!(err.to_string().contains("hot-key write failed"), "{err}");
 }
 
+/// A hot key lives on every shard, so a write must reach every copy. A write that names it
+/// with other keys (MSET, DEL, RENAME, a script) would reach one copy only, and reads from the
+/// other shards would still see the old value: such writes are refused, and nothing runs.
+#[test]
+fn a_hot_key_written_with_other_keys_is_refused_not_half_written() {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    hot_keys:\n      - {{ prefix: HIGH_FREQ_ }}\n    shards:\n{}",
+        shard_list(&addrs)
+    );
+    let rw = respway(&yaml, 1);
+    let mut c = sync_client(rw.addr);
+    set(&mut c, "HIGH_FREQ_menu", "v1");
+    let every_copy = |want: Option<&str>| {
+        for a in &addrs {
+            let mut d = sync_client(*a);
+            assert_eq!(get(&mut d, "HIGH_FREQ_menu").as_deref(), want, "shard {a}");
+        }
+    };
+    let refused = |c: &mut redis::Connection, args: &[&str]| {
+        let err = redis::cmd(args[0])
+            .arg(&args[1..])
+            .query::<redis::Value>(c)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("hot key HIGH_FREQ_menu"),
+            "{args:?}: {err}"
+        );
+    };
+    refused(&mut c, &["MSET", "HIGH_FREQ_menu", "v2", "plain", "1"]);
+    refused(&mut c, &["DEL", "plain", "HIGH_FREQ_menu"]);
+    refused(&mut c, &["RENAME", "HIGH_FREQ_menu", "HIGH_FREQ_old"]);
+    refused(
+        &mut c,
+        &[
+            "EVAL",
+            "return redis.call('SET', KEYS[1], 'v3')",
+            "1",
+            "HIGH_FREQ_menu",
+        ],
+    );
+    every_copy(Some("v1"));
+    let total: u64 = addrs.iter().map(|a| dbsize(*a)).sum();
+    assert_eq!(
+        total, 4,
+        "only the hot key's copies exist: nothing else ran"
+    );
+    // Reads with other keys read one copy, as every copy holds the same value.
+    let got: Vec<Option<String>> = redis::cmd("MGET")
+        .arg("HIGH_FREQ_menu")
+        .arg("plain")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, [Some("v1".to_string()), None]);
+    // On its own, in any single-key form, the write reaches every copy.
+    let _: () = redis::cmd("MSET")
+        .arg("HIGH_FREQ_menu")
+        .arg("v2")
+        .query(&mut c)
+        .unwrap();
+    every_copy(Some("v2"));
+    let n: i64 = redis::cmd("DEL")
+        .arg("HIGH_FREQ_menu")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 1);
+    every_copy(None);
+}
+
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !f() {

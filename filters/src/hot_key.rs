@@ -19,7 +19,14 @@
 //!   connections or workers. The round-robin counter starts at a random offset per
 //!   connection, so that many short connections do not all read from shard 0.
 //!
-//! Everything else passes through untouched; a cluster without hot-key rules costs one branch.
+//! A **write** that names a hot key in any other way — with other keys (MSET, DEL, RENAME,
+//! SMOVE, ...) or in a command that is not a single-key one (EVAL, SORT, LMPOP, ...) — would
+//! reach one copy of it, and reads from the other shards would keep seeing the old value. It
+//! is refused (`-ERR respway: hot key ... is stored on every shard ...`) and sent nowhere.
+//!
+//! Everything else passes through untouched (a read naming a hot key with other keys is served
+//! by the key's own shard: every copy holds the same value); a cluster without hot-key rules
+//! costs one branch.
 //!
 //! # Partial failures and non-idempotent writes
 //!
@@ -104,6 +111,8 @@ pub enum ResponseFuture<F> {
     Inner(F),
     /// A hot write waiting for every shard.
     FanOut(FanOut<F>),
+    /// A write that would reach one copy of a hot key only (taken when polled).
+    Refused(Option<Reply>),
 }
 
 /// Sub-requests in flight for one hot-key write.
@@ -141,15 +150,26 @@ impl<S> HotKey<S> {
         self.inner
     }
 
-    /// The index of the hot-key rule matching `req`, if it is a hot single-key command.
+    /// What the hot-key rules make of `req`: `None` for most requests (a cluster without
+    /// rules costs one branch).
     #[inline]
-    fn rule(&self, req: &Request) -> Option<usize> {
+    fn hot(&self, req: &Request) -> Option<Hot> {
         let rules = &self.routing.clusters.get(req.cluster)?.hot_keys;
-        if rules.is_empty() || req.shard.is_some() || !one_key(req) {
+        if rules.is_empty() || req.shard.is_some() {
             return None;
         }
-        let key = req.first_key()?;
-        rules.iter().position(|r| key.starts_with(&r.prefix))
+        let is_hot = |key: &[u8]| rules.iter().position(|r| key.starts_with(&r.prefix));
+        if one_key(req) {
+            return is_hot(req.first_key()?).map(Hot::Rule);
+        }
+        if req.is_read() {
+            // Every copy holds the same value: the key's own shard answers.
+            return None;
+        }
+        req.keys
+            .iter()
+            .find(|&i| req.args.get(i).is_some_and(|k| is_hot(k).is_some()))
+            .map(Hot::Refuse)
     }
 
     /// The shard for a hot read of `cluster` under `rule`.
@@ -182,9 +202,27 @@ impl<S> HotKey<S> {
     }
 }
 
+/// What a request under hot-key rules becomes.
+enum Hot {
+    /// A single-key command on a key of this rule: a write goes to every shard, a read to one.
+    Rule(usize),
+    /// A write that names the hot key at this argument position with other keys, or in a
+    /// command that is not a single-key one (RENAME, scripts, SORT, LMPOP, ...): it would
+    /// reach one copy only, so it is refused.
+    Refuse(usize),
+}
+
+/// The refusal of a write that would reach one copy of hot key `key` only.
+fn refusal(key: &[u8]) -> Reply {
+    error_reply(&format!(
+        "ERR respway: hot key {} is stored on every shard, and this write would reach one \
+         copy only: write it in a single-key command of its own (SET, DEL, HSET, ...)",
+        String::from_utf8_lossy(key)
+    ))
+}
+
 /// A command that names exactly one key: single-key commands, and the split commands
-/// (DEL, UNLINK, EXISTS, TOUCH, MGET, MSET) when given one key. A split command with several
-/// keys is split per shard as usual, so a hot key among them reaches one shard only.
+/// (DEL, UNLINK, EXISTS, TOUCH, MGET, MSET) when given one key.
 fn one_key(req: &Request) -> bool {
     match req.cmd.class {
         CommandClass::Single => true,
@@ -208,8 +246,10 @@ where
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
-        let Some(rule) = self.rule(&req) else {
-            return ResponseFuture::Inner(self.inner.call(req));
+        let rule = match self.hot(&req) {
+            None => return ResponseFuture::Inner(self.inner.call(req)),
+            Some(Hot::Rule(rule)) => rule,
+            Some(Hot::Refuse(i)) => return ResponseFuture::Refused(Some(refusal(&req.args[i]))),
         };
         let cluster = req.cluster;
         if req.is_read() {
@@ -257,6 +297,9 @@ where
                 Poll::Ready(()) => Poll::Ready(Ok(f.merge())),
                 Poll::Pending => Poll::Pending,
             },
+            ResponseFuture::Refused(r) => Poll::Ready(Ok(r
+                .take()
+                .unwrap_or_else(|| error_reply("ERR respway: reply polled twice")))),
         }
     }
 }

@@ -130,21 +130,35 @@ fn hot_write_goes_to_every_shard_and_answers_with_the_first_shards_reply() {
 }
 
 #[test]
-fn eval_and_other_non_single_writes_are_not_fanned_out() {
+fn writes_naming_a_hot_key_beyond_single_key_commands_are_refused() {
     let routing = routing(Some("z1"));
     let mock = Mock::new(by_shard);
     let (mut svc, stats) = hot_key(&routing, mock.clone());
 
-    // SameShard (EVAL) and multi-key Split (MSET, DEL) commands are left to the split layer.
-    for argv in [
-        &["EVAL", "return 1", "1", "HIGH_FREQ_a"][..],
-        &["MSET", "HIGH_FREQ_a", "1", "HIGH_FREQ_b", "2"],
-        &["DEL", "HIGH_FREQ_a", "HIGH_FREQ_b"],
+    // SameShard (EVAL) and multi-key Split (MSET, DEL) writes would reach one copy of the
+    // hot key only: refused, and nothing reaches the inner service.
+    for (argv, key) in [
+        (&["EVAL", "return 1", "1", "HIGH_FREQ_a"][..], "HIGH_FREQ_a"),
+        (&["MSET", "plain", "1", "HIGH_FREQ_b", "2"], "HIGH_FREQ_b"),
+        (&["DEL", "HIGH_FREQ_a", "HIGH_FREQ_b"], "HIGH_FREQ_a"),
     ] {
         let reply = send(&mut svc, request(&routing, argv));
-        assert_eq!(reply, Bytes::from_static(b"+none\r\n"), "{argv:?}");
+        let text = String::from_utf8_lossy(&reply);
+        assert!(
+            text.starts_with(&format!(
+                "-ERR respway: hot key {key} is stored on every shard"
+            )),
+            "{argv:?}: {text}"
+        );
     }
-    assert_eq!(mock.seen().len(), 3);
+    assert!(mock.seen().is_empty());
+    // Reads with other keys pass on unpinned: every copy holds the same value.
+    let reply = send(
+        &mut svc,
+        request(&routing, &["MGET", "HIGH_FREQ_a", "plain"]),
+    );
+    assert_eq!(reply, Bytes::from_static(b"+none\r\n"));
+    assert_eq!(mock.seen().len(), 1);
     assert!(mock.seen().iter().all(|r| r.shard.is_none()));
     assert_eq!(rule_stats(&stats, "HIGH_FREQ_").fanned_out_writes, 0);
 }
