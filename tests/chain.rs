@@ -359,6 +359,60 @@ fn migration_modes_dual_write_switch_reads_read_only() {
     assert_eq!(get(&mut c, "user:1").as_deref(), Some("v1"));
 }
 
+/// A command the primary side of a dual-write route refuses (here `CROSSSLOT`: the new
+/// cluster has three shards) must not run on the other side either: the client is told it
+/// failed. Before, the copy was queued before the refusal, and the old cluster (one shard,
+/// where every RENAME is allowed) renamed the key anyway.
+#[test]
+fn a_command_the_primary_side_refuses_is_not_mirrored() {
+    let old = redis();
+    let new: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let new_a: Vec<SocketAddr> = new.iter().map(|p| p.addr).collect();
+    let rw = respway(
+        &migration_yaml(
+            &[old.addr],
+            &new_a,
+            "{ cluster: new, mode: dual_write, primary: mirror }",
+        ),
+        1,
+    );
+    let mut c = sync_client(rw.addr);
+    let mut o = sync_client(old.addr);
+    for i in 0..20 {
+        set(&mut c, &format!("key_{i}"), &format!("v{i}"));
+    }
+    wait_for("the copies to the old cluster", || dbsize(old.addr) == 20);
+    // A key on another shard of the new cluster than key_0.
+    let shard_of = |k: &str| {
+        new_a
+            .iter()
+            .position(|a| get(&mut sync_client(*a), k).is_some())
+            .unwrap()
+    };
+    let home = shard_of("key_0");
+    let i = (1..20)
+        .find(|i| shard_of(&format!("key_{i}")) != home)
+        .expect("20 keys over 3 shards");
+    let err = redis::cmd("RENAME")
+        .arg("key_0")
+        .arg(format!("key_{i}"))
+        .query::<()>(&mut c)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"), "{err}");
+    // Copies go to the old cluster in order: once this one is there, the RENAME's would be.
+    set(&mut c, "sentinel", "1");
+    wait_for("the sentinel's copy", || {
+        get(&mut o, "sentinel").as_deref() == Some("1")
+    });
+    assert_eq!(
+        get(&mut o, "key_0").as_deref(),
+        Some("v0"),
+        "key_0 was renamed on old"
+    );
+    assert_eq!(get(&mut o, &format!("key_{i}")), Some(format!("v{i}")));
+    assert_eq!(get(&mut c, "key_0").as_deref(), Some("v0"));
+}
+
 #[test]
 fn zone_local_reads_hit_the_same_zone_replica() {
     let primary = redis();

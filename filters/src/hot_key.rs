@@ -150,26 +150,10 @@ impl<S> HotKey<S> {
         self.inner
     }
 
-    /// What the hot-key rules make of `req`: `None` for most requests (a cluster without
-    /// rules costs one branch).
+    /// What the hot-key rules make of `req` (see [`hot`]).
     #[inline]
     fn hot(&self, req: &Request) -> Option<Hot> {
-        let rules = &self.routing.clusters.get(req.cluster)?.hot_keys;
-        if rules.is_empty() || req.shard.is_some() {
-            return None;
-        }
-        let is_hot = |key: &[u8]| rules.iter().position(|r| key.starts_with(&r.prefix));
-        if one_key(req) {
-            return is_hot(req.first_key()?).map(Hot::Rule);
-        }
-        if req.is_read() {
-            // Every copy holds the same value: the key's own shard answers.
-            return None;
-        }
-        req.keys
-            .iter()
-            .find(|&i| req.args.get(i).is_some_and(|k| is_hot(k).is_some()))
-            .map(Hot::Refuse)
+        hot(&self.routing, req)
     }
 
     /// The shard for a hot read of `cluster` under `rule`.
@@ -210,6 +194,37 @@ enum Hot {
     /// command that is not a single-key one (RENAME, scripts, SORT, LMPOP, ...): it would
     /// reach one copy only, so it is refused.
     Refuse(usize),
+}
+
+/// What the hot-key rules of `req`'s cluster make of it: `None` for most requests (a cluster
+/// without rules costs one branch).
+#[inline]
+fn hot(routing: &Routing, req: &Request) -> Option<Hot> {
+    let rules = &routing.clusters.get(req.cluster)?.hot_keys;
+    if rules.is_empty() || req.shard.is_some() {
+        return None;
+    }
+    let is_hot = |key: &[u8]| rules.iter().position(|r| key.starts_with(&r.prefix));
+    if one_key(req) {
+        return is_hot(req.first_key()?).map(Hot::Rule);
+    }
+    if req.is_read() {
+        // Every copy holds the same value: the key's own shard answers.
+        return None;
+    }
+    req.keys
+        .iter()
+        .find(|&i| req.args.get(i).is_some_and(|k| is_hot(k).is_some()))
+        .map(Hot::Refuse)
+}
+
+/// The reply this layer refuses `req` with in its cluster, if it does (for the mirror layer,
+/// which must not copy a command its own side refuses).
+pub fn refuses(routing: &Routing, req: &Request) -> Option<Reply> {
+    match hot(routing, req)? {
+        Hot::Refuse(i) => Some(refusal(&req.args[i])),
+        Hot::Rule(_) => None,
+    }
 }
 
 /// The refusal of a write that would reach one copy of hot key `key` only.

@@ -22,6 +22,10 @@
 //!   policy of a route re-targets; a further one (the translator should not allow two) acts
 //!   as old-first.
 //!
+//! A command that the primary side would refuse — a hot key written with other keys
+//! ([`crate::hot_key::refuses`]), keys on several shards of a cluster that runs it on one
+//! ([`crate::multi_key::refuses`]) — is answered with that refusal here and copied nowhere.
+//!
 //! A copy is the request with `cluster` set to the other side and `shard` and `endpoint`
 //! cleared; its arguments are the same `Bytes` (refcounts, no copy). The sink's consumer must
 //! send copies through a chain WITHOUT this layer (hot key and inward), or they would be
@@ -159,6 +163,24 @@ impl<S> Mirror<S> {
             return Err(error_reply(READ_ONLY));
         }
         let source = req.cluster;
+        // A command that its primary side refuses (a hot key written with other keys, keys
+        // on several shards) gets that refusal here and is copied nowhere: the client is told
+        // it failed, so it must not run on the other side either.
+        req.cluster = policies
+            .iter()
+            .find_map(|m| match m.mode {
+                MirrorMode::DualWrite {
+                    target_is_primary: true,
+                } => Some(m.cluster),
+                _ => None,
+            })
+            .unwrap_or(source);
+        let refused = crate::hot_key::refuses(&self.routing, req)
+            .or_else(|| crate::multi_key::refuses(&self.routing, req));
+        req.cluster = source;
+        if let Some(reply) = refused {
+            return Err(reply);
+        }
         let mut retarget = None;
         for m in policies {
             let MirrorMode::DualWrite { target_is_primary } = m.mode else {

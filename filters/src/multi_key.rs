@@ -36,6 +36,23 @@ use crate::routing::Routing;
 /// The reply to a command whose keys hash to more than one shard.
 pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same shard";
 
+/// `CROSSSLOT` when `req` must run on one shard of its cluster (not a split command) and its
+/// keys hash to several (for the mirror layer, which must not copy a command its own side
+/// refuses). Does the check [`MultiKey`] makes, without its buffers.
+pub fn refuses(routing: &Routing, req: &Request) -> Option<Reply> {
+    if !matches!(
+        req.cmd.class,
+        CommandClass::SameShard | CommandClass::Blocking
+    ) || req.shard.is_some()
+    {
+        return None;
+    }
+    let picker = &routing.clusters.get(req.cluster)?.picker;
+    let mut shards = req.keys.iter().map(|i| picker.pick(&req.args[i]));
+    let first = shards.next()?;
+    shards.any(|s| s != first).then(|| error_reply(CROSSSLOT))
+}
+
 /// Builds [`MultiKey`] services over one routing table.
 #[derive(Debug, Clone)]
 pub struct MultiKeyLayer {

@@ -431,3 +431,70 @@ async fn works_through_service_ext_on_a_runtime() {
     assert_eq!(reply, from(NEW));
     assert_eq!(t.sink.got().len(), 1);
 }
+
+// === refusals of the primary side ===
+
+/// A key of `cluster` on another shard than `key`, for a CROSSSLOT.
+fn apart(routing: &Routing, cluster: usize, key: &str) -> String {
+    let picker = &routing.clusters[cluster].picker;
+    let home = picker.pick(key.as_bytes());
+    (0..100)
+        .map(|i| format!("{}{i}", &key[..key.find(':').unwrap() + 1]))
+        .find(|k| picker.pick(k.as_bytes()) != home)
+        .unwrap()
+}
+
+#[test]
+fn commands_the_primary_side_refuses_are_answered_and_not_copied() {
+    let mut t = setup(100);
+    let crossslot = error_reply(respway_filters::multi_key::CROSSSLOT);
+    // New-first: the new cluster runs it; old-first: the old one does.
+    for (key, primary) in [("np:a", NEW), ("dw:a", OLD)] {
+        let other = apart(&t.routing, primary, key);
+        assert_eq!(t.send(&["RENAME", key, &other]), crossslot, "{key}");
+    }
+    assert!(t.inner.seen().is_empty());
+    assert!(
+        t.sink.got().is_empty(),
+        "a refused command is copied nowhere"
+    );
+    assert_eq!(t.stats.snapshot(), vec![MirrorCounts::default(); 2]);
+}
+
+#[test]
+fn a_hot_key_written_with_other_keys_on_the_primary_side_is_not_copied() {
+    use respway_filters::model::{HotKeyRead, HotKeyRule};
+    let mut new = cluster("new", HashPolicy::Crc16Slots, 2, 7100);
+    new.hot_keys = vec![HotKeyRule {
+        prefix: "HIGH_FREQ_".to_string(),
+        read: HotKeyRead::RoundRobin,
+    }];
+    let routes = RouteTable {
+        catch_all: Some("old".to_string()),
+        catch_all_mirrors: vec![policy(NEW_FIRST, false, 1_000_000)],
+        ..Default::default()
+    };
+    let routing = routing_of(
+        routes,
+        vec![cluster("old", HashPolicy::Crc16Slots, 1, 7000), new],
+        None,
+    );
+    let inner = Mock::new(|req: &Request| from(req.cluster));
+    let sink = Sink::new(100);
+    let stats = Arc::new(MirrorStats::new(2));
+    let mut svc = MirrorLayer::new(routing.clone(), sink.clone(), stats).layer(inner.clone());
+    let reply = send(
+        &mut svc,
+        request(&routing, &["MSET", "HIGH_FREQ_a", "1", "plain", "2"]),
+    );
+    assert!(
+        reply.starts_with(b"-ERR respway: hot key HIGH_FREQ_a is stored on every shard"),
+        "{reply:?}"
+    );
+    assert!(inner.seen().is_empty());
+    assert!(sink.got().is_empty());
+    // On its own, the hot key's write goes on (the hot-key layer fans it out) and is copied.
+    send(&mut svc, request(&routing, &["SET", "HIGH_FREQ_a", "1"]));
+    assert_eq!(inner.seen().len(), 1);
+    assert_eq!(sink.got().len(), 1);
+}
