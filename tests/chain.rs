@@ -155,8 +155,9 @@ fn hot_keys_spread_reads_and_fan_out_writes() {
     );
 }
 
-#[test]
-fn hot_key_writes_reach_every_shard() {
+/// Four shards and respway over them, keys under `HIGH_FREQ_` hot. Keep the shards bound for
+/// as long as respway is used: dropping them stops them.
+fn four_shards_with_hot_keys() -> (Vec<Proc>, Vec<SocketAddr>, Respway) {
     let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
     let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
     let yaml = format!(
@@ -164,6 +165,12 @@ fn hot_key_writes_reach_every_shard() {
         shard_list(&addrs)
     );
     let rw = respway(&yaml, 1);
+    (shards, addrs, rw)
+}
+
+#[test]
+fn hot_key_writes_reach_every_shard() {
+    let (shards, addrs, rw) = four_shards_with_hot_keys();
     let mut c = sync_client(rw.addr);
     set(&mut c, "HIGH_FREQ_menu", "v1");
     for a in &addrs {
@@ -207,13 +214,7 @@ fn hot_key_writes_reach_every_shard() {
 /// other shards would still see the old value: such writes are refused, and nothing runs.
 #[test]
 fn a_hot_key_written_with_other_keys_is_refused_not_half_written() {
-    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
-    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
-    let yaml = format!(
-        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    hot_keys:\n      - {{ prefix: HIGH_FREQ_ }}\n    shards:\n{}",
-        shard_list(&addrs)
-    );
-    let rw = respway(&yaml, 1);
+    let (_shards, addrs, rw) = four_shards_with_hot_keys();
     let mut c = sync_client(rw.addr);
     set(&mut c, "HIGH_FREQ_menu", "v1");
     let every_copy = |want: Option<&str>| {
