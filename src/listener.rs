@@ -65,15 +65,28 @@ impl ListenerSlot {
 pub(crate) fn bind_all(addrs: &[(String, SocketAddr)]) -> io::Result<Vec<TcpListener>> {
     addrs
         .iter()
-        .map(|(name, addr)| {
-            bind_one(*addr).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("listener {name:?}: cannot listen on {addr}: {e}"),
-                )
-            })
-        })
+        .map(|(name, addr)| bind_one(*addr).map_err(|e| named(e, name, *addr, "")))
         .collect()
+}
+
+/// `e`, naming the listener and the address it could not listen on.
+fn named(e: io::Error, name: &str, addr: SocketAddr, hint: &str) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!("listener {name:?}: cannot listen on {addr}: {e}{hint}"),
+    )
+}
+
+/// A socket for `addr`'s family that may bind where connections of an earlier process are in
+/// TIME_WAIT.
+fn socket_for(addr: SocketAddr) -> io::Result<TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    Ok(socket)
 }
 
 /// Fails (`AddrInUse`, naming the listener and address) when something already listens on
@@ -83,34 +96,19 @@ pub(crate) fn bind_all(addrs: &[(String, SocketAddr)]) -> io::Result<Vec<TcpList
 /// bind where anything listens, so it is tried first. Port 0 needs no check.
 pub(crate) fn check_free(addrs: &[(String, SocketAddr)]) -> io::Result<()> {
     for (name, addr) in addrs.iter().filter(|(_, a)| a.port() != 0) {
-        let socket = if addr.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
-        };
-        // Connections of an earlier process in TIME_WAIT do not block the address.
-        socket.set_reuseaddr(true)?;
-        socket.bind(*addr).map_err(|e| {
+        socket_for(*addr)?.bind(*addr).map_err(|e| {
             let hint = match e.kind() {
                 io::ErrorKind::AddrInUse => " (is another process listening on it?)",
                 _ => "",
             };
-            io::Error::new(
-                e.kind(),
-                format!("listener {name:?}: cannot listen on {addr}: {e}{hint}"),
-            )
+            named(e, name, *addr, hint)
         })?;
     }
     Ok(())
 }
 
 fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
+    let socket = socket_for(addr)?;
     socket.set_reuseport(true)?;
     socket.bind(addr)?;
     socket.listen(1024)

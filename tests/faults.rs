@@ -627,21 +627,24 @@ fn failed_auth_attempts_are_counted_and_limited() {
     assert!(info.contains("auth_failures:4"), "{info}");
 }
 
+/// Starts respway with one listener, `edge`, on `address`, over the one shard at `shard`.
+fn start_edge(address: &str, shard: SocketAddr) -> std::io::Result<respway::Server> {
+    let yaml = format!(
+        "listeners:\n  - name: edge\n    address: {address}\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{shard}\", role: primary }} ]\n"
+    );
+    let config = respway_xds::translate(&respway_xds::parse_yaml(&yaml).unwrap()).unwrap();
+    respway::start(config, respway::Options::default())
+}
+
 /// A listener that cannot bind says which listener and which address.
 #[test]
 fn a_bind_failure_names_the_listener_and_address() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
     let shard = redis();
-    let yaml = format!(
-        "listeners:\n  - name: edge\n    address: {addr}\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
-        shard.addr
-    );
     // SO_REUSEPORT would share a port with another socket of the same user that also set
     // it; the std listener does not, so binding fails.
-    let resources = respway_xds::parse_yaml(&yaml).unwrap();
-    let config = respway_xds::translate(&resources).unwrap();
-    let err = respway::start(config, respway::Options::default()).expect_err("the port is taken");
+    let err = start_edge(&addr.to_string(), shard.addr).expect_err("the port is taken");
     let text = err.to_string();
     assert!(
         text.contains("listener \"edge\"") && text.contains(&addr.to_string()),
@@ -655,12 +658,7 @@ fn a_bind_failure_names_the_listener_and_address() {
 fn an_address_not_on_this_host_is_refused_without_the_in_use_hint() {
     let shard = redis();
     // 192.0.2.0/24 is TEST-NET-1: documentation only, never assigned to a host.
-    let yaml = format!(
-        "listeners:\n  - name: edge\n    address: 192.0.2.1:7000\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
-        shard.addr
-    );
-    let config = respway_xds::translate(&respway_xds::parse_yaml(&yaml).unwrap()).unwrap();
-    let err = respway::start(config, respway::Options::default()).expect_err("not this host's");
+    let err = start_edge("192.0.2.1:7000", shard.addr).expect_err("not this host's");
     assert_eq!(err.kind(), std::io::ErrorKind::AddrNotAvailable, "{err}");
     let text = err.to_string();
     assert!(

@@ -150,12 +150,6 @@ impl<S> HotKey<S> {
         self.inner
     }
 
-    /// What the hot-key rules make of `req` (see [`hot`]).
-    #[inline]
-    fn hot(&self, req: &Request) -> Option<Hot> {
-        hot(&self.routing, req)
-    }
-
     /// The shard for a hot read of `cluster` under `rule`.
     fn read_shard(&mut self, cluster: usize, rule: usize) -> usize {
         let c = &self.routing.clusters[cluster];
@@ -261,7 +255,7 @@ where
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
-        let rule = match self.hot(&req) {
+        let rule = match hot(&self.routing, &req) {
             None => return ResponseFuture::Inner(self.inner.call(req)),
             Some(Hot::Rule(rule)) => rule,
             Some(Hot::Refuse(i)) => return ResponseFuture::Refused(Some(refusal(&req.args[i]))),

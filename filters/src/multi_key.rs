@@ -27,6 +27,7 @@ use tower::{Layer, Service};
 use crate::codec_limits::Limits;
 use crate::command::{CommandClass, SplitKind};
 use crate::fanout::Join;
+use crate::hash::ShardPicker;
 use crate::request::{error_reply, is_error, Keys, Reply, Request};
 use crate::resp::{
     argv_with_capacity, array_header, parse_reply, recycle_argv, reply_len, Args, Frame,
@@ -48,9 +49,17 @@ pub fn refuses(routing: &Routing, req: &Request) -> Option<Reply> {
         return None;
     }
     let picker = &routing.clusters.get(req.cluster)?.picker;
+    one_shard(picker.as_ref(), req)
+        .is_none()
+        .then(|| error_reply(CROSSSLOT))
+}
+
+/// The shard all of `req`'s keys hash to (its first key's), or `None` when they hash to
+/// several. A request without keys is on its first key's shard vacuously: callers skip it.
+fn one_shard(picker: &dyn ShardPicker, req: &Request) -> Option<usize> {
     let mut shards = req.keys.iter().map(|i| picker.pick(&req.args[i]));
-    let first = shards.next()?;
-    shards.any(|s| s != first).then(|| error_reply(CROSSSLOT))
+    let first = shards.next().unwrap_or(0);
+    shards.all(|s| s == first).then_some(first)
 }
 
 /// Builds [`MultiKey`] services over one routing table.
@@ -159,6 +168,16 @@ where
             return ResponseFuture::Inner(self.inner.call(req));
         }
         let picker = &self.routing.clusters[req.cluster].picker;
+        let Some(kind) = kind else {
+            // One shard, or refused (the mirror layer asks the same through `refuses`).
+            return match one_shard(picker.as_ref(), &req) {
+                Some(shard) => {
+                    req.pin_shard(shard);
+                    ResponseFuture::Inner(self.inner.call(req))
+                }
+                None => ResponseFuture::Ready(Some(error_reply(CROSSSLOT))),
+            };
+        };
         self.shards.clear();
         self.shards
             .extend(req.keys.iter().map(|i| picker.pick(&req.args[i])));
@@ -167,9 +186,6 @@ where
             req.pin_shard(first);
             return ResponseFuture::Inner(self.inner.call(req));
         }
-        let Some(kind) = kind else {
-            return ResponseFuture::Ready(Some(error_reply(CROSSSLOT)));
-        };
         // Number the shards in order of first appearance; each key's entry in `shards`
         // becomes its group (the sub-command that carries it). `order` holds each group's
         // shard and key count.

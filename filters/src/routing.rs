@@ -226,13 +226,7 @@ impl Routing {
     /// The cluster for `key`: the longest matching prefix, else the catch-all.
     pub fn route(&self, key: &[u8]) -> Option<RouteMatch> {
         for (i, r) in self.prefixes.iter().enumerate() {
-            let hit = key.len() >= r.prefix.len()
-                && if self.case_insensitive {
-                    key[..r.prefix.len()].eq_ignore_ascii_case(&r.prefix)
-                } else {
-                    key.starts_with(&r.prefix)
-                };
-            if hit {
+            if self.has_prefix(key, &r.prefix) {
                 return Some(RouteMatch {
                     cluster: r.cluster,
                     strip: if r.remove_prefix { r.prefix.len() } else { 0 },
@@ -253,18 +247,25 @@ impl Routing {
     ///
     /// [`route`]: Self::route
     pub fn route_of_every(&self, prefix: &[u8]) -> Option<RouteMatch> {
-        let longer = self.prefixes.iter().any(|r| {
-            r.prefix.len() > prefix.len()
-                && if self.case_insensitive {
-                    r.prefix[..prefix.len()].eq_ignore_ascii_case(prefix)
-                } else {
-                    r.prefix.starts_with(prefix)
-                }
-        });
+        let longer = self
+            .prefixes
+            .iter()
+            .any(|r| r.prefix.len() > prefix.len() && self.has_prefix(&r.prefix, prefix));
         if longer {
             return None;
         }
         self.route(prefix)
+    }
+
+    /// `s` starts with `prefix` (ignoring ASCII case when the routes do).
+    #[inline]
+    fn has_prefix(&self, s: &[u8], prefix: &[u8]) -> bool {
+        s.len() >= prefix.len()
+            && if self.case_insensitive {
+                s[..prefix.len()].eq_ignore_ascii_case(prefix)
+            } else {
+                s.starts_with(prefix)
+            }
     }
 
     /// The route for commands without keys.

@@ -36,27 +36,26 @@ pub fn check(args: &[Bytes], routing: &Routing) -> Result<(), &'static str> {
     let mut i = 2;
     while i < args.len() {
         let opt = &args[i][..];
-        let (skip, denied) = if opt.eq_ignore_ascii_case(b"by") {
-            (1, BY_DENIED)
+        // How many arguments the option takes, and the refusal if it is a pattern.
+        let (skip, pattern_denied) = if opt.eq_ignore_ascii_case(b"by") {
+            (1, Some(BY_DENIED))
         } else if opt.eq_ignore_ascii_case(b"get") {
-            (1, GET_DENIED)
+            (1, Some(GET_DENIED))
         } else if opt.eq_ignore_ascii_case(b"limit") {
-            (2, "")
+            (2, None)
         } else if opt.eq_ignore_ascii_case(b"store") {
-            (1, "")
+            (1, None)
         } else if opt.eq_ignore_ascii_case(b"asc")
             || opt.eq_ignore_ascii_case(b"desc")
             || opt.eq_ignore_ascii_case(b"alpha")
         {
-            (0, "")
+            (0, None)
         } else {
             return Ok(());
         };
-        if !denied.is_empty() {
-            if let Some(pattern) = args.get(i + 1) {
-                if !stays_with(key, pattern, routing) {
-                    return Err(denied);
-                }
+        if let (Some(denied), Some(pattern)) = (pattern_denied, args.get(i + 1)) {
+            if !stays_with(key, pattern, routing) {
+                return Err(denied);
             }
         }
         i += 1 + skip;
