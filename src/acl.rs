@@ -147,6 +147,11 @@ pub(crate) fn denied(d: Denied, user: &str, cmd: &CommandInfo) -> Reply {
         Denied::SortGet => {
             error_reply("ERR GET option of SORT denied due to insufficient ACL permissions.")
         }
+        Denied::Script => error_reply(&format!(
+            "NOPERM User {user} may not run scripts through respway: a script runs on the shard \
+             with the upstream user's rights, beyond this user's rules (the listener's \
+             allow_restricted_scripts allows it)"
+        )),
     }
 }
 

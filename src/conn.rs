@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
+use respway_filters::acl::Denied;
 use respway_filters::command::{self, CommandClass, ProxyCommand};
 use respway_filters::model::ProtocolMode;
 use respway_filters::request::{error_reply, is_error, Flavor, Reply, Request};
@@ -874,7 +875,14 @@ impl Session {
         // Users with permissions to check (none without ACL users): before anything is
         // dispatched or queued in MULTI.
         if let Some(p) = &self.state.perms {
-            if let Err(d) = p.check(cmd, &args, &mut self.keys) {
+            let scripts = live.parts.listener.client.allow_restricted_scripts;
+            let checked = p.check(cmd, &args, &mut self.keys).and_then(|()| {
+                match scripts || p.allows_script(cmd) {
+                    true => Ok(()),
+                    false => Err(Denied::Script),
+                }
+            });
+            if let Err(d) = checked {
                 self.mark_dirty();
                 return Pending::Ready(crate::acl::denied(d, self.state.user_name(), cmd));
             }

@@ -525,3 +525,87 @@ fn users_pushed_over_ads_are_enforced() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A script runs on the shard with the upstream user's rights, so Redis cannot hold a
+/// restricted user to its rules inside it: respway refuses scripts to such users (the
+/// read-only user, a user with key patterns), and nothing is written on the shard.
+#[test]
+fn a_restricted_user_cannot_write_through_a_script() {
+    let shard = redis();
+    let mut s = RespConn::connect(shard.addr);
+    let set = "return redis.call('set', KEYS[1], 'x')";
+    let set_secret = "return redis.call('set', 'secret', 'x')";
+    let Resp::Bulk(Some(sha)) = s.call(&["SCRIPT", "LOAD", set]) else {
+        panic!("SCRIPT LOAD")
+    };
+    let sha = String::from_utf8(sha).unwrap();
+    assert_eq!(
+        s.call(&[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=w\nredis.register_function('wf', function(k) return redis.call('set', k[1], 'x') end)",
+        ]),
+        Resp::Bulk(Some(b"w".to_vec()))
+    );
+    let rw = respway(&yaml(shard.addr, "", USERS), 1);
+    let script_refused = |user: &str, r: &Resp| {
+        let e = err(r);
+        assert!(
+            e.starts_with(&format!("NOPERM User {user} may not run scripts")),
+            "{e}"
+        );
+    };
+    let mut ro = authed(rw.addr, "reader", "readpw");
+    script_refused("reader", &ro.call(&["EVAL", set, "1", "app:b"]));
+    script_refused("reader", &ro.call(&["EVALSHA", &sha, "1", "app:b"]));
+    script_refused("reader", &ro.call(&["FCALL", "wf", "1", "app:b"]));
+    // A key inside the patterns, a script that writes outside them.
+    let mut app = authed(rw.addr, "app", "123456");
+    script_refused("app", &app.call(&["EVAL", set_secret, "1", "app:b"]));
+    script_refused("app", &app.call(&["EVAL_RO", "return 1", "1", "app:b"]));
+    // Inside MULTI the refusal aborts the transaction.
+    assert_eq!(app.call(&["MULTI"]), ok());
+    script_refused("app", &app.call(&["EVAL", set, "1", "app:b"]));
+    assert_eq!(err(&app.call(&["EXEC"])), EXECABORT);
+    for key in ["app:b", "secret"] {
+        assert!(!exists(shard.addr, key), "{key} was written");
+    }
+    // A read-only script of a read-only user with every key is safe: Redis refuses writes
+    // in it.
+    s.call(&["SET", "app:c", "v"]);
+    assert_eq!(
+        ro.call(&["EVAL_RO", "return redis.call('get', KEYS[1])", "1", "app:c"]),
+        Resp::Bulk(Some(b"v".to_vec()))
+    );
+    // An unrestricted user runs scripts as before.
+    let mut admin = authed(rw.addr, "admin", "adminpw");
+    assert_eq!(admin.call(&["EVAL", set, "1", "app:b"]), ok());
+    assert!(exists(shard.addr, "app:b"));
+}
+
+/// `allow_restricted_scripts: true` lets restricted users run scripts again (the script has
+/// the upstream user's rights; documented).
+#[test]
+fn a_listener_can_opt_in_to_scripts_for_restricted_users() {
+    let shard = redis();
+    let rw = respway(
+        &yaml(shard.addr, "    allow_restricted_scripts: true\n", USERS),
+        1,
+    );
+    let mut app = authed(rw.addr, "app", "123456");
+    assert_eq!(
+        app.call(&[
+            "EVAL",
+            "return redis.call('set', KEYS[1], 'x')",
+            "1",
+            "app:b"
+        ]),
+        ok()
+    );
+    // The declared keys are still checked.
+    assert_eq!(
+        err(&app.call(&["EVAL", "return 1", "1", "other"])),
+        NOPERM_KEY
+    );
+    assert!(exists(shard.addr, "app:b"));
+}

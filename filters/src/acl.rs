@@ -215,6 +215,8 @@ struct Universe {
     slices: Vec<(usize, usize, usize)>,
     /// Every category name without its `@`, sorted.
     categories: Vec<&'static str>,
+    /// A bit per command a read-only script may call (neither `write` nor `noscript`).
+    script_reads: Vec<u64>,
 }
 
 fn universe() -> &'static Universe {
@@ -224,6 +226,7 @@ fn universe() -> &'static Universe {
             commands: Vec::new(),
             slices: Vec::new(),
             categories: vec!["all"],
+            script_reads: Vec::new(),
         };
         let add = |u: &mut Universe, slice: &'static [CommandInfo]| {
             if slice.is_empty() {
@@ -248,6 +251,12 @@ fn universe() -> &'static Universe {
         }
         u.slices.sort_unstable();
         u.categories.sort_unstable();
+        u.script_reads = vec![0; u.commands.len().div_ceil(64)];
+        for (i, c) in u.commands.iter().enumerate() {
+            if !c.has_flag(command::WRITE) && !c.has_flag(command::NOSCRIPT) {
+                u.script_reads[i / 64] |= 1 << (i % 64);
+            }
+        }
         u
     })
 }
@@ -288,6 +297,11 @@ pub enum Denied {
     SortBy,
     /// `SORT ... GET <pattern>` for a user without `allkeys`.
     SortGet,
+    /// A script (`EVAL`, `EVALSHA`, `FCALL`, their `_RO` forms): it runs on the shard with
+    /// the upstream user's rights, so the user's rules cannot hold inside it. Refused to
+    /// every restricted user, but for `_RO` scripts of a user who may read every key with
+    /// every command a read-only script can call (Redis refuses writes in those).
+    Script,
 }
 
 impl Permissions {
@@ -523,6 +537,27 @@ impl Permissions {
             sort_patterns(args)?;
         }
         Ok(())
+    }
+
+    /// Whether the user may run the script command `cmd` (`EVAL`, `FCALL`, ...; any other
+    /// command: true). A script can call any command on any key with the shard's rights,
+    /// so only a read-only script (`EVAL_RO`, `EVALSHA_RO`, `FCALL_RO`, in which Redis
+    /// refuses every write) of a user with every key and every command such a script may
+    /// call is safe. [`check`](Self::check) leaves this to the caller, which may opt out
+    /// (the listener's `allow_restricted_scripts`).
+    pub fn allows_script(&self, cmd: &'static CommandInfo) -> bool {
+        match cmd.name {
+            "eval" | "evalsha" | "fcall" => false,
+            "eval_ro" | "evalsha_ro" | "fcall_ro" => {
+                self.keys.all
+                    && self
+                        .commands
+                        .iter()
+                        .zip(&universe().script_reads)
+                        .all(|(have, need)| have & need == *need)
+            }
+            _ => true,
+        }
     }
 
     /// The permission part of the user's `ACL LIST` line: key patterns, channel patterns,

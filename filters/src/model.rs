@@ -199,6 +199,10 @@ pub struct ClientLimits {
     /// (default: refused, since a script that touches keys would write them on the wrong
     /// shard).
     pub allow_keyless_scripts: bool,
+    /// Let ACL users whose rules are not `allkeys allcommands` run scripts (default:
+    /// refused, since a script runs on the shard with the upstream user's rights; read-only
+    /// scripts of a user with every key and read command are allowed either way).
+    pub allow_restricted_scripts: bool,
     /// Let `FLUSHDB` / `FLUSHALL` through, to every primary (default: refused, since one
     /// command would empty every shard).
     pub admin_commands: bool,
@@ -218,6 +222,7 @@ impl Default for ClientLimits {
             stall_timeout: Duration::from_secs(30),
             max_auth_failures: 10,
             allow_keyless_scripts: false,
+            allow_restricted_scripts: false,
             admin_commands: false,
             keys_max: 100_000,
             pubsub_buffer_limit: 32 << 20,

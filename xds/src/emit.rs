@@ -156,6 +156,7 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
         client_stall_timeout: Some(duration(l.client.stall_timeout)),
         max_auth_failures: l.client.max_auth_failures,
         allow_keyless_scripts: l.client.allow_keyless_scripts,
+        allow_restricted_scripts: l.client.allow_restricted_scripts,
         admin_commands: l.client.admin_commands,
         keys_max: l.client.keys_max as u64,
         pubsub_buffer_limit: l.client.pubsub_buffer_limit as u64,

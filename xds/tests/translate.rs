@@ -1003,6 +1003,7 @@ listeners:
     client_stall_timeout: 250ms
     max_auth_failures: 2
     allow_keyless_scripts: true
+    allow_restricted_scripts: true
     admin_commands: true
     keys_max: 500
     pubsub_buffer_limit: 65536
@@ -1022,6 +1023,7 @@ clusters:
         stall_timeout: Duration::from_millis(250),
         max_auth_failures: 2,
         allow_keyless_scripts: true,
+        allow_restricted_scripts: true,
         admin_commands: true,
         keys_max: 500,
         pubsub_buffer_limit: 65536,
@@ -1041,6 +1043,7 @@ clusters:
             settings.max_auth_failures,
             settings.allow_keyless_scripts,
             (
+                settings.allow_restricted_scripts,
                 settings.admin_commands,
                 settings.keys_max,
                 settings.pubsub_buffer_limit
@@ -1055,7 +1058,7 @@ clusters:
             }),
             2,
             true,
-            (true, 500, 65536),
+            (true, true, 500, 65536),
         )
     );
     let options = ClusterOptions::decode(
@@ -1074,6 +1077,7 @@ clusters:
         s.client_stall_timeout = None;
         s.max_auth_failures = 0;
         s.allow_keyless_scripts = false;
+        s.allow_restricted_scripts = false;
         s.admin_commands = false;
         s.keys_max = 0;
         s.pubsub_buffer_limit = 0;

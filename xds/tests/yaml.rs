@@ -147,6 +147,7 @@ fn full_example_model() -> Config {
                 stall_timeout: Duration::from_secs(10),
                 max_auth_failures: 5,
                 allow_keyless_scripts: false,
+                allow_restricted_scripts: false,
                 admin_commands: false,
                 keys_max: 100_000,
                 pubsub_buffer_limit: 32 << 20,
@@ -294,6 +295,7 @@ clusters:
             stall_timeout: Duration::from_secs(30),
             max_auth_failures: 10,
             allow_keyless_scripts: false,
+            allow_restricted_scripts: false,
             admin_commands: false,
             keys_max: 100_000,
             pubsub_buffer_limit: 32 << 20,
@@ -460,7 +462,7 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, admin_commands, keys_max, pubsub_buffer_limit, slowlog_threshold, slowlog_max_len, hot_key_sample, protocol, advertised_redis_version, downstream_auth_password, users, limits, routes, tls)
+        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, allow_restricted_scripts, admin_commands, keys_max, pubsub_buffer_limit, slowlog_threshold, slowlog_max_len, hot_key_sample, protocol, advertised_redis_version, downstream_auth_password, users, limits, routes, tls)
 listener "main": op_timeout: must be greater than 0
 listener "main": routes.catch_all: unknown cluster "mian"
 listener "main": routes.prefixes[0].cluster: unknown cluster "profile"
@@ -1093,6 +1095,7 @@ clusters:
             stall_timeout: Duration::from_millis(1500),
             max_auth_failures: 3,
             allow_keyless_scripts: true,
+            allow_restricted_scripts: false,
             admin_commands: true,
             keys_max: 10,
             pubsub_buffer_limit: 4096,

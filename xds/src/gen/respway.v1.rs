@@ -423,6 +423,12 @@ pub struct ListenerSettings {
     /// (zero turns it off). Unset: the sidecar's `--hot-key-sample`.
     #[prost(uint64, optional, tag = "17")]
     pub hot_key_sample: ::core::option::Option<u64>,
+    /// Let ACL users whose rules are not `allkeys allcommands` run `EVAL`/`EVALSHA`/`FCALL`
+    /// (default false: refused, since a script runs on the shard with the upstream user's
+    /// rights, beyond the user's rules; `_RO` scripts of a user with every key and every read
+    /// command are allowed either way).
+    #[prost(bool, tag = "18")]
+    pub allow_restricted_scripts: bool,
 }
 impl ::prost::Name for ListenerSettings {
     const NAME: &'static str = "ListenerSettings";

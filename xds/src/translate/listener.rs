@@ -612,6 +612,7 @@ fn client_limits(cx: &mut Cx, at: &str, s: &ListenerSettings) -> ClientLimits {
             n => n,
         },
         allow_keyless_scripts: s.allow_keyless_scripts,
+        allow_restricted_scripts: s.allow_restricted_scripts,
         admin_commands: s.admin_commands,
         keys_max: match s.keys_max {
             0 => d.keys_max,

@@ -24,6 +24,7 @@ pub(super) const LISTENER_KEYS: &[&str] = &[
     "client_stall_timeout",
     "max_auth_failures",
     "allow_keyless_scripts",
+    "allow_restricted_scripts",
     "admin_commands",
     "keys_max",
     "pubsub_buffer_limit",
@@ -253,6 +254,9 @@ pub(super) fn client_limits(cx: &mut Cx, m: &Map<'_>) -> ClientLimits {
         allow_keyless_scripts: m
             .boolean(cx, "allow_keyless_scripts")
             .unwrap_or(d.allow_keyless_scripts),
+        allow_restricted_scripts: m
+            .boolean(cx, "allow_restricted_scripts")
+            .unwrap_or(d.allow_restricted_scripts),
         admin_commands: m.boolean(cx, "admin_commands").unwrap_or(d.admin_commands),
         keys_max: m
             .positive(cx, "keys_max", max)
