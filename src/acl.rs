@@ -1,14 +1,12 @@
 //! The data plane's side of ACL users: a listener's users compiled once per configuration
 //! ([`Acl`]), what a session authenticated as ([`User`]), the refusals in Redis's words, and
-//! the per-address limit of failed `AUTH` attempts ([`AddressLimiter`]).
+//! the process's rate of failed `AUTH` attempts ([`AuthTarpit`]).
 //!
 //! A listener with no password and no users has no [`Acl`]: its sessions are `default`
 //! with no permissions to check (one branch per command). A user who may do everything
 //! (`allcommands allkeys allchannels`, the `default` user of `downstream_auth_password`) is
 //! checked for nothing either.
 
-use std::hash::BuildHasher;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -155,128 +153,51 @@ pub(crate) fn denied(d: Denied, user: &str, cmd: &CommandInfo) -> Reply {
     }
 }
 
-/// Failed `AUTH` attempts from one address before `AUTH` from it is refused.
-pub(crate) const FAILURES_PER_ADDRESS: u32 = 20;
-/// How long `AUTH` from an address is refused after [`FAILURES_PER_ADDRESS`] failures; also
-/// how long a failure is remembered (a run of failures each less than this apart counts).
-pub(crate) const ADDRESS_COOLDOWN: Duration = Duration::from_secs(60);
-/// Sets of the table, and addresses per set: 4096 addresses at most, a few dozen bytes
-/// each, whatever the number of clients.
-const SETS: usize = 1024;
-const WAYS: usize = 4;
+/// Failed `AUTH` attempts per second, over the whole process, answered at once; past them
+/// each failure is answered [`TARPIT_DELAY`] late.
+pub(crate) const FAILURES_PER_SECOND: u32 = 10;
+/// How late a failed `AUTH` past [`FAILURES_PER_SECOND`] is answered. The session reads
+/// nothing more meanwhile, so one connection makes at most one guess per delay.
+pub(crate) const TARPIT_DELAY: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    /// The address (IPv6 by its /64), `None` when free.
-    key: Option<IpAddr>,
-    failures: u32,
-    last: Instant,
-    blocked_until: Option<Instant>,
-}
-
-/// Failed `AUTH` attempts per client address, in a fixed-size set-associative table: an
-/// address is found in one set of [`WAYS`] slots (by a hash seeded per process); when the
-/// set is full the slot whose last failure is oldest is taken over. Memory is bounded; an
-/// attacker with many addresses can only make the table forget, not block other addresses.
+/// The process's rate of failed `AUTH` attempts (every listener and worker), counted in
+/// one-second windows. It never refuses anything: past the rate, failures are answered late
+/// (a tarpit), which slows a guesser without letting it lock out the application, whose
+/// clients of a sidecar all come from the same loopback address. A correct password is
+/// answered at once, whatever others did. Touched only on failures (a lock there costs the
+/// data path nothing).
 #[derive(Debug)]
-pub(crate) struct AddressLimiter {
-    slots: Mutex<Vec<Slot>>,
-    seed: std::collections::hash_map::RandomState,
-    limit: u32,
-    cooldown: Duration,
+pub(crate) struct AuthTarpit {
+    /// (start of the window, failures in it).
+    window: Mutex<(Instant, u32)>,
+    rate: u32,
+    delay: Duration,
 }
 
-impl Default for AddressLimiter {
+impl Default for AuthTarpit {
     fn default() -> Self {
-        AddressLimiter::new(FAILURES_PER_ADDRESS, ADDRESS_COOLDOWN)
+        AuthTarpit::new(FAILURES_PER_SECOND, TARPIT_DELAY)
     }
 }
 
-/// IPv4 as it is, IPv6 by its /64 (one host usually holds a whole /64).
-fn key_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
-        v4 => v4,
-    }
-}
-
-impl AddressLimiter {
-    /// A table that refuses an address for `cooldown` after `limit` failures.
-    pub(crate) fn new(limit: u32, cooldown: Duration) -> Self {
-        let now = Instant::now();
-        AddressLimiter {
-            slots: Mutex::new(vec![
-                Slot {
-                    key: None,
-                    failures: 0,
-                    last: now,
-                    blocked_until: None,
-                };
-                SETS * WAYS
-            ]),
-            seed: Default::default(),
-            limit,
-            cooldown,
+impl AuthTarpit {
+    /// A tarpit that answers `rate` failures per second at once and the rest `delay` late.
+    pub(crate) fn new(rate: u32, delay: Duration) -> Self {
+        AuthTarpit {
+            window: Mutex::new((Instant::now(), 0)),
+            rate,
+            delay,
         }
     }
 
-    fn set_of(&self, key: IpAddr) -> usize {
-        (self.seed.hash_one(key) as usize % SETS) * WAYS
-    }
-
-    /// Seconds left while `ip` is refused, else `None`.
-    pub(crate) fn blocked(&self, ip: IpAddr, now: Instant) -> Option<u64> {
-        let key = key_of(ip);
-        let base = self.set_of(key);
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        slots[base..base + WAYS]
-            .iter()
-            .find(|s| s.key == Some(key))
-            .and_then(|s| s.blocked_until)
-            .filter(|&t| t > now)
-            .map(|t| (t - now).as_secs().max(1))
-    }
-
-    /// Counts a failed attempt from `ip`; true when it starts the address's cool-down.
-    pub(crate) fn failed(&self, ip: IpAddr, now: Instant) -> bool {
-        let key = key_of(ip);
-        let base = self.set_of(key);
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let set = &mut slots[base..base + WAYS];
-        let i = set
-            .iter()
-            .position(|s| s.key == Some(key))
-            .or_else(|| set.iter().position(|s| s.key.is_none()))
-            .unwrap_or_else(|| {
-                (0..WAYS)
-                    .min_by_key(|&i| set[i].blocked_until.unwrap_or(set[i].last))
-                    .unwrap_or(0)
-            });
-        let s = &mut set[i];
-        let stale = s.key != Some(key)
-            || now.saturating_duration_since(s.last) >= self.cooldown
-            || s.blocked_until.is_some_and(|t| t <= now);
-        if stale {
-            *s = Slot {
-                key: Some(key),
-                failures: 0,
-                last: now,
-                blocked_until: None,
-            };
+    /// Counts a failed attempt at `now`: how late its reply goes out (`None`: at once).
+    pub(crate) fn failed(&self, now: Instant) -> Option<Duration> {
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        if now.saturating_duration_since(w.0) >= Duration::from_secs(1) {
+            *w = (now, 0);
         }
-        s.failures += 1;
-        s.last = now;
-        if s.failures >= self.limit && s.blocked_until.is_none() {
-            s.blocked_until = Some(now + self.cooldown);
-            return true;
-        }
-        false
+        w.1 = w.1.saturating_add(1);
+        (w.1 > self.rate).then_some(self.delay)
     }
 }
 
@@ -285,42 +206,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_address_is_refused_after_the_limit_and_forgiven_after_the_cooldown() {
-        let l = AddressLimiter::new(3, Duration::from_secs(60));
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let b: IpAddr = "10.0.0.2".parse().unwrap();
+    fn failures_past_the_rate_are_delayed_and_the_window_starts_again() {
+        let t = AuthTarpit::new(3, Duration::from_secs(1));
         let t0 = Instant::now();
-        assert!(!l.failed(a, t0));
-        assert!(!l.failed(a, t0));
-        assert_eq!(l.blocked(a, t0), None);
-        assert!(l.failed(a, t0));
-        assert_eq!(l.blocked(a, t0), Some(60));
-        assert_eq!(l.blocked(b, t0), None, "another address is not refused");
-        let later = t0 + Duration::from_secs(61);
-        assert_eq!(l.blocked(a, later), None);
-        assert!(
-            !l.failed(a, later),
-            "the count starts again after the cool-down"
-        );
-    }
-
-    #[test]
-    fn ipv6_addresses_count_by_their_64() {
-        let l = AddressLimiter::new(2, Duration::from_secs(60));
-        let t = Instant::now();
-        l.failed("2001:db8::1".parse().unwrap(), t);
-        l.failed("2001:db8::2".parse().unwrap(), t);
-        assert!(l.blocked("2001:db8::3".parse().unwrap(), t).is_some());
-        assert!(l.blocked("2001:db8:1::1".parse().unwrap(), t).is_none());
-    }
-
-    #[test]
-    fn the_table_stays_bounded_under_many_addresses() {
-        let l = AddressLimiter::new(2, Duration::from_secs(60));
-        let t = Instant::now();
-        for i in 0..100_000u32 {
-            l.failed(IpAddr::V4(i.into()), t);
+        for _ in 0..3 {
+            assert_eq!(t.failed(t0), None);
         }
-        assert_eq!(l.slots.lock().unwrap().len(), SETS * WAYS);
+        assert_eq!(t.failed(t0), Some(Duration::from_secs(1)));
+        assert_eq!(
+            t.failed(t0 + Duration::from_millis(999)),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(t.failed(t0 + Duration::from_secs(1)), None, "a new window");
     }
 }

@@ -469,7 +469,7 @@ fn metrics(state: &State) -> String {
         .map(|l| (l.clone(), r.listener_totals(l)))
         .collect();
     type Get = fn(&crate::stats::Totals) -> u64;
-    let simple: [(&str, &str, &str, Get); 11] = [
+    let simple: [(&str, &str, &str, Get); 12] = [
         (
             "respway_downstream_connections_active",
             "gauge",
@@ -523,6 +523,12 @@ fn metrics(state: &State) -> String {
             "counter",
             "Failed AUTH attempts.",
             |t| t.auth_failures,
+        ),
+        (
+            "respway_auth_tarpitted_total",
+            "counter",
+            "Failed AUTH attempts answered late, past the process's rate of failures.",
+            |t| t.auth_tarpitted,
         ),
         (
             "respway_tls_handshake_failures_total",

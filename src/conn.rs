@@ -318,6 +318,7 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
         stashed: None,
         frame: None,
         sub: None,
+        tarpit: false,
     };
     // Registered once with the first poll, the drain notification wakes this task when the
     // process drains; after that the flag alone is read (one atomic load per poll).
@@ -387,6 +388,8 @@ struct Session {
     frame: Option<Bytes>,
     /// Pub/sub subscriptions, from the first `(P|S)SUBSCRIBE` on.
     sub: Option<Box<pubsub::Subscriber>>,
+    /// A failed `AUTH` is answered late: nothing more is decoded until it is.
+    tarpit: bool,
 }
 
 /// Why a session ends on its own.
@@ -768,6 +771,12 @@ impl Session {
 
     fn decode_all(&mut self, live: &mut Live, ctx: &ListenerCtx, max: usize, limit: usize) {
         let _batch = Batch::start();
+        if self.tarpit {
+            if self.waits > 0 {
+                return;
+            }
+            self.tarpit = false;
+        }
         while self.pending.len() < max && self.held() < limit {
             let decoded = match self.stashed.take() {
                 Some(cmd) => Ok(Some(cmd)),
@@ -817,7 +826,7 @@ impl Session {
                         }
                     }
                     self.pending.push_back(p);
-                    if self.closing {
+                    if self.closing || self.tarpit {
                         return;
                     }
                 }
@@ -953,6 +962,23 @@ impl Session {
                     Local::ReplyAndClose(r) => {
                         self.closing = true;
                         Pending::Ready(r)
+                    }
+                    Local::Late {
+                        reply,
+                        delay,
+                        close,
+                    } => {
+                        // Nothing more is read until it is answered (see `decode_all`).
+                        self.closing |= close;
+                        self.tarpit = true;
+                        let at = Instant::now() + delay;
+                        Pending::other(
+                            Box::pin(async move {
+                                tokio::time::sleep_until(at).await;
+                                reply
+                            }),
+                            at + op_timeout + BACKSTOP,
+                        )
                     }
                     Local::Forward => {
                         let (deadline, backstop) = times();

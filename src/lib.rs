@@ -114,7 +114,7 @@ struct Shared {
     /// Serializes `apply` (config changes are rare; the request path never takes it).
     apply_lock: std::sync::Mutex<()>,
     /// Failed `AUTH` attempts per client address, over every listener and worker.
-    auth_limiter: Arc<acl::AddressLimiter>,
+    auth_limiter: Arc<acl::AuthTarpit>,
 }
 
 /// A running data plane. Dropping it does not stop it; call [`Server::shutdown`].

@@ -133,6 +133,13 @@ pub(crate) enum Local {
     Reply(Reply),
     /// Answer, then close the connection (QUIT).
     ReplyAndClose(Reply),
+    /// Answer `delay` late, reading nothing more meanwhile (a failed `AUTH` past the
+    /// process's rate of failures), then close if `close`.
+    Late {
+        reply: Reply,
+        delay: std::time::Duration,
+        close: bool,
+    },
     /// Send the command as it is to one shard and hand its reply on (COMMAND ...).
     Forward,
     /// INFO text of the proxy's sections; the session adds the shards' summed `# Keyspace`
@@ -223,12 +230,12 @@ pub(crate) fn handle(
         }
         ProxyCommand::Auth => {
             let before = state.auth_failures;
-            let r = auth(&args[1..], state, acl, ctx);
+            let r = auth(&args[1..], state, acl);
             return after_auth(r, before, state, ctx, listener);
         }
         ProxyCommand::Hello => {
             let before = state.auth_failures;
-            let r = hello(args, state, listener, acl, ctx);
+            let r = hello(args, state, listener, acl);
             return after_auth(r, before, state, ctx, listener);
         }
         ProxyCommand::Client => client(args, state),
@@ -257,20 +264,38 @@ fn after_auth(
         return Local::Reply(r);
     }
     ctx.stats.auth_failures.inc();
-    if state.auth_failures >= listener.client.max_auth_failures {
+    let close = state.auth_failures >= listener.client.max_auth_failures;
+    if close {
         tracing::warn!(
             client_id = state.id,
             failures = state.auth_failures,
             "too many failed AUTH attempts: connection closed"
         );
-        return Local::ReplyAndClose(r);
     }
-    Local::Reply(r)
+    match ctx.auth_limiter.failed(std::time::Instant::now()) {
+        Some(delay) => {
+            if ctx.stats.auth_tarpitted.get() == 0 {
+                tracing::warn!(
+                    rate = crate::acl::FAILURES_PER_SECOND,
+                    delay_ms = delay.as_millis() as u64,
+                    "failed AUTH attempts past the rate: their replies are delayed (tarpit)"
+                );
+            }
+            ctx.stats.auth_tarpitted.inc();
+            Local::Late {
+                reply: r,
+                delay,
+                close,
+            }
+        }
+        None if close => Local::ReplyAndClose(r),
+        None => Local::Reply(r),
+    }
 }
 
 /// `AUTH [user] password` against the listener's users (SHA-256 digests compared in
-/// constant time); refused without a try while the client's address is cooling down.
-fn auth(args: &[Bytes], state: &mut SessionState, acl: Option<&Acl>, ctx: &ListenerCtx) -> Reply {
+/// constant time).
+fn auth(args: &[Bytes], state: &mut SessionState, acl: Option<&Acl>) -> Reply {
     let no_password = || {
         error_reply(
             "ERR AUTH <password> called without any password configured for the default user. \
@@ -289,15 +314,6 @@ fn auth(args: &[Bytes], state: &mut SessionState, acl: Option<&Acl>, ctx: &Liste
     if user.is_none() && acl.implicit_default().is_some() {
         return no_password();
     }
-    let ip = state.peer.map(|p| p.ip());
-    let now = std::time::Instant::now();
-    if let Some(secs) = ip.and_then(|ip| ctx.auth_limiter.blocked(ip, now)) {
-        state.auth_failures += 1;
-        return error_reply(&format!(
-            "ERR respway: too many failed AUTH attempts from this address: AUTH is refused \
-             for {secs} more seconds"
-        ));
-    }
     match acl.authenticate(user, pass) {
         Some(u) => {
             state.authenticated = true;
@@ -306,16 +322,6 @@ fn auth(args: &[Bytes], state: &mut SessionState, acl: Option<&Acl>, ctx: &Liste
         }
         None => {
             state.auth_failures += 1;
-            if let Some(ip) = ip {
-                if ctx.auth_limiter.failed(ip, now) {
-                    tracing::warn!(
-                        client = %ip,
-                        failures = crate::acl::FAILURES_PER_ADDRESS,
-                        cooldown_s = crate::acl::ADDRESS_COOLDOWN.as_secs(),
-                        "too many failed AUTH attempts from one address: AUTH refused for the cool-down"
-                    );
-                }
-            }
             error_reply("WRONGPASS invalid username-password pair or user is disabled.")
         }
     }
@@ -352,7 +358,6 @@ fn hello(
     state: &mut SessionState,
     listener: &Listener,
     acl: Option<&Acl>,
-    ctx: &ListenerCtx,
 ) -> Reply {
     use respway_filters::model::ProtocolMode;
     let mut i = 1;
@@ -386,7 +391,7 @@ fn hello(
     while i < args.len() {
         match (lower(&args[i]).as_slice(), args.len() - i) {
             (b"auth", n) if n >= 3 => {
-                let r = auth(&args[i + 1..i + 3], state, acl, ctx);
+                let r = auth(&args[i + 1..i + 3], state, acl);
                 if r.first() == Some(&b'-') {
                     return r;
                 }
@@ -770,6 +775,7 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
             t.output_limit_closes
         ));
         s.push_str(&format!("auth_failures:{}\r\n", t.auth_failures));
+        s.push_str(&format!("auth_tarpitted:{}\r\n", t.auth_tarpitted));
         s.push_str(&format!(
             "tls_handshake_failures:{}\r\n",
             t.tls_handshake_failures

@@ -65,6 +65,8 @@ pub(crate) struct ListenerStats {
     pub(crate) output_limit_closes: Counter,
     /// Failed AUTH attempts.
     pub(crate) auth_failures: Counter,
+    /// Failed AUTH attempts answered late (past the process's rate of failures).
+    pub(crate) auth_tarpitted: Counter,
     /// TLS handshakes that failed or timed out (plaintext clients are counted apart).
     pub(crate) tls_handshake_failures: Counter,
     /// Connections to a TLS listener that did not start with a TLS record (plaintext
@@ -189,6 +191,8 @@ pub(crate) struct Totals {
     pub(crate) output_limit_closes: u64,
     /// Failed AUTH attempts.
     pub(crate) auth_failures: u64,
+    /// Failed AUTH attempts answered late.
+    pub(crate) auth_tarpitted: u64,
     /// Failed TLS handshakes.
     pub(crate) tls_handshake_failures: u64,
     /// Plaintext clients on a TLS listener.
@@ -503,6 +507,7 @@ impl Registry {
             t.timeouts += s.timeouts.get();
             t.output_limit_closes += s.output_limit_closes.get();
             t.auth_failures += s.auth_failures.get();
+            t.auth_tarpitted += s.auth_tarpitted.get();
             t.tls_handshake_failures += s.tls_handshake_failures.get();
             t.tls_plaintext_refused += s.tls_plaintext_refused.get();
             for (t, s) in t.pipeline.iter_mut().zip(&s.pipeline) {
