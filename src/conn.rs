@@ -920,6 +920,20 @@ impl Session {
                 return Pending::Ready(error_reply(msg));
             }
         }
+        // FCALL with a numkeys that is not a count of its keys: Redis looks the function up
+        // first, so only a shard can give its error (`Function not found`, or `Bad number of
+        // keys provided`, ...). Nothing runs: the command has no keys to route by.
+        if !in_multi
+            && matches!(cmd.name, "fcall" | "fcall_ro")
+            && cmd.key_indices(&args, &mut self.keys).is_err()
+        {
+            let (deadline, backstop) = times();
+            let flavor = self.state.flavor();
+            return Pending::other(
+                fanout::one(args, &live.parts, flavor, live.conn, deadline),
+                backstop,
+            );
+        }
         if in_multi || cmd.class == CommandClass::Transaction {
             return self.dispatch_tx(cmd, args, live, ctx, times().0);
         }
@@ -1382,6 +1396,9 @@ impl Session {
                 return self.dispatch(Some(cmd), args, live, ctx);
             }
             CommandClass::Single | CommandClass::SameShard | CommandClass::Split(_) => {}
+            // Inside MULTI Redis runs them as if their timeout had passed: they never block,
+            // so they are queued like any command of the transaction's shard.
+            CommandClass::Blocking if in_multi && !crate::wait::is_wait(cmd) => {}
             _ => {
                 return self.refuse_in_tx(error_reply(&format!(
                     "ERR respway: '{}' is not allowed inside a transaction",

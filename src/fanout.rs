@@ -38,6 +38,9 @@ pub(crate) fn call(
     if kind == FanoutKind::FunctionRead {
         return one(args, parts, flavor, conn, deadline);
     }
+    if kind == FanoutKind::Kill {
+        return kill(args, parts, flavor, deadline);
+    }
     let futs = targets(parts, replicas_too, &args, flavor, conn, deadline);
     Box::pin(async move {
         let replies = match join_ok(futs).await {
@@ -71,6 +74,53 @@ pub(crate) fn one(
         }
         None => Box::pin(async { error_reply("ERR respway: no shard to send the command to") }),
     }
+}
+
+/// `SCRIPT KILL` / `FUNCTION KILL` to every endpoint of every routed cluster (a script may
+/// run on a replica too: `EVAL_RO`), each on a dedicated connection: the shared ones may be
+/// waiting behind the very script to kill, and a busy Redis reads nothing else from them.
+/// `OK` when one endpoint killed a script (Redis Cluster's `one_succeeded`); else the first
+/// error other than `NOTBUSY`, else `NOTBUSY`.
+fn kill(args: Vec<Bytes>, parts: &Parts, flavor: Flavor, deadline: Instant) -> BoxReply {
+    let mut asks = Vec::new();
+    for c in parts.routing.routed_clusters() {
+        let Some(shards) = parts.endpoints.0.get(c) else {
+            continue;
+        };
+        for ep in shards.iter().flatten() {
+            match ep.take_dedicated(flavor) {
+                Ok(conn) => {
+                    let reply = conn.send(args.clone(), deadline);
+                    asks.push(Ok((conn, reply)));
+                }
+                Err(e) => asks.push(Err(e.to_reply(ep.label()))),
+            }
+        }
+    }
+    Box::pin(async move {
+        let mut replies = Vec::with_capacity(asks.len());
+        for ask in asks {
+            replies.push(match ask {
+                Ok((conn, reply)) => {
+                    let Ok(r) = reply.await;
+                    // Answered by Redis: nothing is left in flight on the connection.
+                    if !r.starts_with(b"-ERR respway:") {
+                        conn.give_back();
+                    }
+                    r
+                }
+                Err(e) => e,
+            });
+        }
+        let notbusy = |r: &Reply| r.starts_with(b"-NOTBUSY");
+        replies
+            .iter()
+            .find(|r| !is_error(r))
+            .or_else(|| replies.iter().find(|r| !notbusy(r)))
+            .or_else(|| replies.first())
+            .cloned()
+            .unwrap_or_else(|| error_reply("ERR respway: no shard to send the command to"))
+    })
 }
 
 /// `INFO` with the proxy's sections (`text`) and the shards' keyspace summed.

@@ -195,7 +195,8 @@ pub(crate) fn handle(
     let reply = match cmd {
         ProxyCommand::Ping => match args.len() {
             1 => Bytes::from_static(b"+PONG\r\n"),
-            _ => bulk(&args[1]),
+            2 => bulk(&args[1]),
+            _ => error_reply("ERR wrong number of arguments for 'ping' command"),
         },
         ProxyCommand::Echo => bulk(&args[1]),
         ProxyCommand::Quit => return Local::ReplyAndClose(ok()),

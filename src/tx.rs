@@ -107,6 +107,7 @@ pub(crate) fn place(
             | CommandClass::SameShard
             | CommandClass::Split(_)
             | CommandClass::Transaction
+            | CommandClass::Blocking
     ) {
         return Ok(None);
     }

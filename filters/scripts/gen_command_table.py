@@ -115,6 +115,8 @@ FANOUT = {
     "function|restore": "FunctionWrite",
     "function|list": "FunctionRead",
     "function|dump": "FunctionRead",
+    "script|kill": "Kill",
+    "function|kill": "Kill",
 }
 
 # Blocking commands: each runs on a dedicated connection (src/blocking.rs). XREAD and
@@ -619,6 +621,9 @@ FANOUT_PHRASE = {
     "ScriptFlush": "sent to every endpoint of every routed cluster; `OK` when all are",
     "FunctionWrite": "sent to every primary; the first reply when all succeed",
     "FunctionRead": "sent to the first primary of the catch-all cluster",
+    "Kill": "sent to every endpoint of every routed cluster on connections of their own (a \
+busy shard answers nothing else); `OK` when one killed a script, else the first error \
+(`-NOTBUSY` when none runs)",
 }
 
 BLOCKING_PHRASE = (

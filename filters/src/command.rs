@@ -291,6 +291,9 @@ pub enum FanoutKind {
     FunctionWrite,
     /// `FUNCTION LIST | DUMP`: the first primary of the first cluster.
     FunctionRead,
+    /// `SCRIPT KILL`, `FUNCTION KILL`: every endpoint, each on a connection of its own (a
+    /// shard running a script answers nothing else); `OK` when one killed a script.
+    Kill,
 }
 
 /// A command answered by the proxy itself.
@@ -1105,7 +1108,7 @@ mod tests {
             sub(&["function", "flush"]),
             Fanout(FanoutKind::FunctionWrite)
         );
-        assert_eq!(sub(&["script", "kill"]), Unsupported);
+        assert_eq!(sub(&["script", "kill"]), Fanout(FanoutKind::Kill));
         assert_eq!(cmd("reset").class, Proxy(ProxyCommand::Reset));
         assert_eq!(cmd("readonly").class, Proxy(ProxyCommand::ReadMode));
         assert_eq!(sub(&["memory", "usage", "k"]), Single);

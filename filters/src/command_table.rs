@@ -4618,7 +4618,7 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // function|kill: no keys
+    // function|kill: sent to every shard
     CommandInfo {
         name: "function|kill",
         arity: 2,
@@ -4627,7 +4627,7 @@ static SUB_FUNCTION: [CommandInfo; 9] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::Kill),
         subcommands: &[],
     },
     // function|list: sent to every shard
@@ -5118,7 +5118,7 @@ static SUB_SCRIPT: [CommandInfo; 6] = [
         class: CommandClass::Unsupported,
         subcommands: &[],
     },
-    // script|kill: no keys
+    // script|kill: sent to every shard
     CommandInfo {
         name: "script|kill",
         arity: 2,
@@ -5127,7 +5127,7 @@ static SUB_SCRIPT: [CommandInfo; 6] = [
         legacy_range: (0, 0, 0),
         acl_categories: &["@slow", "@scripting"],
         keys: KeySpec::None,
-        class: CommandClass::Unsupported,
+        class: CommandClass::Fanout(FanoutKind::Kill),
         subcommands: &[],
     },
     // script|load: sent to every shard

@@ -1,0 +1,139 @@
+//! Commands Redis runs that respway refused or answered differently: blocking commands inside
+//! MULTI (Redis runs them without blocking), SCRIPT KILL and FUNCTION KILL (a runaway script
+//! must be stoppable through respway), and the argument errors of PING and FCALL. Each reply
+//! is compared with a plain redis-server's.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn three_shards() -> (Vec<Proc>, Vec<SocketAddr>, Respway) {
+    // A script is BUSY to others after 100 ms (Redis's default is 5 s).
+    let shards: Vec<Proc> = (0..3)
+        .map(|_| redis_with(&["--busy-reply-threshold", "100"]))
+        .collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let rw = respway(&sharded_yaml(&addrs, "{ policy: crc16_slots }", true), 1);
+    (shards, addrs, rw)
+}
+
+fn run(addr: SocketAddr, cmds: &[Vec<&str>]) -> Vec<Resp> {
+    let mut c = RespConn::connect(addr);
+    c.send_pipeline(cmds);
+    cmds.iter().map(|_| c.read().expect("reply")).collect()
+}
+
+fn same_as_redis(rw: SocketAddr, plain: SocketAddr, cmds: &[Vec<&str>]) {
+    let want = run(plain, cmds);
+    let got = run(rw, cmds);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "reply {i} to {:?}", cmds[i]);
+    }
+}
+
+/// Inside MULTI, Redis runs BLPOP and the other blocking commands as if their timeout had
+/// passed: they never block. respway refused them and the client then stalled in MULTI.
+#[test]
+fn blocking_commands_run_inside_multi_without_blocking() {
+    let (_shards, _addrs, rw) = three_shards();
+    let plain = redis();
+    let cmds: Vec<Vec<&str>> = vec![
+        vec!["RPUSH", "{l}a", "1", "2"],
+        vec!["ZADD", "{l}z", "1", "m"],
+        vec!["XADD", "{l}s", "1-1", "f", "v"],
+        vec!["MULTI"],
+        vec!["BLPOP", "{l}a", "0"],
+        vec!["BRPOP", "{l}a", "{l}empty", "0"],
+        vec!["BLPOP", "{l}empty", "0"],
+        vec!["BLMOVE", "{l}a", "{l}b", "LEFT", "RIGHT", "0"],
+        vec!["BRPOPLPUSH", "{l}b", "{l}c", "0"],
+        vec!["BLMPOP", "0", "2", "{l}c", "{l}a", "LEFT"],
+        vec!["BZPOPMIN", "{l}z", "0"],
+        vec!["BZPOPMAX", "{l}z", "0"],
+        vec!["BZMPOP", "0", "1", "{l}z", "MIN"],
+        vec!["XREAD", "BLOCK", "0", "STREAMS", "{l}s", "0"],
+        vec!["EXEC"],
+        vec!["LRANGE", "{l}c", "0", "-1"],
+        // The client is out of MULTI: a plain command answers.
+        vec!["PING"],
+    ];
+    same_as_redis(rw.addr, plain.addr, &cmds);
+}
+
+#[test]
+fn ping_and_fcall_argument_errors_are_redis_own() {
+    let (_shards, _addrs, rw) = three_shards();
+    let plain = redis();
+    let lib = "#!lua name=t\nredis.register_function('f', function(k, a) return 1 end)";
+    let cmds: Vec<Vec<&str>> = vec![
+        vec!["PING", "a", "b"],
+        // Redis looks the function up before it reads numkeys.
+        vec!["FCALL", "nosuch", "notanumber"],
+        vec!["FUNCTION", "LOAD", lib],
+        vec!["PING", "a"],
+        vec!["FCALL", "f", "notanumber"],
+        vec!["FCALL_RO", "f", "notanumber"],
+        vec!["EVAL", "return 1", "notanumber"],
+        vec!["FCALL", "f", "-1"],
+        vec!["FCALL", "f", "2", "k"],
+        vec!["PING"],
+    ];
+    same_as_redis(rw.addr, plain.addr, &cmds);
+}
+
+/// A runaway script makes its shard answer BUSY; SCRIPT KILL through respway stops it (on
+/// every shard, over connections of their own), and the shard serves again. FUNCTION KILL
+/// likewise. With nothing running, the reply is Redis's NOTBUSY.
+#[test]
+fn script_kill_and_function_kill_stop_a_runaway_script() {
+    let (_shards, addrs, rw) = three_shards();
+    let plain = redis();
+    same_as_redis(
+        rw.addr,
+        plain.addr,
+        &[vec!["SCRIPT", "KILL"], vec!["FUNCTION", "KILL"]],
+    );
+    let spin = "local i = 0 while true do i = i + 1 end";
+    for kill in [&["SCRIPT", "KILL"][..], &["FUNCTION", "KILL"]] {
+        let runaway = if kill[0] == "SCRIPT" {
+            spawn_call(rw.addr, &["EVAL", spin, "1", "{r}k"])
+        } else {
+            let mut c = RespConn::connect(rw.addr);
+            let lib = format!(
+                "#!lua name=spin\nredis.register_function{{function_name='spin', callback=function(k) {spin} end, flags={{'no-writes'}}}}"
+            );
+            c.call(&["FUNCTION", "LOAD", "REPLACE", &lib]);
+            spawn_call(rw.addr, &["FCALL", "spin", "1", "{r}k"])
+        };
+        // The script runs once its shard answers BUSY to others.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let busy = loop {
+            let found = addrs.iter().position(|&a| {
+                RespConn::connect(a)
+                    .call(&["GET", "x"])
+                    .error()
+                    .is_some_and(|e| e.starts_with("BUSY"))
+            });
+            if let Some(i) = found {
+                break i;
+            }
+            assert!(Instant::now() < deadline, "the script never ran");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut c = RespConn::connect(rw.addr);
+        assert_eq!(c.call(kill), Resp::Simple("OK".into()), "{kill:?}");
+        let r = runaway.join().expect("runaway caller");
+        assert!(
+            r.error().is_some(),
+            "the script's caller gets an error: {r:?}"
+        );
+        assert_eq!(
+            RespConn::connect(addrs[busy]).call(&["PING"]),
+            Resp::Simple("PONG".into())
+        );
+        assert_eq!(c.call(&["SET", "{r}k", "v"]), Resp::Simple("OK".into()));
+    }
+}
