@@ -1098,6 +1098,8 @@ async fn run_connection(
                 None => return, // every handle dropped: the endpoint left the config
             }
         };
+        // The last attempt said the shard is coming back: probe at a fixed short interval.
+        let mut coming = false;
         let (failure, refused) = match connect(&cfg, flavor).await {
             Ok(stream) => {
                 stats.worker.connects.fetch_add(1, Ordering::Relaxed);
@@ -1142,7 +1144,11 @@ async fn run_connection(
                         &stats,
                     );
                 }
-                (e.text, e.refused)
+                if e.coming_back {
+                    backoff = COMING_BACK_PROBE;
+                    coming = true;
+                }
+                (e.text.clone(), e.retry_soon())
             }
         };
         tracing::warn!(endpoint = %cfg.label, error = %failure, ?backoff, "upstream unavailable");
@@ -1188,7 +1194,12 @@ async fn run_connection(
                             }
                             Err(e) => {
                                 stats.worker.connect_failures.fetch_add(1, Ordering::Relaxed);
-                                refused = e.refused;
+                                refused = e.retry_soon();
+                                coming = e.coming_back;
+                                if coming {
+                                    backoff = COMING_BACK_PROBE;
+                                    sleep.as_mut().reset(Instant::now() + backoff);
+                                }
                                 reason = e.text.into();
                                 stats.failed(&reason);
                                 answer(req.tx, UpstreamError::Unavailable(reason.clone()), &stats);
@@ -1199,7 +1210,9 @@ async fn run_connection(
                 },
             }
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        if !coming {
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
     }
 }
 
@@ -1220,6 +1233,16 @@ struct ConnectError {
     /// The TCP connect itself was refused: nothing listens (yet), so trying again soon is
     /// cheap and finds a restarted shard at once.
     refused: bool,
+    /// The shard answered that it is coming back (see [`coming_back`]).
+    coming_back: bool,
+}
+
+impl ConnectError {
+    /// A request that arrives meanwhile waits for one more attempt instead of failing at
+    /// once: the shard may be back by then.
+    fn retry_soon(&self) -> bool {
+        self.refused || self.coming_back
+    }
 }
 
 impl From<String> for ConnectError {
@@ -1227,9 +1250,17 @@ impl From<String> for ConnectError {
         ConnectError {
             text,
             refused: false,
+            coming_back: false,
         }
     }
 }
+
+/// What a handshake that the shard closed says.
+const CLOSED_DURING_HANDSHAKE: &str = "closed during handshake";
+
+/// How often a shard that is coming back (loading, or closing connections while it restarts)
+/// is probed while no request asks for it.
+const COMING_BACK_PROBE: Duration = Duration::from_millis(50);
 
 /// An open, prepared connection to an endpoint: plain TCP, or TLS after its handshake.
 pub(crate) enum Conn {
@@ -1280,6 +1311,7 @@ async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<Conn, ConnectEr
             Ok(Err(e)) => {
                 return Err(ConnectError {
                     refused: e.kind() == std::io::ErrorKind::ConnectionRefused,
+                    coming_back: false,
                     text: e.to_string(),
                 })
             }
@@ -1314,9 +1346,24 @@ async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<Conn, ConnectEr
         };
     match tokio::time::timeout(left, attempt).await {
         Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(ConnectError::from(e)),
+        Ok(Err(e)) => Err(ConnectError {
+            coming_back: coming_back(&e),
+            refused: false,
+            text: e,
+        }),
         Err(_) => Err(timed_out()),
     }
+}
+
+/// Whether a failed handshake says the shard is coming back: it answered `-LOADING` (loading
+/// its AOF or RDB), or accepted the connection and closed it (a process restarting behind a
+/// supervisor or a load balancer). It is probed again every [`COMING_BACK_PROBE`], without
+/// a growing backoff, and a request waits for the next attempt rather than failing at once.
+fn coming_back(handshake_error: &str) -> bool {
+    handshake_error.starts_with("handshake refused: LOADING")
+        || handshake_error == CLOSED_DURING_HANDSHAKE
+        || handshake_error.starts_with("Connection reset by peer")
+        || handshake_error.starts_with("Broken pipe")
 }
 
 /// AUTH and SELECT when configured, and always a PING: a process that is frozen or not Redis
@@ -1354,7 +1401,7 @@ async fn hello<S: AsyncRead + AsyncWrite + Unpin>(
     let mut answered = 0;
     while answered < hello.len() {
         if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-            return Err("closed during handshake".to_string());
+            return Err(CLOSED_DURING_HANDSHAKE.to_string());
         }
         while let Some(n) = reply_len(&buf, &Limits::default())
             .map_err(|e| format!("handshake: Protocol error: {e}"))?

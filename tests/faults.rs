@@ -379,6 +379,122 @@ fn a_restarted_shard_serves_the_first_request_after_it_is_back() {
     assert_eq!(c.call(&["GET", "a:k"]).text(), "3");
 }
 
+/// Sends `SET a:k <n>` through respway every few milliseconds until the shard at `shard`
+/// answers a direct `PING` with `+PONG` (ready), then returns the reply respway gives the
+/// very next request. Bounded by `max`.
+fn first_reply_after_ready(c: &mut RespConn, shard: SocketAddr, max: Duration) -> Resp {
+    let until = Instant::now() + max;
+    let mut n = 0u64;
+    while Instant::now() < until {
+        n += 1;
+        let r = c.call(&["SET", "a:k", &n.to_string()]);
+        assert!(
+            r == Resp::Simple("OK".into()) || r.error().is_some(),
+            "{r:?}"
+        );
+        let ready = raw_command(shard, &["PING"]).is_ok_and(|r| r.starts_with("+PONG"));
+        if ready {
+            return c.call(&["SET", "a:k", "after"]);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the shard was not ready within {max:?}");
+}
+
+/// A shard restarted with an AOF of a few hundred MB answers `-LOADING` to the handshake
+/// until it has loaded: respway treats that as "coming back", keeps trying every few tens of
+/// milliseconds, and the first request after the shard is ready succeeds.
+#[test]
+fn a_shard_loading_its_aof_serves_the_first_request_after_it_is_ready() {
+    let aof = [
+        "--appendonly",
+        "yes",
+        "--enable-debug-command",
+        "yes",
+        "--appendfsync",
+        "no",
+    ];
+    let mut a = redis_with(&aof);
+    let b = redis();
+    let port = a.addr.port();
+    let mut direct = RespConn::connect(a.addr);
+    // ~300 MB of values: loading takes a second or more.
+    assert_eq!(
+        direct.call(&["DEBUG", "POPULATE", "1500000", "pop", "200"]),
+        Resp::Simple("OK".into())
+    );
+    direct.call(&["BGREWRITEAOF"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while direct
+        .call(&["INFO", "persistence"])
+        .text()
+        .contains("aof_rewrite_in_progress:1")
+        || direct
+            .call(&["INFO", "persistence"])
+            .text()
+            .contains("aof_rewrite_scheduled:1")
+    {
+        assert!(Instant::now() < deadline, "AOF rewrite");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rw = respway(&two_cluster_yaml(a.addr, b.addr, "300ms", ""), 1);
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(c.call(&["SET", "a:k", "0"]), Resp::Simple("OK".into()));
+    a.kill();
+    let _a = redis_starting_on(port, &aof);
+    let r = first_reply_after_ready(&mut c, a.addr, Duration::from_secs(60));
+    assert_eq!(
+        r,
+        Resp::Simple("OK".into()),
+        "the first request after the shard is ready"
+    );
+    assert_eq!(
+        RespConn::connect(a.addr).call(&["DBSIZE"]),
+        Resp::Int(1_500_001),
+        "the AOF was loaded"
+    );
+}
+
+/// A backend that accepts connections and closes them while it restarts (a process manager,
+/// a load balancer in front of it) is "coming back" too: the backoff does not grow to seconds,
+/// and the first request after the shard is ready succeeds.
+#[test]
+fn a_shard_that_closes_connections_while_restarting_serves_the_first_request_after() {
+    let mut a = redis();
+    let b = redis();
+    let port = a.addr.port();
+    let rw = respway(&two_cluster_yaml(a.addr, b.addr, "300ms", ""), 1);
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(c.call(&["SET", "a:k", "1"]), Resp::Simple("OK".into()));
+    a.kill();
+    // For 2 s the port accepts and closes every connection at once.
+    let closer = std::net::TcpListener::bind(a.addr).expect("bind the shard's port");
+    closer.set_nonblocking(true).unwrap();
+    let until = Instant::now() + Duration::from_secs(2);
+    let closing = std::thread::spawn(move || {
+        while Instant::now() < until {
+            match closer.accept() {
+                Ok((s, _)) => drop(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    });
+    // Requests keep coming meanwhile and fail.
+    while Instant::now() < until {
+        let r = c.call(&["SET", "a:k", "2"]);
+        assert!(r.error().is_some(), "{r:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    closing.join().unwrap();
+    let _a = redis_starting_on(port, &[]);
+    let r = first_reply_after_ready(&mut c, a.addr, Duration::from_secs(10));
+    assert_eq!(
+        r,
+        Resp::Simple("OK".into()),
+        "the first request after the shard is ready"
+    );
+}
+
 /// A client that pipelines large GETs and never reads its replies: respway stops reading it
 /// at the buffer limit (its RSS stays within the bound plus buffers), other clients are
 /// served, and after the stall timeout the client is disconnected, logged and counted.

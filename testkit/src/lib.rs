@@ -34,4 +34,6 @@ pub use fake::{Dribble, FakeMode, FakeShard};
 pub use http::{http, http_get, url_encode};
 pub use process::{free_port, have, loopback, rss_of, wait_port, Proc, Spawn};
 pub use resp::{encode_cmd, parse_resp, raw_command, Resp, RespConn};
-pub use servers::{nutcracker, nutcracker_bin, redis, redis_on, redis_on_with, redis_with};
+pub use servers::{
+    nutcracker, nutcracker_bin, redis, redis_on, redis_on_with, redis_starting_on, redis_with,
+};

@@ -33,28 +33,18 @@ pub fn redis_on_with(port: u16, extra: &[&str]) -> Proc {
     try_redis(port, extra).unwrap_or_else(|| panic!("could not start redis-server on {port}"))
 }
 
+/// `redis-server` started on `port` in the same directory as the one before it on this port,
+/// returned at once: while it loads its AOF it answers `-LOADING` (a shard restarting).
+pub fn redis_starting_on(port: u16, extra: &[&str]) -> Proc {
+    spawn_redis(port, extra)
+}
+
 /// `redis-server` on `port` in the scratch directory of that port, once it answers PING
 /// (`+PONG`, or `-NOAUTH` with a password); `None` if it exits first (the port was taken)
 /// or does not answer within 10 s.
 fn try_redis(port: u16, extra: &[&str]) -> Option<Proc> {
-    let dir = scratch_dir("redis", port);
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .args(["--dir", dir.to_str().expect("utf8 path")])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server must be installed (apt-get install redis-server)");
-    let addr = loopback(port);
-    let mut p = Proc {
-        child,
-        addr,
-        dir: Some(dir),
-        config: None,
-    };
+    let mut p = spawn_redis(port, extra);
+    let addr = p.addr;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = p.child.try_wait() {
@@ -70,6 +60,26 @@ fn try_redis(port: u16, extra: &[&str]) -> Option<Proc> {
     }
     p.kill();
     None
+}
+
+fn spawn_redis(port: u16, extra: &[&str]) -> Proc {
+    let dir = scratch_dir("redis", port);
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .args(["--dir", dir.to_str().expect("utf8 path")])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (apt-get install redis-server)");
+    Proc {
+        child,
+        addr: loopback(port),
+        dir: Some(dir),
+        config: None,
+    }
 }
 
 /// The nutcracker binary: `nutcracker` in `PATH`, else `/usr/sbin/nutcracker` (where the
