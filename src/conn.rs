@@ -174,11 +174,20 @@ impl Drop for TurnClock<'_> {
     }
 }
 
+/// When the session answers a command whose upstream deadline is `deadline` itself, if
+/// nothing did: after the latest moment the upstream may answer it (see
+/// [`crate::upstream::STRETCH`]).
+fn backstop(deadline: Instant, op: std::time::Duration) -> Instant {
+    deadline + op * crate::upstream::STRETCH + BACKSTOP
+}
+
 /// When a command whose session backstop is `backstop` was dispatched (the backstop less the
 /// spans added to it there).
 fn started(live: &Live, backstop: Instant) -> Instant {
     let op = live.parts.listener.op_timeout;
-    backstop.checked_sub(op + op + BACKSTOP).unwrap_or(backstop)
+    backstop
+        .checked_sub(op + op * crate::upstream::STRETCH + BACKSTOP)
+        .unwrap_or(backstop)
 }
 
 /// Counts a reply that came from upstream (or a future): its latency runs from dispatch
@@ -909,7 +918,7 @@ impl Session {
         // session's backstop after it.
         let times = || {
             let deadline = batch_now() + op_timeout;
-            (deadline, deadline + op_timeout + BACKSTOP)
+            (deadline, backstop(deadline, op_timeout))
         };
         // SORT's BY and GET patterns read keys on the sorted key's shard: refused when the
         // keys they form may live elsewhere (they would read as missing), as Redis Cluster
@@ -991,7 +1000,7 @@ impl Session {
                                 tokio::time::sleep_until(at).await;
                                 reply
                             }),
-                            at + op_timeout + BACKSTOP,
+                            backstop(at, op_timeout),
                         )
                     }
                     Local::Forward => {
@@ -1110,7 +1119,7 @@ impl Session {
                         s.confirming += 1;
                     }
                 }
-                Pending::other(fut, deadline + op_timeout + BACKSTOP)
+                Pending::other(fut, backstop(deadline, op_timeout))
             }
         }
     }
@@ -1137,7 +1146,7 @@ impl Session {
         let op_timeout = live.parts.listener.op_timeout;
         let times = || {
             let deadline = batch_now() + op_timeout;
-            (deadline, deadline + op_timeout + BACKSTOP)
+            (deadline, backstop(deadline, op_timeout))
         };
         let flavor = self.state.flavor();
         if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
@@ -1263,7 +1272,7 @@ impl Session {
                 let Ok(r) = f.await;
                 first_err.unwrap_or(r)
             }),
-            deadline + op_timeout + BACKSTOP,
+            backstop(deadline, op_timeout),
         )
     }
 
@@ -1346,7 +1355,7 @@ impl Session {
                                 )
                             }
                         }),
-                        deadline + op_timeout + BACKSTOP,
+                        backstop(deadline, op_timeout),
                     );
                 }
                 let mut before = Vec::new();

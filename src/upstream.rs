@@ -874,10 +874,20 @@ impl Future for UpstreamFuture {
 struct Inflight {
     /// `None` once answered with a timeout: its reply, when it comes, is dropped.
     tx: Option<ReplyTx>,
+    /// Moved later while reply bytes flow (see [`STRETCH`]).
     deadline: Instant,
     /// When its batch was taken to be written.
     sent: Instant,
+    /// Its op_timeout (as it stood when written).
+    op: Duration,
 }
+
+/// A request's op_timeout counts from when it was written or from the last reply byte its
+/// connection received, whichever is later: a reply that waits behind earlier large replies
+/// on the same connection (or is itself arriving) is not timed out while bytes keep flowing.
+/// At most this many op_timeouts after it was written, though (the session's backstop comes
+/// after that).
+pub(crate) const STRETCH: u32 = 8;
 
 /// Latencies of consecutive replies counted as one run (replies of one write batch share
 /// `sent` and are read together, so they took the same time): one subtraction and one
@@ -945,7 +955,7 @@ fn read_replies(
     limits: &Limits,
     latency: &crate::metrics::Latency,
     (endpoint, note_min): (SocketAddr, u64),
-) -> Result<(), Fail> {
+) -> Result<Option<Instant>, Fail> {
     match scanner.bulk_end_hint() {
         // A large value whose length the scanner has read (a 1 MiB GET reply) gets room for
         // all of it at once: one allocation and one copy of what arrived so far, instead of
@@ -958,7 +968,7 @@ fn read_replies(
     let n = match stream.try_read_buf(rbuf) {
         Ok(0) => return Err(Fail::Io("connection closed by server".into())),
         Ok(n) => n,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
         Err(e) => return Err(Fail::Io(e.to_string())),
     };
     if n < spare {
@@ -1001,7 +1011,7 @@ fn read_replies(
         // Give back what a large reply made the buffer grow to.
         *rbuf = BytesMut::with_capacity(RBUF);
     }
-    Ok(())
+    Ok(Some(now))
 }
 
 /// Marks the socket not readable without a syscall (see [`read_replies`]). Safe against a
@@ -1447,6 +1457,8 @@ async fn serve<S: Io>(
     // Where the reply at the front of `rbuf` stands (kept across reads).
     let mut scanner = ReplyScanner::new();
     let mut open = true;
+    // When reply bytes last arrived.
+    let mut last_bytes = Instant::now();
     // Follows the oldest unanswered request: at its deadline it is answered with a timeout;
     // STUCK_MARGIN later, the connection is replaced.
     let timer = tokio::time::sleep_until(far_future());
@@ -1526,8 +1538,10 @@ async fn serve<S: Io>(
                     slow,
                 )
             });
-            if let Err(e) = r {
-                break Err(e);
+            match r {
+                Err(e) => break Err(e),
+                Ok(Some(t)) => last_bytes = t,
+                Ok(None) => {}
             }
         }
         match ev.requests {
@@ -1568,6 +1582,15 @@ async fn serve<S: Io>(
         if ev.timer {
             timer_armed = false;
             let now = Instant::now();
+            // The oldest request's reply may only be waiting behind earlier replies on this
+            // connection, or be arriving: its op_timeout counts from the last reply byte
+            // (see [`STRETCH`]). The requests behind it wait for it.
+            if let Some(front) = inflight.front_mut().filter(|f| f.tx.is_some()) {
+                let due = (last_bytes + front.op).min(front.sent + front.op * STRETCH);
+                if due > front.deadline {
+                    front.deadline = due;
+                }
+            }
             // Answer every request past its deadline (their replies, if they come, are
             // dropped in order); replace the connection once the oldest is far past it.
             for f in inflight.iter_mut() {
@@ -1691,6 +1714,7 @@ fn enqueue(
         tx: Some(req.tx),
         deadline: req.deadline,
         sent: now,
+        op: req.deadline.saturating_duration_since(now),
     });
     true
 }

@@ -495,6 +495,44 @@ fn a_shard_that_closes_connections_while_restarting_serves_the_first_request_aft
     );
 }
 
+/// Large replies pipelined over a slow link: each reply waits behind the ones before it on
+/// the connection, longer than op_timeout in all, while bytes keep flowing. None of them is an
+/// `upstream timeout` (Redis answered every one); op_timeout counts from the last reply byte.
+#[test]
+fn pipelined_large_replies_behind_each_other_do_not_time_out() {
+    let shard = redis();
+    let relay = Dribble::throttled(shard.addr, 4 << 20);
+    let yaml = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    op_timeout: 300ms\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    connect_timeout: 1s\n    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+        relay.addr
+    );
+    let rw = respway(&yaml, 1);
+    let value = "v".repeat(1 << 20);
+    let mut direct = RespConn::connect(shard.addr);
+    for i in 0..4 {
+        assert_eq!(
+            direct.call(&["SET", &format!("big{i}"), &value]),
+            Resp::Simple("OK".into())
+        );
+    }
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(c.call(&["PING"]), Resp::Simple("PONG".into()));
+    let started = Instant::now();
+    let cmds: Vec<Vec<String>> = (0..4)
+        .map(|i| vec!["GET".to_string(), format!("big{i}")])
+        .collect();
+    c.send_pipeline(&cmds);
+    for i in 0..4 {
+        match c.read().expect("reply") {
+            Resp::Bulk(Some(v)) => assert_eq!(v.len(), 1 << 20, "reply {i}"),
+            other => panic!("reply {i}: {:?}", other.error()),
+        }
+    }
+    // The link is what made it slow: longer than op_timeout, as the test intends.
+    assert!(started.elapsed() > Duration::from_millis(600));
+    // A shard that sends nothing still times out at op_timeout (the stall tests above).
+}
+
 /// A client that pipelines large GETs and never reads its replies: respway stops reading it
 /// at the buffer limit (its RSS stays within the bound plus buffers), other clients are
 /// served, and after the stall timeout the client is disconnected, logged and counted.

@@ -135,6 +135,16 @@ pub struct Dribble {
 impl Dribble {
     /// Starts a relay to `target`.
     pub fn start(target: SocketAddr, max_chunk: usize) -> Dribble {
+        Dribble::start_paced(target, max_chunk, None)
+    }
+
+    /// A relay to `target` that hands the server's bytes on at about `bytes_per_sec` (a slow
+    /// link): large replies take seconds to arrive.
+    pub fn throttled(target: SocketAddr, bytes_per_sec: u64) -> Dribble {
+        Dribble::start_paced(target, 16 * 1024, Some(bytes_per_sec.max(1)))
+    }
+
+    fn start_paced(target: SocketAddr, max_chunk: usize, pace: Option<u64>) -> Dribble {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         listener.set_nonblocking(true).expect("nonblocking");
@@ -160,9 +170,11 @@ impl Dribble {
                         );
                         let (st1, st2) = (s.clone(), s.clone());
                         conns.push(std::thread::spawn(move || {
-                            relay(client, server, usize::MAX, st1)
+                            relay(client, server, usize::MAX, None, st1)
                         }));
-                        conns.push(std::thread::spawn(move || relay(s2, c2, max_chunk, st2)));
+                        conns.push(std::thread::spawn(move || {
+                            relay(s2, c2, max_chunk, pace, st2)
+                        }));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -190,7 +202,13 @@ impl Drop for Dribble {
 
 /// Copies `from` to `to` in writes of at most `max_chunk` bytes until EOF, an error or `stop`;
 /// then shuts both down so the other direction ends too.
-fn relay(mut from: TcpStream, mut to: TcpStream, max_chunk: usize, stop: Arc<AtomicBool>) {
+fn relay(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    max_chunk: usize,
+    pace: Option<u64>,
+    stop: Arc<AtomicBool>,
+) {
     let mut chunk = vec![0u8; 64 * 1024];
     let mut size = 0usize;
     while !stop.load(Ordering::Relaxed) {
@@ -209,15 +227,20 @@ fn relay(mut from: TcpStream, mut to: TcpStream, max_chunk: usize, stop: Arc<Ato
         };
         let mut at = 0;
         while at < n {
-            let step = if max_chunk == usize::MAX {
-                n
-            } else {
-                size = size % max_chunk + 1;
-                size
+            let step = match (max_chunk, pace) {
+                (usize::MAX, _) => n,
+                (_, Some(_)) => max_chunk,
+                _ => {
+                    size = size % max_chunk + 1;
+                    size
+                }
             };
             let end = (at + step).min(n);
             if to.write_all(&chunk[at..end]).is_err() {
                 return;
+            }
+            if let Some(rate) = pace {
+                std::thread::sleep(Duration::from_micros((end - at) as u64 * 1_000_000 / rate));
             }
             at = end;
         }
