@@ -29,8 +29,9 @@ use crate::upstream::Dedicated;
 /// (beyond it they are refused and `EXEC` aborts): the proxy holds them, so they are bounded.
 pub(crate) const MAX_HELD: usize = 1024;
 
-/// Redis Cluster's error for keys of one request (or transaction) on different slots.
-pub(crate) const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+/// Redis Cluster's error for keys of one request (or transaction) on different slots: the
+/// chain's one text.
+pub(crate) use respway_filters::multi_key::CROSSSLOT;
 
 /// A session's transaction state.
 #[derive(Debug)]

@@ -606,6 +606,9 @@ fn send_on(
     UpstreamFuture::failed(failed, label, deadline)
 }
 
+/// Why a command on a dedicated connection that broke earlier fails.
+const DEDICATED_BROKE: &str = "the connection broke before this command was sent";
+
 /// Decrements the count of open dedicated connections when their task ends.
 #[derive(Debug)]
 struct OpenGuard(Arc<AtomicUsize>);
@@ -631,6 +634,13 @@ impl Dedicated {
     pub(crate) fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
         let i = &self.handle.inner;
         crate::stats::bump(&i.requests, 1);
+        if self.tx.is_closed() {
+            // The connection broke (it is never reopened under a transaction): a lost
+            // connection, not an endpoint that left the configuration (`Closed`).
+            let e = UpstreamError::ConnectionLost(DEDICATED_BROKE.into());
+            i.stats.count(e.kind());
+            return UpstreamFuture::failed(e, i.cfg.label.clone(), deadline);
+        }
         send_on(
             &self.tx,
             args,
@@ -1078,6 +1088,14 @@ async fn run_connection(
                     .await
                 {
                     tracing::debug!(endpoint = %cfg.label, error = %e, "dedicated connection closed");
+                    // Queued behind the failure, never sent: lost with the connection.
+                    while let Some(req) = rx.try_recv() {
+                        answer(
+                            req.tx,
+                            UpstreamError::ConnectionLost(DEDICATED_BROKE.into()),
+                            &stats,
+                        );
+                    }
                 }
             }
             Err(e) => {

@@ -137,3 +137,26 @@ fn script_kill_and_function_kill_stop_a_runaway_script() {
         assert_eq!(c.call(&["SET", "{r}k", "v"]), Resp::Simple("OK".into()));
     }
 }
+
+/// One CROSSSLOT text everywhere, Redis Cluster's: a same-shard command, a transaction and a
+/// blocking command whose keys live on two shards.
+#[test]
+fn crossslot_is_redis_clusters_text_everywhere() {
+    let (_shards, _addrs, rw) = three_shards();
+    let want = Resp::Error("CROSSSLOT Keys in request don't hash to the same slot".into());
+    // Keys that land on different shards (crc16 slots over three shards).
+    let (a, b) = ("{a}k", "{b}k");
+    let mut c = RespConn::connect(rw.addr);
+    c.call(&["SET", a, "1"]);
+    assert_eq!(c.call(&["RENAME", a, b]), want, "same-shard command");
+    assert_eq!(
+        c.call(&["SINTERSTORE", a, a, b]),
+        want,
+        "same-shard command"
+    );
+    assert_eq!(c.call(&["BLPOP", a, b, "1"]), want, "blocking command");
+    assert_eq!(c.call(&["MULTI"]), Resp::Simple("OK".into()));
+    c.call(&["GET", a]);
+    assert_eq!(c.call(&["GET", b]), want, "transaction");
+    c.call(&["DISCARD"]);
+}

@@ -374,3 +374,25 @@ fn keyless_commands_held_before_the_first_key_are_bounded() {
         );
     }
 }
+
+/// A transaction whose dedicated connection broke before EXEC: EXEC is answered as a lost
+/// connection (`connection lost`), not `connection closed` (which means the endpoint left
+/// the configuration), and nothing is applied.
+#[test]
+fn exec_on_a_broken_dedicated_connection_is_a_lost_connection() {
+    let (_shards, addrs, rw) = three_shards();
+    let i = shard_of(rw.addr, &addrs, "{t}a");
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(c.call(&["MULTI"]), Resp::Simple("OK".into()));
+    assert_eq!(c.call(&["SET", "{t}a", "1"]), Resp::Simple("QUEUED".into()));
+    // Every other client of the shard (respway's connections) is cut.
+    RespConn::connect(addrs[i]).call(&["CLIENT", "KILL", "TYPE", "normal"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let r = c.call(&["EXEC"]);
+    let e = r.error().unwrap_or_else(|| panic!("EXEC: {r:?}"));
+    assert!(e.contains(": connection lost: "), "{e}");
+    assert_eq!(
+        RespConn::connect(addrs[i]).call(&["EXISTS", "{t}a"]),
+        Resp::Int(0)
+    );
+}

@@ -679,7 +679,7 @@ CLASS_DOC = [
     (
         "SameShard",
         "all keys must hash to one shard (use `{hashtags}`), else `-CROSSSLOT Keys in request "
-        "don't hash to the same shard`. `EVAL`/`EVALSHA`/`FCALL` (and their `_RO` forms) are "
+        "don't hash to the same slot`. `EVAL`/`EVALSHA`/`FCALL` (and their `_RO` forms) are "
         "routed by their keys; with no keys they are refused unless the listener's "
         "`allow_keyless_scripts` is set.",
     ),
