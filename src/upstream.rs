@@ -1068,7 +1068,7 @@ fn answer(tx: ReplyTx, e: UpstreamError, stats: &EndpointStats) {
 
 /// One connection's task. A shared connection (`dedicated` is `None`) reconnects after
 /// failures as described in the module docs; a dedicated one ends at its first failure (its
-/// holder's later commands then fail with `connection closed`), and `dedicated` counts it
+/// holder's later commands then fail with `connection lost`), and `dedicated` counts it
 /// open until then.
 async fn run_connection(
     cfg: EndpointConfig,
@@ -1083,12 +1083,21 @@ async fn run_connection(
         match connect(&cfg, flavor).await {
             Ok(stream) => {
                 stats.worker.connects.fetch_add(1, Ordering::Relaxed);
+                let (mut carry, mut lost) = (vec![first], Vec::new());
                 if let Err(e) = stream
-                    .serve(Some(first), &mut rx, &stats, &latency, true)
+                    .serve(&mut carry, &mut lost, &mut rx, &stats, &latency, true)
                     .await
                 {
                     tracing::debug!(endpoint = %cfg.label, error = %e, "dedicated connection closed");
+                    answer_lost(&mut lost, &e.to_string(), &stats);
                     // Queued behind the failure, never sent: lost with the connection.
+                    for req in carry.drain(..) {
+                        answer(
+                            req.tx,
+                            UpstreamError::ConnectionLost(DEDICATED_BROKE.into()),
+                            &stats,
+                        );
+                    }
                     while let Some(req) = rx.try_recv() {
                         answer(
                             req.tx,
@@ -1113,19 +1122,24 @@ async fn run_connection(
     let mut backoff = BACKOFF_MIN;
     // Set when the next connect is a probe after a backoff, not triggered by a request.
     let mut probe = false;
+    // Requests for the next connection before anything queued: the first one, or those a
+    // failed connection had taken from the queue but not written.
+    let mut carry: Vec<UpstreamRequest> = Vec::new();
+    // The requests in flight on a connection that failed, answered once respway knows why.
+    let mut lost: Vec<ReplyTx> = Vec::new();
+    // Connections in a row that failed within MIN_HEALTHY_LIFE of opening.
+    let mut short_lives = 0u32;
     loop {
         // Connect lazily, on the first request: an endpoint nobody uses costs nothing, and a
         // proxy started before its shards does not begin in backoff. After a failure the
         // endpoint is probed when the backoff ends without waiting for a request, because the
         // zone layer sends an unhealthy endpoint none until it recovers.
-        let first = if probe {
-            None
-        } else {
+        if !probe && carry.is_empty() {
             match rx.recv().await {
-                Some(r) => Some(r),
+                Some(r) => carry.push(r),
                 None => return, // every handle dropped: the endpoint left the config
             }
-        };
+        }
         // The last attempt said the shard is coming back: probe at a fixed short interval.
         let mut coming = false;
         let (failure, refused) = match connect(&cfg, flavor).await {
@@ -1135,7 +1149,10 @@ async fn run_connection(
                 probe = false;
                 tracing::debug!(endpoint = %cfg.label, "connected");
                 let opened = Instant::now();
-                match stream.serve(first, &mut rx, &stats, &latency, false).await {
+                match stream
+                    .serve(&mut carry, &mut lost, &mut rx, &stats, &latency, false)
+                    .await
+                {
                     Ok(()) => return,
                     Err(e) => {
                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
@@ -1145,18 +1162,52 @@ async fn run_connection(
                         if matches!(e, Fail::Stuck) {
                             stats.worker.stuck.fetch_add(1, Ordering::Relaxed);
                         }
-                        let flapping = matches!(e, Fail::Protocol(_))
-                            || (opened.elapsed() < MIN_HEALTHY_LIFE && !matches!(e, Fail::Stuck));
-                        if !flapping {
-                            // A connection that worked for a while, or got stuck, is reopened
-                            // at once, on the next request (the PING of the new connection
-                            // tells a frozen shard from a stuck connection).
-                            backoff = BACKOFF_MIN;
-                            continue;
+                        let short =
+                            opened.elapsed() < MIN_HEALTHY_LIFE && !matches!(e, Fail::Stuck);
+                        short_lives = if short { short_lives + 1 } else { 0 };
+                        let mut reason = e.to_string();
+                        // A shard that closed the connection may be gone: say so to the
+                        // requests that were in flight (they may have run), and treat it
+                        // as a refused connect (what was not written fails with that).
+                        let gone = match e {
+                            Fail::Io(_) => refuses(&cfg).await,
+                            _ => None,
+                        };
+                        if let Some(why) = &gone {
+                            reason = format!("{reason} (the shard now refuses connections: {why})");
                         }
-                        // A peer that breaks the protocol or drops us right away is reopened
-                        // after the backoff.
-                        (e.to_string(), false)
+                        answer_lost(&mut lost, &reason, &stats);
+                        if let Some(why) = gone {
+                            for req in carry.drain(..) {
+                                answer(
+                                    req.tx,
+                                    UpstreamError::Unavailable(why.clone().into()),
+                                    &stats,
+                                );
+                            }
+                            short_lives = 0;
+                            (why, true)
+                        } else {
+                            let flapping = matches!(e, Fail::Protocol(_)) || short_lives >= 2;
+                            if !flapping {
+                                // A connection that worked for a while, got stuck, or broke once
+                                // right after it opened, is reopened at once: on the next request,
+                                // or now for the requests it had not written (the PING of the new
+                                // connection tells a frozen shard from a stuck connection).
+                                backoff = BACKOFF_MIN;
+                                continue;
+                            }
+                            // A peer that breaks the protocol or keeps dropping us right away is
+                            // reopened after the backoff; what it had not written was not sent.
+                            for req in carry.drain(..) {
+                                answer(
+                                    req.tx,
+                                    UpstreamError::Unavailable(reason.clone().into()),
+                                    &stats,
+                                );
+                            }
+                            (reason, false)
+                        }
                     }
                 }
             }
@@ -1165,9 +1216,9 @@ async fn run_connection(
                     .worker
                     .connect_failures
                     .fetch_add(1, Ordering::Relaxed);
-                if let Some(first) = first {
+                for req in carry.drain(..) {
                     answer(
-                        first.tx,
+                        req.tx,
                         UpstreamError::Unavailable(e.text.clone().into()),
                         &stats,
                     );
@@ -1211,10 +1262,15 @@ async fn run_connection(
                                 stats.connected();
                                 backoff = BACKOFF_MIN;
                                 tracing::info!(endpoint = %cfg.label, "upstream reachable again");
-                                match stream.serve(Some(req), &mut rx, &stats, &latency, false).await {
+                                carry.push(req);
+                                match stream
+                                    .serve(&mut carry, &mut lost, &mut rx, &stats, &latency, false)
+                                    .await
+                                {
                                     Ok(()) => return,
                                     Err(e) => {
                                         tracing::warn!(endpoint = %cfg.label, error = %e, "upstream connection lost");
+                                        answer_lost(&mut lost, &e.to_string(), &stats);
                                         probe = false;
                                         break;
                                     }
@@ -1241,6 +1297,27 @@ async fn run_connection(
         if !coming {
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
+    }
+}
+
+/// Answers the requests that were in flight on a connection that failed.
+fn answer_lost(lost: &mut Vec<ReplyTx>, reason: &str, stats: &EndpointStats) {
+    if lost.is_empty() {
+        return;
+    }
+    let reason: Arc<str> = reason.into();
+    for tx in lost.drain(..) {
+        answer(tx, UpstreamError::ConnectionLost(reason.clone()), stats);
+    }
+}
+
+/// `Some(reason)` when a TCP connect to the endpoint is refused right now (nothing listens:
+/// the shard is gone); a quick check, without a handshake.
+async fn refuses(cfg: &EndpointConfig) -> Option<String> {
+    let wait = cfg.connect_timeout.min(Duration::from_millis(100));
+    match tokio::time::timeout(wait, TcpStream::connect(cfg.address)).await {
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(e.to_string()),
+        _ => None,
     }
 }
 
@@ -1302,18 +1379,19 @@ impl Conn {
     /// Serves requests on it (see [`serve`]): a TLS connection is driven as a [`TlsStream`].
     async fn serve(
         self,
-        first: Option<UpstreamRequest>,
+        carry: &mut Vec<UpstreamRequest>,
+        lost: &mut Vec<ReplyTx>,
         rx: &mut queue::Receiver<UpstreamRequest>,
         stats: &EndpointStats,
         latency: &crate::metrics::Latency,
         dedicated: bool,
     ) -> Result<(), Fail> {
         match self {
-            Conn::Plain(s) => serve(s, first, rx, stats, latency, dedicated).await,
+            Conn::Plain(s) => serve(s, carry, lost, rx, stats, latency, dedicated).await,
             Conn::Tls(s) => {
                 let (tcp, conn) = s.into_inner();
                 let s = TlsStream::new(tcp, conn);
-                serve(s, first, rx, stats, latency, dedicated).await
+                serve(s, carry, lost, rx, stats, latency, dedicated).await
             }
         }
     }
@@ -1455,7 +1533,8 @@ async fn hello<S: AsyncRead + AsyncWrite + Unpin>(
 /// and nothing is in flight (`Ok`).
 async fn serve<S: Io>(
     mut stream: S,
-    first: Option<UpstreamRequest>,
+    carry: &mut Vec<UpstreamRequest>,
+    lost: &mut Vec<ReplyTx>,
     rx: &mut queue::Receiver<UpstreamRequest>,
     stats: &EndpointStats,
     latency: &crate::metrics::Latency,
@@ -1482,10 +1561,13 @@ async fn serve<S: Io>(
     let timer = tokio::time::sleep_until(far_future());
     tokio::pin!(timer);
     let mut timer_armed = false;
-    if let Some(first) = first {
-        if !enqueue(first, &mut wbuf, &mut inflight, Instant::now(), stats) && dedicated {
-            return Err(Fail::Stuck);
-        }
+    let now = Instant::now();
+    let mut late = false;
+    for req in carry.drain(..) {
+        late |= !enqueue(req, &mut wbuf, &mut inflight, now, stats);
+    }
+    if late && dedicated {
+        return Err(Fail::Stuck);
     }
     let result = loop {
         if !open && inflight.is_empty() && wbuf.is_empty() && !stream.pending_out() {
@@ -1635,17 +1717,12 @@ async fn serve<S: Io>(
             }
         }
     };
-    if let Err(e) = &result {
-        let reason: Arc<str> = e.to_string().into();
-        for f in inflight.drain(..) {
-            if let Some(tx) = f.tx {
-                answer(tx, UpstreamError::ConnectionLost(reason.clone()), stats);
-            }
-        }
-        // Taken from the queue in the poll that found the failure, not written.
-        for req in batch.drain(..) {
-            answer(req.tx, UpstreamError::ConnectionLost(reason.clone()), stats);
-        }
+    if result.is_err() {
+        // The caller answers them: it may first learn what happened to the shard.
+        lost.extend(inflight.drain(..).filter_map(|f| f.tx));
+        // Taken from the queue in the poll that found the failure, not written: they may
+        // go on the next connection.
+        carry.append(&mut batch);
     }
     result
 }

@@ -1012,3 +1012,44 @@ fn order_holds_across_config_swaps_that_replace_pools() {
         assert!(c.join().expect("a client saw its INCRs out of order") > 0);
     }
 }
+
+/// A shard that is shut down: the first requests after it went away were answered
+/// `connection lost: connection closed by server` when respway had not yet read the shard's
+/// close (they were never written). They are not sent on a closed connection: respway
+/// reconnects first and says what happened, `Connection refused` (the twemproxy suite's
+/// `test_multi_delete_on_backend_down` expects that text).
+#[test]
+fn requests_after_a_shard_shut_down_say_connection_refused() {
+    let mut a = redis();
+    let b = redis();
+    let port = a.addr.port();
+    let rw = respway(&two_cluster_yaml(a.addr, b.addr, "500ms", ""), 1);
+    let mut c = RespConn::connect(rw.addr);
+    let mut texts = Vec::new();
+    for round in 0..10 {
+        if round > 0 {
+            a = redis_on(port);
+        }
+        // A pooled connection to the shard, idle.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while c.call(&["GET", "a:k"]).error().is_some() {
+            assert!(Instant::now() < deadline, "the shard never served");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut direct = RespConn::connect(a.addr);
+        direct.send(&["SHUTDOWN", "NOSAVE"]);
+        // Gone once its connection closes.
+        let _ = direct.read();
+        let r = c.call(&["GET", "a:k"]);
+        texts.push(r.error().unwrap_or("(a reply)").to_string());
+        a.kill();
+    }
+    for t in &texts {
+        assert!(
+            t.contains("Connection refused")
+                || t.contains("reset by peer")
+                || t.contains("Broken pipe"),
+            "{texts:#?}"
+        );
+    }
+}
