@@ -37,6 +37,7 @@ use crate::metrics;
 use crate::outq::OutQueue;
 use crate::pubsub;
 use crate::slowlog::FirstArg;
+use crate::spare;
 use crate::stack::{self, Chain, ChainFuture, Parts};
 use crate::tls::Io;
 use crate::tx::{self, Pinned, Tx};
@@ -47,12 +48,8 @@ const READ_CHUNK: usize = 16 * 1024;
 const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1);
 /// Requests a new client may have in flight before any of its replies arrived.
 const WINDOW_START: usize = 64;
-/// A read buffer grown past this (a large command) is given back once it is empty.
-const KEEP_RBUF: usize = 64 * 1024;
 /// Most read-buffer room reserved at once for an argument the client announced.
 const MAX_AHEAD: usize = 64 << 20;
-/// A write buffer grown past this (large replies) is given back once it is empty.
-const KEEP_WBUF: usize = 256 * 1024;
 /// Pub/sub messages are moved into the write buffer while it holds less than this; the rest
 /// wait in the subscriber's bounded queue.
 const DRAIN_MAX: usize = 64 * 1024;
@@ -443,9 +440,13 @@ impl Session {
                 && self.held() < limit
                 && stream.poll_read_ready(cx).is_ready()
             {
-                // A connection that never sent anything holds no read buffer: the first read
-                // goes to the stack, and the buffer is allocated once bytes arrived.
+                // An idle connection holds no read buffer: it takes one of the worker's
+                // spares (see `spare`); with none, the first read goes to the stack, and the
+                // buffer is allocated once bytes arrived.
                 const FIRST: usize = 512;
+                if self.rbuf.capacity() == 0 {
+                    self.rbuf = spare::take();
+                }
                 let unallocated = self.rbuf.capacity() == 0;
                 // A large argument whose length the decoder has read (a 1 MiB SET value) gets
                 // room for all of it at once: one allocation and one copy of what arrived so
@@ -514,13 +515,17 @@ impl Session {
                     progress = true;
                 }
             }
-            if self.rbuf.is_empty() && self.rbuf.capacity() > KEEP_RBUF {
-                self.rbuf = BytesMut::new();
+            // Everything read was decoded: the buffer goes back to the worker's spares.
+            if self.rbuf.is_empty() && self.rbuf.capacity() > 0 {
+                spare::give(std::mem::take(&mut self.rbuf));
             }
 
             // 2. Move finished replies, oldest first, into the write buffer (the clock is
             //    read once per turn, for the latency of the replies it completes).
             let mut now = TurnClock::new(&ctx.stats.cmds);
+            if self.wbuf.buf.capacity() == 0 && (!self.pending.is_empty() || self.sub.is_some()) {
+                self.wbuf.buf = spare::take();
+            }
             while let Some(front) = self.pending.front_mut() {
                 let reply = match front {
                     Pending::Ready(_) => match self.pending.pop_front() {
@@ -623,7 +628,10 @@ impl Session {
                     }
                 }
             }
-            self.wbuf.shrink(KEEP_WBUF, 0);
+            // Everything was written: the buffer goes back to the worker's spares.
+            if self.wbuf.is_empty() && self.wbuf.buf.capacity() > 0 {
+                spare::give(std::mem::take(&mut self.wbuf.buf));
+            }
             // A client held at its bound that takes nothing (it may be writing a pipeline it
             // will only read after the last command, and waits for us as we wait for it) is
             // disconnected after the stall timeout instead of waiting forever.

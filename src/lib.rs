@@ -43,6 +43,7 @@ mod outq;
 mod pubsub;
 mod queue;
 pub mod slowlog;
+mod spare;
 mod stack;
 mod stats;
 mod tls;

@@ -8,6 +8,7 @@ front of it, then:
   b  connect N clients, each sends PING and reads +PONG
   c  connect N clients, each sends SET key <64 B> and GET key, reads both replies
   d  churn: ROUNDS rounds of (open CHURN_N clients, PING each, close all)
+  e  connect N clients, each sends GET of a 16 KiB value and reads it
 
 For a-c: respway's VmRSS (from /proc/PID/status) after startup and one warm-up
 connection, again 2 s after the N clients are connected (and served), and again 2 s
@@ -117,6 +118,7 @@ def resp(*args):
 
 PING = resp("PING")
 VALUE = b"v" * 64
+BIG_VALUE = b"b" * 16384  # mode e: one 16 KiB reply each
 
 
 def expect(s, want):
@@ -172,6 +174,11 @@ def serve_clients(socks, mode, tag):
                 s.sendall(resp("GET", f"idle:{tag}:{i + j}"))
             for s in batch:
                 expect(s, b"$64\r\n" + VALUE + b"\r\n")
+        elif mode == "big":
+            for s in batch:
+                s.sendall(resp("GET", "idle:big"))
+            for s in batch:
+                expect(s, b"$16384\r\n" + BIG_VALUE + b"\r\n")
 
 
 def close_clients(pid, socks, base_fds):
@@ -224,6 +231,8 @@ def warm_up(port):
         s.sendall(PING)
         expect(s, b"+PONG\r\n")
         s.sendall(resp("SET", "idle:warm", VALUE))
+        expect(s, b"+OK\r\n")
+        s.sendall(resp("SET", "idle:big", BIG_VALUE))
         expect(s, b"+OK\r\n")
 
 
@@ -313,7 +322,7 @@ def main():
     ap.add_argument("--churn-n", type=int, default=5_000, help="clients per churn round")
     ap.add_argument("--rounds", type=int, default=20, help="churn rounds")
     ap.add_argument("--repeat", type=int, default=3, help="runs per mode (fresh respway each)")
-    ap.add_argument("--modes", default="a,b,c,d", help="subset of a,b,c,d")
+    ap.add_argument("--modes", default="a,b,c,d", help="subset of a,b,c,d,e")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds to wait before each RSS read")
     ap.add_argument("--redis-server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
     ap.add_argument("--json", help="write every run's figures to this file")
@@ -360,7 +369,7 @@ def main():
                           f"after churn {r['rss_after_churn_kib']} KiB, "
                           f"peak {r['hwm_kib']} KiB", flush=True)
                 else:
-                    mode = {"a": "connect", "b": "ping", "c": "setget"}[m]
+                    mode = {"a": "connect", "b": "ping", "c": "setget", "e": "big"}[m]
                     r = measure_idle(binary, redis_port, env, logdir, mode, args.n, src,
                                      args.settle)
                     print(f"  run {rep + 1} {m} {mode}: {r['kib_per_conn']} KiB/conn "
@@ -385,7 +394,7 @@ def main():
             print(f"d churn: RSS before {s['rss_before_kib']} KiB, after churn "
                   f"{s['rss_after_churn_kib']} KiB, peak {s['hwm_kib']} KiB")
         else:
-            mode = {"a": "connect", "b": "ping", "c": "setget"}[m]
+            mode = {"a": "connect", "b": "ping", "c": "setget", "e": "big"}[m]
             rs = [r for r in runs if r["mode"] == mode]
             s = {k: statistics.median(r[k] for r in rs)
                  for k in ("kib_per_conn", "anon_kib_per_conn", "rss_before_kib",
