@@ -303,10 +303,8 @@ fn raise_nofile() {
                 ),
             }
         }
-        (soft, _) => tracing::info!(
-            soft = soft.map_or_else(|| "unlimited".to_string(), |n| n.to_string()),
-            "file descriptor limit (RLIMIT_NOFILE)"
-        ),
+        (Some(soft), _) => tracing::info!(soft, "file descriptor limit (RLIMIT_NOFILE)"),
+        (None, _) => tracing::info!("file descriptor limit (RLIMIT_NOFILE): unlimited"),
     }
 }
 
