@@ -514,6 +514,38 @@ fn metrics(state: &State) -> String {
     let _ = writeln!(o, "respway_workers {}", state.workers);
     family(
         &mut o,
+        "respway_tls_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "notAfter (Unix time) of each certificate file in use by a listener or cluster, by the setting naming it (cert, ca, client_ca); for a file of several certificates, the earliest.",
+    );
+    {
+        let snap = state.config.current();
+        let listeners = snap
+            .config
+            .listeners
+            .iter()
+            .zip(&snap.certs.listeners)
+            .filter_map(|(l, t)| Some(("listener", &l.name, t.as_ref()?.1.expiry())));
+        let clusters = snap
+            .config
+            .clusters
+            .iter()
+            .zip(&snap.certs.clusters)
+            .filter_map(|(c, t)| Some(("cluster", &c.name, t.as_ref()?.1.expiry())));
+        for (kind, name, expiry) in listeners.chain(clusters) {
+            for e in expiry {
+                let _ = writeln!(
+                    o,
+                    "respway_tls_certificate_expiry_timestamp_seconds{{{kind}=\"{}\",certificate=\"{}\"}} {}",
+                    label(name),
+                    e.setting,
+                    e.not_after
+                );
+            }
+        }
+    }
+    family(
+        &mut o,
         "respway_accept_errors_total",
         "counter",
         "Failed accepts since start, process-wide, by socket (listeners: the RESP listeners; admin) and reason (emfile: out of file descriptors; enfile: the system is; other).",
