@@ -944,6 +944,10 @@ fn idle_admin_connections_are_capped_and_timed_out() {
         "a headerless admin connection was not closed: {n:?} after {:?}",
         opened.elapsed()
     );
+    eprintln!(
+        "headerless admin connection closed after {:?}",
+        opened.elapsed()
+    );
     assert!(
         opened.elapsed() >= Duration::from_secs(5),
         "{:?}",
