@@ -1,6 +1,7 @@
 //! The admin endpoint: /metrics parsed by an independent Prometheus text parser and scraped
 //! by a real Prometheus server, INFO commandstats / latencystats, /stats, /ready following
-//! the shards, /healthz, and the loopback rule.
+//! the shards, /healthz, and the loopback rule; file descriptors: the admin endpoint's
+//! connection cap and header timeout, RLIMIT_NOFILE raised at start, EMFILE on accept.
 
 mod support;
 

@@ -2,7 +2,7 @@
 //! TLS clients (`redis-cli --tls`, and a rustls client speaking RESP): a TLS listener in front
 //! of plaintext shards, what wrong CAs, expired certificates, plaintext clients and clients
 //! without a certificate get, TLS to the shards with every kind of upstream connection, and
-//! a certificate rotation under load.
+//! a certificate rotation under load, and the expiry warnings and metric.
 
 mod support;
 
