@@ -22,12 +22,17 @@
 //! - `GET /ready`: 200 when a configuration is applied and, for every cluster a listener
 //!   routes to, every shard's primary answers a `PING` (any reply but `-LOADING`) within
 //!   500 ms; else 503 naming the unreachable shards. Probed at each request.
+//!
+//! At most [`MAX_CONNECTIONS`] connections are open at once (the oldest is closed for a new
+//! one), and each must send a complete request head within [`HEADER_TIMEOUT`] of its accept or
+//! of its previous response: idle clients cannot use up the process's file descriptors.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -35,13 +40,14 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use respway_filters::model::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
-use crate::metrics::{bucket_upper_us, BUCKETS};
+use crate::listener::AcceptBackoff;
+use crate::metrics::{bucket_upper_us, AcceptSocket, ACCEPT_REASONS, BUCKETS};
 use crate::stats::Registry;
 use crate::ConfigHandle;
 
@@ -219,30 +225,73 @@ pub fn start_with(
     })
 }
 
+/// Admin connections open at once; past this, the oldest is closed to make room for the new
+/// one, so idle or stalled clients can neither exhaust the process's file descriptors nor
+/// lock out the next scrape.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// How long a connection has to send a complete request head, counted from its accept or from
+/// the end of its previous response (so it also closes idle keep-alive connections).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn serve(listener: TcpListener, state: State, mut stop: watch::Receiver<bool>) {
+    // Open connections by accept order (the oldest first), each with what closes it. Only
+    // this thread's tasks touch it, on accept and on close.
+    let open: Arc<Mutex<BTreeMap<u64, oneshot::Sender<()>>>> = Arc::default();
+    let mut next_id = 0u64;
+    let mut backoff = AcceptBackoff::new(AcceptSocket::Admin);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             a = listener.accept() => match a {
-                Ok(a) => a,
+                Ok(a) => {
+                    backoff.accepted();
+                    a
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    backoff.failed(&e).await;
                     continue;
                 }
             },
             _ = stop.changed() => return,
         };
+        let id = next_id;
+        next_id += 1;
+        let (close, closed) = oneshot::channel::<()>();
+        {
+            let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+            if open.len() >= MAX_CONNECTIONS {
+                // Dropping its sender closes the oldest connection (even mid-request: only
+                // a flood of new connections gets here).
+                open.pop_first();
+                tracing::debug!(
+                    max = MAX_CONNECTIONS,
+                    "admin connections at the limit: closed the oldest"
+                );
+            }
+            open.insert(id, close);
+        }
         let state = state.clone();
         let mut stop = stop.clone();
+        let open = open.clone();
+        let conn = http.serve_connection(
+            TokioIo::new(stream),
+            hyper::service::service_fn(move |req| handle(state.clone(), req)),
+        );
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| handle(state.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
             tokio::select! {
-                _ = conn.as_mut() => {}
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "admin connection closed");
+                    }
+                }
+                _ = closed => {}
                 _ = stop.changed() => {}
             }
+            open.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         });
     }
 }
@@ -463,6 +512,56 @@ fn metrics(state: &State) -> String {
     );
     family(&mut o, "respway_workers", "gauge", "Worker threads.");
     let _ = writeln!(o, "respway_workers {}", state.workers);
+    family(
+        &mut o,
+        "respway_tls_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "notAfter (Unix time) of each certificate file in use by a listener or cluster, by the setting naming it (cert, ca, client_ca); for a file of several certificates, the earliest.",
+    );
+    {
+        let snap = state.config.current();
+        let listeners = snap
+            .config
+            .listeners
+            .iter()
+            .zip(&snap.certs.listeners)
+            .filter_map(|(l, t)| Some(("listener", &l.name, t.as_ref()?.1.expiry())));
+        let clusters = snap
+            .config
+            .clusters
+            .iter()
+            .zip(&snap.certs.clusters)
+            .filter_map(|(c, t)| Some(("cluster", &c.name, t.as_ref()?.1.expiry())));
+        for (kind, name, expiry) in listeners.chain(clusters) {
+            for e in expiry {
+                let _ = writeln!(
+                    o,
+                    "respway_tls_certificate_expiry_timestamp_seconds{{{kind}=\"{}\",certificate=\"{}\"}} {}",
+                    label(name),
+                    e.setting,
+                    e.not_after
+                );
+            }
+        }
+    }
+    family(
+        &mut o,
+        "respway_accept_errors_total",
+        "counter",
+        "Failed accepts since start, process-wide, by socket (listeners: the RESP listeners; admin) and reason (emfile: out of file descriptors; enfile: the system is; other).",
+    );
+    for (socket, label) in [
+        (AcceptSocket::Listeners, "listeners"),
+        (AcceptSocket::Admin, "admin"),
+    ] {
+        for (i, reason) in ACCEPT_REASONS.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "respway_accept_errors_total{{socket=\"{label}\",reason=\"{reason}\"}} {}",
+                crate::metrics::accept_errors(socket, i)
+            );
+        }
+    }
     let listeners = r.listener_names();
     let per_listener: Vec<(String, crate::stats::Totals)> = listeners
         .iter()

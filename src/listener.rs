@@ -6,10 +6,12 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::{TcpListener, TcpSocket};
 
+use crate::metrics::AcceptSocket;
 use crate::stack::Parts;
 use crate::stats::ListenerStats;
 
@@ -112,4 +114,60 @@ fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.set_reuseport(true)?;
     socket.bind(addr)?;
     socket.listen(1024)
+}
+
+/// Shortest and longest pause after a failed `accept`.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
+
+/// What an accept loop does when `accept` fails: out of file descriptors (`EMFILE`), the
+/// pending connection stays in the kernel's queue and the listening socket stays readable, so
+/// retrying at once would spin. It counts the failure
+/// ([`crate::metrics::accept_failed`]), pauses (5 ms, doubling up to 1 s while failures go
+/// on), and logs the first failure of a run at warn and the recovery at info.
+#[derive(Debug)]
+pub(crate) struct AcceptBackoff {
+    socket: AcceptSocket,
+    pause: Duration,
+    failures: u64,
+}
+
+impl AcceptBackoff {
+    pub(crate) fn new(socket: AcceptSocket) -> Self {
+        AcceptBackoff {
+            socket,
+            pause: ACCEPT_BACKOFF.0,
+            failures: 0,
+        }
+    }
+
+    /// An accept succeeded.
+    pub(crate) fn accepted(&mut self) {
+        if self.failures > 0 {
+            tracing::info!(
+                socket = ?self.socket,
+                failures = self.failures,
+                "accepting connections again"
+            );
+            self.failures = 0;
+            self.pause = ACCEPT_BACKOFF.0;
+        }
+    }
+
+    /// An accept failed with `e`: counts it and pauses.
+    pub(crate) async fn failed(&mut self, e: &io::Error) {
+        crate::metrics::accept_failed(self.socket, e);
+        if self.failures == 0 {
+            tracing::warn!(
+                socket = ?self.socket,
+                error = %e,
+                reason = crate::metrics::accept_reason(e),
+                "accept failed; retrying with backoff (up to 1 s) until it succeeds"
+            );
+        } else {
+            tracing::debug!(socket = ?self.socket, error = %e, "accept failed again");
+        }
+        self.failures += 1;
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(ACCEPT_BACKOFF.1);
+    }
 }

@@ -239,6 +239,52 @@ impl CommandStats {
     }
 }
 
+/// Which sockets an `accept` failed on (for [`accept_failed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcceptSocket {
+    /// The RESP listeners (every worker's).
+    Listeners = 0,
+    /// The admin endpoint.
+    Admin = 1,
+}
+
+/// Reasons an `accept` failed, as exported (`reason` label).
+pub(crate) const ACCEPT_REASONS: [&str; 3] = ["emfile", "enfile", "other"];
+
+/// Failed `accept`s since start, by socket and reason: process-wide, as the file descriptors
+/// that run out are. Written only when an accept fails, never per request.
+static ACCEPT_ERRORS: [[AtomicU64; 3]; 2] = [
+    [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+    [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+];
+
+/// The `reason` of an accept error: `emfile` (the process is out of descriptors), `enfile`
+/// (the system is), else `other`.
+pub(crate) fn accept_reason(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EMFILE) => ACCEPT_REASONS[0],
+        Some(libc::ENFILE) => ACCEPT_REASONS[1],
+        _ => ACCEPT_REASONS[2],
+    }
+}
+
+/// Counts a failed `accept` on `socket`.
+pub(crate) fn accept_failed(socket: AcceptSocket, e: &std::io::Error) {
+    let reason = accept_reason(e);
+    let i = ACCEPT_REASONS
+        .iter()
+        .position(|r| *r == reason)
+        .unwrap_or(2);
+    ACCEPT_ERRORS[socket as usize][i].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Failed `accept`s on `socket` with `ACCEPT_REASONS[i]`, since start.
+pub(crate) fn accept_errors(socket: AcceptSocket, i: usize) -> u64 {
+    ACCEPT_ERRORS[socket as usize]
+        .get(i)
+        .map_or(0, |c| c.load(Ordering::Relaxed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

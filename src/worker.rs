@@ -14,7 +14,8 @@ use respway_filters::model::Cluster;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::listener::{bind_all, ListenerCtx, ListenerSlot};
+use crate::listener::{bind_all, AcceptBackoff, ListenerCtx, ListenerSlot};
+use crate::metrics::AcceptSocket;
 use crate::stats::{ListenerStats, Registry};
 use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints, UpstreamStats};
 use crate::{conn, hotkeys, slowlog, stack, Shared, Snapshot};
@@ -345,11 +346,11 @@ fn endpoint_config(
 }
 
 async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
-    let mut backoff = std::time::Duration::from_millis(5);
+    let mut backoff = AcceptBackoff::new(AcceptSocket::Listeners);
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                backoff = std::time::Duration::from_millis(5);
+                backoff.accepted();
                 // The accept count, taken here (not when the session first runs, when several
                 // sessions accepted in one turn would read the same value), spreads sessions
                 // over each endpoint's connections.
@@ -389,12 +390,8 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<ListenerCtx>) {
                         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 });
             }
-            Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
-            }
+            // Out of file descriptors and the like: counted, and backed off instead of spinning.
+            Err(e) => backoff.failed(&e).await,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The admin endpoint: /metrics parsed by an independent Prometheus text parser and scraped
 //! by a real Prometheus server, INFO commandstats / latencystats, /stats, /ready following
-//! the shards, /healthz, and the loopback rule.
+//! the shards, /healthz, and the loopback rule; file descriptors: the admin endpoint's
+//! connection cap and header timeout, RLIMIT_NOFILE raised at start, EMFILE on accept.
 
 mod support;
 
@@ -812,4 +813,238 @@ fn slow_log_and_hot_key_settings_follow_the_config() {
     assert!(hot.contains("hot:one"), "sampling every key: {hot}");
     drop(admin);
     server.shutdown();
+}
+
+// === file descriptors: the admin endpoint's limits, RLIMIT_NOFILE, EMFILE on accept ===
+
+/// The `respway` binary (`--workers 1`, `--admin` on a free port) under
+/// `prlimit --nofile=SOFT:HARD`, on `yaml` whose first `127.0.0.1:0` becomes its RESP port;
+/// (process, admin address). Its config lives in a scratch directory removed on drop.
+struct Limited {
+    proc: Proc,
+    admin: SocketAddr,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        self.proc.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn respway_limited(nofile: &str, yaml: &str) -> Limited {
+    let port = free_port();
+    let admin = loopback(free_port());
+    let dir = std::env::temp_dir().join(format!("respway-nofile-{port}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let config = dir.join("respway.yaml");
+    std::fs::write(
+        &config,
+        yaml.replacen("127.0.0.1:0", &format!("127.0.0.1:{port}"), 1),
+    )
+    .expect("config");
+    let proc = Spawn::new("prlimit")
+        .on_port(port)
+        .arg(format!("--nofile={nofile}"))
+        .arg(env!("CARGO_BIN_EXE_respway"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--workers", "1", "--admin", &admin.to_string()])
+        .start();
+    wait_port(admin, "admin");
+    Limited { proc, admin, dir }
+}
+
+/// `PING` on a new connection, answered within `wait`?
+fn pings(addr: SocketAddr, wait: Duration) -> Option<std::net::TcpStream> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(wait)).ok()?;
+    s.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).ok()?;
+    (&buf == b"+PONG\r\n").then_some(s)
+}
+
+/// CPU time (user + system) process `pid` has used, from /proc/PID/stat.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks = f[11] + f[12];
+    let hz = String::from_utf8(
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .expect("getconf")
+            .stdout,
+    )
+    .ok()
+    .and_then(|s| s.trim().parse::<u64>().ok())
+    .unwrap_or(100);
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+/// More idle admin connections than the cap (each never sends a byte), in a process whose
+/// whole descriptor limit is below what they would take uncapped: a new `/metrics` is still
+/// answered and RESP clients still work; a headerless connection is closed after the
+/// timeout.
+#[test]
+fn idle_admin_connections_are_capped_and_timed_out() {
+    use std::io::Read;
+    let shard = redis();
+    let rw = respway_limited(
+        "200:200",
+        &sharded_yaml(&[shard.addr], "{ policy: maglev }", true),
+    );
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        match std::net::TcpStream::connect_timeout(&rw.admin, Duration::from_secs(2)) {
+            Ok(s) => idle.push(s),
+            Err(e) => panic!("admin connect {}: {e}", idle.len()),
+        }
+    }
+    // Give the admin thread time to accept what it will.
+    std::thread::sleep(Duration::from_millis(500));
+    let metrics = std::thread::spawn({
+        let admin = rw.admin;
+        move || http_get(admin, "/metrics")
+    });
+    let resp = pings(rw.proc.addr, Duration::from_secs(3));
+    assert!(
+        resp.is_some(),
+        "a RESP client got no PONG with 300 idle admin connections; log:\n{}",
+        rw.proc.log()
+    );
+    let start = Instant::now();
+    let (status, body) = metrics.join().expect("GET /metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("respway_workers 1"), "{body}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "/metrics waited {:?} behind idle connections",
+        start.elapsed()
+    );
+    drop(idle);
+    // A connection that sends nothing is closed by respway after the header timeout (10 s).
+    let mut s = std::net::TcpStream::connect(rw.admin).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let opened = Instant::now();
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf);
+    assert!(
+        matches!(n, Ok(0))
+            || matches!(&n, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "a headerless admin connection was not closed: {n:?} after {:?}",
+        opened.elapsed()
+    );
+    eprintln!(
+        "headerless admin connection closed after {:?}",
+        opened.elapsed()
+    );
+    assert!(
+        opened.elapsed() >= Duration::from_secs(5),
+        "{:?}",
+        opened.elapsed()
+    );
+}
+
+/// Started with a low soft RLIMIT_NOFILE under a higher hard one, respway raises the soft
+/// limit to the hard one and logs it.
+#[test]
+fn the_descriptor_limit_is_raised_to_the_hard_limit() {
+    let shard = redis();
+    let rw = respway_limited(
+        "256:4096",
+        &sharded_yaml(&[shard.addr], "{ policy: maglev }", true),
+    );
+    let limits =
+        std::fs::read_to_string(format!("/proc/{}/limits", rw.proc.pid())).expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files");
+    let f: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!((f[3], f[4]), ("4096", "4096"), "{line}");
+    let log = rw.proc.log();
+    assert!(
+        log.lines().any(|l| l.contains("file descriptor limit")
+            && l.contains("4096")
+            && l.contains("256")),
+        "{log}"
+    );
+}
+
+/// Out of descriptors (hard limit 64), accept fails with EMFILE: respway does not spin (its CPU
+/// time over 2 s stays far below 0.5 s), counts the failures, and serves new clients once
+/// others close.
+#[test]
+fn accept_out_of_descriptors_backs_off_and_is_counted() {
+    let shard = redis();
+    let rw = respway_limited(
+        "64:64",
+        &sharded_yaml(&[shard.addr], "{ policy: maglev }", true),
+    );
+    let mut clients = Vec::new();
+    let mut exhausted = false;
+    for _ in 0..100 {
+        match pings(rw.proc.addr, Duration::from_millis(500)) {
+            Some(s) => clients.push(s),
+            None => {
+                exhausted = true;
+                break;
+            }
+        }
+    }
+    assert!(exhausted, "100 clients and still no EMFILE");
+    // An admin request now waits in the admin socket's backlog too.
+    let metrics = std::thread::spawn({
+        let admin = rw.admin;
+        move || http_get(admin, "/metrics")
+    });
+    let pid = rw.proc.pid();
+    let before = cpu_time(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_time(pid) - before;
+    eprintln!("CPU used over 2 s while out of descriptors: {used:?}");
+    assert!(
+        used < Duration::from_millis(500),
+        "respway used {used:?} of CPU in 2 s while out of descriptors"
+    );
+    drop(clients);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pings(rw.proc.addr, Duration::from_secs(1)).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no new client served after the others closed"
+        );
+    }
+    let (status, body) = metrics.join().expect("GET /metrics");
+    assert_eq!(status, 200, "{body}");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("valid Prometheus text");
+    let resp = counter(
+        &scrape,
+        "respway_accept_errors_total",
+        &[("socket", "listeners"), ("reason", "emfile")],
+    );
+    assert!(resp >= 1.0, "{body}");
+    let admin = counter(
+        &scrape,
+        "respway_accept_errors_total",
+        &[("socket", "admin"), ("reason", "emfile")],
+    );
+    assert!(admin >= 1.0, "{body}");
+    assert!(
+        rw.proc.log().contains("Too many open files"),
+        "{}",
+        rw.proc.log()
+    );
 }

@@ -2,7 +2,7 @@
 //! TLS clients (`redis-cli --tls`, and a rustls client speaking RESP): a TLS listener in front
 //! of plaintext shards, what wrong CAs, expired certificates, plaintext clients and clients
 //! without a certificate get, TLS to the shards with every kind of upstream connection, and
-//! a certificate rotation under load.
+//! a certificate rotation under load, and the expiry warnings and metric.
 
 mod support;
 
@@ -531,4 +531,139 @@ fn certificate_rotation_under_load_drops_nothing() {
     );
     assert_eq!(failures.load(Ordering::Relaxed), 0, "{done} round trips");
     assert!(done > 0);
+}
+
+/// notAfter of the certificate in `pem`, as Unix time, read by the openssl CLI (independent of
+/// respway's parser).
+fn openssl_not_after(pem: &Path) -> i64 {
+    let out = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in"])
+        .arg(pem)
+        .output()
+        .expect("openssl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let date = text
+        .trim()
+        .strip_prefix("notAfter=")
+        .unwrap_or_else(|| panic!("{text}"));
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", date, "+%s"])
+        .output()
+        .expect("date");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{date}: {e}"))
+}
+
+/// A listener with an expired certificate, one whose certificate expires in 3 days (made with
+/// the openssl CLI) and one with a fresh certificate, and a cluster whose client certificate
+/// has expired: respway starts, warns about the three with their dates (and not about the fresh
+/// one), and exports every notAfter as the openssl CLI reads it.
+#[test]
+fn certificate_expiry_is_warned_and_exported() {
+    let pki = Pki::new("expiry");
+    let old = pki.issue("old", &["localhost"], true);
+    let fresh = pki.issue("fresh", &["localhost"], false);
+    let near = CertFiles {
+        cert: pki.dir().join("near.pem"),
+        key: pki.dir().join("near.key"),
+    };
+    let ok = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "3", "-subj", "/CN=localhost", "-keyout"])
+        .arg(&near.key)
+        .arg("-out")
+        .arg(&near.cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl req")
+        .success();
+    assert!(ok, "openssl req");
+    let shard = redis();
+    let ca = pki.ca().display().to_string();
+    let yaml = format!(
+        "listeners:\n  - name: old\n    address: 127.0.0.1:0\n    routes: {{ catch_all: main }}\n{}  - name: near\n    address: 127.0.0.1:{}\n    routes: {{ catch_all: main }}\n{}  - name: fresh\n    address: 127.0.0.1:{}\n    routes: {{ catch_all: main }}\n{}clusters:\n{}",
+        listener_tls(&old, None),
+        free_port(),
+        listener_tls(&near, None),
+        free_port(),
+        listener_tls(&fresh, None),
+        cluster_yaml(
+            "main",
+            &[shard.addr],
+            &format!(
+                "    tls: {{ ca: {ca}, cert: {}, key: {}, server_name: localhost }}\n",
+                old.cert.display(),
+                old.key.display()
+            )
+        ),
+    );
+    let admin = loopback(free_port());
+    let rw = respway_process(&yaml, &["--admin", &admin.to_string()]);
+    wait_port(admin, "admin");
+    let log = rw.log();
+    let warned = |who: &str, what: &str, date: &str| {
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains(who) && l.contains(what) && l.contains(date))
+    };
+    let day = |t: i64| {
+        let out = std::process::Command::new("date")
+            .args(["-u", "-d", &format!("@{t}"), "+%Y-%m-%d"])
+            .output()
+            .expect("date");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let near_end = openssl_not_after(&near.cert);
+    for l in log.lines().filter(|l| l.contains("WARN")) {
+        eprintln!("{l}");
+    }
+    assert!(warned("listener \"old\"", "expired", "2001-01-01"), "{log}");
+    assert!(warned("cluster \"main\"", "expired", "2001-01-01"), "{log}");
+    assert!(
+        warned("listener \"near\"", "expires", &day(near_end)),
+        "{log}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("WARN") && l.contains("listener \"fresh\"")),
+        "{log}"
+    );
+    let (status, body) = http_get(admin, "/metrics");
+    assert_eq!(status, 200);
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("valid Prometheus text");
+    let expiry = |labels: &[(&str, &str)]| -> f64 {
+        let s = scrape
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == "respway_tls_certificate_expiry_timestamp_seconds"
+                    && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+            })
+            .unwrap_or_else(|| panic!("no expiry for {labels:?} in\n{body}"));
+        match s.value {
+            prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+            ref other => panic!("{other:?}"),
+        }
+    };
+    let l = |name| [("listener", name), ("certificate", "cert")];
+    assert_eq!(expiry(&l("old")), openssl_not_after(&old.cert) as f64);
+    assert_eq!(expiry(&l("near")), near_end as f64);
+    assert_eq!(expiry(&l("fresh")), openssl_not_after(&fresh.cert) as f64);
+    assert_eq!(
+        expiry(&[("cluster", "main"), ("certificate", "cert")]),
+        openssl_not_after(&old.cert) as f64
+    );
+    assert_eq!(
+        expiry(&[("cluster", "main"), ("certificate", "ca")]),
+        openssl_not_after(&pki.ca()) as f64
+    );
 }

@@ -280,6 +280,93 @@ pub struct Reloading<T> {
     stamps: Mutex<Vec<Stamp>>,
     build: Box<dyn Fn() -> Result<T, TlsError> + Send + Sync>,
     what: String,
+    /// The certificate files, each named by its setting (`cert`, `ca`, `client_ca`).
+    certificates: Vec<(&'static str, PathBuf)>,
+    /// Their expiry as last loaded.
+    expiry: Mutex<Vec<Expiry>>,
+}
+
+/// When the certificates of one file in use stop being valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expiry {
+    /// The setting that names the file: `cert`, `ca` or `client_ca`.
+    pub setting: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// The earliest notAfter of the certificates in the file (Unix time, seconds).
+    pub not_after: i64,
+    /// What was last logged about it (so a state is logged once, on load or when it changes).
+    state: ExpiryState,
+}
+
+/// How close a certificate is to its notAfter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExpiryState {
+    Valid,
+    Soon,
+    Expired,
+}
+
+/// A certificate expiring within this long is warned about.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(7 * 24 * 3600);
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+fn expiry_state(not_after: i64, now: i64) -> ExpiryState {
+    let warn = i64::try_from(EXPIRY_WARNING.as_secs()).unwrap_or(i64::MAX);
+    if not_after <= now {
+        ExpiryState::Expired
+    } else if not_after - now <= warn {
+        ExpiryState::Soon
+    } else {
+        ExpiryState::Valid
+    }
+}
+
+/// The earliest notAfter (Unix time, seconds) of the certificates in the PEM file `path`:
+/// when the chain it holds stops being valid.
+///
+/// # Errors
+/// The file does not load as PEM certificates, or one does not parse as X.509.
+pub fn not_after(path: &Path) -> Result<i64, TlsError> {
+    certs(path)?
+        .iter()
+        .map(|der| {
+            x509_parser::parse_x509_certificate(der)
+                .map(|(_, c)| c.validity().not_after.timestamp())
+                .map_err(|e| TlsError::File {
+                    path: path.to_owned(),
+                    reason: format!("certificate does not parse: {e}"),
+                })
+        })
+        .try_fold(i64::MAX, |min, t| Ok(min.min(t?)))
+}
+
+/// `t` (Unix time, seconds) as `YYYY-MM-DDTHH:MM:SSZ` (UTC, proleptic Gregorian).
+pub fn utc_date(t: i64) -> String {
+    let days = t.div_euclid(86_400);
+    let secs = t.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01, by 400-year eras of 146,097 days starting on
+    // March 1st (so the leap day ends a year).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 impl<T> fmt::Debug for Reloading<T> {
@@ -291,21 +378,91 @@ impl<T> fmt::Debug for Reloading<T> {
     }
 }
 
+/// The expiry of each certificate file of `certificates` (setting, path) of `what`. The files
+/// were loaded by rustls already; one whose notAfter cannot be read (a certificate this parser
+/// refuses) is logged and left out, never refused.
+fn load_expiry(what: &str, certificates: &[(&'static str, PathBuf)]) -> Vec<Expiry> {
+    certificates
+        .iter()
+        .filter_map(|(setting, path)| match not_after(path) {
+            Ok(not_after) => Some(Expiry {
+                setting,
+                path: path.clone(),
+                not_after,
+                state: ExpiryState::Valid,
+            }),
+            Err(e) => {
+                tracing::warn!(%what, %setting, error = %e, "cannot read the certificate's expiry");
+                None
+            }
+        })
+        .collect()
+}
+
 impl<T> Reloading<T> {
     fn new(
         what: String,
         files: Vec<PathBuf>,
+        certificates: Vec<(&'static str, PathBuf)>,
         build: Box<dyn Fn() -> Result<T, TlsError> + Send + Sync>,
     ) -> Result<Self, TlsError> {
         let stamps = files.iter().map(|f| stamp(f)).collect();
         let first = build()?;
-        Ok(Reloading {
+        let expiry = load_expiry(&what, &certificates);
+        let r = Reloading {
             current: ArcSwap::from_pointee(first),
             files,
             stamps: Mutex::new(stamps),
             build,
             what,
-        })
+            certificates,
+            expiry: Mutex::new(expiry),
+        };
+        r.check_expiry();
+        Ok(r)
+    }
+
+    /// The certificate files in use and when each expires.
+    pub fn expiry(&self) -> Vec<Expiry> {
+        self.expiry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Logs at warn, once per change of state, a certificate in use that has expired or
+    /// expires within [`EXPIRY_WARNING`], with its date. Run at every load and by
+    /// [`watch`] every period, so a certificate that nears its date while in use is reported
+    /// too.
+    pub fn check_expiry(&self) {
+        let now = unix_now();
+        let mut expiry = self.expiry.lock().unwrap_or_else(|p| p.into_inner());
+        for e in expiry.iter_mut() {
+            let state = expiry_state(e.not_after, now);
+            if state == e.state {
+                continue;
+            }
+            e.state = state;
+            let date = utc_date(e.not_after);
+            let file = e.path.display();
+            match state {
+                ExpiryState::Valid => {}
+                ExpiryState::Soon => tracing::warn!(
+                    what = %self.what,
+                    setting = %e.setting,
+                    %file,
+                    not_after = %date,
+                    "TLS certificate expires within 7 days"
+                ),
+                ExpiryState::Expired => tracing::warn!(
+                    what = %self.what,
+                    setting = %e.setting,
+                    %file,
+                    not_after = %date,
+                    "TLS certificate has expired"
+                ),
+            }
+        }
     }
 
     /// The configuration new handshakes use.
@@ -326,7 +483,10 @@ impl<T> Reloading<T> {
         *stamps = now;
         drop(stamps);
         let next = (self.build)()?;
+        let expiry = load_expiry(&self.what, &self.certificates);
         self.current.store(Arc::new(next));
+        *self.expiry.lock().unwrap_or_else(|p| p.into_inner()) = expiry;
+        self.check_expiry();
         Ok(true)
     }
 
@@ -350,10 +510,13 @@ impl ServerTls {
     ) -> Result<Arc<Self>, TlsError> {
         let mut paths = vec![files.cert.clone(), files.key.clone()];
         paths.extend(files.client_ca.clone());
+        let mut certificates = vec![("cert", files.cert.clone())];
+        certificates.extend(files.client_ca.clone().map(|p| ("client_ca", p)));
         let f = files.clone();
         Reloading::new(
             what.into(),
             paths,
+            certificates,
             Box::new(move || server_config(&f, alpn)),
         )
         .map(Arc::new)
@@ -379,10 +542,14 @@ impl ClientTls {
         paths.extend(files.ca.clone());
         paths.extend(files.cert.clone());
         paths.extend(files.key.clone());
+        let mut certificates: Vec<(&'static str, PathBuf)> = Vec::new();
+        certificates.extend(files.ca.clone().map(|p| ("ca", p)));
+        certificates.extend(files.cert.clone().map(|p| ("cert", p)));
         let f = files.clone();
         Reloading::new(
             what.into(),
             paths,
+            certificates,
             Box::new(move || client_config(&f, alpn)),
         )
         .map(Arc::new)
@@ -410,7 +577,7 @@ pub fn watch<T: Send + Sync + 'static>(tls: &Arc<Reloading<T>>, period: Duration
         let Some(tls) = weak.upgrade() else { return };
         match tls.reload_if_changed() {
             Ok(true) => tracing::info!(what = %tls.what, "TLS certificates reloaded"),
-            Ok(false) => {}
+            Ok(false) => tls.check_expiry(),
             Err(e) => tracing::error!(
                 what = %tls.what,
                 error = %e,
@@ -437,3 +604,25 @@ pub fn peer_matches(cert: &CertificateDer<'_>, name: &str) -> bool {
 
 /// Re-exports for callers that name rustls types.
 pub use rustls;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_date(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_date(978_307_200), "2001-01-01T00:00:00Z");
+        assert_eq!(utc_date(951_782_400 + 3_661), "2000-02-29T01:01:01Z");
+        assert_eq!(utc_date(4_102_444_799), "2099-12-31T23:59:59Z");
+        assert_eq!(utc_date(-1), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn expiry_states() {
+        let day = 86_400;
+        assert_eq!(expiry_state(100, 100), ExpiryState::Expired);
+        assert_eq!(expiry_state(100 + 6 * day, 100), ExpiryState::Soon);
+        assert_eq!(expiry_state(100 + 8 * day, 100), ExpiryState::Valid);
+    }
+}
