@@ -10,6 +10,9 @@
 //! # xds:
 //! #   servers: ["https://xds-a:18000"]
 //! #   tls: { ca: ca.pem, cert: node.pem, key: node.key, server_name: xds.internal }
+//! # how long a cluster waits for its ClusterLoadAssignment before it is used with no
+//! # endpoints (Envoy's initial_fetch_timeout; default 15s):
+//! #   initial_fetch_timeout: 15s
 //! static_resources:                       # optional: the same schema as --config
 //!   listeners: [...]
 //!   clusters: [...]
@@ -18,6 +21,7 @@
 //! Every error is reported at once, naming the file and the field.
 
 use std::path::Path;
+use std::time::Duration;
 
 use respway_filters::model::Config;
 use serde_yaml_ng::Value;
@@ -34,6 +38,9 @@ pub struct Bootstrap {
     pub xds_servers: Vec<String>,
     /// `xds.tls`: TLS to the management servers (files reloaded when they change).
     pub xds_tls: Option<respway_tls::ClientFiles>,
+    /// `xds.initial_fetch_timeout`: how long a cluster waits for its assignment (`None`: the
+    /// client's default, 15 s).
+    pub xds_initial_fetch_timeout: Option<Duration>,
     /// `static_resources`, translated as written: the sidecar sets the node's `zone` over it
     /// (as over every configuration from a file), so it is not set here.
     pub static_config: Option<Config>,
@@ -71,6 +78,7 @@ impl Bootstrap {
             zone: None,
             xds_servers: Vec::new(),
             xds_tls: None,
+            xds_initial_fetch_timeout: None,
             static_config: None,
         };
         let string = |v: &Value, field: &str, errors: &mut Vec<String>| match v {
@@ -132,6 +140,10 @@ impl Bootstrap {
                                     ),
                                 },
                                 Some("tls") => b.xds_tls = xds_tls(xv, &mut errors),
+                                Some("initial_fetch_timeout") => {
+                                    b.xds_initial_fetch_timeout =
+                                        duration(xv, "xds.initial_fetch_timeout", &mut errors);
+                                }
                                 other => errors
                                     .push(format!("xds.{}: unknown field", other.unwrap_or("?"))),
                             }
@@ -190,6 +202,20 @@ impl Bootstrap {
             Err(errors.join("\n"))
         }
     }
+}
+
+/// A duration of more than 0 (`250ms`, `15s`, ...) at `field`; `None` (and an error) otherwise.
+fn duration(v: &Value, field: &str, errors: &mut Vec<String>) -> Option<Duration> {
+    let parsed = match v {
+        Value::String(s) => respway_xds::client::parse_duration(s),
+        _ => Err("must be a duration such as \"250ms\" or \"15s\"".to_string()),
+    };
+    match parsed {
+        Ok(d) if d.is_zero() => errors.push(format!("{field}: must be more than 0")),
+        Ok(d) => return Some(d),
+        Err(e) => errors.push(format!("{field}: {e}")),
+    }
+    None
 }
 
 /// `xds.tls`: `{ ca, cert?, key?, server_name?, insecure_skip_verify? }` (file paths).
@@ -279,6 +305,37 @@ mod tests {
             err,
             "xds.servers: must be a non-empty list of server addresses\nstatic_resources: required when there is no xds.server"
         );
+    }
+
+    #[test]
+    fn initial_fetch_timeout_is_a_duration_of_more_than_zero() {
+        let b = Bootstrap::parse(
+            "node: { id: a }\nxds: { server: \"http://a:1\", initial_fetch_timeout: 1500ms }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            b.xds_initial_fetch_timeout,
+            Some(Duration::from_millis(1500))
+        );
+        for (v, why) in [
+            ("0s", "must be more than 0"),
+            ("15", "invalid duration \"15\""),
+            ("3", "must be a duration such as"),
+        ] {
+            let quoted = if v == "3" {
+                v.to_string()
+            } else {
+                format!("\"{v}\"")
+            };
+            let err = Bootstrap::parse(&format!(
+                "node: {{ id: a }}\nxds: {{ server: \"http://a:1\", initial_fetch_timeout: {quoted} }}\n"
+            ))
+            .unwrap_err();
+            assert!(
+                err.starts_with(&format!("xds.initial_fetch_timeout: {why}")),
+                "{v}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -1267,6 +1267,11 @@ pub(crate) async fn connect_plain(cfg: &EndpointConfig) -> Result<Conn, String> 
 }
 
 async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<Conn, ConnectError> {
+    if cfg.address == respway_filters::model::NO_ENDPOINT {
+        return Err(respway_filters::model::NO_ENDPOINT_REASON
+            .to_string()
+            .into());
+    }
     let started = Instant::now();
     let timed_out = || {
         ConnectError::from(format!(

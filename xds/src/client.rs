@@ -15,10 +15,17 @@
 //!   waits). Everything else applies at once (translated with [`crate::translate`] and passed
 //!   to `apply` when it differs from what is applied). Clusters no listener in use routes to
 //!   are checked but not applied: they do nothing, and apply with the listener that uses them.
-//! - **ACK only what is applied.** A response is ACKed once everything it brought is in use as
-//!   sent; until then its ACK is held (after a response the next request of its type is its
-//!   answer). An EDS response is never held: assignments are taken as they come, so a request
-//!   that changes the EDS subscription (a new cluster) always follows an answered response.
+//! - **Warm timeout, as Envoy's `initial_fetch_timeout`.** A cluster still without its
+//!   assignment `warm_timeout` after it was first wanted is warm *with no endpoints*: it gets
+//!   one endpoint at [`NO_ENDPOINT`], which the data path never connects to and answers each
+//!   request to with `unavailable: no endpoints (...)`, so listeners routing to it apply (and
+//!   their other routes serve). An assignment that arrives later replaces it.
+//! - **ACK.** CDS and EDS responses are answered at once (ACKed when valid): clusters warm in
+//!   the background, and a server waiting for the answer can push the next change. An LDS
+//!   response is ACKed once every listener it brought is in use as sent; until then its ACK
+//!   is held (after a response the next request of its type is its answer). EDS is never held,
+//!   so a request that changes the EDS subscription (a new cluster) always follows an
+//!   answered response.
 //! - **Partial apply, like Envoy.** Each resource is checked on its own: one that is invalid
 //!   keeps its last good version (or is left out when it has none), the valid ones apply, and
 //!   the response is NACKed (`error_detail` code 3 INVALID_ARGUMENT, one line per invalid
@@ -26,9 +33,10 @@
 //!   Undecodable resources NACK their response whole; an error that names no single resource
 //!   NACKs every held response; `apply` failing NACKs them with code 13 INTERNAL. The last good
 //!   config keeps serving in every case.
-//! - **Warm timeout.** A response still not wholly in use after `warm_timeout` is NACKed with
-//!   what it waits for (`cluster "x": no ClusterLoadAssignment for "x"`, `listener "l": waits
-//!   for cluster(s) x`); what it brought stays desired and applies if it warms later.
+//! - **Held LDS timeout.** An LDS response still not wholly in use after `warm_timeout`, and
+//!   not waiting only for clusters still warming, is NACKed with what it waits for
+//!   (`listener "l": waits for cluster(s) x`, a cluster no CDS response brought); what it
+//!   brought stays desired and applies if it can later.
 //! - **Reconnect and failover.** The client uses one server of `servers` at a time, starting
 //!   with the first. When its stream ends or cannot be opened, the client moves to the next
 //!   server in the list (round robin) and opens a new connection there at once, sending the
@@ -47,8 +55,12 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::{Locality, Node};
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::core::v3::{
+    address, socket_address, Address, Locality, Node, SocketAddress,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    lb_endpoint, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
+};
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
@@ -64,7 +76,7 @@ use tonic::Code;
 use crate::secure::ClientTlsRef;
 use crate::translate::{missing_assignment, referenced_clusters};
 use crate::{translate, ConfigError, ConfigErrors, ResourceType, Resources};
-use respway_filters::model::Config;
+use respway_filters::model::{Config, NO_ENDPOINT};
 
 /// `google.rpc.Code.INVALID_ARGUMENT`: a response whose resources are invalid.
 const CODE_INVALID_ARGUMENT: i32 = 3;
@@ -87,8 +99,9 @@ pub struct AdsClientConfig {
     pub backoff_min: Duration,
     /// The largest reconnect delay.
     pub backoff_max: Duration,
-    /// How long a response may wait for the resources it needs before it is NACKed (Envoy's
-    /// `initial_fetch_timeout` default: 15 s).
+    /// How long a cluster waits for its `ClusterLoadAssignment` before it is used with no
+    /// endpoints, and an LDS response for the clusters it needs before it is NACKed (Envoy's
+    /// `initial_fetch_timeout`, default 15 s; the bootstrap's `xds.initial_fetch_timeout`).
     pub warm_timeout: Duration,
     /// TLS to every server (`https://` or no scheme); `None`: plaintext (`http://`).
     pub tls: Option<ClientTlsRef>,
@@ -309,6 +322,15 @@ pub async fn channel(
     }
 }
 
+/// Parses a duration as the configuration files write it: an integer and a unit (`us`,
+/// `ms`, `s`, `m`, `h`), e.g. `250ms` (the bootstrap's xDS timeouts).
+///
+/// # Errors
+/// The text is not such a duration, saying what is expected.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::common::parse_duration(s)
+}
+
 /// `e` and its sources, `: `-separated (tonic's transport error says only "transport error";
 /// the reason, such as a TLS verification failure, is in its sources).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
@@ -373,7 +395,7 @@ async fn session(
     });
     tracing::info!(server, node = %cfg.node_id, "ADS stream open");
     loop {
-        let deadline = state.warm_deadline;
+        let deadline = state.next_deadline();
         let out = tokio::select! {
             msg = inbound.message() => match msg {
                 Ok(Some(resp)) => {
@@ -383,10 +405,7 @@ async fn session(
                 Ok(None) => return Ok(()),
                 Err(status) => return Err(SessionError::Grpc(status)),
             },
-            () = sleep_until(deadline), if deadline.is_some() => {
-                state.warm_deadline = None;
-                state.evaluate(apply, true)
-            }
+            () = sleep_until(deadline), if deadline.is_some() => state.on_deadline(apply),
         };
         for req in out {
             if tx.send(req).await.is_err() {
@@ -470,6 +489,9 @@ struct State {
     eds_sent_nonce: Option<String>,
     /// When the held responses are NACKed if still cold.
     warm_deadline: Option<Instant>,
+    /// The assignments desired clusters wait for, each with the time it is given up on (then
+    /// the cluster is used with no endpoints: [`no_endpoints`]).
+    warming: BTreeMap<String, Instant>,
     /// Whether this stream delivered a response (resets the backoff).
     received: bool,
 }
@@ -500,6 +522,7 @@ impl State {
             eds_names: None,
             eds_sent_nonce: None,
             warm_deadline: None,
+            warming: BTreeMap::new(),
             received: false,
         }
     }
@@ -742,6 +765,13 @@ impl State {
         // Assignments no desired cluster needs are dropped.
         let needed = eds_names(&self.desired.clusters);
         self.desired.endpoints.retain(|n, _| needed.contains(n));
+        let endpoints = &self.desired.endpoints;
+        self.warming
+            .retain(|n, _| needed.contains(n) && !endpoints.contains_key(n));
+        let give_up = Instant::now() + self.warm_timeout;
+        for n in needed.iter().filter(|n| !endpoints.contains_key(*n)) {
+            self.warming.entry(n.clone()).or_insert(give_up);
+        }
         let mut eff = self.effective();
         let mut rounds = 0;
         let resources = loop {
@@ -837,12 +867,13 @@ impl State {
                 self.invalid[i].clear();
                 out.push(self.nack(t, CODE_INVALID_ARGUMENT, &message));
             } else if self.in_use(t, &eff) {
+                // CDS (valid) is ACKed at once: its clusters warm meanwhile.
                 if let Some(o) = self.owed[i].take() {
                     self.versions[i] = o.version;
                     debug_assert_eq!(o.nonce, self.nonces[i]);
                     out.push(self.request(t, None));
                 }
-            } else if forced {
+            } else if forced && !self.waits_only_for_warming(&eff) {
                 let message = self.waiting_for(t, &eff).join("\n");
                 out.push(self.nack(t, CODE_INVALID_ARGUMENT, &message));
             }
@@ -874,54 +905,85 @@ impl State {
         out
     }
 
-    /// True when every resource the type's latest response brought is in use as sent.
+    /// True when the type's latest response can be ACKed: for LDS, every listener it brought
+    /// is in use as sent; CDS and EDS are taken as they come (clusters warm in the
+    /// background).
     fn in_use(&self, t: ResourceType, eff: &Set) -> bool {
         match t {
-            ResourceType::Cluster => {
-                self.desired
-                    .clusters
-                    .iter()
-                    .all(|(n, c)| eff.clusters.get(n) == Some(c))
-                    && eff
-                        .clusters
-                        .keys()
-                        .all(|n| self.desired.clusters.contains_key(n))
-            }
             ResourceType::Listener => self
                 .desired
                 .listeners
                 .iter()
                 .all(|(n, l)| eff.listeners.get(n) == Some(l)),
-            ResourceType::Endpoint => true,
+            ResourceType::Cluster | ResourceType::Endpoint => true,
         }
+    }
+
+    /// True when every listener not in use as sent waits only for desired clusters still
+    /// warming: their own timeout settles it (they apply, with no endpoints if need be), so
+    /// the held LDS response is not NACKed before.
+    fn waits_only_for_warming(&self, eff: &Set) -> bool {
+        self.desired
+            .listeners
+            .iter()
+            .filter(|(n, l)| eff.listeners.get(*n) != Some(l))
+            .all(|(_, l)| {
+                referenced_clusters(l)
+                    .iter()
+                    .filter(|c| !eff.clusters.contains_key(*c))
+                    .all(|c| {
+                        self.desired
+                            .clusters
+                            .get(c)
+                            .and_then(eds_name)
+                            .is_some_and(|a| self.warming.contains_key(&a))
+                    })
+            })
+    }
+
+    /// The earliest time something is due: a held response's warm timeout or a cluster's.
+    fn next_deadline(&self) -> Option<Instant> {
+        self.warming
+            .values()
+            .copied()
+            .chain(self.warm_deadline)
+            .min()
+    }
+
+    /// A deadline passed: clusters whose assignment did not arrive in time are used with no
+    /// endpoints (as Envoy does after `initial_fetch_timeout`), then held responses whose own
+    /// timeout passed are NACKed with what they still wait for.
+    fn on_deadline(
+        &mut self,
+        apply: &mut (dyn FnMut(&Resources, Config) -> Result<(), String> + Send),
+    ) -> Vec<DiscoveryRequest> {
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .warming
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in expired {
+            self.warming.remove(&n);
+            tracing::warn!(
+                assignment = %n,
+                timeout = ?self.warm_timeout,
+                "no ClusterLoadAssignment arrived in time: the cluster is used with no endpoints (its keys get unavailable errors) until one does"
+            );
+            self.desired.endpoints.insert(n.clone(), no_endpoints(&n));
+        }
+        let forced = self.warm_deadline.is_some_and(|d| d <= now);
+        if forced {
+            self.warm_deadline = None;
+        }
+        self.evaluate(apply, forced)
     }
 
     /// What the type's owed response waits for, in words.
     fn waiting_for(&self, t: ResourceType, eff: &Set) -> Vec<String> {
         let mut out = Vec::new();
         match t {
-            ResourceType::Cluster => {
-                for (n, c) in &self.desired.clusters {
-                    if eff.clusters.get(n) != Some(c) {
-                        if let Some(a) =
-                            eds_name(c).filter(|a| !self.desired.endpoints.contains_key(a))
-                        {
-                            out.push(format!("cluster {n:?}: {}", missing_assignment(&a)));
-                        } else {
-                            out.push(format!("cluster {n:?}: not in use yet"));
-                        }
-                    }
-                }
-                for n in eff
-                    .clusters
-                    .keys()
-                    .filter(|n| !self.desired.clusters.contains_key(*n))
-                {
-                    out.push(format!(
-                        "cluster {n:?}: removed, but a listener in use still routes to it"
-                    ));
-                }
-            }
             ResourceType::Listener => {
                 for (n, l) in &self.desired.listeners {
                     if eff.listeners.get(n) != Some(l) {
@@ -936,7 +998,7 @@ impl State {
                     }
                 }
             }
-            ResourceType::Endpoint => {}
+            ResourceType::Cluster | ResourceType::Endpoint => {}
         }
         out
     }
@@ -1004,6 +1066,35 @@ fn eds_name(c: &Cluster) -> Option<String> {
                 .unwrap_or_else(|| c.name.clone()),
         ),
         _ => None,
+    }
+}
+
+/// The assignment a cluster is given when its own did not arrive in time: one endpoint at
+/// [`NO_ENDPOINT`], which the data path never connects to and answers every request to with
+/// an `unavailable` error naming the cluster.
+fn no_endpoints(name: &str) -> ClusterLoadAssignment {
+    let address = Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: NO_ENDPOINT.ip().to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
+                NO_ENDPOINT.port(),
+            ))),
+            ..Default::default()
+        })),
+    };
+    ClusterLoadAssignment {
+        cluster_name: name.to_string(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: vec![LbEndpoint {
+                host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                    address: Some(address),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
     }
 }
 
