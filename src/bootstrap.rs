@@ -13,6 +13,9 @@
 //! # how long a cluster waits for its ClusterLoadAssignment before it is used with no
 //! # endpoints (Envoy's initial_fetch_timeout; default 15s):
 //! #   initial_fetch_timeout: 15s
+//! # HTTP/2 PINGs after `interval` without a frame; a PING unanswered for `timeout` ends the
+//! # connection (then the next server): a silent server is left within interval + timeout
+//! #   keepalive: { interval: 30s, timeout: 10s }
 //! static_resources:                       # optional: the same schema as --config
 //!   listeners: [...]
 //!   clusters: [...]
@@ -41,6 +44,10 @@ pub struct Bootstrap {
     /// `xds.initial_fetch_timeout`: how long a cluster waits for its assignment (`None`: the
     /// client's default, 15 s).
     pub xds_initial_fetch_timeout: Option<Duration>,
+    /// `xds.keepalive.interval` (`None`: the client's default, 30 s).
+    pub xds_keepalive_interval: Option<Duration>,
+    /// `xds.keepalive.timeout` (`None`: the client's default, 10 s).
+    pub xds_keepalive_timeout: Option<Duration>,
     /// `static_resources`, translated as written: the sidecar sets the node's `zone` over it
     /// (as over every configuration from a file), so it is not set here.
     pub static_config: Option<Config>,
@@ -79,6 +86,8 @@ impl Bootstrap {
             xds_servers: Vec::new(),
             xds_tls: None,
             xds_initial_fetch_timeout: None,
+            xds_keepalive_interval: None,
+            xds_keepalive_timeout: None,
             static_config: None,
         };
         let string = |v: &Value, field: &str, errors: &mut Vec<String>| match v {
@@ -144,6 +153,36 @@ impl Bootstrap {
                                     b.xds_initial_fetch_timeout =
                                         duration(xv, "xds.initial_fetch_timeout", &mut errors);
                                 }
+                                Some("keepalive") => match xv {
+                                    Value::Mapping(ka) => {
+                                        for (kk, kv) in ka {
+                                            match kk.as_str() {
+                                                Some("interval") => {
+                                                    b.xds_keepalive_interval = duration(
+                                                        kv,
+                                                        "xds.keepalive.interval",
+                                                        &mut errors,
+                                                    );
+                                                }
+                                                Some("timeout") => {
+                                                    b.xds_keepalive_timeout = duration(
+                                                        kv,
+                                                        "xds.keepalive.timeout",
+                                                        &mut errors,
+                                                    );
+                                                }
+                                                other => errors.push(format!(
+                                                    "xds.keepalive.{}: unknown field",
+                                                    other.unwrap_or("?")
+                                                )),
+                                            }
+                                        }
+                                    }
+                                    _ => errors.push(
+                                        "xds.keepalive: must be a mapping { interval, timeout }"
+                                            .into(),
+                                    ),
+                                },
                                 other => errors
                                     .push(format!("xds.{}: unknown field", other.unwrap_or("?"))),
                             }
@@ -336,6 +375,31 @@ mod tests {
                 "{v}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn keepalive_takes_two_durations() {
+        let b = Bootstrap::parse(
+            "node: { id: a }\nxds: { server: \"http://a:1\", keepalive: { interval: 2s, timeout: 500ms } }\n",
+        )
+        .unwrap();
+        assert_eq!(b.xds_keepalive_interval, Some(Duration::from_secs(2)));
+        assert_eq!(b.xds_keepalive_timeout, Some(Duration::from_millis(500)));
+        let err = Bootstrap::parse(
+            "node: { id: a }\nxds: { server: \"http://a:1\", keepalive: { interval: 0s, timeout: x, every: 1s } }\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "xds.keepalive.interval: must be more than 0\nxds.keepalive.timeout: invalid duration \"x\" (expected an integer and a unit: us, ms, s, m or h, e.g. \"250ms\")\nxds.keepalive.every: unknown field"
+        );
+        let err =
+            Bootstrap::parse("node: { id: a }\nxds: { server: \"http://a:1\", keepalive: 3s }\n")
+                .unwrap_err();
+        assert_eq!(
+            err,
+            "xds.keepalive: must be a mapping { interval, timeout }"
+        );
     }
 
     #[test]

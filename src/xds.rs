@@ -58,6 +58,12 @@ pub fn client_config(
     if let Some(t) = bootstrap.xds_initial_fetch_timeout {
         cfg.warm_timeout = t;
     }
+    if let Some(t) = bootstrap.xds_keepalive_interval {
+        cfg.keepalive_interval = t;
+    }
+    if let Some(t) = bootstrap.xds_keepalive_timeout {
+        cfg.keepalive_timeout = t;
+    }
     Ok(Some(cfg))
 }
 

@@ -326,13 +326,9 @@ fn sidecar_fails_over_between_two_management_servers_under_load() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 13, item 7: a sidecar reaches a TLS management server with its bootstrap's CA and
-/// client certificate and gets its listener's password; a sidecar naming the same node id
-/// with another node's certificate gets nothing (and says why), and never listens.
-#[test]
-fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
-    let shard = redis();
-    let pki = respway_testkit::Pki::new("sidecar-mtls");
+/// A respway-xds on `grpc` serving `res` over TLS (certificate for `localhost`) that requires
+/// a client certificate signed by `pki`'s CA.
+fn mtls_mgmt(pki: &respway_testkit::Pki, res: &Path, grpc: u16) -> MgmtProc {
     let server_cert = pki.issue("xds", &["localhost"], false);
     let tls = respway_tls::ServerTls::server(
         "xds test",
@@ -345,6 +341,119 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
         &[b"h2"],
     )
     .expect("server tls");
+    MgmtProc::start_with(
+        res,
+        grpc,
+        respway_xds::secure::Security {
+            tls: Some(tls),
+            ..Default::default()
+        },
+    )
+}
+
+/// Issue 26, item 9: a sidecar with no client certificate, against a management server that
+/// requires one, logs the TLS alert that says why (not just "broken pipe").
+#[test]
+fn a_sidecar_without_a_client_certificate_logs_the_tls_alert() {
+    let pki = respway_testkit::Pki::new("sidecar-nocert");
+    let (port, grpc) = (free_port(), free_port());
+    let dir = pki.dir().join("xds");
+    let res = dir.join("resources");
+    std::fs::create_dir_all(&res).unwrap();
+    save(
+        &res,
+        "a.yaml",
+        &format!(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"127.0.0.1:1\" }} ]\n"
+        ),
+    );
+    let _mgmt = mtls_mgmt(&pki, &res, grpc);
+    let boot = dir.join("nocert.yaml");
+    std::fs::write(
+        &boot,
+        format!(
+            "node: {{ id: nocert }}\nxds:\n  servers: [\"https://127.0.0.1:{grpc}\"]\n  tls: {{ ca: \"{}\", server_name: localhost }}\n",
+            pki.ca().display()
+        ),
+    )
+    .unwrap();
+    let log = dir.join("nocert.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
+        .args(["--bootstrap", boot.to_str().unwrap(), "--workers", "1"])
+        .env("RUST_LOG", "warn")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("keeping the last applied config") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        text.contains("TLS alert from the server: certificate required"),
+        "{text}"
+    );
+}
+
+/// Issue 26, item 9: a management server that accepts the connection and then says nothing
+/// (here: a socket nobody reads) holds the sidecar only `xds.keepalive.interval + timeout`
+/// (1 s + 1 s here; 30 s + 10 s by default): its PING goes unanswered, the sidecar moves to
+/// the next server, gets its configuration there and listens.
+#[test]
+fn a_silent_management_server_is_left_after_the_keepalive() {
+    let shard = redis();
+    let (port, grpc) = (free_port(), free_port());
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = std::env::temp_dir().join(format!("respway-xds-silent-{port}"));
+    let res = dir.join("resources");
+    std::fs::create_dir_all(&res).unwrap();
+    save(
+        &res,
+        "a.yaml",
+        &format!(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{}\" }} ]\n",
+            shard.addr
+        ),
+    );
+    let _mgmt = MgmtProc::start(&res, grpc);
+    let boot = dir.join("bootstrap.yaml");
+    std::fs::write(
+        &boot,
+        format!(
+            "node: {{ id: silent-1 }}\nxds:\n  servers: [\"http://{}\", \"http://127.0.0.1:{grpc}\"]\n  keepalive: {{ interval: 1s, timeout: 1s }}\n",
+            silent.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    // Listens only once configured, which only the second server does.
+    let sidecar = sidecar(&boot, port);
+    let log = sidecar.log();
+    assert!(
+        log.contains("keep-alive timed out")
+            && log.contains(&format!(
+                "server=\"http://{}\"",
+                silent.local_addr().unwrap()
+            )),
+        "the silent server's failure is logged: {log}"
+    );
+    let mut c = RespConn::connect(loopback(port));
+    assert_eq!(c.call(&["SET", "k", "v"]), Resp::Simple("OK".into()));
+    drop(sidecar);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 13, item 7: a sidecar reaches a TLS management server with its bootstrap's CA and
+/// client certificate and gets its listener's password; a sidecar naming the same node id
+/// with another node's certificate gets nothing (and says why), and never listens.
+#[test]
+fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
+    let shard = redis();
+    let pki = respway_testkit::Pki::new("sidecar-mtls");
     let (port, other_port, grpc) = (free_port(), free_port(), free_port());
     let dir = pki.dir().join("xds");
     let res = dir.join("resources");
@@ -358,14 +467,7 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
     };
     save(&res, "a.yaml", &file(port, "sidecar-a"));
     save(&res, "b.yaml", &file(other_port, "sidecar-b"));
-    let mgmt = MgmtProc::start_with(
-        &res,
-        grpc,
-        respway_xds::secure::Security {
-            tls: Some(tls),
-            ..Default::default()
-        },
-    );
+    let mgmt = mtls_mgmt(&pki, &res, grpc);
     assert!(
         mgmt.status().errors.is_empty(),
         "{:?}",

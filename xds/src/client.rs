@@ -51,6 +51,9 @@
 //!   ACKed without calling `apply`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
@@ -68,6 +71,7 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
 use rand::Rng;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -77,6 +81,19 @@ use crate::secure::ClientTlsRef;
 use crate::translate::{missing_assignment, referenced_clusters};
 use crate::{translate, ConfigError, ConfigErrors, ResourceType, Resources};
 use respway_filters::model::{Config, NO_ENDPOINT};
+
+/// The default [`AdsClientConfig::keepalive_interval`].
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// The default [`AdsClientConfig::keepalive_timeout`].
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long opening a connection to a server (TCP and the TLS handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long, after a TLS handshake, the client waits for the server's first bytes before it
+/// writes (see `connect_channel`); HTTP/2 servers send their SETTINGS at once, so this is
+/// waited in full only for a server that sends nothing first.
+const FIRST_BYTES_WAIT: Duration = Duration::from_millis(250);
+/// The most of the server's first bytes read then (its SETTINGS frame is far smaller).
+const FIRST_BYTES: usize = 4096;
 
 /// `google.rpc.Code.INVALID_ARGUMENT`: a response whose resources are invalid.
 const CODE_INVALID_ARGUMENT: i32 = 3;
@@ -105,6 +122,13 @@ pub struct AdsClientConfig {
     pub warm_timeout: Duration,
     /// TLS to every server (`https://` or no scheme); `None`: plaintext (`http://`).
     pub tls: Option<ClientTlsRef>,
+    /// HTTP/2 PINGs to the server after this long without a frame from it (default 30 s)...
+    pub keepalive_interval: Duration,
+    /// ...and the connection is given up (the client moves to the next server) when a PING is
+    /// not answered within this (default 10 s). A connected but silent server (stopped,
+    /// frozen, or cut off without a reset) is so left at most `keepalive_interval +
+    /// keepalive_timeout` after its last frame.
+    pub keepalive_timeout: Duration,
 }
 
 impl AdsClientConfig {
@@ -127,6 +151,8 @@ impl AdsClientConfig {
             backoff_max: Duration::from_secs(30),
             warm_timeout: Duration::from_secs(15),
             tls: None,
+            keepalive_interval: KEEPALIVE_INTERVAL,
+            keepalive_timeout: KEEPALIVE_TIMEOUT,
         }
     }
 }
@@ -169,7 +195,8 @@ pub async fn run(
         let server = cfg.servers[failover.current].as_str();
         state.received = false;
         let started = Instant::now();
-        let result = session(&cfg, server, &mut state, &mut apply).await;
+        let tls_note = TlsNote::default();
+        let result = session(&cfg, server, &tls_note, &mut state, &mut apply).await;
         state.publish(|s| s.connected = false);
         let healthy = state.received && started.elapsed() >= cfg.backoff_min;
         let mut lasting = false;
@@ -187,6 +214,12 @@ pub async fn run(
                 );
                 format!("ADS stream failed: {}", status_text(&status))
             }
+        };
+        // h2 may report the end of a connection the server's TLS refused as "broken pipe" or
+        // "connection closed"; the TLS layer saw why.
+        let error = match tls_note.take() {
+            Some(tls) if !error.contains(&tls) => format!("{error}; {tls}"),
+            _ => error,
         };
         let cap = failover.ended(healthy, lasting, &cfg);
         let next = cfg.servers[failover.current].as_str();
@@ -272,6 +305,127 @@ fn backoff_cap(cfg: &AdsClientConfig, attempt: u32) -> Duration {
         .min(cfg.backoff_max)
 }
 
+/// The first TLS error one connection to a management server met, in words (such as the
+/// alert of a server that requires a client certificate). Written only when a read or write
+/// fails, read once per connection attempt: its lock is never contended.
+#[derive(Debug, Clone, Default)]
+struct TlsNote(Arc<Mutex<Option<String>>>);
+
+impl TlsNote {
+    /// Keeps what `e` says about TLS, if it is a TLS error and none was kept before.
+    fn record(&self, e: &std::io::Error) {
+        let Some(text) = tls_reason(e) else {
+            return;
+        };
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(text);
+    }
+
+    fn take(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// The rustls error `e` carries, if any.
+fn rustls_error(e: &std::io::Error) -> Option<&respway_tls::rustls::Error> {
+    e.get_ref()?.downcast_ref::<respway_tls::rustls::Error>()
+}
+
+/// `e` in words when it is a TLS error: the alert a server sent, with what to check.
+fn tls_reason(e: &std::io::Error) -> Option<String> {
+    use respway_tls::rustls::{AlertDescription as A, Error as TlsError};
+    Some(match rustls_error(e)? {
+        TlsError::AlertReceived(alert) => {
+            let what = match alert {
+                A::CertificateRequired => "certificate required (the server requires a client certificate: set xds.tls.cert and xds.tls.key)",
+                A::BadCertificate => "bad certificate (the server refused the client certificate)",
+                A::UnknownCA => "unknown CA (the server does not trust the CA of the client certificate)",
+                A::CertificateExpired => "certificate expired (the client certificate is out of its validity period)",
+                A::CertificateRevoked => "certificate revoked",
+                A::CertificateUnknown => "certificate unknown (the server refused the client certificate)",
+                A::AccessDenied => "access denied",
+                A::HandshakeFailure => "handshake failure (no TLS version, cipher or protocol in common)",
+                A::NoApplicationProtocol => "no application protocol (the server does not offer h2)",
+                _ => return Some(format!("TLS alert from the server: {alert:?}")),
+            };
+            format!("TLS alert from the server: {what}")
+        }
+        // Said as rustls says it, so that an error chain already saying it is not repeated.
+        other => other.to_string(),
+    })
+}
+
+/// A TLS connection to a management server: first the bytes read after the handshake
+/// (`first`, see `connect_channel`), then the stream; its TLS errors are noted in
+/// [`TlsNote`] (HTTP/2 may report the connection's end only as "connection closed").
+struct Watched<S> {
+    inner: S,
+    note: TlsNote,
+    first: Vec<u8>,
+    /// How much of `first` was read.
+    taken: usize,
+}
+
+impl<S> Watched<S> {
+    fn noted<T>(&self, r: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        if let Poll::Ready(Err(e)) = &r {
+            self.note.record(e);
+        }
+        r
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.taken < self.first.len() {
+            let n = (self.first.len() - self.taken).min(buf.remaining());
+            let at = self.taken;
+            buf.put_slice(&self.first[at..at + n]);
+            self.taken += n;
+            return Poll::Ready(Ok(()));
+        }
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        self.noted(r)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.noted(r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.noted(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.noted(r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 enum SessionError {
     Connect(tonic::transport::Error),
     Grpc(tonic::Status),
@@ -288,6 +442,18 @@ pub async fn channel(
     server: &str,
     tls: Option<&ClientTlsRef>,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let keepalive = (KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT);
+    connect_channel(server, tls, keepalive, TlsNote::default()).await
+}
+
+/// [`channel`] with the keepalive `(interval, timeout)`, recording the first TLS error of
+/// the connection in `note`.
+async fn connect_channel(
+    server: &str,
+    tls: Option<&ClientTlsRef>,
+    (interval, timeout): (Duration, Duration),
+    note: TlsNote,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     // With TLS the handshake is the connector's (below); tonic is given the address as
     // `http://` so that it adds none of its own.
     let authority = server
@@ -295,10 +461,10 @@ pub async fn channel(
         .or_else(|| server.strip_prefix("http://"))
         .unwrap_or(server);
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{authority}"))?
-        .connect_timeout(Duration::from_secs(5))
+        .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(10))
+        .http2_keep_alive_interval(interval)
+        .keep_alive_timeout(timeout)
         .keep_alive_while_idle(true);
     match tls {
         None => endpoint.connect().await,
@@ -306,6 +472,7 @@ pub async fn channel(
             let tls = tls.clone();
             let connector = tower::service_fn(move |uri: tonic::codegen::http::Uri| {
                 let tls = tls.clone();
+                let note = note.clone();
                 async move {
                     let host = uri.host().unwrap_or_default();
                     let host = host
@@ -313,8 +480,34 @@ pub async fn channel(
                         .trim_end_matches(']')
                         .to_string();
                     let port = uri.port_u16().unwrap_or(443);
-                    let stream = tls.connect(&host, port).await?;
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                    let mut stream = tls
+                        .connect(&host, port)
+                        .await
+                        .inspect_err(|e| note.record(e))?;
+                    // A server that refuses the client (no or a wrong client certificate,
+                    // TLS 1.3) says so in an alert right after the handshake and closes. Were
+                    // the HTTP/2 preface written first, the server would close with it unread
+                    // (a reset that drops the alert) or HTTP/2 would report only "broken
+                    // pipe" or "connection closed". So the server's first bytes (its
+                    // SETTINGS, or the alert) are read now, briefly, and handed to HTTP/2
+                    // first; an alert fails the connection attempt with its reason.
+                    let mut first = vec![0u8; FIRST_BYTES];
+                    let read = tokio::time::timeout(FIRST_BYTES_WAIT, stream.read(&mut first));
+                    let n = match read.await {
+                        Ok(Ok(n)) => n,
+                        Ok(Err(e)) => {
+                            note.record(&e);
+                            return Err(e);
+                        }
+                        Err(_) => 0,
+                    };
+                    first.truncate(n);
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(Watched {
+                        inner: stream,
+                        note,
+                        first,
+                        taken: 0,
+                    }))
                 }
             });
             endpoint.connect_with_connector(connector).await
@@ -370,11 +563,13 @@ pub fn status_text(status: &tonic::Status) -> String {
 async fn session(
     cfg: &AdsClientConfig,
     server: &str,
+    tls_note: &TlsNote,
     state: &mut State,
     apply: &mut (dyn FnMut(&Resources, Config) -> Result<(), String> + Send),
 ) -> Result<(), SessionError> {
     // A new connection per attempt: a restarted server is on a new one.
-    let channel = channel(server, cfg.tls.as_ref())
+    let keepalive = (cfg.keepalive_interval, cfg.keepalive_timeout);
+    let channel = connect_channel(server, cfg.tls.as_ref(), keepalive, tls_note.clone())
         .await
         .map_err(SessionError::Connect)?;
     let mut client =
