@@ -326,6 +326,52 @@ fn sidecar_fails_over_between_two_management_servers_under_load() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `DIR/resources`, created, with one file: listener `l` on `port` routing everything to
+/// cluster `main` of one shard at `shard`.
+fn one_listener(dir: &Path, port: u16, shard: SocketAddr) -> PathBuf {
+    let res = dir.join("resources");
+    std::fs::create_dir_all(&res).unwrap();
+    save(
+        &res,
+        "a.yaml",
+        &format!(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{shard}\" }} ]\n"
+        ),
+    );
+    res
+}
+
+/// Runs the `respway` binary on bootstrap `boot` (one worker, warnings on stderr to `log`, as
+/// a sidecar that may never listen) until its log contains `until` or `limit` has passed,
+/// then `meanwhile` (while it still runs), then stops it. Returns the log and what
+/// `meanwhile` returned.
+fn run_until_logged<R>(
+    boot: &Path,
+    log: &Path,
+    until: &str,
+    limit: Duration,
+    meanwhile: impl FnOnce() -> R,
+) -> (String, R) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
+        .args(["--bootstrap", boot.to_str().unwrap(), "--workers", "1"])
+        .env("RUST_LOG", "warn")
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + limit;
+    let text = loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(until) || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let r = meanwhile();
+    let _ = child.kill();
+    let _ = child.wait();
+    (text, r)
+}
+
 /// A respway-xds on `grpc` serving `res` over TLS (certificate for `localhost`) that requires
 /// a client certificate signed by `pki`'s CA.
 fn mtls_mgmt(pki: &respway_testkit::Pki, res: &Path, grpc: u16) -> MgmtProc {
@@ -358,15 +404,7 @@ fn a_sidecar_without_a_client_certificate_logs_the_tls_alert() {
     let pki = respway_testkit::Pki::new("sidecar-nocert");
     let (port, grpc) = (free_port(), free_port());
     let dir = pki.dir().join("xds");
-    let res = dir.join("resources");
-    std::fs::create_dir_all(&res).unwrap();
-    save(
-        &res,
-        "a.yaml",
-        &format!(
-            "listeners:\n  - name: l\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"127.0.0.1:1\" }} ]\n"
-        ),
-    );
+    let res = one_listener(&dir, port, "127.0.0.1:1".parse().unwrap());
     let _mgmt = mtls_mgmt(&pki, &res, grpc);
     let boot = dir.join("nocert.yaml");
     std::fs::write(
@@ -377,23 +415,13 @@ fn a_sidecar_without_a_client_certificate_logs_the_tls_alert() {
         ),
     )
     .unwrap();
-    let log = dir.join("nocert.log");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
-        .args(["--bootstrap", boot.to_str().unwrap(), "--workers", "1"])
-        .env("RUST_LOG", "warn")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let text = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("keeping the last applied config") || Instant::now() > deadline {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = child.kill();
-    let _ = child.wait();
+    let (text, ()) = run_until_logged(
+        &boot,
+        &dir.join("nocert.log"),
+        "keeping the last applied config",
+        Duration::from_secs(15),
+        || (),
+    );
     assert!(
         text.contains("TLS alert from the server: certificate required"),
         "{text}"
@@ -410,16 +438,7 @@ fn a_silent_management_server_is_left_after_the_keepalive() {
     let (port, grpc) = (free_port(), free_port());
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dir = std::env::temp_dir().join(format!("respway-xds-silent-{port}"));
-    let res = dir.join("resources");
-    std::fs::create_dir_all(&res).unwrap();
-    save(
-        &res,
-        "a.yaml",
-        &format!(
-            "listeners:\n  - name: l\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{}\" }} ]\n",
-            shard.addr
-        ),
-    );
+    let res = one_listener(&dir, port, shard.addr);
     let _mgmt = MgmtProc::start(&res, grpc);
     let boot = dir.join("bootstrap.yaml");
     std::fs::write(
@@ -508,24 +527,13 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
     // Node sidecar-b's listener, asked for with sidecar-c's certificate: refused.
     let wrong = pki.issue("sidecar-c", &["sidecar-c"], false);
     let boot = bootstrap("sidecar-b", &wrong);
-    let log = dir.join("sidecar-b.log");
-    let mut b = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
-        .args(["--bootstrap", boot.to_str().unwrap(), "--workers", "1"])
-        .env("RUST_LOG", "warn")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let text = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("PermissionDenied") || Instant::now() > deadline {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let listening = std::net::TcpStream::connect(loopback(other_port)).is_ok();
-    let _ = b.kill();
-    let _ = b.wait();
+    let (text, listening) = run_until_logged(
+        &boot,
+        &dir.join("sidecar-b.log"),
+        "PermissionDenied",
+        Duration::from_secs(30),
+        || std::net::TcpStream::connect(loopback(other_port)).is_ok(),
+    );
     assert!(
         text.contains("PermissionDenied") && text.contains("not valid for that node id"),
         "{text}"
@@ -821,6 +829,11 @@ fn a_cluster_whose_assignment_never_arrives_is_used_with_no_endpoints_after_the_
         c.call(&["GET", "k"]),
         Resp::bulk("1"),
         "the connection serves on"
+    );
+    let log = sidecar.log();
+    assert!(
+        log.contains("no ClusterLoadAssignment arrived in time") && log.contains("never"),
+        "{log}"
     );
 
     // A later listener version is ACKed (it used to be NACKed while the assignment was

@@ -1389,6 +1389,16 @@ async fn an_update_that_never_warms_applies_with_no_endpoints_after_the_timeout(
         .map(|e| e.address)
         .collect();
     assert_eq!(endpoints, [respway_filters::model::NO_ENDPOINT]);
+    // The assignment, when it comes, replaces the placeholder.
+    script
+        .push(ResourceType::Endpoint, "v1", packed(&good.endpoints))
+        .await;
+    lib.until("the assignment", |s| s.applies == 2).await;
+    let config = translate(&lib.applied().pop().expect("applied")).expect("valid");
+    assert_eq!(
+        config.clusters[0].shards[0].endpoints[0].address,
+        "127.0.0.1:7001".parse().unwrap()
+    );
     assert!(script.violations.is_empty(), "{:?}", script.violations);
 }
 
