@@ -10,6 +10,12 @@
 //! # xds:
 //! #   servers: ["https://xds-a:18000"]
 //! #   tls: { ca: ca.pem, cert: node.pem, key: node.key, server_name: xds.internal }
+//! # how long a cluster waits for its ClusterLoadAssignment before it is used with no
+//! # endpoints (Envoy's initial_fetch_timeout; default 15s):
+//! #   initial_fetch_timeout: 15s
+//! # HTTP/2 PINGs after `interval` without a frame; a PING unanswered for `timeout` ends the
+//! # connection (then the next server): a silent server is left within interval + timeout
+//! #   keepalive: { interval: 30s, timeout: 10s }
 //! static_resources:                       # optional: the same schema as --config
 //!   listeners: [...]
 //!   clusters: [...]
@@ -18,6 +24,7 @@
 //! Every error is reported at once, naming the file and the field.
 
 use std::path::Path;
+use std::time::Duration;
 
 use respway_filters::model::Config;
 use serde_yaml_ng::Value;
@@ -34,6 +41,13 @@ pub struct Bootstrap {
     pub xds_servers: Vec<String>,
     /// `xds.tls`: TLS to the management servers (files reloaded when they change).
     pub xds_tls: Option<respway_tls::ClientFiles>,
+    /// `xds.initial_fetch_timeout`: how long a cluster waits for its assignment (`None`: the
+    /// client's default, 15 s).
+    pub xds_initial_fetch_timeout: Option<Duration>,
+    /// `xds.keepalive.interval` (`None`: the client's default, 30 s).
+    pub xds_keepalive_interval: Option<Duration>,
+    /// `xds.keepalive.timeout` (`None`: the client's default, 10 s).
+    pub xds_keepalive_timeout: Option<Duration>,
     /// `static_resources`, translated as written: the sidecar sets the node's `zone` over it
     /// (as over every configuration from a file), so it is not set here.
     pub static_config: Option<Config>,
@@ -71,6 +85,9 @@ impl Bootstrap {
             zone: None,
             xds_servers: Vec::new(),
             xds_tls: None,
+            xds_initial_fetch_timeout: None,
+            xds_keepalive_interval: None,
+            xds_keepalive_timeout: None,
             static_config: None,
         };
         let string = |v: &Value, field: &str, errors: &mut Vec<String>| match v {
@@ -132,6 +149,40 @@ impl Bootstrap {
                                     ),
                                 },
                                 Some("tls") => b.xds_tls = xds_tls(xv, &mut errors),
+                                Some("initial_fetch_timeout") => {
+                                    b.xds_initial_fetch_timeout =
+                                        duration(xv, "xds.initial_fetch_timeout", &mut errors);
+                                }
+                                Some("keepalive") => match xv {
+                                    Value::Mapping(ka) => {
+                                        for (kk, kv) in ka {
+                                            match kk.as_str() {
+                                                Some("interval") => {
+                                                    b.xds_keepalive_interval = duration(
+                                                        kv,
+                                                        "xds.keepalive.interval",
+                                                        &mut errors,
+                                                    );
+                                                }
+                                                Some("timeout") => {
+                                                    b.xds_keepalive_timeout = duration(
+                                                        kv,
+                                                        "xds.keepalive.timeout",
+                                                        &mut errors,
+                                                    );
+                                                }
+                                                other => errors.push(format!(
+                                                    "xds.keepalive.{}: unknown field",
+                                                    other.unwrap_or("?")
+                                                )),
+                                            }
+                                        }
+                                    }
+                                    _ => errors.push(
+                                        "xds.keepalive: must be a mapping { interval, timeout }"
+                                            .into(),
+                                    ),
+                                },
                                 other => errors
                                     .push(format!("xds.{}: unknown field", other.unwrap_or("?"))),
                             }
@@ -190,6 +241,20 @@ impl Bootstrap {
             Err(errors.join("\n"))
         }
     }
+}
+
+/// A duration of more than 0 (`250ms`, `15s`, ...) at `field`; `None` (and an error) otherwise.
+fn duration(v: &Value, field: &str, errors: &mut Vec<String>) -> Option<Duration> {
+    let parsed = match v {
+        Value::String(s) => respway_xds::client::parse_duration(s),
+        _ => Err("must be a duration such as \"250ms\" or \"15s\"".to_string()),
+    };
+    match parsed {
+        Ok(d) if d.is_zero() => errors.push(format!("{field}: must be more than 0")),
+        Ok(d) => return Some(d),
+        Err(e) => errors.push(format!("{field}: {e}")),
+    }
+    None
 }
 
 /// `xds.tls`: `{ ca, cert?, key?, server_name?, insecure_skip_verify? }` (file paths).
@@ -278,6 +343,62 @@ mod tests {
         assert_eq!(
             err,
             "xds.servers: must be a non-empty list of server addresses\nstatic_resources: required when there is no xds.server"
+        );
+    }
+
+    #[test]
+    fn initial_fetch_timeout_is_a_duration_of_more_than_zero() {
+        let b = Bootstrap::parse(
+            "node: { id: a }\nxds: { server: \"http://a:1\", initial_fetch_timeout: 1500ms }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            b.xds_initial_fetch_timeout,
+            Some(Duration::from_millis(1500))
+        );
+        for (v, why) in [
+            ("0s", "must be more than 0"),
+            ("15", "invalid duration \"15\""),
+            ("3", "must be a duration such as"),
+        ] {
+            let quoted = if v == "3" {
+                v.to_string()
+            } else {
+                format!("\"{v}\"")
+            };
+            let err = Bootstrap::parse(&format!(
+                "node: {{ id: a }}\nxds: {{ server: \"http://a:1\", initial_fetch_timeout: {quoted} }}\n"
+            ))
+            .unwrap_err();
+            assert!(
+                err.starts_with(&format!("xds.initial_fetch_timeout: {why}")),
+                "{v}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn keepalive_takes_two_durations() {
+        let b = Bootstrap::parse(
+            "node: { id: a }\nxds: { server: \"http://a:1\", keepalive: { interval: 2s, timeout: 500ms } }\n",
+        )
+        .unwrap();
+        assert_eq!(b.xds_keepalive_interval, Some(Duration::from_secs(2)));
+        assert_eq!(b.xds_keepalive_timeout, Some(Duration::from_millis(500)));
+        let err = Bootstrap::parse(
+            "node: { id: a }\nxds: { server: \"http://a:1\", keepalive: { interval: 0s, timeout: x, every: 1s } }\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "xds.keepalive.interval: must be more than 0\nxds.keepalive.timeout: invalid duration \"x\" (expected an integer and a unit: us, ms, s, m or h, e.g. \"250ms\")\nxds.keepalive.every: unknown field"
+        );
+        let err =
+            Bootstrap::parse("node: { id: a }\nxds: { server: \"http://a:1\", keepalive: 3s }\n")
+                .unwrap_err();
+        assert_eq!(
+            err,
+            "xds.keepalive: must be a mapping { interval, timeout }"
         );
     }
 

@@ -1078,6 +1078,16 @@ async fn run_connection(
     stats: Arc<EndpointStats>,
     latency: Arc<crate::metrics::Latency>,
 ) {
+    if cfg.address == respway_filters::model::NO_ENDPOINT {
+        // The placeholder of a cluster with no endpoints: every request is answered at once,
+        // with nothing to connect to, probe or log (`connect` refuses it too, for the paths
+        // that connect on their own, such as pub/sub).
+        let reason: Arc<str> = respway_filters::model::NO_ENDPOINT_REASON.into();
+        while let Some(req) = rx.recv().await {
+            answer(req.tx, UpstreamError::Unavailable(reason.clone()), &stats);
+        }
+        return;
+    }
     if dedicated.is_some() {
         let Some(first) = rx.recv().await else { return };
         match connect(&cfg, flavor).await {
@@ -1404,6 +1414,11 @@ pub(crate) async fn connect_plain(cfg: &EndpointConfig) -> Result<Conn, String> 
 }
 
 async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<Conn, ConnectError> {
+    if cfg.address == respway_filters::model::NO_ENDPOINT {
+        return Err(respway_filters::model::NO_ENDPOINT_REASON
+            .to_string()
+            .into());
+    }
     let started = Instant::now();
     let timed_out = || {
         ConnectError::from(format!(

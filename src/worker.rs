@@ -328,7 +328,11 @@ fn endpoint_config(
     EndpointConfig {
         tls,
         address,
-        label: format!("shard {shard} ({address})").into(),
+        label: if address == respway_filters::model::NO_ENDPOINT {
+            format!("cluster {}", c.name).into()
+        } else {
+            format!("shard {shard} ({address})").into()
+        },
         connect_timeout: c.connect_timeout,
         auth: c.auth_for(address).map(|a| {
             let mut v = Vec::new();

@@ -55,6 +55,15 @@ pub fn client_config(
     cfg.tls = tls;
     cfg.backoff_min = Duration::from_millis(100);
     cfg.backoff_max = Duration::from_secs(5);
+    if let Some(t) = bootstrap.xds_initial_fetch_timeout {
+        cfg.warm_timeout = t;
+    }
+    if let Some(t) = bootstrap.xds_keepalive_interval {
+        cfg.keepalive_interval = t;
+    }
+    if let Some(t) = bootstrap.xds_keepalive_timeout {
+        cfg.keepalive_timeout = t;
+    }
     Ok(Some(cfg))
 }
 

@@ -326,13 +326,55 @@ fn sidecar_fails_over_between_two_management_servers_under_load() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 13, item 7: a sidecar reaches a TLS management server with its bootstrap's CA and
-/// client certificate and gets its listener's password; a sidecar naming the same node id
-/// with another node's certificate gets nothing (and says why), and never listens.
-#[test]
-fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
-    let shard = redis();
-    let pki = respway_testkit::Pki::new("sidecar-mtls");
+/// `DIR/resources`, created, with one file: listener `l` on `port` routing everything to
+/// cluster `main` of one shard at `shard`.
+fn one_listener(dir: &Path, port: u16, shard: SocketAddr) -> PathBuf {
+    let res = dir.join("resources");
+    std::fs::create_dir_all(&res).unwrap();
+    save(
+        &res,
+        "a.yaml",
+        &format!(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    shards:\n      - endpoints: [ {{ address: \"{shard}\" }} ]\n"
+        ),
+    );
+    res
+}
+
+/// Runs the `respway` binary on bootstrap `boot` (one worker, warnings on stderr to `log`, as
+/// a sidecar that may never listen) until its log contains `until` or `limit` has passed,
+/// then `meanwhile` (while it still runs), then stops it. Returns the log and what
+/// `meanwhile` returned.
+fn run_until_logged<R>(
+    boot: &Path,
+    log: &Path,
+    until: &str,
+    limit: Duration,
+    meanwhile: impl FnOnce() -> R,
+) -> (String, R) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
+        .args(["--bootstrap", boot.to_str().unwrap(), "--workers", "1"])
+        .env("RUST_LOG", "warn")
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + limit;
+    let text = loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(until) || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let r = meanwhile();
+    let _ = child.kill();
+    let _ = child.wait();
+    (text, r)
+}
+
+/// A respway-xds on `grpc` serving `res` over TLS (certificate for `localhost`) that requires
+/// a client certificate signed by `pki`'s CA.
+fn mtls_mgmt(pki: &respway_testkit::Pki, res: &Path, grpc: u16) -> MgmtProc {
     let server_cert = pki.issue("xds", &["localhost"], false);
     let tls = respway_tls::ServerTls::server(
         "xds test",
@@ -345,6 +387,92 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
         &[b"h2"],
     )
     .expect("server tls");
+    MgmtProc::start_with(
+        res,
+        grpc,
+        respway_xds::secure::Security {
+            tls: Some(tls),
+            ..Default::default()
+        },
+    )
+}
+
+/// Issue 26, item 9: a sidecar with no client certificate, against a management server that
+/// requires one, logs the TLS alert that says why (not just "broken pipe").
+#[test]
+fn a_sidecar_without_a_client_certificate_logs_the_tls_alert() {
+    let pki = respway_testkit::Pki::new("sidecar-nocert");
+    let (port, grpc) = (free_port(), free_port());
+    let dir = pki.dir().join("xds");
+    let res = one_listener(&dir, port, "127.0.0.1:1".parse().unwrap());
+    let _mgmt = mtls_mgmt(&pki, &res, grpc);
+    let boot = dir.join("nocert.yaml");
+    std::fs::write(
+        &boot,
+        format!(
+            "node: {{ id: nocert }}\nxds:\n  servers: [\"https://127.0.0.1:{grpc}\"]\n  tls: {{ ca: \"{}\", server_name: localhost }}\n",
+            pki.ca().display()
+        ),
+    )
+    .unwrap();
+    let (text, ()) = run_until_logged(
+        &boot,
+        &dir.join("nocert.log"),
+        "keeping the last applied config",
+        Duration::from_secs(15),
+        || (),
+    );
+    assert!(
+        text.contains("TLS alert from the server: certificate required"),
+        "{text}"
+    );
+}
+
+/// Issue 26, item 9: a management server that accepts the connection and then says nothing
+/// (here: a socket nobody reads) holds the sidecar only `xds.keepalive.interval + timeout`
+/// (1 s + 1 s here; 30 s + 10 s by default): its PING goes unanswered, the sidecar moves to
+/// the next server, gets its configuration there and listens.
+#[test]
+fn a_silent_management_server_is_left_after_the_keepalive() {
+    let shard = redis();
+    let (port, grpc) = (free_port(), free_port());
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = std::env::temp_dir().join(format!("respway-xds-silent-{port}"));
+    let res = one_listener(&dir, port, shard.addr);
+    let _mgmt = MgmtProc::start(&res, grpc);
+    let boot = dir.join("bootstrap.yaml");
+    std::fs::write(
+        &boot,
+        format!(
+            "node: {{ id: silent-1 }}\nxds:\n  servers: [\"http://{}\", \"http://127.0.0.1:{grpc}\"]\n  keepalive: {{ interval: 1s, timeout: 1s }}\n",
+            silent.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    // Listens only once configured, which only the second server does.
+    let sidecar = sidecar(&boot, port);
+    let log = sidecar.log();
+    assert!(
+        log.contains("keep-alive timed out")
+            && log.contains(&format!(
+                "server=\"http://{}\"",
+                silent.local_addr().unwrap()
+            )),
+        "the silent server's failure is logged: {log}"
+    );
+    let mut c = RespConn::connect(loopback(port));
+    assert_eq!(c.call(&["SET", "k", "v"]), Resp::Simple("OK".into()));
+    drop(sidecar);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 13, item 7: a sidecar reaches a TLS management server with its bootstrap's CA and
+/// client certificate and gets its listener's password; a sidecar naming the same node id
+/// with another node's certificate gets nothing (and says why), and never listens.
+#[test]
+fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
+    let shard = redis();
+    let pki = respway_testkit::Pki::new("sidecar-mtls");
     let (port, other_port, grpc) = (free_port(), free_port(), free_port());
     let dir = pki.dir().join("xds");
     let res = dir.join("resources");
@@ -358,14 +486,7 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
     };
     save(&res, "a.yaml", &file(port, "sidecar-a"));
     save(&res, "b.yaml", &file(other_port, "sidecar-b"));
-    let mgmt = MgmtProc::start_with(
-        &res,
-        grpc,
-        respway_xds::secure::Security {
-            tls: Some(tls),
-            ..Default::default()
-        },
-    );
+    let mgmt = mtls_mgmt(&pki, &res, grpc);
     assert!(
         mgmt.status().errors.is_empty(),
         "{:?}",
@@ -406,24 +527,13 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
     // Node sidecar-b's listener, asked for with sidecar-c's certificate: refused.
     let wrong = pki.issue("sidecar-c", &["sidecar-c"], false);
     let boot = bootstrap("sidecar-b", &wrong);
-    let log = dir.join("sidecar-b.log");
-    let mut b = std::process::Command::new(env!("CARGO_BIN_EXE_respway"))
-        .args(["--bootstrap", boot.to_str().unwrap(), "--workers", "1"])
-        .env("RUST_LOG", "warn")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let text = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("PermissionDenied") || Instant::now() > deadline {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let listening = std::net::TcpStream::connect(loopback(other_port)).is_ok();
-    let _ = b.kill();
-    let _ = b.wait();
+    let (text, listening) = run_until_logged(
+        &boot,
+        &dir.join("sidecar-b.log"),
+        "PermissionDenied",
+        Duration::from_secs(30),
+        || std::net::TcpStream::connect(loopback(other_port)).is_ok(),
+    );
     assert!(
         text.contains("PermissionDenied") && text.contains("not valid for that node id"),
         "{text}"
@@ -489,4 +599,254 @@ fn the_xds_feed_starts_and_updates_an_in_process_server() {
         server.shutdown();
     });
     drop(mgmt);
+}
+
+// === the sidecar against a scripted ADS server ===
+
+use respway_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use respway_xds::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use respway_xds::pb::google::protobuf::Any;
+use std::sync::Mutex;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// An ADS server that sends what the test pushes (on the first stream) and reports every
+/// request it gets.
+struct Scripted {
+    requests: mpsc::UnboundedSender<DiscoveryRequest>,
+    pushes: Mutex<Option<mpsc::Receiver<DiscoveryResponse>>>,
+}
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Scripted {
+    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, tonic::Status>>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: tonic::Request<tonic::Streaming<DiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, tonic::Status> {
+        let mut inbound = request.into_inner();
+        let mut pushes = self
+            .pushes
+            .lock()
+            .unwrap()
+            .take()
+            .ok_or_else(|| tonic::Status::unavailable("one stream only"))?;
+        let requests = self.requests.clone();
+        let (tx, rx) = mpsc::channel(8);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    req = inbound.message() => match req {
+                        Ok(Some(r)) => { let _ = requests.send(r); }
+                        _ => break,
+                    },
+                    push = pushes.recv() => match push {
+                        Some(p) => if tx.send(Ok(p)).await.is_err() { break },
+                        None => break,
+                    },
+                }
+            }
+        });
+        Ok(tonic::Response::new(ReceiverStream::new(rx)))
+    }
+
+    type DeltaAggregatedResourcesStream =
+        ReceiverStream<Result<DeltaDiscoveryResponse, tonic::Status>>;
+
+    async fn delta_aggregated_resources(
+        &self,
+        _request: tonic::Request<tonic::Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::DeltaAggregatedResourcesStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("no delta"))
+    }
+}
+
+/// The scripted server's end in the test: pushes, and the requests received so far (in
+/// order of arrival).
+struct Script {
+    rt: tokio::runtime::Runtime,
+    grpc: SocketAddr,
+    push: mpsc::Sender<DiscoveryResponse>,
+    requests: mpsc::UnboundedReceiver<DiscoveryRequest>,
+    seen: Vec<DiscoveryRequest>,
+}
+
+impl Script {
+    fn start() -> Script {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (push, pushes) = mpsc::channel(8);
+        let (req_tx, requests) = mpsc::unbounded_channel();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let grpc = listener.local_addr().unwrap();
+        let svc = Scripted {
+            requests: req_tx,
+            pushes: Mutex::new(Some(pushes)),
+        };
+        rt.spawn(tonic::transport::Server::builder().serve_with_incoming(
+            AggregatedDiscoveryServiceServer::new(svc),
+            tonic::transport::server::TcpIncoming::from(listener),
+        ));
+        Script {
+            rt,
+            grpc,
+            push,
+            requests,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Queues a response of `type_url` with `nonce` (sent once the sidecar's stream is open).
+    fn send<T: prost::Message + prost::Name>(
+        &self,
+        type_url: &str,
+        version: &str,
+        nonce: &str,
+        items: &[T],
+    ) {
+        let resources = items
+            .iter()
+            .map(|m| Any {
+                type_url: T::type_url(),
+                value: m.encode_to_vec(),
+            })
+            .collect();
+        let resp = DiscoveryResponse {
+            version_info: version.into(),
+            resources,
+            type_url: type_url.into(),
+            nonce: nonce.into(),
+            ..Default::default()
+        };
+        self.rt.block_on(self.push.send(resp)).unwrap();
+    }
+
+    /// The position (among the requests received) and the request answering `nonce`; waits
+    /// up to 10 s for it.
+    fn answer_to(&mut self, nonce: &str) -> (usize, DiscoveryRequest) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(i) = self.seen.iter().position(|r| r.response_nonce == nonce) {
+                return (i, self.seen[i].clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let requests = &mut self.requests;
+            let next = self
+                .rt
+                .block_on(async { tokio::time::timeout(left, requests.recv()).await });
+            match next {
+                Ok(Some(r)) => self.seen.push(r),
+                _ => panic!("no answer to {nonce} in 10 s; got {:?}", self.seen),
+            }
+        }
+    }
+}
+
+/// Issue 26, item 7: a cluster whose `ClusterLoadAssignment` never arrives is used with no
+/// endpoints once `xds.initial_fetch_timeout` (1 s here) has passed, as Envoy does: the
+/// listener routing to it applies, its keys get a clear `unavailable` error while the other
+/// cluster's keys are served, the CDS response is ACKed at once (before the timeout, so
+/// before the LDS ACK that waits for it), and a later LDS version is ACKed.
+#[test]
+fn a_cluster_whose_assignment_never_arrives_is_used_with_no_endpoints_after_the_timeout() {
+    let good = redis();
+    let port = free_port();
+    let mut script = Script::start();
+    let yaml = |op_timeout: &str| {
+        format!(
+            "listeners:\n  - name: main\n    address: 127.0.0.1:{port}\n    op_timeout: {op_timeout}\n    routes:\n      catch_all: good\n      prefixes:\n        - {{ prefix: \"never:\", cluster: never }}\nclusters:\n  - name: good\n    shards:\n      - endpoints: [ {{ address: \"{}\" }} ]\n  - name: never\n    shards:\n      - endpoints: [ {{ address: \"127.0.0.1:1\" }} ]\n",
+            good.addr
+        )
+    };
+    let r = respway_xds::parse_yaml(&yaml("2s")).expect("valid");
+    let good_only: Vec<_> = r
+        .endpoints
+        .iter()
+        .filter(|e| e.cluster_name == "good")
+        .cloned()
+        .collect();
+    assert_eq!(good_only.len(), 1);
+    script.send(respway_xds::CLUSTER_TYPE_URL, "v1", "c1", &r.clusters);
+    script.send(respway_xds::ENDPOINT_TYPE_URL, "v1", "e1", &good_only);
+    script.send(respway_xds::LISTENER_TYPE_URL, "v1", "l1", &r.listeners);
+
+    let dir = std::env::temp_dir().join(format!("respway-xds-never-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let boot = dir.join("bootstrap.yaml");
+    std::fs::write(
+        &boot,
+        format!(
+            "node: {{ id: never-1 }}\nxds: {{ server: \"http://{}\", initial_fetch_timeout: 1s }}\n",
+            script.grpc
+        ),
+    )
+    .unwrap();
+    // Listens only once the listener applied: after the timeout.
+    let sidecar = sidecar(&boot, port);
+
+    let (cds_at, cds) = script.answer_to("c1");
+    let (lds_at, lds) = script.answer_to("l1");
+    assert_eq!(
+        (cds.version_info.as_str(), &cds.error_detail),
+        ("v1", &None),
+        "CDS is ACKed"
+    );
+    assert_eq!(
+        (lds.version_info.as_str(), &lds.error_detail),
+        ("v1", &None),
+        "LDS is ACKed"
+    );
+    assert!(
+        cds_at < lds_at,
+        "CDS is answered at once, before the LDS ACK that waits for the timeout: {:?}",
+        script.seen
+    );
+
+    let mut c = RespConn::connect(loopback(port));
+    assert_eq!(c.call(&["SET", "k", "1"]), Resp::Simple("OK".into()));
+    assert_eq!(
+        RespConn::connect(good.addr).call(&["GET", "k"]),
+        Resp::bulk("1")
+    );
+    match c.call(&["GET", "never:x"]) {
+        Resp::Error(e) => assert!(
+            e.contains("unavailable") && e.contains("no endpoints"),
+            "{e}"
+        ),
+        other => panic!("expected an error for the cluster with no endpoints, got {other:?}"),
+    }
+    assert_eq!(
+        c.call(&["GET", "k"]),
+        Resp::bulk("1"),
+        "the connection serves on"
+    );
+    let log = sidecar.log();
+    assert!(
+        log.contains("no ClusterLoadAssignment arrived in time") && log.contains("never"),
+        "{log}"
+    );
+
+    // A later listener version is ACKed (it used to be NACKed while the assignment was
+    // missing).
+    let r2 = respway_xds::parse_yaml(&yaml("3s")).expect("valid");
+    script.send(respway_xds::LISTENER_TYPE_URL, "v2", "l2", &r2.listeners);
+    let (_, lds2) = script.answer_to("l2");
+    assert_eq!(
+        (lds2.version_info.as_str(), &lds2.error_detail),
+        ("v2", &None),
+        "{}",
+        sidecar.log()
+    );
+    drop(sidecar);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -466,6 +466,20 @@ impl Shard {
     }
 }
 
+/// The address of the one endpoint of a cluster that has none: an EDS cluster whose
+/// `ClusterLoadAssignment` did not arrive within the ADS client's warm timeout is used as
+/// Envoy does, with no hosts. Nothing is ever connected to it: the upstream answers each
+/// request to it with an `unavailable` error ([`NO_ENDPOINT_REASON`]). Port 0 is no address a
+/// Redis server can listen on, so no configured endpoint is mistaken for it.
+pub const NO_ENDPOINT: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::UNSPECIFIED,
+    0,
+));
+
+/// Why a request to [`NO_ENDPOINT`] fails.
+pub const NO_ENDPOINT_REASON: &str =
+    "no endpoints (its ClusterLoadAssignment did not arrive within the xDS initial_fetch_timeout)";
+
 /// A Redis server.
 #[derive(Debug, serde::Serialize, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {

@@ -15,10 +15,17 @@
 //!   waits). Everything else applies at once (translated with [`crate::translate`] and passed
 //!   to `apply` when it differs from what is applied). Clusters no listener in use routes to
 //!   are checked but not applied: they do nothing, and apply with the listener that uses them.
-//! - **ACK only what is applied.** A response is ACKed once everything it brought is in use as
-//!   sent; until then its ACK is held (after a response the next request of its type is its
-//!   answer). An EDS response is never held: assignments are taken as they come, so a request
-//!   that changes the EDS subscription (a new cluster) always follows an answered response.
+//! - **Warm timeout, as Envoy's `initial_fetch_timeout`.** A cluster still without its
+//!   assignment `warm_timeout` after it was first wanted is warm *with no endpoints*: it gets
+//!   one endpoint at [`NO_ENDPOINT`], which the data path never connects to and answers each
+//!   request to with `unavailable: no endpoints (...)`, so listeners routing to it apply (and
+//!   their other routes serve). An assignment that arrives later replaces it.
+//! - **ACK.** CDS and EDS responses are answered at once (ACKed when valid): clusters warm in
+//!   the background, and a server waiting for the answer can push the next change. An LDS
+//!   response is ACKed once every listener it brought is in use as sent; until then its ACK
+//!   is held (after a response the next request of its type is its answer). EDS is never held,
+//!   so a request that changes the EDS subscription (a new cluster) always follows an
+//!   answered response.
 //! - **Partial apply, like Envoy.** Each resource is checked on its own: one that is invalid
 //!   keeps its last good version (or is left out when it has none), the valid ones apply, and
 //!   the response is NACKed (`error_detail` code 3 INVALID_ARGUMENT, one line per invalid
@@ -26,9 +33,10 @@
 //!   Undecodable resources NACK their response whole; an error that names no single resource
 //!   NACKs every held response; `apply` failing NACKs them with code 13 INTERNAL. The last good
 //!   config keeps serving in every case.
-//! - **Warm timeout.** A response still not wholly in use after `warm_timeout` is NACKed with
-//!   what it waits for (`cluster "x": no ClusterLoadAssignment for "x"`, `listener "l": waits
-//!   for cluster(s) x`); what it brought stays desired and applies if it warms later.
+//! - **Held LDS timeout.** An LDS response still not wholly in use after `warm_timeout`, and
+//!   not waiting only for clusters still warming, is NACKed with what it waits for
+//!   (`listener "l": waits for cluster(s) x`, a cluster no CDS response brought); what it
+//!   brought stays desired and applies if it can later.
 //! - **Reconnect and failover.** The client uses one server of `servers` at a time, starting
 //!   with the first. When its stream ends or cannot be opened, the client moves to the next
 //!   server in the list (round robin) and opens a new connection there at once, sending the
@@ -43,12 +51,19 @@
 //!   ACKed without calling `apply`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::{Locality, Node};
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::core::v3::{
+    address, socket_address, Address, Locality, Node, SocketAddress,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    lb_endpoint, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
+};
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
@@ -56,6 +71,7 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
 use rand::Rng;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -64,7 +80,20 @@ use tonic::Code;
 use crate::secure::ClientTlsRef;
 use crate::translate::{missing_assignment, referenced_clusters};
 use crate::{translate, ConfigError, ConfigErrors, ResourceType, Resources};
-use respway_filters::model::Config;
+use respway_filters::model::{Config, NO_ENDPOINT};
+
+/// The default [`AdsClientConfig::keepalive_interval`].
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// The default [`AdsClientConfig::keepalive_timeout`].
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long opening a connection to a server (TCP and the TLS handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long, after a TLS handshake, the client waits for the server's first bytes before it
+/// writes (see `connect_channel`); HTTP/2 servers send their SETTINGS at once, so this is
+/// waited in full only for a server that sends nothing first.
+const FIRST_BYTES_WAIT: Duration = Duration::from_millis(250);
+/// The most of the server's first bytes read then (its SETTINGS frame is far smaller).
+const FIRST_BYTES: usize = 4096;
 
 /// `google.rpc.Code.INVALID_ARGUMENT`: a response whose resources are invalid.
 const CODE_INVALID_ARGUMENT: i32 = 3;
@@ -87,11 +116,19 @@ pub struct AdsClientConfig {
     pub backoff_min: Duration,
     /// The largest reconnect delay.
     pub backoff_max: Duration,
-    /// How long a response may wait for the resources it needs before it is NACKed (Envoy's
-    /// `initial_fetch_timeout` default: 15 s).
+    /// How long a cluster waits for its `ClusterLoadAssignment` before it is used with no
+    /// endpoints, and an LDS response for the clusters it needs before it is NACKed (Envoy's
+    /// `initial_fetch_timeout`, default 15 s; the bootstrap's `xds.initial_fetch_timeout`).
     pub warm_timeout: Duration,
     /// TLS to every server (`https://` or no scheme); `None`: plaintext (`http://`).
     pub tls: Option<ClientTlsRef>,
+    /// HTTP/2 PINGs to the server after this long without a frame from it (default 30 s)...
+    pub keepalive_interval: Duration,
+    /// ...and the connection is given up (the client moves to the next server) when a PING is
+    /// not answered within this (default 10 s). A connected but silent server (stopped,
+    /// frozen, or cut off without a reset) is so left at most `keepalive_interval +
+    /// keepalive_timeout` after its last frame.
+    pub keepalive_timeout: Duration,
 }
 
 impl AdsClientConfig {
@@ -114,6 +151,8 @@ impl AdsClientConfig {
             backoff_max: Duration::from_secs(30),
             warm_timeout: Duration::from_secs(15),
             tls: None,
+            keepalive_interval: KEEPALIVE_INTERVAL,
+            keepalive_timeout: KEEPALIVE_TIMEOUT,
         }
     }
 }
@@ -156,7 +195,8 @@ pub async fn run(
         let server = cfg.servers[failover.current].as_str();
         state.received = false;
         let started = Instant::now();
-        let result = session(&cfg, server, &mut state, &mut apply).await;
+        let tls_note = TlsNote::default();
+        let result = session(&cfg, server, &tls_note, &mut state, &mut apply).await;
         state.publish(|s| s.connected = false);
         let healthy = state.received && started.elapsed() >= cfg.backoff_min;
         let mut lasting = false;
@@ -174,6 +214,12 @@ pub async fn run(
                 );
                 format!("ADS stream failed: {}", status_text(&status))
             }
+        };
+        // h2 may report the end of a connection the server's TLS refused as "broken pipe" or
+        // "connection closed"; the TLS layer saw why.
+        let error = match tls_note.take() {
+            Some(tls) if !error.contains(&tls) => format!("{error}; {tls}"),
+            _ => error,
         };
         let cap = failover.ended(healthy, lasting, &cfg);
         let next = cfg.servers[failover.current].as_str();
@@ -259,6 +305,127 @@ fn backoff_cap(cfg: &AdsClientConfig, attempt: u32) -> Duration {
         .min(cfg.backoff_max)
 }
 
+/// The first TLS error one connection to a management server met, in words (such as the
+/// alert of a server that requires a client certificate). Written only when a read or write
+/// fails, read once per connection attempt: its lock is never contended.
+#[derive(Debug, Clone, Default)]
+struct TlsNote(Arc<Mutex<Option<String>>>);
+
+impl TlsNote {
+    /// Keeps what `e` says about TLS, if it is a TLS error and none was kept before.
+    fn record(&self, e: &std::io::Error) {
+        let Some(text) = tls_reason(e) else {
+            return;
+        };
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(text);
+    }
+
+    fn take(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// The rustls error `e` carries, if any.
+fn rustls_error(e: &std::io::Error) -> Option<&respway_tls::rustls::Error> {
+    e.get_ref()?.downcast_ref::<respway_tls::rustls::Error>()
+}
+
+/// `e` in words when it is a TLS error: the alert a server sent, with what to check.
+fn tls_reason(e: &std::io::Error) -> Option<String> {
+    use respway_tls::rustls::{AlertDescription as A, Error as TlsError};
+    Some(match rustls_error(e)? {
+        TlsError::AlertReceived(alert) => {
+            let what = match alert {
+                A::CertificateRequired => "certificate required (the server requires a client certificate: set xds.tls.cert and xds.tls.key)",
+                A::BadCertificate => "bad certificate (the server refused the client certificate)",
+                A::UnknownCA => "unknown CA (the server does not trust the CA of the client certificate)",
+                A::CertificateExpired => "certificate expired (the client certificate is out of its validity period)",
+                A::CertificateRevoked => "certificate revoked",
+                A::CertificateUnknown => "certificate unknown (the server refused the client certificate)",
+                A::AccessDenied => "access denied",
+                A::HandshakeFailure => "handshake failure (no TLS version, cipher or protocol in common)",
+                A::NoApplicationProtocol => "no application protocol (the server does not offer h2)",
+                _ => return Some(format!("TLS alert from the server: {alert:?}")),
+            };
+            format!("TLS alert from the server: {what}")
+        }
+        // Said as rustls says it, so that an error chain already saying it is not repeated.
+        other => other.to_string(),
+    })
+}
+
+/// A TLS connection to a management server: first the bytes read after the handshake
+/// (`first`, see `connect_channel`), then the stream; its TLS errors are noted in
+/// [`TlsNote`] (HTTP/2 may report the connection's end only as "connection closed").
+struct Watched<S> {
+    inner: S,
+    note: TlsNote,
+    first: Vec<u8>,
+    /// How much of `first` was read.
+    taken: usize,
+}
+
+impl<S> Watched<S> {
+    fn noted<T>(&self, r: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        if let Poll::Ready(Err(e)) = &r {
+            self.note.record(e);
+        }
+        r
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.taken < self.first.len() {
+            let n = (self.first.len() - self.taken).min(buf.remaining());
+            let at = self.taken;
+            buf.put_slice(&self.first[at..at + n]);
+            self.taken += n;
+            return Poll::Ready(Ok(()));
+        }
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        self.noted(r)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.noted(r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.noted(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.noted(r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 enum SessionError {
     Connect(tonic::transport::Error),
     Grpc(tonic::Status),
@@ -275,6 +442,18 @@ pub async fn channel(
     server: &str,
     tls: Option<&ClientTlsRef>,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let keepalive = (KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT);
+    connect_channel(server, tls, keepalive, TlsNote::default()).await
+}
+
+/// [`channel`] with the keepalive `(interval, timeout)`, recording the first TLS error of
+/// the connection in `note`.
+async fn connect_channel(
+    server: &str,
+    tls: Option<&ClientTlsRef>,
+    (interval, timeout): (Duration, Duration),
+    note: TlsNote,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     // With TLS the handshake is the connector's (below); tonic is given the address as
     // `http://` so that it adds none of its own.
     let authority = server
@@ -282,10 +461,10 @@ pub async fn channel(
         .or_else(|| server.strip_prefix("http://"))
         .unwrap_or(server);
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{authority}"))?
-        .connect_timeout(Duration::from_secs(5))
+        .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(10))
+        .http2_keep_alive_interval(interval)
+        .keep_alive_timeout(timeout)
         .keep_alive_while_idle(true);
     match tls {
         None => endpoint.connect().await,
@@ -293,6 +472,7 @@ pub async fn channel(
             let tls = tls.clone();
             let connector = tower::service_fn(move |uri: tonic::codegen::http::Uri| {
                 let tls = tls.clone();
+                let note = note.clone();
                 async move {
                     let host = uri.host().unwrap_or_default();
                     let host = host
@@ -300,13 +480,48 @@ pub async fn channel(
                         .trim_end_matches(']')
                         .to_string();
                     let port = uri.port_u16().unwrap_or(443);
-                    let stream = tls.connect(&host, port).await?;
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                    let mut stream = tls
+                        .connect(&host, port)
+                        .await
+                        .inspect_err(|e| note.record(e))?;
+                    // A server that refuses the client (no or a wrong client certificate,
+                    // TLS 1.3) says so in an alert right after the handshake and closes. Were
+                    // the HTTP/2 preface written first, the server would close with it unread
+                    // (a reset that drops the alert) or HTTP/2 would report only "broken
+                    // pipe" or "connection closed". So the server's first bytes (its
+                    // SETTINGS, or the alert) are read now, briefly, and handed to HTTP/2
+                    // first; an alert fails the connection attempt with its reason.
+                    let mut first = vec![0u8; FIRST_BYTES];
+                    let read = tokio::time::timeout(FIRST_BYTES_WAIT, stream.read(&mut first));
+                    let n = match read.await {
+                        Ok(Ok(n)) => n,
+                        Ok(Err(e)) => {
+                            note.record(&e);
+                            return Err(e);
+                        }
+                        Err(_) => 0,
+                    };
+                    first.truncate(n);
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(Watched {
+                        inner: stream,
+                        note,
+                        first,
+                        taken: 0,
+                    }))
                 }
             });
             endpoint.connect_with_connector(connector).await
         }
     }
+}
+
+/// Parses a duration as the configuration files write it: an integer and a unit (`us`,
+/// `ms`, `s`, `m`, `h`), e.g. `250ms` (the bootstrap's xDS timeouts).
+///
+/// # Errors
+/// The text is not such a duration, saying what is expected.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::common::parse_duration(s)
 }
 
 /// `e` and its sources, `: `-separated (tonic's transport error says only "transport error";
@@ -348,11 +563,13 @@ pub fn status_text(status: &tonic::Status) -> String {
 async fn session(
     cfg: &AdsClientConfig,
     server: &str,
+    tls_note: &TlsNote,
     state: &mut State,
     apply: &mut (dyn FnMut(&Resources, Config) -> Result<(), String> + Send),
 ) -> Result<(), SessionError> {
     // A new connection per attempt: a restarted server is on a new one.
-    let channel = channel(server, cfg.tls.as_ref())
+    let keepalive = (cfg.keepalive_interval, cfg.keepalive_timeout);
+    let channel = connect_channel(server, cfg.tls.as_ref(), keepalive, tls_note.clone())
         .await
         .map_err(SessionError::Connect)?;
     let mut client =
@@ -373,7 +590,7 @@ async fn session(
     });
     tracing::info!(server, node = %cfg.node_id, "ADS stream open");
     loop {
-        let deadline = state.warm_deadline;
+        let deadline = state.next_deadline();
         let out = tokio::select! {
             msg = inbound.message() => match msg {
                 Ok(Some(resp)) => {
@@ -383,10 +600,7 @@ async fn session(
                 Ok(None) => return Ok(()),
                 Err(status) => return Err(SessionError::Grpc(status)),
             },
-            () = sleep_until(deadline), if deadline.is_some() => {
-                state.warm_deadline = None;
-                state.evaluate(apply, true)
-            }
+            () = sleep_until(deadline), if deadline.is_some() => state.on_deadline(apply),
         };
         for req in out {
             if tx.send(req).await.is_err() {
@@ -470,6 +684,9 @@ struct State {
     eds_sent_nonce: Option<String>,
     /// When the held responses are NACKed if still cold.
     warm_deadline: Option<Instant>,
+    /// The assignments desired clusters wait for, each with the time it is given up on (then
+    /// the cluster is used with no endpoints: [`no_endpoints`]).
+    warming: BTreeMap<String, Instant>,
     /// Whether this stream delivered a response (resets the backoff).
     received: bool,
 }
@@ -500,6 +717,7 @@ impl State {
             eds_names: None,
             eds_sent_nonce: None,
             warm_deadline: None,
+            warming: BTreeMap::new(),
             received: false,
         }
     }
@@ -742,6 +960,13 @@ impl State {
         // Assignments no desired cluster needs are dropped.
         let needed = eds_names(&self.desired.clusters);
         self.desired.endpoints.retain(|n, _| needed.contains(n));
+        let endpoints = &self.desired.endpoints;
+        self.warming
+            .retain(|n, _| needed.contains(n) && !endpoints.contains_key(n));
+        let give_up = Instant::now() + self.warm_timeout;
+        for n in needed.iter().filter(|n| !endpoints.contains_key(*n)) {
+            self.warming.entry(n.clone()).or_insert(give_up);
+        }
         let mut eff = self.effective();
         let mut rounds = 0;
         let resources = loop {
@@ -837,12 +1062,13 @@ impl State {
                 self.invalid[i].clear();
                 out.push(self.nack(t, CODE_INVALID_ARGUMENT, &message));
             } else if self.in_use(t, &eff) {
+                // CDS (valid) is ACKed at once: its clusters warm meanwhile.
                 if let Some(o) = self.owed[i].take() {
                     self.versions[i] = o.version;
                     debug_assert_eq!(o.nonce, self.nonces[i]);
                     out.push(self.request(t, None));
                 }
-            } else if forced {
+            } else if forced && !self.waits_only_for_warming(&eff) {
                 let message = self.waiting_for(t, &eff).join("\n");
                 out.push(self.nack(t, CODE_INVALID_ARGUMENT, &message));
             }
@@ -874,54 +1100,85 @@ impl State {
         out
     }
 
-    /// True when every resource the type's latest response brought is in use as sent.
+    /// True when the type's latest response can be ACKed: for LDS, every listener it brought
+    /// is in use as sent; CDS and EDS are taken as they come (clusters warm in the
+    /// background).
     fn in_use(&self, t: ResourceType, eff: &Set) -> bool {
         match t {
-            ResourceType::Cluster => {
-                self.desired
-                    .clusters
-                    .iter()
-                    .all(|(n, c)| eff.clusters.get(n) == Some(c))
-                    && eff
-                        .clusters
-                        .keys()
-                        .all(|n| self.desired.clusters.contains_key(n))
-            }
             ResourceType::Listener => self
                 .desired
                 .listeners
                 .iter()
                 .all(|(n, l)| eff.listeners.get(n) == Some(l)),
-            ResourceType::Endpoint => true,
+            ResourceType::Cluster | ResourceType::Endpoint => true,
         }
+    }
+
+    /// True when every listener not in use as sent waits only for desired clusters still
+    /// warming: their own timeout settles it (they apply, with no endpoints if need be), so
+    /// the held LDS response is not NACKed before.
+    fn waits_only_for_warming(&self, eff: &Set) -> bool {
+        self.desired
+            .listeners
+            .iter()
+            .filter(|(n, l)| eff.listeners.get(*n) != Some(l))
+            .all(|(_, l)| {
+                referenced_clusters(l)
+                    .iter()
+                    .filter(|c| !eff.clusters.contains_key(*c))
+                    .all(|c| {
+                        self.desired
+                            .clusters
+                            .get(c)
+                            .and_then(eds_name)
+                            .is_some_and(|a| self.warming.contains_key(&a))
+                    })
+            })
+    }
+
+    /// The earliest time something is due: a held response's warm timeout or a cluster's.
+    fn next_deadline(&self) -> Option<Instant> {
+        self.warming
+            .values()
+            .copied()
+            .chain(self.warm_deadline)
+            .min()
+    }
+
+    /// A deadline passed: clusters whose assignment did not arrive in time are used with no
+    /// endpoints (as Envoy does after `initial_fetch_timeout`), then held responses whose own
+    /// timeout passed are NACKed with what they still wait for.
+    fn on_deadline(
+        &mut self,
+        apply: &mut (dyn FnMut(&Resources, Config) -> Result<(), String> + Send),
+    ) -> Vec<DiscoveryRequest> {
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .warming
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in expired {
+            self.warming.remove(&n);
+            tracing::warn!(
+                assignment = %n,
+                timeout = ?self.warm_timeout,
+                "no ClusterLoadAssignment arrived in time: the cluster is used with no endpoints (its keys get unavailable errors) until one does"
+            );
+            self.desired.endpoints.insert(n.clone(), no_endpoints(&n));
+        }
+        let forced = self.warm_deadline.is_some_and(|d| d <= now);
+        if forced {
+            self.warm_deadline = None;
+        }
+        self.evaluate(apply, forced)
     }
 
     /// What the type's owed response waits for, in words.
     fn waiting_for(&self, t: ResourceType, eff: &Set) -> Vec<String> {
         let mut out = Vec::new();
         match t {
-            ResourceType::Cluster => {
-                for (n, c) in &self.desired.clusters {
-                    if eff.clusters.get(n) != Some(c) {
-                        if let Some(a) =
-                            eds_name(c).filter(|a| !self.desired.endpoints.contains_key(a))
-                        {
-                            out.push(format!("cluster {n:?}: {}", missing_assignment(&a)));
-                        } else {
-                            out.push(format!("cluster {n:?}: not in use yet"));
-                        }
-                    }
-                }
-                for n in eff
-                    .clusters
-                    .keys()
-                    .filter(|n| !self.desired.clusters.contains_key(*n))
-                {
-                    out.push(format!(
-                        "cluster {n:?}: removed, but a listener in use still routes to it"
-                    ));
-                }
-            }
             ResourceType::Listener => {
                 for (n, l) in &self.desired.listeners {
                     if eff.listeners.get(n) != Some(l) {
@@ -936,7 +1193,7 @@ impl State {
                     }
                 }
             }
-            ResourceType::Endpoint => {}
+            ResourceType::Cluster | ResourceType::Endpoint => {}
         }
         out
     }
@@ -1004,6 +1261,35 @@ fn eds_name(c: &Cluster) -> Option<String> {
                 .unwrap_or_else(|| c.name.clone()),
         ),
         _ => None,
+    }
+}
+
+/// The assignment a cluster is given when its own did not arrive in time: one endpoint at
+/// [`NO_ENDPOINT`], which the data path never connects to and answers every request to with
+/// an `unavailable` error naming the cluster.
+fn no_endpoints(name: &str) -> ClusterLoadAssignment {
+    let address = Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: NO_ENDPOINT.ip().to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
+                NO_ENDPOINT.port(),
+            ))),
+            ..Default::default()
+        })),
+    };
+    ClusterLoadAssignment {
+        cluster_name: name.to_string(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: vec![LbEndpoint {
+                host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                    address: Some(address),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
     }
 }
 

@@ -1310,10 +1310,16 @@ async fn client_nacks_an_invalid_resource_naming_the_field() {
         .message
         .starts_with("clusters[0]: cannot decode: "));
 
-    // The good set, CDS then LDS then (asked for by name) EDS: applied once it is warm.
+    // The good set, CDS (ACKed at once) then LDS then (asked for by name) EDS: applied once
+    // it is warm.
     let cds = script
         .push(ResourceType::Cluster, "v3", packed(&good.clusters))
         .await;
+    let ack = script.answer_to(&cds).await;
+    assert_eq!(
+        (ack.version_info.as_str(), &ack.error_detail),
+        ("v3", &None)
+    );
     let lds = script
         .push(ResourceType::Listener, "v3", packed(&good.listeners))
         .await;
@@ -1324,7 +1330,7 @@ async fn client_nacks_an_invalid_resource_naming_the_field() {
     let eds = script
         .push(ResourceType::Endpoint, "v3", packed(&good.endpoints))
         .await;
-    for ack in script.answers_to(&[cds, lds, eds]).await {
+    for ack in script.answers_to(&[lds, eds]).await {
         assert_eq!(ack.error_detail, None);
         assert_eq!(ack.version_info, "v3");
     }
@@ -1346,22 +1352,54 @@ async fn client_nacks_an_invalid_resource_naming_the_field() {
     assert_eq!(lib.applied().len(), 1);
 }
 
+/// Issue 26, item 7: CDS is ACKed at once; the server never sends the assignment, so after
+/// warm_timeout (2 s here) the cluster is used with no endpoints (one at `NO_ENDPOINT`) and the
+/// listener routing to it applies and is ACKed.
 #[tokio::test]
-async fn client_nacks_an_update_that_never_warms() {
+async fn an_update_that_never_warms_applies_with_no_endpoints_after_the_timeout() {
     let mut script = scripted().await;
-    let _lib = run_lib(script.url.clone(), "cold", None, Box::new(|_| None));
+    let mut lib = run_lib(script.url.clone(), "cold", None, Box::new(|_| None));
     let good = parse_yaml(&base("127.0.0.1:7001")).expect("valid");
     script.next(ResourceType::Cluster).await;
     let cds = script
         .push(ResourceType::Cluster, "v1", packed(&good.clusters))
         .await;
-    // The server never sends the assignment: after warm_timeout (2 s here) the CDS update is
-    // NACKed with what is missing.
-    let nack = script.answer_to(&cds).await;
+    let ack = script.answer_to(&cds).await;
     assert_eq!(
-        nack.error_detail.expect("NACK").message,
-        "cluster \"cache\": no ClusterLoadAssignment for \"cache\""
+        (ack.version_info.as_str(), &ack.error_detail),
+        ("v1", &None)
     );
+    assert!(
+        lib.applied().is_empty(),
+        "nothing to apply without a listener"
+    );
+    let lds = script
+        .push(ResourceType::Listener, "v1", packed(&good.listeners))
+        .await;
+    let ack = script.answer_to(&lds).await;
+    assert_eq!(
+        (ack.version_info.as_str(), &ack.error_detail),
+        ("v1", &None)
+    );
+    lib.until("the apply", |s| s.applies == 1).await;
+    let config = translate(&lib.applied().pop().expect("applied")).expect("valid");
+    let endpoints: Vec<_> = config.clusters[0].shards[0]
+        .endpoints
+        .iter()
+        .map(|e| e.address)
+        .collect();
+    assert_eq!(endpoints, [respway_filters::model::NO_ENDPOINT]);
+    // The assignment, when it comes, replaces the placeholder.
+    script
+        .push(ResourceType::Endpoint, "v1", packed(&good.endpoints))
+        .await;
+    lib.until("the assignment", |s| s.applies == 2).await;
+    let config = translate(&lib.applied().pop().expect("applied")).expect("valid");
+    assert_eq!(
+        config.clusters[0].shards[0].endpoints[0].address,
+        "127.0.0.1:7001".parse().unwrap()
+    );
+    assert!(script.violations.is_empty(), "{:?}", script.violations);
 }
 
 /// Brings a scripted client to the applied base config (CDS, LDS, EDS at `v1`).
@@ -1384,12 +1422,12 @@ async fn base_applied(script: &mut Script, lib: &mut Lib) -> Resources {
     good
 }
 
-/// A CDS update that adds a cluster needs its assignment: the client subscribes to it with a
-/// request that answers nothing it has not applied, ACKs the EDS response that lacks it at
-/// once, and ACKs the CDS update only when the new cluster is warm — every request passes an
-/// Envoy-strict server's check (nonce of a response, no error ⇒ that response's version).
+/// A CDS update that adds a cluster needs its assignment: the client ACKs the CDS update at
+/// once (the cluster warms meanwhile, as in Envoy), subscribes to the assignment, and ACKs
+/// the EDS response that lacks it at once — every request passes an Envoy-strict server's
+/// check (nonce of a response, no error ⇒ that response's version).
 #[tokio::test]
-async fn acks_only_what_is_applied_when_a_cluster_is_added() {
+async fn acks_cds_at_once_when_a_cluster_is_added() {
     let mut script = scripted().await;
     let mut lib = run_lib(script.url.clone(), "strict", None, Box::new(|_| None));
     let good = base_applied(&mut script, &mut lib).await;
@@ -1402,6 +1440,11 @@ async fn acks_only_what_is_applied_when_a_cluster_is_added() {
     let cds = script
         .push(ResourceType::Cluster, "v2", packed(&two.clusters))
         .await;
+    let ack = script.answer_to(&cds).await;
+    assert_eq!(
+        (ack.version_info.as_str(), &ack.error_detail),
+        ("v2", &None)
+    );
     let sub = script.next(ResourceType::Endpoint).await;
     assert_eq!(sub.resource_names, ["cache", "extra"]);
     // The server answers with the old assignment only, then with both.
@@ -1413,17 +1456,11 @@ async fn acks_only_what_is_applied_when_a_cluster_is_added() {
         (ack.version_info.as_str(), &ack.error_detail),
         ("v2", &None)
     );
-    let early = script.drain(Duration::from_millis(300)).await;
-    assert!(
-        early.iter().all(|r| r.response_nonce != cds),
-        "CDS answered before the new cluster is warm: {early:?}"
-    );
     let eds3 = script
         .push(ResourceType::Endpoint, "v3", packed(&two.endpoints))
         .await;
-    for a in script.answers_to(&[eds3, cds]).await {
-        assert_eq!(a.error_detail, None);
-    }
+    let ack = script.answer_to(&eds3).await;
+    assert_eq!(ack.error_detail, None);
     script.drain(Duration::from_millis(200)).await;
     assert!(script.violations.is_empty(), "{:?}", script.violations);
 }
@@ -1511,7 +1548,8 @@ async fn a_response_with_one_invalid_cluster_applies_the_rest() {
 
 /// A cluster whose assignment never comes holds only what depends on it: a change to
 /// another listener in the same LDS response applies at once (well within the warm
-/// timeout); after the timeout the held updates are NACKed with what they wait for.
+/// timeout), CDS is ACKed at once; after the timeout the cluster is used with no endpoints,
+/// and the listener that waited for it applies and LDS is ACKed.
 #[tokio::test]
 async fn a_warming_cluster_holds_only_what_depends_on_it() {
     let mut script = scripted().await;
@@ -1557,16 +1595,15 @@ async fn a_warming_cluster_holds_only_what_depends_on_it() {
         "the waiting listener is not applied"
     );
     assert_eq!(config.listeners[0].op_timeout, Duration::from_millis(77));
-    // After warm_timeout (2 s here) both held updates are NACKed with what they wait for.
+    // After warm_timeout (2 s here) `slow` is used with no endpoints: the waiting listener
+    // applies and LDS is ACKed.
     let answers = script.answers_to(&[cds, lds]).await;
-    assert_eq!(
-        answers[0].error_detail.as_ref().expect("CDS NACK").message,
-        "cluster \"slow\": no ClusterLoadAssignment for \"slow\""
-    );
-    assert_eq!(
-        answers[1].error_detail.as_ref().expect("LDS NACK").message,
-        "listener \"waits\": waits for cluster(s) slow"
-    );
+    for a in &answers {
+        assert_eq!((a.version_info.as_str(), &a.error_detail), ("v2", &None));
+    }
+    lib.until("the waiting listener", |s| s.applies == 3).await;
+    let config = translate(&lib.applied().pop().expect("applied")).expect("valid");
+    assert_eq!(config.listeners.len(), 2);
     let _ = good;
     assert!(script.violations.is_empty(), "{:?}", script.violations);
 }
