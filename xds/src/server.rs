@@ -143,7 +143,8 @@ impl Server {
                 })
                 .collect(),
             errors: report.errors,
-            nodes: self.registry.status(),
+            unserved: report.unserved,
+            nodes: self.registry.status(&self.cache.snapshot()),
         }
     }
 
@@ -228,8 +229,13 @@ pub struct ServerStatus {
     pub version: u64,
     /// The resource files at the last scan.
     pub files: Vec<FileStatus>,
-    /// Errors of the merged snapshot at the last scan (the change was not pushed).
+    /// Errors of the merged snapshots at the last scan: the nodes each names keep what they
+    /// were served; the change reached the others.
     pub errors: Vec<String>,
+    /// The classes of nodes served nothing because their files define no listener or no
+    /// cluster (e.g. nodes no per-node listener file names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unserved: Vec<String>,
     /// Every node seen since the server started, by id.
     pub nodes: Vec<NodeStatus>,
 }
@@ -260,6 +266,10 @@ pub struct NodeStatus {
     /// certificate), if one was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Why this node is served nothing although files are for it (they define no listener or
+    /// no cluster for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unserved: Option<String>,
     /// Per type URL.
     pub types: BTreeMap<String, TypeStatus>,
 }
@@ -337,7 +347,7 @@ impl Registry {
         }
     }
 
-    fn status(&self) -> Vec<NodeStatus> {
+    fn status(&self, snapshot: &Snapshot) -> Vec<NodeStatus> {
         self.lock()
             .iter()
             .map(|(id, e)| NodeStatus {
@@ -345,6 +355,9 @@ impl Registry {
                 zone: e.zone.clone(),
                 connected: e.streams > 0,
                 refused: e.refused.clone(),
+                unserved: snapshot
+                    .unserved_reason(id, e.zone.as_deref())
+                    .map(str::to_string),
                 types: ResourceType::PUSH_ORDER
                     .into_iter()
                     .map(|t| (t.type_url().to_string(), e.types[t.index()].clone()))

@@ -405,7 +405,12 @@ fn table(s: &ServerStatus) -> String {
     }
     out.push_str(&columns(&rows));
     for e in &s.errors {
-        out.push_str(&format!("snapshot error (not pushed): {e}\n"));
+        out.push_str(&format!(
+            "snapshot error (those nodes keep their previous snapshot): {e}\n"
+        ));
+    }
+    for u in &s.unserved {
+        out.push_str(&format!("not served: {u}\n"));
     }
     out.push('\n');
     let mut rows = vec![[
@@ -458,6 +463,9 @@ fn table(s: &ServerStatus) -> String {
     for n in &s.nodes {
         if let Some(why) = &n.refused {
             out.push_str(&format!("refused {}: {}\n", n.id, why));
+        }
+        if let Some(why) = n.unserved.as_ref().filter(|_| n.connected) {
+            out.push_str(&format!("not served {}: {}\n", n.id, why));
         }
     }
     out
@@ -552,11 +560,13 @@ mod tests {
                 },
             ],
             errors: vec![],
+            unserved: vec![],
             nodes: vec![NodeStatus {
                 id: "sidecar-1".into(),
                 zone: Some("z1".into()),
                 connected: true,
                 refused: None,
+                unserved: None,
                 types,
             }],
         };
