@@ -6,7 +6,9 @@
 //! Every `*.yaml` / `*.yml` file in the directory (not in subdirectories, and not hidden: names
 //! starting with `.` are skipped, which is where [`Cache::apply`] writes its temporary file) is
 //! the sidecar's YAML schema (`xds/SCHEMA.md`) with `listeners` and `clusters` both optional,
-//! no `node`, and an optional `targets: { node_ids: [...], zones: [...] }`.
+//! no `node`, and an optional `targets: { node_ids: [...], zones: [...] }`. A file naming
+//! `zones` may not carry secrets ([`crate::secure::secret_holders`]): a zone is declared by the
+//! sidecar, not proven by its certificate; such a file is invalid (its last good version stays).
 //!
 //! # Merge rules (also in `xds/SCHEMA.md`)
 //! - A file without `targets` is for every node. A file with `targets` is for the nodes whose
@@ -999,10 +1001,8 @@ impl Cache {
             return Err(ApplyError::Name(name.to_string()));
         }
         let mut inner = self.lock();
-        if let Err(e) = yaml::parse_fragment(text) {
-            return Err(ApplyError::Invalid(
-                e.iter().map(|e| prefixed(name, &e.to_string())).collect(),
-            ));
+        if let Err(errors) = parse_file(name, text) {
+            return Err(ApplyError::Invalid(errors));
         }
         match self.candidate(&self.read_dir(Some((name, text)))).1 {
             Err(errors) => return Err(ApplyError::Invalid(errors)),
@@ -1090,7 +1090,7 @@ impl Cache {
             let parsed = match text {
                 Ok(text) => match previous(name) {
                     Some(f) if f.text == *text => Ok(f),
-                    _ => yaml::parse_fragment(text)
+                    _ => parse_file(name, text)
                         .map(|Fragment { targets, config }| {
                             Arc::new(LoadedFile {
                                 name: name.clone(),
@@ -1099,12 +1099,7 @@ impl Cache {
                                 config,
                             })
                         })
-                        .map_err(|e| {
-                            e.iter()
-                                .map(|e| prefixed(name, &e.to_string()))
-                                .collect::<Vec<_>>()
-                                .join("\n")
-                        }),
+                        .map_err(|e| e.join("\n")),
                 },
                 Err(e) => Err(format!("{name}: cannot read: {e}")),
             };
@@ -1206,6 +1201,39 @@ impl Cache {
         inner.files = reports;
         Reload { committed, errors }
     }
+}
+
+/// Parses resource file `name`; its errors each start with the name. A file for zones may not
+/// carry secrets: a zone is what a sidecar says it is (`node.locality.zone`), not what its
+/// client certificate proves, so only node ids (and every node) are bound to certificates.
+fn parse_file(name: &str, text: &str) -> Result<Fragment, Vec<String>> {
+    let fragment = yaml::parse_fragment(text).map_err(|e| {
+        e.iter()
+            .map(|e| prefixed(name, &e.to_string()))
+            .collect::<Vec<_>>()
+    })?;
+    if fragment
+        .targets
+        .as_ref()
+        .is_some_and(|t| !t.zones.is_empty())
+    {
+        let holders = crate::secure::secret_holders(&to_resources(&fragment.config));
+        if !holders.is_empty() {
+            let verb = if holders.len() == 1 {
+                "carries"
+            } else {
+                "carry"
+            };
+            return Err(vec![format!(
+                "{name}: targets.zones: {} {verb} secrets (inline passwords or keys), which a \
+                 file for zones may not: a zone is what a sidecar says it is, not what its \
+                 certificate proves; put them in files with targets.node_ids (served only to \
+                 each node's certificate)",
+                holders.join(", ")
+            )]);
+        }
+    }
+    Ok(fragment)
 }
 
 /// `name: ` in front of every line of `text`.

@@ -19,7 +19,9 @@
 //!   stream whose client certificate is valid for the node id (a DNS subjectAltName equal to
 //!   `node.id`, see [`respway_tls::peer_matches`]). Any other stream claiming that node id is
 //!   ended with `PERMISSION_DENIED` naming the node, and nothing is sent on it, unless the
-//!   operator opted out with [`Security::secrets_to_unauthenticated`].
+//!   operator opted out with [`Security::secrets_to_unauthenticated`]. A certificate proves a
+//!   node id, not a zone, so a resource file for zones that carries secrets is refused when it
+//!   is loaded ([`crate::cache`]).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -304,6 +306,21 @@ impl ClientTlsRef {
 /// environment-variable sources name where a secret is, which is not one.
 pub fn carries_secrets(r: &Resources) -> bool {
     r.listeners.iter().any(listener_secrets) || r.clusters.iter().any(cluster_secrets)
+}
+
+/// The resources of `r` that carry secrets, as `listener "name"` / `cluster "name"`.
+pub fn secret_holders(r: &Resources) -> Vec<String> {
+    let listeners = r
+        .listeners
+        .iter()
+        .filter(|l| listener_secrets(l))
+        .map(|l| format!("listener {:?}", l.name));
+    let clusters = r
+        .clusters
+        .iter()
+        .filter(|c| cluster_secrets(c))
+        .map(|c| format!("cluster {:?}", c.name));
+    listeners.chain(clusters).collect()
 }
 
 fn inline(ds: &DataSource) -> bool {

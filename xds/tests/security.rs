@@ -12,7 +12,7 @@ use respway_testkit::{CertFiles, Pki};
 use respway_tls::{ClientFiles, ClientTls, ServerFiles, ServerTls};
 use respway_xds::admin::{self, AdminAuth, AdminError};
 use respway_xds::client::{channel, error_chain, status_text};
-use respway_xds::pb::envoy::config::core::v3::Node;
+use respway_xds::pb::envoy::config::core::v3::{Locality, Node};
 use respway_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use respway_xds::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use respway_xds::secure::{ClientTlsRef, Security};
@@ -103,6 +103,16 @@ async fn first_response(
     tls: Option<&ClientTlsRef>,
     id: &str,
 ) -> Result<DiscoveryResponse, String> {
+    first_response_in(addr, tls, id, None).await
+}
+
+/// [`first_response`] for a node that says it is in `zone`.
+async fn first_response_in(
+    addr: std::net::SocketAddr,
+    tls: Option<&ClientTlsRef>,
+    id: &str,
+    zone: Option<&str>,
+) -> Result<DiscoveryResponse, String> {
     let ch = channel(&addr.to_string(), tls)
         .await
         .map_err(|e| error_chain(&e))?;
@@ -111,6 +121,10 @@ async fn first_response(
     tx.send(DiscoveryRequest {
         node: Some(Node {
             id: id.to_string(),
+            locality: zone.map(|z| Locality {
+                zone: z.to_string(),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
         type_url: CLUSTER_TYPE_URL.to_string(),
@@ -357,4 +371,107 @@ async fn a_server_without_admin_credentials_refuses_every_apply() {
     admin::fetch_status(&addr, &AdminAuth::default())
         .await
         .expect("status");
+}
+
+/// A file for zone z1 carrying an upstream password: the zone is what the sidecar says, not
+/// what its certificate proves, so such a file is refused (issue 26, item 3) and the last
+/// good one stays served.
+#[tokio::test]
+async fn zone_files_may_not_carry_secrets() {
+    let pki = Pki::new("zones");
+    let x = start(&pki, false, false).await;
+    let dir = x._dir.path();
+    std::fs::remove_file(dir.join("full.yaml")).expect("rm");
+    let cluster = |port: u16, auth: &str| {
+        format!("clusters:\n  - name: cache\n{auth}    shards:\n      - endpoints: [{{ address: 127.0.0.1:{port} }}]\n")
+    };
+    std::fs::write(
+        dir.join("base.yaml"),
+        format!(
+            "listeners:\n  - name: zoned\n    address: 127.0.0.1:16390\n    routes: {{ catch_all: cache }}\n{}",
+            cluster(7001, "")
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("z1.yaml"),
+        format!("targets: {{ zones: [z1] }}\n{}", cluster(7101, "")),
+    )
+    .expect("write");
+    settled(&x.server, |s| {
+        s.files.len() == 2 && s.files.iter().all(|f| f.ok) && s.errors.is_empty()
+    })
+    .await;
+    std::fs::write(
+        dir.join("z1.yaml"),
+        format!(
+            "targets: {{ zones: [z1] }}\n{}",
+            cluster(7102, "    auth: { password: zone-secret }\n")
+        ),
+    )
+    .expect("write");
+    let s = settled(&x.server, |s| {
+        s.files.iter().any(|f| f.name == "z1.yaml" && !f.ok)
+    })
+    .await;
+    let z1 = s.files.iter().find(|f| f.name == "z1.yaml").unwrap();
+    assert_eq!(
+        z1.error.as_deref(),
+        Some(
+            "z1.yaml: targets.zones: cluster \"cache\" carries secrets (inline passwords or keys), \
+             which a file for zones may not: a zone is what a sidecar says it is, not what its \
+             certificate proves; put them in files with targets.node_ids (served only to each \
+             node's certificate)"
+        ),
+        "{s:?}"
+    );
+    assert!(z1.serving_previous);
+    // Another node's own certificate, claiming z1: the last good z1 file, and no password.
+    let other = pki.issue("sidecar-2", &["sidecar-2"], false);
+    let r = first_response_in(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), Some(&other))),
+        "sidecar-2",
+        Some("z1"),
+    )
+    .await
+    .expect("served");
+    let bytes: Vec<u8> = r.resources.iter().flat_map(|a| a.value.clone()).collect();
+    assert!(!bytes.windows(11).any(|w| w == b"zone-secret"));
+    assert!(!r.resources.is_empty());
+    // POST /apply refuses it too, and writes nothing.
+    let good = AdminAuth {
+        token: Some(TOKEN.into()),
+        tls: Some(client_tls(&pki.ca(), None)),
+    };
+    let text = format!(
+        "targets: {{ zones: [z2] }}\n{}",
+        cluster(7201, "    auth: { password: zone-secret }\n")
+    );
+    match admin::apply(&x.admin.to_string(), &good, "z2.yaml", &text).await {
+        Err(AdminError::Refused(e)) => {
+            assert!(
+                e[0].starts_with("z2.yaml: targets.zones: cluster \"cache\" carries secrets"),
+                "{e:?}"
+            )
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    assert!(!dir.join("z2.yaml").exists());
+}
+
+/// The server's status once `want` holds (polled; fails after 10 s).
+async fn settled(
+    server: &Server,
+    want: impl Fn(&respway_xds::server::ServerStatus) -> bool,
+) -> respway_xds::server::ServerStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = server.status();
+        if want(&s) {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "{s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
