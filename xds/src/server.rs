@@ -145,6 +145,7 @@ impl Server {
             errors: report.errors,
             unserved: report.unserved,
             nodes: self.registry.status(&self.cache.snapshot()),
+            refusals: self.registry.refusals(),
         }
     }
 
@@ -238,6 +239,29 @@ pub struct ServerStatus {
     pub unserved: Vec<String>,
     /// Every node seen since the server started, by id.
     pub nodes: Vec<NodeStatus>,
+    /// The latest refused ADS streams (at most [`MAX_REFUSALS`], oldest first), by the peer
+    /// that opened them: not attributed to the node id the peer claimed.
+    #[serde(default)]
+    pub refusals: Vec<Refusal>,
+}
+
+/// How many refused streams [`ServerStatus::refusals`] keeps.
+pub const MAX_REFUSALS: usize = 64;
+
+/// A refused ADS stream: a peer that claimed a node id whose resources carry secrets without a
+/// client certificate for that id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// When, in seconds since the Unix epoch.
+    pub at: u64,
+    /// The peer's address.
+    pub peer: Option<String>,
+    /// The DNS subjectAltNames of the peer's client certificate; `None`: it presented none.
+    pub certificate: Option<Vec<String>>,
+    /// The node id the peer claimed (not proven).
+    pub claimed_node: String,
+    /// Why it was refused (what the peer was told).
+    pub message: String,
 }
 
 /// One resource file in [`ServerStatus`].
@@ -262,10 +286,6 @@ pub struct NodeStatus {
     pub zone: Option<String>,
     /// Whether an ADS stream of this node is open.
     pub connected: bool,
-    /// Why the last stream of this node was refused (secrets without the node's client
-    /// certificate), if one was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refused: Option<String>,
     /// Why this node is served nothing although files are for it (they define no listener or
     /// no cluster for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -306,14 +326,14 @@ pub struct Nack {
 struct NodeEntry {
     zone: Option<String>,
     streams: u32,
-    refused: Option<String>,
     types: [TypeStatus; 3],
 }
 
-/// Per-node ACK/NACK state, shared by the stream tasks.
+/// Per-node ACK/NACK state, shared by the stream tasks, and the latest refused streams.
 #[derive(Debug, Default)]
 struct Registry {
     nodes: Mutex<BTreeMap<String, NodeEntry>>,
+    refusals: Mutex<VecDeque<Refusal>>,
 }
 
 impl Registry {
@@ -326,7 +346,6 @@ impl Registry {
         let e = nodes.entry(id.to_string()).or_default();
         e.zone = zone.map(str::to_string);
         e.streams += 1;
-        e.refused = None;
     }
 
     fn disconnect(&self, id: &str) {
@@ -335,10 +354,17 @@ impl Registry {
         }
     }
 
-    fn refuse(&self, id: &str, message: &str) {
-        if let Some(e) = self.lock().get_mut(id) {
-            e.refused = Some(message.to_string());
+    fn refuse(&self, refusal: Refusal) {
+        let mut list = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        if list.len() == MAX_REFUSALS {
+            list.pop_front();
         }
+        list.push_back(refusal);
+    }
+
+    fn refusals(&self) -> Vec<Refusal> {
+        let list = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        list.iter().cloned().collect()
     }
 
     fn update(&self, id: &str, t: ResourceType, f: impl FnOnce(&mut TypeStatus)) {
@@ -354,7 +380,6 @@ impl Registry {
                 id: id.clone(),
                 zone: e.zone.clone(),
                 connected: e.streams > 0,
-                refused: e.refused.clone(),
                 unserved: snapshot
                     .unserved_reason(id, e.zone.as_deref())
                     .map(str::to_string),
@@ -405,6 +430,7 @@ impl AggregatedDiscoveryService for Ads {
             remote,
             denied: None,
             node: None,
+            registered: false,
             types: Default::default(),
             nonces: 0,
             snapshot: None,
@@ -511,6 +537,8 @@ struct AdsStream {
     denied: Option<GrpcStatus>,
     /// `(id, zone)` from the first request.
     node: Option<(String, Option<String>)>,
+    /// Whether the node is in the registry (the stream was not refused at once).
+    registered: bool,
     types: [TypeState; 3],
     nonces: u64,
     /// The node's snapshot and the cache version it is from.
@@ -563,7 +591,7 @@ impl AdsStream {
                 }
             }
         }
-        if let Some((id, _)) = &self.node {
+        if let Some((id, _)) = self.node.as_ref().filter(|_| self.registered) {
             self.registry.disconnect(id);
             tracing::debug!(stream = self.id, node = %id, "ADS stream closed");
         }
@@ -585,9 +613,16 @@ impl AdsStream {
                 .as_ref()
                 .map(|l| l.zone.clone())
                 .filter(|z| !z.is_empty());
+            self.node = Some((node.id.clone(), zone.clone()));
+            // A stream refused at once never shows on the row of the node it claimed to be.
+            let snap = snapshots.borrow().clone();
+            self.node_snapshot(&snap);
+            if let Some(status) = self.denied.take() {
+                return Err(status);
+            }
             self.registry.connect(&node.id, zone.as_deref());
+            self.registered = true;
             tracing::debug!(stream = self.id, node = %node.id, zone = ?zone, "ADS stream opened");
-            self.node = Some((node.id.clone(), zone));
         }
         let node_id = self.node.as_ref().map(|n| n.0.clone()).unwrap_or_default();
         let Some(t) = ResourceType::from_type_url(&req.type_url) else {
@@ -696,8 +731,17 @@ impl AdsStream {
                 "node {id:?}: its resources carry secrets (passwords or keys), which are served \
                  only to a client certificate whose DNS subjectAltName is the node id; {why}"
             );
-            tracing::warn!(stream = self.id, node = %id, peer = ?self.remote, "ADS stream refused: {message}");
-            self.registry.refuse(id, &message);
+            let certificate = self.cert.as_ref().map(respway_tls::peer_dns_names);
+            tracing::warn!(stream = self.id, claimed_node = %id, peer = ?self.remote, ?certificate, "ADS stream refused: {message}");
+            self.registry.refuse(Refusal {
+                at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                peer: self.remote.map(|a| a.to_string()),
+                certificate,
+                claimed_node: id.clone(),
+                message: message.clone(),
+            });
             self.denied = Some(GrpcStatus::permission_denied(message));
             return None;
         }

@@ -196,11 +196,13 @@ async fn secrets_go_only_to_the_certificate_of_their_node() {
         .into_iter()
         .find(|n| n.id == "sidecar-1")
         .expect("listed");
+    let refusals = x.server.status().refusals;
     assert!(
-        node.refused
-            .as_deref()
-            .is_some_and(|r| r.contains("secrets")),
-        "{node:?}"
+        refusals.len() == 2
+            && refusals
+                .iter()
+                .all(|r| r.claimed_node == "sidecar-1" && r.message.contains("secrets")),
+        "{refusals:?}"
     );
     let cds = &node.types[CLUSTER_TYPE_URL];
     assert_eq!(
@@ -474,4 +476,68 @@ async fn settled(
         assert!(std::time::Instant::now() < deadline, "{s:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// An impostor's refused stream is an event naming its address and certificate; the row of
+/// the node it claimed to be shows nothing of it (issue 26, item 9).
+#[tokio::test]
+async fn an_impostors_refusal_is_an_event_not_on_the_real_nodes_row() {
+    let pki = Pki::new("impostor");
+    let x = start(&pki, false, false).await;
+    let own = pki.issue("sidecar-1", &["sidecar-1"], false);
+    first_response_in(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), Some(&own))),
+        "sidecar-1",
+        Some("z1"),
+    )
+    .await
+    .expect("served");
+    let other = pki.issue("sidecar-2", &["sidecar-2"], false);
+    let err = first_response_in(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), Some(&other))),
+        "sidecar-1",
+        Some("z-impostor"),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.starts_with("PermissionDenied"), "{err}");
+    let status = serde_json::to_value(x.server.status()).expect("json");
+    let rows = status["nodes"].as_array().expect("nodes");
+    assert_eq!(rows.len(), 1, "{status:#}");
+    assert_eq!(rows[0]["id"], "sidecar-1");
+    assert_eq!(rows[0]["zone"], "z1", "{status:#}");
+    assert!(rows[0].get("refused").is_none(), "{status:#}");
+    let events = status["refusals"].as_array().expect("refusals");
+    assert_eq!(events.len(), 1, "{status:#}");
+    let e = &events[0];
+    assert_eq!(e["claimed_node"], "sidecar-1");
+    assert_eq!(e["certificate"], serde_json::json!(["sidecar-2"]));
+    assert!(
+        e["peer"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("127.0.0.1:")),
+        "{e}"
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not valid for that node id")),
+        "{e}"
+    );
+    // Without a certificate: the event says so.
+    first_response_in(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), None)),
+        "sidecar-1",
+        None,
+    )
+    .await
+    .unwrap_err();
+    let status = serde_json::to_value(x.server.status()).expect("json");
+    let events = status["refusals"].as_array().expect("refusals");
+    assert_eq!(events.len(), 2, "{status:#}");
+    assert!(events[1]["certificate"].is_null(), "{status:#}");
+    assert_eq!(status["nodes"][0]["zone"], "z1", "{status:#}");
 }

@@ -460,10 +460,20 @@ fn table(s: &ServerStatus) -> String {
         }
     }
     out.push_str(&columns(&rows));
+    for r in &s.refusals {
+        let cert = match &r.certificate {
+            Some(names) if !names.is_empty() => format!("certificate {}", names.join(", ")),
+            Some(_) => "a certificate without DNS names".to_string(),
+            None => "no certificate".to_string(),
+        };
+        out.push_str(&format!(
+            "refused stream from {} ({cert}) claiming node {:?}: {}\n",
+            r.peer.as_deref().unwrap_or("?"),
+            r.claimed_node,
+            r.message
+        ));
+    }
     for n in &s.nodes {
-        if let Some(why) = &n.refused {
-            out.push_str(&format!("refused {}: {}\n", n.id, why));
-        }
         if let Some(why) = n.unserved.as_ref().filter(|_| n.connected) {
             out.push_str(&format!("not served {}: {}\n", n.id, why));
         }
@@ -561,11 +571,11 @@ mod tests {
             ],
             errors: vec![],
             unserved: vec![],
+            refusals: vec![],
             nodes: vec![NodeStatus {
                 id: "sidecar-1".into(),
                 zone: Some("z1".into()),
                 connected: true,
-                refused: None,
                 unserved: None,
                 types,
             }],
