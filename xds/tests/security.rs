@@ -541,3 +541,36 @@ async fn an_impostors_refusal_is_an_event_not_on_the_real_nodes_row() {
     assert!(events[1]["certificate"].is_null(), "{status:#}");
     assert_eq!(status["nodes"][0]["zone"], "z1", "{status:#}");
 }
+
+/// Plain `curl https://...` against the TLS admin port: curl offers h2 in ALPN, and the port
+/// accepts it, so it must speak HTTP/2 (issue 26, item 5); HTTP/1.1 still works.
+#[tokio::test]
+async fn curl_gets_the_status_over_tls_with_http2_and_http1() {
+    let pki = Pki::new("curl");
+    let x = start(&pki, false, false).await;
+    let url = format!("https://localhost:{}/status", x.admin.port());
+    for (flag, want) in [("--http2", "HTTP/2"), ("--http1.1", "HTTP/1.1")] {
+        let out = tokio::time::timeout(
+            Duration::from_secs(20),
+            tokio::process::Command::new("curl")
+                .args(["-sS", "--max-time", "10", "--resolve"])
+                .arg(format!("localhost:{}:127.0.0.1", x.admin.port()))
+                .arg("--cacert")
+                .arg(pki.ca())
+                .args([flag, "-w", "\n%{http_version} %{http_code}", &url])
+                .output(),
+        )
+        .await
+        .expect("curl in time")
+        .expect("curl runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "curl {flag}: {stderr}{stdout}");
+        let (body, last) = stdout.rsplit_once('\n').expect("the -w line");
+        let version = want.trim_start_matches("HTTP/");
+        assert_eq!(last, format!("{version} 200"), "curl {flag}: {stderr}");
+        let status: respway_xds::server::ServerStatus =
+            serde_json::from_str(body).expect("status JSON");
+        assert_eq!(status.version, x.server.status().version);
+    }
+}

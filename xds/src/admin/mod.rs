@@ -1,4 +1,4 @@
-//! The management server's admin HTTP endpoint (HTTP/1.1, hyper); its client, used by
+//! The management server's admin HTTP endpoint (HTTP/1.1 and HTTP/2, hyper); its client, used by
 //! `respway-xds apply` and `respway-xds status`, is [`client`] (re-exported here).
 //!
 //! - `GET /status`: [`ServerStatus`](crate::server::ServerStatus) as JSON: the served version, each resource file's state,
@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -97,7 +97,7 @@ pub async fn serve(listener: TcpListener, server: Server, mut stop: watch::Recei
     }
 }
 
-/// Serves HTTP/1.1 on one connection; `cert` is its verified client certificate.
+/// Serves HTTP/1.1 or HTTP/2 on one connection; `cert` is its verified client certificate.
 async fn serve_connection<IO>(
     io: IO,
     peer: Option<SocketAddr>,
@@ -109,8 +109,9 @@ async fn serve_connection<IO>(
 {
     let cert = Arc::new(cert);
     let service = hyper::service::service_fn(move |req| handle(server.clone(), cert.clone(), req));
-    let conn =
-        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), service);
+    // HTTP/1.1 or HTTP/2 (h2 by ALPN over TLS, or prior knowledge), by the client's preface.
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     tokio::select! {
         r = conn.as_mut() => if let Err(e) = r {
