@@ -51,6 +51,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
+use crate::admin::{AdminLimits, AdminState, AdminStats};
 use crate::secure::{tls_incoming, PeerInfo, Security};
 
 use crate::cache::{Cache, FileState, NodeSnapshot, ResourceType, Snapshot, TypeResources};
@@ -71,6 +72,9 @@ pub struct Server {
     registry: Arc<Registry>,
     poll_interval: Duration,
     security: Arc<Security>,
+    admin: Arc<AdminState>,
+    /// Failed accepts on the ADS port (over TLS; the plaintext port is tonic's).
+    ads_accept_errors: Arc<AtomicU64>,
 }
 
 impl Server {
@@ -89,7 +93,19 @@ impl Server {
             registry: Arc::new(Registry::default()),
             poll_interval: DEFAULT_POLL_INTERVAL,
             security: Arc::new(Security::default()),
+            admin: Arc::new(AdminState::new(AdminLimits::default())),
+            ads_accept_errors: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Sets the admin port's connection cap and idle timeout (default [`AdminLimits::default`]).
+    pub fn with_admin_limits(mut self, limits: AdminLimits) -> Server {
+        self.admin = Arc::new(AdminState::new(limits));
+        self
+    }
+
+    pub(crate) fn admin_state(&self) -> &Arc<AdminState> {
+        &self.admin
     }
 
     /// Sets who may connect and what they get ([`crate::secure`]); default: plaintext, no
@@ -146,6 +162,8 @@ impl Server {
             unserved: report.unserved,
             nodes: self.registry.status(&self.cache.snapshot()),
             refusals: self.registry.refusals(),
+            admin: self.admin.stats(),
+            ads_accept_errors: self.ads_accept_errors.load(Ordering::Relaxed),
         }
     }
 
@@ -180,7 +198,13 @@ impl Server {
             .http2_keepalive_timeout(Some(Duration::from_secs(10)));
         match &self.security.tls {
             Some(tls) => {
-                let incoming = ReceiverStream::new(tls_incoming(grpc, tls.clone(), "ads"));
+                let incoming = ReceiverStream::new(tls_incoming(
+                    grpc,
+                    tls.clone(),
+                    "ads",
+                    None,
+                    self.ads_accept_errors.clone(),
+                ));
                 builder
                     .serve_with_incoming_shutdown(service, incoming, signal)
                     .await
@@ -243,6 +267,12 @@ pub struct ServerStatus {
     /// that opened them: not attributed to the node id the peer claimed.
     #[serde(default)]
     pub refusals: Vec<Refusal>,
+    /// The admin port's connections and failed accepts.
+    #[serde(default)]
+    pub admin: AdminStats,
+    /// Failed accepts on the ADS port (TLS only), each followed by a pause.
+    #[serde(default)]
+    pub ads_accept_errors: u64,
 }
 
 /// How many refused streams [`ServerStatus::refusals`] keeps.

@@ -44,6 +44,13 @@ enum Command {
         /// How often the directory is scanned, in milliseconds.
         #[arg(long, default_value_t = 200)]
         poll_ms: u64,
+        /// Admin connections open at once; more wait in the kernel's accept queue.
+        #[arg(long, default_value_t = admin::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(usize))]
+        admin_max_connections: usize,
+        /// An admin connection idle this long (no byte, no request in progress) is closed, in
+        /// milliseconds; an HTTP/1.1 request's headers must arrive within it too.
+        #[arg(long, default_value_t = 10_000)]
+        admin_idle_timeout_ms: u64,
         #[command(flatten)]
         security: ServeSecurity,
     },
@@ -226,9 +233,17 @@ fn main() -> ExitCode {
                 listen,
                 admin,
                 poll_ms,
+                admin_max_connections,
+                admin_idle_timeout_ms,
                 security,
             } => match security.load() {
-                Ok(security) => serve(resources, listen, admin, poll_ms, security).await,
+                Ok(security) => {
+                    let limits = admin::AdminLimits {
+                        max_connections: admin_max_connections.max(1),
+                        idle_timeout: Duration::from_millis(admin_idle_timeout_ms.max(1)),
+                    };
+                    serve(resources, listen, admin, poll_ms, limits, security).await
+                }
                 Err(e) => {
                     eprintln!("{e}");
                     ExitCode::from(2)
@@ -261,13 +276,44 @@ fn main() -> ExitCode {
     })
 }
 
+/// Raises the soft limit on open files to the hard one (many sidecars' streams and admin
+/// connections, each a descriptor; the usual soft default is 1024) and logs both.
+fn raise_open_files_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let show = |v: Option<u64>| v.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
+    let was = getrlimit(Resource::Nofile);
+    if was.current != was.maximum {
+        let want = Rlimit {
+            current: was.maximum,
+            maximum: was.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, want) {
+            tracing::warn!(
+                soft = %show(was.current),
+                hard = %show(was.maximum),
+                error = %e,
+                "cannot raise RLIMIT_NOFILE to its hard limit"
+            );
+        }
+    }
+    let now = getrlimit(Resource::Nofile);
+    tracing::info!(
+        soft = %show(now.current),
+        hard = %show(now.maximum),
+        was = %show(was.current),
+        "RLIMIT_NOFILE (open files)"
+    );
+}
+
 async fn serve(
     resources: PathBuf,
     listen: SocketAddr,
     admin: Option<SocketAddr>,
     poll_ms: u64,
+    limits: admin::AdminLimits,
     security: respway_xds::secure::Security,
 ) -> ExitCode {
+    raise_open_files_limit();
     if !resources.is_dir() {
         eprintln!("--resources {}: not a directory", resources.display());
         return ExitCode::from(2);
@@ -293,6 +339,7 @@ async fn serve(
     let server = match tokio::task::spawn_blocking(move || Server::new(dir)).await {
         Ok(s) => s
             .with_poll_interval(Duration::from_millis(poll_ms.max(10)))
+            .with_admin_limits(limits)
             .with_security(security),
         Err(e) => {
             eprintln!("loading {}: {e}", resources.display());
@@ -572,6 +619,8 @@ mod tests {
             errors: vec![],
             unserved: vec![],
             refusals: vec![],
+            admin: Default::default(),
+            ads_accept_errors: 0,
             nodes: vec![NodeStatus {
                 id: "sidecar-1".into(),
                 zone: Some("z1".into()),
