@@ -230,6 +230,40 @@ impl AcceptBackoff {
     }
 }
 
+/// Accepts plaintext TCP connections on `listener` (`TCP_NODELAY` set); failed accepts are
+/// counted in `accept_errors` and paused after ([`AcceptBackoff`]), where tonic's own
+/// `TcpIncoming` retries at once (a spin while out of file descriptors).
+pub fn tcp_incoming(
+    listener: TcpListener,
+    what: &'static str,
+    accept_errors: Arc<AtomicU64>,
+) -> mpsc::Receiver<std::io::Result<TcpStream>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut backoff = AcceptBackoff::default();
+        loop {
+            let stream = tokio::select! {
+                a = listener.accept() => match a {
+                    Ok((s, _)) => {
+                        backoff.succeeded();
+                        s
+                    }
+                    Err(e) => {
+                        backoff.failed(what, &e, &accept_errors).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => return,
+            };
+            let _ = stream.set_nodelay(true);
+            if tx.send(Ok(stream)).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// Accepts TCP connections on `listener` and completes their TLS handshakes with `tls`'s
 /// current configuration, each in a task of its own (a slow or broken client delays no other).
 /// `what` names the port in logs. The receiver yields each connection that completed one.

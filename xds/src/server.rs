@@ -52,7 +52,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
 use crate::admin::{AdminLimits, AdminState, AdminStats};
-use crate::secure::{tls_incoming, PeerInfo, Security};
+use crate::secure::{tcp_incoming, tls_incoming, PeerInfo, Security};
 
 use crate::cache::{Cache, FileState, NodeSnapshot, ResourceType, Snapshot, TypeResources};
 
@@ -73,7 +73,7 @@ pub struct Server {
     poll_interval: Duration,
     security: Arc<Security>,
     admin: Arc<AdminState>,
-    /// Failed accepts on the ADS port (over TLS; the plaintext port is tonic's).
+    /// Failed accepts on the ADS port.
     ads_accept_errors: Arc<AtomicU64>,
 }
 
@@ -211,7 +211,7 @@ impl Server {
             }
             None => {
                 let incoming =
-                    tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
+                    ReceiverStream::new(tcp_incoming(grpc, "ads", self.ads_accept_errors.clone()));
                 builder
                     .serve_with_incoming_shutdown(service, incoming, signal)
                     .await
@@ -270,7 +270,7 @@ pub struct ServerStatus {
     /// The admin port's connections and failed accepts.
     #[serde(default)]
     pub admin: AdminStats,
-    /// Failed accepts on the ADS port (TLS only), each followed by a pause.
+    /// Failed accepts on the ADS port, each followed by a pause.
     #[serde(default)]
     pub ads_accept_errors: u64,
 }

@@ -80,12 +80,14 @@ fn free_port() -> u16 {
 struct Xds {
     child: std::process::Child,
     admin: std::net::SocketAddr,
+    grpc: std::net::SocketAddr,
     log: std::path::PathBuf,
 }
 
 impl Xds {
     fn start(dir: &std::path::Path, limit: &str) -> Xds {
         let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let grpc: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = dir.join(format!("xds-{}.log", admin.port()));
         let resources = dir.join("resources");
         std::fs::create_dir_all(&resources).expect("dir");
@@ -96,13 +98,18 @@ impl Xds {
             .arg(env!("CARGO_BIN_EXE_respway-xds"))
             .args(["serve", "--resources"])
             .arg(&resources)
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--listen", &grpc.to_string()])
             .args(["--admin", &admin.to_string()])
             .env("RUST_LOG", "info")
             .stderr(std::fs::File::create(&log).expect("log"))
             .spawn()
             .expect("spawn");
-        Xds { child, admin, log }
+        Xds {
+            child,
+            admin,
+            grpc,
+            log,
+        }
     }
 
     /// The log without its colour codes.
@@ -176,10 +183,12 @@ async fn open_files_limit_is_raised_and_emfile_is_paused_and_counted() {
     let text = xds.logged("respway-xds serving").await;
     assert!(text.contains("soft=40"), "{text}");
     let mut flood = Vec::new();
-    for _ in 0..60 {
-        match TcpStream::connect(xds.admin).await {
-            Ok(c) => flood.push(c),
-            Err(e) => panic!("connect: {e}"),
+    for port in [xds.admin, xds.grpc] {
+        for _ in 0..60 {
+            match TcpStream::connect(port).await {
+                Ok(c) => flood.push(c),
+                Err(e) => panic!("connect: {e}"),
+            }
         }
     }
     // Two seconds out of descriptors: 10 ms doubling to 1 s is about 8 pauses (50 ms fixed
@@ -197,11 +206,9 @@ async fn open_files_limit_is_raised_and_emfile_is_paused_and_counted() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    let failed = status.admin.accept_errors;
-    eprintln!("{failed} failed accepts while out of descriptors");
-    assert!(
-        (1..=15).contains(&failed),
-        "{failed} failed accepts\n{}",
-        xds.log()
-    );
+    let (admin, ads) = (status.admin.accept_errors, status.ads_accept_errors);
+    eprintln!("failed accepts while out of descriptors: admin {admin}, ADS {ads}");
+    for failed in [admin, ads] {
+        assert!((1..=15).contains(&failed), "{admin} {ads}\n{}", xds.log());
+    }
 }
