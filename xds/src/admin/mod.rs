@@ -2,8 +2,10 @@
 //! `respway-xds apply` and `respway-xds status`, is [`client`] (re-exported here).
 //!
 //! - `GET /status`: [`ServerStatus`](crate::server::ServerStatus) as JSON: the served version, each resource file's state,
-//!   the merged snapshot's errors, and per node id: zone, connected, and per type URL the last
-//!   version sent, the last version the node ACKed, and its last NACK (version, nonce, error).
+//!   the merged snapshots' errors and the node classes served nothing, per node id: zone,
+//!   connected, and per type URL the last version sent, the last version the node ACKed, and
+//!   its last NACK (version, nonce, error); the latest refused ADS streams (by peer and
+//!   certificate); this port's connections and both ports' failed accepts.
 //! - `POST /apply?name=FILE.yaml` with a YAML body: validates it as resource file `FILE.yaml`
 //!   (alone and merged with the directory), writes it into the directory atomically (temp file
 //!   and rename) and loads it at once. `200 {"version": N}` with the served version, or

@@ -459,6 +459,12 @@ fn table(s: &ServerStatus) -> String {
     for u in &s.unserved {
         out.push_str(&format!("not served: {u}\n"));
     }
+    if s.admin.accept_errors + s.ads_accept_errors > 0 {
+        out.push_str(&format!(
+            "failed accepts (out of file descriptors?): admin {}, ADS {}\n",
+            s.admin.accept_errors, s.ads_accept_errors
+        ));
+    }
     out.push('\n');
     let mut rows = vec![[
         "NODE",
@@ -641,5 +647,39 @@ mod tests {
              \x20                           EDS   3     3      -\n\
              \x20                           LDS   3     2      v3: listener \"main\": address: in use (+1 more)\n"
         );
+    }
+
+    #[test]
+    fn status_table_lists_refusals_unserved_classes_and_failed_accepts() {
+        let status = ServerStatus {
+            version: 1,
+            files: vec![],
+            errors: vec![],
+            unserved: vec![
+                "no listener: nothing is served to other nodes, as to a node no file is for".into(),
+            ],
+            nodes: vec![],
+            refusals: vec![respway_xds::server::Refusal {
+                at: 0,
+                peer: Some("127.0.0.1:4000".into()),
+                certificate: Some(vec!["sidecar-2".into()]),
+                claimed_node: "sidecar-1".into(),
+                message: "node \"sidecar-1\": ...".into(),
+            }],
+            admin: respway_xds::admin::AdminStats {
+                open_connections: 1,
+                max_connections: 64,
+                accept_errors: 3,
+            },
+            ads_accept_errors: 0,
+        };
+        let text = table(&status);
+        for line in [
+            "not served: no listener: nothing is served to other nodes, as to a node no file is for",
+            "failed accepts (out of file descriptors?): admin 3, ADS 0",
+            "refused stream from 127.0.0.1:4000 (certificate sidecar-2) claiming node \"sidecar-1\": node \"sidecar-1\": ...",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
     }
 }
