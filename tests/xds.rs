@@ -544,11 +544,12 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
     );
     let refused = mgmt
         .status()
-        .nodes
+        .refusals
         .into_iter()
-        .find(|n| n.id == "sidecar-b")
-        .and_then(|n| n.refused);
-    assert!(refused.is_some_and(|r| r.contains("secrets")));
+        .find(|r| r.claimed_node == "sidecar-b");
+    assert!(refused
+        .is_some_and(|r| r.message.contains("secrets")
+            && r.certificate == Some(vec!["sidecar-c".to_string()])));
 }
 
 /// Issue 13, item 8: the sidecar's xDS wiring is the library's (`respway::xds::Feed`), so a

@@ -602,6 +602,14 @@ pub fn peer_matches(cert: &CertificateDer<'_>, name: &str) -> bool {
     ee.verify_is_valid_for_subject_name(&sn).is_ok()
 }
 
+/// The DNS subjectAltNames of `cert` (a peer's leaf certificate), for logs and status only:
+/// decide with [`peer_matches`]. Empty when it has none or does not parse.
+pub fn peer_dns_names(cert: &CertificateDer<'_>) -> Vec<String> {
+    webpki::EndEntityCert::try_from(cert)
+        .map(|ee| ee.valid_dns_names().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
 /// Re-exports for callers that name rustls types.
 pub use rustls;
 

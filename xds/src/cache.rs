@@ -6,7 +6,9 @@
 //! Every `*.yaml` / `*.yml` file in the directory (not in subdirectories, and not hidden: names
 //! starting with `.` are skipped, which is where [`Cache::apply`] writes its temporary file) is
 //! the sidecar's YAML schema (`xds/SCHEMA.md`) with `listeners` and `clusters` both optional,
-//! no `node`, and an optional `targets: { node_ids: [...], zones: [...] }`.
+//! no `node`, and an optional `targets: { node_ids: [...], zones: [...] }`. A file naming
+//! `zones` may not carry secrets ([`crate::secure::secret_holders`]): a zone is declared by the
+//! sidecar, not proven by its certificate; such a file is invalid (its last good version stays).
 //!
 //! # Merge rules (also in `xds/SCHEMA.md`)
 //! - A file without `targets` is for every node. A file with `targets` is for the nodes whose
@@ -18,20 +20,24 @@
 //!   the same name at the same precedence for some node is an error.
 //! - A node that matches no file gets no snapshot: the server does not answer it (it keeps what
 //!   it has, e.g. its bootstrap's static resources).
-//! - Each merged snapshot must have a listener and a cluster, and must pass [`crate::translate`]
-//!   (so routes may name clusters of other files). Route and mirror clusters are checked on the
-//!   merged model first, so that those errors name the file's YAML paths
-//!   (`routes.prefixes[0].cluster`), not the Envoy ones the translation would.
+//! - Each merged snapshot must pass [`crate::translate`] (so routes may name clusters of other
+//!   files). Route and mirror clusters are checked on the merged model first, so that those
+//!   errors name the file's YAML paths (`routes.prefixes[0].cluster`), not the Envoy ones the
+//!   translation would. A snapshot with no listener or no cluster is not served: its nodes are
+//!   treated like nodes no file is for, and the class is listed in [`LoadReport::unserved`]
+//!   (e.g. shared clusters plus per-node listener files: nodes no listener file names).
 //!
 //! # Validation and versions
 //! A snapshot depends only on which named ids and zones a node has, so every distinct snapshot
 //! is built and translated when the files change, for every combination of a named id (or
 //! none) and a named zone (or none). A file that does not parse keeps its previous good
-//! version in the snapshot (or stays out, if it never had one) and is reported; a merged
-//! snapshot that fails translation for any node rejects the whole change, reported, and the
-//! previous snapshot stays. So does a change that gives a listener some node already has a
-//! new address: running sidecars cannot move a listener and would NACK it (the error names
-//! the listener and `address`).
+//! version in the snapshot (or stays out, if it never had one) and is reported. Each class of
+//! nodes stands alone: a merged snapshot that fails translation is reported, naming its
+//! nodes, and they keep their previous snapshot (or get none, if they had none), while every
+//! other class gets the change. A snapshot that gives a listener its nodes already have a new
+//! address fails the same way: running sidecars cannot move a listener and would NACK it (the error
+//! names the listener and `address`). When no node gets anything new, nothing is committed.
+//! [`Cache::apply`] refuses a file that makes any class fail.
 //!
 //! Each committed change gets this server's next generation number ([`Snapshot::version`]:
 //! 1, 2, ..., shown by the admin endpoint; it counts this process's commits and is never sent
@@ -443,16 +449,62 @@ pub struct Snapshot {
     pub version: u64,
     files: Vec<Arc<LoadedFile>>,
     nodes: HashMap<ClassKey, Arc<NodeSnapshot>>,
+    /// The node ids and zones the files name.
+    named_ids: BTreeSet<String>,
+    named_zones: BTreeSet<String>,
+    /// The previous snapshot of the nodes whose new one is invalid, by (named id or none,
+    /// named zone or none): they keep what they were served.
+    held: HashMap<Combo, Arc<NodeSnapshot>>,
+    /// The errors of the classes held at their previous snapshot.
+    errors: Vec<String>,
+    /// The classes whose files define no listener or no cluster: why, by class.
+    unserved: BTreeMap<ClassKey, String>,
 }
 
+/// A node id the files name (or none: any other id) and a zone they name (or none).
+type Combo = (Option<String>, Option<String>);
+
 impl Snapshot {
-    /// The resources for node `id` in `zone`; `None` when no file is for it.
+    /// The resources for node `id` in `zone`; `None` when no file is for it, or when its files
+    /// define no listener or no cluster ([`Snapshot::unserved_reason`]).
     pub fn for_node(&self, id: &str, zone: Option<&str>) -> Option<Arc<NodeSnapshot>> {
         let key = class_key(&self.files, id, zone);
         if key.is_empty() {
             return None;
         }
-        self.nodes.get(&key).cloned()
+        if let Some(n) = self.nodes.get(&key) {
+            return Some(n.clone());
+        }
+        self.held.get(&self.combo(id, zone)).cloned()
+    }
+
+    /// Why node `id` in `zone` is served nothing although files are for it (they define no
+    /// listener or no cluster); `None` when it is served or no file is for it.
+    pub fn unserved_reason(&self, id: &str, zone: Option<&str>) -> Option<&str> {
+        let key = class_key(&self.files, id, zone);
+        if self.nodes.contains_key(&key) {
+            return None;
+        }
+        self.unserved.get(&key).map(String::as_str)
+    }
+
+    /// The node classes served nothing because their files define no listener or no cluster,
+    /// each with the nodes it stands for.
+    pub fn unserved(&self) -> impl Iterator<Item = &str> {
+        self.unserved.values().map(String::as_str)
+    }
+
+    /// The errors of the node classes that kept their previous snapshot in this version.
+    pub fn errors(&self) -> &[String] {
+        &self.errors
+    }
+
+    fn combo(&self, id: &str, zone: Option<&str>) -> Combo {
+        (
+            self.named_ids.contains(id).then(|| id.to_string()),
+            zone.filter(|z| self.named_zones.contains(*z))
+                .map(str::to_string),
+        )
     }
 
     /// The names of the files this snapshot was built from.
@@ -479,35 +531,39 @@ fn describe_class(id: Option<&str>, zone: Option<&str>, any_zone_named: bool) ->
     }
 }
 
+/// What [`build`] made of a set of files.
+struct Built {
+    snapshot: Snapshot,
+    /// Whether some node is served differently than by `previous` (a new snapshot, or none).
+    changed: bool,
+}
+
 /// Builds the snapshot of every class of nodes from `files` as generation `version`, sharing
-/// unchanged per-type resources with `previous`. Errors name the file, resource and field, and the nodes
-/// whose merged snapshot has them.
-fn build(
-    files: Vec<Arc<LoadedFile>>,
-    previous: &Snapshot,
-    version: u64,
-) -> Result<Snapshot, Vec<String>> {
-    let ids: BTreeSet<&str> = files
+/// unchanged per-type resources with `previous`. Each class stands alone: one that fails keeps
+/// serving its nodes their snapshot in `previous` (its errors, naming the file, resource and
+/// field and the nodes, are in [`Snapshot::errors`]), and one whose files define no listener or
+/// no cluster is served nothing ([`Snapshot::unserved`]); the other classes are served.
+fn build(files: Vec<Arc<LoadedFile>>, previous: &Snapshot, version: u64) -> Built {
+    let named_ids: BTreeSet<String> = files
         .iter()
         .filter_map(|f| f.targets.as_ref())
-        .flat_map(|t| t.node_ids.iter().map(String::as_str))
+        .flat_map(|t| t.node_ids.iter().cloned())
         .collect();
-    let zones: BTreeSet<&str> = files
+    let named_zones: BTreeSet<String> = files
         .iter()
         .filter_map(|f| f.targets.as_ref())
-        .flat_map(|t| t.zones.iter().map(String::as_str))
+        .flat_map(|t| t.zones.iter().cloned())
         .collect();
     // Every distinct class: a node with a named id (or an unnamed one, which never equals a
     // named id since those are not empty) in a named zone (or another one).
-    let mut classes: BTreeMap<ClassKey, Vec<String>> = BTreeMap::new();
-    for id in ids.iter().copied().map(Some).chain([None]) {
-        for zone in zones.iter().copied().map(Some).chain([None]) {
+    let mut classes: BTreeMap<ClassKey, (Vec<String>, Vec<Combo>)> = BTreeMap::new();
+    for id in named_ids.iter().map(|s| Some(s.as_str())).chain([None]) {
+        for zone in named_zones.iter().map(|s| Some(s.as_str())).chain([None]) {
             let key = class_key(&files, id.unwrap_or(""), zone);
             if !key.is_empty() {
-                classes
-                    .entry(key)
-                    .or_default()
-                    .push(describe_class(id, zone, !zones.is_empty()));
+                let (who, combos) = classes.entry(key).or_default();
+                who.push(describe_class(id, zone, !named_zones.is_empty()));
+                combos.push((id.map(str::to_string), zone.map(str::to_string)));
             }
         }
     }
@@ -517,50 +573,110 @@ fn build(
     interner.seed(previous);
     // error text → the classes that have it, so an error in a file for every node is one line.
     let mut errors: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (key, who) in classes {
-        match merge(&files, &key) {
+    let mut failed: Vec<ClassKey> = Vec::new();
+    let mut unserved = BTreeMap::new();
+    for (key, (who, _)) in &classes {
+        match merge(&files, key) {
             Ok((resources, addrs)) => {
-                let prev = previous.nodes.get(&key).map(|n| n.as_ref());
+                let prev = previous.nodes.get(key).map(|n| n.as_ref());
                 let snap = NodeSnapshot::from_resources(&resources, addrs, prev, &mut interner);
-                nodes.insert(key, Arc::new(snap));
+                nodes.insert(key.clone(), Arc::new(snap));
             }
-            Err(errs) => {
+            Err(MergeError::Incomplete(what)) => {
+                unserved.insert(
+                    key.clone(),
+                    format!(
+                        "{what}: nothing is served to {}, as to a node no file is for",
+                        who.join(", ")
+                    ),
+                );
+            }
+            Err(MergeError::Invalid(errs)) => {
                 for e in errs {
                     errors.entry(e).or_default().extend(who.iter().cloned());
                 }
+                failed.push(key.clone());
             }
         }
     }
-    if errors.is_empty() {
-        moved_listeners(&files, &nodes, previous, &mut errors);
+    for (key, e, who) in moved_listeners(&files, &nodes, previous) {
+        errors.entry(e).or_default().push(who);
+        if nodes.remove(&key).is_some() {
+            failed.push(key);
+        }
     }
-    if !errors.is_empty() {
-        let all = errors
-            .into_iter()
-            .map(|(e, who)| format!("{e} (in the snapshot for {})", who.join(", ")))
-            .collect();
-        return Err(all);
+    // The nodes of a failed class keep what they were served.
+    let mut held = HashMap::new();
+    for key in &failed {
+        for (id, zone) in classes.get(key).map(|c| c.1.as_slice()).unwrap_or_default() {
+            if let Some(prev) = previous.for_node(id.as_deref().unwrap_or(""), zone.as_deref()) {
+                held.insert((id.clone(), zone.clone()), prev);
+            }
+        }
     }
-    Ok(Snapshot {
+    let errors = errors
+        .into_iter()
+        .map(|(e, who)| format!("{e} (in the snapshot for {})", who.join(", ")))
+        .collect();
+    let snapshot = Snapshot {
         version,
         files,
         nodes,
-    })
+        named_ids,
+        named_zones,
+        held,
+        errors,
+        unserved,
+    };
+    // Did the change reach anyone? Compared for every (named id, named zone) combination of
+    // the old and the new files.
+    let ids: BTreeSet<&str> = snapshot
+        .named_ids
+        .iter()
+        .chain(&previous.named_ids)
+        .map(String::as_str)
+        .collect();
+    let zones: BTreeSet<&str> = snapshot
+        .named_zones
+        .iter()
+        .chain(&previous.named_zones)
+        .map(String::as_str)
+        .collect();
+    let same = |a: Option<Arc<NodeSnapshot>>, b: Option<Arc<NodeSnapshot>>| match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            Arc::ptr_eq(&a, &b)
+                || ResourceType::PUSH_ORDER
+                    .into_iter()
+                    .all(|t| a.get(t).resources == b.get(t).resources)
+        }
+        _ => false,
+    };
+    let changed = ids.iter().copied().chain([""]).any(|id| {
+        zones
+            .iter()
+            .copied()
+            .map(Some)
+            .chain([None])
+            .any(|zone| !same(snapshot.for_node(id, zone), previous.for_node(id, zone)))
+    });
+    Built { snapshot, changed }
 }
 
 /// A running sidecar cannot move a listener (it does not rebind, and NACKs a change of the
 /// address of a listener it serves), so a change that gives an existing listener of some node
-/// a new address is refused here, naming the listener and the field, and the served version
-/// stays. Every (named id, named zone) combination of the old and the new files stands for
-/// the nodes whose old and new snapshots are compared. A restarted respway-xds starts afresh.
+/// a new address is refused for those nodes, naming the listener and the field: they keep
+/// their previous snapshot. Every (named id, named zone) combination of the old and the new
+/// files stands for the nodes whose old and new snapshots are compared. A restarted
+/// respway-xds starts afresh. Returns the new class, the error and the nodes, per move.
 fn moved_listeners(
     files: &[Arc<LoadedFile>],
     nodes: &HashMap<ClassKey, Arc<NodeSnapshot>>,
     previous: &Snapshot,
-    errors: &mut BTreeMap<String, Vec<String>>,
-) {
-    if previous.nodes.is_empty() {
-        return;
+) -> Vec<(ClassKey, String, String)> {
+    let mut out = Vec::new();
+    if previous.nodes.is_empty() && previous.held.is_empty() {
+        return out;
     }
     let all = || files.iter().chain(&previous.files);
     let ids: BTreeSet<&str> = all()
@@ -576,7 +692,8 @@ fn moved_listeners(
             let Some(old) = previous.for_node(id.unwrap_or(""), zone) else {
                 continue;
             };
-            let Some(new) = nodes.get(&class_key(files, id.unwrap_or(""), zone)) else {
+            let key = class_key(files, id.unwrap_or(""), zone);
+            let Some(new) = nodes.get(&key) else {
                 continue;
             };
             for (name, (addr, file)) in &new.listeners {
@@ -589,14 +706,20 @@ fn moved_listeners(
                          running sidecars refuse (a listener cannot move while respway runs); \
                          to move it, restart respway-xds with the new file, then the sidecars"
                     );
-                    errors
-                        .entry(e)
-                        .or_default()
-                        .push(describe_class(id, zone, !zones.is_empty()));
+                    out.push((key.clone(), e, describe_class(id, zone, !zones.is_empty())));
                 }
             }
         }
     }
+    out
+}
+
+/// Why one class's files do not make a snapshot.
+enum MergeError {
+    /// They define no listener or no cluster: not a configuration for anyone (what is missing).
+    Incomplete(String),
+    /// Conflicting definitions, or a merged snapshot that does not translate.
+    Invalid(Vec<String>),
 }
 
 /// Merges the files of one class (see the module docs) and translates the result; also
@@ -604,7 +727,7 @@ fn moved_listeners(
 fn merge(
     files: &[Arc<LoadedFile>],
     key: &ClassKey,
-) -> Result<(Resources, ListenerAddrs), Vec<String>> {
+) -> Result<(Resources, ListenerAddrs), MergeError> {
     let by_name: HashMap<&str, &LoadedFile> = files
         .iter()
         .map(|f| (f.name.as_str(), f.as_ref()))
@@ -672,16 +795,13 @@ fn merge(
         }
     }
     if !errors.is_empty() {
-        return Err(errors);
+        return Err(MergeError::Invalid(errors));
     }
-    if config.listeners.is_empty() {
-        errors.push("no listener: a node's files must define at least one".to_string());
-    }
-    if config.clusters.is_empty() {
-        errors.push("no cluster: a node's files must define at least one".to_string());
-    }
-    if !errors.is_empty() {
-        return Err(errors);
+    match (config.listeners.is_empty(), config.clusters.is_empty()) {
+        (false, false) => {}
+        (true, true) => return Err(MergeError::Incomplete("no listener and no cluster".into())),
+        (true, false) => return Err(MergeError::Incomplete("no listener".into())),
+        (false, true) => return Err(MergeError::Incomplete("no cluster".into())),
     }
     // Routes may name clusters of other files, so they are checked here, once merged, and
     // reported by the file's own paths (`routes.prefixes[0].cluster`) rather than by the
@@ -698,7 +818,7 @@ fn merge(
         }
     }
     if !errors.is_empty() {
-        return Err(errors);
+        return Err(MergeError::Invalid(errors));
     }
     let resources = to_resources(&config);
     match translate(&resources) {
@@ -716,13 +836,14 @@ fn merge(
                 .collect();
             Ok((resources, addrs))
         }
-        Err(e) => Err(e
-            .iter()
-            .map(|e| match origin.get(&e.resource) {
-                Some(file) => format!("{file}: {e}"),
-                None => e.to_string(),
-            })
-            .collect()),
+        Err(e) => Err(MergeError::Invalid(
+            e.iter()
+                .map(|e| match origin.get(&e.resource) {
+                    Some(file) => format!("{file}: {e}"),
+                    None => e.to_string(),
+                })
+                .collect(),
+        )),
     }
 }
 
@@ -759,9 +880,11 @@ pub struct LoadReport {
     pub version: u64,
     /// The files found at the last scan, by name.
     pub files: Vec<FileReport>,
-    /// Errors of the merged snapshot at the last scan; when not empty, the change was not
-    /// pushed and version [`LoadReport::version`] is still served.
+    /// Errors of the merged snapshots at the last scan: the nodes they name keep what they
+    /// were served (the change reached the others, if any).
     pub errors: Vec<String>,
+    /// The node classes served nothing because their files define no listener or no cluster.
+    pub unserved: Vec<String>,
 }
 
 /// The result of one scan of the directory.
@@ -833,10 +956,12 @@ impl Cache {
     /// The served version and the errors of the last scan.
     pub fn report(&self) -> LoadReport {
         let inner = self.lock();
+        let snapshot = self.snapshot();
         LoadReport {
-            version: self.tx.borrow().version,
+            version: snapshot.version,
             files: inner.files.clone(),
             errors: inner.errors.clone(),
+            unserved: snapshot.unserved().map(str::to_string).collect(),
         }
     }
 
@@ -876,14 +1001,13 @@ impl Cache {
             return Err(ApplyError::Name(name.to_string()));
         }
         let mut inner = self.lock();
-        if let Err(e) = yaml::parse_fragment(text) {
-            return Err(ApplyError::Invalid(
-                e.iter().map(|e| prefixed(name, &e.to_string())).collect(),
-            ));
-        }
-        let (_, errors) = self.candidate(&self.read_dir(Some((name, text))));
-        if let Err(errors) = errors {
+        if let Err(errors) = parse_file(name, text) {
             return Err(ApplyError::Invalid(errors));
+        }
+        match self.candidate(&self.read_dir(Some((name, text)))).1 {
+            Err(errors) => return Err(ApplyError::Invalid(errors)),
+            Ok(Some(s)) if !s.errors.is_empty() => return Err(ApplyError::Invalid(s.errors)),
+            Ok(Some(_) | None) => {}
         }
         let tmp = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let target = self.dir.join(name);
@@ -966,7 +1090,7 @@ impl Cache {
             let parsed = match text {
                 Ok(text) => match previous(name) {
                     Some(f) if f.text == *text => Ok(f),
-                    _ => yaml::parse_fragment(text)
+                    _ => parse_file(name, text)
                         .map(|Fragment { targets, config }| {
                             Arc::new(LoadedFile {
                                 name: name.clone(),
@@ -975,12 +1099,7 @@ impl Cache {
                                 config,
                             })
                         })
-                        .map_err(|e| {
-                            e.iter()
-                                .map(|e| prefixed(name, &e.to_string()))
-                                .collect::<Vec<_>>()
-                                .join("\n")
-                        }),
+                        .map_err(|e| e.join("\n")),
                 },
                 Err(e) => Err(format!("{name}: cannot read: {e}")),
             };
@@ -1013,7 +1132,13 @@ impl Cache {
         if unchanged {
             return (reports, Ok(None));
         }
-        let result = build(files, &active, active.version + 1).map(Some);
+        let built = build(files, &active, active.version + 1);
+        let result = if built.snapshot.errors.is_empty() || built.changed {
+            Ok(Some(built.snapshot))
+        } else {
+            // Every class with errors keeps its snapshot, and no other moved: nothing to commit.
+            Err(built.snapshot.errors)
+        };
         (reports, result)
     }
 
@@ -1045,12 +1170,22 @@ impl Cache {
         match result {
             Ok(Some(snapshot)) => {
                 let version = snapshot.version;
+                for e in &snapshot.errors {
+                    tracing::warn!(
+                        version,
+                        "merged snapshot invalid for some nodes, which keep their previous one: {e}"
+                    );
+                }
+                for u in snapshot.unserved() {
+                    tracing::warn!(version, "{u}");
+                }
+                inner.errors = snapshot.errors.clone();
+                errors.extend(snapshot.errors.iter().cloned());
                 self.tx.send_replace(Arc::new(snapshot));
                 tracing::info!(version, "resource snapshot committed");
                 committed = Some(version);
-                inner.errors.clear();
             }
-            Ok(None) => inner.errors.clear(),
+            Ok(None) => inner.errors = self.tx.borrow().errors.clone(),
             Err(merge_errors) => {
                 for e in &merge_errors {
                     tracing::warn!(
@@ -1066,6 +1201,39 @@ impl Cache {
         inner.files = reports;
         Reload { committed, errors }
     }
+}
+
+/// Parses resource file `name`; its errors each start with the name. A file for zones may not
+/// carry secrets: a zone is what a sidecar says it is (`node.locality.zone`), not what its
+/// client certificate proves, so only node ids (and every node) are bound to certificates.
+fn parse_file(name: &str, text: &str) -> Result<Fragment, Vec<String>> {
+    let fragment = yaml::parse_fragment(text).map_err(|e| {
+        e.iter()
+            .map(|e| prefixed(name, &e.to_string()))
+            .collect::<Vec<_>>()
+    })?;
+    if fragment
+        .targets
+        .as_ref()
+        .is_some_and(|t| !t.zones.is_empty())
+    {
+        let holders = crate::secure::secret_holders(&to_resources(&fragment.config));
+        if !holders.is_empty() {
+            let verb = if holders.len() == 1 {
+                "carries"
+            } else {
+                "carry"
+            };
+            return Err(vec![format!(
+                "{name}: targets.zones: {} {verb} secrets (inline passwords or keys), which a \
+                 file for zones may not: a zone is what a sidecar says it is, not what its \
+                 certificate proves; put them in files with targets.node_ids (served only to \
+                 each node's certificate)",
+                holders.join(", ")
+            )]);
+        }
+    }
+    Ok(fragment)
 }
 
 /// `name: ` in front of every line of `text`.
@@ -1170,6 +1338,93 @@ clusters:
     }
 
     #[test]
+    fn a_failing_class_keeps_its_snapshot_while_the_others_move() {
+        let zone = |cluster: &str| {
+            format!("targets: {{ zones: [z1] }}\nlisteners:\n  - name: main\n    routes: {{ catch_all: {cluster} }}\n")
+        };
+        let (d, cache) = dir_with(&[("base.yaml", BASE), ("z1.yaml", &zone("cache"))]);
+        assert_eq!(cache.reload().committed, Some(1));
+        let before = cache.snapshot().for_node("a", Some("z1")).expect("z1");
+        // z1's listener now routes nowhere, and the base file's endpoint moves.
+        std::fs::write(d.path().join("z1.yaml"), zone("gone")).expect("write");
+        std::fs::write(d.path().join("base.yaml"), BASE.replace("7001", "7002")).expect("write");
+        let r = cache.reload();
+        assert_eq!(r.committed, Some(2));
+        assert_eq!(
+            r.errors,
+            ["z1.yaml: listener \"main\": routes.catch_all: unknown cluster \"gone\" (in the snapshot for other nodes in zone \"z1\")"]
+        );
+        let snap = cache.snapshot();
+        assert_eq!(snap.errors(), r.errors);
+        let z1 = snap.for_node("a", Some("z1")).expect("held");
+        assert!(Arc::ptr_eq(&z1, &before), "z1 keeps what it had");
+        let other = snap.for_node("a", None).expect("served");
+        assert_eq!(endpoint_address_of(&other), "127.0.0.1:7002");
+        assert_eq!(endpoint_address_of(&z1), "127.0.0.1:7001");
+        assert_eq!(cache.report().errors, r.errors);
+        // /apply refuses a file that breaks some class.
+        let Err(ApplyError::Invalid(errors)) = cache.apply("z1.yaml", &zone("also-gone")) else {
+            panic!("expected invalid");
+        };
+        assert!(errors[0].contains("also-gone"), "{errors:?}");
+        // Fixed: z1 moves too.
+        std::fs::write(d.path().join("z1.yaml"), zone("cache")).expect("write");
+        assert_eq!(
+            cache.reload(),
+            Reload {
+                committed: Some(3),
+                errors: vec![]
+            }
+        );
+        let z1 = cache.snapshot().for_node("a", Some("z1")).expect("z1");
+        assert_eq!(endpoint_address_of(&z1), "127.0.0.1:7002");
+    }
+
+    #[test]
+    fn classes_without_a_listener_are_reported_and_served_nothing() {
+        let clusters = "clusters:\n  - name: cache\n    shards:\n      - endpoints: [{ address: 127.0.0.1:7001 }]\n";
+        let n1 = "targets: { node_ids: [n1] }\nlisteners:\n  - name: main\n    routes: { catch_all: cache }\n";
+        let (_d, cache) = dir_with(&[("clusters.yaml", clusters), ("n1.yaml", n1)]);
+        let r = cache.reload();
+        assert_eq!(
+            r,
+            Reload {
+                committed: Some(1),
+                errors: vec![]
+            }
+        );
+        let snap = cache.snapshot();
+        assert!(snap.for_node("n1", Some("z9")).is_some());
+        assert!(snap.for_node("n2", None).is_none());
+        assert_eq!(
+            snap.unserved_reason("n2", None),
+            Some("no listener: nothing is served to other nodes, as to a node no file is for")
+        );
+        assert_eq!(snap.unserved_reason("n1", None), None);
+        assert_eq!(cache.report().unserved.len(), 1);
+    }
+
+    fn endpoint_address_of(snap: &NodeSnapshot) -> String {
+        use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
+        use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint;
+        let cla = endpoint_of(snap, "cache");
+        let Some(lb_endpoint::HostIdentifier::Endpoint(e)) =
+            &cla.endpoints[0].lb_endpoints[0].host_identifier
+        else {
+            panic!("no endpoint");
+        };
+        let Some(address::Address::SocketAddress(sa)) =
+            e.address.as_ref().and_then(|a| a.address.as_ref())
+        else {
+            panic!("no socket address");
+        };
+        let Some(socket_address::PortSpecifier::PortValue(port)) = sa.port_specifier else {
+            panic!("no port");
+        };
+        format!("{}:{port}", sa.address)
+    }
+
+    #[test]
     fn same_precedence_conflict_is_an_error_and_nothing_is_served() {
         let (_d, cache) = dir_with(&[("a.yaml", BASE), ("b.yaml", BASE)]);
         let r = cache.reload();
@@ -1221,7 +1476,11 @@ listeners:
 ";
         let (_d, cache) = dir_with(&[("base.yaml", BASE), ("extra.yaml", listener_only)]);
         let r = cache.reload();
-        assert_eq!(r.committed, None);
+        // The nodes outside z1 are served; those of z1, which had nothing, get nothing.
+        assert_eq!(r.committed, Some(1));
+        let snap = cache.snapshot();
+        assert!(snap.for_node("a", None).is_some());
+        assert!(snap.for_node("a", Some("z1")).is_none());
         assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
         assert!(
             r.errors[0].starts_with(

@@ -19,10 +19,13 @@
 //!   stream whose client certificate is valid for the node id (a DNS subjectAltName equal to
 //!   `node.id`, see [`respway_tls::peer_matches`]). Any other stream claiming that node id is
 //!   ended with `PERMISSION_DENIED` naming the node, and nothing is sent on it, unless the
-//!   operator opted out with [`Security::secrets_to_unauthenticated`].
+//!   operator opted out with [`Security::secrets_to_unauthenticated`]. A certificate proves a
+//!   node id, not a zone, so a resource file for zones that carries secrets is refused when it
+//!   is loaded ([`crate::cache`]).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -44,7 +47,7 @@ use respway_tls::rustls::pki_types::CertificateDer;
 use respway_tls::{ClientTls, ServerTls};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::pb::respway::v1::ListenerSettings;
 use crate::Resources;
@@ -135,6 +138,8 @@ pub struct PeerInfo {
 pub struct TlsConn {
     inner: respway_tls::server::TlsStream<TcpStream>,
     info: PeerInfo,
+    /// The port's connection slot this connection holds, when the port has a cap.
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl TlsConn {
@@ -192,27 +197,111 @@ impl AsyncWrite for TlsConn {
     }
 }
 
+/// The pause after failed accepts (`EMFILE`, `ENFILE`, `ENOBUFS`...): 10 ms, doubling up to
+/// 1 s while they go on, back to 10 ms after an accept succeeds. Without it a listener out of
+/// file descriptors would spin on `accept`.
+#[derive(Debug)]
+pub(crate) struct AcceptBackoff {
+    next: Duration,
+}
+
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        AcceptBackoff {
+            next: ACCEPT_BACKOFF_MIN,
+        }
+    }
+}
+
+impl AcceptBackoff {
+    /// Counts the failure in `errors`, logs it, and pauses.
+    pub(crate) async fn failed(&mut self, port: &str, e: &std::io::Error, errors: &AtomicU64) {
+        let n = errors.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::warn!(port, error = %e, failed_accepts = n, pause = ?self.next, "accept failed; pausing");
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(ACCEPT_BACKOFF_MAX);
+    }
+
+    pub(crate) fn succeeded(&mut self) {
+        self.next = ACCEPT_BACKOFF_MIN;
+    }
+}
+
+/// Accepts plaintext TCP connections on `listener` (`TCP_NODELAY` set); failed accepts are
+/// counted in `accept_errors` and paused after ([`AcceptBackoff`]), where tonic's own
+/// `TcpIncoming` retries at once (a spin while out of file descriptors).
+pub fn tcp_incoming(
+    listener: TcpListener,
+    what: &'static str,
+    accept_errors: Arc<AtomicU64>,
+) -> mpsc::Receiver<std::io::Result<TcpStream>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut backoff = AcceptBackoff::default();
+        loop {
+            let stream = tokio::select! {
+                a = listener.accept() => match a {
+                    Ok((s, _)) => {
+                        backoff.succeeded();
+                        s
+                    }
+                    Err(e) => {
+                        backoff.failed(what, &e, &accept_errors).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => return,
+            };
+            let _ = stream.set_nodelay(true);
+            if tx.send(Ok(stream)).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// Accepts TCP connections on `listener` and completes their TLS handshakes with `tls`'s
 /// current configuration, each in a task of its own (a slow or broken client delays no other).
 /// `what` names the port in logs. The receiver yields each connection that completed one.
+/// With `slots`, a connection holds one of them from before its accept until it is dropped
+/// (at most that many open at once; more wait in the kernel's accept queue). Failed accepts
+/// are counted in `accept_errors` and paused after ([`AcceptBackoff`]).
 pub fn tls_incoming(
     listener: TcpListener,
     tls: Arc<ServerTls>,
     what: &'static str,
+    slots: Option<Arc<Semaphore>>,
+    accept_errors: Arc<AtomicU64>,
 ) -> mpsc::Receiver<std::io::Result<TlsConn>> {
     let (tx, rx) = mpsc::channel(64);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
+        let mut backoff = AcceptBackoff::default();
         loop {
-            let Ok(slot) = slots.clone().acquire_owned().await else {
+            let conn_slot = match &slots {
+                Some(s) => {
+                    let Ok(p) = s.clone().acquire_owned().await else {
+                        return;
+                    };
+                    Some(p)
+                }
+                None => None,
+            };
+            let Ok(slot) = handshakes.clone().acquire_owned().await else {
                 return;
             };
             let (stream, peer) = tokio::select! {
                 a = listener.accept() => match a {
-                    Ok(a) => a,
+                    Ok(a) => {
+                        backoff.succeeded();
+                        a
+                    }
                     Err(e) => {
-                        tracing::warn!(port = what, error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        backoff.failed(what, &e, &accept_errors).await;
                         continue;
                     }
                 },
@@ -238,6 +327,7 @@ pub fn tls_incoming(
                                 remote: Some(peer),
                                 cert,
                             },
+                            _slot: conn_slot,
                         };
                         let _ = tx.send(Ok(conn)).await;
                     }
@@ -304,6 +394,21 @@ impl ClientTlsRef {
 /// environment-variable sources name where a secret is, which is not one.
 pub fn carries_secrets(r: &Resources) -> bool {
     r.listeners.iter().any(listener_secrets) || r.clusters.iter().any(cluster_secrets)
+}
+
+/// The resources of `r` that carry secrets, as `listener "name"` / `cluster "name"`.
+pub fn secret_holders(r: &Resources) -> Vec<String> {
+    let listeners = r
+        .listeners
+        .iter()
+        .filter(|l| listener_secrets(l))
+        .map(|l| format!("listener {:?}", l.name));
+    let clusters = r
+        .clusters
+        .iter()
+        .filter(|c| cluster_secrets(c))
+        .map(|c| format!("cluster {:?}", c.name));
+    listeners.chain(clusters).collect()
 }
 
 fn inline(ds: &DataSource) -> bool {

@@ -51,7 +51,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
-use crate::secure::{tls_incoming, PeerInfo, Security};
+use crate::admin::{AdminLimits, AdminState, AdminStats};
+use crate::secure::{tcp_incoming, tls_incoming, PeerInfo, Security};
 
 use crate::cache::{Cache, FileState, NodeSnapshot, ResourceType, Snapshot, TypeResources};
 
@@ -71,6 +72,9 @@ pub struct Server {
     registry: Arc<Registry>,
     poll_interval: Duration,
     security: Arc<Security>,
+    admin: Arc<AdminState>,
+    /// Failed accepts on the ADS port.
+    ads_accept_errors: Arc<AtomicU64>,
 }
 
 impl Server {
@@ -89,7 +93,19 @@ impl Server {
             registry: Arc::new(Registry::default()),
             poll_interval: DEFAULT_POLL_INTERVAL,
             security: Arc::new(Security::default()),
+            admin: Arc::new(AdminState::new(AdminLimits::default())),
+            ads_accept_errors: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Sets the admin port's connection cap and idle timeout (default [`AdminLimits::default`]).
+    pub fn with_admin_limits(mut self, limits: AdminLimits) -> Server {
+        self.admin = Arc::new(AdminState::new(limits));
+        self
+    }
+
+    pub(crate) fn admin_state(&self) -> &Arc<AdminState> {
+        &self.admin
     }
 
     /// Sets who may connect and what they get ([`crate::secure`]); default: plaintext, no
@@ -143,7 +159,11 @@ impl Server {
                 })
                 .collect(),
             errors: report.errors,
-            nodes: self.registry.status(),
+            unserved: report.unserved,
+            nodes: self.registry.status(&self.cache.snapshot()),
+            refusals: self.registry.refusals(),
+            admin: self.admin.stats(),
+            ads_accept_errors: self.ads_accept_errors.load(Ordering::Relaxed),
         }
     }
 
@@ -178,14 +198,20 @@ impl Server {
             .http2_keepalive_timeout(Some(Duration::from_secs(10)));
         match &self.security.tls {
             Some(tls) => {
-                let incoming = ReceiverStream::new(tls_incoming(grpc, tls.clone(), "ads"));
+                let incoming = ReceiverStream::new(tls_incoming(
+                    grpc,
+                    tls.clone(),
+                    "ads",
+                    None,
+                    self.ads_accept_errors.clone(),
+                ));
                 builder
                     .serve_with_incoming_shutdown(service, incoming, signal)
                     .await
             }
             None => {
                 let incoming =
-                    tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
+                    ReceiverStream::new(tcp_incoming(grpc, "ads", self.ads_accept_errors.clone()));
                 builder
                     .serve_with_incoming_shutdown(service, incoming, signal)
                     .await
@@ -228,10 +254,44 @@ pub struct ServerStatus {
     pub version: u64,
     /// The resource files at the last scan.
     pub files: Vec<FileStatus>,
-    /// Errors of the merged snapshot at the last scan (the change was not pushed).
+    /// Errors of the merged snapshots at the last scan: the nodes each names keep what they
+    /// were served; the change reached the others.
     pub errors: Vec<String>,
+    /// The classes of nodes served nothing because their files define no listener or no
+    /// cluster (e.g. nodes no per-node listener file names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unserved: Vec<String>,
     /// Every node seen since the server started, by id.
     pub nodes: Vec<NodeStatus>,
+    /// The latest refused ADS streams (at most [`MAX_REFUSALS`], oldest first), by the peer
+    /// that opened them: not attributed to the node id the peer claimed.
+    #[serde(default)]
+    pub refusals: Vec<Refusal>,
+    /// The admin port's connections and failed accepts.
+    #[serde(default)]
+    pub admin: AdminStats,
+    /// Failed accepts on the ADS port, each followed by a pause.
+    #[serde(default)]
+    pub ads_accept_errors: u64,
+}
+
+/// How many refused streams [`ServerStatus::refusals`] keeps.
+pub const MAX_REFUSALS: usize = 64;
+
+/// A refused ADS stream: a peer that claimed a node id whose resources carry secrets without a
+/// client certificate for that id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// When, in seconds since the Unix epoch.
+    pub at: u64,
+    /// The peer's address.
+    pub peer: Option<String>,
+    /// The DNS subjectAltNames of the peer's client certificate; `None`: it presented none.
+    pub certificate: Option<Vec<String>>,
+    /// The node id the peer claimed (not proven).
+    pub claimed_node: String,
+    /// Why it was refused (what the peer was told).
+    pub message: String,
 }
 
 /// One resource file in [`ServerStatus`].
@@ -256,10 +316,10 @@ pub struct NodeStatus {
     pub zone: Option<String>,
     /// Whether an ADS stream of this node is open.
     pub connected: bool,
-    /// Why the last stream of this node was refused (secrets without the node's client
-    /// certificate), if one was.
+    /// Why this node is served nothing although files are for it (they define no listener or
+    /// no cluster for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refused: Option<String>,
+    pub unserved: Option<String>,
     /// Per type URL.
     pub types: BTreeMap<String, TypeStatus>,
 }
@@ -296,14 +356,14 @@ pub struct Nack {
 struct NodeEntry {
     zone: Option<String>,
     streams: u32,
-    refused: Option<String>,
     types: [TypeStatus; 3],
 }
 
-/// Per-node ACK/NACK state, shared by the stream tasks.
+/// Per-node ACK/NACK state, shared by the stream tasks, and the latest refused streams.
 #[derive(Debug, Default)]
 struct Registry {
     nodes: Mutex<BTreeMap<String, NodeEntry>>,
+    refusals: Mutex<VecDeque<Refusal>>,
 }
 
 impl Registry {
@@ -316,7 +376,6 @@ impl Registry {
         let e = nodes.entry(id.to_string()).or_default();
         e.zone = zone.map(str::to_string);
         e.streams += 1;
-        e.refused = None;
     }
 
     fn disconnect(&self, id: &str) {
@@ -325,10 +384,17 @@ impl Registry {
         }
     }
 
-    fn refuse(&self, id: &str, message: &str) {
-        if let Some(e) = self.lock().get_mut(id) {
-            e.refused = Some(message.to_string());
+    fn refuse(&self, refusal: Refusal) {
+        let mut list = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        if list.len() == MAX_REFUSALS {
+            list.pop_front();
         }
+        list.push_back(refusal);
+    }
+
+    fn refusals(&self) -> Vec<Refusal> {
+        let list = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        list.iter().cloned().collect()
     }
 
     fn update(&self, id: &str, t: ResourceType, f: impl FnOnce(&mut TypeStatus)) {
@@ -337,14 +403,16 @@ impl Registry {
         }
     }
 
-    fn status(&self) -> Vec<NodeStatus> {
+    fn status(&self, snapshot: &Snapshot) -> Vec<NodeStatus> {
         self.lock()
             .iter()
             .map(|(id, e)| NodeStatus {
                 id: id.clone(),
                 zone: e.zone.clone(),
                 connected: e.streams > 0,
-                refused: e.refused.clone(),
+                unserved: snapshot
+                    .unserved_reason(id, e.zone.as_deref())
+                    .map(str::to_string),
                 types: ResourceType::PUSH_ORDER
                     .into_iter()
                     .map(|t| (t.type_url().to_string(), e.types[t.index()].clone()))
@@ -392,6 +460,7 @@ impl AggregatedDiscoveryService for Ads {
             remote,
             denied: None,
             node: None,
+            registered: false,
             types: Default::default(),
             nonces: 0,
             snapshot: None,
@@ -498,6 +567,8 @@ struct AdsStream {
     denied: Option<GrpcStatus>,
     /// `(id, zone)` from the first request.
     node: Option<(String, Option<String>)>,
+    /// Whether the node is in the registry (the stream was not refused at once).
+    registered: bool,
     types: [TypeState; 3],
     nonces: u64,
     /// The node's snapshot and the cache version it is from.
@@ -550,7 +621,7 @@ impl AdsStream {
                 }
             }
         }
-        if let Some((id, _)) = &self.node {
+        if let Some((id, _)) = self.node.as_ref().filter(|_| self.registered) {
             self.registry.disconnect(id);
             tracing::debug!(stream = self.id, node = %id, "ADS stream closed");
         }
@@ -572,9 +643,16 @@ impl AdsStream {
                 .as_ref()
                 .map(|l| l.zone.clone())
                 .filter(|z| !z.is_empty());
+            self.node = Some((node.id.clone(), zone.clone()));
+            // A stream refused at once never shows on the row of the node it claimed to be.
+            let snap = snapshots.borrow().clone();
+            self.node_snapshot(&snap);
+            if let Some(status) = self.denied.take() {
+                return Err(status);
+            }
             self.registry.connect(&node.id, zone.as_deref());
+            self.registered = true;
             tracing::debug!(stream = self.id, node = %node.id, zone = ?zone, "ADS stream opened");
-            self.node = Some((node.id.clone(), zone));
         }
         let node_id = self.node.as_ref().map(|n| n.0.clone()).unwrap_or_default();
         let Some(t) = ResourceType::from_type_url(&req.type_url) else {
@@ -683,8 +761,17 @@ impl AdsStream {
                 "node {id:?}: its resources carry secrets (passwords or keys), which are served \
                  only to a client certificate whose DNS subjectAltName is the node id; {why}"
             );
-            tracing::warn!(stream = self.id, node = %id, peer = ?self.remote, "ADS stream refused: {message}");
-            self.registry.refuse(id, &message);
+            let certificate = self.cert.as_ref().map(respway_tls::peer_dns_names);
+            tracing::warn!(stream = self.id, claimed_node = %id, peer = ?self.remote, ?certificate, "ADS stream refused: {message}");
+            self.registry.refuse(Refusal {
+                at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                peer: self.remote.map(|a| a.to_string()),
+                certificate,
+                claimed_node: id.clone(),
+                message: message.clone(),
+            });
             self.denied = Some(GrpcStatus::permission_denied(message));
             return None;
         }

@@ -1654,3 +1654,112 @@ async fn a_reconnect_with_current_versions_is_not_pushed_again() {
     assert_ne!(&push.version_info, &had[2]);
     server.stop().await;
 }
+
+// === node classes no file completes (issue 26, item 8) ===
+
+/// Shared clusters for every node, a listener per named node, and zone endpoints: the class of
+/// "other nodes" has no listener. That class is reported, not a reason to serve nobody.
+#[tokio::test]
+async fn per_node_listeners_are_served_when_other_nodes_have_none() {
+    let dir = tempfile::tempdir().expect("dir");
+    let listener = |id: &str, port: u16| {
+        format!(
+            "targets: {{ node_ids: [{id}] }}\nlisteners:\n  - name: main\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: cache }}\n"
+        )
+    };
+    for (name, text) in [
+        (
+            "clusters.yaml",
+            "clusters:\n  - name: cache\n    shards:\n      - endpoints: [{ address: 127.0.0.1:7001 }]\n".to_string(),
+        ),
+        ("n1.yaml", listener("n1", 16381)),
+        ("n2.yaml", listener("n2", 16382)),
+        (
+            "zone-z1.yaml",
+            "targets: { zones: [z1] }\nclusters:\n  - name: cache\n    shards:\n      - endpoints: [{ address: 127.0.0.1:7101 }]\n".to_string(),
+        ),
+    ] {
+        std::fs::write(dir.path().join(name), text).expect("write");
+    }
+    let server = start(dir.path()).await;
+    let status = server.status();
+    assert_eq!(status.errors, Vec::<String>::new());
+    assert_eq!(status.version, 1, "{status:?}");
+    for (id, zone, endpoint) in [
+        ("n1", Some("z1"), "127.0.0.1:7101"),
+        ("n2", None, "127.0.0.1:7001"),
+    ] {
+        let mut raw = Raw::connect(server.grpc, id, zone).await;
+        let fetched = raw.fetch_all().await;
+        assert_eq!(
+            endpoint_address(&fetched.resources.endpoints[0]),
+            endpoint,
+            "{id}"
+        );
+        assert_eq!(fetched.resources.listeners[0].name, "main");
+    }
+    // The nodes no listener file names are reported, not errors; one that connects gets
+    // nothing, and its row says why.
+    assert_eq!(
+        status.unserved,
+        [
+            "no listener: nothing is served to other nodes, as to a node no file is for",
+            "no listener: nothing is served to other nodes in zone \"z1\", as to a node no file is for",
+        ]
+    );
+    let mut stray = Raw::connect(server.grpc, "n3", Some("z1")).await;
+    stray.send(CLUSTER_TYPE_URL, "", &[], "", None).await;
+    assert!(stray
+        .recv_within(Duration::from_millis(300))
+        .await
+        .is_none());
+    let row = server.node("n3").expect("listed");
+    assert!(
+        row.connected
+            && row
+                .unserved
+                .as_deref()
+                .is_some_and(|u| u.starts_with("no listener")),
+        "{row:?}"
+    );
+    let text = admin::fetch_status(&server.admin.to_string(), &auth())
+        .await
+        .expect("status");
+    assert_eq!(text.unserved, status.unserved);
+    // An edit reaching only some classes is still served to them.
+    std::fs::write(
+        dir.path().join("n2.yaml"),
+        listener("n2", 16382).replace("catch_all: cache", "catch_all: gone"),
+    )
+    .expect("write");
+    eventually("the error for n2", || !server.status().errors.is_empty()).await;
+    assert_eq!(
+        server.status().version,
+        1,
+        "nobody else was changed: nothing committed"
+    );
+    std::fs::write(dir.path().join("clusters.yaml"), "clusters:\n  - name: cache\n    shards:\n      - endpoints: [{ address: 127.0.0.1:7002 }]\n").expect("write");
+    let mut n2 = Raw::connect(server.grpc, "n2", None).await;
+    let mut n1 = Raw::connect(server.grpc, "n1", Some("z2")).await;
+    eventually("the cluster edit", || server.status().version == 2).await;
+    let (f1, f2) = (n1.fetch_all().await, n2.fetch_all().await);
+    assert_eq!(
+        endpoint_address(&f1.resources.endpoints[0]),
+        "127.0.0.1:7002"
+    );
+    // n2 keeps its last good snapshot (routes to cache, the old endpoint).
+    assert_eq!(
+        endpoint_address(&f2.resources.endpoints[0]),
+        "127.0.0.1:7001"
+    );
+    let errors = server.status().errors;
+    assert!(
+        errors.len() == 1
+            && errors[0].starts_with(
+                "n2.yaml: listener \"main\": routes.catch_all: unknown cluster \"gone\""
+            )
+            && errors[0].contains("node \"n2\""),
+        "{errors:?}"
+    );
+    server.stop().await;
+}

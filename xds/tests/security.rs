@@ -12,7 +12,7 @@ use respway_testkit::{CertFiles, Pki};
 use respway_tls::{ClientFiles, ClientTls, ServerFiles, ServerTls};
 use respway_xds::admin::{self, AdminAuth, AdminError};
 use respway_xds::client::{channel, error_chain, status_text};
-use respway_xds::pb::envoy::config::core::v3::Node;
+use respway_xds::pb::envoy::config::core::v3::{Locality, Node};
 use respway_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use respway_xds::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use respway_xds::secure::{ClientTlsRef, Security};
@@ -103,6 +103,16 @@ async fn first_response(
     tls: Option<&ClientTlsRef>,
     id: &str,
 ) -> Result<DiscoveryResponse, String> {
+    first_response_in(addr, tls, id, None).await
+}
+
+/// [`first_response`] for a node that says it is in `zone`.
+async fn first_response_in(
+    addr: std::net::SocketAddr,
+    tls: Option<&ClientTlsRef>,
+    id: &str,
+    zone: Option<&str>,
+) -> Result<DiscoveryResponse, String> {
     let ch = channel(&addr.to_string(), tls)
         .await
         .map_err(|e| error_chain(&e))?;
@@ -111,6 +121,10 @@ async fn first_response(
     tx.send(DiscoveryRequest {
         node: Some(Node {
             id: id.to_string(),
+            locality: zone.map(|z| Locality {
+                zone: z.to_string(),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
         type_url: CLUSTER_TYPE_URL.to_string(),
@@ -182,11 +196,13 @@ async fn secrets_go_only_to_the_certificate_of_their_node() {
         .into_iter()
         .find(|n| n.id == "sidecar-1")
         .expect("listed");
+    let refusals = x.server.status().refusals;
     assert!(
-        node.refused
-            .as_deref()
-            .is_some_and(|r| r.contains("secrets")),
-        "{node:?}"
+        refusals.len() == 2
+            && refusals
+                .iter()
+                .all(|r| r.claimed_node == "sidecar-1" && r.message.contains("secrets")),
+        "{refusals:?}"
     );
     let cds = &node.types[CLUSTER_TYPE_URL];
     assert_eq!(
@@ -357,4 +373,204 @@ async fn a_server_without_admin_credentials_refuses_every_apply() {
     admin::fetch_status(&addr, &AdminAuth::default())
         .await
         .expect("status");
+}
+
+/// A file for zone z1 carrying an upstream password: the zone is what the sidecar says, not
+/// what its certificate proves, so such a file is refused (issue 26, item 3) and the last
+/// good one stays served.
+#[tokio::test]
+async fn zone_files_may_not_carry_secrets() {
+    let pki = Pki::new("zones");
+    let x = start(&pki, false, false).await;
+    let dir = x._dir.path();
+    std::fs::remove_file(dir.join("full.yaml")).expect("rm");
+    let cluster = |port: u16, auth: &str| {
+        format!("clusters:\n  - name: cache\n{auth}    shards:\n      - endpoints: [{{ address: 127.0.0.1:{port} }}]\n")
+    };
+    std::fs::write(
+        dir.join("base.yaml"),
+        format!(
+            "listeners:\n  - name: zoned\n    address: 127.0.0.1:16390\n    routes: {{ catch_all: cache }}\n{}",
+            cluster(7001, "")
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("z1.yaml"),
+        format!("targets: {{ zones: [z1] }}\n{}", cluster(7101, "")),
+    )
+    .expect("write");
+    settled(&x.server, |s| {
+        s.files.len() == 2 && s.files.iter().all(|f| f.ok) && s.errors.is_empty()
+    })
+    .await;
+    std::fs::write(
+        dir.join("z1.yaml"),
+        format!(
+            "targets: {{ zones: [z1] }}\n{}",
+            cluster(7102, "    auth: { password: zone-secret }\n")
+        ),
+    )
+    .expect("write");
+    let s = settled(&x.server, |s| {
+        s.files.iter().any(|f| f.name == "z1.yaml" && !f.ok)
+    })
+    .await;
+    let z1 = s.files.iter().find(|f| f.name == "z1.yaml").unwrap();
+    assert_eq!(
+        z1.error.as_deref(),
+        Some(
+            "z1.yaml: targets.zones: cluster \"cache\" carries secrets (inline passwords or keys), \
+             which a file for zones may not: a zone is what a sidecar says it is, not what its \
+             certificate proves; put them in files with targets.node_ids (served only to each \
+             node's certificate)"
+        ),
+        "{s:?}"
+    );
+    assert!(z1.serving_previous);
+    // Another node's own certificate, claiming z1: the last good z1 file, and no password.
+    let other = pki.issue("sidecar-2", &["sidecar-2"], false);
+    let r = first_response_in(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), Some(&other))),
+        "sidecar-2",
+        Some("z1"),
+    )
+    .await
+    .expect("served");
+    let bytes: Vec<u8> = r.resources.iter().flat_map(|a| a.value.clone()).collect();
+    assert!(!bytes.windows(11).any(|w| w == b"zone-secret"));
+    assert!(!r.resources.is_empty());
+    // POST /apply refuses it too, and writes nothing.
+    let good = AdminAuth {
+        token: Some(TOKEN.into()),
+        tls: Some(client_tls(&pki.ca(), None)),
+    };
+    let text = format!(
+        "targets: {{ zones: [z2] }}\n{}",
+        cluster(7201, "    auth: { password: zone-secret }\n")
+    );
+    match admin::apply(&x.admin.to_string(), &good, "z2.yaml", &text).await {
+        Err(AdminError::Refused(e)) => {
+            assert!(
+                e[0].starts_with("z2.yaml: targets.zones: cluster \"cache\" carries secrets"),
+                "{e:?}"
+            )
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    assert!(!dir.join("z2.yaml").exists());
+}
+
+/// The server's status once `want` holds (polled; fails after 10 s).
+async fn settled(
+    server: &Server,
+    want: impl Fn(&respway_xds::server::ServerStatus) -> bool,
+) -> respway_xds::server::ServerStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = server.status();
+        if want(&s) {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "{s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An impostor's refused stream is an event naming its address and certificate; the row of
+/// the node it claimed to be shows nothing of it (issue 26, item 9).
+#[tokio::test]
+async fn an_impostors_refusal_is_an_event_not_on_the_real_nodes_row() {
+    let pki = Pki::new("impostor");
+    let x = start(&pki, false, false).await;
+    let own = pki.issue("sidecar-1", &["sidecar-1"], false);
+    first_response_in(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), Some(&own))),
+        "sidecar-1",
+        Some("z1"),
+    )
+    .await
+    .expect("served");
+    let other = pki.issue("sidecar-2", &["sidecar-2"], false);
+    let err = first_response_in(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), Some(&other))),
+        "sidecar-1",
+        Some("z-impostor"),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.starts_with("PermissionDenied"), "{err}");
+    let status = serde_json::to_value(x.server.status()).expect("json");
+    let rows = status["nodes"].as_array().expect("nodes");
+    assert_eq!(rows.len(), 1, "{status:#}");
+    assert_eq!(rows[0]["id"], "sidecar-1");
+    assert_eq!(rows[0]["zone"], "z1", "{status:#}");
+    assert!(rows[0].get("refused").is_none(), "{status:#}");
+    let events = status["refusals"].as_array().expect("refusals");
+    assert_eq!(events.len(), 1, "{status:#}");
+    let e = &events[0];
+    assert_eq!(e["claimed_node"], "sidecar-1");
+    assert_eq!(e["certificate"], serde_json::json!(["sidecar-2"]));
+    assert!(
+        e["peer"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("127.0.0.1:")),
+        "{e}"
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not valid for that node id")),
+        "{e}"
+    );
+    // Without a certificate: the event says so.
+    first_response_in(
+        x.grpc,
+        Some(&client_tls(&pki.ca(), None)),
+        "sidecar-1",
+        None,
+    )
+    .await
+    .unwrap_err();
+    let status = serde_json::to_value(x.server.status()).expect("json");
+    let events = status["refusals"].as_array().expect("refusals");
+    assert_eq!(events.len(), 2, "{status:#}");
+    assert!(events[1]["certificate"].is_null(), "{status:#}");
+    assert_eq!(status["nodes"][0]["zone"], "z1", "{status:#}");
+}
+
+/// Plain `curl https://...` against the TLS admin port: curl offers h2 in ALPN, and the port
+/// accepts it, so it must speak HTTP/2 (issue 26, item 5); HTTP/1.1 still works.
+#[tokio::test]
+async fn curl_gets_the_status_over_tls_with_http2_and_http1() {
+    let pki = Pki::new("curl");
+    let x = start(&pki, false, false).await;
+    let url = format!("https://localhost:{}/status", x.admin.port());
+    for (flag, want) in [("--http2", "HTTP/2"), ("--http1.1", "HTTP/1.1")] {
+        let out = tokio::time::timeout(
+            Duration::from_secs(20),
+            tokio::process::Command::new("curl")
+                .args(["-sS", "--max-time", "10", "--resolve"])
+                .arg(format!("localhost:{}:127.0.0.1", x.admin.port()))
+                .arg("--cacert")
+                .arg(pki.ca())
+                .args([flag, "-w", "\n%{http_version} %{http_code}", &url])
+                .output(),
+        )
+        .await
+        .expect("curl in time")
+        .expect("curl runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "curl {flag}: {stderr}{stdout}");
+        let (body, last) = stdout.rsplit_once('\n').expect("the -w line");
+        let version = want.trim_start_matches("HTTP/");
+        assert_eq!(last, format!("{version} 200"), "curl {flag}: {stderr}");
+        let status: respway_xds::server::ServerStatus =
+            serde_json::from_str(body).expect("status JSON");
+        assert_eq!(status.version, x.server.status().version);
+    }
 }

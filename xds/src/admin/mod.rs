@@ -1,9 +1,11 @@
-//! The management server's admin HTTP endpoint (HTTP/1.1, hyper); its client, used by
+//! The management server's admin HTTP endpoint (HTTP/1.1 and HTTP/2, hyper); its client, used by
 //! `respway-xds apply` and `respway-xds status`, is [`client`] (re-exported here).
 //!
 //! - `GET /status`: [`ServerStatus`](crate::server::ServerStatus) as JSON: the served version, each resource file's state,
-//!   the merged snapshot's errors, and per node id: zone, connected, and per type URL the last
-//!   version sent, the last version the node ACKed, and its last NACK (version, nonce, error).
+//!   the merged snapshots' errors and the node classes served nothing, per node id: zone,
+//!   connected, and per type URL the last version sent, the last version the node ACKed, and
+//!   its last NACK (version, nonce, error); the latest refused ADS streams (by peer and
+//!   certificate); this port's connections and both ports' failed accepts.
 //! - `POST /apply?name=FILE.yaml` with a YAML body: validates it as resource file `FILE.yaml`
 //!   (alone and merged with the directory), writes it into the directory atomically (temp file
 //!   and rename) and loads it at once. `200 {"version": N}` with the served version, or
@@ -16,18 +18,26 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use respway_tls::rustls::pki_types::CertificateDer;
 
 use crate::cache::ApplyError;
-use crate::secure::tls_incoming;
+use crate::secure::{tls_incoming, AcceptBackoff};
 use crate::server::Server;
 
 pub mod client;
@@ -50,11 +60,91 @@ pub struct Refused {
     pub errors: Vec<String>,
 }
 
+/// The admin port's defences against connection floods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminLimits {
+    /// Connections open at once; more wait in the kernel's accept queue (they hold no file
+    /// descriptor of the process) until one closes.
+    pub max_connections: usize,
+    /// A connection with no byte in either direction for this long, and no request in
+    /// progress, is closed; an HTTP/1.1 request's headers must arrive within it too.
+    pub idle_timeout: Duration,
+}
+
+/// [`AdminLimits::max_connections`] by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+
+/// [`AdminLimits::idle_timeout`] by default.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Default for AdminLimits {
+    fn default() -> Self {
+        AdminLimits {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
+/// The admin port's connections and failed accepts, in `GET /status` (`admin`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminStats {
+    /// Connections open now.
+    pub open_connections: u64,
+    /// [`AdminLimits::max_connections`].
+    pub max_connections: u64,
+    /// Accepts that failed (e.g. `EMFILE`: out of file descriptors) since the start; each is
+    /// followed by a pause (10 ms, doubling up to 1 s while they go on).
+    pub accept_errors: u64,
+}
+
+/// The admin port's shared state: its connection slots and counters.
+#[derive(Debug)]
+pub(crate) struct AdminState {
+    pub(crate) limits: AdminLimits,
+    slots: Arc<Semaphore>,
+    /// Connections being served.
+    open: Arc<AtomicUsize>,
+    pub(crate) accept_errors: Arc<AtomicU64>,
+}
+
+impl AdminState {
+    pub(crate) fn new(limits: AdminLimits) -> AdminState {
+        let max = limits.max_connections.max(1);
+        AdminState {
+            limits: AdminLimits {
+                max_connections: max,
+                ..limits
+            },
+            slots: Arc::new(Semaphore::new(max)),
+            open: Arc::new(AtomicUsize::new(0)),
+            accept_errors: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> AdminStats {
+        let max = self.limits.max_connections;
+        AdminStats {
+            open_connections: self.open.load(Ordering::Relaxed) as u64,
+            max_connections: max as u64,
+            accept_errors: self.accept_errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Serves the admin endpoint on `listener` until `stop` changes or its sender is dropped;
-/// over TLS when the server's [`Security`](crate::secure::Security) has it.
+/// over TLS when the server's [`Security`](crate::secure::Security) has it. At most
+/// [`AdminLimits::max_connections`] connections are open at once.
 pub async fn serve(listener: TcpListener, server: Server, mut stop: watch::Receiver<bool>) {
+    let state = server.admin_state().clone();
     if let Some(tls) = server.security().tls.clone() {
-        let mut incoming = tls_incoming(listener, tls, "admin");
+        let mut incoming = tls_incoming(
+            listener,
+            tls,
+            "admin",
+            Some(state.slots.clone()),
+            state.accept_errors.clone(),
+        );
         loop {
             let conn = tokio::select! {
                 c = incoming.recv() => match c {
@@ -72,16 +162,27 @@ pub async fn serve(listener: TcpListener, server: Server, mut stop: watch::Recei
                 peer.cert,
                 server.clone(),
                 stop.clone(),
+                None,
             ));
         }
     }
+    let mut backoff = AcceptBackoff::default();
     loop {
+        let slot = tokio::select! {
+            s = state.slots.clone().acquire_owned() => match s {
+                Ok(s) => s,
+                Err(_) => return,
+            },
+            _ = stop.changed() => return,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok(a) => {
+                    backoff.succeeded();
+                    a
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    backoff.failed("admin", &e, &state.accept_errors).await;
                     continue;
                 }
             },
@@ -93,30 +194,170 @@ pub async fn serve(listener: TcpListener, server: Server, mut stop: watch::Recei
             None,
             server.clone(),
             stop.clone(),
+            Some(slot),
         ));
     }
 }
 
-/// Serves HTTP/1.1 on one connection; `cert` is its verified client certificate.
+/// Serves HTTP/1.1 or HTTP/2 on one connection; `cert` is its verified client certificate.
+/// `slot` (or, over TLS, the connection itself) holds one of the port's connection slots.
 async fn serve_connection<IO>(
     io: IO,
     peer: Option<SocketAddr>,
     cert: Option<CertificateDer<'static>>,
     server: Server,
     mut stop: watch::Receiver<bool>,
+    slot: Option<OwnedSemaphorePermit>,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let _slot = slot;
+    let _open = InFlight::new(&server.admin_state().open);
+    let timeout = server.admin_state().limits.idle_timeout;
     let cert = Arc::new(cert);
-    let service = hyper::service::service_fn(move |req| handle(server.clone(), cert.clone(), req));
-    let conn =
-        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), service);
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let busy = in_flight.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let guard = InFlight::new(&busy);
+        let (server, cert) = (server.clone(), cert.clone());
+        async move {
+            let r = handle(server, cert, req).await;
+            drop(guard);
+            r
+        }
+    });
+    // HTTP/1.1 or HTTP/2 (h2 by ALPN over TLS, or prior knowledge), by the client's preface.
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeout);
+    let io = IdleTimeout::new(io, timeout, in_flight);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     tokio::select! {
         r = conn.as_mut() => if let Err(e) = r {
-            tracing::debug!(?peer, error = %e, "admin connection error");
+            tracing::debug!(?peer, error = %e, "admin connection closed");
         },
         _ = stop.changed() => {}
+    }
+}
+
+/// Counts a request in progress (or an open connection) while it lives.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(n: &Arc<AtomicUsize>) -> InFlight {
+        n.fetch_add(1, Ordering::Relaxed);
+        InFlight(n.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection that fails with `TimedOut` once no byte went either way for `timeout` while
+/// no request was in progress.
+struct IdleTimeout<IO> {
+    io: IO,
+    timeout: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl<IO> IdleTimeout<IO> {
+    fn new(io: IO, timeout: Duration, in_flight: Arc<AtomicUsize>) -> Self {
+        IdleTimeout {
+            io,
+            timeout,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            in_flight,
+        }
+    }
+
+    fn active(&mut self) {
+        let next = tokio::time::Instant::now() + self.timeout;
+        self.deadline.as_mut().reset(next);
+    }
+
+    /// Called when the connection is pending: whether it has been idle too long.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.deadline.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            // A request is being handled (e.g. a large apply): not idle.
+            self.active();
+            let _ = self.deadline.as_mut().poll(cx);
+            return false;
+        }
+        true
+    }
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "admin connection idle")
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for IdleTimeout<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    this.active();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.io).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    this.active();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.io).poll_flush(cx) {
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(timed_out())),
+            other => other,
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.io).poll_shutdown(cx) {
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(timed_out())),
+            other => other,
+        }
     }
 }
 

@@ -44,6 +44,13 @@ enum Command {
         /// How often the directory is scanned, in milliseconds.
         #[arg(long, default_value_t = 200)]
         poll_ms: u64,
+        /// Admin connections open at once; more wait in the kernel's accept queue.
+        #[arg(long, default_value_t = admin::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(usize))]
+        admin_max_connections: usize,
+        /// An admin connection idle this long (no byte, no request in progress) is closed, in
+        /// milliseconds; an HTTP/1.1 request's headers must arrive within it too.
+        #[arg(long, default_value_t = 10_000)]
+        admin_idle_timeout_ms: u64,
         #[command(flatten)]
         security: ServeSecurity,
     },
@@ -226,9 +233,17 @@ fn main() -> ExitCode {
                 listen,
                 admin,
                 poll_ms,
+                admin_max_connections,
+                admin_idle_timeout_ms,
                 security,
             } => match security.load() {
-                Ok(security) => serve(resources, listen, admin, poll_ms, security).await,
+                Ok(security) => {
+                    let limits = admin::AdminLimits {
+                        max_connections: admin_max_connections.max(1),
+                        idle_timeout: Duration::from_millis(admin_idle_timeout_ms.max(1)),
+                    };
+                    serve(resources, listen, admin, poll_ms, limits, security).await
+                }
                 Err(e) => {
                     eprintln!("{e}");
                     ExitCode::from(2)
@@ -261,13 +276,44 @@ fn main() -> ExitCode {
     })
 }
 
+/// Raises the soft limit on open files to the hard one (many sidecars' streams and admin
+/// connections, each a descriptor; the usual soft default is 1024) and logs both.
+fn raise_open_files_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let show = |v: Option<u64>| v.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
+    let was = getrlimit(Resource::Nofile);
+    if was.current != was.maximum {
+        let want = Rlimit {
+            current: was.maximum,
+            maximum: was.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, want) {
+            tracing::warn!(
+                soft = %show(was.current),
+                hard = %show(was.maximum),
+                error = %e,
+                "cannot raise RLIMIT_NOFILE to its hard limit"
+            );
+        }
+    }
+    let now = getrlimit(Resource::Nofile);
+    tracing::info!(
+        soft = %show(now.current),
+        hard = %show(now.maximum),
+        was = %show(was.current),
+        "RLIMIT_NOFILE (open files)"
+    );
+}
+
 async fn serve(
     resources: PathBuf,
     listen: SocketAddr,
     admin: Option<SocketAddr>,
     poll_ms: u64,
+    limits: admin::AdminLimits,
     security: respway_xds::secure::Security,
 ) -> ExitCode {
+    raise_open_files_limit();
     if !resources.is_dir() {
         eprintln!("--resources {}: not a directory", resources.display());
         return ExitCode::from(2);
@@ -293,6 +339,7 @@ async fn serve(
     let server = match tokio::task::spawn_blocking(move || Server::new(dir)).await {
         Ok(s) => s
             .with_poll_interval(Duration::from_millis(poll_ms.max(10)))
+            .with_admin_limits(limits)
             .with_security(security),
         Err(e) => {
             eprintln!("loading {}: {e}", resources.display());
@@ -405,7 +452,18 @@ fn table(s: &ServerStatus) -> String {
     }
     out.push_str(&columns(&rows));
     for e in &s.errors {
-        out.push_str(&format!("snapshot error (not pushed): {e}\n"));
+        out.push_str(&format!(
+            "snapshot error (those nodes keep their previous snapshot): {e}\n"
+        ));
+    }
+    for u in &s.unserved {
+        out.push_str(&format!("not served: {u}\n"));
+    }
+    if s.admin.accept_errors + s.ads_accept_errors > 0 {
+        out.push_str(&format!(
+            "failed accepts (out of file descriptors?): admin {}, ADS {}\n",
+            s.admin.accept_errors, s.ads_accept_errors
+        ));
     }
     out.push('\n');
     let mut rows = vec![[
@@ -455,9 +513,22 @@ fn table(s: &ServerStatus) -> String {
         }
     }
     out.push_str(&columns(&rows));
+    for r in &s.refusals {
+        let cert = match &r.certificate {
+            Some(names) if !names.is_empty() => format!("certificate {}", names.join(", ")),
+            Some(_) => "a certificate without DNS names".to_string(),
+            None => "no certificate".to_string(),
+        };
+        out.push_str(&format!(
+            "refused stream from {} ({cert}) claiming node {:?}: {}\n",
+            r.peer.as_deref().unwrap_or("?"),
+            r.claimed_node,
+            r.message
+        ));
+    }
     for n in &s.nodes {
-        if let Some(why) = &n.refused {
-            out.push_str(&format!("refused {}: {}\n", n.id, why));
+        if let Some(why) = n.unserved.as_ref().filter(|_| n.connected) {
+            out.push_str(&format!("not served {}: {}\n", n.id, why));
         }
     }
     out
@@ -552,11 +623,15 @@ mod tests {
                 },
             ],
             errors: vec![],
+            unserved: vec![],
+            refusals: vec![],
+            admin: Default::default(),
+            ads_accept_errors: 0,
             nodes: vec![NodeStatus {
                 id: "sidecar-1".into(),
                 zone: Some("z1".into()),
                 connected: true,
-                refused: None,
+                unserved: None,
                 types,
             }],
         };
@@ -572,5 +647,39 @@ mod tests {
              \x20                           EDS   3     3      -\n\
              \x20                           LDS   3     2      v3: listener \"main\": address: in use (+1 more)\n"
         );
+    }
+
+    #[test]
+    fn status_table_lists_refusals_unserved_classes_and_failed_accepts() {
+        let status = ServerStatus {
+            version: 1,
+            files: vec![],
+            errors: vec![],
+            unserved: vec![
+                "no listener: nothing is served to other nodes, as to a node no file is for".into(),
+            ],
+            nodes: vec![],
+            refusals: vec![respway_xds::server::Refusal {
+                at: 0,
+                peer: Some("127.0.0.1:4000".into()),
+                certificate: Some(vec!["sidecar-2".into()]),
+                claimed_node: "sidecar-1".into(),
+                message: "node \"sidecar-1\": ...".into(),
+            }],
+            admin: respway_xds::admin::AdminStats {
+                open_connections: 1,
+                max_connections: 64,
+                accept_errors: 3,
+            },
+            ads_accept_errors: 0,
+        };
+        let text = table(&status);
+        for line in [
+            "not served: no listener: nothing is served to other nodes, as to a node no file is for",
+            "failed accepts (out of file descriptors?): admin 3, ADS 0",
+            "refused stream from 127.0.0.1:4000 (certificate sidecar-2) claiming node \"sidecar-1\": node \"sidecar-1\": ...",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
     }
 }
