@@ -255,7 +255,7 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    raise_nofile();
+    respway_xds::raise_open_files_limit();
     let workers = args.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -272,45 +272,6 @@ fn main() -> ExitCode {
         }
     };
     rt.block_on(run(args, bootstrap, static_config, zone, workers))
-}
-
-/// Raises the soft RLIMIT_NOFILE to the hard limit, as Envoy, nginx and redis-server do: a
-/// sidecar holds a descriptor per client and per upstream connection, and the usual soft
-/// default (1024) is far below what the hard limit allows. Logs the limit in force.
-fn raise_nofile() {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    // An unlimited hard limit cannot be the soft one (Linux caps it at fs.nr_open).
-    let hard = limit.maximum.or_else(|| {
-        std::fs::read_to_string("/proc/sys/fs/nr_open")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-    });
-    match (limit.current, hard) {
-        (Some(soft), Some(hard)) if soft < hard => {
-            match setrlimit(
-                Resource::Nofile,
-                Rlimit {
-                    current: Some(hard),
-                    maximum: limit.maximum,
-                },
-            ) {
-                Ok(()) => tracing::info!(
-                    from = soft,
-                    to = hard,
-                    "file descriptor limit (RLIMIT_NOFILE) raised to the hard limit"
-                ),
-                Err(e) => tracing::warn!(
-                    soft,
-                    hard,
-                    error = %e,
-                    "file descriptor limit (RLIMIT_NOFILE) could not be raised to the hard limit"
-                ),
-            }
-        }
-        (Some(soft), _) => tracing::info!(soft, "file descriptor limit (RLIMIT_NOFILE)"),
-        (None, _) => tracing::info!("file descriptor limit (RLIMIT_NOFILE): unlimited"),
-    }
 }
 
 async fn run(

@@ -246,3 +246,42 @@ pub fn default_config() -> Config {
         }],
     }
 }
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit, as Envoy, nginx and redis-server do, and
+/// logs the limit in force (`soft`, `hard`, and `was` before): a sidecar or a management
+/// server holds a descriptor per connection, and the usual soft default (1024) is far below
+/// what the hard limit allows. An unlimited hard limit stands for `fs.nr_open` (what Linux
+/// lets the soft one reach). Used by both binaries.
+pub fn raise_open_files_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let show = |v: Option<u64>| v.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
+    let was = getrlimit(Resource::Nofile);
+    let hard = was.maximum.or_else(|| {
+        std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    });
+    if let (Some(soft), Some(hard)) = (was.current, hard) {
+        if soft < hard {
+            let want = Rlimit {
+                current: Some(hard),
+                maximum: was.maximum,
+            };
+            if let Err(e) = setrlimit(Resource::Nofile, want) {
+                tracing::warn!(
+                    soft,
+                    hard,
+                    error = %e,
+                    "file descriptor limit (RLIMIT_NOFILE) could not be raised to the hard limit"
+                );
+            }
+        }
+    }
+    let now = getrlimit(Resource::Nofile);
+    tracing::info!(
+        soft = %show(now.current),
+        hard = %show(now.maximum),
+        was = %show(was.current),
+        "file descriptor limit (RLIMIT_NOFILE)"
+    );
+}

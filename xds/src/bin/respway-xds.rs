@@ -276,35 +276,6 @@ fn main() -> ExitCode {
     })
 }
 
-/// Raises the soft limit on open files to the hard one (many sidecars' streams and admin
-/// connections, each a descriptor; the usual soft default is 1024) and logs both.
-fn raise_open_files_limit() {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let show = |v: Option<u64>| v.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
-    let was = getrlimit(Resource::Nofile);
-    if was.current != was.maximum {
-        let want = Rlimit {
-            current: was.maximum,
-            maximum: was.maximum,
-        };
-        if let Err(e) = setrlimit(Resource::Nofile, want) {
-            tracing::warn!(
-                soft = %show(was.current),
-                hard = %show(was.maximum),
-                error = %e,
-                "cannot raise RLIMIT_NOFILE to its hard limit"
-            );
-        }
-    }
-    let now = getrlimit(Resource::Nofile);
-    tracing::info!(
-        soft = %show(now.current),
-        hard = %show(now.maximum),
-        was = %show(was.current),
-        "RLIMIT_NOFILE (open files)"
-    );
-}
-
 async fn serve(
     resources: PathBuf,
     listen: SocketAddr,
@@ -313,7 +284,7 @@ async fn serve(
     limits: admin::AdminLimits,
     security: respway_xds::secure::Security,
 ) -> ExitCode {
-    raise_open_files_limit();
+    respway_xds::raise_open_files_limit();
     if !resources.is_dir() {
         eprintln!("--resources {}: not a directory", resources.display());
         return ExitCode::from(2);
