@@ -350,16 +350,23 @@ fn a_shard_that_answers_garbage_is_reconnected_with_backoff() {
     eprintln!("garbage shard: {accepted} connections, {errors} errors, {ok} other-shard replies");
 }
 
-/// A shard that is restarted is used by the first request after it is back.
-#[test]
-fn a_restarted_shard_serves_the_first_request_after_it_is_back() {
+/// Shards `a` (keys `a:`) and `b` behind respway (op_timeout 300 ms), `a:k` written through
+/// respway, then `a` killed: a client of respway and the dead shard's process (its port).
+fn shard_a_written_then_killed() -> (Proc, Proc, Respway, RespConn) {
     let mut a = redis();
     let b = redis();
-    let port = a.addr.port();
     let rw = respway(&two_cluster_yaml(a.addr, b.addr, "300ms", ""), 1);
     let mut c = RespConn::connect(rw.addr);
     assert_eq!(c.call(&["SET", "a:k", "1"]), Resp::Simple("OK".into()));
     a.kill();
+    (a, b, rw, c)
+}
+
+/// A shard that is restarted is used by the first request after it is back.
+#[test]
+fn a_restarted_shard_serves_the_first_request_after_it_is_back() {
+    let (a, _b, _rw, mut c) = shard_a_written_then_killed();
+    let port = a.addr.port();
     // While it is down its keys fail fast; keep requests coming so the backoff grows.
     let until = Instant::now() + Duration::from_millis(1500);
     while Instant::now() < until {
@@ -460,13 +467,8 @@ fn a_shard_loading_its_aof_serves_the_first_request_after_it_is_ready() {
 /// and the first request after the shard is ready succeeds.
 #[test]
 fn a_shard_that_closes_connections_while_restarting_serves_the_first_request_after() {
-    let mut a = redis();
-    let b = redis();
+    let (a, _b, _rw, mut c) = shard_a_written_then_killed();
     let port = a.addr.port();
-    let rw = respway(&two_cluster_yaml(a.addr, b.addr, "300ms", ""), 1);
-    let mut c = RespConn::connect(rw.addr);
-    assert_eq!(c.call(&["SET", "a:k", "1"]), Resp::Simple("OK".into()));
-    a.kill();
     // For 2 s the port accepts and closes every connection at once.
     let closer = std::net::TcpListener::bind(a.addr).expect("bind the shard's port");
     closer.set_nonblocking(true).unwrap();
