@@ -256,6 +256,12 @@ fn compile(config: Config, version: u64, old: Option<&Snapshot>) -> Result<Snaps
 ///
 /// # Errors
 /// When a listener cannot be bound or the routing table cannot be built.
+/// Every TLS file `config` names, loaded as a start would load it: one error per listener or
+/// cluster whose files are missing or do not load, naming it and the file (`--check`).
+pub fn check_files(config: &Config) -> Vec<String> {
+    tls::check_files(config)
+}
+
 pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     local::mark_start();
     let workers = opts.workers.max(1);

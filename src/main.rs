@@ -229,6 +229,13 @@ fn main() -> ExitCode {
     if args.check {
         match &static_config {
             Some(c) => {
+                let errors = respway::check_files(c);
+                if !errors.is_empty() {
+                    for e in &errors {
+                        eprintln!("{e}");
+                    }
+                    return ExitCode::from(2);
+                }
                 let endpoints: usize = c
                     .clusters
                     .iter()

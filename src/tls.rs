@@ -35,6 +35,69 @@ pub(crate) struct Certs {
     pub(crate) clusters: Vec<Option<(UpstreamTls, Arc<ClientTls>)>>,
 }
 
+/// Loads every TLS file `config` names (listeners' `cert`, `key`, `client_ca`; clusters'
+/// `ca`, `cert`, `key`) as a start would, without keeping or watching them: one error per
+/// listener or cluster whose files are missing or do not load (`--check`).
+pub(crate) fn check_files(config: &Config) -> Vec<String> {
+    let mut errors = Vec::new();
+    // Each file by its field first: every missing or unreadable one is named.
+    let unreadable =
+        |errors: &mut Vec<String>, what: &str, files: &[(&str, Option<&std::path::Path>)]| {
+            let before = errors.len();
+            for (field, path) in files {
+                let Some(path) = path else { continue };
+                if let Err(e) = std::fs::File::open(path) {
+                    errors.push(format!("{what}: tls.{field}: {}: {e}", path.display()));
+                }
+            }
+            errors.len() > before
+        };
+    for l in &config.listeners {
+        let Some(t) = &l.tls else { continue };
+        let what = format!("listener {:?}", l.name);
+        let named = [
+            ("cert", Some(t.cert.as_path())),
+            ("key", Some(t.key.as_path())),
+            ("client_ca", t.client_ca.as_deref()),
+        ];
+        if unreadable(&mut errors, &what, &named) {
+            continue;
+        }
+        let files = ServerFiles {
+            cert: t.cert.clone(),
+            key: t.key.clone(),
+            client_ca: t.client_ca.clone(),
+            require_client_cert: t.require_client_cert,
+        };
+        if let Err(e) = ServerTls::server(what.clone(), &files, &[]) {
+            errors.push(format!("{what}: tls: {e}"));
+        }
+    }
+    for c in &config.clusters {
+        let Some(t) = &c.tls else { continue };
+        let what = format!("cluster {:?}", c.name);
+        let named = [
+            ("ca", t.ca.as_deref()),
+            ("cert", t.cert.as_deref()),
+            ("key", t.key.as_deref()),
+        ];
+        if unreadable(&mut errors, &what, &named) {
+            continue;
+        }
+        let files = ClientFiles {
+            ca: t.ca.clone(),
+            cert: t.cert.clone(),
+            key: t.key.clone(),
+            server_name: t.server_name.clone(),
+            insecure_skip_verify: t.insecure_skip_verify,
+        };
+        if let Err(e) = ClientTls::client(what.clone(), &files, &[]) {
+            errors.push(format!("{what}: tls: {e}"));
+        }
+    }
+    errors
+}
+
 impl Certs {
     /// Loads the TLS configuration of every listener and cluster of `config` that has one,
     /// reusing those of `old` whose settings are the same (their watcher goes on), and

@@ -51,6 +51,56 @@ fn check_prints_a_one_line_summary() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--check` loads every TLS file the configuration names: a missing listener certificate
+/// or key, or a cluster CA, is reported by listener or cluster and field, exit 2 (the real
+/// start would fail on it).
+#[test]
+fn check_reports_missing_tls_files_by_field() {
+    let dir = std::env::temp_dir().join(format!("respway-cli-tls-{}", free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.yaml");
+    let missing = |f: &str| dir.join(f).display().to_string();
+    std::fs::write(
+        &path,
+        format!(
+            "listeners:
+  - name: edge
+    address: 127.0.0.1:0
+    tls: {{ cert: \"{}\", key: \"{}\" }}
+    routes: {{ catch_all: main }}
+clusters:
+  - name: main
+    tls: {{ ca: \"{}\" }}
+    shards: [{{ endpoints: [{{ address: \"127.0.0.1:6379\" }}] }}]
+",
+            missing("no-cert.pem"),
+            missing("no-key.pem"),
+            missing("no-ca.pem")
+        ),
+    )
+    .unwrap();
+    let out = bin()
+        .arg("--config")
+        .arg(&path)
+        .arg("--check")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("config OK"));
+    for (what, file) in [
+        ("listener \"edge\": tls.cert", "no-cert.pem"),
+        ("listener \"edge\": tls.key", "no-key.pem"),
+        ("cluster \"main\": tls.ca", "no-ca.pem"),
+    ] {
+        assert!(
+            err.lines().any(|l| l.contains(what) && l.contains(file)),
+            "{what} {file}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn json_logs_are_one_object_per_line_without_colour() {
     let shard = redis();
