@@ -933,3 +933,39 @@ fn docker_build_when_a_daemon_is_available() {
         .expect("docker build");
     assert!(status.success(), "docker build failed");
 }
+
+/// The README's test command works as root without sudo (containers, CI images) and as a
+/// user: it is one script of the repository, not a command line that starts with `sudo`.
+#[test]
+fn the_readmes_test_command_needs_no_sudo() {
+    let readme = repo_file("README.md");
+    let after = readme
+        .split("**Run the tests**")
+        .nth(1)
+        .expect("a 'Run the tests' paragraph");
+    let command = after
+        .lines()
+        .find(|l| l.starts_with("    "))
+        .expect("an indented command")
+        .trim();
+    assert!(!command.starts_with("sudo"), "{command}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(command);
+    let meta = std::fs::metadata(&script).unwrap_or_else(|e| panic!("{command}: {e}"));
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        meta.permissions().mode() & 0o111 != 0,
+        "{command} is not executable"
+    );
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .status()
+        .expect("bash");
+    assert!(syntax.success(), "{command}: bash -n");
+    // It uses sudo only when not root.
+    let text = repo_file(command);
+    assert!(
+        text.contains("id -u"),
+        "{command} checks whether it runs as root"
+    );
+}
