@@ -104,16 +104,18 @@ pub(crate) fn call(
     let reply = conn.send(args, deadline);
     Call::Wait {
         fut: Box::pin(async move {
-            let Ok(r) = reply.await;
             // Answered by Redis: nothing is in flight on the connection and a blocking
             // command leaves no state, so it is idle again at once (the next blocking command
             // of this client finds it). An error of respway's own (timeout, connection lost)
             // ends the connection instead. Dropped before the reply (the client left), `conn`
             // and `reply` go with the future and the connection's task closes the connection.
-            if !r.starts_with(b"-ERR respway:") {
-                conn.give_back();
+            match reply.typed().await {
+                Ok(r) => {
+                    conn.give_back();
+                    r
+                }
+                Err(e) => e,
             }
-            r
         }),
         backstop,
     }

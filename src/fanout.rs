@@ -101,14 +101,14 @@ fn kill(args: Vec<Bytes>, parts: &Parts, flavor: Flavor, deadline: Instant) -> B
         let mut replies = Vec::with_capacity(asks.len());
         for ask in asks {
             replies.push(match ask {
-                Ok((conn, reply)) => {
-                    let Ok(r) = reply.await;
-                    // Answered by Redis: nothing is left in flight on the connection.
-                    if !r.starts_with(b"-ERR respway:") {
+                // Answered by Redis: nothing is left in flight on the connection.
+                Ok((conn, reply)) => match reply.typed().await {
+                    Ok(r) => {
                         conn.give_back();
+                        r
                     }
-                    r
-                }
+                    Err(e) => e,
+                },
                 Err(e) => e,
             });
         }

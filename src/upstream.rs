@@ -688,9 +688,10 @@ impl Dedicated {
             let mut clean = true;
             let mut last = Bytes::new();
             for f in futs {
-                let Ok(r) = f.await;
-                clean &= !r.starts_with(b"-ERR respway:");
-                last = r;
+                match f.typed().await {
+                    Ok(r) => last = r,
+                    Err(_) => clean = false,
+                }
             }
             clean &= &last[..] == b"+PONG\r\n";
             if clean {
@@ -843,6 +844,20 @@ impl UpstreamFuture {
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
+}
+
+impl UpstreamFuture {
+    /// Redis's reply (`Ok`, errors of Redis included), or respway's own failure (`Err`, a
+    /// timeout, a lost connection, ...) rendered for the client: a holder of a dedicated
+    /// connection decides by the variant, not by the reply's text, whether the connection is
+    /// still clean. No replica fallback (dedicated connections have none).
+    pub(crate) async fn typed(self) -> Result<Reply, Reply> {
+        let result = match self.state {
+            State::Waiting(rx) => rx.await.unwrap_or(Err(UpstreamError::Closed)),
+            State::Failed(e) => Err(e.unwrap_or(UpstreamError::Closed)),
+        };
+        result.map_err(|e| e.to_reply(&self.label))
+    }
 }
 
 impl Future for UpstreamFuture {

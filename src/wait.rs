@@ -142,15 +142,12 @@ pub(crate) fn call(
         );
         let reply = conn.send(args.clone(), deadline);
         asks.push(async move {
-            let Ok(n) = nudge.await;
             // On an error `conn` and `reply` are dropped: the connection is closed.
-            nudged(&n, &label, name)?;
-            let Ok(r) = reply.await;
+            nudged(&nudge.typed().await?, &label, name)?;
             // Answered by Redis: nothing is left in flight or set on the connection. An
             // error of respway's own (timeout, connection lost) ends the connection instead.
-            if !r.starts_with(b"-ERR respway:") {
-                conn.give_back();
-            }
+            let r = reply.typed().await?;
+            conn.give_back();
             counts(&r, aof, &label, name)
         });
     }
@@ -182,12 +179,11 @@ fn millis(arg: &[u8]) -> Option<Duration> {
 /// Checks the nudge's reply (an integer: its receivers).
 ///
 /// # Errors
-/// The reply for the client: respway's own error as it is (it names the shard), or Redis's
-/// (`NOPERM` for an upstream user without the channel, ...) with the shard named.
+/// The reply for the client: Redis's error (`NOPERM` for an upstream user without the
+/// channel, ...) with the shard named (respway's own errors are `Err` of `typed` already).
 fn nudged(r: &Reply, label: &str, name: &str) -> Result<(), Reply> {
     match parse_reply(r) {
         Ok(Frame::Integer(_)) => Ok(()),
-        _ if r.starts_with(b"-ERR respway:") => Err(r.clone()),
         Ok(Frame::Error(e)) | Ok(Frame::BlobError(e)) => Err(error_reply(&format!(
             "ERR respway: {label}: SPUBLISH before {name} failed: {}",
             String::from_utf8_lossy(&e)
@@ -285,8 +281,8 @@ mod tests {
         assert!(counts(&reply("garbage"), false, l, "WAIT").is_err());
 
         assert_eq!(nudged(&reply(":0\r\n"), l, "WAIT"), Ok(()));
-        let own = reply("-ERR respway: shard s0 (127.0.0.1:1): upstream timeout\r\n");
-        assert_eq!(nudged(&own, l, "WAIT"), Err(own.clone()));
+        // respway's own errors (a timeout, a lost connection) never reach it: they are the
+        // `Err` of `UpstreamFuture::typed`, passed on as they are.
         assert_eq!(
             nudged(&reply("-NOPERM no channel\r\n"), l, "WAIT"),
             Err(reply(
