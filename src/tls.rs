@@ -35,6 +35,27 @@ pub(crate) struct Certs {
     pub(crate) clusters: Vec<Option<(UpstreamTls, Arc<ClientTls>)>>,
 }
 
+/// What the TLS crate loads for a listener's settings.
+fn server_files(t: &ListenerTls) -> ServerFiles {
+    ServerFiles {
+        cert: t.cert.clone(),
+        key: t.key.clone(),
+        client_ca: t.client_ca.clone(),
+        require_client_cert: t.require_client_cert,
+    }
+}
+
+/// What the TLS crate loads for a cluster's settings.
+fn client_files(t: &UpstreamTls) -> ClientFiles {
+    ClientFiles {
+        ca: t.ca.clone(),
+        cert: t.cert.clone(),
+        key: t.key.clone(),
+        server_name: t.server_name.clone(),
+        insecure_skip_verify: t.insecure_skip_verify,
+    }
+}
+
 /// Loads every TLS file `config` names (listeners' `cert`, `key`, `client_ca`; clusters'
 /// `ca`, `cert`, `key`) as a start would, without keeping or watching them: one error per
 /// listener or cluster whose files are missing or do not load (`--check`).
@@ -63,12 +84,7 @@ pub(crate) fn check_files(config: &Config) -> Vec<String> {
         if unreadable(&mut errors, &what, &named) {
             continue;
         }
-        let files = ServerFiles {
-            cert: t.cert.clone(),
-            key: t.key.clone(),
-            client_ca: t.client_ca.clone(),
-            require_client_cert: t.require_client_cert,
-        };
+        let files = server_files(t);
         if let Err(e) = ServerTls::server(what.clone(), &files, &[]) {
             errors.push(format!("{what}: tls: {e}"));
         }
@@ -84,13 +100,7 @@ pub(crate) fn check_files(config: &Config) -> Vec<String> {
         if unreadable(&mut errors, &what, &named) {
             continue;
         }
-        let files = ClientFiles {
-            ca: t.ca.clone(),
-            cert: t.cert.clone(),
-            key: t.key.clone(),
-            server_name: t.server_name.clone(),
-            insecure_skip_verify: t.insecure_skip_verify,
-        };
+        let files = client_files(t);
         if let Err(e) = ClientTls::client(what.clone(), &files, &[]) {
             errors.push(format!("{what}: tls: {e}"));
         }
@@ -120,12 +130,7 @@ impl Certs {
             let tls = match reused {
                 Some(tls) => tls,
                 None => {
-                    let files = ServerFiles {
-                        cert: t.cert.clone(),
-                        key: t.key.clone(),
-                        client_ca: t.client_ca.clone(),
-                        require_client_cert: t.require_client_cert,
-                    };
+                    let files = server_files(t);
                     let what = format!("listener {:?}", l.name);
                     let tls = ServerTls::server(what.clone(), &files, &[])
                         .map_err(|e| format!("{what}: tls: {e}"))?;
@@ -148,13 +153,7 @@ impl Certs {
             let tls = match reused {
                 Some(tls) => tls,
                 None => {
-                    let files = ClientFiles {
-                        ca: t.ca.clone(),
-                        cert: t.cert.clone(),
-                        key: t.key.clone(),
-                        server_name: t.server_name.clone(),
-                        insecure_skip_verify: t.insecure_skip_verify,
-                    };
+                    let files = client_files(t);
                     let what = format!("cluster {:?}", c.name);
                     if t.insecure_skip_verify {
                         tracing::warn!(

@@ -11,6 +11,16 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_respway"))
 }
 
+/// `respway --config PATH --check`.
+fn check(path: &std::path::Path) -> std::process::Output {
+    bin()
+        .arg("--config")
+        .arg(path)
+        .arg("--check")
+        .output()
+        .expect("run")
+}
+
 #[test]
 fn version_names_the_commit() {
     let out = bin().arg("--version").output().expect("run");
@@ -33,12 +43,7 @@ fn check_prints_a_one_line_summary() {
         sharded_yaml(&[a.addr, b.addr], "{ policy: maglev }", true),
     )
     .unwrap();
-    let out = bin()
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .expect("run");
+    let out = check(&path);
     assert!(
         out.status.success(),
         "{}",
@@ -79,12 +84,7 @@ clusters:
         ),
     )
     .unwrap();
-    let out = bin()
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .expect("run");
+    let out = check(&path);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("config OK"));
