@@ -663,6 +663,19 @@ fn client(args: &[Bytes], state: &mut SessionState) -> Reply {
                 String::from_utf8_lossy(&args[2])
             )),
         },
+        // A subcommand the advertised Redis does not know (CLIENT MAINT_NOTIFICATIONS, sent
+        // on connect by redis-py 8.1 and node-redis 6.3) gets that Redis's own answer: the
+        // clients then go on without maintenance notifications, which respway never pushes.
+        _ if respway_filters::command::lookup(b"client")
+            .and_then(|c| c.subcommand(&args[1]))
+            .is_none() =>
+        {
+            error_reply(&format!(
+                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                // Redis shows at most 128 bytes of it.
+                String::from_utf8_lossy(&args[1][..args[1].len().min(128)])
+            ))
+        }
         _ => error_reply(&format!(
             "ERR command 'client|{}' is not supported by respway",
             String::from_utf8_lossy(&sub)

@@ -160,3 +160,31 @@ fn crossslot_is_redis_clusters_text_everywhere() {
     assert_eq!(c.call(&["GET", b]), want, "transaction");
     c.call(&["DISCARD"]);
 }
+
+/// redis-py 8.1 and node-redis 6.3 send `CLIENT MAINT_NOTIFICATIONS ON moving-endpoint-type
+/// ...` on connect. respway refused it with its own "not supported" text, so a healthy fleet
+/// showed errors on `client`. A CLIENT subcommand that the advertised Redis version does not
+/// know gets that Redis's own answer (the clients then go on without notifications, which
+/// respway never pushes); subcommands Redis knows are unchanged.
+#[test]
+fn client_subcommands_redis_does_not_know_get_redis_own_answer() {
+    let (_shards, _addrs, rw) = three_shards();
+    let plain = redis();
+    let long = "x".repeat(200);
+    let cmds: Vec<Vec<&str>> = vec![
+        vec![
+            "CLIENT",
+            "MAINT_NOTIFICATIONS",
+            "ON",
+            "moving-endpoint-type",
+            "internal-ip",
+        ],
+        vec!["CLIENT", "maint_notifications", "off"],
+        vec!["CLIENT", "NOSUCHSUB"],
+        vec!["CLIENT", &long],
+        vec!["CLIENT", "SETNAME", "n"],
+        vec!["CLIENT", "GETNAME"],
+        vec!["PING"],
+    ];
+    same_as_redis(rw.addr, plain.addr, &cmds);
+}
