@@ -57,3 +57,62 @@ fn xds_example_runs_and_its_checks_pass() {
         assert!(stdout.contains(node), "{stdout}");
     }
 }
+
+/// `examples/demo/run.sh` (the README's first command) with this build's respway: it checks
+/// its fixed ports before anything else, naming the busy one, and otherwise runs to the end
+/// with every key where it says. Both halves use the demo's fixed ports (6380, 7001-7003), so
+/// they run one after the other in this one test.
+#[test]
+fn demo_checks_its_ports_first_then_runs() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo/run.sh");
+    let demo = || {
+        Command::new("bash")
+            .arg(&script)
+            .env("RESPWAY_BIN", env!("CARGO_BIN_EXE_respway"))
+            .output()
+            .expect("run examples/demo/run.sh")
+    };
+    // A busy port: refused at once, before the build, with the port named.
+    let busy = std::net::TcpListener::bind("127.0.0.1:7002").expect("bind 127.0.0.1:7002");
+    let out = demo();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("port 7002") && stderr.contains("in use"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stdout.contains("== building"), "{stdout}");
+    drop(busy);
+
+    let out = demo();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "run.sh failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    // MGET through respway sees the keys written through it; KEYS asks every shard.
+    for want in ["alice", "bob", "carol", "42", "CROSSSLOT", "visits"] {
+        assert!(stdout.contains(want), "{want} missing:\n{stdout}");
+    }
+    // Each shard holds some keys and all of them together hold the demo's keys.
+    let shards: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("shard on "))
+        .collect();
+    assert_eq!(shards.len(), 3, "{stdout}");
+    for k in [
+        "user:1",
+        "user:2",
+        "visits",
+        "{cart:7}:count",
+        "{cart:7}:total",
+    ] {
+        assert!(
+            shards.iter().filter(|l| l.contains(k)).count() == 1,
+            "{k} not on exactly one shard:\n{stdout}"
+        );
+    }
+}
