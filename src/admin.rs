@@ -422,7 +422,9 @@ async fn handle(
         _ => text(
             StatusCode::NOT_FOUND,
             plain,
-            "not found; try /metrics, /stats, /hotkeys, /slowlog, /ready, /healthz\n".into(),
+            "not found; try GET /metrics, /stats, /ready, /hotkeys, /slowlog, /clusters, \
+             /config_dump, /healthz or POST /logging?level=LEVEL, /drain\n"
+                .into(),
         ),
     })
 }

@@ -244,6 +244,32 @@ fn metrics_count_the_load_per_command() {
     }
 }
 
+/// A path the admin endpoint does not serve gets a 404 that names every endpoint the README
+/// documents (it named six of the ten: /clusters and /config_dump were missing).
+#[test]
+fn admin_404_names_every_documented_endpoint() {
+    let (_shards, addrs) = three_shards();
+    let (_rw, admin) = with_admin(&sharded_yaml(&addrs, "{ policy: maglev }", false));
+    let (status, body) = http_get(admin.local_addr(), "/nope");
+    assert_eq!(status, 404);
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let documented: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .filter_map(|c| c.strip_prefix("GET ").or_else(|| c.strip_prefix("POST ")))
+        .map(|p| p.split('?').next().unwrap_or(p))
+        .collect();
+    assert!(documented.len() >= 10, "{documented:?}");
+    for path in documented {
+        assert!(
+            body.split([' ', ',', '?', '\n']).any(|w| w == path),
+            "{path} missing from the 404: {body}"
+        );
+    }
+}
+
 /// /ready is 503 naming the shard while a shard's primary is down, 200 when it is back.
 #[test]
 fn ready_follows_the_shards() {
