@@ -288,18 +288,32 @@ impl EndpointStats {
         self.down.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// A connection opened: the endpoint is back (or still) in.
-    fn connected(&self) {
+    /// A connection opened: the endpoint is back (or still) in. The way back is logged once
+    /// (whatever put it out: a refused or timed-out connect, a frozen shard, ...).
+    fn connected(&self, label: &str) {
         if !self.healthy.swap(true, Ordering::Relaxed) {
-            *self.down.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            let was = self.down.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let (out_for, failures) = was.map_or((Duration::ZERO, 0), |d| {
+                (d.since.elapsed().unwrap_or_default(), d.failures)
+            });
+            tracing::info!(
+                endpoint = %label,
+                out_for_ms = out_for.as_millis() as u64,
+                failed_attempts = failures,
+                "upstream reachable again"
+            );
         }
     }
 
-    /// An attempt failed with `reason`: the endpoint is out (again).
-    fn failed(&self, reason: &Arc<str>) {
+    /// An attempt failed with `reason`: the endpoint is out (again). Going out is logged
+    /// once (warn); the attempts that fail while it stays out only at debug.
+    fn failed(&self, label: &str, reason: &Arc<str>, backoff: Duration) {
         let was_healthy = self.healthy.swap(false, Ordering::Relaxed);
         if was_healthy {
             crate::stats::bump(&self.ejections, 1);
+            tracing::warn!(endpoint = %label, error = %reason, ?backoff, "upstream unavailable");
+        } else {
+            tracing::debug!(endpoint = %label, error = %reason, ?backoff, "upstream still unavailable");
         }
         let mut d = self.down.lock().unwrap_or_else(|e| e.into_inner());
         match &mut *d {
@@ -1170,7 +1184,7 @@ async fn run_connection(
         let (failure, refused) = match connect(&cfg, flavor).await {
             Ok(stream) => {
                 stats.worker.connects.fetch_add(1, Ordering::Relaxed);
-                stats.connected();
+                stats.connected(&cfg.label);
                 probe = false;
                 tracing::debug!(endpoint = %cfg.label, "connected");
                 let opened = Instant::now();
@@ -1255,9 +1269,8 @@ async fn run_connection(
                 (e.text.clone(), e.retry_soon())
             }
         };
-        tracing::warn!(endpoint = %cfg.label, error = %failure, ?backoff, "upstream unavailable");
         let mut reason: Arc<str> = failure.into();
-        stats.failed(&reason);
+        stats.failed(&cfg.label, &reason, backoff);
         // Whatever queued during the failed attempt is answered now, and so is everything
         // that arrives during the backoff: a dead shard must not hang its clients. While the
         // shard refuses connections (a process restarting), a request waits for one more
@@ -1284,9 +1297,8 @@ async fn run_connection(
                         match connect(&cfg, flavor).await {
                             Ok(stream) => {
                                 stats.worker.connects.fetch_add(1, Ordering::Relaxed);
-                                stats.connected();
+                                stats.connected(&cfg.label);
                                 backoff = BACKOFF_MIN;
-                                tracing::info!(endpoint = %cfg.label, "upstream reachable again");
                                 carry.push(req);
                                 match stream
                                     .serve(&mut carry, &mut lost, &mut rx, &stats, &latency, false)
@@ -1310,7 +1322,7 @@ async fn run_connection(
                                     sleep.as_mut().reset(Instant::now() + backoff);
                                 }
                                 reason = e.text.into();
-                                stats.failed(&reason);
+                                stats.failed(&cfg.label, &reason, backoff);
                                 answer(req.tx, UpstreamError::Unavailable(reason.clone()), &stats);
                                 fail_queued(&mut rx, &reason, &stats);
                             }

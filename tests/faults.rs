@@ -363,6 +363,48 @@ fn shard_a_written_then_killed() -> (Proc, Proc, Respway, RespConn) {
 }
 
 /// A shard that is restarted is used by the first request after it is back.
+/// Every health transition of an endpoint is logged once, both ways, whatever made it go
+/// out: a frozen shard (SIGSTOP: requests time out, the reconnect's PING times out) was logged
+/// out at each attempt and never logged back after SIGCONT (only a refused connect logged
+/// `upstream reachable again`).
+#[test]
+fn a_frozen_shard_is_logged_out_once_and_back_once() {
+    let shard = redis();
+    let yaml = sharded_yaml(&[shard.addr], "{ policy: maglev }", true)
+        .replace("op_timeout: 2s", "op_timeout: 300ms")
+        .replace("connect_timeout: 500ms", "connect_timeout: 200ms");
+    let rw = respway_process(&yaml, &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(c.call(&["SET", "k", "v"]), Resp::Simple("OK".into()));
+    shard.signal("-STOP");
+    // Requests time out, then fail fast while the endpoint is out; a few backoff rounds pass.
+    let frozen = Instant::now();
+    while frozen.elapsed() < Duration::from_millis(2500) {
+        assert!(c.call(&["GET", "k"]).is_error(), "a frozen shard answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    shard.signal("-CONT");
+    let resumed = Instant::now();
+    while c.call(&["GET", "k"]).is_error() {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(10),
+            "never recovered after SIGCONT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The log is written by the process; give it a moment to reach the file.
+    std::thread::sleep(Duration::from_millis(200));
+    let log = rw.log();
+    let endpoint = shard.addr.to_string();
+    let lines = |what: &str| {
+        log.lines()
+            .filter(|l| l.contains(what) && l.contains(&endpoint))
+            .count()
+    };
+    assert_eq!(lines("upstream unavailable"), 1, "{log}");
+    assert_eq!(lines("upstream reachable again"), 1, "{log}");
+}
+
 #[test]
 fn a_restarted_shard_serves_the_first_request_after_it_is_back() {
     let (a, _b, _rw, mut c) = shard_a_written_then_killed();
