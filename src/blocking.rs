@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use respway_filters::command::CommandInfo;
+use respway_filters::place::{Purpose, Refusal};
 use respway_filters::request::{error_reply, Flavor, Reply};
 use respway_filters::routing::Routing;
 use tokio::time::Instant;
@@ -85,7 +86,7 @@ pub(crate) fn call(
     }
     let (cluster, shard) = match place(&parts.routing, &mut args, keys) {
         Ok(at) => at,
-        Err(r) => return Call::Refused(r),
+        Err(r) => return Call::Refused(r.reply()),
     };
     let Some(ep) = parts.primary(cluster, shard) else {
         return Call::Refused(error_reply("ERR respway: no such shard"));
@@ -178,51 +179,12 @@ fn parse_ms(arg: &[u8]) -> Option<Duration> {
 /// removal to `args`.
 ///
 /// # Errors
-/// The reply for keys on several clusters or shards, keys without a route, keys of a
-/// mirrored route or under a hot-key prefix.
-fn place(routing: &Routing, args: &mut [Bytes], keys: &[usize]) -> Result<(usize, usize), Reply> {
-    let mut at: Option<(usize, usize)> = None;
-    for &i in keys {
-        let Some(key) = args.get(i) else {
-            return Err(error_reply("ERR syntax error"));
-        };
-        let m = routing.route(key).ok_or_else(|| {
-            error_reply(&format!(
-                "ERR respway: no route for key '{}'",
-                String::from_utf8_lossy(key)
-            ))
-        })?;
-        if !routing.mirrors(m.route).is_empty() {
-            return Err(error_reply(
-                "ERR respway: blocking commands cannot use keys of a mirrored route (what \
-                 they pop or read could not be mirrored consistently)",
-            ));
-        }
-        if m.strip > 0 {
-            args[i] = args[i].slice(m.strip.min(args[i].len())..);
-        }
-        let Some(c) = routing.clusters.get(m.cluster) else {
-            return Err(error_reply("ERR respway: no such cluster"));
-        };
-        if c.hot_keys.iter().any(|r| args[i].starts_with(&r.prefix)) {
-            return Err(error_reply(
-                "ERR respway: blocking commands cannot use hot keys (written to every shard, \
-                 a pop could not be made on all of them consistently)",
-            ));
-        }
-        let here = (m.cluster, c.picker.pick(&args[i]));
-        match at {
-            None => at = Some(here),
-            Some((cl, _)) if cl != here.0 => {
-                return Err(error_reply(
-                    "ERR respway: keys in request route to different clusters",
-                ))
-            }
-            Some(a) if a != here => return Err(error_reply(crate::tx::CROSSSLOT)),
-            Some(_) => {}
-        }
-    }
-    at.ok_or_else(|| error_reply("ERR respway: a blocking command needs a key"))
+/// Why it cannot run on one connection ([`Routing::place_pinned`]), or a command without
+/// keys.
+fn place(routing: &Routing, args: &mut [Bytes], keys: &[usize]) -> Result<(usize, usize), Refusal> {
+    routing
+        .place_pinned(args, keys, Purpose::Blocking)?
+        .ok_or(Refusal::NeedsKey(Purpose::Blocking))
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use bytes::{Bytes, BytesMut};
 use respway_filters::acl::Denied;
 use respway_filters::command::{self, CommandClass, ProxyCommand};
 use respway_filters::model::ProtocolMode;
+use respway_filters::place::Refusal;
 use respway_filters::request::{error_reply, is_error, Flavor, Reply, Request};
 use respway_filters::resp::RequestDecoder;
 use tokio::time::{Instant, Sleep};
@@ -701,13 +702,12 @@ impl Session {
         let routing = &live.parts.routing;
         // Only a key kept whole can be routed (a longer one shows no target).
         let target = arg.whole().filter(|_| keyed).and_then(|k| {
-            let m = routing.route(k)?;
-            let c = routing.clusters.get(m.cluster)?;
-            let shard = c.picker.pick(&k[m.strip.min(k.len())..]);
+            let p = routing.place_key(k)?;
+            let c = routing.clusters.get(p.cluster)?;
             Some(format!(
                 "{}/{}",
                 c.name,
-                c.shards.get(shard).map_or("?", |s| s.name.as_str())
+                c.shards.get(p.shard).map_or("?", |s| s.name.as_str())
             ))
         });
         ctx.stats.slow.push(crate::slowlog::Entry {
@@ -1426,7 +1426,7 @@ impl Session {
         let place = tx::place(&live.parts.routing, cmd, &mut args, &mut self.keys);
         let here = match place {
             Ok(h) => h,
-            Err(e) => return self.refuse_in_tx(e),
+            Err(e) => return self.refuse_in_tx(e.reply()),
         };
         if cmd.name == "watch" && here.is_none() {
             return Pending::Ready(error_reply(
@@ -1438,7 +1438,13 @@ impl Session {
         }
         let mut before = Vec::new();
         match (here, pinned) {
-            (Some(h), Some(p)) if h != p => return self.refuse_in_tx(error_reply(tx::CROSSSLOT)),
+            (Some(h), Some(p)) if h != p => {
+                let why = match h.0 == p.0 {
+                    true => Refusal::CrossSlot,
+                    false => Refusal::CrossCluster,
+                };
+                return self.refuse_in_tx(why.reply());
+            }
             (Some((c, sh)), None) => match self.pin(c, sh, live, deadline) {
                 Ok(b) => before = b,
                 Err(e) => {

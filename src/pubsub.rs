@@ -499,11 +499,11 @@ fn confirmation(
     }
 }
 
-/// The `(cluster, shard)` channel `name` lives on.
+/// The `(cluster, shard)` channel `name` lives on ([`Routing::place_channel`]).
+///
+/// [`Routing::place_channel`]: respway_filters::routing::Routing::place_channel
 fn shard_of(parts: &Parts, name: &[u8]) -> Option<(usize, usize)> {
-    let m = parts.routing.route(name)?;
-    let c = parts.routing.clusters.get(m.cluster)?;
-    Some((m.cluster, c.picker.pick(name)))
+    parts.routing.place_channel(name)
 }
 
 /// The primary of `(cluster, shard)`.

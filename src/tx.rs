@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use respway_filters::command::{CommandClass, CommandInfo};
-use respway_filters::request::{error_reply, Reply};
+use respway_filters::place::{Purpose, Refusal};
 use respway_filters::routing::Routing;
 
 use crate::upstream::Dedicated;
@@ -28,10 +28,6 @@ use crate::upstream::Dedicated;
 /// Commands without keys a transaction may hold before its first key picks the shard
 /// (beyond it they are refused and `EXEC` aborts): the proxy holds them, so they are bounded.
 pub(crate) const MAX_HELD: usize = 1024;
-
-/// Redis Cluster's error for keys of one request (or transaction) on different slots: the
-/// chain's one text.
-pub(crate) use respway_filters::multi_key::CROSSSLOT;
 
 /// A session's transaction state.
 #[derive(Debug)]
@@ -94,14 +90,14 @@ impl Drop for Tx {
 /// a command without keys. Applies the routes' prefix removal to `args`.
 ///
 /// # Errors
-/// The reply for a command that cannot be part of the transaction: keys on several
-/// clusters or shards (`CROSSSLOT`), keys of a mirrored route or under a hot-key prefix.
+/// Why the command cannot be part of the transaction ([`Routing::place_pinned`]): keys on
+/// several clusters or shards, keys of a mirrored route or under a hot-key prefix.
 pub(crate) fn place(
     routing: &Routing,
     cmd: &CommandInfo,
     args: &mut [Bytes],
     keys: &mut Vec<usize>,
-) -> Result<Option<(usize, usize)>, Reply> {
+) -> Result<Option<(usize, usize)>, Refusal> {
     if !matches!(
         cmd.class,
         CommandClass::Single
@@ -113,36 +109,6 @@ pub(crate) fn place(
         return Ok(None);
     }
     cmd.key_indices(args, keys)
-        .map_err(|e| error_reply(&format!("ERR {e}")))?;
-    let mut at: Option<(usize, usize)> = None;
-    for &i in keys.iter() {
-        let m = routing.route(&args[i]).ok_or_else(|| {
-            error_reply(&format!(
-                "ERR respway: no route for key '{}'",
-                String::from_utf8_lossy(&args[i])
-            ))
-        })?;
-        if !routing.mirrors(m.route).is_empty() {
-            return Err(error_reply(
-                "ERR respway: keys of a mirrored route cannot be used in a transaction (the \
-                 copy to the other cluster could not be part of it)",
-            ));
-        }
-        if m.strip > 0 {
-            args[i] = args[i].slice(m.strip..);
-        }
-        let c = &routing.clusters[m.cluster];
-        if c.hot_keys.iter().any(|r| args[i].starts_with(&r.prefix)) {
-            return Err(error_reply(
-                "ERR respway: hot keys (written to every shard) cannot be used in a transaction",
-            ));
-        }
-        let here = (m.cluster, c.picker.pick(&args[i]));
-        match at {
-            None => at = Some(here),
-            Some(a) if a != here => return Err(error_reply(CROSSSLOT)),
-            Some(_) => {}
-        }
-    }
-    Ok(at)
+        .map_err(|e| Refusal::Keys(e.to_string()))?;
+    routing.place_pinned(args, keys, Purpose::Transaction)
 }

@@ -144,6 +144,43 @@ fn crossslot_aborts_and_applies_nothing() {
 }
 
 /// WATCH pins the session; a write by another client makes EXEC answer a null array.
+/// Keys of one transaction routed to two clusters get the refusal every other kind of
+/// command gets for that (the chain's and the blocking commands' text), not CROSSSLOT, which
+/// is about two shards of one cluster; EXEC aborts and nothing is applied.
+#[test]
+fn keys_of_two_clusters_abort_with_the_one_text_for_it() {
+    let (a, b) = (redis(), redis());
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes:\n      catch_all: a\n      prefixes:\n        - {{ prefix: \"b:\", cluster: b }}\nclusters:\n  - name: a\n    shards:\n      - name: a0\n        endpoints: [ {{ address: \"{}\", role: primary }} ]\n  - name: b\n    shards:\n      - name: b0\n        endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+        a.addr, b.addr
+    );
+    let rw = respway(&yaml, 1);
+    let replies = run(
+        rw.addr,
+        &[
+            vec!["MULTI"],
+            vec!["SET", "x", "1"],
+            vec!["SET", "b:y", "1"],
+            vec!["EXEC"],
+            vec!["MGET", "x", "b:y"],
+        ],
+    );
+    let two_clusters =
+        Resp::Error("ERR respway: keys in request route to different clusters".into());
+    assert_eq!(replies[2], two_clusters);
+    assert_eq!(
+        replies[3],
+        Resp::Error("EXECABORT Transaction discarded because of previous errors.".into())
+    );
+    assert_eq!(replies[4], two_clusters, "the chain says the same");
+    for s in [a.addr, b.addr] {
+        assert_eq!(
+            RespConn::connect(s).call(&["EXISTS", "x", "b:y"]),
+            Resp::Int(0)
+        );
+    }
+}
+
 #[test]
 fn watch_conflict_aborts_the_transaction() {
     let (_shards, _addrs, rw) = three_shards();

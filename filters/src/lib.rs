@@ -19,6 +19,7 @@ pub mod hot_key;
 pub mod mirror;
 pub mod model;
 pub mod multi_key;
+pub mod place;
 pub mod prefix_route;
 pub mod request;
 pub mod resp;

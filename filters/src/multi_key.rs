@@ -34,9 +34,7 @@ use crate::resp::{
 };
 use crate::routing::Routing;
 
-/// The reply to a command (or transaction, or blocking command) whose keys hash to more than
-/// one shard: Redis Cluster's text, which clients already know.
-pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+pub use crate::place::CROSSSLOT;
 
 /// `CROSSSLOT` when `req` must run on one shard of its cluster (not a split command) and its
 /// keys hash to several (for the mirror layer, which must not copy a command its own side

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use futures_util::future::Either;
 use tower::{Layer, Service};
 
-use crate::request::{error_reply, Reply, Request};
+use crate::request::{Reply, Request};
 use crate::routing::Routing;
 
 /// Builds [`PrefixRoute`] services over one routing table.
@@ -59,55 +59,21 @@ impl<S> PrefixRoute<S> {
 
     /// Routes by every key of `req`, at the positions the session computed
     /// ([`Request::keys`]): a single-key command has one, a multi-key one needs all its keys
-    /// on one cluster.
+    /// on one cluster; a key-less one takes the catch-all ([`Routing::route_keys`]).
+    #[inline]
     fn route(&self, req: &mut Request) -> Result<(), Reply> {
-        if req.keys.is_empty() {
-            return self.catch_all(req);
-        }
-        let mut cluster = None;
-        for i in req.keys.iter() {
-            let m = self
-                .routing
-                .route(&req.args[i])
-                .ok_or_else(|| no_route(&req.args[i]))?;
-            match cluster {
-                None => {
-                    cluster = Some(m.cluster);
-                    req.route = m.route;
-                }
-                Some(c) if c != m.cluster => {
-                    return Err(error_reply(
-                        "ERR respway: keys in request route to different clusters",
-                    ))
-                }
-                Some(_) => {}
-            }
-            if m.strip > 0 {
-                req.args[i] = req.args[i].slice(m.strip..);
-                // The client's bytes are no longer the command to send.
-                req.raw = None;
-            }
-        }
-        req.cluster = cluster.unwrap_or(0);
-        Ok(())
-    }
-
-    fn catch_all(&self, req: &mut Request) -> Result<(), Reply> {
-        let m = self
+        let (cluster, route, rewritten) = self
             .routing
-            .catch_all()
-            .ok_or_else(|| error_reply("ERR respway: no catch-all route for a key-less command"))?;
-        req.cluster = m.cluster;
-        req.route = m.route;
+            .route_keys(&mut req.args, req.keys.iter())
+            .map_err(|r| r.reply())?;
+        req.cluster = cluster;
+        req.route = route;
+        if rewritten {
+            // The client's bytes are no longer the command to send.
+            req.raw = None;
+        }
         Ok(())
     }
-}
-
-fn no_route(key: &[u8]) -> Reply {
-    error_reply(&format!(
-        "ERR respway: no route for key '{}'",
-        String::from_utf8_lossy(key)
-    ))
 }
 
 impl<S> Service<Request> for PrefixRoute<S>
