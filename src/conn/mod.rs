@@ -1,0 +1,668 @@
+//! One client connection (a session): decode every pipelined command the read buffer holds,
+//! send each through the chain, and write the replies strictly in request order while
+//! upstream replies may complete in any order.
+//!
+//! Invariants:
+//! - every decoded command gets exactly one reply, in order;
+//! - at most `max_pending_per_client` replies are outstanding: beyond that the session stops
+//!   reading (backpressure reaches the client through TCP, memory stays bounded);
+//! - replies that are ready together are written together (one `write` for many replies);
+//! - a protocol error answers `-ERR Protocol error: ...`, flushes what is owed, and closes
+//!   this connection only.
+//!
+//! Only the oldest pending reply is polled, so a completion of a later one does not wake the
+//! task; a single timer follows the oldest request's deadline (`op_timeout`).
+
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use respway_filters::acl::Denied;
+use respway_filters::command::{self, CommandClass, ProxyCommand};
+use respway_filters::model::ProtocolMode;
+use respway_filters::place::Refusal;
+use respway_filters::request::{error_reply, is_error, Flavor, Reply, Request};
+use respway_filters::resp::RequestDecoder;
+use tokio::time::{Instant, Sleep};
+use tower::Service;
+
+use crate::fanout::{self, BoxReply};
+use crate::listener::{ListenerCtx, ListenerSlot};
+use crate::local::{self, Local, SessionState};
+use crate::metrics;
+use crate::outq::OutQueue;
+use crate::pubsub;
+use crate::slowlog::FirstArg;
+use crate::spare;
+use crate::stack::{self, Chain, ChainFuture, Parts};
+use crate::tls::Io;
+use crate::tx::{self, Pinned, Tx};
+
+const READ_CHUNK: usize = 16 * 1024;
+/// How long past its upstream deadline (and `op_timeout` more) a request may wait before the
+/// session answers it itself: covers a reconnect after a stuck connection.
+const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1);
+/// Requests a new client may have in flight before any of its replies arrived.
+const WINDOW_START: usize = 64;
+/// Most read-buffer room reserved at once for an argument the client announced.
+const MAX_AHEAD: usize = 64 << 20;
+/// Pub/sub messages are moved into the write buffer while it holds less than this; the rest
+/// wait in the subscriber's bounded queue.
+const DRAIN_MAX: usize = 64 * 1024;
+
+/// A session's view of its listener's configuration.
+struct Live {
+    /// The session's upstream connection choice (see [`stack::build`]).
+    conn: usize,
+    version: u64,
+    parts: Arc<Parts>,
+    chain: Chain,
+    /// Loaded by the last `refresh`: the session rebinds its user to the new ACL.
+    fresh: bool,
+}
+
+impl Live {
+    fn load(slot: &ListenerSlot, conn: usize) -> Live {
+        let version = slot.version.load(Ordering::Acquire);
+        let parts = slot.parts.load_full();
+        let chain = stack::build(&parts, conn);
+        Live {
+            conn,
+            version,
+            parts,
+            chain,
+            fresh: false,
+        }
+    }
+
+    /// Picks up a new configuration, if there is one, unless commands are still in flight
+    /// on the current one (`in_flight`): a new configuration may send the session's next
+    /// commands on other connections (a new pool, or another shard), and they must not pass
+    /// the ones before them. Returns false while the session must wait for those.
+    fn refresh(&mut self, slot: &ListenerSlot, in_flight: bool) -> bool {
+        if slot.version.load(Ordering::Acquire) == self.version {
+            return true;
+        }
+        if in_flight {
+            return false;
+        }
+        *self = Live::load(slot, self.conn);
+        self.fresh = true;
+        true
+    }
+}
+
+mod clock;
+mod dispatch;
+mod tx_lane;
+
+use clock::{backstop, batch_now, record, started, Batch, TurnClock};
+
+enum Pending {
+    Ready(Reply),
+    /// `deadline` is the session's backstop; `idx` the command's index in the counters.
+    Wait {
+        fut: ChainFuture,
+        deadline: Instant,
+        idx: u16,
+        /// The first argument, for the slow log.
+        first: FirstArg,
+    },
+    /// Fan-outs, transactions, forwards: a future of its own.
+    Other {
+        fut: BoxReply,
+        deadline: Instant,
+        idx: u16,
+        /// The first argument, for the slow log.
+        first: FirstArg,
+    },
+}
+
+impl Pending {
+    /// A reply computed by a future of its own, answered by the session at `backstop` at the
+    /// latest.
+    fn other(fut: BoxReply, backstop: Instant) -> Pending {
+        Pending::Other {
+            fut,
+            deadline: backstop,
+            idx: 0,
+            first: FirstArg::NONE,
+        }
+    }
+}
+
+/// Which connections a command travels on. A session's commands on one lane keep their
+/// order (one connection per endpoint); before a command goes on another lane, the session
+/// waits until what it has in flight is answered, so it cannot pass them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// Answered by the proxy.
+    Local,
+    /// The shared connections of this protocol and database.
+    Shared(Flavor),
+    /// The dedicated connection of the session's n-th transaction.
+    Dedicated(u64),
+    /// A dedicated connection of a blocking command: a new one for each, so that each
+    /// waits for every command before it, and every command after it waits for it.
+    Blocking,
+}
+
+/// Serves one client until it leaves, sends QUIT, or breaks the protocol.
+/// `seq` (this worker's accept count for the listener) picks the session's connection to
+/// each endpoint.
+/// `stream` is plain TCP or TLS (the session is the same code, monomorphized for each).
+pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usize) {
+    let _ = stream.tcp().set_nodelay(true);
+    let peer = stream.tcp().peer_addr().ok();
+    let mut live = Live::load(&ctx.slot, seq);
+    let listener = live.parts.listener.clone();
+    let mut s = Session {
+        decoder: RequestDecoder::new(listener.limits),
+        // Buffers are allocated by the first read and write, and given back when a burst
+        // made them grow: an idle connection costs little.
+        rbuf: BytesMut::new(),
+        wbuf: OutQueue::default(),
+        pending: VecDeque::new(),
+        timer: Box::pin(tokio::time::sleep_until(Instant::now())),
+        timer_armed: false,
+        state: SessionState::new(live.parts.acl.as_deref(), peer),
+        closing: false,
+        eof: false,
+        draining: false,
+        keys: Vec::new(),
+        ready_bytes: 0,
+        waits: 0,
+        avg_reply: 64,
+        window: WINDOW_START,
+        stall_timer: None,
+        tx: None,
+        lane: Lane::Local,
+        pins: 0,
+        stashed: None,
+        frame: None,
+        sub: None,
+        tarpit: false,
+    };
+    // Registered once with the first poll, the drain notification wakes this task when the
+    // process drains; after that the flag alone is read (one atomic load per poll).
+    let drained = ctx.drain.notified();
+    tokio::pin!(drained);
+    let mut registered = false;
+    let result = poll_fn(|cx| {
+        if !registered {
+            registered = true;
+            let _ = drained.as_mut().poll(cx);
+        }
+        if !s.draining && ctx.draining.load(Ordering::Relaxed) {
+            s.draining = true;
+        }
+        s.poll(cx, &mut stream, &mut live, &ctx)
+    })
+    .await;
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "client connection ended");
+    }
+    stream.close();
+}
+
+struct Session {
+    decoder: RequestDecoder,
+    rbuf: BytesMut,
+    /// Replies to write: small ones copied together, large ones (≥ 32 KiB) as the upstream
+    /// read them.
+    wbuf: OutQueue,
+    pending: VecDeque<Pending>,
+    timer: Pin<Box<Sleep>>,
+    timer_armed: bool,
+    state: SessionState,
+    /// Stop reading: QUIT or a protocol error; close once everything owed is written.
+    closing: bool,
+    /// The client closed its side.
+    eof: bool,
+    /// The process drains: read nothing more, answer what was read, then close.
+    draining: bool,
+    keys: Vec<usize>,
+    /// Bytes of replies in `pending` that are ready (answered by the proxy itself).
+    ready_bytes: usize,
+    /// Requests in `pending` waiting for the upstream.
+    waits: usize,
+    /// Running average of this client's reply sizes: the expected bytes of each reply in
+    /// flight, so that the buffer bound holds before the replies arrive.
+    avg_reply: usize,
+    /// Requests this client may have in flight now (below `max_pending_per_client`): starts
+    /// at [`WINDOW_START`] and grows by one per reply that arrives while the bytes held stay
+    /// under the bound (doubling per round trip), halves when they reach it. Reply sizes are
+    /// unknown until they arrive, so this is what keeps a burst of large replies near the
+    /// bound instead of `max_pending_per_client` times their size.
+    window: usize,
+    /// Armed while the session is held at its buffer limit by a client that does not read:
+    /// set `stall_timeout` ahead when the hold starts and each time the client takes bytes.
+    stall_timer: Option<Pin<Box<Sleep>>>,
+    /// The transaction in progress (`WATCH` or `MULTI` seen).
+    tx: Option<Tx>,
+    /// The lane of the commands in flight.
+    lane: Lane,
+    /// Transactions pinned so far (names their lanes).
+    pins: u64,
+    /// A decoded command waiting for the commands in flight on another lane.
+    stashed: Option<(Vec<Bytes>, Option<Bytes>)>,
+    /// The frame of the command being dispatched, as the client sent it (see
+    /// `RequestDecoder::decode_frame`): `forward` hands it on with the arguments.
+    frame: Option<Bytes>,
+    /// Pub/sub subscriptions, from the first `(P|S)SUBSCRIBE` on.
+    sub: Option<Box<pubsub::Subscriber>>,
+    /// A failed `AUTH` is answered late: nothing more is decoded until it is.
+    tarpit: bool,
+}
+
+/// Why a session ends on its own.
+#[derive(Debug)]
+enum Cut {
+    /// More reply bytes held than the hard limit.
+    HardLimit(usize),
+    /// Held at the limit, nothing read by the client for the stall timeout.
+    Stalled(usize),
+    /// A subscriber's queued messages would pass `pubsub_buffer_limit`.
+    Subscriber(usize),
+}
+
+impl Session {
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        stream: &mut impl Io,
+        live: &mut Live,
+        ctx: &ListenerCtx,
+    ) -> Poll<io::Result<()>> {
+        let limits = &live.parts.listener.client;
+        let (limit, hard, stall) = (
+            limits.buffer_limit,
+            limits.buffer_hard_limit,
+            limits.stall_timeout,
+        );
+        // Set when the front's future answered `Pending` during this call: it has registered
+        // the task's waker (a future's contract), so polling it again in a later turn of this
+        // loop, before that wake, only repeats its work through every layer of the chain.
+        let mut front_waits = false;
+        loop {
+            let mut progress = false;
+
+            // 1. Read and dispatch while the client may have more outstanding and the bytes
+            //    held for it stay under its bound.
+            let max = live.parts.listener.max_pending_per_client.min(self.window);
+            if !self.closing
+                && !self.eof
+                && !self.draining
+                && self.pending.len() < max
+                && self.held() < limit
+                && stream.poll_read_ready(cx).is_ready()
+            {
+                // An idle connection holds no read buffer: it takes one of the worker's
+                // spares (see `spare`); with none, the first read goes to the stack, and the
+                // buffer is allocated once bytes arrived.
+                const FIRST: usize = 512;
+                if self.rbuf.capacity() == 0 {
+                    self.rbuf = spare::take();
+                }
+                let unallocated = self.rbuf.capacity() == 0;
+                // A large argument whose length the decoder has read (a 1 MiB SET value) gets
+                // room for all of it at once: one allocation and one copy of what arrived so
+                // far, instead of one per doubling. Capacity not written yet costs no memory.
+                let ahead = match self.decoder.bulk_end_hint() {
+                    Some(end) if !unallocated && end > self.rbuf.capacity() => {
+                        (end - self.rbuf.len()).min(MAX_AHEAD)
+                    }
+                    _ => 0,
+                };
+                if ahead > 0 {
+                    self.rbuf.reserve(ahead);
+                } else if !unallocated && self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                    self.rbuf.reserve(READ_CHUNK);
+                }
+                let spare = if unallocated {
+                    FIRST
+                } else {
+                    self.rbuf.capacity() - self.rbuf.len()
+                };
+                let read = if unallocated {
+                    let mut first = [0u8; FIRST];
+                    stream.try_read(&mut first).inspect(|&n| {
+                        if n > 0 {
+                            self.rbuf.reserve(READ_CHUNK);
+                            self.rbuf.extend_from_slice(&first[..n]);
+                        }
+                    })
+                } else {
+                    stream.try_read_buf(&mut self.rbuf)
+                };
+                match read {
+                    Ok(0) => {
+                        self.eof = true;
+                        progress = true;
+                        // A client that leaves while blocked (BLPOP ...) ends the session at
+                        // once, as in Redis: dropping the command's future closes its
+                        // dedicated connection, so nothing is popped for nobody.
+                        if self.lane == Lane::Blocking && self.waits > 0 {
+                            return Poll::Ready(Ok(()));
+                        }
+                    }
+                    Ok(n) => {
+                        crate::stats::bump(&ctx.stats.bytes_in, n as u64);
+                        // A short read drained the socket: skip the read that would only
+                        // return EAGAIN (see `upstream::clear_read_readiness`).
+                        if n < spare {
+                            stream.drained();
+                        }
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => progress = true,
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+            if (!self.rbuf.is_empty() || self.stashed.is_some())
+                && !self.closing
+                && live.refresh(&ctx.slot, self.waits > 0)
+                && self.rebind(live)
+            {
+                let before = self.pending.len();
+                self.decode_all(live, ctx, max, limit);
+                let n = self.pending.len() - before;
+                if n > 0 {
+                    crate::stats::bump(&ctx.stats.pipeline[crate::stats::pipeline_bucket(n)], 1);
+                    progress = true;
+                }
+            }
+            // Everything read was decoded: the buffer goes back to the worker's spares.
+            if self.rbuf.is_empty() && self.rbuf.capacity() > 0 {
+                spare::give(std::mem::take(&mut self.rbuf));
+            }
+
+            // 2. Move finished replies, oldest first, into the write buffer (the clock is
+            //    read once per turn, for the latency of the replies it completes).
+            let mut now = TurnClock::new(&ctx.stats.cmds);
+            if self.wbuf.buf.capacity() == 0 && (!self.pending.is_empty() || self.sub.is_some()) {
+                self.wbuf.buf = spare::take();
+            }
+            while let Some(front) = self.pending.front_mut() {
+                let reply = match front {
+                    Pending::Ready(_) => match self.pending.pop_front() {
+                        Some(Pending::Ready(r)) => {
+                            self.ready_bytes -= r.len();
+                            r
+                        }
+                        _ => unreachable!("front was Ready"),
+                    },
+                    Pending::Wait { .. } | Pending::Other { .. } if front_waits => break,
+                    Pending::Wait { deadline, idx, .. } | Pending::Other { deadline, idx, .. } => {
+                        let (deadline, idx) = (*deadline, *idx);
+                        let polled = match front {
+                            Pending::Wait { fut, .. } => match Pin::new(fut).poll(cx) {
+                                Poll::Ready(Ok(r)) => Poll::Ready(r),
+                                Poll::Ready(Err(never)) => match never {},
+                                Poll::Pending => Poll::Pending,
+                            },
+                            Pending::Other { fut, .. } => fut.as_mut().poll(cx),
+                            Pending::Ready(_) => unreachable!("front waits"),
+                        };
+                        match polled {
+                            Poll::Ready(r) => {
+                                if let Some(us) = record(ctx, live, &mut now, idx, deadline, &r) {
+                                    // Slow: the entry is still at the front.
+                                    let first = match self.pending.front() {
+                                        Some(
+                                            Pending::Wait { first, .. }
+                                            | Pending::Other { first, .. },
+                                        ) => *first,
+                                        _ => FirstArg::NONE,
+                                    };
+                                    self.log_slow_reply(ctx, live, idx, us, deadline, &r, first);
+                                }
+                                self.pending.pop_front();
+                                self.waits -= 1;
+                                self.confirmed(idx);
+                                self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
+                                if self.held() + r.len() < limit {
+                                    self.window = self.window.saturating_add(1);
+                                } else {
+                                    self.window = (self.window / 2).max(1);
+                                }
+                                r
+                            }
+                            Poll::Pending => {
+                                if self.poll_timeout(cx, deadline) {
+                                    self.pending.pop_front();
+                                    self.waits -= 1;
+                                    self.confirmed(idx);
+                                    ctx.stats.timeouts.inc();
+                                    error_reply("ERR respway: upstream timeout")
+                                } else {
+                                    front_waits = true;
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                };
+                self.wbuf.push(&reply);
+                progress = true;
+                if self.wbuf.len() > hard {
+                    return Poll::Ready(Err(self.cut(ctx, Cut::HardLimit(self.wbuf.len()))));
+                }
+            }
+
+            // Counted before any of these replies is written (a client that reads its reply
+            // and then scrapes the metrics finds it counted).
+            drop(now);
+
+            // 2b. Pub/sub messages, once every confirmation before them is written.
+            if let Some(sub) = self.sub.as_mut().filter(|s| s.confirming == 0) {
+                match sub.drain(cx, &mut self.wbuf.buf, self.state.resp3, DRAIN_MAX) {
+                    Ok(moved) => progress |= moved,
+                    Err(n) => return Poll::Ready(Err(self.cut(ctx, Cut::Subscriber(n)))),
+                }
+            }
+
+            // 3. Write what is ready, in as few syscalls as possible.
+            let mut blocked = false;
+            let mut took = false;
+            // (TLS: records rustls holds once `wbuf` is empty are written too.)
+            while !self.wbuf.is_empty() || stream.pending_out() {
+                match stream.poll_write_ready(cx) {
+                    Poll::Ready(Ok(())) => match stream.try_write(self.wbuf.front()) {
+                        Ok(n) => {
+                            self.wbuf.advance(n);
+                            crate::stats::bump(&ctx.stats.bytes_out, n as u64);
+                            took = true;
+                            progress = true;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    },
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {
+                        blocked = true;
+                        break;
+                    }
+                }
+            }
+            // Everything was written: the buffer goes back to the worker's spares.
+            if self.wbuf.is_empty() && self.wbuf.buf.capacity() > 0 {
+                spare::give(std::mem::take(&mut self.wbuf.buf));
+            }
+            // A client held at its bound that takes nothing (it may be writing a pipeline it
+            // will only read after the last command, and waits for us as we wait for it) is
+            // disconnected after the stall timeout instead of waiting forever.
+            // The clock is read only while held at the bound, not per write.
+            if blocked && self.held() >= limit {
+                let t = match &mut self.stall_timer {
+                    Some(t) => {
+                        if took {
+                            t.as_mut().reset(Instant::now() + stall);
+                        }
+                        t
+                    }
+                    None => self.stall_timer.insert(Box::pin(tokio::time::sleep(stall))),
+                };
+                if t.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(self.cut(ctx, Cut::Stalled(self.held()))));
+                }
+            } else if self.stall_timer.is_some() {
+                self.stall_timer = None;
+            }
+            if self.wbuf.is_empty()
+                && !stream.pending_out()
+                && self.pending.is_empty()
+                && (self.stashed.is_none() || self.closing)
+                && (self.closing || self.eof || self.draining)
+            {
+                return Poll::Ready(Ok(()));
+            }
+            if !progress {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Bytes held for this client: replies waiting to be written, replies ready in order, and
+    /// the expected size of the replies in flight.
+    fn held(&self) -> usize {
+        self.wbuf.len() + self.ready_bytes + self.waits * self.avg_reply
+    }
+
+    /// Ends the session for exceeding its output bound: logged and counted.
+    fn cut(&mut self, ctx: &ListenerCtx, why: Cut) -> io::Error {
+        ctx.stats.output_limit_closes.inc();
+        let text = match why {
+            Cut::HardLimit(n) => format!(
+                "client output buffer over its hard limit ({n} bytes held): connection closed"
+            ),
+            Cut::Stalled(n) => format!(
+                "client output buffer at its limit ({n} bytes held) and nothing read for the \
+                 stall timeout: connection closed"
+            ),
+            Cut::Subscriber(n) => format!(
+                "subscriber's messages over pubsub_buffer_limit ({n} bytes queued): \
+                 connection closed"
+            ),
+        };
+        tracing::warn!(client_id = self.state.id, "{text}");
+        io::Error::other(text)
+    }
+
+    /// True when `deadline` has passed; otherwise makes sure the timer will wake us by then.
+    fn poll_timeout(&mut self, cx: &mut Context<'_>, deadline: Instant) -> bool {
+        if !self.timer_armed || self.timer.deadline() > deadline {
+            self.timer.as_mut().reset(deadline);
+            self.timer_armed = true;
+        }
+        loop {
+            match self.timer.as_mut().poll(cx) {
+                Poll::Pending => return false,
+                Poll::Ready(()) => {
+                    if Instant::now() >= deadline {
+                        self.timer_armed = false;
+                        return true;
+                    }
+                    self.timer.as_mut().reset(deadline);
+                }
+            }
+        }
+    }
+
+    /// The lane `args` would travel on.
+    fn lane_of(&self, cmd: Option<&'static command::CommandInfo>) -> Lane {
+        let Some(cmd) = cmd else {
+            return Lane::Local;
+        };
+        let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
+        match cmd.class {
+            CommandClass::Transaction => Lane::Dedicated(self.pins),
+            _ if in_multi => Lane::Dedicated(self.pins),
+            CommandClass::Proxy(ProxyCommand::Command | ProxyCommand::Info) => {
+                Lane::Shared(self.state.flavor())
+            }
+            CommandClass::Proxy(_) | CommandClass::Unsupported => Lane::Local,
+            CommandClass::Blocking => Lane::Blocking,
+            _ => Lane::Shared(self.state.flavor()),
+        }
+    }
+
+    fn decode_all(&mut self, live: &mut Live, ctx: &ListenerCtx, max: usize, limit: usize) {
+        let _batch = Batch::start();
+        if self.tarpit {
+            if self.waits > 0 {
+                return;
+            }
+            self.tarpit = false;
+        }
+        while self.pending.len() < max && self.held() < limit {
+            let decoded = match self.stashed.take() {
+                Some(cmd) => Ok(Some(cmd)),
+                None => self.decoder.decode_frame(&mut self.rbuf),
+            };
+            match decoded {
+                Ok(Some((args, frame))) => {
+                    // Looked up once; dispatch uses the same entry.
+                    let top = command::lookup(&args[0]);
+                    let cmd = top.map(|c| c.resolve(&args));
+                    let lane = self.lane_of(cmd);
+                    // A transaction that starts pins a new connection: its lane is the next.
+                    let lane = match lane {
+                        Lane::Dedicated(_)
+                            if self.tx.as_ref().is_none_or(|t| t.pinned.is_none()) =>
+                        {
+                            Lane::Dedicated(self.pins + 1)
+                        }
+                        l => l,
+                    };
+                    if lane != Lane::Local
+                        && (lane != self.lane || lane == Lane::Blocking)
+                        && self.waits > 0
+                    {
+                        self.stashed = Some((args, frame));
+                        return;
+                    }
+                    ctx.stats.commands.inc();
+                    let first_arg = FirstArg::of(args.get(1));
+                    self.frame = frame;
+                    let mut p = self.dispatch(cmd, args, live, ctx);
+                    self.frame = None;
+                    let index = metrics::index_of(top);
+                    match &mut p {
+                        Pending::Ready(r) => {
+                            self.ready_bytes += r.len();
+                            ctx.stats.cmds.record(index, 0, is_error(r));
+                        }
+                        Pending::Wait { idx, first, .. } | Pending::Other { idx, first, .. } => {
+                            *idx = index;
+                            *first = first_arg;
+                            self.waits += 1;
+                            self.lane = match lane {
+                                Lane::Dedicated(_) => Lane::Dedicated(self.pins),
+                                l => l,
+                            };
+                        }
+                    }
+                    self.pending.push_back(p);
+                    if self.closing || self.tarpit {
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    ctx.stats.protocol_errors.inc();
+                    let r = error_reply(&format!("ERR {e}"));
+                    self.ready_bytes += r.len();
+                    self.pending.push_back(Pending::Ready(r));
+                    self.closing = true;
+                    return;
+                }
+            }
+        }
+    }
+}

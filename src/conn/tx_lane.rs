@@ -1,0 +1,274 @@
+//! The transaction lane: `MULTI` / `EXEC` / `DISCARD` / `WATCH` / `UNWATCH` and every command
+//! queued inside `MULTI`, on the dedicated connection the transaction is pinned to (see
+//! `crate::tx`).
+
+use super::*;
+
+impl Session {
+    /// A command refused while a `MULTI` is queueing makes `EXEC` abort, as in Redis.
+    pub(super) fn mark_dirty(&mut self) {
+        if let Some(t) = self.tx.as_mut().filter(|t| t.multi) {
+            t.dirty = true;
+        }
+    }
+
+    /// Refuses a command inside `MULTI` (and marks the transaction).
+    pub(super) fn refuse_in_tx(&mut self, reply: Reply) -> Pending {
+        self.mark_dirty();
+        Pending::Ready(reply)
+    }
+
+    /// Pins the transaction to the primary of `(cluster, shard)` and sends what was queued.
+    pub(super) fn pin(
+        &mut self,
+        cluster: usize,
+        shard: usize,
+        live: &Live,
+        deadline: Instant,
+    ) -> Result<Vec<crate::upstream::UpstreamFuture>, Reply> {
+        let parts = &live.parts;
+        let ep = parts
+            .primary(cluster, shard)
+            .ok_or_else(|| error_reply("ERR respway: no such shard"))?;
+        let conn = ep
+            .take_dedicated(self.state.flavor())
+            .map_err(|e| e.to_reply(ep.label()))?;
+        self.pins += 1;
+        let tx = self.tx.as_mut().expect("pin inside a transaction");
+        let sent = tx
+            .queued
+            .drain(..)
+            .map(|args| conn.send(args, deadline))
+            .collect();
+        tx.pinned = Some(Pinned {
+            cluster,
+            shard,
+            conn,
+        });
+        Ok(sent)
+    }
+
+    /// Sends `args` on the transaction's connection, after the replies of `before` (queued
+    /// commands sent at pin time, whose replies the client already had): an error among
+    /// those is the reply instead.
+    pub(super) fn send_pinned(
+        &mut self,
+        args: Vec<Bytes>,
+        before: Vec<crate::upstream::UpstreamFuture>,
+        deadline: Instant,
+        op_timeout: std::time::Duration,
+    ) -> Pending {
+        let Some(p) = self.tx.as_ref().and_then(|t| t.pinned.as_ref()) else {
+            return Pending::Ready(error_reply("ERR respway: transaction has no connection"));
+        };
+        let f = p.conn.send(args, deadline);
+        Pending::other(
+            Box::pin(async move {
+                let mut first_err = None;
+                for b in before {
+                    let Ok(r) = b.await;
+                    if is_error(&r) && first_err.is_none() {
+                        first_err = Some(r);
+                    }
+                }
+                let Ok(r) = f.await;
+                first_err.unwrap_or(r)
+            }),
+            backstop(deadline, op_timeout),
+        )
+    }
+
+    /// Transaction commands, and every command while a `MULTI` is queueing.
+    pub(super) fn dispatch_tx(
+        &mut self,
+        cmd: &'static command::CommandInfo,
+        mut args: Vec<Bytes>,
+        live: &mut Live,
+        ctx: &ListenerCtx,
+        deadline: Instant,
+    ) -> Pending {
+        let op_timeout = live.parts.listener.op_timeout;
+        let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
+        let pinned = self
+            .tx
+            .as_ref()
+            .and_then(|t| t.pinned.as_ref())
+            .map(|p| (p.cluster, p.shard));
+        match cmd.name {
+            "multi" if in_multi => {
+                return Pending::Ready(error_reply("ERR MULTI calls can not be nested"))
+            }
+            "multi" => {
+                let tx = self.tx.get_or_insert_with(|| Tx::new(op_timeout));
+                tx.multi = true;
+                if pinned.is_some() {
+                    return self.send_pinned(args, Vec::new(), deadline, op_timeout);
+                }
+                tx.queued.push(args);
+                return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+            }
+            "watch" if in_multi => {
+                return Pending::Ready(error_reply("ERR WATCH inside MULTI is not allowed"))
+            }
+            "exec" | "discard" if !in_multi => {
+                return Pending::Ready(error_reply(&format!(
+                    "ERR {} without MULTI",
+                    cmd.name.to_ascii_uppercase()
+                )))
+            }
+            "unwatch" if !in_multi => {
+                let Some(tx) = self.tx.take() else {
+                    return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+                };
+                if tx.pinned.is_none() {
+                    return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+                }
+                self.tx = Some(tx);
+                let p = self.send_pinned(args, Vec::new(), deadline, op_timeout);
+                if let Some(tx) = self.tx.take() {
+                    tx.finish();
+                }
+                return p;
+            }
+            "exec" | "discard" => {
+                let mut tx = self.tx.take().expect("in MULTI");
+                let discard = cmd.name == "discard";
+                if tx.dirty || discard {
+                    let Some(p) = tx.pinned.as_ref() else {
+                        // Nothing reached Redis.
+                        return Pending::Ready(if discard {
+                            Bytes::from_static(b"+OK\r\n")
+                        } else {
+                            error_reply(
+                                "EXECABORT Transaction discarded because of previous errors.",
+                            )
+                        });
+                    };
+                    let f = p.conn.send(vec![Bytes::from_static(b"DISCARD")], deadline);
+                    tx.finish();
+                    return Pending::other(
+                        Box::pin(async move {
+                            let Ok(r) = f.await;
+                            if discard || is_error(&r) {
+                                r
+                            } else {
+                                error_reply(
+                                    "EXECABORT Transaction discarded because of previous errors.",
+                                )
+                            }
+                        }),
+                        backstop(deadline, op_timeout),
+                    );
+                }
+                let mut before = Vec::new();
+                if tx.pinned.is_none() {
+                    if tx.queued.len() <= 1 {
+                        // MULTI then EXEC with nothing queued and nothing watched.
+                        return Pending::Ready(Bytes::from_static(b"*0\r\n"));
+                    }
+                    // Only key-less commands: they run on the catch-all cluster's first shard.
+                    let cluster = live
+                        .parts
+                        .routing
+                        .routed_clusters()
+                        .first()
+                        .copied()
+                        .unwrap_or(0);
+                    self.tx = Some(tx);
+                    match self.pin(cluster, 0, live, deadline) {
+                        Ok(b) => before = b,
+                        Err(e) => {
+                            self.tx = None;
+                            return Pending::Ready(e);
+                        }
+                    }
+                    tx = self.tx.take().expect("pinned");
+                }
+                self.tx = Some(tx);
+                let p = self.send_pinned(args, before, deadline, op_timeout);
+                if let Some(tx) = self.tx.take() {
+                    tx.finish();
+                }
+                return p;
+            }
+            _ => {}
+        }
+        // WATCH (outside MULTI), or a command queued inside MULTI.
+        match cmd.class {
+            CommandClass::Proxy(ProxyCommand::Ping | ProxyCommand::Echo | ProxyCommand::Time)
+            | CommandClass::Transaction => {}
+            CommandClass::Proxy(ProxyCommand::Quit) => {
+                self.tx = None;
+                self.closing = true;
+                return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+            }
+            CommandClass::Proxy(ProxyCommand::Reset) => {
+                self.tx = None;
+                return self.dispatch(Some(cmd), args, live, ctx);
+            }
+            CommandClass::Single | CommandClass::SameShard | CommandClass::Split(_) => {}
+            // Inside MULTI Redis runs them as if their timeout had passed: they never block,
+            // so they are queued like any command of the transaction's shard.
+            CommandClass::Blocking if in_multi && !crate::wait::is_wait(cmd) => {}
+            _ => {
+                return self.refuse_in_tx(error_reply(&format!(
+                    "ERR respway: '{}' is not allowed inside a transaction",
+                    cmd.name.to_ascii_uppercase()
+                )))
+            }
+        }
+        let place = tx::place(&live.parts.routing, cmd, &mut args, &mut self.keys);
+        let here = match place {
+            Ok(h) => h,
+            Err(e) => return self.refuse_in_tx(e.reply()),
+        };
+        if cmd.name == "watch" && here.is_none() {
+            return Pending::Ready(error_reply(
+                "ERR wrong number of arguments for 'watch' command",
+            ));
+        }
+        if self.tx.is_none() {
+            self.tx = Some(Tx::new(op_timeout));
+        }
+        let mut before = Vec::new();
+        match (here, pinned) {
+            (Some(h), Some(p)) if h != p => {
+                let why = match h.0 == p.0 {
+                    true => Refusal::CrossSlot,
+                    false => Refusal::CrossCluster,
+                };
+                return self.refuse_in_tx(why.reply());
+            }
+            (Some((c, sh)), None) => match self.pin(c, sh, live, deadline) {
+                Ok(b) => before = b,
+                Err(e) => {
+                    if !in_multi {
+                        self.tx = None;
+                    }
+                    return self.refuse_in_tx(e);
+                }
+            },
+            (None, None) => {
+                // A key-less command before the shard is known: held until it is, up to a
+                // bound (this memory is the proxy's, not Redis's).
+                let full = self
+                    .tx
+                    .as_ref()
+                    .is_some_and(|t| t.queued.len() > tx::MAX_HELD);
+                if full {
+                    return self.refuse_in_tx(error_reply(&format!(
+                        "ERR respway: more than {} commands without keys before the \
+                         transaction's first key",
+                        tx::MAX_HELD
+                    )));
+                }
+                if let Some(t) = self.tx.as_mut() {
+                    t.queued.push(args);
+                }
+                return Pending::Ready(Bytes::from_static(b"+QUEUED\r\n"));
+            }
+            _ => {}
+        }
+        self.send_pinned(args, before, deadline, op_timeout)
+    }
+}
