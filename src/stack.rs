@@ -1,4 +1,28 @@
-//! The only place the layer order is written. Outermost first:
+//! Where every command goes, and the chain of layers for the ones with keys: the only place
+//! either is written.
+//!
+//! # Where each kind of command goes ([`handler`])
+//!
+//! The session admits a command (arity, authentication, the user's permissions, the
+//! listener's protocol), asks [`handler`] where its kind goes, and calls that handler; it
+//! only reads, applies backpressure, keeps replies in order and writes them.
+//!
+//! | command | handler |
+//! |---|---|
+//! | `GET`, `SET`, `MGET`, `DEL`, `RENAME`, `EVAL` with keys, ... | [`Handler::Chain`]: the layers below |
+//! | `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH`, and anything while `MULTI` queues | [`Handler::Transaction`]: the transaction lane (`conn/tx_lane.rs`, `tx.rs`) on a dedicated connection |
+//! | `BLPOP`, `BZPOPMIN`, `XREAD ... BLOCK`, ... | [`Handler::Blocking`]: a dedicated connection that waits (`blocking.rs`) |
+//! | `WAIT`, `WAITAOF` | [`Handler::Wait`]: every primary, on dedicated connections (`wait.rs`) |
+//! | `SUBSCRIBE`, `PUBLISH`, `PUBSUB ...`, ... | [`Handler::PubSub`]: one subscriber connection per worker and shard (`pubsub.rs`) |
+//! | `SCAN`, `KEYS`, `DBSIZE`, `RANDOMKEY`, `FLUSHDB`, ... | [`Handler::Keyspace`]: every primary of every routed cluster (`keyspace.rs`) |
+//! | `SCRIPT LOAD`, `FUNCTION LOAD`, `SCRIPT KILL`, ... | [`Handler::Fanout`]: key-less fan-out (`fanout.rs`) |
+//! | `PING`, `AUTH`, `HELLO`, `CLIENT ...`, `INFO`, `SELECT`, ... | [`Handler::Local`]: answered by the proxy (`local.rs`) |
+//! | `ACL ...` | [`Handler::Acl`]: the listener's users (`local.rs`) |
+//! | `CONFIG`, `SWAPDB`, `MONITOR`, ... | [`Handler::Unsupported`]: refused |
+//!
+//! Keys are placed by one module (`respway_filters::place`) for all of them.
+//!
+//! # The chain (commands with keys), outermost first
 //!
 //! 1. `prefix_route` — picks the cluster (and route) from the key prefix. It runs first
 //!    because every later layer works within one cluster, and the mirror layer acts per route.
@@ -22,6 +46,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use respway_filters::command::{
+    CommandClass, CommandInfo, FanoutKind, KeyspaceKind, ProxyCommand, PubSubKind,
+};
 use respway_filters::hash_layer::{Hash, HashLayer};
 use respway_filters::hot_key::{HotKey, HotKeyLayer, HotKeyStats};
 use respway_filters::mirror::{Mirror, MirrorLayer, MirrorSink, MirrorStats};
@@ -93,6 +120,54 @@ impl Parts {
     ) -> Option<&crate::upstream::EndpointHandle> {
         self.endpoints
             .get(cluster, shard, self.primary_index(cluster, shard))
+    }
+}
+
+/// Where a command goes (see the table above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handler {
+    /// Down the chain ([`build`]).
+    Chain,
+    /// The transaction lane.
+    Transaction,
+    /// A dedicated connection that waits.
+    Blocking,
+    /// `WAIT` / `WAITAOF` on every primary.
+    Wait,
+    /// Pub/sub.
+    PubSub(PubSubKind),
+    /// Every primary of every routed cluster.
+    Keyspace(KeyspaceKind),
+    /// Key-less fan-out.
+    Fanout(FanoutKind),
+    /// Answered by the proxy.
+    Local(ProxyCommand),
+    /// `ACL` subcommands.
+    Acl,
+    /// Refused.
+    Unsupported,
+}
+
+/// The handler of `cmd`; `in_multi`: a `MULTI` is queueing (everything goes to the
+/// transaction lane, which refuses what cannot be part of it).
+#[inline]
+pub(crate) fn handler(cmd: &CommandInfo, in_multi: bool) -> Handler {
+    if in_multi {
+        return Handler::Transaction;
+    }
+    match cmd.class {
+        CommandClass::Single | CommandClass::Split(_) | CommandClass::SameShard => Handler::Chain,
+        CommandClass::Transaction => Handler::Transaction,
+        CommandClass::Blocking if crate::wait::is_wait(cmd) => Handler::Wait,
+        CommandClass::Blocking => Handler::Blocking,
+        CommandClass::PubSub(kind) => Handler::PubSub(kind),
+        CommandClass::Keyspace(kind) => Handler::Keyspace(kind),
+        CommandClass::Fanout(kind) => Handler::Fanout(kind),
+        CommandClass::Proxy(p) => Handler::Local(p),
+        CommandClass::Unsupported if cmd.name == "acl" || cmd.name.starts_with("acl|") => {
+            Handler::Acl
+        }
+        CommandClass::Unsupported => Handler::Unsupported,
     }
 }
 

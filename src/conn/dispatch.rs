@@ -2,6 +2,15 @@
 //! commands with keys, pub/sub, and the slow log's entries.
 
 use super::*;
+use crate::stack::Handler;
+
+/// The deadline of a command that goes upstream, and the session's backstop after it (the
+/// clock is read only for such commands, once per client read: [`batch_now`]).
+fn times(live: &Live) -> (Instant, Instant) {
+    let op_timeout = live.parts.listener.op_timeout;
+    let deadline = batch_now() + op_timeout;
+    (deadline, backstop(deadline, op_timeout))
+}
 
 impl Session {
     /// Logs a slow reply (see [`record`]) with its upstream time, when the upstream noted it.
@@ -59,6 +68,8 @@ impl Session {
         });
     }
 
+    /// Where a decoded command goes: admitted first ([`Self::admit`]), then sent to the
+    /// handler [`stack::handler`] names for its kind.
     pub(super) fn dispatch(
         &mut self,
         cmd: Option<&'static command::CommandInfo>,
@@ -71,62 +82,9 @@ impl Session {
             self.mark_dirty();
             return Pending::Ready(local::unknown_command(&args));
         };
-        if self.sub.as_ref().is_some_and(|s| s.active())
-            && !self.state.resp3
-            && !pubsub::allowed_when_subscribed(cmd)
-        {
-            return Pending::Ready(error_reply(&format!(
-                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
-                 RESET are allowed in this context",
-                cmd.name
-            )));
+        if let Err(refused) = self.admit(cmd, &args, live) {
+            return Pending::Ready(refused);
         }
-        if !cmd.arity_ok(args.len()) {
-            self.mark_dirty();
-            return Pending::Ready(error_reply(&format!(
-                "ERR wrong number of arguments for '{}' command",
-                cmd.name
-            )));
-        }
-        // AUTH, HELLO and QUIT are served before authentication and before HELLO 3.
-        let handshake = matches!(
-            cmd.class,
-            CommandClass::Proxy(ProxyCommand::Auth | ProxyCommand::Hello | ProxyCommand::Quit)
-        );
-        if !self.state.authenticated && !handshake {
-            self.mark_dirty();
-            return Pending::Ready(error_reply("NOAUTH Authentication required."));
-        }
-        // Users with permissions to check (none without ACL users): before anything is
-        // dispatched or queued in MULTI.
-        if let Some(p) = &self.state.perms {
-            let scripts = live.parts.listener.client.allow_restricted_scripts;
-            let checked = p.check(cmd, &args, &mut self.keys).and_then(|()| {
-                match scripts || p.allows_script(cmd) {
-                    true => Ok(()),
-                    false => Err(Denied::Script),
-                }
-            });
-            if let Err(d) = checked {
-                self.mark_dirty();
-                return Pending::Ready(crate::acl::denied(d, self.state.user_name(), cmd));
-            }
-        }
-        if live.parts.listener.resp.protocol == ProtocolMode::Resp3
-            && !self.state.resp3
-            && !handshake
-        {
-            return Pending::Ready(error_reply(
-                "NOPROTO this listener speaks RESP3 only: send HELLO 3 first",
-            ));
-        }
-        let op_timeout = live.parts.listener.op_timeout;
-        // The clock is read only for commands that go upstream: the reply's deadline, and the
-        // session's backstop after it.
-        let times = || {
-            let deadline = batch_now() + op_timeout;
-            (deadline, backstop(deadline, op_timeout))
-        };
         // SORT's BY and GET patterns read keys on the sorted key's shard: refused when the
         // keys they form may live elsewhere (they would read as missing), as Redis Cluster
         // refuses them.
@@ -143,141 +101,204 @@ impl Session {
             && matches!(cmd.name, "fcall" | "fcall_ro")
             && cmd.key_indices(&args, &mut self.keys).is_err()
         {
-            let (deadline, backstop) = times();
+            let (deadline, backstop) = times(live);
             let flavor = self.state.flavor();
             return Pending::other(
                 fanout::one(args, &live.parts, flavor, live.conn, deadline),
                 backstop,
             );
         }
-        if in_multi || cmd.class == CommandClass::Transaction {
-            return self.dispatch_tx(cmd, args, live, ctx, times().0);
-        }
         let flavor = self.state.flavor();
-        match cmd.class {
-            CommandClass::Proxy(p) => {
-                if p == ProxyCommand::Reset {
-                    self.tx = None;
-                    self.sub = None;
-                }
-                if p == ProxyCommand::Ping
-                    && !self.state.resp3
-                    && self.sub.as_ref().is_some_and(|s| s.active())
-                {
-                    // Subscriber mode (RESP2): PING answers ["pong", message].
-                    let msg = args.get(1).cloned().unwrap_or_default();
-                    let f = respway_filters::resp::Frame::Array(vec![
-                        respway_filters::resp::Frame::Bulk(Bytes::from_static(b"pong")),
-                        respway_filters::resp::Frame::Bulk(msg),
-                    ]);
-                    return Pending::Ready(f.to_bytes());
-                }
-                if self.tx.is_some() && matches!(p, ProxyCommand::Select | ProxyCommand::Hello) {
-                    return Pending::Ready(error_reply(&format!(
-                        "ERR respway: {} is not allowed while a WATCH is active (the transaction's connection keeps its protocol and database)",
-                        cmd.name.to_ascii_uppercase()
-                    )));
-                }
-                let databases = live.parts.databases;
-                match local::handle(
-                    p,
-                    &args,
-                    &mut self.state,
-                    ctx,
-                    &live.parts.listener,
-                    live.parts.acl.as_deref(),
-                    databases,
-                ) {
-                    Local::Reply(r) => Pending::Ready(r),
-                    Local::ReplyAndClose(r) => {
-                        self.closing = true;
-                        Pending::Ready(r)
-                    }
-                    Local::Late {
-                        reply,
-                        delay,
-                        close,
-                    } => {
-                        // Nothing more is read until it is answered (see `decode_all`).
-                        self.closing |= close;
-                        self.tarpit = true;
-                        let at = Instant::now() + delay;
-                        Pending::other(
-                            Box::pin(async move {
-                                tokio::time::sleep_until(at).await;
-                                reply
-                            }),
-                            backstop(at, op_timeout),
-                        )
-                    }
-                    Local::Forward => {
-                        let (deadline, backstop) = times();
-                        Pending::other(
-                            fanout::one(args, &live.parts, flavor, live.conn, deadline),
-                            backstop,
-                        )
-                    }
-                    Local::InfoWithKeyspace(text) => {
-                        let (deadline, backstop) = times();
-                        Pending::other(
-                            fanout::info_with_keyspace(
-                                text,
-                                self.state.resp3,
-                                &live.parts,
-                                flavor,
-                                live.conn,
-                                deadline,
-                            ),
-                            backstop,
-                        )
-                    }
-                }
+        let parts = &live.parts;
+        match stack::handler(cmd, in_multi) {
+            Handler::Chain => self.forward(cmd, args, live, ctx),
+            Handler::Transaction => self.dispatch_tx(cmd, args, live, ctx, times(live).0),
+            Handler::Local(p) => self.dispatch_local(p, cmd, args, live, ctx),
+            Handler::Fanout(kind) => {
+                let (deadline, backstop) = times(live);
+                let fut = fanout::call(kind, args, parts, flavor, live.conn, deadline);
+                Pending::other(fut, backstop)
             }
-            CommandClass::Fanout(kind) => {
-                let (deadline, backstop) = times();
-                Pending::other(
-                    fanout::call(kind, args, &live.parts, flavor, live.conn, deadline),
-                    backstop,
-                )
+            Handler::Keyspace(kind) => {
+                let (deadline, backstop) = times(live);
+                let fut = crate::keyspace::call(kind, args, parts, flavor, live.conn, deadline);
+                Pending::other(fut, backstop)
             }
-            CommandClass::Transaction => unreachable!("handled above"),
-            CommandClass::Keyspace(kind) => {
-                let (deadline, backstop) = times();
-                Pending::other(
-                    crate::keyspace::call(kind, args, &live.parts, flavor, live.conn, deadline),
-                    backstop,
-                )
-            }
-            CommandClass::Blocking if crate::wait::is_wait(cmd) => {
-                match crate::wait::call(cmd, args, &live.parts, flavor, op_timeout) {
+            Handler::Wait => {
+                let op_timeout = parts.listener.op_timeout;
+                match crate::wait::call(cmd, args, parts, flavor, op_timeout) {
                     crate::wait::Call::Wait { fut, backstop } => Pending::other(fut, backstop),
                     crate::wait::Call::Refused(r) => Pending::Ready(r),
                 }
             }
-            CommandClass::Blocking => {
+            Handler::Blocking => {
                 if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
                     return Pending::Ready(error_reply(&format!("ERR {e}")));
                 }
-                match crate::blocking::call(cmd, args, &self.keys, &live.parts, flavor, op_timeout)
-                {
+                let op_timeout = parts.listener.op_timeout;
+                match crate::blocking::call(cmd, args, &self.keys, parts, flavor, op_timeout) {
                     crate::blocking::Call::Forward(args) => self.forward(cmd, args, live, ctx),
                     crate::blocking::Call::Wait { fut, backstop } => Pending::other(fut, backstop),
                     crate::blocking::Call::Refused(r) => Pending::Ready(r),
                 }
             }
-            CommandClass::PubSub(kind) => self.dispatch_pubsub(kind, args, live),
-            CommandClass::Unsupported if cmd.name == "acl" || cmd.name.starts_with("acl|") => {
-                Pending::Ready(local::acl(&args, &self.state, live.parts.acl.as_deref()))
-            }
-            CommandClass::Unsupported => {
+            Handler::PubSub(kind) => self.dispatch_pubsub(kind, args, live),
+            Handler::Acl => Pending::Ready(local::acl(&args, &self.state, parts.acl.as_deref())),
+            Handler::Unsupported => {
                 ctx.stats.unsupported.inc();
                 Pending::Ready(error_reply(&format!(
                     "ERR command '{}' is not supported by respway",
                     String::from_utf8_lossy(&args[0])
                 )))
             }
-            CommandClass::Single | CommandClass::Split(_) | CommandClass::SameShard => {
-                self.forward(cmd, args, live, ctx)
+        }
+    }
+
+    /// The checks every command passes before it goes anywhere (or is queued in `MULTI`):
+    /// subscriber mode, arity, authentication, the user's permissions, the listener's
+    /// protocol. The refusal is the reply; those Redis counts against a `MULTI` mark it.
+    fn admit(
+        &mut self,
+        cmd: &'static command::CommandInfo,
+        args: &[Bytes],
+        live: &Live,
+    ) -> Result<(), Reply> {
+        if self.sub.as_ref().is_some_and(|s| s.active())
+            && !self.state.resp3
+            && !pubsub::allowed_when_subscribed(cmd)
+        {
+            return Err(error_reply(&format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
+                 RESET are allowed in this context",
+                cmd.name
+            )));
+        }
+        if !cmd.arity_ok(args.len()) {
+            self.mark_dirty();
+            return Err(error_reply(&format!(
+                "ERR wrong number of arguments for '{}' command",
+                cmd.name
+            )));
+        }
+        // AUTH, HELLO and QUIT are served before authentication and before HELLO 3.
+        let handshake = matches!(
+            cmd.class,
+            CommandClass::Proxy(ProxyCommand::Auth | ProxyCommand::Hello | ProxyCommand::Quit)
+        );
+        if !self.state.authenticated && !handshake {
+            self.mark_dirty();
+            return Err(error_reply("NOAUTH Authentication required."));
+        }
+        // Users with permissions to check (none without ACL users): before anything is
+        // dispatched or queued in MULTI.
+        if let Some(p) = &self.state.perms {
+            let scripts = live.parts.listener.client.allow_restricted_scripts;
+            let checked = p.check(cmd, args, &mut self.keys).and_then(|()| {
+                match scripts || p.allows_script(cmd) {
+                    true => Ok(()),
+                    false => Err(Denied::Script),
+                }
+            });
+            if let Err(d) = checked {
+                self.mark_dirty();
+                return Err(crate::acl::denied(d, self.state.user_name(), cmd));
+            }
+        }
+        if live.parts.listener.resp.protocol == ProtocolMode::Resp3
+            && !self.state.resp3
+            && !handshake
+        {
+            return Err(error_reply(
+                "NOPROTO this listener speaks RESP3 only: send HELLO 3 first",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Commands the proxy answers itself (`local.rs`), or forwards as they are.
+    fn dispatch_local(
+        &mut self,
+        p: ProxyCommand,
+        cmd: &'static command::CommandInfo,
+        args: Vec<Bytes>,
+        live: &mut Live,
+        ctx: &ListenerCtx,
+    ) -> Pending {
+        let op_timeout = live.parts.listener.op_timeout;
+        let flavor = self.state.flavor();
+        if p == ProxyCommand::Reset {
+            self.tx = None;
+            self.sub = None;
+        }
+        if p == ProxyCommand::Ping
+            && !self.state.resp3
+            && self.sub.as_ref().is_some_and(|s| s.active())
+        {
+            // Subscriber mode (RESP2): PING answers ["pong", message].
+            let msg = args.get(1).cloned().unwrap_or_default();
+            let f = respway_filters::resp::Frame::Array(vec![
+                respway_filters::resp::Frame::Bulk(Bytes::from_static(b"pong")),
+                respway_filters::resp::Frame::Bulk(msg),
+            ]);
+            return Pending::Ready(f.to_bytes());
+        }
+        if self.tx.is_some() && matches!(p, ProxyCommand::Select | ProxyCommand::Hello) {
+            return Pending::Ready(error_reply(&format!(
+                "ERR respway: {} is not allowed while a WATCH is active (the transaction's connection keeps its protocol and database)",
+                cmd.name.to_ascii_uppercase()
+            )));
+        }
+        let databases = live.parts.databases;
+        let local = local::handle(
+            p,
+            &args,
+            &mut self.state,
+            ctx,
+            &live.parts.listener,
+            live.parts.acl.as_deref(),
+            databases,
+        );
+        match local {
+            Local::Reply(r) => Pending::Ready(r),
+            Local::ReplyAndClose(r) => {
+                self.closing = true;
+                Pending::Ready(r)
+            }
+            Local::Late {
+                reply,
+                delay,
+                close,
+            } => {
+                // Nothing more is read until it is answered (see `decode_all`).
+                self.closing |= close;
+                self.tarpit = true;
+                let at = Instant::now() + delay;
+                Pending::other(
+                    Box::pin(async move {
+                        tokio::time::sleep_until(at).await;
+                        reply
+                    }),
+                    backstop(at, op_timeout),
+                )
+            }
+            Local::Forward => {
+                let (deadline, backstop) = times(live);
+                Pending::other(
+                    fanout::one(args, &live.parts, flavor, live.conn, deadline),
+                    backstop,
+                )
+            }
+            Local::InfoWithKeyspace(text) => {
+                let (deadline, backstop) = times(live);
+                let fut = fanout::info_with_keyspace(
+                    text,
+                    self.state.resp3,
+                    &live.parts,
+                    flavor,
+                    live.conn,
+                    deadline,
+                );
+                Pending::other(fut, backstop)
             }
         }
     }

@@ -16,6 +16,7 @@
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::io;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -39,7 +40,7 @@ use crate::outq::OutQueue;
 use crate::pubsub;
 use crate::slowlog::FirstArg;
 use crate::spare;
-use crate::stack::{self, Chain, ChainFuture, Parts};
+use crate::stack::{self, Chain, ChainFuture, Handler, Parts};
 use crate::tls::Io;
 use crate::tx::{self, Pinned, Tx};
 
@@ -290,175 +291,14 @@ impl Session {
         // loop, before that wake, only repeats its work through every layer of the chain.
         let mut front_waits = false;
         loop {
-            let mut progress = false;
-
-            // 1. Read and dispatch while the client may have more outstanding and the bytes
-            //    held for it stay under its bound.
-            let max = live.parts.listener.max_pending_per_client.min(self.window);
-            if !self.closing
-                && !self.eof
-                && !self.draining
-                && self.pending.len() < max
-                && self.held() < limit
-                && stream.poll_read_ready(cx).is_ready()
-            {
-                // An idle connection holds no read buffer: it takes one of the worker's
-                // spares (see `spare`); with none, the first read goes to the stack, and the
-                // buffer is allocated once bytes arrived.
-                const FIRST: usize = 512;
-                if self.rbuf.capacity() == 0 {
-                    self.rbuf = spare::take();
-                }
-                let unallocated = self.rbuf.capacity() == 0;
-                // A large argument whose length the decoder has read (a 1 MiB SET value) gets
-                // room for all of it at once: one allocation and one copy of what arrived so
-                // far, instead of one per doubling. Capacity not written yet costs no memory.
-                let ahead = match self.decoder.bulk_end_hint() {
-                    Some(end) if !unallocated && end > self.rbuf.capacity() => {
-                        (end - self.rbuf.len()).min(MAX_AHEAD)
-                    }
-                    _ => 0,
-                };
-                if ahead > 0 {
-                    self.rbuf.reserve(ahead);
-                } else if !unallocated && self.rbuf.capacity() - self.rbuf.len() < 1024 {
-                    self.rbuf.reserve(READ_CHUNK);
-                }
-                let spare = if unallocated {
-                    FIRST
-                } else {
-                    self.rbuf.capacity() - self.rbuf.len()
-                };
-                let read = if unallocated {
-                    let mut first = [0u8; FIRST];
-                    stream.try_read(&mut first).inspect(|&n| {
-                        if n > 0 {
-                            self.rbuf.reserve(READ_CHUNK);
-                            self.rbuf.extend_from_slice(&first[..n]);
-                        }
-                    })
-                } else {
-                    stream.try_read_buf(&mut self.rbuf)
-                };
-                match read {
-                    Ok(0) => {
-                        self.eof = true;
-                        progress = true;
-                        // A client that leaves while blocked (BLPOP ...) ends the session at
-                        // once, as in Redis: dropping the command's future closes its
-                        // dedicated connection, so nothing is popped for nobody.
-                        if self.lane == Lane::Blocking && self.waits > 0 {
-                            return Poll::Ready(Ok(()));
-                        }
-                    }
-                    Ok(n) => {
-                        crate::stats::bump(&ctx.stats.bytes_in, n as u64);
-                        // A short read drained the socket: skip the read that would only
-                        // return EAGAIN (see `upstream::clear_read_readiness`).
-                        if n < spare {
-                            stream.drained();
-                        }
-                        progress = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => progress = true,
-                    Err(e) => return Poll::Ready(Err(e)),
-                }
+            let mut progress = match self.read_and_dispatch(cx, stream, live, ctx, limit) {
+                ControlFlow::Continue(p) => p,
+                ControlFlow::Break(end) => return Poll::Ready(end),
+            };
+            match self.move_replies(cx, live, ctx, limit, hard, &mut front_waits) {
+                ControlFlow::Continue(p) => progress |= p,
+                ControlFlow::Break(end) => return Poll::Ready(end),
             }
-            if (!self.rbuf.is_empty() || self.stashed.is_some())
-                && !self.closing
-                && live.refresh(&ctx.slot, self.waits > 0)
-                && self.rebind(live)
-            {
-                let before = self.pending.len();
-                self.decode_all(live, ctx, max, limit);
-                let n = self.pending.len() - before;
-                if n > 0 {
-                    crate::stats::bump(&ctx.stats.pipeline[crate::stats::pipeline_bucket(n)], 1);
-                    progress = true;
-                }
-            }
-            // Everything read was decoded: the buffer goes back to the worker's spares.
-            if self.rbuf.is_empty() && self.rbuf.capacity() > 0 {
-                spare::give(std::mem::take(&mut self.rbuf));
-            }
-
-            // 2. Move finished replies, oldest first, into the write buffer (the clock is
-            //    read once per turn, for the latency of the replies it completes).
-            let mut now = TurnClock::new(&ctx.stats.cmds);
-            if self.wbuf.buf.capacity() == 0 && (!self.pending.is_empty() || self.sub.is_some()) {
-                self.wbuf.buf = spare::take();
-            }
-            while let Some(front) = self.pending.front_mut() {
-                let reply = match front {
-                    Pending::Ready(_) => match self.pending.pop_front() {
-                        Some(Pending::Ready(r)) => {
-                            self.ready_bytes -= r.len();
-                            r
-                        }
-                        _ => unreachable!("front was Ready"),
-                    },
-                    Pending::Wait { .. } | Pending::Other { .. } if front_waits => break,
-                    Pending::Wait { deadline, idx, .. } | Pending::Other { deadline, idx, .. } => {
-                        let (deadline, idx) = (*deadline, *idx);
-                        let polled = match front {
-                            Pending::Wait { fut, .. } => match Pin::new(fut).poll(cx) {
-                                Poll::Ready(Ok(r)) => Poll::Ready(r),
-                                Poll::Ready(Err(never)) => match never {},
-                                Poll::Pending => Poll::Pending,
-                            },
-                            Pending::Other { fut, .. } => fut.as_mut().poll(cx),
-                            Pending::Ready(_) => unreachable!("front waits"),
-                        };
-                        match polled {
-                            Poll::Ready(r) => {
-                                if let Some(us) = record(ctx, live, &mut now, idx, deadline, &r) {
-                                    // Slow: the entry is still at the front.
-                                    let first = match self.pending.front() {
-                                        Some(
-                                            Pending::Wait { first, .. }
-                                            | Pending::Other { first, .. },
-                                        ) => *first,
-                                        _ => FirstArg::NONE,
-                                    };
-                                    self.log_slow_reply(ctx, live, idx, us, deadline, &r, first);
-                                }
-                                self.pending.pop_front();
-                                self.waits -= 1;
-                                self.confirmed(idx);
-                                self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
-                                if self.held() + r.len() < limit {
-                                    self.window = self.window.saturating_add(1);
-                                } else {
-                                    self.window = (self.window / 2).max(1);
-                                }
-                                r
-                            }
-                            Poll::Pending => {
-                                if self.poll_timeout(cx, deadline) {
-                                    self.pending.pop_front();
-                                    self.waits -= 1;
-                                    self.confirmed(idx);
-                                    ctx.stats.timeouts.inc();
-                                    error_reply("ERR respway: upstream timeout")
-                                } else {
-                                    front_waits = true;
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                };
-                self.wbuf.push(&reply);
-                progress = true;
-                if self.wbuf.len() > hard {
-                    return Poll::Ready(Err(self.cut(ctx, Cut::HardLimit(self.wbuf.len()))));
-                }
-            }
-
-            // Counted before any of these replies is written (a client that reads its reply
-            // and then scrapes the metrics finds it counted).
-            drop(now);
-
             // 2b. Pub/sub messages, once every confirmation before them is written.
             if let Some(sub) = self.sub.as_mut().filter(|s| s.confirming == 0) {
                 match sub.drain(cx, &mut self.wbuf.buf, self.state.resp3, DRAIN_MAX) {
@@ -466,53 +306,9 @@ impl Session {
                     Err(n) => return Poll::Ready(Err(self.cut(ctx, Cut::Subscriber(n)))),
                 }
             }
-
-            // 3. Write what is ready, in as few syscalls as possible.
-            let mut blocked = false;
-            let mut took = false;
-            // (TLS: records rustls holds once `wbuf` is empty are written too.)
-            while !self.wbuf.is_empty() || stream.pending_out() {
-                match stream.poll_write_ready(cx) {
-                    Poll::Ready(Ok(())) => match stream.try_write(self.wbuf.front()) {
-                        Ok(n) => {
-                            self.wbuf.advance(n);
-                            crate::stats::bump(&ctx.stats.bytes_out, n as u64);
-                            took = true;
-                            progress = true;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                        Err(e) => return Poll::Ready(Err(e)),
-                    },
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => {
-                        blocked = true;
-                        break;
-                    }
-                }
-            }
-            // Everything was written: the buffer goes back to the worker's spares.
-            if self.wbuf.is_empty() && self.wbuf.buf.capacity() > 0 {
-                spare::give(std::mem::take(&mut self.wbuf.buf));
-            }
-            // A client held at its bound that takes nothing (it may be writing a pipeline it
-            // will only read after the last command, and waits for us as we wait for it) is
-            // disconnected after the stall timeout instead of waiting forever.
-            // The clock is read only while held at the bound, not per write.
-            if blocked && self.held() >= limit {
-                let t = match &mut self.stall_timer {
-                    Some(t) => {
-                        if took {
-                            t.as_mut().reset(Instant::now() + stall);
-                        }
-                        t
-                    }
-                    None => self.stall_timer.insert(Box::pin(tokio::time::sleep(stall))),
-                };
-                if t.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Err(self.cut(ctx, Cut::Stalled(self.held()))));
-                }
-            } else if self.stall_timer.is_some() {
-                self.stall_timer = None;
+            match self.write_ready(cx, stream, ctx, limit, stall) {
+                ControlFlow::Continue(p) => progress |= p,
+                ControlFlow::Break(end) => return Poll::Ready(end),
             }
             if self.wbuf.is_empty()
                 && !stream.pending_out()
@@ -526,6 +322,273 @@ impl Session {
                 return Poll::Pending;
             }
         }
+    }
+
+    /// Step 1: reads what the client sent and dispatches it, while the client may have more
+    /// outstanding and the bytes held for it stay under its bound. `Continue(progress)`, or
+    /// `Break` with how the session ends.
+    #[inline(always)]
+    fn read_and_dispatch(
+        &mut self,
+        cx: &mut Context<'_>,
+        stream: &mut impl Io,
+        live: &mut Live,
+        ctx: &ListenerCtx,
+        limit: usize,
+    ) -> ControlFlow<io::Result<()>, bool> {
+        let mut progress = false;
+        let max = live.parts.listener.max_pending_per_client.min(self.window);
+        if !self.closing
+            && !self.eof
+            && !self.draining
+            && self.pending.len() < max
+            && self.held() < limit
+            && stream.poll_read_ready(cx).is_ready()
+        {
+            if let ControlFlow::Break(end) = self.read_some(stream, ctx) {
+                return ControlFlow::Break(end);
+            }
+            progress = true;
+        }
+        if (!self.rbuf.is_empty() || self.stashed.is_some())
+            && !self.closing
+            && live.refresh(&ctx.slot, self.waits > 0)
+            && self.rebind(live)
+        {
+            let before = self.pending.len();
+            self.decode_all(live, ctx, max, limit);
+            let n = self.pending.len() - before;
+            if n > 0 {
+                crate::stats::bump(&ctx.stats.pipeline[crate::stats::pipeline_bucket(n)], 1);
+                progress = true;
+            }
+        }
+        // Everything read was decoded: the buffer goes back to the worker's spares.
+        if self.rbuf.is_empty() && self.rbuf.capacity() > 0 {
+            spare::give(std::mem::take(&mut self.rbuf));
+        }
+        ControlFlow::Continue(progress)
+    }
+
+    /// One read from a socket that is ready, into the read buffer (progress either way).
+    #[inline(always)]
+    fn read_some(
+        &mut self,
+        stream: &mut impl Io,
+        ctx: &ListenerCtx,
+    ) -> ControlFlow<io::Result<()>> {
+        // An idle connection holds no read buffer: it takes one of the worker's
+        // spares (see `spare`); with none, the first read goes to the stack, and the
+        // buffer is allocated once bytes arrived.
+        const FIRST: usize = 512;
+        if self.rbuf.capacity() == 0 {
+            self.rbuf = spare::take();
+        }
+        let unallocated = self.rbuf.capacity() == 0;
+        // A large argument whose length the decoder has read (a 1 MiB SET value) gets
+        // room for all of it at once: one allocation and one copy of what arrived so
+        // far, instead of one per doubling. Capacity not written yet costs no memory.
+        let ahead = match self.decoder.bulk_end_hint() {
+            Some(end) if !unallocated && end > self.rbuf.capacity() => {
+                (end - self.rbuf.len()).min(MAX_AHEAD)
+            }
+            _ => 0,
+        };
+        if ahead > 0 {
+            self.rbuf.reserve(ahead);
+        } else if !unallocated && self.rbuf.capacity() - self.rbuf.len() < 1024 {
+            self.rbuf.reserve(READ_CHUNK);
+        }
+        let spare = if unallocated {
+            FIRST
+        } else {
+            self.rbuf.capacity() - self.rbuf.len()
+        };
+        let read = if unallocated {
+            let mut first = [0u8; FIRST];
+            stream.try_read(&mut first).inspect(|&n| {
+                if n > 0 {
+                    self.rbuf.reserve(READ_CHUNK);
+                    self.rbuf.extend_from_slice(&first[..n]);
+                }
+            })
+        } else {
+            stream.try_read_buf(&mut self.rbuf)
+        };
+        match read {
+            Ok(0) => {
+                self.eof = true;
+                // A client that leaves while blocked (BLPOP ...) ends the session at
+                // once, as in Redis: dropping the command's future closes its
+                // dedicated connection, so nothing is popped for nobody.
+                if self.lane == Lane::Blocking && self.waits > 0 {
+                    return ControlFlow::Break(Ok(()));
+                }
+            }
+            Ok(n) => {
+                crate::stats::bump(&ctx.stats.bytes_in, n as u64);
+                // A short read drained the socket: skip the read that would only
+                // return EAGAIN (see `upstream::clear_read_readiness`).
+                if n < spare {
+                    stream.drained();
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return ControlFlow::Break(Err(e)),
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Step 2: moves finished replies, oldest first, into the write buffer.
+    #[inline(always)]
+    fn move_replies(
+        &mut self,
+        cx: &mut Context<'_>,
+        live: &Live,
+        ctx: &ListenerCtx,
+        limit: usize,
+        hard: usize,
+        front_waits: &mut bool,
+    ) -> ControlFlow<io::Result<()>, bool> {
+        let mut progress = false;
+        // 2. Move finished replies, oldest first, into the write buffer (the clock is
+        //    read once per turn, for the latency of the replies it completes).
+        let mut now = TurnClock::new(&ctx.stats.cmds);
+        if self.wbuf.buf.capacity() == 0 && (!self.pending.is_empty() || self.sub.is_some()) {
+            self.wbuf.buf = spare::take();
+        }
+        while let Some(front) = self.pending.front_mut() {
+            let reply = match front {
+                Pending::Ready(_) => match self.pending.pop_front() {
+                    Some(Pending::Ready(r)) => {
+                        self.ready_bytes -= r.len();
+                        r
+                    }
+                    _ => unreachable!("front was Ready"),
+                },
+                Pending::Wait { .. } | Pending::Other { .. } if *front_waits => break,
+                Pending::Wait { deadline, idx, .. } | Pending::Other { deadline, idx, .. } => {
+                    let (deadline, idx) = (*deadline, *idx);
+                    let polled = match front {
+                        Pending::Wait { fut, .. } => match Pin::new(fut).poll(cx) {
+                            Poll::Ready(Ok(r)) => Poll::Ready(r),
+                            Poll::Ready(Err(never)) => match never {},
+                            Poll::Pending => Poll::Pending,
+                        },
+                        Pending::Other { fut, .. } => fut.as_mut().poll(cx),
+                        Pending::Ready(_) => unreachable!("front waits"),
+                    };
+                    match polled {
+                        Poll::Ready(r) => {
+                            if let Some(us) = record(ctx, live, &mut now, idx, deadline, &r) {
+                                // Slow: the entry is still at the front.
+                                let first = match self.pending.front() {
+                                    Some(
+                                        Pending::Wait { first, .. } | Pending::Other { first, .. },
+                                    ) => *first,
+                                    _ => FirstArg::NONE,
+                                };
+                                self.log_slow_reply(ctx, live, idx, us, deadline, &r, first);
+                            }
+                            self.pending.pop_front();
+                            self.waits -= 1;
+                            self.confirmed(idx);
+                            self.avg_reply = (self.avg_reply * 7 + r.len()) / 8;
+                            if self.held() + r.len() < limit {
+                                self.window = self.window.saturating_add(1);
+                            } else {
+                                self.window = (self.window / 2).max(1);
+                            }
+                            r
+                        }
+                        Poll::Pending => {
+                            if self.poll_timeout(cx, deadline) {
+                                self.pending.pop_front();
+                                self.waits -= 1;
+                                self.confirmed(idx);
+                                ctx.stats.timeouts.inc();
+                                error_reply("ERR respway: upstream timeout")
+                            } else {
+                                *front_waits = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+            };
+            self.wbuf.push(&reply);
+            progress = true;
+            if self.wbuf.len() > hard {
+                return ControlFlow::Break(Err(self.cut(ctx, Cut::HardLimit(self.wbuf.len()))));
+            }
+        }
+
+        // Counted before any of these replies is written (a client that reads its reply
+        // and then scrapes the metrics finds it counted).
+        drop(now);
+        ControlFlow::Continue(progress)
+    }
+
+    /// Step 3: writes what is ready, and disconnects a client held at its bound that reads
+    /// nothing for the stall timeout.
+    #[inline(always)]
+    fn write_ready(
+        &mut self,
+        cx: &mut Context<'_>,
+        stream: &mut impl Io,
+        ctx: &ListenerCtx,
+        limit: usize,
+        stall: std::time::Duration,
+    ) -> ControlFlow<io::Result<()>, bool> {
+        let mut progress = false;
+        // 3. Write what is ready, in as few syscalls as possible.
+        let mut blocked = false;
+        let mut took = false;
+        // (TLS: records rustls holds once `wbuf` is empty are written too.)
+        while !self.wbuf.is_empty() || stream.pending_out() {
+            match stream.poll_write_ready(cx) {
+                Poll::Ready(Ok(())) => match stream.try_write(self.wbuf.front()) {
+                    Ok(n) => {
+                        self.wbuf.advance(n);
+                        crate::stats::bump(&ctx.stats.bytes_out, n as u64);
+                        took = true;
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return ControlFlow::Break(Err(e)),
+                },
+                Poll::Ready(Err(e)) => return ControlFlow::Break(Err(e)),
+                Poll::Pending => {
+                    blocked = true;
+                    break;
+                }
+            }
+        }
+        // Everything was written: the buffer goes back to the worker's spares.
+        if self.wbuf.is_empty() && self.wbuf.buf.capacity() > 0 {
+            spare::give(std::mem::take(&mut self.wbuf.buf));
+        }
+        // A client held at its bound that takes nothing (it may be writing a pipeline it
+        // will only read after the last command, and waits for us as we wait for it) is
+        // disconnected after the stall timeout instead of waiting forever.
+        // The clock is read only while held at the bound, not per write.
+        if blocked && self.held() >= limit {
+            let t = match &mut self.stall_timer {
+                Some(t) => {
+                    if took {
+                        t.as_mut().reset(Instant::now() + stall);
+                    }
+                    t
+                }
+                None => self.stall_timer.insert(Box::pin(tokio::time::sleep(stall))),
+            };
+            if t.as_mut().poll(cx).is_ready() {
+                return ControlFlow::Break(Err(self.cut(ctx, Cut::Stalled(self.held()))));
+            }
+        } else if self.stall_timer.is_some() {
+            self.stall_timer = None;
+        }
+        ControlFlow::Continue(progress)
     }
 
     /// Bytes held for this client: replies waiting to be written, replies ready in order, and
@@ -580,15 +643,16 @@ impl Session {
             return Lane::Local;
         };
         let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
-        match cmd.class {
-            CommandClass::Transaction => Lane::Dedicated(self.pins),
-            _ if in_multi => Lane::Dedicated(self.pins),
-            CommandClass::Proxy(ProxyCommand::Command | ProxyCommand::Info) => {
+        match stack::handler(cmd, in_multi) {
+            Handler::Transaction => Lane::Dedicated(self.pins),
+            Handler::Local(ProxyCommand::Command | ProxyCommand::Info) => {
                 Lane::Shared(self.state.flavor())
             }
-            CommandClass::Proxy(_) | CommandClass::Unsupported => Lane::Local,
-            CommandClass::Blocking => Lane::Blocking,
-            _ => Lane::Shared(self.state.flavor()),
+            Handler::Local(_) | Handler::Acl | Handler::Unsupported => Lane::Local,
+            Handler::Blocking | Handler::Wait => Lane::Blocking,
+            Handler::Chain | Handler::PubSub(_) | Handler::Keyspace(_) | Handler::Fanout(_) => {
+                Lane::Shared(self.state.flavor())
+            }
         }
     }
 

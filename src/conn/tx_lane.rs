@@ -2,6 +2,8 @@
 //! queued inside `MULTI`, on the dedicated connection the transaction is pinned to (see
 //! `crate::tx`).
 
+use std::time::Duration;
+
 use super::*;
 
 impl Session {
@@ -82,6 +84,139 @@ impl Session {
     pub(super) fn dispatch_tx(
         &mut self,
         cmd: &'static command::CommandInfo,
+        args: Vec<Bytes>,
+        live: &mut Live,
+        ctx: &ListenerCtx,
+        deadline: Instant,
+    ) -> Pending {
+        let op_timeout = live.parts.listener.op_timeout;
+        let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
+        match cmd.name {
+            "multi" if in_multi => Pending::Ready(error_reply("ERR MULTI calls can not be nested")),
+            "multi" => self.tx_multi(args, deadline, op_timeout),
+            "watch" if in_multi => {
+                Pending::Ready(error_reply("ERR WATCH inside MULTI is not allowed"))
+            }
+            "exec" | "discard" if !in_multi => Pending::Ready(error_reply(&format!(
+                "ERR {} without MULTI",
+                cmd.name.to_ascii_uppercase()
+            ))),
+            "unwatch" if !in_multi => self.tx_unwatch(args, deadline, op_timeout),
+            "exec" | "discard" => self.tx_end(cmd, args, live, deadline, op_timeout),
+            _ => self.tx_queue(cmd, args, live, ctx, deadline),
+        }
+    }
+
+    /// The shard the transaction is pinned to, once it is.
+    fn tx_pinned(&self) -> Option<(usize, usize)> {
+        self.tx
+            .as_ref()
+            .and_then(|t| t.pinned.as_ref())
+            .map(|p| (p.cluster, p.shard))
+    }
+
+    /// `MULTI`: sent at once on a pinned connection (after `WATCH`), else held until the
+    /// first key picks the shard.
+    fn tx_multi(&mut self, args: Vec<Bytes>, deadline: Instant, op_timeout: Duration) -> Pending {
+        let pinned = self.tx_pinned();
+        let tx = self.tx.get_or_insert_with(|| Tx::new(op_timeout));
+        tx.multi = true;
+        if pinned.is_some() {
+            return self.send_pinned(args, Vec::new(), deadline, op_timeout);
+        }
+        tx.queued.push(args);
+        Pending::Ready(Bytes::from_static(b"+OK\r\n"))
+    }
+
+    /// `UNWATCH` outside `MULTI`: ends a `WATCH`.
+    fn tx_unwatch(&mut self, args: Vec<Bytes>, deadline: Instant, op_timeout: Duration) -> Pending {
+        let Some(tx) = self.tx.take() else {
+            return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+        };
+        if tx.pinned.is_none() {
+            return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
+        }
+        self.tx = Some(tx);
+        let p = self.send_pinned(args, Vec::new(), deadline, op_timeout);
+        if let Some(tx) = self.tx.take() {
+            tx.finish();
+        }
+        p
+    }
+
+    /// `EXEC` / `DISCARD` inside `MULTI`: a transaction marked by a refusal is discarded
+    /// (`EXECABORT`); one that never got a key runs on the catch-all cluster's first shard.
+    fn tx_end(
+        &mut self,
+        cmd: &'static command::CommandInfo,
+        args: Vec<Bytes>,
+        live: &Live,
+        deadline: Instant,
+        op_timeout: Duration,
+    ) -> Pending {
+        let mut tx = self.tx.take().expect("in MULTI");
+        let discard = cmd.name == "discard";
+        if tx.dirty || discard {
+            let Some(p) = tx.pinned.as_ref() else {
+                // Nothing reached Redis.
+                return Pending::Ready(if discard {
+                    Bytes::from_static(b"+OK\r\n")
+                } else {
+                    error_reply("EXECABORT Transaction discarded because of previous errors.")
+                });
+            };
+            let f = p.conn.send(vec![Bytes::from_static(b"DISCARD")], deadline);
+            tx.finish();
+            return Pending::other(
+                Box::pin(async move {
+                    let Ok(r) = f.await;
+                    if discard || is_error(&r) {
+                        r
+                    } else {
+                        error_reply("EXECABORT Transaction discarded because of previous errors.")
+                    }
+                }),
+                backstop(deadline, op_timeout),
+            );
+        }
+        let mut before = Vec::new();
+        if tx.pinned.is_none() {
+            if tx.queued.len() <= 1 {
+                // MULTI then EXEC with nothing queued and nothing watched.
+                return Pending::Ready(Bytes::from_static(b"*0\r\n"));
+            }
+            // Only key-less commands: they run on the catch-all cluster's first shard.
+            let cluster = live
+                .parts
+                .routing
+                .routed_clusters()
+                .first()
+                .copied()
+                .unwrap_or(0);
+            self.tx = Some(tx);
+            match self.pin(cluster, 0, live, deadline) {
+                Ok(b) => before = b,
+                Err(e) => {
+                    self.tx = None;
+                    return Pending::Ready(e);
+                }
+            }
+            tx = self.tx.take().expect("pinned");
+        }
+        self.tx = Some(tx);
+        let p = self.send_pinned(args, before, deadline, op_timeout);
+        if let Some(tx) = self.tx.take() {
+            tx.finish();
+        }
+        p
+    }
+
+    /// `WATCH` (outside `MULTI`), or a command queued inside `MULTI`: placed on the
+    /// transaction's shard (pinning it when it is the first key), held while no key decided
+    /// it, or refused (marking the transaction).
+    fn tx_queue(
+        &mut self,
+        cmd: &'static command::CommandInfo,
         mut args: Vec<Bytes>,
         live: &mut Live,
         ctx: &ListenerCtx,
@@ -89,110 +224,7 @@ impl Session {
     ) -> Pending {
         let op_timeout = live.parts.listener.op_timeout;
         let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
-        let pinned = self
-            .tx
-            .as_ref()
-            .and_then(|t| t.pinned.as_ref())
-            .map(|p| (p.cluster, p.shard));
-        match cmd.name {
-            "multi" if in_multi => {
-                return Pending::Ready(error_reply("ERR MULTI calls can not be nested"))
-            }
-            "multi" => {
-                let tx = self.tx.get_or_insert_with(|| Tx::new(op_timeout));
-                tx.multi = true;
-                if pinned.is_some() {
-                    return self.send_pinned(args, Vec::new(), deadline, op_timeout);
-                }
-                tx.queued.push(args);
-                return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
-            }
-            "watch" if in_multi => {
-                return Pending::Ready(error_reply("ERR WATCH inside MULTI is not allowed"))
-            }
-            "exec" | "discard" if !in_multi => {
-                return Pending::Ready(error_reply(&format!(
-                    "ERR {} without MULTI",
-                    cmd.name.to_ascii_uppercase()
-                )))
-            }
-            "unwatch" if !in_multi => {
-                let Some(tx) = self.tx.take() else {
-                    return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
-                };
-                if tx.pinned.is_none() {
-                    return Pending::Ready(Bytes::from_static(b"+OK\r\n"));
-                }
-                self.tx = Some(tx);
-                let p = self.send_pinned(args, Vec::new(), deadline, op_timeout);
-                if let Some(tx) = self.tx.take() {
-                    tx.finish();
-                }
-                return p;
-            }
-            "exec" | "discard" => {
-                let mut tx = self.tx.take().expect("in MULTI");
-                let discard = cmd.name == "discard";
-                if tx.dirty || discard {
-                    let Some(p) = tx.pinned.as_ref() else {
-                        // Nothing reached Redis.
-                        return Pending::Ready(if discard {
-                            Bytes::from_static(b"+OK\r\n")
-                        } else {
-                            error_reply(
-                                "EXECABORT Transaction discarded because of previous errors.",
-                            )
-                        });
-                    };
-                    let f = p.conn.send(vec![Bytes::from_static(b"DISCARD")], deadline);
-                    tx.finish();
-                    return Pending::other(
-                        Box::pin(async move {
-                            let Ok(r) = f.await;
-                            if discard || is_error(&r) {
-                                r
-                            } else {
-                                error_reply(
-                                    "EXECABORT Transaction discarded because of previous errors.",
-                                )
-                            }
-                        }),
-                        backstop(deadline, op_timeout),
-                    );
-                }
-                let mut before = Vec::new();
-                if tx.pinned.is_none() {
-                    if tx.queued.len() <= 1 {
-                        // MULTI then EXEC with nothing queued and nothing watched.
-                        return Pending::Ready(Bytes::from_static(b"*0\r\n"));
-                    }
-                    // Only key-less commands: they run on the catch-all cluster's first shard.
-                    let cluster = live
-                        .parts
-                        .routing
-                        .routed_clusters()
-                        .first()
-                        .copied()
-                        .unwrap_or(0);
-                    self.tx = Some(tx);
-                    match self.pin(cluster, 0, live, deadline) {
-                        Ok(b) => before = b,
-                        Err(e) => {
-                            self.tx = None;
-                            return Pending::Ready(e);
-                        }
-                    }
-                    tx = self.tx.take().expect("pinned");
-                }
-                self.tx = Some(tx);
-                let p = self.send_pinned(args, before, deadline, op_timeout);
-                if let Some(tx) = self.tx.take() {
-                    tx.finish();
-                }
-                return p;
-            }
-            _ => {}
-        }
+        let pinned = self.tx_pinned();
         // WATCH (outside MULTI), or a command queued inside MULTI.
         match cmd.class {
             CommandClass::Proxy(ProxyCommand::Ping | ProxyCommand::Echo | ProxyCommand::Time)
