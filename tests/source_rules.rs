@@ -1,0 +1,58 @@
+//! Rules about the source itself that review alone would not keep: no decision is made by
+//! matching respway's own error text (errors are typed until they are written to the
+//! client), so a changed message cannot change behaviour.
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.expect("dir entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The lines of `text` outside `#[cfg(test)]` modules (which come last in a file here).
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .take_while(|(_, l)| l.trim() != "#[cfg(test)]")
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+}
+
+#[test]
+fn nothing_decides_by_matching_respways_own_error_text() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "filters/src", "xds/src", "tls/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 50, "{} files", files.len());
+    let mut found = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read");
+        for (i, line) in code_lines(&text) {
+            let compares = [
+                "starts_with(",
+                "ends_with(",
+                "contains(",
+                "find(",
+                "== b\"",
+                "== \"",
+            ]
+            .iter()
+            .any(|m| line.contains(m));
+            if compares && line.contains("respway:") {
+                found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "decisions made by respway's own error text (use the typed error instead):\n{}",
+        found.join("\n")
+    );
+}
