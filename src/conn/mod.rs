@@ -34,7 +34,9 @@ use tower::Service;
 
 use crate::fanout::{self, BoxReply};
 use crate::listener::{ListenerCtx, ListenerSlot};
-use crate::local::{self, Local, SessionState};
+pub(crate) use state::SessionState;
+
+use crate::local::{self, Local};
 use crate::metrics;
 use crate::outq::OutQueue;
 use crate::pubsub;
@@ -100,6 +102,7 @@ impl Live {
 
 mod clock;
 mod dispatch;
+mod state;
 mod tx_lane;
 
 use clock::{backstop, batch_now, record, started, Batch, TurnClock};
