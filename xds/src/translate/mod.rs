@@ -10,6 +10,7 @@
 mod cluster;
 mod endpoint;
 mod listener;
+mod routes;
 mod tls;
 
 pub(crate) use cluster::missing_assignment;
