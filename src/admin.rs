@@ -13,8 +13,10 @@
 //!   role, zone, how many workers see it healthy, dedicated connections open, requests,
 //!   upstream latency, errors, and while it is out (see [`crate::upstream::EndpointStats`])
 //!   since when and why.
-//! - `GET /config_dump`: the configuration served, as JSON (`{"version": N, "config": ...}`),
-//!   passwords shown as `<redacted>`.
+//! - `GET /config_dump`: the configuration served, as the YAML file would say it
+//!   ([`respway_xds::config_dump`]: the schema's keys and units, `# version: N` first, secrets
+//!   shown as `<redacted>`); `?include_defaults` shows the settings at their default too,
+//!   `?format=json` gives the same tree as JSON (`{"version": N, "config": ..., "notes": [...]}`).
 //! - `GET /healthz`: 200 while the process serves.
 //! - `POST /logging?level=LEVEL`: changes the log filter (`debug`, `info,respway=trace`, ...)
 //!   when the process gave a way to ([`Hooks`]).
@@ -359,13 +361,44 @@ async fn handle(
         },
         (&Method::GET, "/clusters") => text(StatusCode::OK, plain, clusters(&state)),
         (&Method::GET, "/config_dump") => {
-            let snap = state.config.current();
-            let body = serde_json::json!({ "version": snap.version, "config": &*snap.config });
-            text(
-                StatusCode::OK,
-                "application/json",
-                serde_json::to_string_pretty(&body).unwrap_or_default() + "\n",
-            )
+            let (mut json, mut defaults, mut unknown) = (false, false, Vec::new());
+            for param in req.uri().query().unwrap_or("").split('&') {
+                match param {
+                    "" | "format=yaml" => {}
+                    "format=json" => json = true,
+                    "include_defaults" | "include_defaults=true" | "include_defaults=1" => {
+                        defaults = true
+                    }
+                    other => unknown.push(other),
+                }
+            }
+            if unknown.is_empty() {
+                let snap = state.config.current();
+                let dump = respway_xds::config_dump(&snap.config, defaults);
+                if json {
+                    text(
+                        StatusCode::OK,
+                        "application/json",
+                        dump.to_json(snap.version),
+                    )
+                } else {
+                    text(
+                        StatusCode::OK,
+                        "application/yaml",
+                        dump.to_yaml(snap.version),
+                    )
+                }
+            } else {
+                text(
+                    StatusCode::BAD_REQUEST,
+                    plain,
+                    format!(
+                        "unknown parameter {}: /config_dump takes format=yaml (the default), \
+                         format=json and include_defaults\n",
+                        unknown.join(", ")
+                    ),
+                )
+            }
         }
         (&Method::GET, "/slowlog") => {
             let mut o = String::new();

@@ -620,7 +620,8 @@ fn redis_exporter_scrapes_respway_without_errors() {
     assert_eq!(c.call(&["LATENCY", "LATEST"]), Resp::Array(Some(vec![])));
 }
 
-/// /config_dump is the configuration served, as JSON, with passwords redacted.
+/// /config_dump is the configuration served, as the YAML file says it, with passwords
+/// redacted.
 #[test]
 fn config_dump_shows_the_served_config_without_secrets() {
     let shard = redis_with(&["--requirepass", "upstream-secret"]);
@@ -640,16 +641,18 @@ fn config_dump_shows_the_served_config_without_secrets() {
         !body.contains("secret"),
         "a secret in /config_dump:\n{body}"
     );
-    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    assert_eq!(v["version"], 1);
-    let l = &v["config"]["listeners"][0];
-    assert_eq!(l["name"], "main");
-    assert_eq!(l["downstream_password"], "<redacted>");
-    let c = &v["config"]["clusters"][0];
-    assert_eq!(c["auth"]["password"], "<redacted>");
+    assert!(body.starts_with("# version: 1\n"), "{body}");
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&body).expect("YAML");
+    let l = &v["listeners"][0];
+    assert_eq!(l["name"].as_str(), Some("main"));
+    assert_eq!(l["op_timeout"].as_str(), Some("2s"));
+    assert_eq!(l["downstream_auth_password"].as_str(), Some("<redacted>"));
+    let c = &v["clusters"][0];
+    assert_eq!(c["connect_timeout"].as_str(), Some("500ms"));
+    assert_eq!(c["auth"]["password"].as_str(), Some("<redacted>"));
     assert_eq!(
-        c["shards"][0]["endpoints"][0]["address"],
-        shard.addr.to_string()
+        c["shards"][0]["endpoints"][0]["address"].as_str(),
+        Some(shard.addr.to_string().as_str())
     );
 }
 
@@ -1073,4 +1076,61 @@ fn accept_out_of_descriptors_backs_off_and_is_counted() {
         "{}",
         rw.proc.log()
     );
+}
+
+/// /config_dump is rendered from the model served, not from a file (issue 27, item 7): a
+/// server started from a model that no file holds, then changed by an apply, dumps each
+/// version so that it reads back to the model applied; `?include_defaults` too. An unknown
+/// parameter is a 400 naming it.
+#[test]
+fn config_dump_renders_the_model_served_without_a_file() {
+    let (_shards, addrs) = three_shards();
+    let mut config = respway_xds::default_config();
+    config.listeners[0].address = "127.0.0.1:0".parse().unwrap();
+    let shard = &mut config.clusters[0].shards[0];
+    shard.endpoints[0].address = addrs[0];
+    shard.hash_key = addrs[0].to_string();
+    let server = respway::start(config.clone(), respway::Options::default()).expect("start");
+    let admin =
+        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, &server).expect("admin");
+    let dump = |query: &str| {
+        let (status, body) = http_get(admin.local_addr(), &format!("/config_dump{query}"));
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let reread = |text: &str| {
+        let resources = respway_xds::parse_yaml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        respway_xds::translate(&resources).expect("translate")
+    };
+    let first = dump("");
+    assert!(first.starts_with("# version: 1\n"), "{first}");
+    assert_eq!(reread(&first), config, "{first}");
+
+    // The same listener, on three ketama shards with whole keys hashed.
+    let yaml = sharded_yaml(&addrs, "{ policy: ketama }", false)
+        .replace("name: main\n    address", "name: default\n    address");
+    let mut changed = respway_xds::parse_yaml(&yaml)
+        .and_then(|r| respway_xds::translate(&r))
+        .expect("config");
+    changed.listeners[0].op_timeout = Duration::from_millis(1500);
+    changed.clusters[0].db = 3;
+    assert_eq!(server.apply(changed.clone()), Ok(2));
+    for query in [
+        "",
+        "?include_defaults",
+        "?format=yaml&include_defaults=true",
+    ] {
+        let text = dump(query);
+        assert!(text.starts_with("# version: 2\n"), "{text}");
+        assert!(text.contains("op_timeout: 1500ms\n"), "{text}");
+        assert!(text.contains("policy: ketama\n"), "{text}");
+        assert_eq!(reread(&text), changed, "{query}: {text}");
+    }
+    assert!(!dump("").contains("databases:"), "a default shown");
+    assert!(dump("?include_defaults").contains("databases: 16\n"));
+
+    let (status, body) = http_get(admin.local_addr(), "/config_dump?format=xml");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("format=xml"), "{body}");
+    server.shutdown();
 }

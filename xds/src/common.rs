@@ -8,8 +8,8 @@ use std::time::Duration;
 use respway_filters::hash::cluster_picker;
 use respway_filters::hash::maglev::is_prime;
 use respway_filters::model::{
-    Cluster, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash, MirrorMode,
-    MirrorPolicy, ProtocolMode, ReadPolicy, Role, ZoneFallback,
+    Cluster, Endpoint, EndpointAuth, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash,
+    MirrorMode, MirrorPolicy, ProtocolMode, ReadPolicy, Role, ZoneFallback,
 };
 
 /// Default listener address.
@@ -448,6 +448,14 @@ pub(crate) fn default_hash_key(
 /// groups endpoints by locality, which loses the order they were written in).
 pub(crate) fn normalize_endpoints(endpoints: &mut [Endpoint]) {
     endpoints.sort_by_key(|e| (e.role != Role::Primary, e.address));
+}
+
+/// The canonical order of a cluster's per-endpoint credentials: by address. They are looked
+/// up by address; both sources produce this order so that the model does not depend on the
+/// order endpoints were written in (a shard's are kept primary first, and a file written from
+/// the model, `/config_dump`, lists them so), nor on the order of Envoy's `credentials`.
+pub(crate) fn normalize_endpoint_auth(auth: &mut [EndpointAuth]) {
+    auth.sort_by_key(|e| e.address);
 }
 
 /// Why the client buffer hard limit `hard` cannot go with the (soft) limit `limit`, both in

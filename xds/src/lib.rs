@@ -14,6 +14,9 @@
 //!   [`Resources`]; [`translate`] validates resources into the model; [`load_file`] does both
 //!   for a file. Every error of a snapshot is reported at once, each naming the resource, the
 //!   field path and the reason ([`ConfigError`]).
+//! - [`config_dump`] writes a model back out in that schema, secrets redacted (the sidecar's
+//!   `GET /config_dump`): read again, it gives the same model (what a file cannot say is
+//!   listed in [`ConfigDump::notes`]).
 //! - What Envoy's own messages cannot say travels in respway's extension messages
 //!   ([`pb::respway::v1`]), carried the way Envoy carries extensions: a `typed_config` in the
 //!   listener's filter chain, `typed_extension_protocol_options` and `load_balancing_policy` on
@@ -60,6 +63,7 @@ use respway_filters::model::{self, Config, Endpoint, HashPolicy, HashTag, Role, 
 pub use emit::to_resources;
 pub use error::{ConfigError, ConfigErrors};
 pub use translate::translate;
+pub use yaml::dump::{config_dump, ConfigDump, REDACTED};
 
 /// One snapshot of Envoy v3 resources: what a static file becomes and what an xDS stream
 /// delivers (LDS, CDS and EDS).

@@ -475,6 +475,7 @@ fn credentials(cx: &mut Cx, at: &str, o: &RedisProtocolOptions) -> Vec<EndpointA
         }
         out.push(EndpointAuth { address, auth });
     }
+    common::normalize_endpoint_auth(&mut out);
     out
 }
 

@@ -218,6 +218,7 @@ pub(super) fn endpoint_auth(cx: &mut Cx, m: &Map<'_>) -> Vec<EndpointAuth> {
             }
         }
     }
+    common::normalize_endpoint_auth(&mut out);
     out
 }
 

@@ -7,7 +7,8 @@
 //! translated back, so the YAML file and the xDS stream share one translation.
 //!
 //! The walk is split like `translate/`: [`listener`] and [`cluster`] read their resources,
-//! `value` holds the typed getters every part uses.
+//! `value` holds the typed getters every part uses. [`dump`] is the inverse: a model written
+//! out in this schema (the sidecar's `/config_dump`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -17,6 +18,7 @@ use serde_yaml_ng::Value;
 use crate::error::{index, ConfigErrors, Cx};
 
 mod cluster;
+pub(crate) mod dump;
 mod listener;
 mod value;
 

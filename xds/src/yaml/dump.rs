@@ -1,0 +1,951 @@
+//! The parser's inverse: a model written out in the static YAML schema, for the sidecar's
+//! `GET /config_dump`. It is rendered from the model alone (a configuration served over xDS
+//! has no file), with the schema's keys and units, so that reading it back gives the same
+//! model: durations as `250ms`, policies and modes by their YAML names, hashtags as `"{}"`,
+//! fractions as percentages, a shard's endpoint credentials under the endpoint.
+//!
+//! Secrets are never written: passwords (`downstream_auth_password`, `auth.password`, which
+//! stands for `password_file` and `password_env` too) and the users' password digests
+//! (`password_sha256`) are shown as [`REDACTED`]. Settings at their default are left out
+//! unless asked for, as a hand-written file leaves them out; settings that are unset (no TLS,
+//! no auth, no users) are left out either way. What the file cannot say (a duration finer
+//! than a microsecond, credentials of an address that is no endpoint: both only from xDS) is
+//! listed in [`ConfigDump::notes`].
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use respway_filters::codec_limits::Limits;
+use respway_filters::model::{
+    AclUser, ClientLimits, Cluster, Config, EndpointAuth, HashPolicy, HashTag, HotKeyRead,
+    Listener, MirrorMode, MirrorPolicy, ReadPolicy, RespSettings, Role, RouteTable, Shard,
+    UpstreamAuth, ZoneFallback, DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS,
+    DEFAULT_MAX_QUEUE_PER_CONNECTION,
+};
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::common;
+
+/// What a secret is shown as.
+pub const REDACTED: &str = "<redacted>";
+
+/// A configuration rendered as the YAML schema (see [`config_dump`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigDump {
+    tree: Value,
+    notes: Vec<String>,
+}
+
+impl ConfigDump {
+    /// The document: `node`, `listeners`, `clusters`, as the file has them.
+    pub fn tree(&self) -> &Value {
+        &self.tree
+    }
+
+    /// What the document cannot show, one sentence each (empty for any configuration read
+    /// from a file).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The document as YAML, after a `# version: N` comment and one `# ` comment per note.
+    pub fn to_yaml(&self, version: u64) -> String {
+        let mut out = format!("# version: {version}\n");
+        for n in &self.notes {
+            out.push_str("# ");
+            out.push_str(n);
+            out.push('\n');
+        }
+        out + &serde_yaml_ng::to_string(&self.tree).unwrap_or_default()
+    }
+
+    /// The same document as JSON: `{"version": N, "config": {...}, "notes": [...]}`.
+    pub fn to_json(&self, version: u64) -> String {
+        let body = serde_json::json!({
+            "version": version,
+            "config": &self.tree,
+            "notes": &self.notes,
+        });
+        serde_json::to_string_pretty(&body).unwrap_or_default() + "\n"
+    }
+}
+
+/// Renders `config` as the static YAML schema. `include_defaults`: settings at their default
+/// value are written too (else they are left out, as in a hand-written file).
+pub fn config_dump(config: &Config, include_defaults: bool) -> ConfigDump {
+    let mut w = Writer {
+        all: include_defaults,
+        notes: Vec::new(),
+    };
+    let mut top = Mapping::new();
+    if let Some(zone) = &config.zone {
+        let mut node = Mapping::new();
+        node.insert("zone".into(), zone.as_str().into());
+        top.insert("node".into(), Value::Mapping(node));
+    }
+    let listeners = config.listeners.iter().map(|l| w.listener(l)).collect();
+    top.insert("listeners".into(), Value::Sequence(listeners));
+    let clusters = config.clusters.iter().map(|c| w.cluster(c)).collect();
+    top.insert("clusters".into(), Value::Sequence(clusters));
+    ConfigDump {
+        tree: Value::Mapping(top),
+        notes: w.notes,
+    }
+}
+
+/// The rendering state: whether defaults are written, and the notes so far.
+struct Writer {
+    all: bool,
+    notes: Vec<String>,
+}
+
+/// A mapping being written, in the order of the parser's keys.
+struct Map {
+    m: Mapping,
+    all: bool,
+}
+
+impl Map {
+    /// Writes `key` whatever its value.
+    fn put(&mut self, key: &str, v: impl Into<Value>) {
+        self.m.insert(key.into(), v.into());
+    }
+
+    /// Writes `key` unless its value is the default (`is_default`) and defaults are left out.
+    fn set(&mut self, key: &str, v: impl Into<Value>, is_default: bool) {
+        if self.all || !is_default {
+            self.put(key, v);
+        }
+    }
+
+    /// Writes `key` when `v` is set.
+    fn some(&mut self, key: &str, v: Option<impl Into<Value>>) {
+        if let Some(v) = v {
+            self.put(key, v);
+        }
+    }
+
+    /// Writes `key` when the list is not empty.
+    fn list(&mut self, key: &str, items: Vec<Value>) {
+        if !items.is_empty() {
+            self.put(key, Value::Sequence(items));
+        }
+    }
+
+    fn done(self) -> Value {
+        Value::Mapping(self.m)
+    }
+}
+
+/// An integer setting (the model's `usize` and `u64` are written as the YAML number).
+fn num(n: impl TryInto<u64>) -> Value {
+    Value::Number(n.try_into().unwrap_or(u64::MAX).into())
+}
+
+/// The YAML name of a table entry (`KEY_HASHES`, `ZONE_FALLBACKS`, ...).
+fn name_of<T: PartialEq>(table: &[(&'static str, T)], v: &T) -> &'static str {
+    table.iter().find(|(_, t)| t == v).map_or("", |(n, _)| n)
+}
+
+/// A mirror's `fraction`: the percentage, a whole number when it is one (`12.5`, `0.0001`,
+/// `100`), read back to the same parts per million.
+fn percentage(ppm: u32) -> Value {
+    let (whole, frac) = (ppm / 10_000, ppm % 10_000);
+    if frac == 0 {
+        return num(whole);
+    }
+    let text = format!("{whole}.{frac:04}");
+    let text = text.trim_end_matches('0');
+    Value::Number(
+        text.parse::<f64>()
+            .unwrap_or(f64::from(ppm) / 10_000.0)
+            .into(),
+    )
+}
+
+impl Writer {
+    fn map(&self) -> Map {
+        Map {
+            m: Mapping::new(),
+            all: self.all,
+        }
+    }
+
+    /// A duration in the largest unit that writes it exactly (`2m`, `250ms`, `0us`). One finer
+    /// than a microsecond (only xDS can say one) is rounded up to the next microsecond, so it
+    /// stays above zero, and noted (`at` names the setting).
+    fn duration(&mut self, d: Duration, at: impl FnOnce() -> String) -> String {
+        let ns = d.as_nanos();
+        if ns == 0 {
+            return "0us".to_string();
+        }
+        for (unit, size) in [
+            ("h", 3_600_000_000_000u128),
+            ("m", 60_000_000_000),
+            ("s", 1_000_000_000),
+            ("ms", 1_000_000),
+            ("us", 1_000),
+        ] {
+            if ns.is_multiple_of(size) {
+                return format!("{}{unit}", ns / size);
+            }
+        }
+        let shown = format!("{}us", ns.div_ceil(1_000));
+        self.notes.push(format!(
+            "{}: {ns}ns is shown as {shown} (a file's durations are whole microseconds)",
+            at()
+        ));
+        shown
+    }
+
+    // === listeners ===
+
+    fn listener(&mut self, l: &Listener) -> Value {
+        let at = format!("listener {:?}", l.name);
+        let mut m = self.map();
+        m.put("name", l.name.as_str());
+        let default_address = l.address.to_string() == common::DEFAULT_LISTENER_ADDRESS;
+        m.set("address", l.address.to_string(), default_address);
+        let op_timeout = self.duration(l.op_timeout, || format!("{at}: op_timeout"));
+        m.set(
+            "op_timeout",
+            op_timeout,
+            l.op_timeout == common::DEFAULT_OP_TIMEOUT,
+        );
+        m.set(
+            "max_pending_per_client",
+            num(l.max_pending_per_client),
+            l.max_pending_per_client == common::DEFAULT_MAX_PENDING,
+        );
+        self.client_limits(&mut m, &l.client, &at);
+        let o = &l.observe;
+        if let Some(d) = o.slowlog_threshold {
+            let d = self.duration(d, || format!("{at}: slowlog_threshold"));
+            m.put("slowlog_threshold", d);
+        }
+        m.some("slowlog_max_len", o.slowlog_max_len.map(num));
+        m.some("hot_key_sample", o.hot_key_sample.map(num));
+        resp_settings(&mut m, &l.resp);
+        m.some(
+            "downstream_auth_password",
+            l.downstream_password.as_ref().map(|_| REDACTED),
+        );
+        m.list("users", l.users.iter().map(|u| self.user(u)).collect());
+        let limits = self.limits(&l.limits);
+        if limits.as_mapping().is_some_and(|l| !l.is_empty()) {
+            m.put("limits", limits);
+        }
+        m.put("routes", self.routes(&l.routes));
+        if let Some(t) = &l.tls {
+            let mut tls = self.map();
+            tls.put("cert", t.cert.display().to_string());
+            tls.put("key", t.key.display().to_string());
+            tls.some(
+                "client_ca",
+                t.client_ca.as_ref().map(|p| p.display().to_string()),
+            );
+            tls.set(
+                "require_client_cert",
+                t.require_client_cert,
+                !t.require_client_cert,
+            );
+            m.put("tls", tls.done());
+        }
+        m.done()
+    }
+
+    /// The listener's `client_*` keys and session rules.
+    fn client_limits(&mut self, m: &mut Map, c: &ClientLimits, at: &str) {
+        let d = ClientLimits::default();
+        m.set(
+            "client_buffer_limit",
+            num(c.buffer_limit),
+            c.buffer_limit == d.buffer_limit,
+        );
+        m.set(
+            "client_buffer_hard_limit",
+            num(c.buffer_hard_limit),
+            c.buffer_hard_limit == d.buffer_hard_limit,
+        );
+        let stall = self.duration(c.stall_timeout, || format!("{at}: client_stall_timeout"));
+        m.set(
+            "client_stall_timeout",
+            stall,
+            c.stall_timeout == d.stall_timeout,
+        );
+        m.set(
+            "max_auth_failures",
+            num(c.max_auth_failures),
+            c.max_auth_failures == d.max_auth_failures,
+        );
+        m.set(
+            "allow_keyless_scripts",
+            c.allow_keyless_scripts,
+            c.allow_keyless_scripts == d.allow_keyless_scripts,
+        );
+        m.set(
+            "allow_restricted_scripts",
+            c.allow_restricted_scripts,
+            c.allow_restricted_scripts == d.allow_restricted_scripts,
+        );
+        m.set(
+            "admin_commands",
+            c.admin_commands,
+            c.admin_commands == d.admin_commands,
+        );
+        m.set("keys_max", num(c.keys_max), c.keys_max == d.keys_max);
+        m.set(
+            "pubsub_buffer_limit",
+            num(c.pubsub_buffer_limit),
+            c.pubsub_buffer_limit == d.pubsub_buffer_limit,
+        );
+    }
+
+    fn user(&self, u: &AclUser) -> Value {
+        let mut m = self.map();
+        m.put("name", u.name.as_str());
+        m.set("enabled", u.enabled, u.enabled);
+        match u.passwords.len() {
+            0 => {}
+            1 => m.put("password_sha256", REDACTED),
+            n => m.put("password_sha256", Value::Sequence(vec![REDACTED.into(); n])),
+        }
+        m.set("nopass", u.nopass, !u.nopass);
+        let rules: Vec<Value> = u.rules.iter().map(|r| r.as_str().into()).collect();
+        m.set(
+            "rules",
+            Value::Sequence(rules),
+            u.rules.iter().eq(common::DEFAULT_USER_RULES.iter()),
+        );
+        m.set("read_only", u.read_only, !u.read_only);
+        m.done()
+    }
+
+    fn limits(&self, l: &Limits) -> Value {
+        let d = Limits::default();
+        let mut m = self.map();
+        m.set(
+            "max_bulk_len",
+            num(l.max_bulk_len),
+            l.max_bulk_len == d.max_bulk_len,
+        );
+        m.set(
+            "max_multibulk_len",
+            num(l.max_multibulk_len),
+            l.max_multibulk_len == d.max_multibulk_len,
+        );
+        m.set(
+            "max_inline_len",
+            num(l.max_inline_len),
+            l.max_inline_len == d.max_inline_len,
+        );
+        m.done()
+    }
+
+    fn routes(&self, r: &RouteTable) -> Value {
+        let mut m = self.map();
+        m.set("case_insensitive", r.case_insensitive, !r.case_insensitive);
+        m.some("catch_all", r.catch_all.as_deref());
+        m.list(
+            "catch_all_mirrors",
+            r.catch_all_mirrors.iter().map(|p| self.mirror(p)).collect(),
+        );
+        let prefixes = r
+            .routes
+            .iter()
+            .map(|p| {
+                let mut m = self.map();
+                m.put("prefix", p.prefix.as_str());
+                m.put("cluster", p.cluster.as_str());
+                m.set("remove_prefix", p.remove_prefix, !p.remove_prefix);
+                m.list(
+                    "mirrors",
+                    p.mirrors.iter().map(|p| self.mirror(p)).collect(),
+                );
+                m.done()
+            })
+            .collect();
+        m.list("prefixes", prefixes);
+        m.done()
+    }
+
+    fn mirror(&self, p: &MirrorPolicy) -> Value {
+        let mut m = self.map();
+        m.put("cluster", p.cluster.as_str());
+        match p.mode {
+            MirrorMode::DualWrite { target_is_primary } => {
+                m.set("mode", "dual_write", true);
+                let side = name_of(common::MIRROR_PRIMARIES, &target_is_primary);
+                m.set("primary", side, !target_is_primary);
+            }
+            MirrorMode::Forward => m.put("mode", "forward"),
+            MirrorMode::ReadOnly => m.put("mode", "read_only"),
+        }
+        m.set("include_reads", p.include_reads, !p.include_reads);
+        m.set(
+            "fraction",
+            percentage(p.fraction_ppm),
+            p.fraction_ppm == common::FULL_FRACTION_PPM,
+        );
+        m.done()
+    }
+
+    // === clusters ===
+
+    fn cluster(&mut self, c: &Cluster) -> Value {
+        let at = format!("cluster {:?}", c.name);
+        let mut m = self.map();
+        m.put("name", c.name.as_str());
+        let default_hash = c.hash
+            == HashPolicy::Maglev {
+                table_size: common::DEFAULT_TABLE_SIZE,
+            };
+        m.set("hash", self.hash(&c.hash), default_hash);
+        match c.hashtag {
+            None => m.put("hashtag", Value::Null),
+            Some(t) => m.set(
+                "hashtag",
+                common::hashtag_string(Some(t)),
+                t == HashTag::default(),
+            ),
+        }
+        m.set(
+            "connections_per_endpoint",
+            num(c.connections_per_endpoint),
+            c.connections_per_endpoint == common::DEFAULT_CONNECTIONS_PER_ENDPOINT,
+        );
+        m.set(
+            "max_queue_per_connection",
+            num(c.max_queue_per_connection),
+            c.max_queue_per_connection == DEFAULT_MAX_QUEUE_PER_CONNECTION,
+        );
+        m.set(
+            "dedicated_connections",
+            num(c.dedicated_connections),
+            c.dedicated_connections == DEFAULT_DEDICATED_CONNECTIONS,
+        );
+        let connect = self.duration(c.connect_timeout, || format!("{at}: connect_timeout"));
+        m.set(
+            "connect_timeout",
+            connect,
+            c.connect_timeout == common::DEFAULT_CONNECT_TIMEOUT,
+        );
+        m.some("auth", c.auth.as_ref().map(|a| self.auth(a)));
+        m.set("db", num(c.db), c.db == 0);
+        m.set(
+            "databases",
+            num(c.databases),
+            c.databases == DEFAULT_DATABASES,
+        );
+        let (policy, fallback) = match c.read_policy {
+            ReadPolicy::Primary => ("primary", None),
+            ReadPolicy::PreferReplica => ("prefer_replica", None),
+            ReadPolicy::ZoneLocal { fallback } => ("zone_local", Some(fallback)),
+            ReadPolicy::Any => ("any", None),
+        };
+        m.set("read_policy", policy, c.read_policy == ReadPolicy::Primary);
+        if let Some(f) = fallback {
+            let name = name_of(common::ZONE_FALLBACKS, &f);
+            m.set("zone_fallback", name, f == ZoneFallback::Primary);
+        }
+        let hot_keys = c
+            .hot_keys
+            .iter()
+            .map(|h| {
+                let mut m = self.map();
+                m.put("prefix", h.prefix.as_str());
+                let read = name_of(common::HOT_KEY_READS, &h.read);
+                m.set("read", read, h.read == HotKeyRead::RoundRobin);
+                m.done()
+            })
+            .collect();
+        m.list("hot_keys", hot_keys);
+        let mut placed = vec![false; c.endpoint_auth.len()];
+        let shards = c
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| self.shard(c, i, s, &mut placed))
+            .collect();
+        m.put("shards", Value::Sequence(shards));
+        for (e, placed) in c.endpoint_auth.iter().zip(placed) {
+            if !placed {
+                self.notes.push(format!(
+                    "{at}: the credentials for {}, which is no endpoint of the cluster, are not \
+                     shown (a file gives credentials per endpoint)",
+                    e.address
+                ));
+            }
+        }
+        if let Some(t) = &c.tls {
+            let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+            let mut tls = self.map();
+            tls.some("ca", path(&t.ca));
+            tls.some("cert", path(&t.cert));
+            tls.some("key", path(&t.key));
+            tls.some("server_name", t.server_name.as_deref());
+            tls.set(
+                "insecure_skip_verify",
+                t.insecure_skip_verify,
+                !t.insecure_skip_verify,
+            );
+            m.put("tls", tls.done());
+        }
+        m.done()
+    }
+
+    fn auth(&self, a: &UpstreamAuth) -> Value {
+        let mut m = self.map();
+        m.some("username", a.username.as_deref());
+        m.put("password", REDACTED);
+        m.done()
+    }
+
+    fn hash(&self, h: &HashPolicy) -> Value {
+        let mut m = self.map();
+        match h {
+            HashPolicy::Maglev { table_size } => {
+                m.put("policy", "maglev");
+                m.set(
+                    "table_size",
+                    num(*table_size),
+                    *table_size == common::DEFAULT_TABLE_SIZE,
+                );
+            }
+            HashPolicy::RingHash {
+                minimum_ring_size,
+                maximum_ring_size,
+                function,
+            } => {
+                m.put("policy", "ring_hash");
+                m.set(
+                    "minimum_ring_size",
+                    num(*minimum_ring_size),
+                    *minimum_ring_size == common::DEFAULT_MIN_RING,
+                );
+                m.set(
+                    "maximum_ring_size",
+                    num(*maximum_ring_size),
+                    *maximum_ring_size == common::MAX_RING,
+                );
+                let (name, default) = match function {
+                    respway_filters::model::RingHashFunction::XxHash => ("xx_hash", true),
+                    respway_filters::model::RingHashFunction::MurmurHash2 => {
+                        ("murmur_hash_2", false)
+                    }
+                };
+                m.set("function", name, default);
+            }
+            HashPolicy::Ketama { key_hash } | HashPolicy::Modula { key_hash } => {
+                let policy = match h {
+                    HashPolicy::Ketama { .. } => "ketama",
+                    _ => "modula",
+                };
+                m.put("policy", policy);
+                let name = name_of(common::KEY_HASHES, key_hash);
+                m.set(
+                    "key_hash",
+                    name,
+                    *key_hash == respway_filters::model::KeyHash::Fnv1a64,
+                );
+            }
+            HashPolicy::Crc32Slots { slots } => {
+                m.put("policy", "crc32_slots");
+                m.set("slots", num(*slots), *slots == common::DEFAULT_CRC32_SLOTS);
+            }
+            HashPolicy::Crc16Slots => m.put("policy", "crc16_slots"),
+        }
+        m.done()
+    }
+
+    /// Shard `i` of `c`; an endpoint's credentials are written under it (`placed` marks
+    /// which of `c.endpoint_auth` were).
+    fn shard(&self, c: &Cluster, i: usize, s: &Shard, placed: &mut [bool]) -> Value {
+        let mut m = self.map();
+        let default_name = s.name == format!("shard-{i}");
+        m.set("name", s.name.as_str(), default_name);
+        // The hash key the parser would work out from what is written: the name counts for
+        // twemproxy's policies only when it is written.
+        let written_name = (self.all || !default_name).then_some(s.name.as_str());
+        let derived = common::default_hash_key(&c.hash, written_name, s.primary().address);
+        m.set("hash_key", s.hash_key.as_str(), s.hash_key == derived);
+        m.set("weight", num(s.weight), s.weight == 1);
+        let slots = s
+            .slots
+            .iter()
+            .map(|r| common::slot_range_string(*r).into())
+            .collect();
+        m.list("slots", slots);
+        let single = s.endpoints.len() == 1;
+        let endpoints = s
+            .endpoints
+            .iter()
+            .map(|e| {
+                let mut m = self.map();
+                m.put("address", e.address.to_string());
+                let role = match e.role {
+                    Role::Primary => "primary",
+                    Role::Replica => "replica",
+                };
+                m.set("role", role, single && e.role == Role::Primary);
+                m.some("zone", e.zone.as_deref());
+                if let Some(j) = position(&c.endpoint_auth, e.address) {
+                    placed[j] = true;
+                    m.put("auth", self.auth(&c.endpoint_auth[j].auth));
+                }
+                m.done()
+            })
+            .collect();
+        m.put("endpoints", Value::Sequence(endpoints));
+        m.done()
+    }
+}
+
+/// The listener's `protocol` and `advertised_redis_version`.
+fn resp_settings(m: &mut Map, r: &RespSettings) {
+    let d = RespSettings::default();
+    m.set(
+        "protocol",
+        name_of(common::PROTOCOL_MODES, &r.protocol),
+        r.protocol == d.protocol,
+    );
+    m.set(
+        "advertised_redis_version",
+        r.advertised_version.as_str(),
+        r.advertised_version == d.advertised_version,
+    );
+}
+
+/// Which of `auth` is for `address`.
+fn position(auth: &[EndpointAuth], address: SocketAddr) -> Option<usize> {
+    auth.iter().position(|e| e.address == address)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use respway_filters::acl::{digest_to_hex, sha256};
+    use respway_filters::model::{EndpointAuth, UpstreamAuth};
+
+    use super::*;
+
+    /// Every key of the schema but `node.id` (not in the model) and the password files and
+    /// variables (the model keeps the password read: `auth.password` stands for them).
+    const EVERY_KEY: &str = r#"
+node: { zone: z1 }
+listeners:
+  - name: edge
+    address: 127.0.0.1:7000
+    op_timeout: 250ms
+    max_pending_per_client: 2048
+    client_buffer_limit: 33554432
+    client_buffer_hard_limit: 134217728
+    client_stall_timeout: 90s
+    max_auth_failures: 5
+    allow_keyless_scripts: true
+    allow_restricted_scripts: true
+    admin_commands: true
+    keys_max: 5000
+    pubsub_buffer_limit: 1048576
+    slowlog_threshold: 0us
+    slowlog_max_len: 64
+    hot_key_sample: 0
+    protocol: resp2
+    advertised_redis_version: "7.2"
+    downstream_auth_password: client-secret
+    limits: { max_bulk_len: 16777216, max_multibulk_len: 65536, max_inline_len: 16384 }
+    tls: { cert: /etc/respway/cert.pem, key: /etc/respway/key.pem, client_ca: /etc/respway/ca.pem, require_client_cert: true }
+    routes:
+      case_insensitive: true
+      catch_all: main
+      catch_all_mirrors:
+        - { cluster: v2, mode: dual_write, fraction: 12.5 }
+      prefixes:
+        - prefix: "up:"
+          cluster: profile
+          remove_prefix: true
+          mirrors:
+            - { cluster: v2, mode: dual_write, primary: mirror, include_reads: true, fraction: 0.0001 }
+        - prefix: "sess:"
+          cluster: sessions
+          mirrors:
+            - { cluster: v2, mode: read_only, fraction: 33.3333 }
+            - { cluster: main, mode: forward, include_reads: true }
+  - name: acl
+    address: "[::1]:7001"
+    slowlog_threshold: 1500us
+    hot_key_sample: 7
+    users:
+      - { name: default, nopass: true, rules: "~public:* +@read" }
+      - { name: app, password: [app-secret-1, app-secret-2], rules: ["~app:*", "+@all", "-flushall"] }
+      - { name: ro, enabled: false, password_sha256: "abababababababababababababababababababababababababababababababab", read_only: true }
+    routes:
+      prefixes:
+        - { prefix: "", cluster: ring }
+clusters:
+  - name: main
+    hash: { policy: maglev, table_size: 251 }
+    connections_per_endpoint: 2
+    max_queue_per_connection: 8192
+    dedicated_connections: 8
+    connect_timeout: 2h
+    auth: { username: respway, password: upstream-secret }
+    db: 2
+    databases: 4
+    read_policy: zone_local
+    zone_fallback: any_replica
+    hot_keys:
+      - { prefix: HIGH_FREQ_, read: same_zone }
+      - { prefix: "cfg:" }
+    shards:
+      - name: s0
+        endpoints:
+          - { address: 127.0.0.1:7101, role: replica, zone: z2, auth: { username: r, password: endpoint-secret } }
+          - { address: 127.0.0.1:7001, role: primary, zone: z1, auth: { password: endpoint-secret } }
+      - name: s1
+        weight: 2
+        endpoints:
+          - { address: 127.0.0.1:7002, role: primary }
+  - name: profile
+    hash: { policy: ketama, key_hash: md5 }
+    hashtag: null
+    read_policy: prefer_replica
+    shards:
+      - name: redis-a
+        endpoints: [{ address: 127.0.0.1:7201 }]
+      - name: redis-b
+        hash_key: legacy-b
+        endpoints: [{ address: 127.0.0.1:7202 }]
+      - name: shard-2
+        endpoints: [{ address: 127.0.0.1:7203 }]
+      - endpoints: [{ address: 127.0.0.1:11211 }]
+  - name: sessions
+    hash: { policy: crc16_slots }
+    hashtag: "::"
+    shards:
+      - slots: ["0-8191"]
+        endpoints: [{ address: 127.0.0.1:7301 }]
+      - slots: ["8192-16382", 16383]
+        endpoints: [{ address: 127.0.0.1:7302 }]
+  - name: ring
+    hash: { policy: ring_hash, minimum_ring_size: 64, maximum_ring_size: 4096, function: murmur_hash_2 }
+    tls: { insecure_skip_verify: true }
+    shards:
+      - endpoints: [{ address: 127.0.0.1:7401 }]
+      - hash_key: ring-b
+        endpoints: [{ address: 127.0.0.1:7402 }]
+  - name: v2
+    hash: { policy: modula, key_hash: fnv1_32 }
+    read_policy: any
+    hot_keys:
+      - { prefix: HIGH_FREQ_, read: random }
+    shards:
+      - name: m0
+        weight: 3
+        endpoints:
+          - { address: 127.0.0.1:7501, role: primary, zone: z1 }
+          - { address: 127.0.0.1:7502, role: replica, zone: z2 }
+  - name: legacy
+    hash: { policy: crc32_slots, slots: 128 }
+    tls: { ca: /etc/respway/ca.pem, cert: /etc/respway/client.pem, key: /etc/respway/client.key, server_name: redis.test }
+    shards:
+      - endpoints: [{ address: 127.0.0.1:7601 }]
+      - endpoints: [{ address: 127.0.0.1:7602 }]
+"#;
+
+    /// The secrets of [`EVERY_KEY`] in the order a dump shows them.
+    fn every_key_secrets() -> Vec<String> {
+        let hex = |p: &str| digest_to_hex(&sha256(p.as_bytes()));
+        vec![
+            "client-secret".into(),
+            hex("app-secret-1"),
+            hex("app-secret-2"),
+            "ab".repeat(32),
+            "upstream-secret".into(),
+            "endpoint-secret".into(),
+            "endpoint-secret".into(),
+        ]
+    }
+
+    /// `text` with each `<redacted>` replaced by the next of `secrets`; all of them used.
+    fn restore(text: &str, secrets: &[String]) -> String {
+        assert_eq!(text.matches(REDACTED).count(), secrets.len(), "{text}");
+        secrets
+            .iter()
+            .fold(text.to_string(), |t, s| t.replacen(REDACTED, s, 1))
+    }
+
+    /// The model of a file, read from the file and from the Envoy resources it becomes (the
+    /// xDS path); both must be the same.
+    fn load(text: &str) -> Config {
+        let config = crate::yaml::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let served = crate::translate(&crate::to_resources(&config)).expect("translate");
+        assert_eq!(served, config);
+        served
+    }
+
+    /// A configuration using every key, dumped with and without the defaults, reads back
+    /// (secrets put back) to the very model; no secret is in the dump.
+    #[test]
+    fn a_dump_of_every_key_loads_to_the_same_model() {
+        let model = load(EVERY_KEY);
+        for all in [false, true] {
+            let dump = config_dump(&model, all);
+            assert!(dump.notes().is_empty(), "{:?}", dump.notes());
+            let text = dump.to_yaml(7);
+            assert!(text.starts_with("# version: 7\n"), "{text}");
+            assert!(!text.contains("secret"), "{text}");
+            assert!(!text.contains(&every_key_secrets()[1]), "a digest: {text}");
+            let back = load(&restore(&text, &every_key_secrets()));
+            assert_eq!(back, model, "include_defaults: {all}\n{text}");
+        }
+    }
+
+    /// The README's full example (xds/examples/full.yaml) reads back to its model.
+    #[test]
+    fn a_dump_of_the_full_example_loads_to_the_same_model() {
+        let model = load(include_str!("../../examples/full.yaml"));
+        let secrets = ["client-secret".to_string(), "upstream-secret".to_string()];
+        for all in [false, true] {
+            let text = config_dump(&model, all).to_yaml(1);
+            assert_eq!(load(&restore(&text, &secrets)), model, "{text}");
+        }
+    }
+
+    /// The dump speaks the file's language: durations with units, policies, modes and
+    /// hashtags by their YAML names, fractions as percentages, endpoint credentials under
+    /// their endpoint, password digests redacted.
+    #[test]
+    fn a_dump_uses_the_files_keys_and_units() {
+        let text = config_dump(&load(EVERY_KEY), false).to_yaml(1);
+        for want in [
+            "op_timeout: 250ms\n",
+            "client_stall_timeout: 90s\n",
+            "connect_timeout: 2h\n",
+            "slowlog_threshold: 0us\n",
+            "slowlog_threshold: 1500us\n",
+            "protocol: resp2\n",
+            "advertised_redis_version: '7.2'\n",
+            "policy: crc16_slots\n",
+            "function: murmur_hash_2\n",
+            "key_hash: md5\n",
+            "hashtag: '::'\n",
+            "hashtag: null\n",
+            "fraction: 12.5\n",
+            "fraction: 0.0001\n",
+            "fraction: 33.3333\n",
+            "primary: mirror\n",
+            "mode: read_only\n",
+            "read_policy: zone_local\n",
+            "zone_fallback: any_replica\n",
+            "read: same_zone\n",
+            "- 8192-16382\n",
+            "downstream_auth_password: <redacted>\n",
+            "password_sha256: <redacted>\n",
+            "  - <redacted>\n",
+            "hash_key: legacy-b\n",
+            "hash_key: ring-b\n",
+            "address: '[::1]:7001'\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing:\n{text}");
+        }
+        // The model's own spellings are gone.
+        for model_word in [
+            "secs",
+            "nanos",
+            "Crc16Slots",
+            "open",
+            "fraction_ppm",
+            "ZoneLocal",
+        ] {
+            assert!(!text.contains(model_word), "{model_word}:\n{text}");
+        }
+        // A replica listed first keeps its own credentials, under its own address.
+        let tree = config_dump(&load(EVERY_KEY), false);
+        let s0 = &tree.tree()["clusters"][0]["shards"][0]["endpoints"];
+        assert_eq!(s0[0]["address"].as_str(), Some("127.0.0.1:7001"));
+        assert_eq!(s0[0]["auth"]["username"], Value::Null);
+        assert_eq!(s0[1]["auth"]["username"].as_str(), Some("r"));
+    }
+
+    /// Without defaults, the built-in configuration is the README's smallest file; with them,
+    /// every setting shows its value and it still reads back.
+    #[test]
+    fn defaults_are_left_out_unless_asked_for() {
+        let model = crate::default_config();
+        assert_eq!(
+            config_dump(&model, false).to_yaml(1),
+            "# version: 1
+listeners:
+- name: default
+  routes:
+    catch_all: default
+clusters:
+- name: default
+  shards:
+  - endpoints:
+    - address: 127.0.0.1:6379
+"
+        );
+        let all = config_dump(&model, true).to_yaml(1);
+        for want in [
+            "address: 127.0.0.1:6380\n",
+            "op_timeout: 1s\n",
+            "client_buffer_limit: 67108864\n",
+            "protocol: auto\n",
+            "max_bulk_len: 536870912\n",
+            "case_insensitive: false\n",
+            "table_size: 65537\n",
+            "hashtag: '{}'\n",
+            "databases: 16\n",
+            "read_policy: primary\n",
+            "name: shard-0\n",
+            "hash_key: 127.0.0.1:6379\n",
+            "weight: 1\n",
+            "role: primary\n",
+        ] {
+            assert!(all.contains(want), "{want:?} missing:\n{all}");
+        }
+        assert_eq!(load(&all), model);
+    }
+
+    /// What only xDS can say and a file cannot: a duration finer than a microsecond is shown
+    /// rounded up (never to zero) and noted; credentials for an address that is no endpoint
+    /// are noted, not dropped silently. The notes lead the YAML as comments and are in the
+    /// JSON.
+    #[test]
+    fn what_a_file_cannot_say_is_noted() {
+        let mut model = load(EVERY_KEY);
+        model.listeners[0].op_timeout = Duration::new(1, 500);
+        model.clusters[0].endpoint_auth.push(EndpointAuth {
+            address: "10.9.9.9:6379".parse().unwrap(),
+            auth: UpstreamAuth {
+                username: None,
+                password: "ghost-secret".into(),
+            },
+        });
+        let dump = config_dump(&model, false);
+        let text = dump.to_yaml(3);
+        assert!(text.contains("op_timeout: 1000001us\n"), "{text}");
+        assert_eq!(dump.notes().len(), 2, "{:?}", dump.notes());
+        assert!(
+            text.starts_with(
+                "# version: 3\n# listener \"edge\": op_timeout: 1000000500ns is shown as 1000001us"
+            ),
+            "{text}"
+        );
+        assert!(
+            dump.notes()[1].contains("cluster \"main\"")
+                && dump.notes()[1].contains("10.9.9.9:6379"),
+            "{:?}",
+            dump.notes()
+        );
+        assert!(!text.contains("ghost"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&dump.to_json(3)).unwrap();
+        assert_eq!(json["version"], 3);
+        assert_eq!(json["notes"][1].as_str(), Some(dump.notes()[1].as_str()));
+        let yaml: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+        assert_eq!(json["config"], yaml);
+    }
+}
