@@ -477,7 +477,7 @@ fn an_endpoints_own_credentials_override_the_clusters() {
         &respway_xds::parse_yaml(&cluster_yaml(shard.addr, auth, ep)).unwrap(),
     )
     .unwrap();
-    let dump = serde_json::to_string(&config).unwrap();
+    let dump = respway_xds::config_dump(&config, true).to_yaml(1);
     assert!(!dump.contains("svcpw") && !dump.contains("wrong"), "{dump}");
 }
 

@@ -1,7 +1,7 @@
 //! Limits applied by the RESP decoder, like Redis's own (`proto-max-bulk-len` and friends).
 
 /// Decoder limits. A stream that exceeds one gets `-ERR Protocol error: ...` and is closed.
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Largest bulk string accepted (Redis `proto-max-bulk-len`, default 512 MiB).
     pub max_bulk_len: usize,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// One complete configuration snapshot.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Listeners, each with its own routes.
     pub listeners: Vec<Listener>,
@@ -31,7 +31,7 @@ impl Config {
 }
 
 /// A downstream listener: where clients connect and how their commands are routed.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Listener {
     /// Unique name.
     pub name: String,
@@ -41,7 +41,6 @@ pub struct Listener {
     pub routes: RouteTable,
     /// When set, clients must `AUTH` with this password before other commands: the
     /// password of the `default` user, who may run every command on every key.
-    #[serde(serialize_with = "redacted_opt")]
     pub downstream_password: Option<String>,
     /// ACL users (none: no ACL; every client is `default`, checked for nothing).
     pub users: Vec<AclUser>,
@@ -64,7 +63,7 @@ pub struct Listener {
 /// A listener's slow log and hot-key detection; `None` takes the process's setting (the
 /// sidecar's `--slowlog-threshold-us`, `--slowlog-max-len`, `--hot-key-sample`). A push that
 /// changes them applies to the commands after it; kept entries and counts stay.
-#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Observe {
     /// Commands at least this slow (dispatch to reply) are logged, like Redis's
     /// `slowlog-log-slower-than` (zero logs every command).
@@ -78,7 +77,7 @@ pub struct Observe {
 
 /// A listener's TLS: its certificate files, and the CA that signs client certificates (mTLS).
 /// The files are read by the sidecar (reloaded when they change), not by the translator.
-#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ListenerTls {
     /// PEM certificate chain, leaf first.
     pub cert: PathBuf,
@@ -93,7 +92,7 @@ pub struct ListenerTls {
 
 /// TLS to a cluster's shards. The server's certificate is verified against `ca` (there are no
 /// built-in roots) for `server_name`, else the endpoint's IP address.
-#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UpstreamTls {
     /// PEM CA certificates the shards' certificates must chain to (`None` only with
     /// `insecure_skip_verify`).
@@ -111,7 +110,7 @@ pub struct UpstreamTls {
 
 /// An ACL user of a listener, as Redis's `ACL SETUSER`: passwords (kept as SHA-256 digests
 /// only) and permission rules. `{:?}` shows how many passwords, not their digests.
-#[derive(serde::Serialize, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AclUser {
     /// The name clients give to `AUTH name password`; `default` is the user of
     /// `AUTH password` and of clients that never authenticate.
@@ -119,7 +118,6 @@ pub struct AclUser {
     /// Off: `AUTH` as this user fails (`-WRONGPASS`), whatever the password.
     pub enabled: bool,
     /// SHA-256 digests of the accepted passwords.
-    #[serde(serialize_with = "redacted_digests")]
     pub passwords: Vec<crate::acl::Digest>,
     /// Any password is accepted (and a `default` user with `nopass` needs no `AUTH`).
     pub nopass: bool,
@@ -147,7 +145,7 @@ impl std::fmt::Debug for AclUser {
 }
 
 /// Which RESP versions a listener speaks with its clients.
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ProtocolMode {
     /// Each client chooses with `HELLO` (RESP2 until it sends `HELLO 3`), as Redis does
     /// (default).
@@ -161,7 +159,7 @@ pub enum ProtocolMode {
 }
 
 /// Protocol settings of a listener.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RespSettings {
     /// Which RESP versions clients may use.
     pub protocol: ProtocolMode,
@@ -180,7 +178,7 @@ impl Default for RespSettings {
 }
 
 /// Bounds on what one client connection may cost, and session rules of a listener.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClientLimits {
     /// Bytes of replies held for one client (ready to write, or expected from requests in
     /// flight): at or above it the session reads and dispatches nothing more from that client
@@ -231,7 +229,7 @@ impl Default for ClientLimits {
 }
 
 /// Key-prefix routing (Envoy `RedisProxy.PrefixRoutes`).
-#[derive(Debug, serde::Serialize, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RouteTable {
     /// Prefix routes; the longest matching prefix wins.
     pub routes: Vec<PrefixRoute>,
@@ -244,7 +242,7 @@ pub struct RouteTable {
 }
 
 /// One prefix route.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PrefixRoute {
     /// The key prefix (may be empty only if it is the sole route).
     pub prefix: String,
@@ -259,7 +257,7 @@ pub struct PrefixRoute {
 /// One mirror target of a route: where copies go, which commands, how many, and in which
 /// migration mode. The online migration playbook is dual-write → backfill → switch reads
 /// (make the target primary) → stop dual-write, each step a config change.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MirrorPolicy {
     /// The other cluster.
     pub cluster: String,
@@ -272,7 +270,7 @@ pub struct MirrorPolicy {
 }
 
 /// Migration mode of a mirror target.
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MirrorMode {
     /// No mirroring (the policy is kept but inactive).
     Forward,
@@ -287,7 +285,7 @@ pub enum MirrorMode {
     ReadOnly,
 }
 /// A set of shards that together hold one keyspace.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
     /// Unique name.
     pub name: String,
@@ -328,7 +326,7 @@ pub struct Cluster {
 }
 
 /// A hot-key rule (e.g. prefix `HIGH_FREQ_`).
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HotKeyRule {
     /// Key prefix the rule applies to (matched on the key as forwarded, case-sensitive).
     pub prefix: String,
@@ -337,7 +335,7 @@ pub struct HotKeyRule {
 }
 
 /// Shard choice for reads of a hot key.
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HotKeyRead {
     /// Round-robin over the shards, per client connection (default).
     RoundRobin,
@@ -348,7 +346,7 @@ pub enum HotKeyRead {
 }
 
 /// Which endpoint of a shard serves reads. Writes always go to the primary.
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadPolicy {
     /// The primary (default).
     Primary,
@@ -364,7 +362,7 @@ pub enum ReadPolicy {
 }
 
 /// Fallback of [`ReadPolicy::ZoneLocal`].
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ZoneFallback {
     /// The primary.
     Primary,
@@ -373,12 +371,11 @@ pub enum ZoneFallback {
 }
 
 /// Upstream `AUTH` credentials (`{:?}` shows the password as `<redacted>`).
-#[derive(serde::Serialize, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct UpstreamAuth {
     /// ACL user name; `None` sends the one-argument form.
     pub username: Option<String>,
     /// Password.
-    #[serde(serialize_with = "redacted")]
     pub password: String,
 }
 
@@ -392,7 +389,7 @@ impl std::fmt::Debug for UpstreamAuth {
 }
 
 /// Upstream credentials of one endpoint.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EndpointAuth {
     /// The endpoint's address.
     pub address: SocketAddr,
@@ -412,35 +409,8 @@ impl Cluster {
     }
 }
 
-/// Serializes password digests as one `"<redacted>"` each.
-#[allow(clippy::ptr_arg)] // serde hands the field as it is
-fn redacted_digests<S: serde::Serializer>(
-    v: &Vec<crate::acl::Digest>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeSeq;
-    let mut seq = s.serialize_seq(Some(v.len()))?;
-    for _ in v {
-        seq.serialize_element("<redacted>")?;
-    }
-    seq.end()
-}
-
-/// Serializes a secret as `"<redacted>"` (the configuration dumps never show one).
-fn redacted<S: serde::Serializer>(_: &String, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str("<redacted>")
-}
-
-/// As [`redacted`], keeping `null` for none.
-fn redacted_opt<S: serde::Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
-    match v {
-        Some(_) => s.serialize_str("<redacted>"),
-        None => s.serialize_none(),
-    }
-}
-
 /// One shard: a primary and its replicas.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Shard {
     /// Unique within the cluster; shown in errors and stats.
     pub name: String,
@@ -481,7 +451,7 @@ pub const NO_ENDPOINT_REASON: &str =
     "no endpoints (its ClusterLoadAssignment did not arrive within the xDS initial_fetch_timeout)";
 
 /// A Redis server.
-#[derive(Debug, serde::Serialize, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
     /// Socket address.
     pub address: SocketAddr,
@@ -492,7 +462,7 @@ pub struct Endpoint {
 }
 
 /// Endpoint role within a shard.
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     /// Takes writes (and reads by default).
     Primary,
@@ -501,7 +471,7 @@ pub enum Role {
 }
 
 /// Hashtag delimiters, e.g. `{` and `}`.
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HashTag {
     /// Opening delimiter.
     pub open: u8,
@@ -519,7 +489,7 @@ impl Default for HashTag {
 }
 
 /// Key → shard placement.
-#[derive(Debug, serde::Serialize, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum HashPolicy {
     /// Envoy maglev: hosts by xxHash64 of their hash key, keys by murmur2_64.
     Maglev {
@@ -555,7 +525,7 @@ pub enum HashPolicy {
 }
 
 /// Host placement hash for Envoy's ring hash.
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RingHashFunction {
     /// xxHash64 (Envoy default).
     XxHash,
@@ -564,7 +534,7 @@ pub enum RingHashFunction {
 }
 
 /// Twemproxy key hash functions.
-#[derive(Debug, serde::Serialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyHash {
     /// Twemproxy's (32-bit state) fnv1a_64, the default.
     Fnv1a64,
