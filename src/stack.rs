@@ -150,7 +150,7 @@ pub(crate) enum Handler {
 
 /// The handler of `cmd`; `in_multi`: a `MULTI` is queueing (everything goes to the
 /// transaction lane, which refuses what cannot be part of it).
-#[inline]
+#[inline(always)]
 pub(crate) fn handler(cmd: &CommandInfo, in_multi: bool) -> Handler {
     if in_multi {
         return Handler::Transaction;

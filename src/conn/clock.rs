@@ -86,12 +86,14 @@ impl Drop for TurnClock<'_> {
 /// When the session answers a command whose upstream deadline is `deadline` itself, if
 /// nothing did: after the latest moment the upstream may answer it (see
 /// [`crate::upstream::STRETCH`]).
+#[inline(always)]
 pub(super) fn backstop(deadline: Instant, op: std::time::Duration) -> Instant {
     deadline + op * crate::upstream::STRETCH + BACKSTOP
 }
 
 /// When a command whose session backstop is `backstop` was dispatched (the backstop less the
 /// spans added to it there).
+#[inline(always)]
 pub(super) fn started(live: &Live, backstop: Instant) -> Instant {
     let op = live.parts.listener.op_timeout;
     backstop
@@ -124,6 +126,7 @@ thread_local! {
 /// Now, read once for all the commands dispatched from one client read (their deadlines then
 /// differ by the microseconds the dispatch takes, not by a clock read each); outside a
 /// [`Batch`], the clock itself.
+#[inline]
 pub(super) fn batch_now() -> Instant {
     BATCH_NOW.with(|c| match c.get() {
         (true, Some(t)) => t,

@@ -6,6 +6,7 @@ use crate::stack::Handler;
 
 /// The deadline of a command that goes upstream, and the session's backstop after it (the
 /// clock is read only for such commands, once per client read: [`batch_now`]).
+#[inline(always)]
 fn times(live: &Live) -> (Instant, Instant) {
     let op_timeout = live.parts.listener.op_timeout;
     let deadline = batch_now() + op_timeout;
