@@ -1,0 +1,181 @@
+//! What the server reports: per file, node and type (versions sent, ACKed, NACKed), refusals,
+//! and the registry of connected nodes it is built from.
+
+use super::*;
+
+// === status ===
+
+/// Everything `GET /status` reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerStatus {
+    /// The served snapshot version (0: nothing loaded).
+    pub version: u64,
+    /// The resource files at the last scan.
+    pub files: Vec<FileStatus>,
+    /// Errors of the merged snapshots at the last scan: the nodes each names keep what they
+    /// were served; the change reached the others.
+    pub errors: Vec<String>,
+    /// The classes of nodes served nothing because their files define no listener or no
+    /// cluster (e.g. nodes no per-node listener file names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unserved: Vec<String>,
+    /// Every node seen since the server started, by id.
+    pub nodes: Vec<NodeStatus>,
+    /// The latest refused ADS streams (at most [`MAX_REFUSALS`], oldest first), by the peer
+    /// that opened them: not attributed to the node id the peer claimed.
+    #[serde(default)]
+    pub refusals: Vec<Refusal>,
+    /// The admin port's connections and failed accepts.
+    #[serde(default)]
+    pub admin: AdminStats,
+    /// Failed accepts on the ADS port, each followed by a pause.
+    #[serde(default)]
+    pub ads_accept_errors: u64,
+}
+
+/// How many refused streams [`ServerStatus::refusals`] keeps.
+pub const MAX_REFUSALS: usize = 64;
+
+/// A refused ADS stream: a peer that claimed a node id whose resources carry secrets without a
+/// client certificate for that id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// When, in seconds since the Unix epoch.
+    pub at: u64,
+    /// The peer's address.
+    pub peer: Option<String>,
+    /// The DNS subjectAltNames of the peer's client certificate; `None`: it presented none.
+    pub certificate: Option<Vec<String>>,
+    /// The node id the peer claimed (not proven).
+    pub claimed_node: String,
+    /// Why it was refused (what the peer was told).
+    pub message: String,
+}
+
+/// One resource file in [`ServerStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileStatus {
+    /// The file name in the resource directory.
+    pub name: String,
+    /// Whether its current content parsed.
+    pub ok: bool,
+    /// Why not, one error per line.
+    pub error: Option<String>,
+    /// When not ok: whether an earlier good version of it is still served.
+    pub serving_previous: bool,
+}
+
+/// One node (by id) in [`ServerStatus`]. Streams of several sidecars sharing an id are merged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// `node.id`.
+    pub id: String,
+    /// `node.locality.zone`, when set.
+    pub zone: Option<String>,
+    /// Whether an ADS stream of this node is open.
+    pub connected: bool,
+    /// Why this node is served nothing although files are for it (they define no listener or
+    /// no cluster for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unserved: Option<String>,
+    /// Per type URL.
+    pub types: BTreeMap<String, TypeStatus>,
+}
+
+/// One node's state for one resource type. ACKs and NACKs are tracked apart: a NACKed
+/// version is never shown as ACKed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TypeStatus {
+    /// The `version_info` of the last response sent.
+    pub sent: Option<String>,
+    /// The version of the last response the node ACKed: the one sent with the nonce that a
+    /// request without `error_detail` answered. A NACK (a request with `error_detail`, whatever
+    /// its `version_info`) never changes it, nor does a request answering a nonce the server
+    /// did not send.
+    pub acked: Option<String>,
+    /// The last NACK, until the node ACKs the latest version sent.
+    pub nack: Option<Nack>,
+}
+
+/// A rejected response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Nack {
+    /// The rejected version: the one sent with the nonce the NACK answered (`None` when that
+    /// nonce is not one of the stream's recent ones).
+    pub version: Option<String>,
+    /// The nonce the NACK answered (`response_nonce`).
+    #[serde(default)]
+    pub nonce: String,
+    /// `error_detail.message`: what the node found wrong.
+    pub message: String,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct NodeEntry {
+    pub(super) zone: Option<String>,
+    pub(super) streams: u32,
+    pub(super) types: [TypeStatus; 3],
+}
+
+/// Per-node ACK/NACK state, shared by the stream tasks, and the latest refused streams.
+#[derive(Debug, Default)]
+pub(super) struct Registry {
+    pub(super) nodes: Mutex<BTreeMap<String, NodeEntry>>,
+    pub(super) refusals: Mutex<VecDeque<Refusal>>,
+}
+
+impl Registry {
+    pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, NodeEntry>> {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn connect(&self, id: &str, zone: Option<&str>) {
+        let mut nodes = self.lock();
+        let e = nodes.entry(id.to_string()).or_default();
+        e.zone = zone.map(str::to_string);
+        e.streams += 1;
+    }
+
+    pub(super) fn disconnect(&self, id: &str) {
+        if let Some(e) = self.lock().get_mut(id) {
+            e.streams = e.streams.saturating_sub(1);
+        }
+    }
+
+    pub(super) fn refuse(&self, refusal: Refusal) {
+        let mut list = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        if list.len() == MAX_REFUSALS {
+            list.pop_front();
+        }
+        list.push_back(refusal);
+    }
+
+    pub(super) fn refusals(&self) -> Vec<Refusal> {
+        let list = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        list.iter().cloned().collect()
+    }
+
+    pub(super) fn update(&self, id: &str, t: ResourceType, f: impl FnOnce(&mut TypeStatus)) {
+        if let Some(e) = self.lock().get_mut(id) {
+            f(&mut e.types[t.index()]);
+        }
+    }
+
+    pub(super) fn status(&self, snapshot: &Snapshot) -> Vec<NodeStatus> {
+        self.lock()
+            .iter()
+            .map(|(id, e)| NodeStatus {
+                id: id.clone(),
+                zone: e.zone.clone(),
+                connected: e.streams > 0,
+                unserved: snapshot
+                    .unserved_reason(id, e.zone.as_deref())
+                    .map(str::to_string),
+                types: ResourceType::PUSH_ORDER
+                    .into_iter()
+                    .map(|t| (t.type_url().to_string(), e.types[t.index()].clone()))
+                    .collect(),
+            })
+            .collect()
+    }
+}
