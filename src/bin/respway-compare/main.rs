@@ -1,0 +1,151 @@
+//! `respway-compare`: checks that every key of one cluster is also, with the same type, value
+//! and TTL presence, in another cluster — the "verify" step of an online migration (dual-write
+//! → backfill → **compare** → switch reads → stop dual-write), run against the real shards,
+//! not through the proxy.
+//!
+//! ```text
+//! respway-compare --config respway.yaml --source old --target new [--rate 5000] [--limit N]
+//! ```
+//!
+//! How it works:
+//! - Loads the respway YAML config and builds both clusters' shard pickers exactly as the
+//!   data plane does ([`build_picker`] over each cluster's hash policy, hashtag and shards).
+//! - `SCAN`s every shard primary of the source cluster directly (plain TCP, `AUTH`/`SELECT`
+//!   per the cluster's `auth`/`db`), one page of `--count` keys at a time.
+//! - For each page, pipelined per shard and with source and target in parallel: `TYPE` and
+//!   `PTTL` on both sides (the target shard is the target picker's choice for the key, its
+//!   primary); then for keys present on both sides with the same type, the value:
+//!   strings `GET`; hashes `HGETALL` (as a map); lists `LRANGE 0 -1`; sets `SMEMBERS` (as a
+//!   set); sorted sets `ZRANGE 0 -1 WITHSCORES`; streams `XLEN`. Collections are first
+//!   measured (`HLEN`/`LLEN`/`SCARD`/`ZCARD`); when either side has more than
+//!   `--sample-big` elements only the sizes are compared. Other types (modules) are compared
+//!   by type and TTL only. TTLs are compared by presence (`PTTL` ≥ 0 vs -1), not by value.
+//! - Paces itself to at most `--rate` keys per second on average.
+//!
+//! It is one-way: keys that exist only in the target are not reported (swap `--source` and
+//! `--target` to find them). On a live keyspace, SCAN may return a key twice (it is then
+//! compared twice), and a key deleted or expired on the source between SCAN and TYPE is
+//! counted as scanned but neither matched nor mismatched (a separate line says how many).
+//!
+//! Output (stdout): the first `--max-mismatches` mismatches as they are found, one per line
+//! (`kind "key": detail`), then the summary line
+//! `scanned N, matched M, missing_in_target X, type_mismatch Y, value_mismatch Z, ttl_mismatch W`.
+//! Progress and errors go to stderr.
+//!
+//! Exit code: 0 when every scanned key matched, 1 when some did not, 2 on a usage or
+//! configuration error, 3 when the comparison could not be completed (a shard unreachable,
+//! refused `AUTH`, an error reply to `SCAN`/`TYPE`/`PTTL`, a timeout).
+
+// A CLI whose report on stdout is its product: printing there is the point.
+#![allow(
+    clippy::print_stdout,
+    reason = "a CLI whose report on stdout is its product"
+)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::{self, Write as _};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use clap::Parser;
+use respway_filters::codec_limits::Limits;
+use respway_filters::hash::{cluster_picker, ShardPicker};
+use respway_filters::model::{Cluster, Config, UpstreamAuth};
+use respway_filters::resp::{encode_command, parse_reply, Frame, ReplyScanner};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{sleep_until, timeout, Instant};
+
+/// Compare the keys of one respway cluster with another (source → target).
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// respway YAML configuration naming both clusters.
+    #[arg(long)]
+    config: PathBuf,
+    /// Cluster whose keys are scanned.
+    #[arg(long)]
+    source: String,
+    /// Cluster expected to hold the same keys.
+    #[arg(long)]
+    target: String,
+    /// How many mismatches to print (all are counted).
+    #[arg(long, default_value_t = 20)]
+    max_mismatches: usize,
+    /// Most keys compared per second, on average.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    rate: u64,
+    /// Collections with more elements than this are compared by size only.
+    #[arg(long, default_value_t = 1000)]
+    sample_big: u64,
+    /// SCAN COUNT: keys asked for per SCAN call (also the pipelining batch).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    count: u64,
+    /// Stop after this many keys in total.
+    #[arg(long)]
+    limit: Option<u64>,
+}
+
+/// How long one read or write to a shard may make no progress.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reply limits for upstream connections: as large as Redis itself allows.
+const REPLY_LIMITS: Limits = Limits {
+    max_bulk_len: 512 * 1024 * 1024,
+    max_multibulk_len: usize::MAX,
+    max_inline_len: 64 * 1024,
+};
+
+/// Longest value preview shown in a mismatch detail.
+const PREVIEW: usize = 48;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match respway_xds::load_file(&args.config) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::from(2);
+        }
+    };
+    let (source, target) = match (
+        Plan::new(&config, &args.source, "--source"),
+        Plan::new(&config, &args.target, "--target"),
+    ) {
+        (Ok(s), Ok(t)) => (s, t),
+        (s, t) => {
+            for e in [s.err(), t.err()].into_iter().flatten() {
+                eprintln!("respway-compare: {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let mut cmp = Compare {
+        report: Report::new(args.max_mismatches),
+        sample_big: args.sample_big,
+    };
+    let result = cmp.run(&args, source, target).await;
+    cmp.report.finish();
+    match result {
+        Err(e) => {
+            eprintln!("respway-compare: {e}");
+            ExitCode::from(3)
+        }
+        Ok(()) if cmp.report.bad_keys > 0 => ExitCode::from(1),
+        Ok(()) => ExitCode::SUCCESS,
+    }
+}
+
+mod compare;
+mod diff;
+mod report;
+mod side;
+
+use compare::Compare;
+use report::Report;
+use side::{Plan, Side};
