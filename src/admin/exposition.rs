@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{for_each_endpoint, State};
-use crate::metrics::{bucket_upper_us, AcceptSocket, CmdTotals, ACCEPT_REASONS, BUCKETS};
+use crate::metrics::{bucket_upper_us, AcceptSocket, CmdTotals, ACCEPT_REASONS, BUCKETS, FAMILIES};
 use crate::stats::{Registry, Totals};
 
 /// Keys per cluster exported as metrics.
@@ -28,6 +28,7 @@ pub(super) fn metrics(state: &State) -> String {
     let r = &state.registry;
     let mut o = String::with_capacity(16 * 1024);
     build_and_config(&mut o, state);
+    process(&mut o);
     tls_certificates(&mut o, state);
     accept_errors(&mut o);
     let listeners = r.listener_names();
@@ -41,11 +42,17 @@ pub(super) fn metrics(state: &State) -> String {
 
 /// The build, the configuration version, the workers.
 fn build_and_config(o: &mut String, state: &State) {
-    family(o, "respway_build_info", "gauge", "The running build.");
+    family(
+        o,
+        "respway_build_info",
+        "gauge",
+        "The running build: its version and the git commit it was built from (as respway --version says).",
+    );
     let _ = writeln!(
         o,
-        "respway_build_info{{version=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION")
+        "respway_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        label(env!("RESPWAY_GIT_COMMIT"))
     );
     family(
         o,
@@ -247,63 +254,77 @@ fn latency_bounds() -> Vec<usize> {
         .collect()
 }
 
-/// Per listener and command: calls, errors, latency.
+/// Per listener and command: calls, errors, time; per listener and command family: latency
+/// histograms (per-command percentiles are in /stats and INFO latencystats).
 fn commands(o: &mut String, r: &Registry, listeners: &[String]) {
-    let per_cmd: Vec<(&String, Vec<CmdTotals>)> = listeners
+    let per_cmd: Vec<(&String, Vec<(String, CmdTotals)>)> = listeners
         .iter()
-        .map(|l| (l, r.command_totals(Some(l))))
+        .map(|l| {
+            let cmds = r
+                .command_totals(Some(l))
+                .into_iter()
+                .map(|c| {
+                    let labels = format!(
+                        "listener=\"{}\",command=\"{}\",family=\"{}\"",
+                        label(l),
+                        c.name,
+                        c.family
+                    );
+                    (labels, c)
+                })
+                .collect();
+            (l, cmds)
+        })
         .collect();
-    family(
-        o,
-        "respway_commands_total",
-        "counter",
-        "Commands answered, by top-level command (unknown names as `other`).",
-    );
-    for (l, cmds) in &per_cmd {
-        for c in cmds {
-            let _ = writeln!(
-                o,
-                "respway_commands_total{{listener=\"{}\",command=\"{}\"}} {}",
-                label(l),
-                c.name,
-                c.calls
-            );
-        }
-    }
-    family(
-        o,
-        "respway_command_errors_total",
-        "counter",
-        "Commands answered with an error reply.",
-    );
-    for (l, cmds) in &per_cmd {
-        for c in cmds {
-            let _ = writeln!(
-                o,
-                "respway_command_errors_total{{listener=\"{}\",command=\"{}\"}} {}",
-                label(l),
-                c.name,
-                c.failed
-            );
+    type Get = fn(&CmdTotals) -> String;
+    let counters: [(&str, &str, Get); 3] = [
+        (
+            "respway_commands_total",
+            "Commands answered, by top-level command (unknown names as `other`) and its family (read, write, blocking, connection, other).",
+            |c| c.calls.to_string(),
+        ),
+        (
+            "respway_command_errors_total",
+            "Commands answered with an error reply (family connection: HELLO, AUTH, CLIENT, SELECT... which clients may send on connect and see refused).",
+            |c| c.failed.to_string(),
+        ),
+        (
+            "respway_command_seconds_total",
+            "Time from dispatch to reply ready, summed over the commands answered (divided by respway_commands_total: the command's mean latency).",
+            |c| (c.usec as f64 / 1e6).to_string(),
+        ),
+    ];
+    for (name, help, get) in counters {
+        family(o, name, "counter", help);
+        for (_, cmds) in &per_cmd {
+            for (labels, c) in cmds {
+                let _ = writeln!(o, "{name}{{{labels}}} {}", get(c));
+            }
         }
     }
     family(
         o,
         "respway_command_duration_seconds",
         "histogram",
-        "Time from dispatch to reply ready (respway plus upstream).",
+        "Time from dispatch to reply ready (respway plus upstream), by listener and command family (read, write, blocking, connection, other).",
     );
     let bounds = latency_bounds();
     for (l, cmds) in &per_cmd {
-        let l = label(l);
-        for c in cmds {
-            histogram(
-                o,
-                "respway_command_duration_seconds",
-                &format!("listener=\"{l}\",command=\"{}\"", c.name),
-                c,
-                &bounds,
-            );
+        for fam in FAMILIES {
+            let mut t = CmdTotals::empty(fam);
+            let mut seen = false;
+            for (_, c) in cmds.iter().filter(|(_, c)| c.family == fam) {
+                seen = true;
+                t.calls += c.calls;
+                t.usec += c.usec;
+                for (a, b) in t.hist.iter_mut().zip(&c.hist) {
+                    *a += b;
+                }
+            }
+            if seen {
+                let labels = format!("listener=\"{}\",family=\"{fam}\"", label(l));
+                histogram(o, "respway_command_duration_seconds", &labels, &t, &bounds);
+            }
         }
     }
 }
@@ -313,7 +334,11 @@ fn config_changes(o: &mut String, state: &State) {
     let Some(ev) = &state.hooks.config_events else {
         return;
     };
-    let m = ev.sources.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut m = ev.sources.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // Both sources from the start, at 0: a first change is an increase, not a new series.
+    for src in ["file", "xds"] {
+        m.entry(src).or_default();
+    }
     family(
         o,
         "respway_config_changes_total",
@@ -451,6 +476,49 @@ fn upstream(o: &mut String, state: &State) {
     }
     family(
         o,
+        "respway_upstream_inflight_requests",
+        "gauge",
+        "Requests sent on each endpoint's connections (shared and dedicated) and not yet answered, now: the queue in the shard and on the wire (respway_upstream_queued_requests: not yet sent).",
+    );
+    for (labels, v) in &endpoints {
+        let _ = writeln!(
+            o,
+            "respway_upstream_inflight_requests{{{labels}}} {}",
+            v.inflight
+        );
+    }
+    family(
+        o,
+        "respway_upstream_connections",
+        "gauge",
+        "Connections open now to each endpoint (shared and dedicated, every worker).",
+    );
+    for (labels, v) in &endpoints {
+        let _ = writeln!(
+            o,
+            "respway_upstream_connections{{{labels}}} {}",
+            v.connections
+        );
+    }
+    for (name, help, get) in [
+        (
+            "respway_upstream_connects_total",
+            "Connections opened to each endpoint (first connects and reconnects; counted from when its pools were created).",
+            (|v| v.connects) as fn(&crate::stats::EndpointView) -> u64,
+        ),
+        (
+            "respway_upstream_connect_failures_total",
+            "Failed connect attempts to each endpoint (counted from when its pools were created).",
+            |v| v.connect_failures,
+        ),
+    ] {
+        family(o, name, "counter", help);
+        for (labels, v) in &endpoints {
+            let _ = writeln!(o, "{name}{{{labels}}} {}", get(v));
+        }
+    }
+    family(
+        o,
         "respway_upstream_duration_seconds",
         "histogram",
         "Time each endpoint took per request, from the write of its batch to its reply (compare with respway_command_duration_seconds: the difference is time in respway).",
@@ -504,17 +572,7 @@ fn upstream(o: &mut String, state: &State) {
         );
     }
     let u = state.registry.upstream_totals();
-    let up: [(&str, &str, u64); 4] = [
-        (
-            "respway_upstream_connects_total",
-            "Upstream connections opened (first connects and reconnects).",
-            u.connects,
-        ),
-        (
-            "respway_upstream_connect_failures_total",
-            "Failed upstream connect attempts.",
-            u.connect_failures,
-        ),
+    let up: [(&str, &str, u64); 2] = [
         (
             "respway_upstream_stuck_connections_total",
             "Upstream connections replaced because requests on them stopped being answered.",
@@ -548,4 +606,104 @@ fn histogram(o: &mut String, name: &str, labels: &str, t: &CmdTotals, bounds: &[
     let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {total}");
     let _ = writeln!(o, "{name}_sum{{{labels}}} {}", t.usec as f64 / 1e6);
     let _ = writeln!(o, "{name}_count{{{labels}}} {total}");
+}
+
+/// The standard process metrics, with the names and meanings of Prometheus's client
+/// libraries, read from /proc/self (Linux; elsewhere none): CPU time, memory, descriptors,
+/// start time.
+fn process(o: &mut String) {
+    let Some(p) = ProcessStats::read() else {
+        return;
+    };
+    let metrics: [(&str, &str, &str, Option<f64>); 6] = [
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+            p.cpu_seconds,
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            p.resident_bytes,
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size in bytes.",
+            p.virtual_bytes,
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors.",
+            p.open_fds,
+        ),
+        (
+            "process_max_fds",
+            "gauge",
+            "Maximum number of open file descriptors (the soft RLIMIT_NOFILE).",
+            p.max_fds,
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since unix epoch in seconds.",
+            p.start_time,
+        ),
+    ];
+    for (name, kind, help, v) in metrics {
+        if let Some(v) = v {
+            family(o, name, kind, help);
+            let _ = writeln!(o, "{name} {v}");
+        }
+    }
+}
+
+/// What /proc says of this process (each `None` when it cannot be read).
+#[derive(Debug, Default)]
+struct ProcessStats {
+    cpu_seconds: Option<f64>,
+    resident_bytes: Option<f64>,
+    virtual_bytes: Option<f64>,
+    open_fds: Option<f64>,
+    max_fds: Option<f64>,
+    start_time: Option<f64>,
+}
+
+impl ProcessStats {
+    #[cfg(target_os = "linux")]
+    fn read() -> Option<ProcessStats> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // The fields after the command name, which is in parentheses and may hold anything.
+        let rest = stat.get(stat.rfind(')')? + 1..)?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // Field n of proc_pid_stat(5) (from 1, the pid) is fields[n - 3].
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+        let hz = rustix::param::clock_ticks_per_second() as f64;
+        let page = rustix::param::page_size() as f64;
+        let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        });
+        let open_fds = std::fs::read_dir("/proc/self/fd")
+            .ok()
+            .map(|d| d.count() as f64);
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        Some(ProcessStats {
+            cpu_seconds: field(14).zip(field(15)).map(|(u, s)| (u + s) as f64 / hz),
+            virtual_bytes: field(23).map(|v| v as f64),
+            resident_bytes: field(24).map(|p| p as f64 * page),
+            open_fds,
+            max_fds: limit.current.map(|n| n as f64),
+            start_time: boot.zip(field(22)).map(|(b, t)| b as f64 + t as f64 / hz),
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn read() -> Option<ProcessStats> {
+        None
+    }
 }
