@@ -2,7 +2,7 @@
 //! address, loopback unless explicitly allowed, served by a thread of its own so that it
 //! never runs on a worker.
 //!
-//! - `GET /metrics`: Prometheus text format (`respway_*`).
+//! - `GET /metrics`: Prometheus text format (`respway_*`, `process_*`; see `exposition`).
 //! - `GET /stats`: per listener and command, calls, errors and latency percentiles
 //!   (p50/p90/p99/p99.9/p99.99/max), human-readable.
 //! - `GET /hotkeys`: the hottest keys per cluster (hot-key detection, see

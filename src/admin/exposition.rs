@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::{for_each_endpoint, State};
 use crate::metrics::{bucket_upper_us, AcceptSocket, CmdTotals, ACCEPT_REASONS, BUCKETS, FAMILIES};
-use crate::stats::{Registry, Totals};
+use crate::stats::{EndpointView, Registry, Totals};
 
 /// Keys per cluster exported as metrics.
 const HOTKEYS_METRICS: usize = 5;
@@ -500,18 +500,20 @@ fn upstream(o: &mut String, state: &State) {
             v.connections
         );
     }
-    for (name, help, get) in [
+    type Get = fn(&EndpointView) -> u64;
+    let connects: [(&str, &str, Get); 2] = [
         (
             "respway_upstream_connects_total",
             "Connections opened to each endpoint (first connects and reconnects; counted from when its pools were created).",
-            (|v| v.connects) as fn(&crate::stats::EndpointView) -> u64,
+            |v| v.connects,
         ),
         (
             "respway_upstream_connect_failures_total",
             "Failed connect attempts to each endpoint (counted from when its pools were created).",
             |v| v.connect_failures,
         ),
-    ] {
+    ];
+    for (name, help, get) in connects {
         family(o, name, "counter", help);
         for (labels, v) in &endpoints {
             let _ = writeln!(o, "{name}{{{labels}}} {}", get(v));
