@@ -10,12 +10,14 @@
 //! from 1 µs to about 60 s (slower ones all count in the last). A command's set is allocated the first time it is seen.
 //!
 //! Commands are counted by their top-level name (`client`, not `client|setname`), as the
-//! command table knows them; a name the table does not know is counted as `other`.
+//! command table knows them; a name the table does not know is counted as `other`. Each
+//! command belongs to one [`family`] (`read`, `write`, `blocking`, `connection`, `other`),
+//! by which `/metrics` groups latency histograms.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use respway_filters::command::{self, CommandInfo};
+use respway_filters::command::{self, CommandClass, CommandInfo};
 
 use crate::stats::bump;
 
@@ -43,6 +45,25 @@ pub(crate) fn bucket_upper_us(i: usize) -> u64 {
     ((4 + sub) << (e - 2)) + (1u64 << (e - 2)) - 1
 }
 
+/// The families of commands, as `/metrics` labels them (see [`family`]).
+pub(crate) const FAMILIES: [&str; 5] = ["read", "write", "blocking", "connection", "other"];
+
+/// The family of a top-level command (`None`: a name the table does not know): `blocking`
+/// (BLPOP, XREAD, WAIT...: their time is what the client asked to wait), `connection` (what
+/// clients send to set up or check a connection: Redis's `@connection` category and CLIENT:
+/// HELLO, AUTH, CLIENT, SELECT, READONLY, PING...), `write`, `read` (by the command's
+/// flags), else `other` (scripts, transactions, pub/sub, server commands, unknown names).
+pub(crate) fn family(c: Option<&CommandInfo>) -> &'static str {
+    match c {
+        None => "other",
+        Some(c) if c.class == CommandClass::Blocking => "blocking",
+        Some(c) if c.name == "client" || c.acl_categories.contains(&"@connection") => "connection",
+        Some(c) if c.flags & command::WRITE != 0 => "write",
+        Some(c) if c.flags & command::READONLY != 0 => "read",
+        Some(_) => "other",
+    }
+}
+
 /// One command's counters on one worker.
 #[derive(Debug)]
 pub(crate) struct CmdStat {
@@ -68,6 +89,8 @@ impl Default for CmdStat {
 pub(crate) struct CmdTotals {
     /// Lowercase command name (`other` for names the table does not know).
     pub(crate) name: &'static str,
+    /// Its [`family`].
+    pub(crate) family: &'static str,
     /// Commands answered.
     pub(crate) calls: u64,
     /// Of which answered with an error.
@@ -144,10 +167,11 @@ impl Latency {
 }
 
 impl CmdTotals {
-    /// Empty totals named `name`.
+    /// Empty totals named `name` (of family `other`).
     pub(crate) fn empty(name: &'static str) -> CmdTotals {
         CmdTotals {
             name,
+            family: "other",
             calls: 0,
             failed: 0,
             usec: 0,
@@ -219,6 +243,7 @@ impl CommandStats {
             let Some(s) = slot.get() else { continue };
             let t = into[i].get_or_insert_with(|| CmdTotals {
                 name: all.get(i).map_or("other", |c| c.name),
+                family: family(all.get(i)),
                 calls: 0,
                 failed: 0,
                 usec: 0,
@@ -324,5 +349,30 @@ mod tests {
         assert!((100..=125).contains(&g.percentile_us(0.99)));
         assert!((5000..=6250).contains(&g.percentile_us(0.999)));
         assert_eq!(index_of(None) as usize, command::all().len());
+    }
+
+    #[test]
+    fn families_follow_the_command_table() {
+        let of = |n: &str| family(command::lookup(n.as_bytes()));
+        for (name, want) in [
+            ("get", "read"),
+            ("mget", "read"),
+            ("set", "write"),
+            ("incr", "write"),
+            ("blpop", "blocking"),
+            ("wait", "blocking"),
+            ("hello", "connection"),
+            ("auth", "connection"),
+            ("client", "connection"),
+            ("select", "connection"),
+            ("readonly", "connection"),
+            ("eval", "other"),
+            ("multi", "other"),
+            ("info", "other"),
+        ] {
+            assert_eq!(of(name), want, "{name}");
+            assert!(FAMILIES.contains(&want));
+        }
+        assert_eq!(family(None), "other");
     }
 }

@@ -131,6 +131,14 @@ pub(crate) struct EndpointView {
     pub latency: Option<crate::metrics::CmdTotals>,
     /// Requests waiting in its connections' queues now.
     pub queued: usize,
+    /// Connections open to it now (shared and dedicated).
+    pub connections: u64,
+    /// Requests sent on its connections and not yet answered, now.
+    pub inflight: u64,
+    /// Connections opened to it, and connect attempts that failed (since its pools were
+    /// created).
+    pub connects: u64,
+    pub connect_failures: u64,
     /// Failed requests by kind (indexed like [`ErrorKind::ALL`]).
     pub errors: [u64; 7],
     /// Times a worker took it out (see [`crate::upstream::EndpointStats`]).
@@ -433,6 +441,12 @@ impl Registry {
                             *n += st.errors(k);
                         }
                         v.ejections += st.ejections();
+                        let (open, inflight) = st.open();
+                        v.connections += open;
+                        v.inflight += inflight;
+                        let (connects, failures) = st.connects();
+                        v.connects += connects;
+                        v.connect_failures += failures;
                         if let Some(d) = st.down() {
                             v.down = Some(match v.down.take() {
                                 None => d,

@@ -238,6 +238,13 @@ pub(crate) struct EndpointStats {
     /// Since when it is out, why, and how many attempts failed since (written on failures
     /// only).
     down: Mutex<Option<Down>>,
+    /// Connections opened, and connect attempts that failed.
+    connects: AtomicU64,
+    connect_failures: AtomicU64,
+    /// Connections open now, and the requests written on them not yet answered (see
+    /// [`OpenConnection`]).
+    open: AtomicU64,
+    inflight: AtomicU64,
 }
 
 /// Why and since when an endpoint is out (see [`EndpointStats`]).
@@ -259,7 +266,39 @@ impl EndpointStats {
             healthy: AtomicBool::new(true),
             ejections: AtomicU64::new(0),
             down: Mutex::new(None),
+            connects: AtomicU64::new(0),
+            connect_failures: AtomicU64::new(0),
+            open: AtomicU64::new(0),
+            inflight: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a connection opened, for the endpoint and the worker.
+    fn count_connect(&self) {
+        crate::stats::bump(&self.connects, 1);
+        self.worker.connects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed connect attempt, for the endpoint and the worker.
+    fn count_connect_failure(&self) {
+        crate::stats::bump(&self.connect_failures, 1);
+        self.worker.connect_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections opened, and connect attempts that failed, so far.
+    pub(crate) fn connects(&self) -> (u64, u64) {
+        (
+            self.connects.load(Ordering::Relaxed),
+            self.connect_failures.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Connections open now, and requests written on them not yet answered.
+    pub(crate) fn open(&self) -> (u64, u64) {
+        (
+            self.open.load(Ordering::Relaxed),
+            self.inflight.load(Ordering::Relaxed),
+        )
     }
 
     /// Counts one error of `kind`, for the endpoint and the worker.
@@ -329,6 +368,45 @@ impl EndpointStats {
                 })
             }
         }
+    }
+}
+
+/// One open connection in its endpoint's gauges ([`EndpointStats::open`]): counted open
+/// while it lives, with the requests it last reported in flight (its own count, added to and
+/// taken from the endpoint's: the connections of one endpoint add up, and a connection that
+/// ends takes back exactly what it added).
+struct OpenConnection<'a> {
+    stats: &'a EndpointStats,
+    inflight: u64,
+}
+
+impl<'a> OpenConnection<'a> {
+    fn new(stats: &'a EndpointStats) -> Self {
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection { stats, inflight: 0 }
+    }
+
+    /// Requests written on this connection and not yet answered: `n` now.
+    #[inline]
+    fn inflight(&mut self, n: usize) {
+        let n = n as u64;
+        if n > self.inflight {
+            self.stats
+                .inflight
+                .fetch_add(n - self.inflight, Ordering::Relaxed);
+        } else if n < self.inflight {
+            self.stats
+                .inflight
+                .fetch_sub(self.inflight - n, Ordering::Relaxed);
+        }
+        self.inflight = n;
+    }
+}
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.inflight(0);
+        self.stats.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -1121,7 +1199,7 @@ async fn run_connection(
         let Some(first) = rx.recv().await else { return };
         match connect(&cfg, flavor).await {
             Ok(stream) => {
-                stats.worker.connects.fetch_add(1, Ordering::Relaxed);
+                stats.count_connect();
                 let (mut carry, mut lost) = (vec![first], Vec::new());
                 if let Err(e) = stream
                     .serve(&mut carry, &mut lost, &mut rx, &stats, &latency, true)
@@ -1147,10 +1225,7 @@ async fn run_connection(
                 }
             }
             Err(e) => {
-                stats
-                    .worker
-                    .connect_failures
-                    .fetch_add(1, Ordering::Relaxed);
+                stats.count_connect_failure();
                 let reason: Arc<str> = e.text.into();
                 answer(first.tx, UpstreamError::Unavailable(reason.clone()), &stats);
                 fail_queued(&mut rx, &reason, &stats);
@@ -1183,7 +1258,7 @@ async fn run_connection(
         let mut coming = false;
         let (failure, refused) = match connect(&cfg, flavor).await {
             Ok(stream) => {
-                stats.worker.connects.fetch_add(1, Ordering::Relaxed);
+                stats.count_connect();
                 stats.connected(&cfg.label);
                 probe = false;
                 tracing::debug!(endpoint = %cfg.label, "connected");
@@ -1251,10 +1326,7 @@ async fn run_connection(
                 }
             }
             Err(e) => {
-                stats
-                    .worker
-                    .connect_failures
-                    .fetch_add(1, Ordering::Relaxed);
+                stats.count_connect_failure();
                 for req in carry.drain(..) {
                     answer(
                         req.tx,
@@ -1296,7 +1368,7 @@ async fn run_connection(
                         last_attempt = Instant::now();
                         match connect(&cfg, flavor).await {
                             Ok(stream) => {
-                                stats.worker.connects.fetch_add(1, Ordering::Relaxed);
+                                stats.count_connect();
                                 stats.connected(&cfg.label);
                                 backoff = BACKOFF_MIN;
                                 carry.push(req);
@@ -1314,7 +1386,7 @@ async fn run_connection(
                                 }
                             }
                             Err(e) => {
-                                stats.worker.connect_failures.fetch_add(1, Ordering::Relaxed);
+                                stats.count_connect_failure();
                                 refused = e.retry_soon();
                                 coming = e.coming_back;
                                 if coming {
@@ -1584,6 +1656,7 @@ async fn serve<S: Io>(
 ) -> Result<(), Fail> {
     let limits = Limits::REPLIES;
     let mut inflight: VecDeque<Inflight> = VecDeque::new();
+    let mut gauge = OpenConnection::new(stats);
     // Replies this slow are noted for the slow log (read once per connection).
     let slow = (
         stream.tcp().peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
@@ -1612,6 +1685,7 @@ async fn serve<S: Io>(
         return Err(Fail::Stuck);
     }
     let result = loop {
+        gauge.inflight(inflight.len());
         if !open && inflight.is_empty() && wbuf.is_empty() && !stream.pending_out() {
             break Ok(());
         }

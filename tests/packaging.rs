@@ -56,36 +56,57 @@ fn dashboard_exprs() -> Vec<String> {
         .collect()
 }
 
-/// The metric names (`respway_[a-z_]+`, whole identifiers) in a PromQL expression.
-fn metric_names(expr: &str) -> BTreeSet<String> {
+/// The metric names (`respway_[a-z_]+` and `process_[a-z_]+`, whole identifiers) in a PromQL
+/// expression, each with what follows it.
+fn metric_uses(expr: &str) -> Vec<(String, &str)> {
     let b = expr.as_bytes();
     let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b':';
-    let mut out = BTreeSet::new();
-    let mut i = 0;
-    while let Some(off) = expr[i..].find("respway_") {
-        let start = i + off;
-        let mut end = start + "respway_".len();
-        while end < b.len() && (b[end].is_ascii_lowercase() || b[end] == b'_') {
-            end += 1;
+    let mut out = Vec::new();
+    for prefix in ["respway_", "process_"] {
+        let mut i = 0;
+        while let Some(off) = expr[i..].find(prefix) {
+            let start = i + off;
+            let mut end = start + prefix.len();
+            while end < b.len() && (b[end].is_ascii_lowercase() || b[end] == b'_') {
+                end += 1;
+            }
+            let whole = (start == 0 || !ident(b[start - 1])) && (end == b.len() || !ident(b[end]));
+            if whole && end > start + prefix.len() {
+                out.push((expr[start..end].to_string(), &expr[end..]));
+            }
+            i = end;
         }
-        let whole = (start == 0 || !ident(b[start - 1])) && (end == b.len() || !ident(b[end]));
-        if whole && end > start + "respway_".len() {
-            out.insert(expr[start..end].to_string());
-        }
-        i = end;
     }
     out
+}
+
+/// The metric names of [`metric_uses`].
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    metric_uses(expr).into_iter().map(|(n, _)| n).collect()
 }
 
 #[test]
 fn metric_names_are_whole_identifiers() {
     let names = metric_names(
-        "histogram_quantile(0.99, sum by (le) (rate(respway_command_duration_seconds_bucket[1m]))) / x_respway_no + respway_workers",
+        "histogram_quantile(0.99, sum by (le) (rate(respway_command_duration_seconds_bucket[1m]))) / x_respway_no + respway_workers and process_open_fds",
     );
     assert_eq!(
         names.into_iter().collect::<Vec<_>>(),
-        ["respway_command_duration_seconds_bucket", "respway_workers"]
+        [
+            "process_open_fds",
+            "respway_command_duration_seconds_bucket",
+            "respway_workers"
+        ]
     );
+}
+
+/// The dashboard's template variable: the instance (under Kubernetes, the pod: see
+/// prometheus.yml), `.*` for all.
+const INSTANCE: &str = "instance=~\"$instance\"";
+
+/// `expr` with the dashboard's template variables replaced by `value`.
+fn with_instance(expr: &str, value: &str) -> String {
+    expr.replace("$instance", value)
 }
 
 /// The dashboard's shape: one `${DS_PROMETHEUS}` input used by every panel and target, unique
@@ -127,20 +148,80 @@ fn dashboard_is_an_importable_grafana_dashboard() {
         }
     }
     let exprs = dashboard_exprs();
-    for wanted in [
-        "sum by (listener) (rate(respway_commands_total[1m]))",
-        "sum by (command) (rate(respway_commands_total[1m]))",
-        "histogram_quantile(0.99, sum by (le) (rate(respway_command_duration_seconds_bucket[1m])))",
-        "histogram_quantile(0.999, sum by (le) (rate(respway_command_duration_seconds_bucket[1m])))",
-        "histogram_quantile(0.9999, sum by (le) (rate(respway_command_duration_seconds_bucket[1m])))",
-        "sum by (command) (rate(respway_command_errors_total[1m]))",
-        "sum by (kind) (rate(respway_upstream_errors_total[1m]))",
-        "sum(rate(respway_upstream_connects_total[1m]))",
-        "sum by (listener) (respway_downstream_connections_active)",
-        "topk(10, sum by (cluster, key) (respway_hot_key_requests))",
-        "max(respway_config_version)",
-    ] {
-        assert!(exprs.iter().any(|e| e == wanted), "no panel queries {wanted}");
+    // Every metric a query reads is filtered by the instance variable.
+    for e in &exprs {
+        for (name, after) in metric_uses(e) {
+            let selector = after
+                .strip_prefix('{')
+                .and_then(|a| a.split('}').next())
+                .unwrap_or_else(|| panic!("{name} without a selector in {e}"));
+            assert!(
+                selector.split(',').any(|m| m == INSTANCE),
+                "{name} not filtered by $instance in {e}"
+            );
+        }
+    }
+    let vars = d["templating"]["list"].as_array().expect("templating.list");
+    let instance = vars
+        .iter()
+        .find(|v| v["name"] == "instance")
+        .expect("an instance template variable");
+    assert_eq!(instance["type"], "query");
+    assert_eq!(instance["datasource"]["uid"], "${DS_PROMETHEUS}");
+    assert_eq!(
+        instance["definition"],
+        "label_values(respway_build_info, instance)"
+    );
+    assert_eq!(instance["query"]["query"], instance["definition"]);
+    assert_eq!(
+        (
+            &instance["includeAll"],
+            &instance["multi"],
+            &instance["allValue"]
+        ),
+        (&true.into(), &true.into(), &".*".into())
+    );
+    let f = INSTANCE;
+    let nb = format!("{f},family!=\"blocking\"");
+    let mut wanted = vec![
+        format!("sum by (listener) (rate(respway_commands_total{{{f}}}[1m]))"),
+        format!("sum by (command) (rate(respway_commands_total{{{f}}}[1m]))"),
+        format!("sum by (command) (rate(respway_command_errors_total{{{f}}}[1m]))"),
+        format!("sum by (kind) (rate(respway_upstream_errors_total{{{f}}}[1m]))"),
+        format!("sum by (listener) (respway_downstream_connections_active{{{f}}})"),
+        format!("max(respway_config_version{{{f}}})"),
+        // Which shard is hot: requests, errors, latency, queues, connections, health.
+        format!("sum by (cluster, shard, endpoint) (rate(respway_upstream_requests_total{{{f}}}[1m]))"),
+        format!("sum by (cluster, shard, endpoint, kind) (rate(respway_upstream_errors_total{{{f}}}[1m]))"),
+        format!("sum by (cluster, shard, endpoint) (respway_upstream_inflight_requests{{{f}}})"),
+        format!("sum by (cluster, shard, endpoint) (respway_upstream_queued_requests{{{f}}})"),
+        format!("sum by (cluster, shard, endpoint) (respway_upstream_connections{{{f}}})"),
+        format!("min by (cluster, shard, endpoint) (respway_upstream_healthy{{{f}}})"),
+        format!("sum by (cluster, shard, endpoint) (rate(respway_upstream_connects_total{{{f}}}[1m]))"),
+        format!("sum by (cluster, shard, endpoint) (rate(respway_upstream_connect_failures_total{{{f}}}[1m]))"),
+        format!("topk by (cluster) (5, sum by (cluster, key) (respway_hot_key_requests{{{f}}}))"),
+        // The error ratio leaves connection-setup commands out; they have a panel of their own.
+        format!("sum by (command) (rate(respway_command_errors_total{{{f},family!=\"connection\"}}[1m])) / sum by (command) (rate(respway_commands_total{{{f},family!=\"connection\"}}[1m]))"),
+        format!("sum by (command) (rate(respway_command_errors_total{{{f},family=\"connection\"}}[1m]))"),
+        format!("rate(process_cpu_seconds_total{{{f}}}[1m]) and on (instance, job) respway_build_info{{{f}}}"),
+        format!("process_resident_memory_bytes{{{f}}} and on (instance, job) respway_build_info{{{f}}}"),
+    ];
+    for q in ["0.99", "0.999", "0.9999"] {
+        wanted.push(format!(
+            "histogram_quantile({q}, sum by (le) (rate(respway_command_duration_seconds_bucket{{{nb}}}[1m])))"
+        ));
+    }
+    // Is it the proxy or Redis: end to end per listener against upstream per cluster.
+    for q in ["0.5", "0.99", "0.999"] {
+        wanted.push(format!(
+            "histogram_quantile({q}, sum by (le, listener) (rate(respway_command_duration_seconds_bucket{{{nb}}}[1m])))"
+        ));
+        wanted.push(format!(
+            "histogram_quantile({q}, sum by (le, cluster) (rate(respway_upstream_duration_seconds_bucket{{{f}}}[1m])))"
+        ));
+    }
+    for wanted in wanted {
+        assert!(exprs.contains(&wanted), "no panel queries {wanted}");
     }
 }
 
@@ -172,6 +253,9 @@ fn respway_with_traffic() -> (Vec<Proc>, respway::Server, respway::admin::Admin)
         assert_eq!(c.call(&["GET", "hot:key"]), Resp::Bulk(None));
     }
     assert!(c.call(&["INCR", "k0"]).is_error());
+    // Connection-setup commands a client may send and see refused.
+    assert!(c.call(&["HELLO", "4"]).is_error());
+    assert!(c.call(&["AUTH", "nobody-set-a-password"]).is_error());
     (shards, server, admin)
 }
 
@@ -258,9 +342,11 @@ fn promtool_check_config() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A real Prometheus scrapes respway and evaluates every dashboard query: each parses (a bad
-/// one is a 400) and returns at least one series. The example prometheus.yml passes
-/// `promtool check config`.
+/// A real Prometheus scrapes respway and evaluates every dashboard query, with the instance
+/// variable at "all" and at respway's instance: each parses (a bad one is a 400) and returns
+/// at least one series; the variable's own query finds respway's instance; the error-ratio
+/// panel leaves the refused HELLO and AUTH out (its own panel shows them). The example
+/// prometheus.yml passes `promtool check config`.
 #[test]
 fn prometheus_evaluates_every_dashboard_query() {
     assert!(
@@ -311,15 +397,68 @@ fn prometheus_evaluates_every_dashboard_query() {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
+    let instance = admin.local_addr().to_string();
     let mut failures = Vec::new();
     for e in dashboard_exprs() {
-        let (status, v) = query(&e);
-        let n = v["data"]["result"].as_array().map_or(0, Vec::len);
-        if status != 200 || v["status"] != "success" || n == 0 {
-            failures.push(format!("{e}: HTTP {status}, {n} series, {v}"));
+        for value in [".*", instance.as_str()] {
+            let e = with_instance(&e, value);
+            let (status, v) = query(&e);
+            let n = v["data"]["result"].as_array().map_or(0, Vec::len);
+            if status != 200 || v["status"] != "success" || n == 0 {
+                failures.push(format!("{e}: HTTP {status}, {n} series, {v}"));
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The variable's values: label_values(METRIC, LABEL) is `count by (LABEL) (METRIC)`.
+    for var in dashboard()["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let def = var["definition"].as_str().expect("definition");
+        let (metric, label) = def
+            .strip_prefix("label_values(")
+            .and_then(|d| d.strip_suffix(')'))
+            .and_then(|d| d.split_once(", "))
+            .unwrap_or_else(|| panic!("{def}"));
+        let (_, v) = query(&format!("count by ({label}) ({metric})"));
+        let values: Vec<&str> = v["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["metric"][label].as_str())
+            .collect();
+        assert_eq!(values, [instance.as_str()], "{def}: {v}");
+    }
+    // Error ratio per command: no connection-setup command in it; they show on their own.
+    let mut all = Vec::new();
+    panels(&dashboard(), &mut all);
+    let commands_of = |title: &str| -> BTreeSet<String> {
+        let p = all
+            .iter()
+            .find(|p| p["title"].as_str().is_some_and(|t| t.starts_with(title)))
+            .unwrap_or_else(|| panic!("no panel {title}"));
+        let e = with_instance(p["targets"][0]["expr"].as_str().expect("expr"), ".*");
+        let (_, v) = query(&e);
+        v["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["metric"]["command"].as_str().map(str::to_string))
+            .collect()
+    };
+    let ratio = commands_of("Error ratio");
+    assert!(ratio.contains("incr"), "error ratio: {ratio:?}");
+    assert!(
+        !ratio.contains("hello") && !ratio.contains("auth"),
+        "connection setup in the error ratio: {ratio:?}"
+    );
+    let setup = commands_of("Connection-setup refusals");
+    assert!(
+        setup.contains("hello") && setup.contains("auth"),
+        "connection-setup refusals: {setup:?}"
+    );
     server.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -787,7 +926,8 @@ fn prometheus_admin_port_name() -> String {
     s(keep, &["regex"]).expect("regex").to_string()
 }
 
-/// prometheus.yml: a static job on :9901 and a pod job keeping the sidecar's admin port.
+/// prometheus.yml: a static job on :9901 and a pod job keeping the sidecar's admin port, its
+/// instance label the pod's name.
 #[test]
 fn prometheus_config_scrapes_the_admin_port() {
     let docs = yaml_documents("examples/observability/prometheus.yml");
@@ -805,6 +945,18 @@ fn prometheus_config_scrapes_the_admin_port() {
         assert_eq!(s(j, &["metrics_path"]).unwrap_or("/metrics"), "/metrics");
     }
     assert_eq!(prometheus_admin_port_name(), "respway-admin");
+    // The dashboard's instance variable lists pods by name: the pod job's instance label.
+    let k8s = jobs
+        .iter()
+        .find(|j| get(j, &["kubernetes_sd_configs"]).is_some())
+        .expect("a kubernetes_sd job");
+    assert!(
+        seq(k8s, &["relabel_configs"]).into_iter().any(|r| {
+            strings(r, &["source_labels"]) == ["__meta_kubernetes_pod_name"]
+                && s(r, &["target_label"]) == Some("instance")
+        }),
+        "the pod job sets instance to the pod name"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
