@@ -42,6 +42,7 @@ pub mod stats;
 pub mod topology;
 pub mod trace;
 pub mod workload;
+pub mod xds_admin;
 
 /// What can go wrong.
 #[derive(Debug, thiserror::Error)]
