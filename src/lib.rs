@@ -1,32 +1,49 @@
 //! # respway — the sidecar
 //!
-//! A map of the crate:
+//! A map of the crate (how it fits with the other crates: `ARCHITECTURE.md` at the root):
 //! - [`start`] runs the data plane: `workers` threads, each with its own current-thread tokio
 //!   runtime, its own `SO_REUSEPORT` listener socket per listener, its own sessions and its own
-//!   upstream connections (Envoy's worker model: nothing on the request path is shared
-//!   between workers but read-only config);
+//!   upstream connections (Envoy's worker model: what the request path shares between workers
+//!   is the read-only configuration);
 //! - [`Server::apply`] hot-swaps the configuration: it is validated and compiled once, stored
 //!   in an `ArcSwap`, and each worker rebuilds its chain parts, reusing the connections to
 //!   endpoints that remain; sessions pick the new parts up before their next request, and
 //!   requests in flight finish on the chain they started with.
 //!
-//! The modules, one concern each:
-//! - [`admin`]: the admin HTTP endpoint (`/metrics`, `/stats`, `/hotkeys`, ...);
+//! The modules, grouped by concern:
+//!
+//! Configuration and threads
 //! - [`bootstrap`]: the bootstrap file (`--bootstrap FILE`);
-//! - `conn`: one client session (decode, dispatch, replies in order, backpressure);
-//! - `fanout`: key-less commands sent to several endpoints and merged;
-//! - [`hotkeys`]: hot-key detection;
+//! - [`xds`]: a bootstrap's management servers as an ADS client whose configurations are
+//!   applied to the running server;
+//! - `worker`: one worker thread (its runtime, its chain parts per config, accept loop, drain);
 //! - `listener`: one listener on one worker: shared state, swappable chain parts, binding;
-//! - `local`: commands the proxy answers itself;
-//! - `metrics`: per-command counters and latency histograms;
-//! - [`slowlog`]: the slow log;
-//! - `stack`: the layer order of the chain;
-//! - `stats`: per-worker counters;
-//! - `tls`: TLS on listeners and to shards (configurations per snapshot, the stream type);
+//! - `tls`: TLS on listeners and to shards (configurations per snapshot, the stream type).
+//!
+//! A client session and its commands
+//! - `conn`: one client session (decode, dispatch, replies in order, backpressure);
+//! - `outq`: bytes waiting to be written to a socket, large frames kept uncopied;
+//! - `spare`: read and write buffers handed from one idle session to the next;
+//! - `acl`: a listener's users compiled once, the session's user, failed-`AUTH` rate limit;
+//! - `local`: commands the proxy answers itself (PING, HELLO, AUTH, SELECT, CLIENT, INFO, ...);
+//! - `stack`: the layer order of the chain, for commands routed by key;
 //! - `tx`: transactions pinned to one shard;
-//! - `upstream`: pooled, pipelined connections to the Redis shards;
+//! - `blocking`: blocking commands (`BLPOP`, `XREAD BLOCK`, ...) on dedicated connections;
 //! - `wait`: `WAIT` / `WAITAOF` on every primary, on dedicated connections;
-//! - `worker`: one worker thread (its runtime, its chain parts per config, accept loop, drain).
+//! - `pubsub`: publish/subscribe across shards (one subscription link per worker and primary);
+//! - `keyspace`: `SCAN`, `KEYS`, `DBSIZE`, `RANDOMKEY`, `FLUSHDB`, `FLUSHALL` over every shard;
+//! - `fanout`: key-less commands sent to several endpoints and merged.
+//!
+//! Upstream
+//! - `upstream`: pooled, pipelined connections to the Redis shards, and dedicated ones;
+//! - `queue`: the request queue between a worker's sessions and one connection task.
+//!
+//! Watching it
+//! - [`admin`]: the admin HTTP endpoint (`/metrics`, `/stats`, `/hotkeys`, ...);
+//! - `metrics`: per-command counters and latency histograms;
+//! - `stats`: per-worker counters and the registry that sums them;
+//! - [`hotkeys`]: hot-key detection;
+//! - [`slowlog`]: the slow log.
 
 mod acl;
 pub mod admin;

@@ -384,7 +384,7 @@ mod tests {
         7001 + picker.pick(key.as_bytes()) as u16
     }
 
-    /// hashing-facts.md section 7: the demo table from the reference implementation (hosts
+    /// The demo table of the reference implementation (hosts
     /// 127.0.0.1:7001..7004, weight 1; Envoy without hashtagging, twemproxy fnv1a_64 with
     /// hash_tag `{}`), driven through the public API.
     #[test]

@@ -5,7 +5,8 @@
 # Build respway (polling until it compiles), start 1 "direct" redis-server + 3 shard
 # redis-servers, nutcracker and respway over the 3 shards, then run redis-benchmark
 # interleaved over the targets, ROUNDS times, for every pipeline depth and test. Medians go
-# to stdout and are appended to perf/RESULTS.md. Every process started here is stopped on
+# to stdout and are appended to perf/RESULTS-archive.md (the log of every run; perf/RESULTS.md
+# is the hand-written summary of the newest ones). Every process started here is stopped on
 # exit (trap), everything listens on 127.0.0.1 only, and every step has a time limit.
 #
 # Knobs (environment variables, defaults in brackets):
@@ -23,7 +24,8 @@
 #                         is idle: less than BUSY_MAX cores busy over a 5 s sample of /proc/stat
 #   RUN_WAIT_BUDGET [900] before each run, wait again while the machine is busy (2 s samples),
 #                         at most this many seconds in total over the whole benchmark
-#   APPEND [1]            0 = do not append to perf/RESULTS.md
+#   APPEND [1]            0 = do not append to $RESULTS
+#   RESULTS [perf/RESULTS-archive.md]  the log the section is appended to
 #   KEEP [0]              1 = keep the scratch directory (logs, configs, raw per-run TSV)
 #   QUICK [0]             1 = smoke test: 1 round, small N, no load wait, no append
 #   PORT_BASE [7101]      first port tried for the redis-servers (then 22121, 22222, 6390, ...)
@@ -61,7 +63,7 @@ RUN_WAIT_BUDGET=${RUN_WAIT_BUDGET:-900}
 APPEND=${APPEND:-1}
 KEEP=${KEEP:-0}
 PORT_BASE=${PORT_BASE:-7101}
-RESULTS=${RESULTS:-$ROOT/perf/RESULTS.md}
+RESULTS=${RESULTS:-$ROOT/perf/RESULTS-archive.md}
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 RESPWAY_BIN=$TARGET_DIR/release/respway
 NUTCRACKER=${NUTCRACKER:-$(command -v nutcracker || echo /usr/sbin/nutcracker)}
@@ -647,11 +649,11 @@ cat "$SECTION"
 if [[ $APPEND == 1 ]]; then
     if [[ ! -f $RESULTS ]]; then
         cat >"$RESULTS" <<'EOF'
-# respway benchmark results
+# respway benchmark log
 
-Every section below was appended by `perf/bench/compare.sh` (see `perf/README.md`); the
-numbers are not edited by hand. Each section records the machine, its load, the tree the
-binary was built from and the exact commands.
+Every section below was appended by `perf/bench/compare.sh` (see `perf/README.md`), one per
+run, oldest first; the numbers are not edited by hand. Each section records the machine, its
+load, the tree the binary was built from and the exact commands.
 
 Setup: one "direct" redis-server, three shard redis-servers, nutcracker (twemproxy) and
 respway over the same three shards (ketama, fnv1a_64, hash tag `{}`), all on 127.0.0.1.

@@ -1,8 +1,12 @@
 //! # respway-perf
 //!
 //! respway's traffic harness: it generates, records and replays Redis traffic and measures
-//! it against respway, a plain redis-server and nutcracker (twemproxy) side by side.
+//! it against respway, a plain redis-server and nutcracker (twemproxy) side by side. Its
+//! figures, and those of the scripts in `perf/bench/`, are in `perf/RESULTS.md`.
 //!
+//! The modules, grouped by concern:
+//!
+//! Traffic
 //! - [`workload`]: generated traffic from a described model (keyspace, uniform/zipf keys,
 //!   hot keys under a prefix, command mix, value sizes), deterministic for a seed, encoded
 //!   ahead of time into per-connection [`workload::RequestPool`]s.
@@ -10,15 +14,26 @@
 //!   respway's own trace format, and live recording through `MONITOR`.
 //! - [`replay`]: a trace as per-connection pools plus a schedule (recorded timing, scaled,
 //!   or as fast as possible).
+//!
+//! Driving it
 //! - [`closed`] and [`open`]: the drivers. Closed loop: N connections × pipeline depth, max
 //!   throughput. Open loop: a fixed schedule, latency from the intended send time, so
 //!   coordinated omission does not hide stalls.
-//! - [`stats`]: hdrhistogram latencies (µs), errors by kind, a timeline.
+//! - [`sink`]: a RESP null server that answers every command at once, to measure a client's
+//!   own ceiling.
+//!
+//! Comparing targets
 //! - [`topology`]: starts (and always stops) local redis-server shards, replicas,
 //!   nutcracker and respway on free loopback ports; CPU and `INFO commandstats` probes.
+//! - [`xds_admin`]: the client of a `respway-xds` management server's admin API
+//!   (`GET /status`, `POST /apply`), for targets fed over xDS and pushed to during a run.
 //! - [`scenario`] and [`compare`]: a scenario file (workload + load + topology) run against
-//!   every target, interleaved over rounds; [`report`] and [`plot`] print the table and
-//!   write the JSON and SVG plots.
+//!   every target, interleaved over rounds.
+//!
+//! Results
+//! - [`stats`]: hdrhistogram latencies (µs), errors by kind, a timeline.
+//! - [`report`] and [`plot`]: the table on the terminal or as markdown, the JSON result and
+//!   the SVG plots.
 //!
 //! Everything is bounded in time and request count and targets loopback addresses only
 //! ([`check_loopback`]).
@@ -42,6 +57,7 @@ pub mod stats;
 pub mod topology;
 pub mod trace;
 pub mod workload;
+pub mod xds_admin;
 
 /// What can go wrong.
 #[derive(Debug, thiserror::Error)]

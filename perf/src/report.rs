@@ -1,5 +1,5 @@
 //! Results: the JSON shapes written to disk, and the tables printed on the terminal (plain
-//! text) or appended to `perf/RESULTS.md` (markdown).
+//! text) or pasted into `perf/RESULTS-archive.md` (markdown).
 
 use std::fmt::Write as _;
 
@@ -333,7 +333,7 @@ impl CompareResult {
             .collect()
     }
 
-    /// The markdown table (for `perf/RESULTS.md`).
+    /// The markdown table (for `perf/RESULTS-archive.md`).
     pub fn markdown(&self) -> String {
         let rows = self.rows();
         let mut s = String::new();

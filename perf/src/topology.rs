@@ -18,9 +18,8 @@ use bytes::Bytes;
 use respway_filters::resp::{parse_reply, reply_len, Frame};
 use serde::{Deserialize, Serialize};
 
-use respway_xds::server::ServerStatus;
-
 use crate::closed::reply_limits;
+use crate::xds_admin::{self, AdminToken};
 use crate::Error;
 
 /// A topology to start.
@@ -184,7 +183,7 @@ pub struct XdsControl {
     pub admin: SocketAddr,
     /// Its admin credentials (a bearer token made for the run; never written to reports).
     #[serde(skip)]
-    pub auth: respway_xds::admin::AdminAuth,
+    pub auth: AdminToken,
     /// The sidecar's node id.
     pub node: String,
     /// The sidecar's listener port.
@@ -814,7 +813,7 @@ fn start_respway_xds(
     let token: String = format!("{:032x}", rand::random::<u128>());
     let token_file = run.dir.join(format!("{name}-admin-token"));
     std::fs::write(&token_file, &token)?;
-    let auth = respway_xds::admin::AdminAuth::token(token);
+    let auth = AdminToken::new(token);
     let mut cmd = Command::new(&xds_bin);
     cmd.arg("serve")
         .arg("--resources")
@@ -882,23 +881,9 @@ fn start_respway_xds(
     })
 }
 
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, Error> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(f))
-}
-
 /// The management server's `GET /status`.
-pub fn xds_status(
-    admin: SocketAddr,
-    auth: &respway_xds::admin::AdminAuth,
-) -> Result<ServerStatus, Error> {
-    block_on(respway_xds::admin::client::fetch_status(
-        &admin.to_string(),
-        auth,
-    ))?
-    .map_err(|e| Error::Run(e.to_string()))
+pub fn xds_status(admin: SocketAddr, auth: &AdminToken) -> Result<xds_admin::Status, Error> {
+    xds_admin::status(admin, auth)
 }
 
 /// What became of one configuration push.
@@ -917,27 +902,10 @@ pub struct PushOutcome {
 /// its sidecar has ACKed the new version of every type it was sent. A NACK is an error that
 /// carries the sidecar's message.
 pub fn xds_push(x: &XdsControl, r: &RespwaySpec, timeout: Duration) -> Result<PushOutcome, Error> {
-    block_on(push_and_wait(
-        x,
-        respway_config(x.port, r, &x.all_shards),
-        timeout,
-    ))?
-}
-
-async fn push_and_wait(
-    x: &XdsControl,
-    text: String,
-    timeout: Duration,
-) -> Result<PushOutcome, Error> {
-    use respway_xds::admin::client as admin;
+    let text = respway_config(x.port, r, &x.all_shards);
     let t0 = Instant::now();
-    let addr = x.admin.to_string();
-    let status = || async {
-        admin::fetch_status(&addr, &x.auth)
-            .await
-            .map_err(|e| Error::Run(e.to_string()))
-    };
-    let before_status = status().await?;
+    let status = || xds_admin::status(x.admin, &x.auth);
+    let before_status = status()?;
     let before = before_status.version;
     // `version_info` is a content hash: the push shows as a type sent something new.
     let sent_before: std::collections::BTreeMap<String, Option<String>> = before_status
@@ -951,8 +919,7 @@ async fn push_and_wait(
                 .collect()
         })
         .unwrap_or_default();
-    let version = admin::apply(&addr, &x.auth, XDS_FILE, &text)
-        .await
+    let version = xds_admin::apply(x.admin, &x.auth, XDS_FILE, &text)
         .map_err(|e| Error::Run(format!("{}: push refused: {e}", x.node)))?;
     if version == before {
         return Ok(PushOutcome {
@@ -963,7 +930,7 @@ async fn push_and_wait(
     }
     let want = version.to_string();
     loop {
-        let s = status().await?;
+        let s = status()?;
         if let Some(n) = s.nodes.iter().find(|n| n.id == x.node) {
             if let Some(nack) = n.types.values().find_map(|t| t.nack.as_ref()) {
                 return Err(Error::Run(format!(
@@ -989,7 +956,7 @@ async fn push_and_wait(
                 x.node
             )));
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -4,6 +4,9 @@
 //! port and is killed when its handle is dropped (also when the test panics), and one raw RESP
 //! client reads what comes back.
 //!
+//! The modules, grouped by concern:
+//!
+//! Processes
 //! - [`process`] — [`Proc`] (a child killed on drop, with its scratch directory and log),
 //!   [`free_port`], [`wait_port`], [`Spawn`] (any binary, optionally on a config file whose
 //!   `127.0.0.1:0` becomes a free port: tests pass `env!("CARGO_BIN_EXE_respway")`),
@@ -12,13 +15,18 @@
 //!   and nutcracker ([`nutcracker`]).
 //! - [`fake`] — [`FakeShard`], a shard that misbehaves on demand ([`FakeMode`]), and
 //!   [`Dribble`], a relay that hands a real server's replies on a few bytes at a time.
+//!
+//! Clients
 //! - [`resp`] — the raw client [`RespConn`], the values it reads ([`Resp`]), [`parse_resp`],
 //!   [`encode_cmd`] and the one-shot [`raw_command`].
+//! - [`http`](mod@http) — a minimal HTTP/1.0 client for admin endpoints (respway's, Prometheus's,
+//!   redis_exporter's): one request per connection, read until close.
 //!
-//! Everything here panics on failure, with a message naming what failed: it is test code.
+//! Certificates
 //! - [`certs`] — [`Pki`], a test CA issuing server and client certificates (also expired) as
 //!   PEM files.
 //!
+//! Everything here panics on failure, with a message naming what failed: it is test code.
 //! It depends on nothing but `std` and rcgen (the certificates' issuer) — not on `respway` (whose tests use it) and not on
 //! `respway-filters`, so replies are checked with a parser that is not the code under test.
 

@@ -1,12 +1,30 @@
-//! TLS for respway, with rustls (ring provider).
+//! # respway-tls
 //!
-//! - [`ServerTls`] / [`ClientTls`]: a rustls configuration built from PEM files and held in an
-//!   [`ArcSwap`], so every new handshake takes the current one without a lock. [`watch`] polls the
-//!   files' metadata on a thread of its own and swaps in a new configuration when one changed;
-//!   connections already open keep theirs (a rotation drops nothing). A file that fails to load
-//!   leaves the last good configuration serving, and is logged.
-//! - [`peer_matches`]: whether a peer's certificate is valid for a name (its DNS
-//!   subjectAltNames), which the xDS server uses to tie a client certificate to a node id.
+//! TLS for respway, with rustls (ring provider): the sidecar's listeners and shard
+//! connections, and the management server's ADS and admin ports use it. One module (this
+//! file); its parts, grouped by concern:
+//!
+//! Configurations from files
+//! - [`ServerFiles`] / [`ClientFiles`]: the PEM files of a TLS server or client;
+//!   [`server_config`] / [`client_config`] build rustls configurations from them, and
+//!   [`TlsError`] says which file failed and why.
+//! - [`ServerTls`] / [`ClientTls`] ([`Reloading`]): a configuration held in an `ArcSwap`, so
+//!   every new handshake takes the current one without a lock. [`watch`] polls the files'
+//!   metadata on a thread of its own and swaps in a new configuration when one changed;
+//!   connections already open keep theirs (a rotation drops nothing). A file that fails to
+//!   load leaves the last good configuration serving, and is logged.
+//!
+//! Certificate lifetimes
+//! - [`Expiry`], [`not_after`], [`utc_date`], [`EXPIRY_WARNING`]: when the certificates in use
+//!   stop being valid; a warning when one comes within a week of it and when it has passed,
+//!   once per change.
+//!
+//! Names and identities
+//! - [`server_name`]: the name to verify and send as SNI.
+//! - [`peer_matches`] / [`peer_dns_names`]: whether a peer's certificate is valid for a name
+//!   (its DNS subjectAltNames), which the xDS server uses to tie a client certificate to a
+//!   node id.
+//! - Re-exported: `rustls` and tokio-rustls's acceptor and connector.
 //!
 //! Loading reads files with `std::fs`: it runs at config load and on the watcher thread, never on
 //! an async runtime's thread per connection.

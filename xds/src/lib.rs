@@ -31,11 +31,29 @@
 //! sidecar ◀──apply(&Resources)── client (warming, ACK/NACK, backoff) ◀───────┘
 //! ```
 //!
-//! - [`cache`] turns a directory of resource files into a versioned snapshot per node.
-//! - [`server`] serves it over ADS and keeps per-node ACK/NACK status; [`admin`] is its HTTP
-//!   admin (`GET /status`, `POST /apply`), used by the `respway-xds` binary.
-//! - [`client`] is the sidecar's ADS client: it keeps the last accepted resources, applies a
+//! The modules, grouped by concern:
+//!
+//! From a source to the model (used by the sidecar and the server alike)
+//! - `yaml`: the static YAML schema, read and checked into the model (with errors in the
+//!   YAML's own key paths), which `emit` writes out as resources: together [`parse_yaml`];
+//! - `emit`: the model written out as Envoy resources ([`to_resources`]);
+//! - `translate`: Envoy resources validated into the model ([`translate`]);
+//! - `common`: defaults, names and checks both sources share, so a rule is written once;
+//! - `error`: configuration errors naming resource, field path and reason ([`ConfigErrors`]);
+//! - [`pb`]: the protobuf types: Envoy's v3 API and respway's extension messages;
+//! - [`names`]: the names respway's extensions and metadata travel under in Envoy resources.
+//!
+//! The sidecar's side
+//! - [`client`]: the sidecar's ADS client: it keeps the last accepted resources, applies a
 //!   set only once it is warm and valid, and NACKs what it cannot apply.
+//!
+//! The management server (`respway-xds serve`)
+//! - [`cache`]: a directory of resource files as a versioned snapshot per node;
+//! - [`server`]: the ADS server over the cache, with per-node ACK/NACK status;
+//! - [`admin`]: its HTTP admin (`GET /status`, `POST /apply`) and that API's client, used by
+//!   `respway-xds apply` and `respway-xds status`;
+//! - [`secure`]: TLS and mTLS on the ADS and admin ports, admin credentials, and secrets sent
+//!   only to the node they are for.
 
 #![warn(missing_docs)]
 

@@ -323,18 +323,16 @@ mod tests {
         }
     }
 
-    /// All 99 ketama_results rows, when the file is available: set `KETAMA_RESULTS` to its path,
-    /// or put it at `shared/ketama_results` beside the repository. Skipped otherwise.
+    /// All 99 ketama_results rows, when the file is available: set `KETAMA_RESULTS` to its path
+    /// (the file is twitter/util's test resource; it is not in this repository). Skipped
+    /// otherwise.
     #[test]
     fn util_ketama_results_full_file() {
-        let path = std::env::var_os("KETAMA_RESULTS")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ketama_results")
-            });
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        let Some(path) = std::env::var_os("KETAMA_RESULTS") else {
             return;
         };
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("KETAMA_RESULTS={}: {e}", path.to_string_lossy()));
         let ketama = util_ketama();
         let mut rows = 0;
         for line in text.lines().filter(|l| !l.is_empty()) {

@@ -190,7 +190,7 @@ struct CompareArgs {
     /// Write result.json, latency.svg and timeline.svg here.
     #[arg(long, short = 'o')]
     out: Option<PathBuf>,
-    /// Print the table as markdown (for perf/RESULTS.md).
+    /// Print the table as markdown (for perf/RESULTS-archive.md).
     #[arg(long)]
     markdown: bool,
     /// Keep the topology's scratch directory (configs and logs).

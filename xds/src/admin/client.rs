@@ -1,5 +1,5 @@
-//! The client of the admin endpoint: `respway-xds apply` / `status`, and the perf harness,
-//! which need nothing of the server.
+//! The client of the admin endpoint: `respway-xds apply` / `status`. (The perf harness has its
+//! own, `perf/src/xds_admin.rs`, so that it does not build this crate.)
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
