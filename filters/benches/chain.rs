@@ -628,7 +628,7 @@ where
     }
 
     /// Decode → lookup → keys → request → chain for every command in `buf`, then poll the
-    /// replies in order (as `src/conn.rs` does, minus the socket I/O and the reply write).
+    /// replies in order (as the session in `src/conn/` does, minus the socket I/O and the reply write).
     fn pipeline(&mut self, mut buf: BytesMut) -> usize {
         let mut cx = Context::from_waker(Waker::noop());
         while let Some(args) = self.dec.decode(&mut buf).expect("valid") {

@@ -22,6 +22,8 @@
 //! - [`acl`]: ACL users' permissions (`ACL SETUSER` rules) and password digests.
 //!
 //! Placement
+//! - [`place`]: where a request's keys live, for every kind of command (the route layer,
+//!   transactions, blocking commands, pub/sub channels), with one typed refusal per reason;
 //! - [`hash`]: shard pickers (Envoy maglev and ring hash, twemproxy ketama/modula, slots);
 //! - [`sort_patterns`]: the keys `SORT ... BY / GET` patterns form, which must share a shard.
 //!
