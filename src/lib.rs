@@ -21,12 +21,15 @@
 //! - `tls`: TLS on listeners and to shards (configurations per snapshot, the stream type).
 //!
 //! A client session and its commands
-//! - `conn`: one client session (decode, dispatch, replies in order, backpressure);
+//! - `conn`: one client session (decode, dispatch, replies in order, backpressure; the
+//!   transaction lane);
+//! - `session`: a session's own state (user, protocol, database, name, client id);
 //! - `outq`: bytes waiting to be written to a socket, large frames kept uncopied;
 //! - `spare`: read and write buffers handed from one idle session to the next;
 //! - `acl`: a listener's users compiled once, the session's user, failed-`AUTH` rate limit;
 //! - `local`: commands the proxy answers itself (PING, HELLO, AUTH, SELECT, CLIENT, INFO, ...);
-//! - `stack`: the layer order of the chain, for commands routed by key;
+//! - `stack`: where each kind of command goes (`handler`), and the layer order of the chain
+//!   for commands routed by key;
 //! - `tx`: transactions pinned to one shard;
 //! - `blocking`: blocking commands (`BLPOP`, `XREAD BLOCK`, ...) on dedicated connections;
 //! - `wait`: `WAIT` / `WAITAOF` on every primary, on dedicated connections;
@@ -59,6 +62,7 @@ mod metrics;
 mod outq;
 mod pubsub;
 mod queue;
+mod session;
 pub mod slowlog;
 mod spare;
 mod stack;

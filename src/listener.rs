@@ -4,15 +4,13 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use tokio::net::{TcpListener, TcpSocket};
 
 use crate::metrics::AcceptSocket;
-use crate::stack::Parts;
+use crate::stack::ListenerSlot;
 use crate::stats::ListenerStats;
 
 /// Shared state of the listener a session belongs to, on one worker.
@@ -33,34 +31,6 @@ pub(crate) struct ListenerCtx {
     pub(crate) drain: tokio::sync::Notify,
     /// Failed `AUTH` attempts per client address (shared by every listener and worker).
     pub(crate) auth_limiter: Arc<crate::acl::AuthTarpit>,
-}
-
-/// One worker's current chain parts for one listener. A config change stores new parts and
-/// bumps `version`; each session compares versions (a plain load of a worker-local atomic)
-/// before it dispatches a batch, and rebuilds its chain when they differ. Requests already in
-/// flight keep the old chain's `Arc`s and finish on it.
-#[derive(Debug)]
-pub(crate) struct ListenerSlot {
-    /// The parts new chains are built from.
-    pub(crate) parts: ArcSwap<Parts>,
-    /// Bumped after every store.
-    pub(crate) version: AtomicU64,
-}
-
-impl ListenerSlot {
-    /// A slot holding `parts` at version 0.
-    pub(crate) fn new(parts: Parts) -> Self {
-        ListenerSlot {
-            parts: ArcSwap::from_pointee(parts),
-            version: AtomicU64::new(0),
-        }
-    }
-
-    /// Publishes new parts.
-    pub(crate) fn store(&self, parts: Parts) {
-        self.parts.store(Arc::new(parts));
-        self.version.fetch_add(1, Ordering::Release);
-    }
 }
 
 /// Binds every listener; an error names the listener and the address.

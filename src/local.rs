@@ -15,8 +15,8 @@ use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::{write_integer, Frame};
 
 use crate::acl::Acl;
-use crate::conn::SessionState;
 use crate::listener::ListenerCtx;
+use crate::session::SessionState;
 
 /// What a local command does.
 #[derive(Debug)]

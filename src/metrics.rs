@@ -19,8 +19,13 @@ use std::sync::OnceLock;
 
 use respway_filters::command::{self, CommandClass, CommandInfo};
 
-use crate::stats::bump;
-
+/// Adds `n` to a counter that only one thread writes (a worker's own): a plain load and
+/// store, not a locked read-modify-write, since no other writer can interleave; readers on
+/// other threads see the value a little late, never a torn or lost one.
+#[inline]
+pub(crate) fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
 /// Buckets per histogram.
 pub(crate) const BUCKETS: usize = 100;
 

@@ -43,7 +43,10 @@
 //! each of the mirror, hot-key and zone layers.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use respway_filters::command::{
@@ -158,7 +161,7 @@ pub(crate) fn handler(cmd: &CommandInfo, in_multi: bool) -> Handler {
     match cmd.class {
         CommandClass::Single | CommandClass::Split(_) | CommandClass::SameShard => Handler::Chain,
         CommandClass::Transaction => Handler::Transaction,
-        CommandClass::Blocking if crate::wait::is_wait(cmd) => Handler::Wait,
+        CommandClass::Blocking if is_wait(cmd) => Handler::Wait,
         CommandClass::Blocking => Handler::Blocking,
         CommandClass::PubSub(kind) => Handler::PubSub(kind),
         CommandClass::Keyspace(kind) => Handler::Keyspace(kind),
@@ -168,6 +171,39 @@ pub(crate) fn handler(cmd: &CommandInfo, in_multi: bool) -> Handler {
             Handler::Acl
         }
         CommandClass::Unsupported => Handler::Unsupported,
+    }
+}
+
+/// `WAIT` and `WAITAOF` (served by `wait.rs`), which the command table classes as blocking.
+pub(crate) fn is_wait(cmd: &CommandInfo) -> bool {
+    matches!(cmd.name, "wait" | "waitaof")
+}
+
+/// One worker's current chain parts for one listener. A config change stores new parts and
+/// bumps `version`; each session compares versions (a plain load of a worker-local atomic)
+/// before it dispatches a batch, and rebuilds its chain when they differ. Requests already in
+/// flight keep the old chain's `Arc`s and finish on it.
+#[derive(Debug)]
+pub(crate) struct ListenerSlot {
+    /// The parts new chains are built from.
+    pub(crate) parts: ArcSwap<Parts>,
+    /// Bumped after every store.
+    pub(crate) version: AtomicU64,
+}
+
+impl ListenerSlot {
+    /// A slot holding `parts` at version 0.
+    pub(crate) fn new(parts: Parts) -> Self {
+        ListenerSlot {
+            parts: ArcSwap::from_pointee(parts),
+            version: AtomicU64::new(0),
+        }
+    }
+
+    /// Publishes new parts.
+    pub(crate) fn store(&self, parts: Parts) {
+        self.parts.store(Arc::new(parts));
+        self.version.fetch_add(1, Ordering::Release);
     }
 }
 

@@ -8,15 +8,8 @@ use std::sync::{Arc, Mutex};
 use respway_filters::hot_key::{HotKeyRuleStats, HotKeyStats};
 use respway_filters::mirror::{MirrorCounts, MirrorStats};
 
+use crate::metrics::bump;
 use crate::upstream::{ErrorKind, UpstreamStats};
-
-/// Adds `n` to a counter that only one thread writes (a worker's own): a plain load and
-/// store, not a locked read-modify-write, since no other writer can interleave; readers on
-/// other threads see the value a little late, never a torn or lost one.
-#[inline]
-pub(crate) fn bump(a: &AtomicU64, n: u64) {
-    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
 
 /// A monotonically increasing counter, written by one worker.
 #[derive(Debug, Default)]
@@ -113,7 +106,7 @@ pub(crate) struct Registry {
     /// Each worker's upstream counters.
     upstream: Mutex<Vec<Arc<UpstreamStats>>>,
     /// Each worker's current chain parts per listener (for endpoint health).
-    slots: Mutex<Vec<Arc<crate::listener::ListenerSlot>>>,
+    slots: Mutex<Vec<Arc<crate::stack::ListenerSlot>>>,
 }
 
 /// One endpoint as the workers see it (see [`Registry::endpoint_health`]).
@@ -397,7 +390,7 @@ impl Registry {
     }
 
     /// Registers a worker's configuration slot of one listener.
-    pub(crate) fn add_slot(&self, slot: Arc<crate::listener::ListenerSlot>) {
+    pub(crate) fn add_slot(&self, slot: Arc<crate::stack::ListenerSlot>) {
         self.slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())

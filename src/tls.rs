@@ -246,7 +246,7 @@ impl Io for TcpStream {
     }
     #[inline]
     fn drained(&mut self) {
-        crate::upstream::clear_read_readiness(self);
+        clear_read_readiness(self);
     }
     #[inline]
     fn poll_write_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -410,4 +410,13 @@ pub(crate) fn reason(e: &io::Error) -> String {
         Some(inner) => inner.to_string(),
         None => e.to_string(),
     }
+}
+
+/// Marks the socket not readable without a syscall (see `upstream::read_replies`). Safe against a
+/// race with new data: tokio only clears the readiness event it observed, and new data raises
+/// a new edge-triggered event.
+pub(crate) fn clear_read_readiness(stream: &TcpStream) {
+    let _ = stream.try_io(tokio::io::Interest::READABLE, || {
+        Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+    });
 }

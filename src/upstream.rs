@@ -275,13 +275,13 @@ impl EndpointStats {
 
     /// Counts a connection opened, for the endpoint and the worker.
     fn count_connect(&self) {
-        crate::stats::bump(&self.connects, 1);
+        crate::metrics::bump(&self.connects, 1);
         self.worker.connects.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a failed connect attempt, for the endpoint and the worker.
     fn count_connect_failure(&self) {
-        crate::stats::bump(&self.connect_failures, 1);
+        crate::metrics::bump(&self.connect_failures, 1);
         self.worker.connect_failures.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -303,7 +303,7 @@ impl EndpointStats {
 
     /// Counts one error of `kind`, for the endpoint and the worker.
     pub(crate) fn count(&self, kind: ErrorKind) {
-        crate::stats::bump(&self.errors[kind as usize], 1);
+        crate::metrics::bump(&self.errors[kind as usize], 1);
         self.worker.count(kind);
     }
 
@@ -349,7 +349,7 @@ impl EndpointStats {
     fn failed(&self, label: &str, reason: &Arc<str>, backoff: Duration) {
         let was_healthy = self.healthy.swap(false, Ordering::Relaxed);
         if was_healthy {
-            crate::stats::bump(&self.ejections, 1);
+            crate::metrics::bump(&self.ejections, 1);
             tracing::warn!(endpoint = %label, error = %reason, ?backoff, "upstream unavailable");
         } else {
             tracing::debug!(endpoint = %label, error = %reason, ?backoff, "upstream still unavailable");
@@ -596,7 +596,7 @@ impl EndpointHandle {
         let Some(conns) = self.shared(flavor) else {
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
-        crate::stats::bump(&self.inner.requests, 1);
+        crate::metrics::bump(&self.inner.requests, 1);
         send_on(
             &conns[conn % conns.len()],
             args,
@@ -725,7 +725,7 @@ impl Dedicated {
     /// Queues `args` and returns the reply's future.
     pub(crate) fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
         let i = &self.handle.inner;
-        crate::stats::bump(&i.requests, 1);
+        crate::metrics::bump(&i.requests, 1);
         if self.tx.is_closed() {
             // The connection broke (it is never reopened under a transaction): a lost
             // connection, not an endpoint that left the configuration (`Closed`).
@@ -1129,15 +1129,6 @@ fn read_replies(
         *rbuf = BytesMut::with_capacity(RBUF);
     }
     Ok(Some(now))
-}
-
-/// Marks the socket not readable without a syscall (see [`read_replies`]). Safe against a
-/// race with new data: tokio only clears the readiness event it observed, and new data raises
-/// a new edge-triggered event.
-pub(crate) fn clear_read_readiness(stream: &TcpStream) {
-    let _ = stream.try_io(tokio::io::Interest::READABLE, || {
-        Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-    });
 }
 
 /// How a live connection ended badly.

@@ -64,12 +64,6 @@ const BACKSTOP: Duration = Duration::from_secs(1);
 /// A timeout this long (or `0`) waits "forever": a year.
 const FOREVER: Duration = Duration::from_secs(86400 * 365);
 
-/// True for the commands this module serves (`WAIT`, `WAITAOF`), which the command table
-/// classes as blocking.
-pub(crate) fn is_wait(cmd: &CommandInfo) -> bool {
-    matches!(cmd.name, "wait" | "waitaof")
-}
-
 /// What the session does with a `WAIT` / `WAITAOF`.
 pub(crate) enum Call {
     /// Wait for `fut`; the session gives up at `backstop`.

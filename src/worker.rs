@@ -14,8 +14,9 @@ use respway_filters::model::Cluster;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::listener::{bind_all, AcceptBackoff, ListenerCtx, ListenerSlot};
+use crate::listener::{bind_all, AcceptBackoff, ListenerCtx};
 use crate::metrics::AcceptSocket;
+use crate::stack::ListenerSlot;
 use crate::stats::{ListenerStats, Registry};
 use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints, UpstreamStats};
 use crate::{conn, hotkeys, slowlog, stack, Shared, Snapshot};

@@ -33,8 +33,8 @@ use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use crate::fanout::{self, BoxReply};
-use crate::listener::{ListenerCtx, ListenerSlot};
-pub(crate) use state::SessionState;
+use crate::listener::ListenerCtx;
+use crate::session::SessionState;
 
 use crate::local::{self, Local};
 use crate::metrics;
@@ -42,7 +42,7 @@ use crate::outq::OutQueue;
 use crate::pubsub;
 use crate::slowlog::FirstArg;
 use crate::spare;
-use crate::stack::{self, Chain, ChainFuture, Handler, Parts};
+use crate::stack::{self, Chain, ChainFuture, Handler, ListenerSlot, Parts};
 use crate::tls::Io;
 use crate::tx::{self, Pinned, Tx};
 
@@ -102,7 +102,6 @@ impl Live {
 
 mod clock;
 mod dispatch;
-mod state;
 mod tx_lane;
 
 use clock::{backstop, batch_now, record, started, Batch, TurnClock};
@@ -362,7 +361,7 @@ impl Session {
             self.decode_all(live, ctx, max, limit);
             let n = self.pending.len() - before;
             if n > 0 {
-                crate::stats::bump(&ctx.stats.pipeline[crate::stats::pipeline_bucket(n)], 1);
+                crate::metrics::bump(&ctx.stats.pipeline[crate::stats::pipeline_bucket(n)], 1);
                 progress = true;
             }
         }
@@ -429,7 +428,7 @@ impl Session {
                 }
             }
             Ok(n) => {
-                crate::stats::bump(&ctx.stats.bytes_in, n as u64);
+                crate::metrics::bump(&ctx.stats.bytes_in, n as u64);
                 // A short read drained the socket: skip the read that would only
                 // return EAGAIN (see `upstream::clear_read_readiness`).
                 if n < spare {
@@ -553,7 +552,7 @@ impl Session {
                 Poll::Ready(Ok(())) => match stream.try_write(self.wbuf.front()) {
                     Ok(n) => {
                         self.wbuf.advance(n);
-                        crate::stats::bump(&ctx.stats.bytes_out, n as u64);
+                        crate::metrics::bump(&ctx.stats.bytes_out, n as u64);
                         took = true;
                         progress = true;
                     }

@@ -241,7 +241,7 @@ impl Session {
             CommandClass::Single | CommandClass::SameShard | CommandClass::Split(_) => {}
             // Inside MULTI Redis runs them as if their timeout had passed: they never block,
             // so they are queued like any command of the transaction's shard.
-            CommandClass::Blocking if in_multi && !crate::wait::is_wait(cmd) => {}
+            CommandClass::Blocking if in_multi && !crate::stack::is_wait(cmd) => {}
             _ => {
                 return self.refuse_in_tx(error_reply(&format!(
                     "ERR respway: '{}' is not allowed inside a transaction",
