@@ -1,0 +1,600 @@
+//! Upstream pools: per worker and endpoint, a few persistent connections onto which every
+//! client's requests are multiplexed and pipelined; replies are matched FIFO.
+//!
+//! Each connection is one task that owns its socket. Per turn of its loop it takes *every*
+//! queued request (`recv_many`), encodes them into one buffer and writes it with as few
+//! syscalls as the socket allows, and cuts every complete reply off its read buffer (a
+//! resumable [`ReplyScanner`] per connection, no parsing: a huge array arriving in many reads
+//! costs each read only its new bytes) to complete the oldest waiting request. Batching across clients
+//! is what makes a proxy cheaper than a connection per client (ARCHITECTURE.md, "What costs
+//! CPU").
+//!
+//! Order: a session always uses the same connection of an endpoint (see [`Upstream::new`]),
+//! and Redis executes one connection's commands in order, so one client's commands run in the
+//! order it sent them.
+//!
+//! Bounds and failures (every failure is an [`UpstreamError`] naming the shard; it becomes
+//! RESP bytes only when it leaves this module):
+//! - each connection's queue holds at most `max_queue_per_connection` requests; a request that
+//!   does not fit is answered at once (`queue full`) and never sent;
+//! - a request whose client stopped waiting (its deadline passed, or the client left) before
+//!   it was written is answered with a timeout and never written;
+//! - a written request still unanswered at its deadline is answered with a timeout; when the
+//!   oldest unanswered request is [`STUCK_MARGIN`] past its deadline the connection is stuck
+//!   (a shard that stopped mid-reply, or a frozen process): it is closed, what it holds fails,
+//!   and a new one is opened;
+//! - connections are opened lazily, verified with a `PING` (a frozen process still accepts TCP
+//!   connections) within the cluster's connect timeout. A failed connect starts a backoff
+//!   (100 ms, doubling up to 5 s) during which requests get an immediate error, so a dead shard
+//!   never hangs its clients; a request that arrives during the backoff after a fast failure
+//!   (connection refused) tries once more at once (at most one attempt per [`RETRY_MIN`]), so a
+//!   shard that comes back is used by the first request after it;
+//! - a connection that breaks the protocol, or is lost soon after it was opened, is reopened
+//!   after the backoff too, not in a tight loop.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::queue;
+use bytes::{Bytes, BytesMut};
+use respway_filters::codec_limits::Limits;
+use respway_filters::request::{error_reply, Flavor, Reply, Request};
+use respway_filters::resp::{encode_command, reply_len, ReplyScanner};
+use respway_filters::zone::HealthView;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tower::Service;
+
+use crate::outq::OutQueue;
+use crate::tls::{Io, TlsStream};
+
+mod connect;
+mod dedicated;
+mod error;
+mod serve;
+mod stats;
+mod task;
+
+pub(crate) use connect::*;
+pub(crate) use dedicated::*;
+pub(crate) use error::*;
+pub(crate) use serve::*;
+pub(crate) use stats::*;
+pub(crate) use task::*;
+
+/// Most requests taken from the queue in one turn.
+const BATCH: usize = 1024;
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long past its deadline the oldest unanswered request may wait before its connection
+/// counts as stuck and is replaced.
+pub(crate) const STUCK_MARGIN: Duration = Duration::from_millis(500);
+/// Least time between two connect attempts triggered by requests during a backoff.
+pub(crate) const RETRY_MIN: Duration = Duration::from_millis(20);
+/// A connection lost sooner than this after it was opened is reopened after the backoff.
+const MIN_HEALTHY_LIFE: Duration = Duration::from_secs(1);
+/// Bytes of pending writes past which a connection takes no more requests from its queue.
+const MAX_WBUF: usize = 1 << 20;
+/// A read buffer grown past this by a large reply is given back once it is empty.
+const KEEP_RBUF: usize = 256 * 1024;
+const RBUF: usize = 16 * 1024;
+/// Most read-buffer room reserved at once for a value whose length a reply announced.
+const MAX_AHEAD: usize = 64 << 20;
+
+type ReplyTx = oneshot::Sender<Result<Reply, UpstreamError>>;
+
+/// One request handed to a connection task.
+#[derive(Debug)]
+pub(crate) struct UpstreamRequest {
+    /// The command to send.
+    pub(crate) args: Vec<Bytes>,
+    /// `args` as the client sent them (see `Request::raw`): written instead of encoding
+    /// `args`.
+    pub(crate) raw: Option<Bytes>,
+    /// When the client stops waiting.
+    pub(crate) deadline: Instant,
+    /// Where the reply goes.
+    pub(crate) tx: ReplyTx,
+}
+
+/// How to reach and prepare one endpoint (`{:?}` leaves the `AUTH` arguments out).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct EndpointConfig {
+    /// Socket address.
+    pub(crate) address: SocketAddr,
+    /// `shard <name> (<addr>)`, used in error replies and logs.
+    pub(crate) label: Arc<str>,
+    /// TCP connect timeout (the handshake shares it).
+    pub(crate) connect_timeout: Duration,
+    /// `AUTH` arguments (without the command name), sent on connect.
+    pub(crate) auth: Option<Vec<Bytes>>,
+    /// The database a client's database 0 maps to (`SELECT db + n` on connect for a
+    /// connection of client database n, when non-zero).
+    pub(crate) db: u32,
+    /// Client databases (`SELECT n` with `n < databases`).
+    pub(crate) databases: u32,
+    /// Dedicated connections this worker may have open at once.
+    pub(crate) dedicated: usize,
+    /// Requests that may wait in one connection's queue.
+    pub(crate) max_queue: usize,
+    /// TLS to the endpoint (`None`: plaintext).
+    pub(crate) tls: Option<crate::tls::UpstreamTlsConfig>,
+}
+
+impl std::fmt::Debug for EndpointConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointConfig")
+            .field("address", &self.address)
+            .field("label", &self.label)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
+            .field("db", &self.db)
+            .field("databases", &self.databases)
+            .field("dedicated", &self.dedicated)
+            .field("max_queue", &self.max_queue)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+/// This worker's connections to one endpoint: per [`Flavor`] (protocol and database), the
+/// shared multiplexed connections (spawned on first use) and the idle dedicated ones.
+#[derive(Debug, Clone)]
+pub(crate) struct EndpointHandle {
+    inner: Arc<EndpointInner>,
+}
+
+#[derive(Debug)]
+struct EndpointInner {
+    cfg: EndpointConfig,
+    /// Shared connections per flavor.
+    n: usize,
+    /// Indexed by [`Flavor::index`].
+    flavors: Box<[FlavorPools]>,
+    /// Dedicated connections open now (idle or in use).
+    dedicated_open: Arc<AtomicUsize>,
+    /// Counters and health, written by this worker's connection tasks (health is read by
+    /// this worker's zone layer).
+    stats: Arc<EndpointStats>,
+    /// Requests this worker sent to the endpoint (queued on one of its connections), for
+    /// per-shard load.
+    requests: AtomicU64,
+    /// How long the endpoint took per request, write to reply (all its connections).
+    latency: Arc<crate::metrics::Latency>,
+}
+
+#[derive(Debug, Default)]
+struct FlavorPools {
+    shared: OnceLock<Box<[queue::Sender<UpstreamRequest>]>>,
+    /// Dedicated connections between two transactions (one worker's sessions only; taken
+    /// when a transaction starts and given back when it ends).
+    idle: Mutex<Vec<queue::Sender<UpstreamRequest>>>,
+}
+
+impl EndpointHandle {
+    /// This worker's pools for `cfg` with `n` shared connections per flavor; the RESP2
+    /// database-0 connections are spawned now (they connect on their first request), the
+    /// others on first use.
+    pub(crate) fn spawn(
+        cfg: EndpointConfig,
+        n: usize,
+        stats: Arc<UpstreamStats>,
+    ) -> EndpointHandle {
+        let flavors = (0..2 * cfg.databases.clamp(1, 256) as usize)
+            .map(|_| FlavorPools::default())
+            .collect();
+        let h = EndpointHandle {
+            inner: Arc::new(EndpointInner {
+                cfg,
+                n: n.max(1),
+                flavors,
+                dedicated_open: Arc::new(AtomicUsize::new(0)),
+                stats: Arc::new(EndpointStats::new(stats)),
+                requests: AtomicU64::new(0),
+                latency: Arc::default(),
+            }),
+        };
+        h.shared(Flavor::default());
+        h
+    }
+
+    /// False while connecting to the endpoint fails.
+    pub(crate) fn is_healthy(&self) -> bool {
+        self.inner.stats.is_healthy()
+    }
+
+    /// This worker's counters and health of the endpoint.
+    pub(crate) fn stats(&self) -> &EndpointStats {
+        &self.inner.stats
+    }
+
+    /// `shard <name> (<addr>)`.
+    pub(crate) fn label(&self) -> &Arc<str> {
+        &self.inner.cfg.label
+    }
+
+    /// How this endpoint is reached.
+    pub(crate) fn config(&self) -> &EndpointConfig {
+        &self.inner.cfg
+    }
+
+    fn pools(&self, flavor: Flavor) -> Option<&FlavorPools> {
+        self.inner.flavors.get(flavor.index())
+    }
+
+    fn shared(&self, flavor: Flavor) -> Option<&[queue::Sender<UpstreamRequest>]> {
+        let i = &self.inner;
+        let pools = self.pools(flavor)?;
+        Some(pools.shared.get_or_init(|| {
+            (0..i.n)
+                .map(|_| {
+                    let (tx, rx) = queue::channel(i.cfg.max_queue);
+                    tokio::spawn(run_connection(
+                        i.cfg.clone(),
+                        flavor,
+                        None,
+                        rx,
+                        i.stats.clone(),
+                        i.latency.clone(),
+                    ));
+                    tx
+                })
+                .collect()
+        }))
+    }
+
+    /// Queues `args` on this flavor's connection `conn % n` and returns the reply's future.
+    pub(crate) fn send(
+        &self,
+        args: Vec<Bytes>,
+        flavor: Flavor,
+        conn: usize,
+        deadline: Instant,
+    ) -> UpstreamFuture {
+        self.send_frame(args, None, flavor, conn, deadline)
+    }
+
+    /// [`send`](Self::send) with the client's frame of `args` (see `Request::raw`).
+    pub(crate) fn send_frame(
+        &self,
+        args: Vec<Bytes>,
+        raw: Option<Bytes>,
+        flavor: Flavor,
+        conn: usize,
+        deadline: Instant,
+    ) -> UpstreamFuture {
+        let label = self.inner.cfg.label.clone();
+        let Some(conns) = self.shared(flavor) else {
+            return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
+        };
+        crate::metrics::bump(&self.inner.requests, 1);
+        send_on(
+            &conns[conn % conns.len()],
+            args,
+            raw,
+            deadline,
+            label,
+            &self.inner.stats,
+            self.inner.cfg.max_queue,
+        )
+    }
+
+    /// A dedicated connection of `flavor` for one transaction: an idle one, or a new one
+    /// while fewer than the cluster's `dedicated_connections` are open.
+    pub(crate) fn take_dedicated(&self, flavor: Flavor) -> Result<Dedicated, UpstreamError> {
+        let i = &self.inner;
+        let pools = self.pools(flavor).ok_or(UpstreamError::NoShard)?;
+        let mut idle = pools.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(tx) = idle.pop() {
+            if !tx.is_closed() {
+                return Ok(Dedicated {
+                    tx,
+                    handle: self.clone(),
+                    flavor,
+                });
+            }
+        }
+        drop(idle);
+        let open = i.dedicated_open.fetch_add(1, Ordering::Relaxed);
+        if open >= i.cfg.dedicated.max(1) {
+            i.dedicated_open.fetch_sub(1, Ordering::Relaxed);
+            i.stats.count(ErrorKind::Busy);
+            return Err(UpstreamError::Busy(i.cfg.dedicated.max(1)));
+        }
+        let (tx, rx) = queue::channel(i.cfg.max_queue);
+        tokio::spawn(run_connection(
+            i.cfg.clone(),
+            flavor,
+            Some(OpenGuard(i.dedicated_open.clone())),
+            rx,
+            i.stats.clone(),
+            i.latency.clone(),
+        ));
+        Ok(Dedicated {
+            tx,
+            handle: self.clone(),
+            flavor,
+        })
+    }
+
+    /// Adds this worker's upstream latency of the endpoint into `t`.
+    pub(crate) fn add_latency(&self, t: &mut crate::metrics::CmdTotals) {
+        self.inner.latency.add_into(t);
+    }
+
+    /// Requests queued now on this worker's shared connections to the endpoint, waiting to
+    /// be written (read from the queues, nothing counted per request).
+    pub(crate) fn queued(&self) -> usize {
+        self.inner
+            .flavors
+            .iter()
+            .filter_map(|f| f.shared.get())
+            .flat_map(|conns| conns.iter())
+            .map(|tx| tx.len())
+            .sum()
+    }
+
+    /// Requests this worker has sent to the endpoint.
+    pub fn requests(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed)
+    }
+
+    /// Dedicated connections open now (idle or in use), all flavors.
+    pub(crate) fn dedicated_open(&self) -> usize {
+        self.inner.dedicated_open.load(Ordering::Relaxed)
+    }
+}
+
+fn send_on(
+    queue: &queue::Sender<UpstreamRequest>,
+    args: Vec<Bytes>,
+    raw: Option<Bytes>,
+    deadline: Instant,
+    label: Arc<str>,
+    stats: &EndpointStats,
+    max_queue: usize,
+) -> UpstreamFuture {
+    let (tx, rx) = oneshot::channel();
+    let failed = match queue.try_send(UpstreamRequest {
+        args,
+        raw,
+        deadline,
+        tx,
+    }) {
+        Ok(()) => return UpstreamFuture::waiting(rx, label, deadline),
+        Err(queue::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),
+        Err(queue::TrySendError::Closed(_)) => UpstreamError::Closed,
+    };
+    stats.count(failed.kind());
+    UpstreamFuture::failed(failed, label, deadline)
+}
+
+/// One worker's endpoint handles, `[cluster][shard][endpoint]` in model order.
+#[derive(Debug, Default)]
+pub(crate) struct Endpoints(pub(crate) Vec<Vec<Vec<EndpointHandle>>>);
+
+impl Endpoints {
+    /// The handle of one endpoint.
+    pub(crate) fn get(
+        &self,
+        cluster: usize,
+        shard: usize,
+        endpoint: usize,
+    ) -> Option<&EndpointHandle> {
+        self.0.get(cluster)?.get(shard)?.get(endpoint)
+    }
+}
+
+impl HealthView for Endpoints {
+    fn healthy(&self, cluster: usize, shard: usize, endpoint: usize) -> bool {
+        self.get(cluster, shard, endpoint)
+            .is_some_and(EndpointHandle::is_healthy)
+    }
+}
+
+/// The innermost service of the chain: sends a routed request to the endpoint the zone
+/// layer chose (the shard's primary when it chose none).
+#[derive(Debug, Clone)]
+pub(crate) struct Upstream {
+    endpoints: Arc<Endpoints>,
+    /// Which of an endpoint's connections this client uses: fixed for the session's life, so
+    /// every command of one client to one endpoint travels on one connection (Redis orders
+    /// commands per connection only); sessions, not commands, are spread over connections.
+    conn: usize,
+    /// Deadline of requests that carry none (mirrored copies, tests).
+    default_timeout: Duration,
+}
+
+impl Upstream {
+    /// An upstream service over this worker's endpoints for one session; `conn` picks the
+    /// session's connection to every endpoint (`conn % connections_per_endpoint`).
+    pub(crate) fn new(endpoints: Arc<Endpoints>, conn: usize, default_timeout: Duration) -> Self {
+        Upstream {
+            endpoints,
+            conn,
+            default_timeout,
+        }
+    }
+}
+
+impl Service<Request> for Upstream {
+    type Response = Reply;
+    type Error = Infallible;
+    type Future = UpstreamFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Each connection's queue is bounded; a full one answers at once instead of waiting.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> UpstreamFuture {
+        let shard = req.shard_index().unwrap_or(0);
+        // Both set by the zone layer, which looked the primary up.
+        let primary = usize::from(req.primary);
+        let endpoint = req.endpoint.map_or(primary, usize::from);
+        let Some(ep) = self.endpoints.get(req.cluster, shard, endpoint) else {
+            let deadline = Instant::now();
+            return UpstreamFuture::failed(UpstreamError::NoShard, Arc::from(""), deadline);
+        };
+        let deadline = match req.deadline {
+            Some(d) => Instant::from_std(d),
+            None => Instant::now() + self.default_timeout,
+        };
+        if endpoint != primary && req.is_read() {
+            // A read sent to a replica: if the replica turns out to be unreachable, the read
+            // is retried once on the primary instead of failing (the zone layer skips the
+            // replica from then on). Costs one clone of the argument list and one box, for
+            // replica reads only.
+            if let Some(p) = self.endpoints.get(req.cluster, shard, primary) {
+                let fallback = Some(Box::new((
+                    p.clone(),
+                    req.args.clone(),
+                    req.flavor,
+                    self.conn,
+                )));
+                let mut f = ep.send_frame(req.args, req.raw, req.flavor, self.conn, deadline);
+                f.fallback = fallback;
+                return f;
+            }
+        }
+        ep.send_frame(req.args, req.raw, req.flavor, self.conn, deadline)
+    }
+}
+
+/// Where a replica read goes again when the replica cannot be reached: the primary, the
+/// arguments, the flavor and the connection index.
+type Fallback = (EndpointHandle, Vec<Bytes>, Flavor, usize);
+
+/// The reply of one upstream request.
+#[derive(Debug)]
+pub(crate) struct UpstreamFuture {
+    state: State,
+    label: Arc<str>,
+    /// For replica reads: the primary and the request, to retry there once when the replica
+    /// cannot be reached. Boxed: every reply's future carries the field, only replica reads
+    /// fill it, and a session moves each future into its queue (at 128 bytes or less a move
+    /// is a few instructions, not a `memcpy` call).
+    fallback: Option<Box<Fallback>>,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Waiting for the connection task.
+    Waiting(oneshot::Receiver<Result<Reply, UpstreamError>>),
+    /// Already failed.
+    Failed(Option<UpstreamError>),
+}
+
+impl UpstreamFuture {
+    fn waiting(
+        rx: oneshot::Receiver<Result<Reply, UpstreamError>>,
+        label: Arc<str>,
+        deadline: Instant,
+    ) -> Self {
+        UpstreamFuture {
+            state: State::Waiting(rx),
+            label,
+            fallback: None,
+            deadline,
+        }
+    }
+
+    fn failed(e: UpstreamError, label: Arc<str>, deadline: Instant) -> Self {
+        UpstreamFuture {
+            state: State::Failed(Some(e)),
+            label,
+            fallback: None,
+            deadline,
+        }
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
+}
+
+impl UpstreamFuture {
+    /// Redis's reply (`Ok`, errors of Redis included), or respway's own failure (`Err`, a
+    /// timeout, a lost connection, ...) rendered for the client: a holder of a dedicated
+    /// connection decides by the variant, not by the reply's text, whether the connection is
+    /// still clean. No replica fallback (dedicated connections have none).
+    pub(crate) async fn typed(self) -> Result<Reply, Reply> {
+        let result = match self.state {
+            State::Waiting(rx) => rx.await.unwrap_or(Err(UpstreamError::Closed)),
+            State::Failed(e) => Err(e.unwrap_or(UpstreamError::Closed)),
+        };
+        result.map_err(|e| e.to_reply(&self.label))
+    }
+}
+
+impl Future for UpstreamFuture {
+    type Output = Result<Reply, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            let result = match &mut this.state {
+                State::Waiting(rx) => match Pin::new(rx).poll(cx) {
+                    Poll::Ready(Ok(r)) => r,
+                    Poll::Ready(Err(_)) => Err(UpstreamError::Closed),
+                    Poll::Pending => return Poll::Pending,
+                },
+                State::Failed(e) => Err(e.take().unwrap_or(UpstreamError::Closed)),
+            };
+            match result {
+                Ok(reply) => return Poll::Ready(Ok(reply)),
+                Err(e) => {
+                    if e.retryable_read() {
+                        if let Some(b) = this.fallback.take() {
+                            let (primary, args, flavor, conn) = *b;
+                            let next = primary.send(args, flavor, conn, this.deadline);
+                            this.state = next.state;
+                            this.label = next.label;
+                            continue;
+                        }
+                    }
+                    return Poll::Ready(Ok(e.to_reply(&this.label)));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_config_debug_leaves_the_auth_arguments_out() {
+        let cfg = EndpointConfig {
+            address: "127.0.0.1:6379".parse().unwrap(),
+            label: "shard s0 (127.0.0.1:6379)".into(),
+            connect_timeout: Duration::from_secs(1),
+            auth: Some(vec![
+                Bytes::from_static(b"app"),
+                Bytes::from_static(b"hunter2"),
+            ]),
+            db: 0,
+            databases: 16,
+            dedicated: 32,
+            max_queue: 16384,
+            tls: None,
+        };
+        let text = format!("{cfg:?}");
+        assert!(
+            !text.contains("hunter2") && text.contains("<redacted>"),
+            "{text}"
+        );
+    }
+}

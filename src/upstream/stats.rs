@@ -1,0 +1,216 @@
+//! One worker's counters and health of one endpoint, and of all its endpoints.
+
+use super::*;
+
+/// One worker's upstream counters (kept across configuration changes).
+#[derive(Debug, Default)]
+pub(crate) struct UpstreamStats {
+    pub(super) errors: [AtomicU64; 7],
+    /// Connections opened (first connects and reconnects).
+    pub(crate) connects: AtomicU64,
+    /// Connect attempts that failed.
+    pub(crate) connect_failures: AtomicU64,
+    /// Connections closed because requests on them stopped being answered.
+    pub(crate) stuck: AtomicU64,
+    /// Connections closed because the peer broke the protocol.
+    pub(crate) protocol_errors: AtomicU64,
+}
+
+impl UpstreamStats {
+    /// Counts one error of `kind`.
+    pub(crate) fn count(&self, kind: ErrorKind) {
+        self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Errors of `kind` so far.
+    pub(crate) fn errors(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind as usize].load(Ordering::Relaxed)
+    }
+}
+
+/// One worker's counters and health of one endpoint: written by the endpoint's connection
+/// tasks (on the worker's thread, so the atomics are uncontended), read by the worker's zone
+/// layer and by the admin endpoint. An endpoint is *out* (respway's passive outlier rule)
+/// from a failed connect, or a connection that broke the protocol or was lost right after
+/// it opened, until a connect succeeds again; the zone layer sends reads elsewhere meanwhile.
+#[derive(Debug)]
+pub(crate) struct EndpointStats {
+    /// The worker's totals over every endpoint (`INFO proxy`), counted with this endpoint's.
+    pub(crate) worker: Arc<UpstreamStats>,
+    pub(super) errors: [AtomicU64; 7],
+    pub(super) healthy: AtomicBool,
+    /// Times it went from healthy to out.
+    pub(super) ejections: AtomicU64,
+    /// Since when it is out, why, and how many attempts failed since (written on failures
+    /// only).
+    pub(super) down: Mutex<Option<Down>>,
+    /// Connections opened, and connect attempts that failed.
+    pub(super) connects: AtomicU64,
+    pub(super) connect_failures: AtomicU64,
+    /// Connections open now, and the requests written on them not yet answered (see
+    /// [`OpenConnection`]).
+    pub(super) open: AtomicU64,
+    pub(super) inflight: AtomicU64,
+}
+
+/// Why and since when an endpoint is out (see [`EndpointStats`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Down {
+    /// When it went out.
+    pub(crate) since: std::time::SystemTime,
+    /// The last failure.
+    pub(crate) reason: Arc<str>,
+    /// Failed attempts since it went out.
+    pub(crate) failures: u64,
+}
+
+impl EndpointStats {
+    pub(super) fn new(worker: Arc<UpstreamStats>) -> EndpointStats {
+        EndpointStats {
+            worker,
+            errors: Default::default(),
+            healthy: AtomicBool::new(true),
+            ejections: AtomicU64::new(0),
+            down: Mutex::new(None),
+            connects: AtomicU64::new(0),
+            connect_failures: AtomicU64::new(0),
+            open: AtomicU64::new(0),
+            inflight: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a connection opened, for the endpoint and the worker.
+    pub(super) fn count_connect(&self) {
+        crate::metrics::bump(&self.connects, 1);
+        self.worker.connects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed connect attempt, for the endpoint and the worker.
+    pub(super) fn count_connect_failure(&self) {
+        crate::metrics::bump(&self.connect_failures, 1);
+        self.worker.connect_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections opened, and connect attempts that failed, so far.
+    pub(crate) fn connects(&self) -> (u64, u64) {
+        (
+            self.connects.load(Ordering::Relaxed),
+            self.connect_failures.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Connections open now, and requests written on them not yet answered.
+    pub(crate) fn open(&self) -> (u64, u64) {
+        (
+            self.open.load(Ordering::Relaxed),
+            self.inflight.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Counts one error of `kind`, for the endpoint and the worker.
+    pub(crate) fn count(&self, kind: ErrorKind) {
+        crate::metrics::bump(&self.errors[kind as usize], 1);
+        self.worker.count(kind);
+    }
+
+    /// Errors of `kind` so far.
+    pub(crate) fn errors(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind as usize].load(Ordering::Relaxed)
+    }
+
+    /// Times the endpoint went out.
+    pub(crate) fn ejections(&self) -> u64 {
+        self.ejections.load(Ordering::Relaxed)
+    }
+
+    /// False while the endpoint is out.
+    pub(crate) fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Since when and why it is out (`None` while healthy).
+    pub(crate) fn down(&self) -> Option<Down> {
+        self.down.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A connection opened: the endpoint is back (or still) in. The way back is logged once
+    /// (whatever put it out: a refused or timed-out connect, a frozen shard, ...).
+    pub(super) fn connected(&self, label: &str) {
+        if !self.healthy.swap(true, Ordering::Relaxed) {
+            let was = self.down.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let (out_for, failures) = was.map_or((Duration::ZERO, 0), |d| {
+                (d.since.elapsed().unwrap_or_default(), d.failures)
+            });
+            tracing::info!(
+                endpoint = %label,
+                out_for_ms = out_for.as_millis() as u64,
+                failed_attempts = failures,
+                "upstream reachable again"
+            );
+        }
+    }
+
+    /// An attempt failed with `reason`: the endpoint is out (again). Going out is logged
+    /// once (warn); the attempts that fail while it stays out only at debug.
+    pub(super) fn failed(&self, label: &str, reason: &Arc<str>, backoff: Duration) {
+        let was_healthy = self.healthy.swap(false, Ordering::Relaxed);
+        if was_healthy {
+            crate::metrics::bump(&self.ejections, 1);
+            tracing::warn!(endpoint = %label, error = %reason, ?backoff, "upstream unavailable");
+        } else {
+            tracing::debug!(endpoint = %label, error = %reason, ?backoff, "upstream still unavailable");
+        }
+        let mut d = self.down.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *d {
+            Some(d) if !was_healthy => {
+                d.reason = reason.clone();
+                d.failures += 1;
+            }
+            _ => {
+                *d = Some(Down {
+                    since: std::time::SystemTime::now(),
+                    reason: reason.clone(),
+                    failures: 1,
+                })
+            }
+        }
+    }
+}
+
+/// One open connection in its endpoint's gauges ([`EndpointStats::open`]): counted open
+/// while it lives, with the requests it last reported in flight (its own count, added to and
+/// taken from the endpoint's: the connections of one endpoint add up, and a connection that
+/// ends takes back exactly what it added).
+pub(super) struct OpenConnection<'a> {
+    pub(super) stats: &'a EndpointStats,
+    pub(super) inflight: u64,
+}
+
+impl<'a> OpenConnection<'a> {
+    pub(super) fn new(stats: &'a EndpointStats) -> Self {
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection { stats, inflight: 0 }
+    }
+
+    /// Requests written on this connection and not yet answered: `n` now.
+    #[inline]
+    pub(super) fn inflight(&mut self, n: usize) {
+        let n = n as u64;
+        if n > self.inflight {
+            self.stats
+                .inflight
+                .fetch_add(n - self.inflight, Ordering::Relaxed);
+        } else if n < self.inflight {
+            self.stats
+                .inflight
+                .fetch_sub(self.inflight - n, Ordering::Relaxed);
+        }
+        self.inflight = n;
+    }
+}
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.inflight(0);
+        self.stats.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
