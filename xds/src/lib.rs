@@ -50,6 +50,8 @@
 //! The management server (`respway-xds serve`)
 //! - [`cache`]: a directory of resource files as a versioned snapshot per node;
 //! - [`server`]: the ADS server over the cache, with per-node ACK/NACK status;
+//! - `serving`: `Server::serve`, which runs ADS, the directory watcher and the admin endpoint
+//!   together (above both, so that neither imports the other);
 //! - [`admin`]: its HTTP admin (`GET /status`, `POST /apply`) and that API's client, used by
 //!   `respway-xds apply` and `respway-xds status`;
 //! - [`secure`]: TLS and mTLS on the ADS and admin ports, admin credentials, and secrets sent
@@ -67,6 +69,7 @@ pub mod names;
 pub mod pb;
 pub mod secure;
 pub mod server;
+mod serving;
 mod translate;
 mod yaml;
 

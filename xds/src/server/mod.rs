@@ -30,7 +30,6 @@
 //! until the server restarts.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,13 +45,12 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use respway_tls::rustls::pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
-use crate::admin::{AdminLimits, AdminState, AdminStats};
-use crate::secure::{tcp_incoming, tls_incoming, PeerInfo, Security};
+use crate::admin::state::{AdminLimits, AdminState, AdminStats};
+use crate::secure::{PeerInfo, Security};
 
 use crate::cache::{Cache, FileState, NodeSnapshot, ResourceType, Snapshot, TypeResources};
 
@@ -68,13 +66,13 @@ const CONTROL_PLANE: &str = concat!("respway-xds/", env!("CARGO_PKG_VERSION"));
 /// optional admin HTTP endpoint ([`crate::admin`]). Cheap to clone (shared state).
 #[derive(Debug, Clone)]
 pub struct Server {
-    cache: Arc<Cache>,
+    pub(crate) cache: Arc<Cache>,
     registry: Arc<Registry>,
-    poll_interval: Duration,
-    security: Arc<Security>,
+    pub(crate) poll_interval: Duration,
+    pub(crate) security: Arc<Security>,
     admin: Arc<AdminState>,
     /// Failed accepts on the ADS port.
-    ads_accept_errors: Arc<AtomicU64>,
+    pub(crate) ads_accept_errors: Arc<AtomicU64>,
 }
 
 impl Server {
@@ -167,58 +165,6 @@ impl Server {
         }
     }
 
-    /// Serves ADS on `grpc` (and the admin endpoint on `admin`) and scans the resource
-    /// directory, until `shutdown` completes or the future is dropped. At shutdown every ADS
-    /// stream is ended (clients see the stream close and reconnect) and the listeners close.
-    ///
-    /// # Errors
-    /// The gRPC server failed.
-    pub async fn serve(
-        self,
-        grpc: TcpListener,
-        admin: Option<TcpListener>,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), tonic::transport::Error> {
-        // Dropped (or set) when this future ends: every stream task and the admin loop stop.
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let watcher = tokio::spawn(self.cache.clone().watch(self.poll_interval));
-        let _abort_watcher = AbortOnDrop(watcher);
-        if let Some(admin) = admin {
-            let server = self.clone();
-            let stop = stop_rx.clone();
-            tokio::spawn(crate::admin::serve(admin, server, stop));
-        }
-        let service = self.ads_service(stop_rx);
-        let signal = async move {
-            shutdown.await;
-            let _ = stop_tx.send(true);
-        };
-        let builder = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)));
-        match &self.security.tls {
-            Some(tls) => {
-                let incoming = ReceiverStream::new(tls_incoming(
-                    grpc,
-                    tls.clone(),
-                    "ads",
-                    None,
-                    self.ads_accept_errors.clone(),
-                ));
-                builder
-                    .serve_with_incoming_shutdown(service, incoming, signal)
-                    .await
-            }
-            None => {
-                let incoming =
-                    ReceiverStream::new(tcp_incoming(grpc, "ads", self.ads_accept_errors.clone()));
-                builder
-                    .serve_with_incoming_shutdown(service, incoming, signal)
-                    .await
-            }
-        }
-    }
-
     /// The ADS service alone, for embedding in another tonic server; its streams end when
     /// `stop` changes or its sender is dropped.
     pub fn ads_service(
@@ -237,7 +183,7 @@ impl Server {
 }
 
 /// Aborts the task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
