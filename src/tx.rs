@@ -96,7 +96,7 @@ pub(crate) fn place(
     routing: &Routing,
     cmd: &CommandInfo,
     args: &mut [Bytes],
-    keys: &mut Vec<usize>,
+    keys: Result<&[usize], &'static str>,
 ) -> Result<Option<(usize, usize)>, Refusal> {
     if !matches!(
         cmd.class,
@@ -108,7 +108,6 @@ pub(crate) fn place(
     ) {
         return Ok(None);
     }
-    cmd.key_indices(args, keys)
-        .map_err(|e| Refusal::Keys(e.to_string()))?;
+    let keys = keys.map_err(|e| Refusal::Keys(e.to_string()))?;
     routing.place_pinned(args, keys, Purpose::Transaction)
 }

@@ -486,8 +486,9 @@ impl Permissions {
         self.channels.all || self.channels.list.iter().any(|p| &p[..] == pattern)
     }
 
-    /// Checks a command with its arguments: the command itself, then its keys (found with
-    /// [`CommandInfo::key_indices`] into `keys`), or for pub/sub its channels. Commands
+    /// Checks a command with its arguments: the command itself, then its keys (`keys`: the
+    /// positions the caller found once with [`CommandInfo::key_indices`], or its error), or
+    /// for pub/sub its channels. Commands
     /// Redis serves before authentication (`AUTH`, `HELLO`) are always allowed. Arguments
     /// whose keys cannot be found (a bad numkeys) pass here: the command is refused for
     /// them later, before anything is sent.
@@ -498,7 +499,7 @@ impl Permissions {
         &self,
         cmd: &'static CommandInfo,
         args: &[Bytes],
-        keys: &mut Vec<usize>,
+        keys: Result<&[usize], &'static str>,
     ) -> Result<(), Denied> {
         if cmd.has_flag(NO_AUTH) {
             return Ok(());
@@ -530,7 +531,8 @@ impl Permissions {
         if self.keys.all {
             return Ok(());
         }
-        if cmd.key_indices(args, keys).is_ok() && !keys.iter().all(|&i| self.allows_key(&args[i])) {
+        // Keys that cannot be found (a bad numkeys, ...) are Redis's error to give, later.
+        if keys.is_ok_and(|keys| !keys.iter().all(|&i| self.allows_key(&args[i]))) {
             return Err(Denied::Key);
         }
         if matches!(cmd.name, "sort" | "sort_ro") {
@@ -626,7 +628,9 @@ mod tests {
     fn check(p: &Permissions, a: &[&str]) -> Result<(), Denied> {
         let a = args(a);
         let c = cmd(std::str::from_utf8(&a[0]).unwrap()).resolve(&a);
-        p.check(c, &a, &mut Vec::new())
+        let mut keys = Vec::new();
+        let found = c.key_indices(&a, &mut keys);
+        p.check(c, &a, found.map(|()| keys.as_slice()))
     }
 
     #[test]

@@ -83,6 +83,8 @@ impl Session {
             self.mark_dirty();
             return Pending::Ready(local::unknown_command(&args));
         };
+        // Key positions, found once for every use below.
+        self.keys_found = cmd.key_indices(&args, &mut self.keys);
         if let Err(refused) = self.admit(cmd, &args, live) {
             return Pending::Ready(refused);
         }
@@ -98,10 +100,7 @@ impl Session {
         // FCALL with a numkeys that is not a count of its keys: Redis looks the function up
         // first, so only a shard can give its error (`Function not found`, or `Bad number of
         // keys provided`, ...). Nothing runs: the command has no keys to route by.
-        if !in_multi
-            && matches!(cmd.name, "fcall" | "fcall_ro")
-            && cmd.key_indices(&args, &mut self.keys).is_err()
-        {
+        if !in_multi && matches!(cmd.name, "fcall" | "fcall_ro") && self.keys_found.is_err() {
             let (deadline, backstop) = times(live);
             let flavor = self.state.flavor();
             return Pending::other(
@@ -133,7 +132,7 @@ impl Session {
                 }
             }
             Handler::Blocking => {
-                if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
+                if let Err(e) = self.keys_found {
                     return Pending::Ready(error_reply(&format!("ERR {e}")));
                 }
                 let op_timeout = parts.listener.op_timeout;
@@ -194,12 +193,13 @@ impl Session {
         // dispatched or queued in MULTI.
         if let Some(p) = &self.state.perms {
             let scripts = live.parts.listener.client.allow_restricted_scripts;
-            let checked = p.check(cmd, args, &mut self.keys).and_then(|()| {
-                match scripts || p.allows_script(cmd) {
-                    true => Ok(()),
-                    false => Err(Denied::Script),
-                }
-            });
+            let keys = self.keys_found.map(|()| self.keys.as_slice());
+            let checked =
+                p.check(cmd, args, keys)
+                    .and_then(|()| match scripts || p.allows_script(cmd) {
+                        true => Ok(()),
+                        false => Err(Denied::Script),
+                    });
             if let Err(d) = checked {
                 self.mark_dirty();
                 return Err(crate::acl::denied(d, self.state.user_name(), cmd));
@@ -378,7 +378,7 @@ impl Session {
             (deadline, backstop(deadline, op_timeout))
         };
         let flavor = self.state.flavor();
-        if let Err(e) = cmd.key_indices(&args, &mut self.keys) {
+        if let Err(e) = self.keys_found {
             return Pending::Ready(error_reply(&format!("ERR {e}")));
         }
         if self.keys.is_empty()

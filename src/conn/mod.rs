@@ -178,6 +178,7 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
         eof: false,
         draining: false,
         keys: Vec::new(),
+        keys_found: Ok(()),
         ready_bytes: 0,
         waits: 0,
         avg_reply: 64,
@@ -229,7 +230,11 @@ struct Session {
     eof: bool,
     /// The process drains: read nothing more, answer what was read, then close.
     draining: bool,
+    /// The key positions of the command being dispatched, found once (see `dispatch`) for the
+    /// ACL check, the chain, transactions and blocking commands; `keys_found` is `Err` with
+    /// Redis's text when they cannot be found (a bad numkeys, ...).
     keys: Vec<usize>,
+    keys_found: Result<(), &'static str>,
     /// Bytes of replies in `pending` that are ready (answered by the proxy itself).
     ready_bytes: usize,
     /// Requests in `pending` waiting for the upstream.

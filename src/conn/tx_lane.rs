@@ -249,7 +249,8 @@ impl Session {
                 )))
             }
         }
-        let place = tx::place(&live.parts.routing, cmd, &mut args, &mut self.keys);
+        let keys = self.keys_found.map(|()| self.keys.as_slice());
+        let place = tx::place(&live.parts.routing, cmd, &mut args, keys);
         let here = match place {
             Ok(h) => h,
             Err(e) => return self.refuse_in_tx(e.reply()),
