@@ -1318,9 +1318,12 @@ fn upstream_connections_and_in_flight_requests_are_shown_per_endpoint() {
         );
     }
 
-    // Five GETs in flight to a frozen shard (keys that landed on s1).
+    // Five GETs in flight to a frozen shard (keys that landed on s1), sent on the client
+    // connection that wrote them: its worker has a live connection to s1 to write them on (a
+    // client on the other worker could need a connect, which a frozen shard never answers,
+    // so its GETs would wait queued, not in flight).
+    let mut c = RespConn::connect(rw.addr);
     let keys: Vec<String> = {
-        let mut c = RespConn::connect(rw.addr);
         let mut s1 = RespConn::connect(addrs[1]);
         let mut keys = Vec::new();
         for i in 0..200 {
@@ -1337,7 +1340,6 @@ fn upstream_connections_and_in_flight_requests_are_shown_per_endpoint() {
     };
     assert_eq!(keys.len(), 5, "keys of s1: {keys:?}");
     shards[1].signal("-STOP");
-    let mut c = RespConn::connect(rw.addr);
     let cmds: Vec<Vec<String>> = keys.iter().map(|k| vec!["GET".into(), k.clone()]).collect();
     c.send_pipeline(&cmds);
     let deadline = Instant::now() + Duration::from_millis(1500);
