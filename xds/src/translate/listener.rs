@@ -5,7 +5,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use envoy_types::pb::envoy::config::listener::v3::{filter::ConfigType, Listener as PbListener};
+use envoy_types::pb::envoy::config::listener::v3::{
+    filter::ConfigType, FilterChain, Listener as PbListener,
+};
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
     redis_proxy::{conn_pool_settings::ReadPolicy as EnvoyReadPolicy, ProtocolVersion},
     RedisProxy,
@@ -99,69 +101,7 @@ pub(super) fn translate(
         cx.err("name", "must not be empty");
     }
     let address = socket_address(cx, "address", l.address.as_ref());
-    unsupported(
-        cx,
-        "",
-        &[
-            ("additional_addresses", !l.additional_addresses.is_empty()),
-            ("stats_matcher", l.stats_matcher.is_some()),
-            ("fcds_config", l.fcds_config.is_some()),
-            ("filter_chain_matcher", l.filter_chain_matcher.is_some()),
-            (
-                "use_original_dst",
-                l.use_original_dst.is_some_and(|b| b.value),
-            ),
-            ("default_filter_chain", l.default_filter_chain.is_some()),
-            (
-                "per_connection_buffer_limit_bytes",
-                l.per_connection_buffer_limit_bytes.is_some(),
-            ),
-            (
-                "per_connection_buffer_high_watermark_timeout",
-                l.per_connection_buffer_high_watermark_timeout.is_some(),
-            ),
-            ("deprecated_v1", l.deprecated_v1.is_some()),
-            ("drain_type", l.drain_type != 0),
-            ("listener_filters", !l.listener_filters.is_empty()),
-            (
-                "listener_filters_timeout",
-                l.listener_filters_timeout.is_some(),
-            ),
-            (
-                "continue_on_listener_filters_timeout",
-                l.continue_on_listener_filters_timeout,
-            ),
-            ("transparent", l.transparent.is_some_and(|b| b.value)),
-            ("freebind", l.freebind.is_some_and(|b| b.value)),
-            ("socket_options", !l.socket_options.is_empty()),
-            (
-                "tcp_fast_open_queue_length",
-                l.tcp_fast_open_queue_length.is_some(),
-            ),
-            ("udp_listener_config", l.udp_listener_config.is_some()),
-            ("api_listener", l.api_listener.is_some()),
-            (
-                "connection_balance_config",
-                l.connection_balance_config.is_some(),
-            ),
-            (
-                "enable_reuse_port",
-                l.enable_reuse_port.is_some_and(|b| !b.value),
-            ),
-            ("access_log", !l.access_log.is_empty()),
-            ("tcp_backlog_size", l.tcp_backlog_size.is_some()),
-            (
-                "max_connections_to_accept_per_socket_event",
-                l.max_connections_to_accept_per_socket_event.is_some(),
-            ),
-            ("bind_to_port", l.bind_to_port.is_some_and(|b| !b.value)),
-            ("enable_mptcp", l.enable_mptcp),
-            ("ignore_global_conn_limit", l.ignore_global_conn_limit),
-            ("bypass_overload_manager", l.bypass_overload_manager),
-            ("tcp_keepalive", l.tcp_keepalive.is_some()),
-            ("internal_listener", l.listener_specifier.is_some()),
-        ],
-    );
+    unsupported_listener_fields(cx, l);
 
     let Some(chain) = l.filter_chains.first() else {
         cx.err("filter_chains", "one filter chain is required");
@@ -198,55 +138,10 @@ pub(super) fn translate(
         .as_ref()
         .and_then(|ts| super::tls::listener(cx, &join(fc, "transport_socket"), ts));
 
-    let mut redis: Option<(String, RedisProxy)> = None;
-    let mut settings: Option<(String, ListenerSettings)> = None;
-    let filters = join(fc, "filters");
-    for (fi, f) in chain.filters.iter().enumerate() {
-        let at = index(&filters, fi);
-        let any = match &f.config_type {
-            Some(ConfigType::TypedConfig(any)) => any,
-            Some(ConfigType::ConfigDiscovery(_)) => {
-                cx.err(join(&at, "config_discovery"), "not supported by respway");
-                continue;
-            }
-            None => {
-                cx.err(join(&at, "typed_config"), "required");
-                continue;
-            }
-        };
-        let typed = join(&at, "typed_config");
-        let name = type_name(any);
-        if name == RedisProxy::full_name() {
-            if fi + 1 != chain.filters.len() {
-                cx.err(
-                    &at,
-                    "envoy.filters.network.redis_proxy must be the last filter",
-                );
-            }
-            match unpack::<RedisProxy>(any) {
-                Ok(r) if redis.is_none() => redis = Some((typed, r)),
-                Ok(_) => cx.err(&at, "duplicate envoy.filters.network.redis_proxy filter"),
-                Err(e) => cx.err(typed, e),
-            }
-        } else if name == ListenerSettings::full_name() {
-            match unpack::<ListenerSettings>(any) {
-                Ok(s) if settings.is_none() => settings = Some((typed, s)),
-                Ok(_) => cx.err(&at, "duplicate respway.v1.ListenerSettings filter"),
-                Err(e) => cx.err(typed, e),
-            }
-        } else {
-            cx.err(
-                at,
-                format!(
-                    "unsupported network filter {:?} ({}); respway runs envoy.filters.network.redis_proxy and respway.listener",
-                    f.name, any.type_url
-                ),
-            );
-        }
-    }
+    let (redis, settings) = chain_filters(cx, chain, fc);
     let Some((rp, redis)) = redis else {
         cx.err(
-            filters,
+            join(fc, "filters"),
             "an envoy.filters.network.redis_proxy filter (RedisProxy) is required",
         );
         return None;
@@ -642,4 +537,131 @@ fn resp_settings(cx: &mut Cx, at: &str, s: &ListenerSettings, resp: &mut RespSet
             None => resp.advertised_version = version.clone(),
         }
     }
+}
+
+/// Refuses the Envoy listener fields respway does not implement (each named in the error).
+#[allow(deprecated)] // deprecated Envoy fields are read to refuse them
+fn unsupported_listener_fields(cx: &mut Cx, l: &PbListener) {
+    unsupported(
+        cx,
+        "",
+        &[
+            ("additional_addresses", !l.additional_addresses.is_empty()),
+            ("stats_matcher", l.stats_matcher.is_some()),
+            ("fcds_config", l.fcds_config.is_some()),
+            ("filter_chain_matcher", l.filter_chain_matcher.is_some()),
+            (
+                "use_original_dst",
+                l.use_original_dst.is_some_and(|b| b.value),
+            ),
+            ("default_filter_chain", l.default_filter_chain.is_some()),
+            (
+                "per_connection_buffer_limit_bytes",
+                l.per_connection_buffer_limit_bytes.is_some(),
+            ),
+            (
+                "per_connection_buffer_high_watermark_timeout",
+                l.per_connection_buffer_high_watermark_timeout.is_some(),
+            ),
+            ("deprecated_v1", l.deprecated_v1.is_some()),
+            ("drain_type", l.drain_type != 0),
+            ("listener_filters", !l.listener_filters.is_empty()),
+            (
+                "listener_filters_timeout",
+                l.listener_filters_timeout.is_some(),
+            ),
+            (
+                "continue_on_listener_filters_timeout",
+                l.continue_on_listener_filters_timeout,
+            ),
+            ("transparent", l.transparent.is_some_and(|b| b.value)),
+            ("freebind", l.freebind.is_some_and(|b| b.value)),
+            ("socket_options", !l.socket_options.is_empty()),
+            (
+                "tcp_fast_open_queue_length",
+                l.tcp_fast_open_queue_length.is_some(),
+            ),
+            ("udp_listener_config", l.udp_listener_config.is_some()),
+            ("api_listener", l.api_listener.is_some()),
+            (
+                "connection_balance_config",
+                l.connection_balance_config.is_some(),
+            ),
+            (
+                "enable_reuse_port",
+                l.enable_reuse_port.is_some_and(|b| !b.value),
+            ),
+            ("access_log", !l.access_log.is_empty()),
+            ("tcp_backlog_size", l.tcp_backlog_size.is_some()),
+            (
+                "max_connections_to_accept_per_socket_event",
+                l.max_connections_to_accept_per_socket_event.is_some(),
+            ),
+            ("bind_to_port", l.bind_to_port.is_some_and(|b| !b.value)),
+            ("enable_mptcp", l.enable_mptcp),
+            ("ignore_global_conn_limit", l.ignore_global_conn_limit),
+            ("bypass_overload_manager", l.bypass_overload_manager),
+            ("tcp_keepalive", l.tcp_keepalive.is_some()),
+            ("internal_listener", l.listener_specifier.is_some()),
+        ],
+    );
+}
+
+/// A filter found in the chain, with the path it was found at.
+type Found<T> = Option<(String, T)>;
+
+/// The filter chain's filters: Envoy's `RedisProxy` (required, last) and respway's
+/// `ListenerSettings` (optional), each with the path it was found at.
+fn chain_filters(
+    cx: &mut Cx,
+    chain: &FilterChain,
+    fc: &str,
+) -> (Found<RedisProxy>, Found<ListenerSettings>) {
+    let mut redis: Found<RedisProxy> = None;
+    let mut settings: Found<ListenerSettings> = None;
+    let filters = join(fc, "filters");
+    for (fi, f) in chain.filters.iter().enumerate() {
+        let at = index(&filters, fi);
+        let any = match &f.config_type {
+            Some(ConfigType::TypedConfig(any)) => any,
+            Some(ConfigType::ConfigDiscovery(_)) => {
+                cx.err(join(&at, "config_discovery"), "not supported by respway");
+                continue;
+            }
+            None => {
+                cx.err(join(&at, "typed_config"), "required");
+                continue;
+            }
+        };
+        let typed = join(&at, "typed_config");
+        let name = type_name(any);
+        if name == RedisProxy::full_name() {
+            if fi + 1 != chain.filters.len() {
+                cx.err(
+                    &at,
+                    "envoy.filters.network.redis_proxy must be the last filter",
+                );
+            }
+            match unpack::<RedisProxy>(any) {
+                Ok(r) if redis.is_none() => redis = Some((typed, r)),
+                Ok(_) => cx.err(&at, "duplicate envoy.filters.network.redis_proxy filter"),
+                Err(e) => cx.err(typed, e),
+            }
+        } else if name == ListenerSettings::full_name() {
+            match unpack::<ListenerSettings>(any) {
+                Ok(s) if settings.is_none() => settings = Some((typed, s)),
+                Ok(_) => cx.err(&at, "duplicate respway.v1.ListenerSettings filter"),
+                Err(e) => cx.err(typed, e),
+            }
+        } else {
+            cx.err(
+                at,
+                format!(
+                    "unsupported network filter {:?} ({}); respway runs envoy.filters.network.redis_proxy and respway.listener",
+                    f.name, any.type_url
+                ),
+            );
+        }
+    }
+    (redis, settings)
 }
