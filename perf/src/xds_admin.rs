@@ -2,7 +2,7 @@
 //! `GET /status` and `POST /apply?name=FILE` with a bearer token, over plain HTTP/1.1 on
 //! loopback.
 //!
-//! It is written here, with `std`'s blocking sockets, rather than taken from the `respway-xds`
+//! It is written here, on hyper's HTTP/1.1 client, rather than taken from the `respway-xds`
 //! crate: that crate is the management server (tonic, the Envoy protos, the ADS cache), and
 //! the harness needs two requests and the few status fields it waits on. Unknown fields of
 //! the server's JSON are ignored, so the server may report more than is read here.
@@ -11,20 +11,23 @@
 //! of the answer. The callers (setup and the push thread of a run) are plain threads.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
 use serde::Deserialize;
+use tokio::net::TcpStream;
 
 use crate::Error;
 
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one read or write may wait.
+/// How long one request may take, connect included.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest answer read (a status of many nodes is a few hundred KiB).
-const MAX_RESPONSE: u64 = 16 << 20;
+const MAX_RESPONSE: usize = 16 << 20;
 
 /// The admin endpoint's bearer token. Its `Debug` does not show it.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -134,7 +137,9 @@ fn decode<T: for<'de> Deserialize<'de>>(
     }
 }
 
-/// One request on a fresh connection (`Connection: close`); the status code and the body.
+/// One request on a fresh connection, over hyper's HTTP/1.1 client on a current-thread
+/// runtime of its own (the callers are plain threads); the status code and the body, at most
+/// [`MAX_RESPONSE`] bytes of it.
 fn request(
     admin: SocketAddr,
     token: &AdminToken,
@@ -143,102 +148,64 @@ fn request(
     body: &[u8],
 ) -> Result<(u16, Vec<u8>), Error> {
     let fail = |what: String| Error::Run(format!("admin endpoint {admin}: {what}"));
-    let mut s = TcpStream::connect_timeout(&admin, CONNECT_TIMEOUT)
-        .map_err(|e| fail(format!("connect: {e}")))?;
-    s.set_read_timeout(Some(IO_TIMEOUT))?;
-    s.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {admin}\r\ncontent-type: application/yaml\r\n\
-         content-length: {}\r\nconnection: close\r\n",
-        body.len()
-    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, admin.to_string())
+        .header(hyper::header::CONTENT_TYPE, "application/yaml");
     if !token.0.is_empty() {
-        head.push_str(&format!("authorization: Bearer {}\r\n", token.0));
+        req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {}", token.0));
     }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes())
-        .and_then(|()| s.write_all(body))
-        .map_err(|e| fail(format!("write: {e}")))?;
-    let mut raw = Vec::new();
-    (&mut s)
-        .take(MAX_RESPONSE + 1)
-        .read_to_end(&mut raw)
-        .map_err(|e| fail(format!("read: {e}")))?;
-    if raw.len() as u64 > MAX_RESPONSE {
-        return Err(fail(format!("answer larger than {MAX_RESPONSE} bytes")));
-    }
-    parse_response(&raw).map_err(fail)
-}
-
-/// An HTTP/1.1 response read to the end of the connection: its status code and body (framed
-/// by `content-length`, chunked, or the end of the connection).
-fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("no complete HTTP response")?;
-    let head = std::str::from_utf8(&raw[..end]).map_err(|_| "response head is not UTF-8")?;
-    let rest = &raw[end + 4..];
-    let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap_or("");
-    let code = status
-        .strip_prefix("HTTP/1.")
-        .and_then(|s| s.get(2..5))
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| format!("bad status line {status:?}"))?;
-    let mut length = None;
-    let mut chunked = false;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            length = Some(
-                value
-                    .parse::<usize>()
-                    .map_err(|_| format!("bad content-length {value:?}"))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.to_ascii_lowercase().contains("chunked");
-        }
-    }
-    let body = if chunked {
-        dechunk(rest)?
-    } else if let Some(n) = length {
-        rest.get(..n)
-            .ok_or_else(|| format!("body cut short: {} of {n} bytes", rest.len()))?
-            .to_vec()
-    } else {
-        rest.to_vec()
+    let req = req
+        .body(Full::new(Bytes::copy_from_slice(body)))
+        .map_err(|e| fail(e.to_string()))?;
+    let exchange = async {
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(admin))
+            .await
+            .map_err(|_| "connect: timed out".to_string())?
+            .map_err(|e| format!("connect: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        let conn = tokio::spawn(conn);
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let code = resp.status().as_u16();
+        let body = Limited::new(resp.into_body(), MAX_RESPONSE)
+            .collect()
+            .await
+            .map_err(|e| format!("read: {e}"))?
+            .to_bytes();
+        conn.abort();
+        Ok::<_, String>((code, body.to_vec()))
     };
-    Ok((code, body))
-}
-
-/// A chunked body's data.
-fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    loop {
-        let eol = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("chunk size line cut short")?;
-        let line = std::str::from_utf8(&rest[..eol]).map_err(|_| "bad chunk size line")?;
-        let hex = line.split(';').next().unwrap_or("").trim();
-        let n = usize::from_str_radix(hex, 16).map_err(|_| format!("bad chunk size {hex:?}"))?;
-        rest = &rest[eol + 2..];
-        if n == 0 {
-            return Ok(body);
-        }
-        let data = rest.get(..n).ok_or("chunk cut short")?;
-        body.extend_from_slice(data);
-        rest = rest.get(n + 2..).ok_or("chunk cut short")?;
-    }
+    rt.block_on(async { tokio::time::timeout(IO_TIMEOUT, exchange).await })
+        .map_err(|_| fail("no answer in time".to_string()))?
+        .map_err(fail)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `request` makes of `raw`, answered (then the connection closed) by a one-shot
+    /// server on loopback.
+    fn parse_response(raw: &'static [u8]) -> Result<(u16, Vec<u8>), Error> {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut head = [0u8; 4096];
+            let _ = c.read(&mut head);
+            let _ = c.write_all(raw);
+        });
+        let r = request(addr, &AdminToken::new("t"), "GET", "/status", b"");
+        server.join().unwrap();
+        r
+    }
 
     #[test]
     fn responses_framed_every_way_give_their_body() {
