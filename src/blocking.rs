@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use respway_filters::command::CommandInfo;
+use respway_filters::error::{Failure, UpstreamError};
 use respway_filters::place::{Purpose, Refusal};
-use respway_filters::request::{error_reply, Flavor, Reply};
+use respway_filters::request::Flavor;
 use respway_filters::routing::Routing;
 use tokio::time::Instant;
 
@@ -55,8 +56,8 @@ pub(crate) enum Call {
         /// When the session answers with a timeout itself.
         backstop: Instant,
     },
-    /// Refused with this reply.
-    Refused(Reply),
+    /// Refused before anything was sent.
+    Refused(Failure),
 }
 
 /// How long a command may block.
@@ -86,14 +87,14 @@ pub(crate) fn call(
     }
     let (cluster, shard) = match place(&parts.routing, &mut args, keys) {
         Ok(at) => at,
-        Err(r) => return Call::Refused(r.reply()),
+        Err(r) => return Call::Refused(r.into()),
     };
     let Some(ep) = parts.primary(cluster, shard) else {
-        return Call::Refused(error_reply("ERR respway: no such shard"));
+        return Call::Refused(UpstreamError::NoShard.at("".into()));
     };
     let conn = match ep.take_dedicated(flavor) {
         Ok(c) => c,
-        Err(e) => return Call::Refused(e.to_reply(ep.label())),
+        Err(e) => return Call::Refused(e.at(ep.label().clone())),
     };
     let wait = match block {
         Block::For(d) => d.saturating_add(op_timeout).saturating_add(MARGIN),
@@ -110,13 +111,11 @@ pub(crate) fn call(
             // of this client finds it). An error of respway's own (timeout, connection lost)
             // ends the connection instead. Dropped before the reply (the client left), `conn`
             // and `reply` go with the future and the connection's task closes the connection.
-            match reply.typed().await {
-                Ok(r) => {
-                    conn.give_back();
-                    r
-                }
-                Err(e) => e,
+            let r = reply.await;
+            if r.is_ok() {
+                conn.give_back();
             }
+            r
         }),
         backstop,
     }

@@ -12,7 +12,8 @@ use std::pin::Pin;
 
 use bytes::{Bytes, BytesMut};
 use respway_filters::command::FanoutKind;
-use respway_filters::request::{error_reply, is_error, Flavor, Reply};
+use respway_filters::error::{failed, Answer, Failure, Kind};
+use respway_filters::request::{is_error, Flavor, Reply};
 use respway_filters::resp::{parse_reply, Frame};
 use tokio::time::Instant;
 
@@ -20,7 +21,7 @@ use crate::stack::Parts;
 use crate::upstream::UpstreamFuture;
 
 /// A reply computed by a future of its own.
-pub(crate) type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
+pub(crate) type BoxReply = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 /// Sends `args` to the endpoints `kind` names and merges the replies.
 pub(crate) fn call(
@@ -49,7 +50,7 @@ pub(crate) fn call(
         };
         match kind {
             FanoutKind::ScriptExists => script_exists(&replies),
-            _ => replies[0].clone(),
+            _ => Ok(replies[0].clone()),
         }
     })
 }
@@ -65,14 +66,8 @@ pub(crate) fn one(
     let first = parts.routing.routed_clusters().first().copied();
     let ep = first.and_then(|c| parts.primary(c, 0));
     match ep {
-        Some(ep) => {
-            let f = ep.send(args, flavor, conn, deadline);
-            Box::pin(async move {
-                let Ok(r) = f.await;
-                r
-            })
-        }
-        None => Box::pin(async { error_reply("ERR respway: no shard to send the command to") }),
+        Some(ep) => Box::pin(ep.send(args, flavor, conn, deadline)),
+        None => Box::pin(async { Err(Failure::new(Kind::NoTarget)) }),
     }
 }
 
@@ -93,7 +88,7 @@ fn kill(args: Vec<Bytes>, parts: &Parts, flavor: Flavor, deadline: Instant) -> B
                     let reply = conn.send(args.clone(), deadline);
                     asks.push(Ok((conn, reply)));
                 }
-                Err(e) => asks.push(Err(e.to_reply(ep.label()))),
+                Err(e) => asks.push(Err(e.at(ep.label().clone()))),
             }
         }
     }
@@ -102,24 +97,24 @@ fn kill(args: Vec<Bytes>, parts: &Parts, flavor: Flavor, deadline: Instant) -> B
         for ask in asks {
             replies.push(match ask {
                 // Answered by Redis: nothing is left in flight on the connection.
-                Ok((conn, reply)) => match reply.typed().await {
-                    Ok(r) => {
+                Ok((conn, reply)) => {
+                    let r = reply.await;
+                    if r.is_ok() {
                         conn.give_back();
-                        r
                     }
-                    Err(e) => e,
-                },
-                Err(e) => e,
+                    r
+                }
+                Err(e) => Err(e),
             });
         }
-        let notbusy = |r: &Reply| r.starts_with(b"-NOTBUSY");
+        let notbusy = |r: &Answer| matches!(r, Ok(r) if r.starts_with(b"-NOTBUSY"));
         replies
             .iter()
-            .find(|r| !is_error(r))
+            .find(|r| !failed(r))
             .or_else(|| replies.iter().find(|r| !notbusy(r)))
             .or_else(|| replies.first())
             .cloned()
-            .unwrap_or_else(|| error_reply("ERR respway: no shard to send the command to"))
+            .unwrap_or_else(|| Err(Failure::new(Kind::NoTarget)))
     })
 }
 
@@ -136,12 +131,15 @@ pub(crate) fn info_with_keyspace(
     let futs = targets(parts, false, &args, flavor, conn, deadline);
     Box::pin(async move {
         let replies = join(futs).await;
-        let ok: Vec<Reply> = replies.into_iter().filter(|r| !is_error(r)).collect();
+        let ok: Vec<Reply> = replies
+            .into_iter()
+            .filter_map(|r| r.ok().filter(|r| !is_error(r)))
+            .collect();
         let mut s = text;
         s.push_str(&crate::local::sum_keyspace(&ok));
         let mut out = BytesMut::new();
         Frame::text(resp3, s.as_bytes()).encode(&mut out);
-        out.freeze()
+        Ok(out.freeze())
     })
 }
 
@@ -170,33 +168,44 @@ fn targets(
     futs
 }
 
-/// Every reply, or the first error among them (or "no shard" when there is none).
-pub(crate) async fn join_ok(futs: Vec<UpstreamFuture>) -> Result<Vec<Reply>, Reply> {
+/// Every reply, or the answer for the client: the first failure or Redis error among them
+/// (or "no shard" when there is none).
+pub(crate) async fn join_ok(futs: Vec<UpstreamFuture>) -> Result<Vec<Reply>, Answer> {
     if futs.is_empty() {
-        return Err(error_reply("ERR respway: no shard to send the command to"));
+        return Err(Err(Failure::new(Kind::NoTarget)));
     }
-    let replies = join(futs).await;
-    match replies.iter().find(|r| is_error(r)) {
-        Some(e) => Err(e.clone()),
-        None => Ok(replies),
+    let mut out = Vec::with_capacity(futs.len());
+    let mut first_failed = None;
+    for r in join(futs).await {
+        match r {
+            Ok(r) if !is_error(&r) => out.push(r),
+            failed => {
+                first_failed.get_or_insert(failed);
+            }
+        }
+    }
+    match first_failed {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
 }
 
-async fn join(futs: Vec<UpstreamFuture>) -> Vec<Reply> {
+async fn join(futs: Vec<UpstreamFuture>) -> Vec<Answer> {
     let mut out = Vec::with_capacity(futs.len());
     for f in futs {
-        let Ok(r) = f.await;
-        out.push(r);
+        out.push(f.await);
     }
     out
 }
 
 /// 1 for a script only where every endpoint has it.
-fn script_exists(replies: &[Reply]) -> Reply {
+fn script_exists(replies: &[Reply]) -> Answer {
     let mut all: Option<Vec<i64>> = None;
     for r in replies {
         let Ok(Frame::Array(items)) = parse_reply(r) else {
-            return error_reply("ERR respway: unexpected SCRIPT EXISTS reply from a shard");
+            return Err(Failure::message(
+                "ERR respway: unexpected SCRIPT EXISTS reply from a shard",
+            ));
         };
         let v: Vec<i64> = items
             .iter()
@@ -216,5 +225,5 @@ fn script_exists(replies: &[Reply]) -> Reply {
             .map(Frame::Integer)
             .collect(),
     );
-    frame.to_bytes()
+    Ok(frame.to_bytes())
 }

@@ -40,6 +40,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use rand::Rng;
 use respway_filters::command::KeyspaceKind;
+use respway_filters::error::{Answer, Failure, Kind};
 use respway_filters::request::{error_reply, Flavor, Reply};
 use respway_filters::resp::{parse_reply, Frame};
 use respway_filters::routing::Routing;
@@ -80,7 +81,7 @@ pub(crate) fn call(
 ) -> BoxReply {
     let shards = shards(parts);
     if shards.is_empty() {
-        return ready(error_reply("ERR respway: no shard to send the command to"));
+        return Box::pin(async { Err(Failure::new(Kind::NoTarget)) });
     }
     match kind {
         KeyspaceKind::Scan => scan(args, shards, parts, flavor, conn, deadline),
@@ -91,8 +92,9 @@ pub(crate) fn call(
     }
 }
 
+/// An answer the proxy gives without asking a shard (an argument error, a refusal).
 fn ready(r: Reply) -> BoxReply {
-    Box::pin(async move { r })
+    Box::pin(async move { Ok(r) })
 }
 
 /// Every primary of every cluster a route sends to, in (cluster, shard) order.
@@ -130,16 +132,13 @@ fn send(
 }
 
 /// Awaits a queued request; an absent one is an error naming the shard.
-async fn answer(f: Option<UpstreamFuture>, routing: &Routing, s: &Shard) -> Reply {
+async fn answer(f: Option<UpstreamFuture>, routing: &Routing, s: &Shard) -> Answer {
     match f {
-        Some(f) => {
-            let Ok(r) = f.await;
-            r
-        }
-        None => error_reply(&format!(
+        Some(f) => f.await,
+        None => Err(Failure::message(format!(
             "ERR respway: no connection to shard {}",
             shard_name(routing, s)
-        )),
+        ))),
     }
 }
 
@@ -158,20 +157,21 @@ fn shard_name(routing: &Routing, s: &Shard) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-fn unexpected(cmd: &str, routing: &Routing, s: &Shard) -> Reply {
-    error_reply(&format!(
+fn unexpected(cmd: &str, routing: &Routing, s: &Shard) -> Failure {
+    Failure::message(format!(
         "ERR respway: unexpected {cmd} reply from shard {}",
         shard_name(routing, s)
     ))
 }
 
-/// Parses a shard's reply; `Err` holds the reply to give the client (the shard's own error,
-/// or one naming the shard when the reply does not parse).
-fn parse(r: &Reply, cmd: &str, routing: &Routing, s: &Shard) -> Result<Frame, Reply> {
+/// Parses a shard's answer; `Err` holds the answer to give the client (the failure, the
+/// shard's own error, or one naming the shard when the reply does not parse).
+fn parse(r: &Answer, cmd: &str, routing: &Routing, s: &Shard) -> Result<Frame, Answer> {
+    let r = r.as_ref().map_err(|f| Err(f.clone()))?;
     match parse_reply(r) {
-        Ok(f) if f.is_error() => Err(r.clone()),
+        Ok(f) if f.is_error() => Err(Ok(r.clone())),
         Ok(f) => Ok(f),
-        Err(_) => Err(unexpected(cmd, routing, s)),
+        Err(_) => Err(Err(unexpected(cmd, routing, s))),
     }
 }
 
@@ -364,14 +364,14 @@ fn scan(
                         Err(e) => return e,
                     };
                     let Some((next, items)) = scan_reply(frame) else {
-                        return unexpected("SCAN", &parts.routing, s);
+                        return Err(unexpected("SCAN", &parts.routing, s));
                     };
                     if next >= SHARD_CURSOR_LIMIT {
-                        return error_reply(&format!(
+                        return Err(Failure::message(format!(
                             "ERR respway: shard {} returned SCAN cursor {next}, too large for \
                              respway's cursor",
                             shard_name(&parts.routing, s)
-                        ));
+                        )));
                     }
                     let filter = KeyFilter {
                         routing: &parts.routing,
@@ -385,7 +385,7 @@ fn scan(
                 idx += 1;
                 sc = 0;
                 if idx == shards.len() {
-                    return scan_frame(0, keys);
+                    return Ok(scan_frame(0, keys));
                 }
             } else {
                 sc = next;
@@ -394,7 +394,7 @@ fn scan(
                 break;
             }
         }
-        scan_frame(encode_cursor(idx, sc), keys)
+        Ok(scan_frame(encode_cursor(idx, sc), keys))
     })
 }
 
@@ -462,7 +462,7 @@ fn keys(
             let r = answer(f, &parts.routing, &s).await;
             let items = match parse(&r, "KEYS", &parts.routing, &s) {
                 Ok(Frame::Array(items) | Frame::Set(items)) => items,
-                Ok(_) => return unexpected("KEYS", &parts.routing, &s),
+                Ok(_) => return Err(unexpected("KEYS", &parts.routing, &s)),
                 Err(e) => return e,
             };
             let filter = KeyFilter {
@@ -471,13 +471,13 @@ fn keys(
             };
             filter.push(&s, items, &mut keys);
             if keys.len() > max {
-                return error_reply(&format!(
+                return Err(Failure::message(format!(
                     "ERR respway: KEYS matched more than {max} keys (the listener's keys_max); \
                      use SCAN"
-                ));
+                )));
             }
         }
-        Frame::Array(keys).to_bytes()
+        Ok(Frame::Array(keys).to_bytes())
     })
 }
 
@@ -505,11 +505,11 @@ fn dbsize(
             let r = answer(f, &routing, &s).await;
             match parse(&r, "DBSIZE", &routing, &s) {
                 Ok(Frame::Integer(n)) => sum = sum.saturating_add(n),
-                Ok(_) => return unexpected("DBSIZE", &routing, &s),
+                Ok(_) => return Err(unexpected("DBSIZE", &routing, &s)),
                 Err(e) => return e,
             }
         }
-        Frame::Integer(sum).to_bytes()
+        Ok(Frame::Integer(sum).to_bytes())
     })
 }
 
@@ -535,13 +535,13 @@ fn random_key(
                 Ok(Frame::Null | Frame::Nil) => continue,
                 Ok(Frame::Bulk(key)) => {
                     let named = with_prefix(s.prefix.as_ref(), key);
-                    return Frame::Bulk(named).to_bytes();
+                    return Ok(Frame::Bulk(named).to_bytes());
                 }
-                Ok(_) => return unexpected("RANDOMKEY", &parts.routing, s),
+                Ok(_) => return Err(unexpected("RANDOMKEY", &parts.routing, s)),
                 Err(e) => return e,
             }
         }
-        Frame::null(flavor.resp3).to_bytes()
+        Ok(Frame::null(flavor.resp3).to_bytes())
     })
 }
 
@@ -577,12 +577,12 @@ fn flush(
             if first_err.is_none() {
                 match parse(&r, "FLUSH", &routing, &s) {
                     Ok(Frame::Simple(_)) => {}
-                    Ok(_) => first_err = Some(unexpected("FLUSH", &routing, &s)),
+                    Ok(_) => first_err = Some(Err(unexpected("FLUSH", &routing, &s))),
                     Err(e) => first_err = Some(e),
                 }
             }
         }
-        first_err.unwrap_or_else(|| Frame::ok().to_bytes())
+        first_err.unwrap_or_else(|| Ok(Frame::ok().to_bytes()))
     })
 }
 

@@ -42,7 +42,6 @@
 //! A route with no mirror, no hot-key rule and the primary read policy pays one branch in
 //! each of the mirror, hot-key and zone layers.
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -52,12 +51,13 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use respway_filters::command::{
     CommandClass, CommandInfo, FanoutKind, KeyspaceKind, ProxyCommand, PubSubKind,
 };
+use respway_filters::error::failed;
 use respway_filters::hash_layer::{Hash, HashLayer};
 use respway_filters::hot_key::{HotKey, HotKeyLayer, HotKeyStats};
 use respway_filters::mirror::{Mirror, MirrorLayer, MirrorSink, MirrorStats};
 use respway_filters::multi_key::{MultiKey, MultiKeyLayer};
 use respway_filters::prefix_route::{PrefixRoute, PrefixRouteLayer};
-use respway_filters::request::{is_error, Request};
+use respway_filters::request::Request;
 use respway_filters::routing::Routing;
 use respway_filters::zone::{HealthView, Zone, ZoneLayer};
 use tokio::sync::mpsc;
@@ -276,14 +276,13 @@ pub(crate) async fn run_mirror(
                     let cluster = req.cluster;
                     let fut = shadow.call(req);
                     inflight.push(async move {
-                        let reply: Result<_, Infallible> = fut.await;
-                        (cluster, reply)
+                        (cluster, fut.await)
                     });
                 }
                 None => open = false,
             },
             Some((cluster, reply)) = inflight.next(), if !inflight.is_empty() => {
-                if reply.map(|r| is_error(&r)).unwrap_or(true) {
+                if failed(&reply) {
                     stats.record_failed(cluster);
                 }
             }

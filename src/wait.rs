@@ -41,7 +41,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use respway_filters::command::CommandInfo;
-use respway_filters::request::{error_reply, Flavor, Reply};
+use respway_filters::error::{Answer, Failure, Kind, UpstreamError};
+use respway_filters::request::{Flavor, Reply};
 use respway_filters::resp::{parse_reply, Frame};
 use tokio::time::Instant;
 
@@ -73,8 +74,8 @@ pub(crate) enum Call {
         /// When the session answers with a timeout itself.
         backstop: Instant,
     },
-    /// Refused before anything was sent, with this reply.
-    Refused(Reply),
+    /// Refused before anything was sent.
+    Refused(Failure),
 }
 
 /// One shard's answer: `[n]` for `WAIT`, `[local, replicas]` for `WAITAOF`.
@@ -102,7 +103,7 @@ pub(crate) fn call(
     let nudge_deadline = now + op_timeout.min(FOREVER);
 
     let mut conns = Vec::new();
-    let refuse = |conns: Vec<(crate::upstream::Dedicated, Arc<str>)>, r: Reply| {
+    let refuse = |conns: Vec<(crate::upstream::Dedicated, Arc<str>)>, r: Failure| {
         // Nothing was sent on them: idle again.
         for (c, _) in conns {
             c.give_back();
@@ -115,16 +116,16 @@ pub(crate) fn call(
         };
         for s in 0..shards.len() {
             let Some(ep) = parts.primary(k.cluster, s) else {
-                return refuse(conns, error_reply("ERR respway: no such shard"));
+                return refuse(conns, UpstreamError::NoShard.at("".into()));
             };
             match ep.take_dedicated(flavor) {
                 Ok(c) => conns.push((c, ep.label().clone())),
-                Err(e) => return refuse(conns, e.to_reply(ep.label())),
+                Err(e) => return refuse(conns, e.at(ep.label().clone())),
             }
         }
     }
     if conns.is_empty() {
-        return Call::Refused(error_reply("ERR respway: no shard to send the command to"));
+        return Call::Refused(Failure::new(Kind::NoTarget));
     }
 
     let name = if aof { "WAITAOF" } else { "WAIT" };
@@ -137,10 +138,10 @@ pub(crate) fn call(
         let reply = conn.send(args.clone(), deadline);
         asks.push(async move {
             // On an error `conn` and `reply` are dropped: the connection is closed.
-            nudged(&nudge.typed().await?, &label, name)?;
+            nudged(&nudge.await.map_err(Err)?, &label, name)?;
             // Answered by Redis: nothing is left in flight or set on the connection. An
             // error of respway's own (timeout, connection lost) ends the connection instead.
-            let r = reply.typed().await?;
+            let r = reply.await.map_err(Err)?;
             conn.give_back();
             counts(&r, aof, &label, name)
         });
@@ -155,7 +156,7 @@ pub(crate) fn call(
                     Ok(c) => min = Some(merge(min, c)),
                 }
             }
-            reply_of(min.unwrap_or_default(), aof)
+            Ok(reply_of(min.unwrap_or_default(), aof))
         }),
         backstop,
     }
@@ -173,18 +174,18 @@ fn millis(arg: &[u8]) -> Option<Duration> {
 /// Checks the nudge's reply (an integer: its receivers).
 ///
 /// # Errors
-/// The reply for the client: Redis's error (`NOPERM` for an upstream user without the
-/// channel, ...) with the shard named (respway's own errors are `Err` of `typed` already).
-fn nudged(r: &Reply, label: &str, name: &str) -> Result<(), Reply> {
+/// The answer for the client: Redis's error (`NOPERM` for an upstream user without the
+/// channel, ...) with the shard named (respway's own failures are the future's `Err`).
+fn nudged(r: &Reply, label: &str, name: &str) -> Result<(), Answer> {
     match parse_reply(r) {
         Ok(Frame::Integer(_)) => Ok(()),
-        Ok(Frame::Error(e)) | Ok(Frame::BlobError(e)) => Err(error_reply(&format!(
+        Ok(Frame::Error(e)) | Ok(Frame::BlobError(e)) => Err(Err(Failure::message(format!(
             "ERR respway: {label}: SPUBLISH before {name} failed: {}",
             String::from_utf8_lossy(&e)
-        ))),
-        _ => Err(error_reply(&format!(
+        )))),
+        _ => Err(Err(Failure::message(format!(
             "ERR respway: {label}: unexpected SPUBLISH reply before {name}"
-        ))),
+        )))),
     }
 }
 
@@ -192,10 +193,10 @@ fn nudged(r: &Reply, label: &str, name: &str) -> Result<(), Reply> {
 ///
 /// # Errors
 /// The shard's own error as it is, or one naming the shard for a reply of another shape.
-fn counts(r: &Reply, aof: bool, label: &str, name: &str) -> Result<Counts, Reply> {
+fn counts(r: &Reply, aof: bool, label: &str, name: &str) -> Result<Counts, Answer> {
     let frame = parse_reply(r);
     let got = match frame {
-        Ok(f) if f.is_error() => return Err(r.clone()),
+        Ok(f) if f.is_error() => return Err(Ok(r.clone())),
         Ok(Frame::Integer(n)) if !aof => Some(vec![n]),
         Ok(Frame::Array(items)) if aof && items.len() == 2 => items
             .iter()
@@ -206,7 +207,11 @@ fn counts(r: &Reply, aof: bool, label: &str, name: &str) -> Result<Counts, Reply
             .collect(),
         _ => None,
     };
-    got.ok_or_else(|| error_reply(&format!("ERR respway: {label}: unexpected {name} reply")))
+    got.ok_or_else(|| {
+        Err(Failure::message(format!(
+            "ERR respway: {label}: unexpected {name} reply"
+        )))
+    })
 }
 
 /// The element-wise minimum of the counts so far and one shard's.
@@ -263,9 +268,9 @@ mod tests {
     fn errors_and_odd_replies() {
         let l = "shard s0 (127.0.0.1:1)";
         let e = reply("-ERR timeout is negative\r\n");
-        assert_eq!(counts(&e, false, l, "WAIT"), Err(e.clone()));
+        assert_eq!(counts(&e, false, l, "WAIT"), Err(Ok(e.clone())));
         assert_eq!(
-            counts(&reply("$1\r\nx\r\n"), false, l, "WAIT"),
+            counts(&reply("$1\r\nx\r\n"), false, l, "WAIT").map_err(|a| a.unwrap_err().to_reply()),
             Err(reply(
                 "-ERR respway: shard s0 (127.0.0.1:1): unexpected WAIT reply\r\n"
             ))
@@ -275,10 +280,11 @@ mod tests {
         assert!(counts(&reply("garbage"), false, l, "WAIT").is_err());
 
         assert_eq!(nudged(&reply(":0\r\n"), l, "WAIT"), Ok(()));
-        // respway's own errors (a timeout, a lost connection) never reach it: they are the
-        // `Err` of `UpstreamFuture::typed`, passed on as they are.
+        // respway's own failures (a timeout, a lost connection) never reach it: they are the
+        // upstream future's `Err`, passed on as they are.
         assert_eq!(
-            nudged(&reply("-NOPERM no channel\r\n"), l, "WAIT"),
+            nudged(&reply("-NOPERM no channel\r\n"), l, "WAIT")
+                .map_err(|a| a.unwrap_err().to_reply()),
             Err(reply(
                 "-ERR respway: shard s0 (127.0.0.1:1): SPUBLISH before WAIT failed: NOPERM no \
                  channel\r\n"

@@ -1,7 +1,7 @@
 //! Rules about the source itself that review alone would not keep: no decision is made by
-//! matching respway's own error text (errors are typed until they are written to the
-//! client), so a changed message cannot change behaviour; and hand-written files stay under
-//! 800 lines.
+//! matching respway's own error text, and failures stay typed until the session writes them
+//! to the client, so a changed message cannot change behaviour; and hand-written files stay
+//! under 800 lines.
 
 use std::path::{Path, PathBuf};
 
@@ -54,6 +54,33 @@ fn nothing_decides_by_matching_respways_own_error_text() {
     assert!(
         found.is_empty(),
         "decisions made by respway's own error text (use the typed error instead):\n{}",
+        found.join("\n")
+    );
+}
+
+/// A failure (`respway_filters::error::Failure`) becomes RESP bytes in one place: the
+/// session (`src/conn/`), where the reply is written. Everything between the upstream and
+/// the session passes the typed failure on.
+#[test]
+fn failures_become_bytes_only_where_the_session_writes_the_reply() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "filters/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let session = root.join("src/conn");
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| !f.starts_with(&session)) {
+        let text = std::fs::read_to_string(f).expect("read");
+        for (i, line) in code_lines(&text) {
+            if line.contains(".to_reply(") {
+                found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "failures rendered before the session writes them (pass the Failure on):\n{}",
         found.join("\n")
     );
 }

@@ -40,8 +40,8 @@
 //!
 //! Run: `cargo bench -p respway-filters --bench chain -- --warm-up-time 1 --measurement-time 3`
 
+use respway_filters::error::Failure;
 use std::cell::RefCell;
-use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
 use std::hint::black_box;
 use std::net::SocketAddr;
@@ -328,10 +328,10 @@ struct Trivial;
 
 impl Service<Request> for Trivial {
     type Response = Reply;
-    type Error = Infallible;
-    type Future = Ready<Result<Reply, Infallible>>;
+    type Error = Failure;
+    type Future = Ready<Result<Reply, Failure>>;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         Poll::Ready(Ok(()))
     }
 
@@ -352,10 +352,10 @@ struct Recording(Rc<RefCell<Vec<Seen>>>);
 
 impl Service<Request> for Recording {
     type Response = Reply;
-    type Error = Infallible;
-    type Future = Ready<Result<Reply, Infallible>>;
+    type Error = Failure;
+    type Future = Ready<Result<Reply, Failure>>;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         Poll::Ready(Ok(()))
     }
 
@@ -383,9 +383,9 @@ struct Stack<S> {
 fn stack<U>(
     routing: &Arc<Routing>,
     inner: U,
-) -> Stack<impl Service<Request, Response = Reply, Error = Infallible, Future: Unpin>>
+) -> Stack<impl Service<Request, Response = Reply, Error = Failure, Future: Unpin>>
 where
-    U: Service<Request, Response = Reply, Error = Infallible>,
+    U: Service<Request, Response = Reply, Error = Failure>,
     U::Future: Unpin,
 {
     let sink = Arc::new(NoopSink::default());
@@ -439,7 +439,7 @@ fn batch(args: &[Vec<Bytes>]) -> Vec<Request> {
 #[inline]
 fn run<S>(svc: &mut S, reqs: Vec<Request>, futs: &mut Vec<S::Future>) -> usize
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
     S::Future: Unpin,
 {
     let mut cx = Context::from_waker(Waker::noop());
@@ -451,6 +451,7 @@ where
     for mut fut in futs.drain(..) {
         match Pin::new(&mut fut).poll(&mut cx) {
             Poll::Ready(Ok(reply)) => n += black_box(reply).len(),
+            Poll::Ready(Err(f)) => panic!("the trivial upstream does not fail: {f}"),
             Poll::Pending => panic!("the trivial upstream is always ready"),
         }
     }
@@ -615,7 +616,7 @@ struct Session<S: Service<Request>> {
 
 impl<S> Session<S>
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
     S::Future: Unpin,
 {
     fn new(svc: S) -> Self {
@@ -682,7 +683,7 @@ const AB_BLOCK: u64 = 32;
 /// Times `n` pipelines of `args` through `svc` (requests built before the clock starts).
 fn time_chain<S>(svc: &mut S, args: &[Vec<Bytes>], n: u64, futs: &mut Vec<S::Future>) -> Duration
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
     S::Future: Unpin,
 {
     let batches: Vec<Vec<Request>> = (0..n).map(|_| batch(args)).collect();
@@ -697,7 +698,7 @@ where
 /// starts).
 fn time_session<S>(session: &mut Session<S>, input: &BytesMut, n: u64) -> Duration
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
     S::Future: Unpin,
 {
     let bufs: Vec<BytesMut> = (0..n).map(|_| input.clone()).collect();

@@ -11,7 +11,7 @@
 //!   the inner service (the caller has made it ready, as tower requires);
 //! - before **each further** sub-request, [`Join::call`] polls the inner service again, with a
 //!   no-op waker. If it is ready, the sub-request is sent. If not, it is not sent and its
-//!   reply is [`NOT_READY`] at once: the part fails, the fan-out still completes, and `call`
+//!   reply is [`Kind::NotReady`] at once: the part fails, the fan-out still completes, and `call`
 //!   never waits (it cannot: `call` is synchronous, and a no-op waker wakes nobody).
 //!
 //! Respway's inner services are always ready (the upstream's queues are bounded and answer a
@@ -26,18 +26,14 @@
 //! the replies are in the order of the `call`s, one per call. Parts are polled only until they
 //! answer.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use tower::Service;
 
-use crate::request::{error_reply, Reply, Request};
-
-/// The reply of a sub-request that was not sent because the inner service was not ready
-/// (without the leading `-` and CRLF).
-pub const NOT_READY: &str = "ERR respway: shard not ready";
+use crate::error::{Failure, Kind};
+use crate::request::{Reply, Request};
 
 /// Sub-requests in flight through one inner service, replies in call order.
 #[derive(Debug)]
@@ -50,7 +46,7 @@ pub struct Join<F> {
 #[derive(Debug)]
 enum Part<F> {
     Waiting(F),
-    Done(Reply),
+    Done(Result<Reply, Failure>),
 }
 
 impl<F> Join<F> {
@@ -64,15 +60,16 @@ impl<F> Join<F> {
 
     /// Sends `req` through `inner` as the next part, following the readiness rule of the
     /// module docs: the first part relies on the caller's `poll_ready`, each further one is
-    /// sent only if `inner` is ready now (else its reply is [`NOT_READY`]).
+    /// sent only if `inner` is ready now (else its reply is [`Kind::NotReady`]).
     pub fn call<S>(&mut self, inner: &mut S, req: Request)
     where
-        S: Service<Request, Response = Reply, Error = Infallible, Future = F>,
+        S: Service<Request, Response = Reply, Error = Failure, Future = F>,
     {
         if !self.parts.is_empty() {
             let mut cx = Context::from_waker(Waker::noop());
             if inner.poll_ready(&mut cx).is_pending() {
-                self.parts.push(Part::Done(error_reply(NOT_READY)));
+                self.parts
+                    .push(Part::Done(Err(Failure::new(Kind::NotReady))));
                 return;
             }
         }
@@ -92,18 +89,18 @@ impl<F> Join<F> {
 
     /// The replies in call order, `None` for a part still waiting (none once
     /// [`poll`](Join::poll) returned `Ready`, or after [`take`](Join::take)).
-    pub fn replies(&self) -> impl Iterator<Item = Option<&Reply>> + Clone {
+    pub fn replies(&self) -> impl Iterator<Item = Option<&Result<Reply, Failure>>> + Clone {
         self.parts.iter().map(|p| match p {
             Part::Done(r) => Some(r),
             Part::Waiting(_) => None,
         })
     }
 
-    /// Moves the reply of part `i` out (an empty reply is left behind); `None` when there is
-    /// no such part or it has not answered.
-    pub fn take(&mut self, i: usize) -> Option<Reply> {
+    /// Moves the reply of part `i` out ([`Kind::PolledTwice`] is left behind); `None` when
+    /// there is no such part or it has not answered.
+    pub fn take(&mut self, i: usize) -> Option<Result<Reply, Failure>> {
         match self.parts.get_mut(i)? {
-            Part::Done(r) => Some(std::mem::take(r)),
+            Part::Done(r) => Some(std::mem::replace(r, Err(Failure::new(Kind::PolledTwice)))),
             Part::Waiting(_) => None,
         }
     }
@@ -111,14 +108,14 @@ impl<F> Join<F> {
 
 impl<F> Join<F>
 where
-    F: Future<Output = Result<Reply, Infallible>> + Unpin,
+    F: Future<Output = Result<Reply, Failure>> + Unpin,
 {
     /// Polls the parts still waiting; `Ready` once every part has its reply.
     pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.pending > 0 {
             for part in &mut self.parts {
                 if let Part::Waiting(f) = part {
-                    if let Poll::Ready(Ok(r)) = Pin::new(f).poll(cx) {
+                    if let Poll::Ready(r) = Pin::new(f).poll(cx) {
                         *part = Part::Done(r);
                         self.pending -= 1;
                     }
@@ -149,10 +146,10 @@ mod tests {
 
     impl Service<Request> for Counter {
         type Response = Reply;
-        type Error = Infallible;
-        type Future = Ready<Result<Reply, Infallible>>;
+        type Error = Failure;
+        type Future = Ready<Result<Reply, Failure>>;
 
-        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
             self.polls += 1;
             if self.polls <= self.ready {
                 Poll::Ready(Ok(()))
@@ -200,12 +197,12 @@ mod tests {
         assert_eq!(
             replies,
             vec![
-                Some(Bytes::from_static(b":1\r\n")),
-                Some(Bytes::from_static(b":2\r\n")),
-                Some(error_reply(NOT_READY)),
+                Some(Ok(Bytes::from_static(b":1\r\n"))),
+                Some(Ok(Bytes::from_static(b":2\r\n"))),
+                Some(Err(Failure::new(Kind::NotReady))),
             ]
         );
-        assert_eq!(join.take(0), Some(Bytes::from_static(b":1\r\n")));
+        assert_eq!(join.take(0), Some(Ok(Bytes::from_static(b":1\r\n"))));
         assert_eq!(join.take(3), None);
     }
 }

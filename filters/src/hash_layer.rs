@@ -2,12 +2,12 @@
 //! hash, ketama, modula, crc32/crc16 slots — see [`crate::hash`]), unless an outer layer has
 //! already pinned one (split, hot key). Key-less requests go to the cluster's first shard.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
+use crate::error::Failure;
 use crate::request::{Reply, Request};
 use crate::routing::Routing;
 
@@ -57,13 +57,13 @@ impl<S> Hash<S> {
 
 impl<S> Service<Request> for Hash<S>
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
 {
     type Response = Reply;
-    type Error = Infallible;
+    type Error = Failure;
     type Future = S::Future;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         self.inner.poll_ready(cx)
     }
 

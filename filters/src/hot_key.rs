@@ -52,7 +52,6 @@
 //! Every request gets exactly one reply, produced by its own [`ResponseFuture`]; the session
 //! orders replies, and a fan-out only completes once every shard has answered.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -64,9 +63,11 @@ use rand::{Rng, SeedableRng};
 use tower::{Layer, Service};
 
 use crate::command::{CommandClass, SplitKind};
+use crate::error::{error_text, failed, Failure, Kind};
 use crate::fanout::Join;
 use crate::model::HotKeyRead;
-use crate::request::{error_reply, is_error, Reply, Request};
+use crate::place::Refusal;
+use crate::request::{Reply, Request};
 use crate::routing::Routing;
 
 /// Builds [`HotKey`] services over one routing table.
@@ -112,7 +113,7 @@ pub enum ResponseFuture<F> {
     /// A hot write waiting for every shard.
     FanOut(FanOut<F>),
     /// A write that would reach one copy of a hot key only (taken when polled).
-    Refused(Option<Reply>),
+    Refused(Option<Refusal>),
 }
 
 /// Sub-requests in flight for one hot-key write.
@@ -214,20 +215,11 @@ fn hot(routing: &Routing, req: &Request) -> Option<Hot> {
 
 /// The reply this layer refuses `req` with in its cluster, if it does (for the mirror layer,
 /// which must not copy a command its own side refuses).
-pub fn refuses(routing: &Routing, req: &Request) -> Option<Reply> {
+pub fn refuses(routing: &Routing, req: &Request) -> Option<Refusal> {
     match hot(routing, req)? {
-        Hot::Refuse(i) => Some(refusal(&req.args[i])),
+        Hot::Refuse(i) => Some(Refusal::HotKeyOneCopy(req.args[i].clone())),
         Hot::Rule(_) => None,
     }
-}
-
-/// The refusal of a write that would reach one copy of hot key `key` only.
-fn refusal(key: &[u8]) -> Reply {
-    error_reply(&format!(
-        "ERR respway: hot key {} is stored on every shard, and this write would reach one \
-         copy only: write it in a single-key command of its own (SET, DEL, HSET, ...)",
-        String::from_utf8_lossy(key)
-    ))
 }
 
 /// A command that names exactly one key: single-key commands, and the split commands
@@ -243,14 +235,14 @@ fn one_key(req: &Request) -> bool {
 
 impl<S> Service<Request> for HotKey<S>
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
     S::Future: Unpin,
 {
     type Response = Reply;
-    type Error = Infallible;
+    type Error = Failure;
     type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         self.inner.poll_ready(cx)
     }
 
@@ -258,7 +250,10 @@ where
         let rule = match hot(&self.routing, &req) {
             None => return ResponseFuture::Inner(self.inner.call(req)),
             Some(Hot::Rule(rule)) => rule,
-            Some(Hot::Refuse(i)) => return ResponseFuture::Refused(Some(refusal(&req.args[i]))),
+            Some(Hot::Refuse(i)) => {
+                let key = req.args[i].clone();
+                return ResponseFuture::Refused(Some(Refusal::HotKeyOneCopy(key)));
+            }
         };
         let cluster = req.cluster;
         if req.is_read() {
@@ -295,56 +290,55 @@ where
 
 impl<F> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<Reply, Infallible>> + Unpin,
+    F: Future<Output = Result<Reply, Failure>> + Unpin,
 {
-    type Output = Result<Reply, Infallible>;
+    type Output = Result<Reply, Failure>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             ResponseFuture::Inner(f) => Pin::new(f).poll(cx),
             ResponseFuture::FanOut(f) => match f.join.poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Ok(f.merge())),
+                Poll::Ready(()) => Poll::Ready(f.merge()),
                 Poll::Pending => Poll::Pending,
             },
-            ResponseFuture::Refused(r) => Poll::Ready(Ok(r
+            ResponseFuture::Refused(r) => Poll::Ready(Err(r
                 .take()
-                .unwrap_or_else(|| error_reply("ERR respway: reply polled twice")))),
+                .map_or_else(|| Failure::new(Kind::PolledTwice), Failure::from))),
         }
     }
 }
 
 impl<F> FanOut<F> {
     /// The first shard's reply, or an error naming every failed shard.
-    fn merge(&mut self) -> Reply {
-        let Some(first_err) = self.join.replies().flatten().find(|r| is_error(r)).cloned() else {
+    fn merge(&mut self) -> Result<Reply, Failure> {
+        let Some(first_err) = self.join.replies().flatten().find(|r| failed(r)) else {
             // Shard 0 is always called, so its reply is there (unless polled after the end).
             return self
                 .join
                 .take(0)
-                .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| error_reply("ERR respway: reply polled twice"));
+                .unwrap_or_else(|| Err(Failure::new(Kind::PolledTwice)));
         };
+        let text = error_text(first_err);
         self.stats.partial_failure(self.cluster, self.rule);
         let c = &self.routing.clusters[self.cluster];
-        let failed: Vec<&str> = self
+        let names: Vec<&str> = self
             .join
             .replies()
             .enumerate()
-            .filter(|(_, r)| r.is_some_and(|r| is_error(r)))
+            .filter(|(_, r)| r.is_some_and(failed))
             .map(|(i, _)| c.shards.get(i).map_or("?", |s| s.name.as_str()))
             .collect();
-        let failed = failed.join(", ");
-        let text = String::from_utf8_lossy(first_err.get(1..).unwrap_or_default());
-        let text = text.trim_end_matches(['\r', '\n']);
+        let shards = names.join(", ");
         tracing::warn!(
             cluster = %c.name,
-            shards = %failed,
+            shards = %shards,
             error = %text,
             "hot-key write failed on some shards; the others kept it"
         );
-        error_reply(&format!(
-            "ERR respway: hot-key write failed on shard(s) {failed}: {text}"
-        ))
+        Err(Failure::new(Kind::HotKeyWrite {
+            shards,
+            first: text,
+        }))
     }
 }
 

@@ -13,7 +13,9 @@
 //! - [`codec_limits`]: the decoder's limits (as Redis's `proto-max-bulk-len` and friends);
 //! - [`command`]: the Redis 7 command table (arity, flags, key positions, proxy class);
 //! - [`request`]: the request that flows through the chain (argv, command, key positions
-//!   computed once) and its reply.
+//!   computed once) and its reply;
+//! - [`error`]: what the proxy answers for instead of Redis ([`error::Failure`]: upstream
+//!   failures, refusals), typed from where it happens to where the reply is written.
 //!
 //! Configuration
 //! - [`model`]: the validated configuration model that both static YAML and xDS become;
@@ -40,6 +42,7 @@
 pub mod acl;
 pub mod codec_limits;
 pub mod command;
+pub mod error;
 pub mod fanout;
 pub mod hash;
 pub mod hash_layer;

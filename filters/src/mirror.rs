@@ -44,7 +44,6 @@
 //! Sampling uses a small RNG per connection (created on first use), so no atomic is shared
 //! between connections; `fraction_ppm` of 0 and 1 000 000 draw no random number at all.
 
-use std::convert::Infallible;
 use std::fmt::Debug;
 use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -57,8 +56,10 @@ use rand::{Rng, SeedableRng};
 use tower::{Layer, Service};
 
 use crate::command::CommandClass;
+use crate::error::Failure;
 use crate::model::MirrorMode;
-use crate::request::{error_reply, Reply, Request};
+use crate::place::Refusal;
+use crate::request::{Reply, Request};
 use crate::routing::Routing;
 
 /// The refusal of a write on a read-only route (without the leading `-` and CRLF).
@@ -148,7 +149,7 @@ impl<S> Mirror<S> {
     }
 
     /// Applies the policies of `req`'s route; `Err` is the reply of a refused write.
-    fn apply(&mut self, req: &mut Request) -> Result<(), Reply> {
+    fn apply(&mut self, req: &mut Request) -> Result<(), Refusal> {
         let policies = self.routing.mirrors(req.route);
         if policies.is_empty()
             || matches!(
@@ -160,7 +161,7 @@ impl<S> Mirror<S> {
         }
         let read = req.is_read();
         if !read && policies.iter().any(|m| m.mode == MirrorMode::ReadOnly) {
-            return Err(error_reply(READ_ONLY));
+            return Err(Refusal::ReadOnly);
         }
         let source = req.cluster;
         // A command that its primary side refuses (a hot key written with other keys, keys
@@ -228,20 +229,20 @@ fn sample(rng: &mut Option<SmallRng>, ppm: u32) -> bool {
 
 impl<S> Service<Request> for Mirror<S>
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
 {
     type Response = Reply;
-    type Error = Infallible;
-    type Future = Either<Ready<Result<Reply, Infallible>>, S::Future>;
+    type Error = Failure;
+    type Future = Either<Ready<Result<Reply, Failure>>, S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         match self.apply(&mut req) {
             Ok(()) => Either::Right(self.inner.call(req)),
-            Err(reply) => Either::Left(ready(Ok(reply))),
+            Err(r) => Either::Left(ready(Err(r.into()))),
         }
     }
 }

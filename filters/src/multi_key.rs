@@ -12,10 +12,8 @@
 //! Key positions are the ones the session computed ([`Request::keys`]), not computed again.
 //! The sub-commands go through one [`Join`], whose readiness rule (see [`crate::fanout`])
 //! is the hot-key layer's too: a sub-command the inner service is not ready for is not sent
-//! and answers [`NOT_READY`](crate::fanout::NOT_READY), which the merge returns like any
-//! shard error.
+//! and fails with [`Kind::NotReady`], which the merge returns like any shard error.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,9 +24,11 @@ use tower::{Layer, Service};
 
 use crate::codec_limits::Limits;
 use crate::command::{CommandClass, SplitKind};
+use crate::error::{failed, Failure, Kind};
 use crate::fanout::Join;
 use crate::hash::ShardPicker;
-use crate::request::{error_reply, is_error, Keys, Reply, Request};
+use crate::place::Refusal;
+use crate::request::{Keys, Reply, Request};
 use crate::resp::{
     argv_with_capacity, array_header, parse_reply, recycle_argv, reply_len, Args, Frame,
 };
@@ -39,7 +39,7 @@ pub use crate::place::CROSSSLOT;
 /// `CROSSSLOT` when `req` must run on one shard of its cluster (not a split command) and its
 /// keys hash to several (for the mirror layer, which must not copy a command its own side
 /// refuses). Does the check [`MultiKey`] makes, without its buffers.
-pub fn refuses(routing: &Routing, req: &Request) -> Option<Reply> {
+pub fn refuses(routing: &Routing, req: &Request) -> Option<Refusal> {
     if !matches!(
         req.cmd.class,
         CommandClass::SameShard | CommandClass::Blocking
@@ -50,7 +50,7 @@ pub fn refuses(routing: &Routing, req: &Request) -> Option<Reply> {
     let picker = &routing.clusters.get(req.cluster)?.picker;
     one_shard(picker.as_ref(), req)
         .is_none()
-        .then(|| error_reply(CROSSSLOT))
+        .then_some(Refusal::CrossSlot)
 }
 
 /// The shard all of `req`'s keys hash to (its first key's), or `None` when they hash to
@@ -106,8 +106,8 @@ pub struct MultiKey<S> {
 pub enum ResponseFuture<F> {
     /// Forwarded whole.
     Inner(F),
-    /// Answered without calling the inner service.
-    Ready(Option<Reply>),
+    /// Refused without calling the inner service (taken when polled).
+    Refused(Option<Refusal>),
     /// Waiting for several shards.
     Merge(Merge<F>),
 }
@@ -141,14 +141,14 @@ impl<S> MultiKey<S> {
 
 impl<S> Service<Request> for MultiKey<S>
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
     S::Future: Unpin,
 {
     type Response = Reply;
-    type Error = Infallible;
+    type Error = Failure;
     type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         self.inner.poll_ready(cx)
     }
 
@@ -174,7 +174,7 @@ where
                     req.pin_shard(shard);
                     ResponseFuture::Inner(self.inner.call(req))
                 }
-                None => ResponseFuture::Ready(Some(error_reply(CROSSSLOT))),
+                None => ResponseFuture::Refused(Some(Refusal::CrossSlot)),
             };
         };
         self.shards.clear();
@@ -249,18 +249,18 @@ where
 
 impl<F> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<Reply, Infallible>> + Unpin,
+    F: Future<Output = Result<Reply, Failure>> + Unpin,
 {
-    type Output = Result<Reply, Infallible>;
+    type Output = Result<Reply, Failure>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             ResponseFuture::Inner(f) => Pin::new(f).poll(cx),
-            ResponseFuture::Ready(r) => Poll::Ready(Ok(r
+            ResponseFuture::Refused(r) => Poll::Ready(Err(r
                 .take()
-                .unwrap_or_else(|| error_reply("ERR respway: reply polled twice")))),
+                .map_or_else(|| Failure::new(Kind::PolledTwice), Failure::from))),
             ResponseFuture::Merge(m) => match m.join.poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Ok(m.merge())),
+                Poll::Ready(()) => Poll::Ready(m.merge()),
                 Poll::Pending => Poll::Pending,
             },
         }
@@ -268,27 +268,27 @@ where
 }
 
 impl<F> Merge<F> {
-    fn merge(&mut self) -> Reply {
-        let replies = self.join.replies();
-        // Any shard error is the reply (the first, in shard order of appearance).
-        if let Some(err) = replies.clone().flatten().find(|r| is_error(r)) {
-            return err.clone();
+    fn merge(&mut self) -> Result<Reply, Failure> {
+        // Any failure or shard error is the reply (the first, in shard order of appearance).
+        if let Some(failed) = self.join.replies().flatten().find(|r| failed(r)) {
+            return failed.clone();
         }
+        let replies = self.join.replies().map(|r| r.and_then(|r| r.as_ref().ok()));
         match self.kind {
-            SplitKind::Mset => Bytes::from_static(b"+OK\r\n"),
+            SplitKind::Mset => Ok(Bytes::from_static(b"+OK\r\n")),
             SplitKind::SumInt => {
                 let mut sum: i64 = 0;
-                for r in replies.flatten() {
-                    match parse_reply(r) {
-                        Ok(Frame::Integer(n)) => sum = sum.saturating_add(n),
-                        _ => return unexpected(r),
+                for r in replies {
+                    match r.map(|r| (r, parse_reply(r))) {
+                        Some((_, Ok(Frame::Integer(n)))) => sum = sum.saturating_add(n),
+                        other => return Err(unexpected(other.map_or(&[][..], |(r, _)| r))),
                     }
                 }
                 let mut out = BytesMut::with_capacity(24);
                 crate::resp::write_integer(&mut out, b':', sum);
-                out.freeze()
+                Ok(out.freeze())
             }
-            SplitKind::Mget => merge_mget(self.nkeys, &self.groups, self.join.replies()),
+            SplitKind::Mget => merge_mget(self.nkeys, &self.groups, replies),
         }
     }
 }
@@ -301,16 +301,16 @@ fn merge_mget<'a>(
     nkeys: usize,
     groups: &[usize],
     replies: impl Iterator<Item = Option<&'a Reply>>,
-) -> Reply {
+) -> Result<Reply, Failure> {
     // Per sub-reply: the reply, the offset of its next element, and how many are left.
     let mut cursors = Vec::with_capacity(replies.size_hint().0);
     let mut len = 16;
     for r in replies {
         let Some(r) = r else {
-            return unexpected(&[]);
+            return Err(unexpected(&[]));
         };
         let Some((left, first)) = array_header(r) else {
-            return unexpected(r);
+            return Err(unexpected(r));
         };
         cursors.push((r, first, left));
         len += r.len();
@@ -319,10 +319,10 @@ fn merge_mget<'a>(
     crate::resp::write_integer(&mut out, b'*', nkeys as i64);
     for &g in groups {
         let Some((r, at, left)) = cursors.get_mut(g) else {
-            return unexpected(&[]);
+            return Err(unexpected(&[]));
         };
         if *left == 0 {
-            return unexpected(r);
+            return Err(unexpected(r));
         }
         // The upstream connection framed the reply already: no limit applies here.
         match reply_len(&r[*at..], &Limits::REPLIES) {
@@ -331,22 +331,21 @@ fn merge_mget<'a>(
                 *at += n;
                 *left -= 1;
             }
-            _ => return unexpected(r),
+            _ => return Err(unexpected(r)),
         }
     }
     // Every element used, and nothing after the last.
     for (r, at, left) in &cursors {
         if *left != 0 || *at != r.len() {
-            return unexpected(r);
+            return Err(unexpected(r));
         }
     }
-    out.freeze()
+    Ok(out.freeze())
 }
 
-fn unexpected(r: &[u8]) -> Reply {
-    error_reply(&format!(
-        "ERR respway: unexpected reply from a shard while merging: {}",
-        String::from_utf8_lossy(&r[..r.len().min(64)])
+fn unexpected(r: &[u8]) -> Failure {
+    Failure::new(Kind::Unmergeable(
+        String::from_utf8_lossy(&r[..r.len().min(64)]).into_owned(),
     ))
 }
 
@@ -356,7 +355,7 @@ mod tests {
 
     fn merged(groups: &[usize], replies: &[&'static [u8]]) -> Reply {
         let replies: Vec<Reply> = replies.iter().map(|r| Bytes::from_static(r)).collect();
-        merge_mget(groups.len(), groups, replies.iter().map(Some))
+        merge_mget(groups.len(), groups, replies.iter().map(Some)).unwrap_or_else(|f| f.to_reply())
     }
 
     #[test]
@@ -395,7 +394,8 @@ mod tests {
             2,
             &[0, 1],
             [Some(&Bytes::from_static(b"*1\r\n:1\r\n")), None].into_iter(),
-        );
+        )
+        .unwrap_or_else(|f| f.to_reply());
         assert!(
             missing.starts_with(b"-ERR respway: unexpected reply"),
             "{missing:?}"

@@ -12,6 +12,8 @@
 //! A request that cannot be placed gets a [`Refusal`]: one typed reason, one text each
 //! ([`Refusal::reply`]), whichever kind of command asked.
 
+use std::fmt;
+
 use bytes::Bytes;
 
 use crate::request::{error_reply, Reply};
@@ -49,45 +51,65 @@ pub enum Refusal {
     NeedsKey(Purpose),
     /// The keys could not be found in the arguments (a bad count, ...): Redis's text.
     Keys(String),
+    /// A write to a route in its read-only (cut-over) phase.
+    ReadOnly,
+    /// A hot key written together with other keys: the write would reach one copy only.
+    HotKeyOneCopy(Bytes),
 }
 
 impl Refusal {
     /// The error reply for the client.
     pub fn reply(&self) -> Reply {
+        error_reply(&self.to_string())
+    }
+}
+
+/// The refusal's text, with its code, without `-` and CRLF.
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Refusal::NoRoute(key) => error_reply(&format!(
+            Refusal::NoRoute(key) => write!(
+                f,
                 "ERR respway: no route for key '{}'",
                 String::from_utf8_lossy(key)
-            )),
+            ),
             Refusal::NoCatchAll => {
-                error_reply("ERR respway: no catch-all route for a key-less command")
+                f.write_str("ERR respway: no catch-all route for a key-less command")
             }
             Refusal::CrossCluster => {
-                error_reply("ERR respway: keys in request route to different clusters")
+                f.write_str("ERR respway: keys in request route to different clusters")
             }
-            Refusal::CrossSlot => error_reply(CROSSSLOT),
-            Refusal::Mirrored(Purpose::Transaction) => error_reply(
+            Refusal::CrossSlot => f.write_str(CROSSSLOT),
+            Refusal::Mirrored(Purpose::Transaction) => f.write_str(
                 "ERR respway: keys of a mirrored route cannot be used in a transaction (the \
                  copy to the other cluster could not be part of it)",
             ),
-            Refusal::Mirrored(Purpose::Blocking) => error_reply(
+            Refusal::Mirrored(Purpose::Blocking) => f.write_str(
                 "ERR respway: blocking commands cannot use keys of a mirrored route (what \
                  they pop or read could not be mirrored consistently)",
             ),
-            Refusal::HotKey(Purpose::Transaction) => error_reply(
+            Refusal::HotKey(Purpose::Transaction) => f.write_str(
                 "ERR respway: hot keys (written to every shard) cannot be used in a transaction",
             ),
-            Refusal::HotKey(Purpose::Blocking) => error_reply(
+            Refusal::HotKey(Purpose::Blocking) => f.write_str(
                 "ERR respway: blocking commands cannot use hot keys (written to every shard, \
                  a pop could not be made on all of them consistently)",
             ),
             Refusal::NeedsKey(Purpose::Blocking) => {
-                error_reply("ERR respway: a blocking command needs a key")
+                f.write_str("ERR respway: a blocking command needs a key")
             }
             Refusal::NeedsKey(Purpose::Transaction) => {
-                error_reply("ERR wrong number of arguments for 'watch' command")
+                f.write_str("ERR wrong number of arguments for 'watch' command")
             }
-            Refusal::Keys(e) => error_reply(&format!("ERR {e}")),
+            Refusal::Keys(e) => write!(f, "ERR {e}"),
+            Refusal::ReadOnly => f.write_str(crate::mirror::READ_ONLY),
+            Refusal::HotKeyOneCopy(key) => write!(
+                f,
+                "ERR respway: hot key {} is stored on every shard, and this write would reach \
+                 one copy only: write it in a single-key command of its own (SET, DEL, HSET, \
+                 ...)",
+                String::from_utf8_lossy(key)
+            ),
         }
     }
 }

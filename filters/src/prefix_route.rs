@@ -3,7 +3,6 @@
 //! the prefix before forwarding, a catch-all for keys that match nothing and for key-less
 //! commands. A multi-key command whose keys route to different clusters is refused.
 
-use std::convert::Infallible;
 use std::future::{ready, Ready};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -11,6 +10,8 @@ use std::task::{Context, Poll};
 use futures_util::future::Either;
 use tower::{Layer, Service};
 
+use crate::error::Failure;
+use crate::place::Refusal;
 use crate::request::{Reply, Request};
 use crate::routing::Routing;
 
@@ -61,11 +62,9 @@ impl<S> PrefixRoute<S> {
     /// ([`Request::keys`]): a single-key command has one, a multi-key one needs all its keys
     /// on one cluster; a key-less one takes the catch-all ([`Routing::route_keys`]).
     #[inline]
-    fn route(&self, req: &mut Request) -> Result<(), Reply> {
-        let (cluster, route, rewritten) = self
-            .routing
-            .route_keys(&mut req.args, req.keys.iter())
-            .map_err(|r| r.reply())?;
+    fn route(&self, req: &mut Request) -> Result<(), Refusal> {
+        let (cluster, route, rewritten) =
+            self.routing.route_keys(&mut req.args, req.keys.iter())?;
         req.cluster = cluster;
         req.route = route;
         if rewritten {
@@ -78,20 +77,20 @@ impl<S> PrefixRoute<S> {
 
 impl<S> Service<Request> for PrefixRoute<S>
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
 {
     type Response = Reply;
-    type Error = Infallible;
-    type Future = Either<Ready<Result<Reply, Infallible>>, S::Future>;
+    type Error = Failure;
+    type Future = Either<Ready<Result<Reply, Failure>>, S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         match self.route(&mut req) {
             Ok(()) => Either::Right(self.inner.call(req)),
-            Err(reply) => Either::Left(ready(Ok(reply))),
+            Err(r) => Either::Left(ready(Err(r.into()))),
         }
     }
 }

@@ -31,12 +31,12 @@
 //! (which the outer layers never produce) leaves the request untouched for the upstream to
 //! reject.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
+use crate::error::Failure;
 use crate::model::{ReadPolicy, Role, ZoneFallback};
 use crate::request::{Reply, Request};
 use crate::routing::{EndpointRoute, Routing};
@@ -179,13 +179,13 @@ impl<S> Zone<S> {
 
 impl<S> Service<Request> for Zone<S>
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
 {
     type Response = Reply;
-    type Error = Infallible;
+    type Error = Failure;
     type Future = S::Future;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         self.inner.poll_ready(cx)
     }
 

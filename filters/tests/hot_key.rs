@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::convert::Infallible;
+use respway_filters::error::Failure;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -216,7 +216,7 @@ fn partial_failure_names_the_failed_shards_and_is_counted() {
 struct Deferred(oneshot::Receiver<Reply>);
 
 impl Future for Deferred {
-    type Output = Result<Reply, Infallible>;
+    type Output = Result<Reply, Failure>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.0)
             .poll(cx)
@@ -235,10 +235,10 @@ struct DeferredMock {
 
 impl Service<Request> for DeferredMock {
     type Response = Reply;
-    type Error = Infallible;
+    type Error = Failure;
     type Future = Deferred;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         Poll::Ready(Ok(()))
     }
 
@@ -276,6 +276,7 @@ fn fan_out_completes_only_when_every_shard_has_answered() {
     first.send(Bytes::from_static(b"+shard0\r\n")).unwrap();
     match Pin::new(&mut fut).poll(&mut cx) {
         Poll::Ready(Ok(r)) => assert_eq!(r, Bytes::from_static(b"+shard0\r\n")),
+        Poll::Ready(Err(f)) => panic!("{f}"),
         Poll::Pending => panic!("every shard answered"),
     }
 }

@@ -128,7 +128,7 @@ impl Session {
                 let op_timeout = parts.listener.op_timeout;
                 match crate::wait::call(cmd, args, parts, flavor, op_timeout) {
                     crate::wait::Call::Wait { fut, backstop } => Pending::other(fut, backstop),
-                    crate::wait::Call::Refused(r) => Pending::Ready(r),
+                    crate::wait::Call::Refused(r) => Pending::Ready(r.to_reply()),
                 }
             }
             Handler::Blocking => {
@@ -139,7 +139,7 @@ impl Session {
                 match crate::blocking::call(cmd, args, &self.keys, parts, flavor, op_timeout) {
                     crate::blocking::Call::Forward(args) => self.forward(cmd, args, live, ctx),
                     crate::blocking::Call::Wait { fut, backstop } => Pending::other(fut, backstop),
-                    crate::blocking::Call::Refused(r) => Pending::Ready(r),
+                    crate::blocking::Call::Refused(r) => Pending::Ready(r.to_reply()),
                 }
             }
             Handler::PubSub(kind) => self.dispatch_pubsub(kind, args, live),
@@ -277,7 +277,7 @@ impl Session {
                 Pending::other(
                     Box::pin(async move {
                         tokio::time::sleep_until(at).await;
-                        reply
+                        Ok(reply)
                     }),
                     backstop(at, op_timeout),
                 )

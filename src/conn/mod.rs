@@ -25,6 +25,7 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use respway_filters::acl::Denied;
 use respway_filters::command::{self, CommandClass, ProxyCommand};
+use respway_filters::error::failed;
 use respway_filters::model::ProtocolMode;
 use respway_filters::place::Refusal;
 use respway_filters::request::{error_reply, is_error, Flavor, Reply, Request};
@@ -477,16 +478,14 @@ impl Session {
                 Pending::Wait { deadline, idx, .. } | Pending::Other { deadline, idx, .. } => {
                     let (deadline, idx) = (*deadline, *idx);
                     let polled = match front {
-                        Pending::Wait { fut, .. } => match Pin::new(fut).poll(cx) {
-                            Poll::Ready(Ok(r)) => Poll::Ready(r),
-                            Poll::Ready(Err(never)) => match never {},
-                            Poll::Pending => Poll::Pending,
-                        },
+                        Pending::Wait { fut, .. } => Pin::new(fut).poll(cx),
                         Pending::Other { fut, .. } => fut.as_mut().poll(cx),
                         Pending::Ready(_) => unreachable!("front waits"),
                     };
                     match polled {
-                        Poll::Ready(r) => {
+                        Poll::Ready(answer) => {
+                            // The one place a failure becomes bytes: the reply written.
+                            let r = answer.unwrap_or_else(|f| f.to_reply());
                             if let Some(us) = record(ctx, live, &mut now, idx, deadline, &r) {
                                 // Slow: the entry is still at the front.
                                 let first = match self.pending.front() {

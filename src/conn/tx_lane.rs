@@ -34,7 +34,7 @@ impl Session {
             .ok_or_else(|| error_reply("ERR respway: no such shard"))?;
         let conn = ep
             .take_dedicated(self.state.flavor())
-            .map_err(|e| e.to_reply(ep.label()))?;
+            .map_err(|e| e.at(ep.label().clone()).to_reply())?;
         self.pins += 1;
         let tx = self.tx.as_mut().expect("pin inside a transaction");
         let sent = tx
@@ -68,12 +68,12 @@ impl Session {
             Box::pin(async move {
                 let mut first_err = None;
                 for b in before {
-                    let Ok(r) = b.await;
-                    if is_error(&r) && first_err.is_none() {
+                    let r = b.await;
+                    if failed(&r) && first_err.is_none() {
                         first_err = Some(r);
                     }
                 }
-                let Ok(r) = f.await;
+                let r = f.await;
                 first_err.unwrap_or(r)
             }),
             backstop(deadline, op_timeout),
@@ -169,11 +169,13 @@ impl Session {
             tx.finish();
             return Pending::other(
                 Box::pin(async move {
-                    let Ok(r) = f.await;
-                    if discard || is_error(&r) {
+                    let r = f.await;
+                    if discard || failed(&r) {
                         r
                     } else {
-                        error_reply("EXECABORT Transaction discarded because of previous errors.")
+                        Ok(error_reply(
+                            "EXECABORT Transaction discarded because of previous errors.",
+                        ))
                     }
                 }),
                 backstop(deadline, op_timeout),

@@ -42,6 +42,7 @@ use tokio::time::Instant;
 use crate::fanout::BoxReply;
 use crate::stack::Parts;
 use crate::upstream::{EndpointConfig, EndpointHandle, UpstreamFuture};
+use respway_filters::error::{Answer, Failure};
 
 /// What a subscription is to.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -202,10 +203,7 @@ pub(crate) fn call(
                 Some(ep) => {
                     let f = ep.send(args, flavor, conn, deadline);
                     Outcome::Wait {
-                        fut: Box::pin(async move {
-                            let Ok(r) = f.await;
-                            r
-                        }),
+                        fut: Box::pin(f),
                         confirms: false,
                     }
                 }
@@ -284,7 +282,7 @@ fn subscribe(
                 }
             })
             .await;
-            reply
+            Ok(reply)
         }),
         confirms: true,
     }
@@ -332,9 +330,16 @@ fn unsubscribe(k: Kind, args: &[Bytes], sub: &mut Option<Box<Subscriber>>, resp3
     Outcome::Ready(out.freeze())
 }
 
-/// A merge that may fail, as a reply future: the reply or the error.
-fn merged(f: impl std::future::Future<Output = Result<Reply, Reply>> + Send + 'static) -> BoxReply {
-    Box::pin(async move { f.await.unwrap_or_else(|e| e) })
+/// A merge that may fail, as a reply future: the reply, or the answer it failed with.
+fn merged(
+    f: impl std::future::Future<Output = Result<Reply, Answer>> + Send + 'static,
+) -> BoxReply {
+    Box::pin(async move {
+        match f.await {
+            Ok(r) => Ok(r),
+            Err(answer) => answer,
+        }
+    })
 }
 
 fn everywhere(
@@ -351,12 +356,12 @@ fn everywhere(
 }
 
 /// The elements of an array reply.
-fn items(r: &Reply) -> Result<Vec<Frame>, Reply> {
+fn items(r: &Reply) -> Result<Vec<Frame>, Answer> {
     match parse_reply(r) {
         Ok(Frame::Array(v) | Frame::Set(v)) => Ok(v),
-        _ => Err(error_reply(
+        _ => Err(Err(Failure::message(
             "ERR respway: unexpected PUBSUB reply from a shard",
-        )),
+        ))),
     }
 }
 

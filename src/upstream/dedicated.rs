@@ -34,7 +34,7 @@ impl Dedicated {
             // The connection broke (it is never reopened under a transaction): a lost
             // connection, not an endpoint that left the configuration (`Closed`).
             let e = UpstreamError::ConnectionLost(DEDICATED_BROKE.into());
-            i.stats.count(e.kind());
+            i.stats.count(error::kind(&e));
             return UpstreamFuture::failed(e, i.cfg.label.clone(), deadline);
         }
         send_on(
@@ -84,7 +84,7 @@ impl Dedicated {
             let mut clean = true;
             let mut last = Bytes::new();
             for f in futs {
-                match f.typed().await {
+                match f.await {
                     Ok(r) => last = r,
                     Err(_) => clean = false,
                 }

@@ -1,79 +1,18 @@
-//! Why an upstream request failed, and the kinds the counters count.
+//! Why an upstream request failed (the type lives in `respway_filters::error`, which carries
+//! it to the session), and the kinds the counters count.
 
-use super::*;
+pub(crate) use respway_filters::error::UpstreamError;
 
-/// Why an upstream request failed. Rendered as `-ERR respway: shard NAME (ADDR) ...`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum UpstreamError {
-    /// The endpoint could not be reached (connect failed, or in backoff): not sent.
-    Unavailable(Arc<str>),
-    /// The connection broke while the request was in flight: it may have run.
-    ConnectionLost(Arc<str>),
-    /// The connection task is gone (the endpoint left the configuration): not sent.
-    Closed,
-    /// No reply by the deadline. It may have run if it was written.
-    Timeout,
-    /// The connection's queue was full: not sent.
-    QueueFull(usize),
-    /// The request named a shard or endpoint that does not exist: not sent.
-    NoShard,
-    /// Every dedicated connection this worker may open to the endpoint is in use: not sent.
-    Busy(usize),
-}
-
-impl UpstreamError {
-    /// True when the request certainly did not reach Redis, or broke on the way, so a read
-    /// may be sent elsewhere.
-    pub(crate) fn retryable_read(&self) -> bool {
-        matches!(
-            self,
-            UpstreamError::Unavailable(_)
-                | UpstreamError::ConnectionLost(_)
-                | UpstreamError::Closed
-                | UpstreamError::QueueFull(_)
-                | UpstreamError::Busy(_)
-        )
-    }
-
-    /// The error's kind, as counted in INFO.
-    pub(crate) fn kind(&self) -> ErrorKind {
-        match self {
-            UpstreamError::Unavailable(_) => ErrorKind::Unavailable,
-            UpstreamError::ConnectionLost(_) => ErrorKind::ConnectionLost,
-            UpstreamError::Closed => ErrorKind::Closed,
-            UpstreamError::Timeout => ErrorKind::Timeout,
-            UpstreamError::QueueFull(_) => ErrorKind::QueueFull,
-            UpstreamError::NoShard => ErrorKind::NoShard,
-            UpstreamError::Busy(_) => ErrorKind::Busy,
-        }
-    }
-
-    /// The RESP error frame for a client, naming the endpoint.
-    pub(crate) fn to_reply(&self, label: &str) -> Reply {
-        error_reply(&format!("ERR respway: {}", Shown(self, label)))
-    }
-}
-
-pub(super) struct Shown<'a>(&'a UpstreamError, &'a str);
-
-impl fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let label = self.1;
-        match self.0 {
-            UpstreamError::Unavailable(e) => write!(f, "{label} unavailable: {e}"),
-            UpstreamError::ConnectionLost(e) => write!(f, "{label}: connection lost: {e}"),
-            UpstreamError::Closed => write!(f, "{label}: connection closed"),
-            UpstreamError::Timeout => write!(f, "{label}: upstream timeout"),
-            UpstreamError::QueueFull(n) => {
-                write!(f, "{label}: queue full ({n} requests waiting)")
-            }
-            UpstreamError::NoShard => write!(f, "no such shard"),
-            UpstreamError::Busy(n) => write!(
-                f,
-                "{label}: all {n} dedicated connections (transactions and blocking commands) \
-                 of this worker are in use"
-            ),
-        }
+/// The error's kind, as counted in INFO.
+pub(crate) fn kind(e: &UpstreamError) -> ErrorKind {
+    match e {
+        UpstreamError::Unavailable(_) => ErrorKind::Unavailable,
+        UpstreamError::ConnectionLost(_) => ErrorKind::ConnectionLost,
+        UpstreamError::Closed => ErrorKind::Closed,
+        UpstreamError::Timeout => ErrorKind::Timeout,
+        UpstreamError::QueueFull(_) => ErrorKind::QueueFull,
+        UpstreamError::NoShard => ErrorKind::NoShard,
+        UpstreamError::Busy(_) => ErrorKind::Busy,
     }
 }
 

@@ -13,8 +13,8 @@
 //! and Redis executes one connection's commands in order, so one client's commands run in the
 //! order it sent them.
 //!
-//! Bounds and failures (every failure is an [`UpstreamError`] naming the shard; it becomes
-//! RESP bytes only when it leaves this module):
+//! Bounds and failures (every failure is an [`UpstreamError`], which the future yields as a
+//! `Failure` naming the shard; it becomes RESP bytes only where the session writes the reply):
 //! - each connection's queue holds at most `max_queue_per_connection` requests; a request that
 //!   does not fit is answered at once (`queue full`) and never sent;
 //! - a request whose client stopped waiting (its deadline passed, or the client left) before
@@ -33,7 +33,6 @@
 //!   after the backoff too, not in a tight loop.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,7 +45,8 @@ use std::time::Duration;
 use crate::queue;
 use bytes::{Bytes, BytesMut};
 use respway_filters::codec_limits::Limits;
-use respway_filters::request::{error_reply, Flavor, Reply, Request};
+use respway_filters::error::Failure;
+use respway_filters::request::{Flavor, Reply, Request};
 use respway_filters::resp::{encode_command, reply_len, ReplyScanner};
 use respway_filters::zone::HealthView;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -375,7 +375,7 @@ fn send_on(
         Err(queue::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),
         Err(queue::TrySendError::Closed(_)) => UpstreamError::Closed,
     };
-    stats.count(failed.kind());
+    stats.count(error::kind(&failed));
     UpstreamFuture::failed(failed, label, deadline)
 }
 
@@ -429,10 +429,10 @@ impl Upstream {
 
 impl Service<Request> for Upstream {
     type Response = Reply;
-    type Error = Infallible;
+    type Error = Failure;
     type Future = UpstreamFuture;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         // Each connection's queue is bounded; a full one answers at once instead of waiting.
         Poll::Ready(Ok(()))
     }
@@ -524,22 +524,11 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
 }
 
-impl UpstreamFuture {
-    /// Redis's reply (`Ok`, errors of Redis included), or respway's own failure (`Err`, a
-    /// timeout, a lost connection, ...) rendered for the client: a holder of a dedicated
-    /// connection decides by the variant, not by the reply's text, whether the connection is
-    /// still clean. No replica fallback (dedicated connections have none).
-    pub(crate) async fn typed(self) -> Result<Reply, Reply> {
-        let result = match self.state {
-            State::Waiting(rx) => rx.await.unwrap_or(Err(UpstreamError::Closed)),
-            State::Failed(e) => Err(e.unwrap_or(UpstreamError::Closed)),
-        };
-        result.map_err(|e| e.to_reply(&self.label))
-    }
-}
-
+/// Redis's reply (`Ok`, errors of Redis included), or respway's own failure (`Err`, a
+/// timeout, a lost connection, ...) naming the endpoint: a holder of a dedicated connection
+/// decides by the variant whether the connection is still clean; only the session renders it.
 impl Future for UpstreamFuture {
-    type Output = Result<Reply, Infallible>;
+    type Output = Result<Reply, Failure>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -564,7 +553,7 @@ impl Future for UpstreamFuture {
                             continue;
                         }
                     }
-                    return Poll::Ready(Ok(e.to_reply(&this.label)));
+                    return Poll::Ready(Err(e.at(this.label.clone())));
                 }
             }
         }

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::convert::Infallible;
+use respway_filters::error::Failure;
 use std::future::{ready, Future, Ready};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -111,10 +111,10 @@ impl Mock {
 
 impl Service<Request> for Mock {
     type Response = Reply;
-    type Error = Infallible;
-    type Future = Ready<Result<Reply, Infallible>>;
+    type Error = Failure;
+    type Future = Ready<Result<Reply, Failure>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         if self.seen.lock().unwrap().len() < self.ready_for {
             Poll::Ready(Ok(()))
         } else {
@@ -163,7 +163,7 @@ pub fn noop_cx() -> Context<'static> {
 /// `poll_ready` (must be ready), `call`, and one poll (must be ready: the mock answers at once).
 pub fn send<S>(svc: &mut S, req: Request) -> Reply
 where
-    S: Service<Request, Response = Reply, Error = Infallible>,
+    S: Service<Request, Response = Reply, Error = Failure>,
     S::Future: Unpin,
 {
     let mut cx = noop_cx();
@@ -171,6 +171,8 @@ where
     let mut fut = svc.call(req);
     match Pin::new(&mut fut).poll(&mut cx) {
         Poll::Ready(Ok(r)) => r,
+        // As the client reads it.
+        Poll::Ready(Err(f)) => f.to_reply(),
         Poll::Pending => panic!("the reply should be ready"),
     }
 }
