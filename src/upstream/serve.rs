@@ -5,7 +5,7 @@ use super::*;
 /// Serves requests on one live connection until it fails (`Err`) or every sender is gone
 /// and nothing is in flight (`Ok`).
 pub(super) async fn serve<S: Io>(
-    mut stream: S,
+    stream: S,
     carry: &mut Vec<UpstreamRequest>,
     lost: &mut Vec<ReplyTx>,
     rx: &mut queue::Receiver<UpstreamRequest>,
@@ -13,193 +13,271 @@ pub(super) async fn serve<S: Io>(
     latency: &crate::metrics::Latency,
     dedicated: bool,
 ) -> Result<(), Fail> {
-    let limits = Limits::REPLIES;
-    let mut inflight: VecDeque<Inflight> = VecDeque::new();
-    let mut gauge = OpenConnection::new(stats);
-    // Replies this slow are noted for the slow log (read once per connection).
-    let slow = (
-        stream.tcp().peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
-        crate::slowlog::upstream_min(),
-    );
-    let mut batch: Vec<UpstreamRequest> = Vec::with_capacity(64);
-    // Large arguments (a 1 MiB SET value) are queued as the client's bytes, not copied.
-    let mut wbuf = OutQueue::with_capacity(RBUF);
-    let mut rbuf = BytesMut::with_capacity(RBUF);
-    // Where the reply at the front of `rbuf` stands (kept across reads).
-    let mut scanner = ReplyScanner::new();
-    let mut open = true;
-    // When reply bytes last arrived.
-    let mut last_bytes = Instant::now();
+    let mut live = Live::new(stream, stats, latency, dedicated);
     // Follows the oldest unanswered request: at its deadline it is answered with a timeout;
     // STUCK_MARGIN later, the connection is replaced.
     let timer = tokio::time::sleep_until(far_future());
     tokio::pin!(timer);
-    let mut timer_armed = false;
-    let now = Instant::now();
-    let mut late = false;
-    for req in carry.drain(..) {
-        late |= !enqueue(req, &mut wbuf, &mut inflight, now, stats);
-    }
-    if late && dedicated {
-        return Err(Fail::Stuck);
-    }
-    let result = loop {
-        gauge.inflight(inflight.len());
-        if !open && inflight.is_empty() && wbuf.is_empty() && !stream.pending_out() {
-            break Ok(());
-        }
-        if !timer_armed {
-            if let Some(front) = inflight.front() {
-                timer.as_mut().reset(front.deadline);
-                timer_armed = true;
-            }
-        }
-        // One poll finds everything that is ready (replies, requests, room to write, the
-        // timer) and the loop body handles it all, instead of `select!` running one branch
-        // per turn with a fresh readiness future (and its waiter list entry) for each socket
-        // direction every time.
-        let ev = std::future::poll_fn(|cx| {
-            let ev = Events {
-                readable: match stream.poll_read_ready(cx) {
-                    Poll::Ready(r) => Some(r),
-                    Poll::Pending => None,
-                },
-                requests: if open && wbuf.len() < MAX_WBUF {
-                    match rx.poll_recv_many(cx, &mut batch, BATCH) {
-                        Poll::Ready(n) => Some(n),
-                        Poll::Pending => None,
-                    }
-                } else {
-                    None
-                },
-                // (TLS: records rustls holds once `wbuf` is empty are written too.)
-                writable: if !wbuf.is_empty() || stream.pending_out() {
-                    match stream.poll_write_ready(cx) {
-                        Poll::Ready(r) => Some(r),
-                        Poll::Pending => None,
-                    }
-                } else {
-                    None
-                },
-                // A dedicated connection whose oldest request lost its client (a session
-                // that ended while blocked in BLPOP, or mid-EXEC) is closed at once: Redis
-                // then unblocks it and pops nothing for nobody.
-                abandoned: dedicated
-                    && match inflight.front_mut().and_then(|f| f.tx.as_mut()) {
-                        Some(tx) => tx.poll_closed(cx).is_ready(),
-                        None => false,
-                    },
-                timer: timer_armed && timer.as_mut().poll(cx).is_ready(),
-            };
-            if ev.any() {
-                Poll::Ready(ev)
-            } else {
-                Poll::Pending
-            }
-        })
-        .await;
-        if ev.abandoned {
-            break Err(Fail::Abandoned);
-        }
-        if let Some(r) = ev.readable {
-            let r = r.map_err(|e| Fail::Io(e.to_string())).and_then(|()| {
-                read_replies(
-                    &mut stream,
-                    &mut rbuf,
-                    &mut scanner,
-                    &mut inflight,
-                    &limits,
-                    latency,
-                    slow,
-                )
-            });
-            match r {
-                Err(e) => break Err(e),
-                Ok(Some(t)) => last_bytes = t,
-                Ok(None) => {}
-            }
-        }
-        match ev.requests {
-            Some(0) => open = false,
-            Some(n) => {
-                // Let every other task of this worker run first — tokio resumes a yielded task
-                // only after it has polled the I/O driver again — so that requests from
-                // clients served in the same event-loop turn join this write. This is the
-                // batching across clients that makes the shard's work (and ours) per request
-                // smaller, like twemproxy writing once per epoll iteration.
-                tokio::task::yield_now().await;
-                rx.try_recv_many(&mut batch, BATCH - n);
-                let now = Instant::now();
-                let mut late = false;
-                for req in batch.drain(..) {
-                    late |= !enqueue(req, &mut wbuf, &mut inflight, now, stats);
-                }
-                // A dedicated connection never skips a command of its transaction: one that
-                // is too late closes it instead (Redis discards the MULTI).
-                if late && dedicated {
-                    break Err(Fail::Stuck);
-                }
-                // Write now if the socket takes it; the next poll covers the rest.
-                if !wbuf.is_empty() {
-                    if let Err(e) = write_queued(&mut stream, &mut wbuf) {
-                        break Err(Fail::Io(e.to_string()));
-                    }
-                }
-            }
-            None => {}
-        }
-        if let Some(w) = ev.writable {
-            match w.and_then(|()| write_queued(&mut stream, &mut wbuf)) {
-                Ok(()) => wbuf.shrink(MAX_WBUF, RBUF),
-                Err(e) => break Err(Fail::Io(e.to_string())),
-            }
-        }
-        if ev.timer {
-            timer_armed = false;
-            let now = Instant::now();
-            // The oldest request's reply may only be waiting behind earlier replies on this
-            // connection, or be arriving: its op_timeout counts from the last reply byte
-            // (see [`STRETCH`]). The requests behind it wait for it.
-            if let Some(front) = inflight.front_mut().filter(|f| f.tx.is_some()) {
-                let due = (last_bytes + front.op).min(front.sent + front.op * STRETCH);
-                if due > front.deadline {
-                    front.deadline = due;
-                }
-            }
-            // Answer every request past its deadline (their replies, if they come, are
-            // dropped in order); replace the connection once the oldest is far past it.
-            for f in inflight.iter_mut() {
-                if f.deadline > now {
-                    break;
-                }
-                if let Some(tx) = f.tx.take() {
-                    answer(tx, UpstreamError::Timeout, stats);
-                }
-            }
-            match inflight.front() {
-                Some(front) if front.tx.is_none() && dedicated => {
-                    let _ = front;
-                    break Err(Fail::Stuck);
-                }
-                Some(front) if front.tx.is_none() && front.deadline + STUCK_MARGIN <= now => {
-                    break Err(Fail::Stuck);
-                }
-                Some(front) if front.tx.is_none() => {
-                    timer.as_mut().reset(front.deadline + STUCK_MARGIN);
-                    timer_armed = true;
-                }
-                _ => {}
-            }
-        }
-    };
+    let result = live.run(carry, rx, timer).await;
     if result.is_err() {
         // The caller answers them: it may first learn what happened to the shard.
-        lost.extend(inflight.drain(..).filter_map(|f| f.tx));
+        lost.extend(live.inflight.drain(..).filter_map(|f| f.tx));
         // Taken from the queue in the poll that found the failure, not written: they may
         // go on the next connection.
-        carry.append(&mut batch);
+        carry.append(&mut live.batch);
     }
     result
+}
+
+/// One live connection's state.
+struct Live<'a, S> {
+    stream: S,
+    stats: &'a EndpointStats,
+    latency: &'a crate::metrics::Latency,
+    dedicated: bool,
+    /// Written requests waiting for their replies, oldest first.
+    inflight: VecDeque<Inflight>,
+    gauge: OpenConnection<'a>,
+    /// The peer, and how slow a reply must be to be noted for the slow log (read once per
+    /// connection).
+    slow: (SocketAddr, u64),
+    /// Requests taken from the queue in one turn.
+    batch: Vec<UpstreamRequest>,
+    /// What is to be written. Large arguments (a 1 MiB SET value) are queued as the
+    /// client's bytes, not copied.
+    wbuf: OutQueue,
+    rbuf: BytesMut,
+    /// Where the reply at the front of `rbuf` stands (kept across reads).
+    scanner: ReplyScanner,
+    /// False once every sender is gone.
+    open: bool,
+    /// When reply bytes last arrived.
+    last_bytes: Instant,
+    /// True while the timer follows the oldest unanswered request.
+    timer_armed: bool,
+}
+
+impl<'a, S: Io> Live<'a, S> {
+    fn new(
+        stream: S,
+        stats: &'a EndpointStats,
+        latency: &'a crate::metrics::Latency,
+        dedicated: bool,
+    ) -> Self {
+        let slow = (
+            stream.tcp().peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
+            crate::slowlog::upstream_min(),
+        );
+        Live {
+            stream,
+            stats,
+            latency,
+            dedicated,
+            inflight: VecDeque::new(),
+            gauge: OpenConnection::new(stats),
+            slow,
+            batch: Vec::with_capacity(64),
+            wbuf: OutQueue::with_capacity(RBUF),
+            rbuf: BytesMut::with_capacity(RBUF),
+            scanner: ReplyScanner::new(),
+            open: true,
+            last_bytes: Instant::now(),
+            timer_armed: false,
+        }
+    }
+
+    /// The loop: one poll finds everything that is ready and each event is handled.
+    async fn run(
+        &mut self,
+        carry: &mut Vec<UpstreamRequest>,
+        rx: &mut queue::Receiver<UpstreamRequest>,
+        mut timer: Pin<&mut tokio::time::Sleep>,
+    ) -> Result<(), Fail> {
+        let now = Instant::now();
+        let mut late = false;
+        for req in carry.drain(..) {
+            late |= !enqueue(req, &mut self.wbuf, &mut self.inflight, now, self.stats);
+        }
+        if late && self.dedicated {
+            return Err(Fail::Stuck);
+        }
+        loop {
+            self.gauge.inflight(self.inflight.len());
+            if !self.open
+                && self.inflight.is_empty()
+                && self.wbuf.is_empty()
+                && !self.stream.pending_out()
+            {
+                return Ok(());
+            }
+            if !self.timer_armed {
+                if let Some(front) = self.inflight.front() {
+                    timer.as_mut().reset(front.deadline);
+                    self.timer_armed = true;
+                }
+            }
+            // One poll finds everything that is ready (replies, requests, room to write, the
+            // timer) and the loop body handles it all, instead of `select!` running one
+            // branch per turn with a fresh readiness future (and its waiter list entry) for
+            // each socket direction every time.
+            let ev = std::future::poll_fn(|cx| self.poll_events(cx, rx, timer.as_mut())).await;
+            if ev.abandoned {
+                return Err(Fail::Abandoned);
+            }
+            if let Some(r) = ev.readable {
+                self.on_readable(r)?;
+            }
+            match ev.requests {
+                Some(0) => self.open = false,
+                Some(n) => self.on_requests(n, rx).await?,
+                None => {}
+            }
+            if let Some(w) = ev.writable {
+                match w.and_then(|()| write_queued(&mut self.stream, &mut self.wbuf)) {
+                    Ok(()) => self.wbuf.shrink(MAX_WBUF, RBUF),
+                    Err(e) => return Err(Fail::Io(e.to_string())),
+                }
+            }
+            if ev.timer {
+                self.on_timer(timer.as_mut())?;
+            }
+        }
+    }
+
+    /// What is ready now; `Pending` when nothing is.
+    #[inline]
+    fn poll_events(
+        &mut self,
+        cx: &mut Context<'_>,
+        rx: &mut queue::Receiver<UpstreamRequest>,
+        timer: Pin<&mut tokio::time::Sleep>,
+    ) -> Poll<Events> {
+        let ev = Events {
+            readable: match self.stream.poll_read_ready(cx) {
+                Poll::Ready(r) => Some(r),
+                Poll::Pending => None,
+            },
+            requests: if self.open && self.wbuf.len() < MAX_WBUF {
+                match rx.poll_recv_many(cx, &mut self.batch, BATCH) {
+                    Poll::Ready(n) => Some(n),
+                    Poll::Pending => None,
+                }
+            } else {
+                None
+            },
+            // (TLS: records rustls holds once `wbuf` is empty are written too.)
+            writable: if !self.wbuf.is_empty() || self.stream.pending_out() {
+                match self.stream.poll_write_ready(cx) {
+                    Poll::Ready(r) => Some(r),
+                    Poll::Pending => None,
+                }
+            } else {
+                None
+            },
+            // A dedicated connection whose oldest request lost its client (a session that
+            // ended while blocked in BLPOP, or mid-EXEC) is closed at once: Redis then
+            // unblocks it and pops nothing for nobody.
+            abandoned: self.dedicated
+                && match self.inflight.front_mut().and_then(|f| f.tx.as_mut()) {
+                    Some(tx) => tx.poll_closed(cx).is_ready(),
+                    None => false,
+                },
+            timer: self.timer_armed && timer.poll(cx).is_ready(),
+        };
+        if ev.any() {
+            Poll::Ready(ev)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Reads the replies there are and answers their requests.
+    #[inline]
+    fn on_readable(&mut self, r: std::io::Result<()>) -> Result<(), Fail> {
+        r.map_err(|e| Fail::Io(e.to_string()))?;
+        let read = read_replies(
+            &mut self.stream,
+            &mut self.rbuf,
+            &mut self.scanner,
+            &mut self.inflight,
+            &Limits::REPLIES,
+            self.latency,
+            self.slow,
+        )?;
+        if let Some(t) = read {
+            self.last_bytes = t;
+        }
+        Ok(())
+    }
+
+    /// `n` requests moved into the batch: waits a turn for more, encodes them, and writes
+    /// what the socket takes.
+    #[inline]
+    async fn on_requests(
+        &mut self,
+        n: usize,
+        rx: &mut queue::Receiver<UpstreamRequest>,
+    ) -> Result<(), Fail> {
+        // Let every other task of this worker run first — tokio resumes a yielded task only
+        // after it has polled the I/O driver again — so that requests from clients served in
+        // the same event-loop turn join this write. This is the batching across clients
+        // that makes the shard's work (and ours) per request smaller, like twemproxy
+        // writing once per epoll iteration.
+        tokio::task::yield_now().await;
+        rx.try_recv_many(&mut self.batch, BATCH - n);
+        let now = Instant::now();
+        let mut late = false;
+        for req in self.batch.drain(..) {
+            late |= !enqueue(req, &mut self.wbuf, &mut self.inflight, now, self.stats);
+        }
+        // A dedicated connection never skips a command of its transaction: one that is too
+        // late closes it instead (Redis discards the MULTI).
+        if late && self.dedicated {
+            return Err(Fail::Stuck);
+        }
+        // Write now if the socket takes it; the next poll covers the rest.
+        if !self.wbuf.is_empty() {
+            write_queued(&mut self.stream, &mut self.wbuf).map_err(|e| Fail::Io(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The oldest request's deadline (or the stuck margin after it) passed.
+    fn on_timer(&mut self, mut timer: Pin<&mut tokio::time::Sleep>) -> Result<(), Fail> {
+        self.timer_armed = false;
+        let now = Instant::now();
+        // The oldest request's reply may only be waiting behind earlier replies on this
+        // connection, or be arriving: its op_timeout counts from the last reply byte (see
+        // [`STRETCH`]). The requests behind it wait for it.
+        if let Some(front) = self.inflight.front_mut().filter(|f| f.tx.is_some()) {
+            let due = (self.last_bytes + front.op).min(front.sent + front.op * STRETCH);
+            if due > front.deadline {
+                front.deadline = due;
+            }
+        }
+        // Answer every request past its deadline (their replies, if they come, are dropped
+        // in order); replace the connection once the oldest is far past it.
+        for f in self.inflight.iter_mut() {
+            if f.deadline > now {
+                break;
+            }
+            if let Some(tx) = f.tx.take() {
+                answer(tx, UpstreamError::Timeout, self.stats);
+            }
+        }
+        match self.inflight.front() {
+            Some(front) if front.tx.is_none() && self.dedicated => Err(Fail::Stuck),
+            Some(front) if front.tx.is_none() && front.deadline + STUCK_MARGIN <= now => {
+                Err(Fail::Stuck)
+            }
+            Some(front) if front.tx.is_none() => {
+                timer.as_mut().reset(front.deadline + STUCK_MARGIN);
+                self.timer_armed = true;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// What one poll of a connection task found ready.
