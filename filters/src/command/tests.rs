@@ -1,5 +1,6 @@
 //! The command table's tests: classes, key positions, subcommands, arity.
 
+use super::keys::{MIGRATE_KEYS_NOT_EMPTY, UNBALANCED_STREAMS};
 use super::*;
 
 fn argv(parts: &[&str]) -> Vec<Bytes> {
