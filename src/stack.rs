@@ -13,7 +13,7 @@
 //! | `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH`, and anything while `MULTI` queues | [`Handler::Transaction`]: the transaction lane (`conn/tx_lane.rs`, `tx.rs`) on a dedicated connection |
 //! | `BLPOP`, `BZPOPMIN`, `XREAD ... BLOCK`, ... | [`Handler::Blocking`]: a dedicated connection that waits (`blocking.rs`) |
 //! | `WAIT`, `WAITAOF` | [`Handler::Wait`]: every primary, on dedicated connections (`wait.rs`) |
-//! | `SUBSCRIBE`, `PUBLISH`, `PUBSUB ...`, ... | [`Handler::PubSub`]: one subscriber connection per worker and shard (`pubsub.rs`) |
+//! | `SUBSCRIBE`, `PUBLISH`, `PUBSUB ...`, ... | [`Handler::PubSub`]: one subscriber connection per worker and shard (`pubsub/`) |
 //! | `SCAN`, `KEYS`, `DBSIZE`, `RANDOMKEY`, `FLUSHDB`, ... | [`Handler::Keyspace`]: every primary of every routed cluster (`keyspace.rs`) |
 //! | `SCRIPT LOAD`, `FUNCTION LOAD`, `SCRIPT KILL`, ... | [`Handler::Fanout`]: key-less fan-out (`fanout.rs`) |
 //! | `PING`, `AUTH`, `HELLO`, `CLIENT ...`, `INFO`, `SELECT`, ... | [`Handler::Local`]: answered by the proxy (`local.rs`) |

@@ -412,7 +412,7 @@ pub(crate) fn reason(e: &io::Error) -> String {
     }
 }
 
-/// Marks the socket not readable without a syscall (see `upstream::read_replies`). Safe against a
+/// Marks the socket not readable without a syscall (see `upstream::serve::read_replies`). Safe against a
 /// race with new data: tokio only clears the readiness event it observed, and new data raises
 /// a new edge-triggered event.
 pub(crate) fn clear_read_readiness(stream: &TcpStream) {

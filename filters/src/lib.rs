@@ -9,7 +9,8 @@
 //! The modules, grouped by concern:
 //!
 //! The protocol
-//! - [`resp`]: the RESP2 codec (requests, inline commands, replies), zero-copy over `Bytes`;
+//! - [`resp`]: the RESP codec: requests (arrays and inline commands) decoded, replies (RESP2
+//!   and RESP3) framed without being parsed, zero-copy over `Bytes`;
 //! - [`codec_limits`]: the decoder's limits (as Redis's `proto-max-bulk-len` and friends);
 //! - [`command`]: the Redis 7 command table (arity, flags, key positions, proxy class);
 //! - [`request`]: the request that flows through the chain (argv, command, key positions

@@ -5,6 +5,9 @@
 //!
 //! Building happens off the hot path (at start and on every config change); the layers only
 //! read it, through an `Arc` shared by every connection of every worker.
+//!
+//! Where a key lives (`Routing::route_keys`, `place_key`, `place_pinned`, `place_channel`)
+//! is answered in [`crate::place`], which extends [`Routing`].
 
 use std::sync::Arc;
 

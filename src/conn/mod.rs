@@ -10,6 +10,11 @@
 //! - a protocol error answers `-ERR Protocol error: ...`, flushes what is owed, and closes
 //!   this connection only.
 //!
+//! One turn of [`Session::poll`], in order: `read_and_dispatch` (read what the socket has;
+//! `decode_all` decodes every whole command, looks it up and picks its [`Lane`]; each goes to
+//! `dispatch` in `dispatch.rs`), `move_replies` (the oldest ready replies into the write
+//! buffer; a typed failure becomes its error frame here), `write_ready` (one write for all).
+//!
 //! Only the oldest pending reply is polled, so a completion of a later one does not wake the
 //! task; a single timer follows the oldest request's deadline (`op_timeout`).
 

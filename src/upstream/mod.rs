@@ -70,7 +70,7 @@ pub(crate) use dedicated::*;
 pub(crate) use error::*;
 pub(crate) use serve::*;
 pub(crate) use stats::*;
-pub(crate) use task::*;
+use task::*;
 
 /// Most requests taken from the queue in one turn.
 const BATCH: usize = 1024;

@@ -1,4 +1,5 @@
-//! A live connection: writing batches and reading replies until it fails or is no longer needed.
+//! A live connection ([`LiveConn`]): writing batches, reading replies ([`read_replies`]) and
+//! answering requests in order, until it fails or is no longer needed.
 
 use super::*;
 
@@ -13,7 +14,7 @@ pub(super) async fn serve<S: Io>(
     latency: &crate::metrics::Latency,
     dedicated: bool,
 ) -> Result<(), Fail> {
-    let mut live = Live::new(stream, stats, latency, dedicated);
+    let mut live = LiveConn::new(stream, stats, latency, dedicated);
     // Follows the oldest unanswered request: at its deadline it is answered with a timeout;
     // STUCK_MARGIN later, the connection is replaced.
     let timer = tokio::time::sleep_until(far_future());
@@ -30,7 +31,7 @@ pub(super) async fn serve<S: Io>(
 }
 
 /// One live connection's state.
-struct Live<'a, S> {
+struct LiveConn<'a, S> {
     stream: S,
     stats: &'a EndpointStats,
     latency: &'a crate::metrics::Latency,
@@ -57,7 +58,7 @@ struct Live<'a, S> {
     timer_armed: bool,
 }
 
-impl<'a, S: Io> Live<'a, S> {
+impl<'a, S: Io> LiveConn<'a, S> {
     fn new(
         stream: S,
         stats: &'a EndpointStats,
@@ -68,7 +69,7 @@ impl<'a, S: Io> Live<'a, S> {
             stream.tcp().peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
             crate::slowlog::upstream_min(),
         );
-        Live {
+        LiveConn {
             stream,
             stats,
             latency,
@@ -278,6 +279,151 @@ impl<'a, S: Io> Live<'a, S> {
             _ => Ok(()),
         }
     }
+}
+
+/// One request written (or being written) on a connection, waiting for its reply.
+pub(super) struct Inflight {
+    /// `None` once answered with a timeout: its reply, when it comes, is dropped.
+    pub(super) tx: Option<ReplyTx>,
+    /// Moved later while reply bytes flow (see [`STRETCH`]).
+    pub(super) deadline: Instant,
+    /// When its batch was taken to be written.
+    pub(super) sent: Instant,
+    /// Its op_timeout (as it stood when written).
+    pub(super) op: Duration,
+}
+
+/// A request's op_timeout counts from when it was written or from the last reply byte its
+/// connection received, whichever is later: a reply that waits behind earlier large replies
+/// on the same connection (or is itself arriving) is not timed out while bytes keep flowing.
+/// At most this many op_timeouts after it was written, though (the session's backstop comes
+/// after that).
+pub(crate) const STRETCH: u32 = 8;
+
+/// Latencies of consecutive replies counted as one run (replies of one write batch share
+/// `sent` and are read together, so they took the same time): one subtraction and one
+/// histogram update per run, the rest when dropped.
+pub(super) struct LatencyRun<'a> {
+    pub(super) latency: &'a crate::metrics::Latency,
+    /// The run's send time and `now` less it.
+    pub(super) sent: Instant,
+    pub(super) now: Instant,
+    pub(super) us: u64,
+    pub(super) n: u64,
+}
+
+impl<'a> LatencyRun<'a> {
+    /// For the replies of one read, which arrived `now`.
+    pub(super) fn new(latency: &'a crate::metrics::Latency, now: Instant) -> Self {
+        // A first reply sent `now` joins this empty run, and its 0 µs are right.
+        LatencyRun {
+            latency,
+            sent: now,
+            now,
+            us: 0,
+            n: 0,
+        }
+    }
+
+    /// Counts a reply to a request sent at `sent`; its latency.
+    #[inline]
+    pub(super) fn add(&mut self, sent: Instant) -> u64 {
+        if sent != self.sent {
+            if self.n > 0 {
+                self.latency.record_n(self.us, self.n);
+            }
+            self.sent = sent;
+            self.us = self.now.saturating_duration_since(sent).as_micros() as u64;
+            self.n = 0;
+        }
+        self.n += 1;
+        self.us
+    }
+}
+
+impl Drop for LatencyRun<'_> {
+    fn drop(&mut self) {
+        if self.n > 0 {
+            self.latency.record_n(self.us, self.n);
+        }
+    }
+}
+
+/// Reads what the socket has and completes every whole reply, oldest request first.
+///
+/// `scanner` keeps its progress inside a reply that is not complete yet: the next read scans
+/// only the bytes it added (re-scanning from the reply's start after every read made a
+/// 1,000,000-element `LRANGE` cost quadratic time in its length).
+///
+/// A read that does not fill the buffer's free space has drained the socket: instead of
+/// reading again only to get `EAGAIN` (one wasted syscall per batch), the socket's readiness
+/// is cleared directly, and the next edge from the kernel sets it again.
+#[inline]
+pub(super) fn read_replies(
+    stream: &mut impl Io,
+    rbuf: &mut BytesMut,
+    scanner: &mut ReplyScanner,
+    inflight: &mut VecDeque<Inflight>,
+    limits: &Limits,
+    latency: &crate::metrics::Latency,
+    (endpoint, note_min): (SocketAddr, u64),
+) -> Result<Option<Instant>, Fail> {
+    match scanner.bulk_end_hint() {
+        // A large value whose length the scanner has read (a 1 MiB GET reply) gets room for
+        // all of it at once: one allocation and one copy of what arrived so far, instead of
+        // one per doubling. Capacity not written yet costs no memory.
+        Some(end) if end > rbuf.capacity() => rbuf.reserve((end - rbuf.len()).min(MAX_AHEAD)),
+        _ if rbuf.capacity() - rbuf.len() < 4096 => rbuf.reserve(RBUF),
+        _ => {}
+    }
+    let spare = rbuf.capacity() - rbuf.len();
+    let n = match stream.try_read_buf(rbuf) {
+        Ok(0) => return Err(Fail::Io("connection closed by server".into())),
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+        Err(e) => return Err(Fail::Io(e.to_string())),
+    };
+    if n < spare {
+        stream.drained();
+    }
+    // The replies of this read arrived now (one clock read per read, not per reply).
+    let now = Instant::now();
+    let mut run = LatencyRun::new(latency, now);
+    loop {
+        // `Some(n)`: the scanner starts over, and the reply's bytes leave the buffer.
+        match scanner.scan(rbuf, limits) {
+            Ok(Some(n)) => {
+                let reply = rbuf.split_to(n).freeze();
+                if reply.first() == Some(&b'>') {
+                    // RESP3 out-of-band data (nothing the proxy sends asks for it: no
+                    // SUBSCRIBE, no CLIENT TRACKING): not the reply to a request.
+                    tracing::debug!("push message from upstream dropped");
+                    continue;
+                }
+                match inflight.pop_front() {
+                    // A receiver that timed out or left is simply gone.
+                    Some(Inflight {
+                        tx: Some(tx), sent, ..
+                    }) => {
+                        let us = run.add(sent);
+                        if us >= note_min {
+                            crate::slowlog::note_upstream(&reply, now, endpoint, us);
+                        }
+                        let _ = tx.send(Ok(reply));
+                    }
+                    Some(_) => {}
+                    None => return Err(Fail::Protocol("reply with no request".into())),
+                }
+            }
+            Ok(None) => break,
+            Err(e) => return Err(Fail::Protocol(e.to_string())),
+        }
+    }
+    if rbuf.is_empty() && rbuf.capacity() > KEEP_RBUF {
+        // Give back what a large reply made the buffer grow to.
+        *rbuf = BytesMut::with_capacity(RBUF);
+    }
+    Ok(Some(now))
 }
 
 /// What one poll of a connection task found ready.
