@@ -252,6 +252,9 @@ fn main() -> ExitCode {
                     n(c.clusters.len(), "cluster", "clusters"),
                     n(endpoints, "endpoint", "endpoints")
                 );
+                for note in respway_filters::routing::shared_primary_notes(c) {
+                    let _ = writeln!(std::io::stdout().lock(), "note: {note}");
+                }
             }
             None => {
                 let _ = writeln!(

@@ -604,3 +604,75 @@ fn mirror_and_hot_key_counters_survive_config_pushes() {
         "{info}"
     );
 }
+
+/// Doubling 2 → 4 shards while reusing the 2 old ones (issue 29): the old cluster's shards
+/// `a` and `b` are also `a` and `b` of the new one. A key whose owner is the same Redis in
+/// both clusters was written by the client's command and then again by its mirrored copy,
+/// so `INCR` counted twice (2,999 of 3,000 counters wrong when the issue was filed). A copy
+/// is now never sent to the Redis (address and database) the write itself reached; keys
+/// whose owner changes still get their copy.
+#[test]
+fn dual_write_over_shared_shards_applies_each_write_once() {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let shard = |name: &str, addr: SocketAddr| {
+        format!("      - name: {name}\n        endpoints: [ {{ address: \"{addr}\", role: primary }} ]\n")
+    };
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes:\n      catch_all: old\n      catch_all_mirrors:\n        - {{ cluster: new, mode: dual_write }}\nclusters:\n  - name: old\n    hash: {{ policy: ketama }}\n    shards:\n{}{}  - name: new\n    hash: {{ policy: ketama }}\n    shards:\n{}{}{}{}",
+        shard("a", a[0]),
+        shard("b", a[1]),
+        shard("a", a[0]),
+        shard("b", a[1]),
+        shard("c", a[2]),
+        shard("d", a[3]),
+    );
+    let rw = respway(&yaml, 1);
+    let mut c = sync_client(rw.addr);
+    const KEYS: usize = 300;
+    const TIMES: i64 = 5;
+    for _ in 0..TIMES {
+        for i in 0..KEYS {
+            let _: i64 = redis::cmd("INCR")
+                .arg(format!("c:{i}"))
+                .query(&mut c)
+                .unwrap();
+        }
+    }
+    // Every copy sent has run once the mirror's queue is empty; give the last ones time.
+    wait_for("the mirror to send its copies", || {
+        let info: String = redis::cmd("INFO").arg("mirror").query(&mut c).unwrap();
+        info.contains("mirror_new:mirrored=")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut on_new_only = 0;
+    for (s, addr) in a.iter().enumerate() {
+        let mut d = sync_client(*addr);
+        for i in 0..KEYS {
+            let v: Option<i64> = redis::cmd("GET")
+                .arg(format!("c:{i}"))
+                .query(&mut d)
+                .unwrap();
+            if let Some(v) = v {
+                assert_eq!(
+                    v, TIMES,
+                    "c:{i} on shard {s} counts {v} after {TIMES} INCRs"
+                );
+                if s >= 2 {
+                    on_new_only += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        on_new_only > 0,
+        "keys that move to c and d still get their copies"
+    );
+    for i in 0..KEYS {
+        let v: i64 = redis::cmd("GET")
+            .arg(format!("c:{i}"))
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(v, TIMES, "c:{i} through respway");
+    }
+}

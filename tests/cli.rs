@@ -57,6 +57,48 @@ fn check_prints_a_one_line_summary() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--check` names the mirrors whose clusters share primaries (shards reused when a cluster
+/// grows), where copies are skipped; before, it said nothing about them (issue 29).
+#[test]
+fn check_names_mirrors_over_shared_primaries() {
+    let (a, b, c) = (redis(), redis(), redis());
+    let dir = std::env::temp_dir().join(format!("respway-cli-{}", free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.yaml");
+    let shard = |x: std::net::SocketAddr| {
+        format!("      - endpoints: [ {{ address: \"{x}\", role: primary }} ]\n")
+    };
+    std::fs::write(
+        &path,
+        format!(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes:\n      catch_all: old\n      catch_all_mirrors:\n        - {{ cluster: new, mode: dual_write }}\nclusters:\n  - name: old\n    shards:\n{}{}  - name: new\n    shards:\n{}{}{}",
+            shard(a.addr),
+            shard(b.addr),
+            shard(a.addr),
+            shard(b.addr),
+            shard(c.addr)
+        ),
+    )
+    .unwrap();
+    let out = check(&path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout,
+        format!(
+            "config OK: 1 listener, 2 clusters, 5 endpoints\nnote: listener \"l\", catch_all: \
+             clusters \"old\" and \"new\" share the primaries {}, {} (database 0); a write is \
+             not copied to the Redis it already reached, so it runs once there\n",
+            a.addr, b.addr
+        )
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--check` loads every TLS file the configuration names: a missing listener certificate
 /// or key, or a cluster CA, is reported by listener or cluster and field, exit 2 (the real
 /// start would fail on it).

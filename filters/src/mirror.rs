@@ -149,6 +149,24 @@ impl<S> Mirror<S> {
     }
 
     /// Applies the policies of `req`'s route; `Err` is the reply of a refused write.
+    /// True when `req` runs on one shard in both clusters (not a split command, whose parts
+    /// may land apart) and that shard's primary is the same Redis in `answering` (where the
+    /// write itself goes) and `to` (where its copy would go): clusters that share shards,
+    /// as when 2 shards grow to 4 and the 2 old ones stay.
+    fn same_redis(&self, req: &Request, answering: usize, to: usize) -> bool {
+        if matches!(req.cmd.class, CommandClass::Split(_)) {
+            return false;
+        }
+        let Some(key) = req.keys.first().and_then(|i| req.args.get(i)) else {
+            return false;
+        };
+        let shard = |c: usize| self.routing.clusters.get(c).map(|c| c.picker.pick(key));
+        match (shard(answering), shard(to)) {
+            (Some(a), Some(b)) => self.routing.same_primary(answering, a, to, b),
+            _ => false,
+        }
+    }
+
     fn apply(&mut self, req: &mut Request) -> Result<(), Refusal> {
         let policies = self.routing.mirrors(req.route);
         if policies.is_empty()
@@ -178,6 +196,7 @@ impl<S> Mirror<S> {
             .unwrap_or(source);
         let refused = crate::hot_key::refuses(&self.routing, req)
             .or_else(|| crate::multi_key::refuses(&self.routing, req));
+        let answering = req.cluster;
         req.cluster = source;
         if let Some(reply) = refused {
             return Err(reply);
@@ -195,6 +214,10 @@ impl<S> Mirror<S> {
                 continue;
             }
             let to = if new_first { source } else { m.cluster };
+            if m.shares_primaries && self.same_redis(req, answering, to) {
+                // The write itself reaches this Redis: a copy would run it twice.
+                continue;
+            }
             let mut copy = req.clone();
             copy.cluster = to;
             copy.shard = None;

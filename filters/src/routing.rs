@@ -9,6 +9,7 @@
 //! Where a key lives (`Routing::route_keys`, `place_key`, `place_pinned`, `place_channel`)
 //! is answered in [`crate::place`], which extends [`Routing`].
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::hash::{cluster_picker, ShardPicker};
@@ -47,6 +48,8 @@ pub struct ClusterRoute {
     pub local_shards: Vec<usize>,
     /// The hashtag rule (`None`: whole keys are hashed); the picker applies it itself.
     pub hashtag: Option<crate::model::HashTag>,
+    /// The shards' database a client's database 0 maps to.
+    pub db: u32,
 }
 
 /// One shard as the request path sees it.
@@ -58,6 +61,8 @@ pub struct ShardRoute {
     pub endpoints: Vec<EndpointRoute>,
     /// Index of the primary in `endpoints`.
     pub primary: usize,
+    /// The primary's address (`None`: the shard has no endpoint).
+    pub primary_address: Option<SocketAddr>,
 }
 
 /// One endpoint as the request path sees it.
@@ -119,6 +124,10 @@ pub struct CompiledMirror {
     pub include_reads: bool,
     /// Share copied, parts per million.
     pub fraction_ppm: u32,
+    /// The route's cluster and this one share a primary (the same address and database):
+    /// shards reused when a cluster grows. A copy is then checked with
+    /// [`Routing::same_primary`], so that no write runs twice on one Redis.
+    pub shares_primaries: bool,
 }
 
 /// Where a key goes.
@@ -175,15 +184,18 @@ impl Routing {
         };
         // `forward` policies do nothing: they are left out here so that a route whose
         // mirrors are all `forward` takes the mirror layer's no-policy path.
-        let mirrors = |m: &[MirrorPolicy]| {
+        let mirrors = |source: usize, m: &[MirrorPolicy]| {
             m.iter()
                 .filter(|p| p.mode != MirrorMode::Forward)
                 .map(|p| {
+                    let cluster = index(&p.cluster)?;
                     Ok(CompiledMirror {
-                        cluster: index(&p.cluster)?,
+                        cluster,
                         mode: p.mode,
                         include_reads: p.include_reads,
                         fraction_ppm: p.fraction_ppm,
+                        shares_primaries: !shared_primaries(&clusters[source], &clusters[cluster])
+                            .is_empty(),
                     })
                 })
                 .collect::<Result<Vec<_>, String>>()
@@ -202,7 +214,7 @@ impl Routing {
                     },
                     cluster: index(&r.cluster)?,
                     remove_prefix: r.remove_prefix,
-                    mirrors: mirrors(&r.mirrors)?,
+                    mirrors: mirrors(index(&r.cluster)?, &r.mirrors)?,
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -213,7 +225,7 @@ impl Routing {
                 prefix: Vec::new(),
                 cluster: index(name)?,
                 remove_prefix: false,
-                mirrors: mirrors(&listener.routes.catch_all_mirrors)?,
+                mirrors: mirrors(index(name)?, &listener.routes.catch_all_mirrors)?,
             }),
             None => None,
         };
@@ -332,6 +344,16 @@ impl Routing {
         out
     }
 
+    /// True when shard `sa` of cluster `a` and shard `sb` of cluster `b` have one primary:
+    /// the same address and database, so one Redis.
+    pub fn same_primary(&self, a: usize, sa: usize, b: usize, sb: usize) -> bool {
+        let at = |c: usize, s: usize| {
+            let c = self.clusters.get(c)?;
+            Some((c.shards.get(s)?.primary_address?, c.db))
+        };
+        matches!((at(a, sa), at(b, sb)), (Some(x), Some(y)) if x == y)
+    }
+
     /// True when some route has a mirror policy that is not `Forward`.
     pub fn has_mirrors(&self) -> bool {
         self.prefixes
@@ -343,6 +365,65 @@ impl Routing {
 
 /// Endpoints a shard may have (a request carries the index as a `u16`).
 pub const MAX_SHARD_ENDPOINTS: usize = u16::MAX as usize;
+
+/// One line for each mirror policy whose two clusters share primaries (shards reused when a
+/// cluster grows), for `respway --check`: those copies are skipped where the write itself
+/// went (see [`CompiledMirror::shares_primaries`]).
+pub fn shared_primary_notes(config: &Config) -> Vec<String> {
+    let Ok(clusters) = Routing::compile_clusters(config) else {
+        return Vec::new();
+    };
+    let find = |name: &str| clusters.iter().find(|c| c.name == name);
+    let mut out = Vec::new();
+    for l in &config.listeners {
+        let routes = l
+            .routes
+            .routes
+            .iter()
+            .map(|r| (format!("route \"{}\"", r.prefix), &r.cluster, &r.mirrors))
+            .chain(
+                l.routes
+                    .catch_all
+                    .iter()
+                    .map(|c| ("catch_all".to_string(), c, &l.routes.catch_all_mirrors)),
+            );
+        for (route, cluster, mirrors) in routes {
+            for m in mirrors.iter().filter(|m| m.mode != MirrorMode::Forward) {
+                let (Some(a), Some(b)) = (find(cluster), find(&m.cluster)) else {
+                    continue;
+                };
+                let shared = shared_primaries(a, b);
+                if shared.is_empty() {
+                    continue;
+                }
+                let list: Vec<String> = shared.iter().map(ToString::to_string).collect();
+                out.push(format!(
+                    "listener \"{}\", {route}: clusters \"{}\" and \"{}\" share the primaries {} \
+                     (database {}); a write is not copied to the Redis it already reached, so it \
+                     runs once there",
+                    l.name,
+                    a.name,
+                    b.name,
+                    list.join(", "),
+                    a.db
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The primaries (address and database) two clusters share, in `a`'s shard order.
+pub fn shared_primaries(a: &ClusterRoute, b: &ClusterRoute) -> Vec<SocketAddr> {
+    if a.db != b.db {
+        return Vec::new();
+    }
+    a.shards
+        .iter()
+        .filter_map(|s| s.primary_address)
+        .filter(|x| b.shards.iter().any(|t| t.primary_address == Some(*x)))
+        .collect()
+}
 
 fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, String> {
     let picker = cluster_picker(c).map_err(|e| format!("cluster \"{}\": {e}", c.name))?;
@@ -368,6 +449,13 @@ fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, Stri
                 .iter()
                 .position(|e| e.role == Role::Primary)
                 .unwrap_or(0),
+            primary_address: s
+                .endpoints
+                .iter()
+                .find(|e| e.role == Role::Primary)
+                .or(s.endpoints.first())
+                .map(|e| e.address)
+                .filter(|a| *a != crate::model::NO_ENDPOINT),
             endpoints: s
                 .endpoints
                 .iter()
@@ -402,5 +490,6 @@ fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, Stri
         read_policy: c.read_policy,
         local_shards,
         hashtag: c.hashtag,
+        db: c.db,
     })
 }
