@@ -10,7 +10,7 @@ pub(super) async fn serve<S: Io>(
     lost: &mut Vec<ReplyTx>,
     rx: &mut queue::Receiver<UpstreamRequest>,
     stats: &EndpointStats,
-    latency: &crate::metrics::Latency,
+    latency: &crate::stats::Latency,
     dedicated: bool,
 ) -> Result<(), Fail> {
     let limits = Limits::REPLIES;

@@ -26,7 +26,7 @@ pub(crate) const STRETCH: u32 = 8;
 /// `sent` and are read together, so they took the same time): one subtraction and one
 /// histogram update per run, the rest when dropped.
 pub(super) struct LatencyRun<'a> {
-    pub(super) latency: &'a crate::metrics::Latency,
+    pub(super) latency: &'a crate::stats::Latency,
     /// The run's send time and `now` less it.
     pub(super) sent: Instant,
     pub(super) now: Instant,
@@ -36,7 +36,7 @@ pub(super) struct LatencyRun<'a> {
 
 impl<'a> LatencyRun<'a> {
     /// For the replies of one read, which arrived `now`.
-    pub(super) fn new(latency: &'a crate::metrics::Latency, now: Instant) -> Self {
+    pub(super) fn new(latency: &'a crate::stats::Latency, now: Instant) -> Self {
         // A first reply sent `now` joins this empty run, and its 0 µs are right.
         LatencyRun {
             latency,
@@ -87,7 +87,7 @@ pub(super) fn read_replies(
     scanner: &mut ReplyScanner,
     inflight: &mut VecDeque<Inflight>,
     limits: &Limits,
-    latency: &crate::metrics::Latency,
+    latency: &crate::stats::Latency,
     (endpoint, note_min): (SocketAddr, u64),
 ) -> Result<Option<Instant>, Fail> {
     match scanner.bulk_end_hint() {
@@ -191,7 +191,7 @@ pub(super) async fn run_connection(
     dedicated: Option<OpenGuard>,
     mut rx: queue::Receiver<UpstreamRequest>,
     stats: Arc<EndpointStats>,
-    latency: Arc<crate::metrics::Latency>,
+    latency: Arc<crate::stats::Latency>,
 ) {
     if cfg.address == respway_filters::model::NO_ENDPOINT {
         // The placeholder of a cluster with no endpoints: every request is answered at once,
