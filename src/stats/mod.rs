@@ -9,20 +9,22 @@
 //!   ([`ListenerStats`]) and failed `accept`s (process-wide);
 //! - `commands`: per-command calls, errors and latency histograms, and per-endpoint latency;
 //! - `registry`: every worker's counters, summed on demand ([`Registry`], [`Totals`]);
-//! - `families`: the table of metric families (name, kind, help, labels, reader, `INFO` field)
-//!   and `INFO`'s sections written from it;
+//! - `families`: the table of metric families (name, kind, help, labels, reader, `INFO` field);
+//! - `info`: `INFO`'s counters written from the table, and the table as tests see it;
 //! - `scrape`: what one scrape reads (gathered once) and the readers of the table's families.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod commands;
 mod families;
+mod info;
 mod registry;
 mod scrape;
 
 pub(crate) use commands::*;
 pub(crate) use families::*;
-pub use families::{family_docs, FamilyDoc};
+pub(crate) use info::write_info;
+pub use info::{family_docs, FamilyDoc};
 pub(crate) use registry::*;
 pub(crate) use scrape::*;
 
