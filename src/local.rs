@@ -348,7 +348,7 @@ fn latency(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) 
                 let mut i = 0;
                 for p in 0..40u32 {
                     let edge = 1u64 << p;
-                    while i < c.hist.len() && crate::stats::bucket_upper_us(i) < edge {
+                    while i < c.hist.len() && stats::bucket_upper_us(i) < edge {
                         cum += c.hist[i];
                         i += 1;
                     }

@@ -535,7 +535,7 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::family_docs;
+    use crate::stats::info::family_docs;
 
     /// Names are unique, each is a Prometheus metric name of its kind's shape, and an `INFO`
     /// field read with the family's own reader has a reader `INFO` can sum.

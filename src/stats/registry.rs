@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use respway_filters::hot_key::{HotKeyRuleStats, HotKeyStats};
 use respway_filters::mirror::{MirrorCounts, MirrorStats};
 
-use super::{ListenerStats, PIPELINE_BUCKETS};
+use super::{CmdTotals, CommandStats, ListenerStats, PIPELINE_BUCKETS};
 use crate::upstream::{ErrorKind, UpstreamStats};
 
 /// One worker's mirror and hot-key counters for one listener.
@@ -57,7 +57,7 @@ pub(crate) struct EndpointView {
     /// Requests sent to it (since its pools were created).
     pub requests: u64,
     /// How long it took per request, write to reply.
-    pub latency: Option<crate::stats::CmdTotals>,
+    pub latency: Option<CmdTotals>,
     /// Requests waiting in its connections' queues now.
     pub queued: usize,
     /// Connections open to it now (shared and dedicated).
@@ -149,9 +149,9 @@ impl Registry {
 
     /// Per-command counters summed over workers (and over listeners, or of one), in command
     /// table order; commands never seen are left out.
-    pub(crate) fn command_totals(&self, listener: Option<&str>) -> Vec<crate::stats::CmdTotals> {
+    pub(crate) fn command_totals(&self, listener: Option<&str>) -> Vec<CmdTotals> {
         let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
-        let mut into = vec![None; crate::stats::CommandStats::slots()];
+        let mut into = vec![None; CommandStats::slots()];
         for (name, s) in w.iter() {
             if listener.is_none_or(|l| l == name) {
                 s.cmds.add_into(&mut into);
@@ -392,7 +392,7 @@ impl Registry {
                         }
                         h.add_latency(
                             v.latency
-                                .get_or_insert_with(|| crate::stats::CmdTotals::empty("upstream")),
+                                .get_or_insert_with(|| CmdTotals::empty("upstream")),
                         );
                     }
                 }
