@@ -49,11 +49,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 
 use crate::listener::AcceptBackoff;
-use crate::metrics::AcceptSocket;
-use crate::stats::Registry;
+use crate::stats::AcceptSocket;
+use crate::stats::{ChangeCounts, Registry};
 use crate::ConfigHandle;
 
 mod exposition;
+
+pub use crate::stats::{family_docs, FamilyDoc};
 
 /// Keys per cluster `/hotkeys` lists.
 const HOTKEYS_SHOWN: usize = 16;
@@ -93,15 +95,7 @@ pub type SetLogLevel = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 /// Outcomes of configuration changes from one source (`xds` or `file`), for metrics.
 #[derive(Debug, Default)]
 pub struct ConfigEvents {
-    sources: std::sync::Mutex<std::collections::BTreeMap<&'static str, SourceEvents>>,
-}
-
-#[derive(Debug, Default, Clone)]
-struct SourceEvents {
-    applied: u64,
-    refused: u64,
-    last_applied: Option<u64>,
-    last_refused: Option<u64>,
+    sources: std::sync::Mutex<std::collections::BTreeMap<&'static str, ChangeCounts>>,
 }
 
 fn unix_now() -> u64 {
@@ -117,6 +111,14 @@ impl ConfigEvents {
         let e = m.entry(source).or_default();
         e.applied += 1;
         e.last_applied = Some(unix_now());
+    }
+
+    /// The counts so far, by source.
+    pub(crate) fn counts(&self) -> BTreeMap<&'static str, ChangeCounts> {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// A configuration from `source` was refused (for xDS: NACKed); the last good one stays.
@@ -565,28 +567,14 @@ fn clusters(state: &State) -> String {
 /// workers see of it (their views summed).
 fn for_each_endpoint(
     state: &State,
-    mut f: impl FnMut(
+    f: impl FnMut(
         &respway_filters::model::Cluster,
         &respway_filters::model::Shard,
         &respway_filters::model::Endpoint,
         &crate::stats::EndpointView,
     ),
 ) {
-    let snap = state.config.current();
-    let health = state.registry.endpoint_health();
-    let none = crate::stats::EndpointView::default();
-    for (ci, c) in snap.config.clusters.iter().enumerate() {
-        for (si, s) in c.shards.iter().enumerate() {
-            for (ei, e) in s.endpoints.iter().enumerate() {
-                let v = health
-                    .get(ci)
-                    .and_then(|x| x.get(si))
-                    .and_then(|x| x.get(ei))
-                    .unwrap_or(&none);
-                f(c, s, e, v);
-            }
-        }
-    }
+    crate::stats::each_endpoint(&state.config.current(), &state.registry, f);
 }
 
 /// `/stats`: one table per listener.

@@ -43,8 +43,9 @@
 //!
 //! Watching it
 //! - [`admin`]: the admin HTTP endpoint (`/metrics`, `/stats`, `/hotkeys`, ...);
-//! - `metrics`: per-command counters and latency histograms;
-//! - `stats`: per-worker counters and the registry that sums them;
+//! - `stats`: every counter (per worker; per command with latency histograms), the registry
+//!   that sums them over workers, and the one table of metric families `/metrics` and `INFO`
+//!   are written from;
 //! - [`hotkeys`]: hot-key detection;
 //! - [`slowlog`]: the slow log.
 
@@ -58,7 +59,6 @@ pub mod hotkeys;
 mod keyspace;
 mod listener;
 mod local;
-mod metrics;
 mod outq;
 mod pubsub;
 mod queue;

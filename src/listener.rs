@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket};
 
-use crate::metrics::AcceptSocket;
 use crate::stack::ListenerSlot;
+use crate::stats::AcceptSocket;
 use crate::stats::ListenerStats;
 
 /// Shared state of the listener a session belongs to, on one worker.
@@ -92,7 +92,7 @@ const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration
 /// What an accept loop does when `accept` fails: out of file descriptors (`EMFILE`), the
 /// pending connection stays in the kernel's queue and the listening socket stays readable, so
 /// retrying at once would spin. It counts the failure
-/// ([`crate::metrics::accept_failed`]), pauses (5 ms, doubling up to 1 s while failures go
+/// ([`crate::stats::accept_failed`]), pauses (5 ms, doubling up to 1 s while failures go
 /// on), and logs the first failure of a run at warn and the recovery at info.
 #[derive(Debug)]
 pub(crate) struct AcceptBackoff {
@@ -125,12 +125,12 @@ impl AcceptBackoff {
 
     /// An accept failed with `e`: counts it and pauses.
     pub(crate) async fn failed(&mut self, e: &io::Error) {
-        crate::metrics::accept_failed(self.socket, e);
+        crate::stats::accept_failed(self.socket, e);
         if self.failures == 0 {
             tracing::warn!(
                 socket = ?self.socket,
                 error = %e,
-                reason = crate::metrics::accept_reason(e),
+                reason = crate::stats::accept_reason(e),
                 "accept failed; retrying with backoff (up to 1 s) until it succeeds"
             );
         } else {

@@ -17,6 +17,7 @@ use respway_filters::resp::{write_integer, Frame};
 use crate::acl::Acl;
 use crate::listener::ListenerCtx;
 use crate::session::SessionState;
+use crate::stats;
 
 /// What a local command does.
 #[derive(Debug)]
@@ -347,7 +348,7 @@ fn latency(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) 
                 let mut i = 0;
                 for p in 0..40u32 {
                     let edge = 1u64 << p;
-                    while i < c.hist.len() && crate::metrics::bucket_upper_us(i) < edge {
+                    while i < c.hist.len() && stats::bucket_upper_us(i) < edge {
                         cum += c.hist[i];
                         i += 1;
                     }
@@ -642,68 +643,36 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
             ));
         }
     }
-    // The fields monitoring tools (redis_exporter, ...) read, from the proxy's own counters.
-    if wants("clients") {
-        let t = ctx.registry.listener_totals(&listener.name);
-        s.push_str(&format!("# Clients\r\nconnected_clients:{}\r\n", t.active));
-    }
-    if wants("stats") {
-        let t = ctx.registry.listener_totals(&listener.name);
-        s.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n",
-            t.connections, t.commands
-        ));
+    // The fields monitoring tools (redis_exporter, ...) read, from the proxy's own counters:
+    // the listener's here, the whole process's in `# Proxy`; both written from the table of
+    // metric families, so INFO and /metrics name one quantity from one definition.
+    for (section, title) in [("clients", "# Clients\r\n"), ("stats", "# Stats\r\n")] {
+        if wants(section) {
+            let p = stats::Process {
+                totals: ctx.registry.listener_totals(&listener.name),
+                ..Default::default()
+            };
+            s.push_str(title);
+            stats::write_info(&mut s, section, &p);
+        }
     }
     if wants("replication") {
         s.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
     }
     if wants("proxy") {
-        let t = ctx.registry.totals();
         s.push_str("# Proxy\r\nproxy:respway\r\n");
         s.push_str(&format!(
             "respway_version:{}\r\n",
             env!("CARGO_PKG_VERSION")
         ));
         s.push_str(&format!("listener:{}\r\n", listener.name));
-        s.push_str(&format!(
-            "config_version:{}\r\n",
-            ctx.slot.parts.load().config_version
-        ));
-        s.push_str(&format!("workers:{}\r\n", ctx.workers));
-        s.push_str(&format!("connected_clients:{}\r\n", t.active));
-        s.push_str(&format!("total_connections_received:{}\r\n", t.connections));
-        s.push_str(&format!("total_commands_processed:{}\r\n", t.commands));
-        s.push_str(&format!("protocol_errors:{}\r\n", t.protocol_errors));
-        s.push_str(&format!("unsupported_commands:{}\r\n", t.unsupported));
-        s.push_str(&format!("upstream_timeouts:{}\r\n", t.timeouts));
-        s.push_str(&format!(
-            "client_output_buffer_limit_disconnections:{}\r\n",
-            t.output_limit_closes
-        ));
-        s.push_str(&format!("auth_failures:{}\r\n", t.auth_failures));
-        s.push_str(&format!("auth_tarpitted:{}\r\n", t.auth_tarpitted));
-        s.push_str(&format!(
-            "tls_handshake_failures:{}\r\n",
-            t.tls_handshake_failures
-        ));
-        s.push_str(&format!(
-            "tls_plaintext_connections_refused:{}\r\n",
-            t.tls_plaintext_refused
-        ));
-        let u = ctx.registry.upstream_totals();
-        for (kind, n) in &u.errors {
-            s.push_str(&format!("upstream_errors_{}:{n}\r\n", kind.name()));
-        }
-        s.push_str(&format!("upstream_connects:{}\r\n", u.connects));
-        s.push_str(&format!(
-            "upstream_connect_failures:{}\r\n",
-            u.connect_failures
-        ));
-        s.push_str(&format!("upstream_stuck_connections:{}\r\n", u.stuck));
-        s.push_str(&format!(
-            "upstream_protocol_errors:{}\r\n",
-            u.protocol_errors
-        ));
+        let p = stats::Process {
+            workers: ctx.workers as u64,
+            config_version: ctx.slot.parts.load().config_version,
+            totals: ctx.registry.totals(),
+            upstream: ctx.registry.upstream_totals(),
+        };
+        stats::write_info(&mut s, "proxy", &p);
     }
     info_filters(&mut s, ctx, listener, &wants);
     // Not in the default sections (as in Redis): only when named, or with all / everything.

@@ -15,8 +15,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::listener::{bind_all, AcceptBackoff, ListenerCtx};
-use crate::metrics::AcceptSocket;
 use crate::stack::ListenerSlot;
+use crate::stats::AcceptSocket;
 use crate::stats::{ListenerStats, Registry};
 use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints, UpstreamStats};
 use crate::{conn, hotkeys, slowlog, stack, Shared, Snapshot};

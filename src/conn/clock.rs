@@ -5,7 +5,7 @@ use tokio::time::Instant;
 
 use super::{Live, BACKSTOP};
 use crate::listener::ListenerCtx;
-use crate::metrics;
+use crate::stats;
 use respway_filters::request::is_error;
 
 /// The clock of one turn of the session's reply loop: read at most once, for the latency of
@@ -14,7 +14,7 @@ use respway_filters::request::is_error;
 /// dropped, so that a pipeline of GETs costs one subtraction and one counter update per run.
 pub(super) struct TurnClock<'a> {
     now: Option<Instant>,
-    stats: &'a metrics::CommandStats,
+    stats: &'a stats::CommandStats,
     run: Run,
 }
 
@@ -28,7 +28,7 @@ pub(super) struct Run {
 }
 
 impl<'a> TurnClock<'a> {
-    pub(super) fn new(stats: &'a metrics::CommandStats) -> Self {
+    pub(super) fn new(stats: &'a stats::CommandStats) -> Self {
         // Any instant will do while the run is empty: one read once per process, not a clock
         // read per turn.
         static ANY: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();

@@ -43,7 +43,6 @@ use crate::listener::ListenerCtx;
 use crate::session::SessionState;
 
 use crate::local::{self, Local};
-use crate::metrics;
 use crate::outq::OutQueue;
 use crate::pubsub;
 use crate::slowlog::FirstArg;
@@ -372,7 +371,7 @@ impl Session {
             self.decode_all(live, ctx, max, limit);
             let n = self.pending.len() - before;
             if n > 0 {
-                crate::metrics::bump(&ctx.stats.pipeline[crate::stats::pipeline_bucket(n)], 1);
+                crate::stats::bump(&ctx.stats.pipeline[crate::stats::pipeline_bucket(n)], 1);
                 progress = true;
             }
         }
@@ -439,7 +438,7 @@ impl Session {
                 }
             }
             Ok(n) => {
-                crate::metrics::bump(&ctx.stats.bytes_in, n as u64);
+                crate::stats::bump(&ctx.stats.bytes_in, n as u64);
                 // A short read drained the socket: skip the read that would only
                 // return EAGAIN (see `upstream::clear_read_readiness`).
                 if n < spare {
@@ -561,7 +560,7 @@ impl Session {
                 Poll::Ready(Ok(())) => match stream.try_write(self.wbuf.front()) {
                     Ok(n) => {
                         self.wbuf.advance(n);
-                        crate::metrics::bump(&ctx.stats.bytes_out, n as u64);
+                        crate::stats::bump(&ctx.stats.bytes_out, n as u64);
                         took = true;
                         progress = true;
                     }
@@ -707,7 +706,7 @@ impl Session {
                     self.frame = frame;
                     let mut p = self.dispatch(cmd, args, live, ctx);
                     self.frame = None;
-                    let index = metrics::index_of(top);
+                    let index = crate::stats::index_of(top);
                     match &mut p {
                         Pending::Ready(r) => {
                             self.ready_bytes += r.len();

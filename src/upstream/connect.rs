@@ -54,7 +54,7 @@ impl Conn {
         lost: &mut Vec<ReplyTx>,
         rx: &mut queue::Receiver<UpstreamRequest>,
         stats: &EndpointStats,
-        latency: &crate::metrics::Latency,
+        latency: &crate::stats::Latency,
         dedicated: bool,
     ) -> Result<(), Fail> {
         match self {

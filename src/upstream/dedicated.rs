@@ -29,7 +29,7 @@ impl Dedicated {
     /// Queues `args` and returns the reply's future.
     pub(crate) fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
         let i = &self.handle.inner;
-        crate::metrics::bump(&i.requests, 1);
+        crate::stats::bump(&i.requests, 1);
         if self.tx.is_closed() {
             // The connection broke (it is never reopened under a transaction): a lost
             // connection, not an endpoint that left the configuration (`Closed`).

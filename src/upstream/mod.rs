@@ -170,7 +170,7 @@ struct EndpointInner {
     /// per-shard load.
     requests: AtomicU64,
     /// How long the endpoint took per request, write to reply (all its connections).
-    latency: Arc<crate::metrics::Latency>,
+    latency: Arc<crate::stats::Latency>,
 }
 
 #[derive(Debug, Default)]
@@ -277,7 +277,7 @@ impl EndpointHandle {
         let Some(conns) = self.shared(flavor) else {
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
-        crate::metrics::bump(&self.inner.requests, 1);
+        crate::stats::bump(&self.inner.requests, 1);
         send_on(
             &conns[conn % conns.len()],
             args,
@@ -328,7 +328,7 @@ impl EndpointHandle {
     }
 
     /// Adds this worker's upstream latency of the endpoint into `t`.
-    pub(crate) fn add_latency(&self, t: &mut crate::metrics::CmdTotals) {
+    pub(crate) fn add_latency(&self, t: &mut crate::stats::CmdTotals) {
         self.inner.latency.add_into(t);
     }
 

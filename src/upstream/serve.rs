@@ -11,7 +11,7 @@ pub(super) async fn serve<S: Io>(
     lost: &mut Vec<ReplyTx>,
     rx: &mut queue::Receiver<UpstreamRequest>,
     stats: &EndpointStats,
-    latency: &crate::metrics::Latency,
+    latency: &crate::stats::Latency,
     dedicated: bool,
 ) -> Result<(), Fail> {
     let mut live = LiveConn::new(stream, stats, latency, dedicated);
@@ -34,7 +34,7 @@ pub(super) async fn serve<S: Io>(
 struct LiveConn<'a, S> {
     stream: S,
     stats: &'a EndpointStats,
-    latency: &'a crate::metrics::Latency,
+    latency: &'a crate::stats::Latency,
     dedicated: bool,
     /// Written requests waiting for their replies, oldest first.
     inflight: VecDeque<Inflight>,
@@ -62,7 +62,7 @@ impl<'a, S: Io> LiveConn<'a, S> {
     fn new(
         stream: S,
         stats: &'a EndpointStats,
-        latency: &'a crate::metrics::Latency,
+        latency: &'a crate::stats::Latency,
         dedicated: bool,
     ) -> Self {
         let slow = (
@@ -304,7 +304,7 @@ pub(crate) const STRETCH: u32 = 8;
 /// `sent` and are read together, so they took the same time): one subtraction and one
 /// histogram update per run, the rest when dropped.
 pub(super) struct LatencyRun<'a> {
-    pub(super) latency: &'a crate::metrics::Latency,
+    pub(super) latency: &'a crate::stats::Latency,
     /// The run's send time and `now` less it.
     pub(super) sent: Instant,
     pub(super) now: Instant,
@@ -314,7 +314,7 @@ pub(super) struct LatencyRun<'a> {
 
 impl<'a> LatencyRun<'a> {
     /// For the replies of one read, which arrived `now`.
-    pub(super) fn new(latency: &'a crate::metrics::Latency, now: Instant) -> Self {
+    pub(super) fn new(latency: &'a crate::stats::Latency, now: Instant) -> Self {
         // A first reply sent `now` joins this empty run, and its 0 µs are right.
         LatencyRun {
             latency,
@@ -365,7 +365,7 @@ pub(super) fn read_replies(
     scanner: &mut ReplyScanner,
     inflight: &mut VecDeque<Inflight>,
     limits: &Limits,
-    latency: &crate::metrics::Latency,
+    latency: &crate::stats::Latency,
     (endpoint, note_min): (SocketAddr, u64),
 ) -> Result<Option<Instant>, Fail> {
     match scanner.bulk_end_hint() {

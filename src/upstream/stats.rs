@@ -80,13 +80,13 @@ impl EndpointStats {
 
     /// Counts a connection opened, for the endpoint and the worker.
     pub(super) fn count_connect(&self) {
-        crate::metrics::bump(&self.connects, 1);
+        crate::stats::bump(&self.connects, 1);
         self.worker.connects.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a failed connect attempt, for the endpoint and the worker.
     pub(super) fn count_connect_failure(&self) {
-        crate::metrics::bump(&self.connect_failures, 1);
+        crate::stats::bump(&self.connect_failures, 1);
         self.worker.connect_failures.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -108,7 +108,7 @@ impl EndpointStats {
 
     /// Counts one error of `kind`, for the endpoint and the worker.
     pub(crate) fn count(&self, kind: ErrorKind) {
-        crate::metrics::bump(&self.errors[kind as usize], 1);
+        crate::stats::bump(&self.errors[kind as usize], 1);
         self.worker.count(kind);
     }
 
@@ -154,7 +154,7 @@ impl EndpointStats {
     pub(super) fn failed(&self, label: &str, reason: &Arc<str>, backoff: Duration) {
         let was_healthy = self.healthy.swap(false, Ordering::Relaxed);
         if was_healthy {
-            crate::metrics::bump(&self.ejections, 1);
+            crate::stats::bump(&self.ejections, 1);
             tracing::warn!(endpoint = %label, error = %reason, ?backoff, "upstream unavailable");
         } else {
             tracing::debug!(endpoint = %label, error = %reason, ?backoff, "upstream still unavailable");

@@ -47,7 +47,7 @@ pub(super) async fn run_connection(
     dedicated: Option<OpenGuard>,
     rx: queue::Receiver<UpstreamRequest>,
     stats: Arc<EndpointStats>,
-    latency: Arc<crate::metrics::Latency>,
+    latency: Arc<crate::stats::Latency>,
 ) {
     let mut task = Task {
         cfg,
@@ -85,7 +85,7 @@ struct Task {
     flavor: Flavor,
     rx: queue::Receiver<UpstreamRequest>,
     stats: Arc<EndpointStats>,
-    latency: Arc<crate::metrics::Latency>,
+    latency: Arc<crate::stats::Latency>,
     /// Requests for the next connection before anything queued: the first one, or those a
     /// failed connection had taken from the queue but not written.
     carry: Vec<UpstreamRequest>,

@@ -19,13 +19,8 @@ use std::sync::OnceLock;
 
 use respway_filters::command::{self, CommandClass, CommandInfo};
 
-/// Adds `n` to a counter that only one thread writes (a worker's own): a plain load and
-/// store, not a locked read-modify-write, since no other writer can interleave; readers on
-/// other threads see the value a little late, never a torn or lost one.
-#[inline]
-pub(crate) fn bump(a: &AtomicU64, n: u64) {
-    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
+use super::bump;
+
 /// Buckets per histogram.
 pub(crate) const BUCKETS: usize = 100;
 
@@ -51,7 +46,7 @@ pub(crate) fn bucket_upper_us(i: usize) -> u64 {
 }
 
 /// The families of commands, as `/metrics` labels them (see [`family`]).
-pub(crate) const FAMILIES: [&str; 5] = ["read", "write", "blocking", "connection", "other"];
+pub(crate) const COMMAND_FAMILIES: [&str; 5] = ["read", "write", "blocking", "connection", "other"];
 
 /// The family of a top-level command (`None`: a name the table does not know): `blocking`
 /// (BLPOP, XREAD, WAIT...: their time is what the client asked to wait), `connection` (what
@@ -269,52 +264,6 @@ impl CommandStats {
     }
 }
 
-/// Which sockets an `accept` failed on (for [`accept_failed`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AcceptSocket {
-    /// The RESP listeners (every worker's).
-    Listeners = 0,
-    /// The admin endpoint.
-    Admin = 1,
-}
-
-/// Reasons an `accept` failed, as exported (`reason` label).
-pub(crate) const ACCEPT_REASONS: [&str; 3] = ["emfile", "enfile", "other"];
-
-/// Failed `accept`s since start, by socket and reason: process-wide, as the file descriptors
-/// that run out are. Written only when an accept fails, never per request.
-static ACCEPT_ERRORS: [[AtomicU64; 3]; 2] = [
-    [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
-    [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
-];
-
-/// The `reason` of an accept error: `emfile` (the process is out of descriptors), `enfile`
-/// (the system is), else `other`.
-pub(crate) fn accept_reason(e: &std::io::Error) -> &'static str {
-    match e.raw_os_error() {
-        Some(libc::EMFILE) => ACCEPT_REASONS[0],
-        Some(libc::ENFILE) => ACCEPT_REASONS[1],
-        _ => ACCEPT_REASONS[2],
-    }
-}
-
-/// Counts a failed `accept` on `socket`.
-pub(crate) fn accept_failed(socket: AcceptSocket, e: &std::io::Error) {
-    let reason = accept_reason(e);
-    let i = ACCEPT_REASONS
-        .iter()
-        .position(|r| *r == reason)
-        .unwrap_or(2);
-    ACCEPT_ERRORS[socket as usize][i].fetch_add(1, Ordering::Relaxed);
-}
-
-/// Failed `accept`s on `socket` with `ACCEPT_REASONS[i]`, since start.
-pub(crate) fn accept_errors(socket: AcceptSocket, i: usize) -> u64 {
-    ACCEPT_ERRORS[socket as usize]
-        .get(i)
-        .map_or(0, |c| c.load(Ordering::Relaxed))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,7 +325,7 @@ mod tests {
             ("info", "other"),
         ] {
             assert_eq!(of(name), want, "{name}");
-            assert!(FAMILIES.contains(&want));
+            assert!(COMMAND_FAMILIES.contains(&want));
         }
         assert_eq!(family(None), "other");
     }

@@ -1,80 +1,16 @@
-//! Counters. Each worker has its own set (no cache line shared by all connections); a
-//! scrape sums them.
+//! The registry of every worker's counters, summed when someone reads them (a scrape, `INFO`,
+//! `/stats`): the lock is taken when a worker registers and when a reader sums, never per
+//! request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use respway_filters::hot_key::{HotKeyRuleStats, HotKeyStats};
 use respway_filters::mirror::{MirrorCounts, MirrorStats};
 
-use crate::metrics::bump;
+use super::{CmdTotals, CommandStats, ListenerStats, PIPELINE_BUCKETS};
 use crate::upstream::{ErrorKind, UpstreamStats};
-
-/// A monotonically increasing counter, written by one worker.
-#[derive(Debug, Default)]
-pub(crate) struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds one (see [`bump`]).
-    pub(crate) fn inc(&self) {
-        bump(&self.0, 1);
-    }
-    /// Current value.
-    pub(crate) fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// Buckets of the pipeline-depth histogram: up to 1, 2, 4, … 1024 commands per read, more.
-pub(crate) const PIPELINE_BUCKETS: usize = 12;
-
-/// The pipeline-depth bucket of a read that held `n` (> 0) commands.
-#[inline]
-pub(crate) fn pipeline_bucket(n: usize) -> usize {
-    ((usize::BITS - (n - 1).leading_zeros()) as usize).min(PIPELINE_BUCKETS - 1)
-}
-
-/// One worker's counters for one listener.
-#[derive(Debug, Default)]
-pub(crate) struct ListenerStats {
-    /// Commands decoded.
-    pub(crate) commands: Counter,
-    /// Bytes read from clients.
-    pub(crate) bytes_in: AtomicU64,
-    /// Bytes written to clients.
-    pub(crate) bytes_out: AtomicU64,
-    /// Client connections accepted.
-    pub(crate) connections: Counter,
-    /// Client connections currently open (incremented and decremented by the same worker).
-    pub(crate) active: AtomicU64,
-    /// Streams closed for a protocol error.
-    pub(crate) protocol_errors: Counter,
-    /// Commands refused as unsupported.
-    pub(crate) unsupported: Counter,
-    /// Requests answered with an upstream timeout.
-    pub(crate) timeouts: Counter,
-    /// Client connections closed for holding too many reply bytes.
-    pub(crate) output_limit_closes: Counter,
-    /// Failed AUTH attempts.
-    pub(crate) auth_failures: Counter,
-    /// Failed AUTH attempts answered late (past the process's rate of failures).
-    pub(crate) auth_tarpitted: Counter,
-    /// TLS handshakes that failed or timed out (plaintext clients are counted apart).
-    pub(crate) tls_handshake_failures: Counter,
-    /// Connections to a TLS listener that did not start with a TLS record (plaintext
-    /// clients), closed.
-    pub(crate) tls_plaintext_refused: Counter,
-    /// Reads from clients by the commands they held: bucket `i` counts reads of up to `2^i`
-    /// commands (more than 2^(`PIPELINE_BUCKETS` − 2) in the last).
-    pub(crate) pipeline: [AtomicU64; PIPELINE_BUCKETS],
-    /// Per-command calls, errors and latency.
-    pub(crate) cmds: crate::metrics::CommandStats,
-    /// Hot-key detection.
-    pub(crate) hot: crate::hotkeys::Tracker,
-    /// Slow commands.
-    pub(crate) slow: crate::slowlog::SlowLog,
-}
 
 /// One worker's mirror and hot-key counters for one listener.
 pub(crate) type FilterStats = (Arc<MirrorStats>, Arc<HotKeyStats>);
@@ -121,7 +57,7 @@ pub(crate) struct EndpointView {
     /// Requests sent to it (since its pools were created).
     pub requests: u64,
     /// How long it took per request, write to reply.
-    pub latency: Option<crate::metrics::CmdTotals>,
+    pub latency: Option<CmdTotals>,
     /// Requests waiting in its connections' queues now.
     pub queued: usize,
     /// Connections open to it now (shared and dedicated).
@@ -213,9 +149,9 @@ impl Registry {
 
     /// Per-command counters summed over workers (and over listeners, or of one), in command
     /// table order; commands never seen are left out.
-    pub(crate) fn command_totals(&self, listener: Option<&str>) -> Vec<crate::metrics::CmdTotals> {
+    pub(crate) fn command_totals(&self, listener: Option<&str>) -> Vec<CmdTotals> {
         let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
-        let mut into = vec![None; crate::metrics::CommandStats::slots()];
+        let mut into = vec![None; CommandStats::slots()];
         for (name, s) in w.iter() {
             if listener.is_none_or(|l| l == name) {
                 s.cmds.add_into(&mut into);
@@ -455,9 +391,8 @@ impl Registry {
                             });
                         }
                         h.add_latency(
-                            v.latency.get_or_insert_with(|| {
-                                crate::metrics::CmdTotals::empty("upstream")
-                            }),
+                            v.latency
+                                .get_or_insert_with(|| CmdTotals::empty("upstream")),
                         );
                     }
                 }

@@ -1,0 +1,580 @@
+//! The one table of metric families: each family's name, kind, help, label names, how its
+//! series are read, and the `INFO` field that shows the same quantity, if any. `/metrics` is
+//! written from [`FAMILIES`] (`admin::exposition`), and so are `INFO`'s counters (`# Proxy`
+//! for the process, `# Clients` and `# Stats` for the listener asked: `info`), so
+//! that a quantity is defined once and its names cannot drift apart. The table is read only
+//! when someone scrapes or asks `INFO`, never on the request path.
+
+use super::scrape::{self, Process, Scrape, Sink, Value};
+use super::{EndpointView, Totals};
+
+/// A family's Prometheus type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    /// As `# TYPE` writes it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// How a family's series are read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Read {
+    /// One series per listener (label `listener`), from its counters summed over workers.
+    Listener(fn(&Totals) -> u64),
+    /// One unlabelled series for the whole process.
+    Process(fn(&Process) -> u64),
+    /// One series per endpoint (labels `cluster`, `shard`, `endpoint`); none for an
+    /// endpoint that yields no value.
+    Endpoint(fn(&EndpointView) -> Option<Value<'_>>),
+    /// Any other shape: the reader puts its series; `false` leaves the family out (a process
+    /// that does not count configuration changes, /proc that cannot be read).
+    Series(fn(&Scrape, &mut Sink<'_>) -> bool),
+}
+
+/// How an `INFO` field reads its value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum InfoRead {
+    /// With the family's own reader (a `Read::Listener` one: over the listeners' totals; a
+    /// `Read::Process` one: as is): one definition for both.
+    Same,
+    /// A process-wide value the family shows in another form: the pipeline-depth histogram's
+    /// sum (commands decoded), or the process total of a counter the family keeps per
+    /// endpoint (`INFO`'s counts since start, the family's since the endpoint's pools were
+    /// created).
+    Process(fn(&Process) -> u64),
+    /// One field per kind, named the field followed by the kind.
+    PerKind(fn(&Process, &mut FieldSink<'_>)),
+}
+
+/// Where a per-kind `INFO` reader puts each kind's name and value.
+pub(crate) type FieldSink<'a> = dyn FnMut(&str, u64) + 'a;
+
+/// Where `INFO` shows a family's quantity.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Info {
+    /// The field's name in `# Proxy` (over every listener and worker).
+    pub(crate) field: &'static str,
+    /// Redis's own section (`clients`, `stats`) that shows the field too, for the listener
+    /// asked (read with that listener's totals), as monitoring tools expect.
+    pub(crate) section: Option<&'static str>,
+    /// How it is read.
+    pub(crate) read: InfoRead,
+}
+
+/// One metric family.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MetricFamily {
+    /// Its name (`respway_*`, or `process_*` for the standard process metrics).
+    pub(crate) name: &'static str,
+    /// Its type.
+    pub(crate) kind: Kind,
+    /// Its `# HELP` text.
+    pub(crate) help: &'static str,
+    /// The label names its series may carry (besides `le`), in the order they are written.
+    pub(crate) labels: &'static [&'static str],
+    /// How its series are read.
+    pub(crate) read: Read,
+    /// The `INFO` field showing the same quantity.
+    pub(crate) info: Option<Info>,
+}
+
+const LISTENER: &[&str] = &["listener"];
+/// The labels of a per-endpoint family, in order.
+pub(crate) const ENDPOINT_LABELS: &[&str] = &["cluster", "shard", "endpoint"];
+const COMMAND: &[&str] = &["listener", "command", "family"];
+
+/// A per-listener counter family.
+const fn listener(
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    get: fn(&Totals) -> u64,
+    info: Option<Info>,
+) -> MetricFamily {
+    MetricFamily {
+        name,
+        kind,
+        help,
+        labels: LISTENER,
+        read: Read::Listener(get),
+        info,
+    }
+}
+
+/// A per-endpoint family.
+const fn endpoint(
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    get: fn(&EndpointView) -> Option<Value<'_>>,
+    info: Option<Info>,
+) -> MetricFamily {
+    MetricFamily {
+        name,
+        kind,
+        help,
+        labels: ENDPOINT_LABELS,
+        read: Read::Endpoint(get),
+        info,
+    }
+}
+
+/// A family read by `read`.
+const fn series(
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    labels: &'static [&'static str],
+    read: fn(&Scrape, &mut Sink<'_>) -> bool,
+) -> MetricFamily {
+    MetricFamily {
+        name,
+        kind,
+        help,
+        labels,
+        read: Read::Series(read),
+        info: None,
+    }
+}
+
+/// A process-wide family.
+const fn process(
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    get: fn(&Process) -> u64,
+    field: &'static str,
+) -> MetricFamily {
+    MetricFamily {
+        name,
+        kind,
+        help,
+        labels: &[],
+        read: Read::Process(get),
+        info: Some(proxy(field, InfoRead::Same)),
+    }
+}
+
+/// An `INFO proxy` field.
+const fn proxy(field: &'static str, read: InfoRead) -> Info {
+    Info {
+        field,
+        section: None,
+        read,
+    }
+}
+
+/// An `INFO proxy` field read with the family's own reader.
+const fn same(field: &'static str) -> Option<Info> {
+    Some(proxy(field, InfoRead::Same))
+}
+
+/// The standard process metrics, read from /proc at each scrape (Linux).
+const fn os(
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    read: fn(&Scrape, &mut Sink<'_>) -> bool,
+) -> MetricFamily {
+    series(name, kind, help, &[], read)
+}
+
+use Kind::{Counter, Gauge, Histogram};
+
+/// Every metric family, in the order `/metrics` writes them (and `INFO proxy` its fields).
+pub(crate) static FAMILIES: &[MetricFamily] = &[
+    series(
+        "respway_build_info",
+        Gauge,
+        "The running build: its version and the git commit it was built from (as respway --version says).",
+        &["version", "commit"],
+        scrape::build_info,
+    ),
+    process(
+        "respway_config_version",
+        Gauge,
+        "Version of the configuration being served (1 = the first applied).",
+        |p| p.config_version,
+        "config_version",
+    ),
+    process("respway_workers", Gauge, "Worker threads.", |p| p.workers, "workers"),
+    os(
+        "process_cpu_seconds_total",
+        Counter,
+        "Total user and system CPU time spent in seconds.",
+        scrape::cpu_seconds,
+    ),
+    os(
+        "process_resident_memory_bytes",
+        Gauge,
+        "Resident memory size in bytes.",
+        scrape::resident_bytes,
+    ),
+    os(
+        "process_virtual_memory_bytes",
+        Gauge,
+        "Virtual memory size in bytes.",
+        scrape::virtual_bytes,
+    ),
+    os(
+        "process_open_fds",
+        Gauge,
+        "Number of open file descriptors.",
+        scrape::open_fds,
+    ),
+    os(
+        "process_max_fds",
+        Gauge,
+        "Maximum number of open file descriptors (the soft RLIMIT_NOFILE).",
+        scrape::max_fds,
+    ),
+    os(
+        "process_start_time_seconds",
+        Gauge,
+        "Start time of the process since unix epoch in seconds.",
+        scrape::start_time,
+    ),
+    series(
+        "respway_tls_certificate_expiry_timestamp_seconds",
+        Gauge,
+        "notAfter (Unix time) of each certificate file in use by a listener or cluster, by the setting naming it (cert, ca, client_ca); for a file of several certificates, the earliest.",
+        &["listener", "cluster", "certificate"],
+        scrape::certificate_expiry,
+    ),
+    series(
+        "respway_accept_errors_total",
+        Counter,
+        "Failed accepts since start, process-wide, by socket (listeners: the RESP listeners; admin) and reason (emfile: out of file descriptors; enfile: the system is; other).",
+        &["socket", "reason"],
+        scrape::accept_failures,
+    ),
+    listener(
+        "respway_downstream_connections_active",
+        Gauge,
+        "Client connections open.",
+        |t| t.active,
+        Some(Info {
+            field: "connected_clients",
+            section: Some("clients"),
+            read: InfoRead::Same,
+        }),
+    ),
+    listener(
+        "respway_downstream_connections_total",
+        Counter,
+        "Client connections accepted.",
+        |t| t.connections,
+        Some(Info {
+            field: "total_connections_received",
+            section: Some("stats"),
+            read: InfoRead::Same,
+        }),
+    ),
+    listener(
+        "respway_downstream_received_bytes_total",
+        Counter,
+        "Bytes read from clients.",
+        |t| t.bytes_in,
+        None,
+    ),
+    listener(
+        "respway_downstream_sent_bytes_total",
+        Counter,
+        "Bytes written to clients.",
+        |t| t.bytes_out,
+        None,
+    ),
+    listener(
+        "respway_protocol_errors_total",
+        Counter,
+        "Client streams closed for a RESP protocol error.",
+        |t| t.protocol_errors,
+        same("protocol_errors"),
+    ),
+    listener(
+        "respway_unsupported_commands_total",
+        Counter,
+        "Commands refused as not supported.",
+        |t| t.unsupported,
+        same("unsupported_commands"),
+    ),
+    listener(
+        "respway_session_timeouts_total",
+        Counter,
+        "Commands the session answered with a timeout itself.",
+        |t| t.timeouts,
+        same("upstream_timeouts"),
+    ),
+    listener(
+        "respway_client_output_buffer_limit_disconnections_total",
+        Counter,
+        "Clients disconnected for holding too many reply bytes.",
+        |t| t.output_limit_closes,
+        same("client_output_buffer_limit_disconnections"),
+    ),
+    listener(
+        "respway_auth_failures_total",
+        Counter,
+        "Failed AUTH attempts.",
+        |t| t.auth_failures,
+        same("auth_failures"),
+    ),
+    listener(
+        "respway_auth_tarpitted_total",
+        Counter,
+        "Failed AUTH attempts answered late, past the process's rate of failures.",
+        |t| t.auth_tarpitted,
+        same("auth_tarpitted"),
+    ),
+    listener(
+        "respway_tls_handshake_failures_total",
+        Counter,
+        "TLS handshakes with clients that failed or timed out.",
+        |t| t.tls_handshake_failures,
+        same("tls_handshake_failures"),
+    ),
+    listener(
+        "respway_tls_plaintext_refused_total",
+        Counter,
+        "Plaintext clients on a TLS listener, closed.",
+        |t| t.tls_plaintext_refused,
+        same("tls_plaintext_connections_refused"),
+    ),
+    MetricFamily {
+        info: Some(Info {
+            field: "total_commands_processed",
+            section: Some("stats"),
+            read: InfoRead::Process(|p| p.totals.commands),
+        }),
+        ..series(
+            "respway_downstream_pipeline_depth",
+            Histogram,
+            "Reads from clients by the commands each held (pipeline depth).",
+            LISTENER,
+            scrape::pipeline_depth,
+        )
+    },
+    series(
+        "respway_commands_total",
+        Counter,
+        "Commands answered, by top-level command (unknown names as `other`) and its family (read, write, blocking, connection, other).",
+        COMMAND,
+        scrape::command_calls,
+    ),
+    series(
+        "respway_command_errors_total",
+        Counter,
+        "Commands answered with an error reply (family connection: HELLO, AUTH, CLIENT, SELECT... which clients may send on connect and see refused).",
+        COMMAND,
+        scrape::command_errors,
+    ),
+    series(
+        "respway_command_seconds_total",
+        Counter,
+        "Time from dispatch to reply ready, summed over the commands answered (divided by respway_commands_total: the command's mean latency).",
+        COMMAND,
+        scrape::command_seconds,
+    ),
+    series(
+        "respway_command_duration_seconds",
+        Histogram,
+        "Time from dispatch to reply ready (respway plus upstream), by listener and command family (read, write, blocking, connection, other).",
+        &["listener", "family"],
+        scrape::command_duration,
+    ),
+    series(
+        "respway_config_changes_total",
+        Counter,
+        "Configuration changes by source (xds, file) and outcome (applied = ACK, refused = NACK: the last good configuration stays).",
+        &["source", "outcome"],
+        scrape::config_changes,
+    ),
+    series(
+        "respway_config_last_change_timestamp_seconds",
+        Gauge,
+        "Unix time of the last applied and of the last refused configuration change, by source.",
+        &["source", "outcome"],
+        scrape::config_last_change,
+    ),
+    series(
+        "respway_mirror_copies_total",
+        Counter,
+        "Mirrored copies per receiving cluster: queued (mirrored), dropped (queue full), failed upstream; over configuration pushes.",
+        &["listener", "cluster", "outcome"],
+        scrape::mirror_copies,
+    ),
+    series(
+        "respway_hot_key_rule_writes_total",
+        Counter,
+        "Writes under a hot-key rule fanned out to every shard (outcome: all, or partial_failure when a shard failed).",
+        &["listener", "cluster", "prefix", "outcome"],
+        scrape::hot_key_rule_writes,
+    ),
+    series(
+        "respway_hot_key_requests",
+        Gauge,
+        "Estimated requests of the hottest keys per cluster over the last one to two minutes (hot-key detection).",
+        &["cluster", "key"],
+        scrape::hot_key_requests,
+    ),
+    endpoint(
+        "respway_upstream_requests_total",
+        Counter,
+        "Requests sent to each endpoint (per-shard load; counted from when its pools were created).",
+        |v| Some(Value::Int(v.requests)),
+        None,
+    ),
+    endpoint(
+        "respway_upstream_queued_requests",
+        Gauge,
+        "Requests waiting now in the queues of each endpoint's shared connections (not yet written).",
+        |v| Some(Value::Int(v.queued as u64)),
+        None,
+    ),
+    endpoint(
+        "respway_upstream_inflight_requests",
+        Gauge,
+        "Requests sent on each endpoint's connections (shared and dedicated) and not yet answered, now: the queue in the shard and on the wire (respway_upstream_queued_requests: not yet sent).",
+        |v| Some(Value::Int(v.inflight)),
+        None,
+    ),
+    endpoint(
+        "respway_upstream_connections",
+        Gauge,
+        "Connections open now to each endpoint (shared and dedicated, every worker).",
+        |v| Some(Value::Int(v.connections)),
+        None,
+    ),
+    endpoint(
+        "respway_upstream_connects_total",
+        Counter,
+        "Connections opened to each endpoint (first connects and reconnects; counted from when its pools were created).",
+        |v| Some(Value::Int(v.connects)),
+        Some(proxy(
+            "upstream_connects",
+            InfoRead::Process(|p| p.upstream.connects),
+        )),
+    ),
+    endpoint(
+        "respway_upstream_connect_failures_total",
+        Counter,
+        "Failed connect attempts to each endpoint (counted from when its pools were created).",
+        |v| Some(Value::Int(v.connect_failures)),
+        Some(proxy(
+            "upstream_connect_failures",
+            InfoRead::Process(|p| p.upstream.connect_failures),
+        )),
+    ),
+    endpoint(
+        "respway_upstream_duration_seconds",
+        Histogram,
+        "Time each endpoint took per request, from the write of its batch to its reply (compare with respway_command_duration_seconds: the difference is time in respway).",
+        |v| v.latency.as_ref().map(Value::Latency),
+        None,
+    ),
+    MetricFamily {
+        info: Some(proxy(
+            "upstream_errors_",
+            InfoRead::PerKind(scrape::upstream_errors_by_kind),
+        )),
+        ..series(
+            "respway_upstream_errors_total",
+            Counter,
+            "Requests to each endpoint that failed in respway, by kind (counted from when its pools were created).",
+            &["cluster", "shard", "endpoint", "kind"],
+            scrape::upstream_errors,
+        )
+    },
+    endpoint(
+        "respway_upstream_healthy",
+        Gauge,
+        "Share of workers that have the endpoint in (1: every worker can reach it; 0: every worker has it out after a failed connect).",
+        |v| {
+            Some(Value::Float(if v.workers == 0 {
+                1.0
+            } else {
+                v.healthy_workers as f64 / v.workers as f64
+            }))
+        },
+        None,
+    ),
+    endpoint(
+        "respway_upstream_ejections_total",
+        Counter,
+        "Times a worker took the endpoint out (a failed connect, or a connection lost right after it opened).",
+        |v| Some(Value::Int(v.ejections)),
+        None,
+    ),
+    process(
+        "respway_upstream_stuck_connections_total",
+        Counter,
+        "Upstream connections replaced because requests on them stopped being answered.",
+        |p| p.upstream.stuck,
+        "upstream_stuck_connections",
+    ),
+    process(
+        "respway_upstream_protocol_errors_total",
+        Counter,
+        "Upstream connections closed because the peer broke the protocol.",
+        |p| p.upstream.protocol_errors,
+        "upstream_protocol_errors",
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::info::family_docs;
+
+    /// Names are unique, each is a Prometheus metric name of its kind's shape, and an `INFO`
+    /// field read with the family's own reader has a reader `INFO` can sum.
+    #[test]
+    fn the_table_is_well_formed() {
+        let mut names = std::collections::HashSet::new();
+        let mut fields = std::collections::HashSet::new();
+        for f in FAMILIES {
+            assert!(names.insert(f.name), "{} twice", f.name);
+            assert!(
+                f.name.starts_with("respway_") || f.name.starts_with("process_"),
+                "{}",
+                f.name
+            );
+            assert_eq!(
+                f.kind == Kind::Counter,
+                f.name.ends_with("_total"),
+                "{}: a counter's name ends in _total, and only a counter's",
+                f.name
+            );
+            assert!(!f.help.is_empty() && !f.help.contains('\n'), "{}", f.name);
+            if let Some(i) = &f.info {
+                if matches!(i.read, InfoRead::Same) {
+                    assert!(
+                        matches!(f.read, Read::Listener(_) | Read::Process(_)),
+                        "{}: INFO reads it with a reader it cannot sum",
+                        f.name
+                    );
+                }
+                if i.section.is_some() {
+                    assert!(matches!(f.labels, ["listener"]), "{}", f.name);
+                }
+            }
+        }
+        for d in family_docs() {
+            for field in d.info_fields {
+                assert!(fields.insert(field.clone()), "INFO field {field} twice");
+            }
+        }
+        assert!(fields.contains("upstream_errors_timeout"), "{fields:?}");
+    }
+}

@@ -1,0 +1,172 @@
+//! The table of metric families (`respway::admin::family_docs`) against what a running
+//! respway shows and what the README says: every family is in `/metrics` with its type and
+//! only its labels, every `INFO` field the table declares is in `INFO`, and the README's
+//! metrics table names exactly the table's families.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use support::*;
+
+/// The respway binary with an admin endpoint (so that it counts configuration changes, as a
+/// deployed one does) in front of one redis-server, after a little traffic; (respway, admin).
+fn running() -> (Proc, Proc, std::net::SocketAddr) {
+    let shard = redis();
+    let admin = loopback(free_port());
+    let rw = respway_process(
+        &sharded_yaml(&[shard.addr], "{ policy: maglev }", true),
+        &["--admin", &admin.to_string()],
+    );
+    wait_port(admin, "admin");
+    let mut c = RespConn::connect(rw.addr);
+    for i in 0..20 {
+        let k = format!("k{i}");
+        assert_eq!(c.call(&["SET", &k, "v"]), Resp::Simple("OK".into()));
+        assert_eq!(c.call(&["GET", &k]), Resp::bulk("v"));
+    }
+    (shard, rw, admin)
+}
+
+/// Every family of the table is in `/metrics` under its name and type, and each of its
+/// samples carries only the labels the table gives it.
+#[test]
+fn every_family_of_the_table_is_in_metrics() {
+    let (_shard, _rw, admin) = running();
+    let (status, body) = http_get(admin, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("valid Prometheus text");
+    let families = respway::admin::family_docs();
+    assert!(families.len() > 40, "{} families", families.len());
+    for f in &families {
+        let ty = format!("# TYPE {} {}\n", f.name, f.kind);
+        assert!(body.contains(&ty), "no {ty:?} in /metrics:\n{body}");
+    }
+    for s in &scrape.samples {
+        let f = families
+            .iter()
+            .find(|f| {
+                s.metric == f.name
+                    || (f.kind == "histogram"
+                        && ["_bucket", "_sum", "_count"]
+                            .iter()
+                            .any(|x| s.metric == format!("{}{x}", f.name)))
+            })
+            .unwrap_or_else(|| panic!("{} is in no family of the table", s.metric));
+        for (k, _) in s.labels.iter() {
+            assert!(
+                f.labels.contains(&k.as_str()),
+                "{}: label {k} is not among the table's {:?}",
+                s.metric,
+                f.labels
+            );
+        }
+    }
+}
+
+/// The lines of `section` (`# Proxy`, ...) of an INFO reply, as field names.
+fn fields(info: &str, section: &str) -> BTreeSet<String> {
+    info.split("# ")
+        .find(|s| s.starts_with(section))
+        .unwrap_or_else(|| panic!("no # {section} in {info}"))
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':').map(|(k, _)| k.to_string()))
+        .collect()
+}
+
+/// Every `INFO` field the table declares is in `INFO`'s `# Proxy`, and in the Redis section
+/// (`# Clients`, `# Stats`) it says shows it too.
+#[test]
+fn every_info_field_of_the_table_is_in_info() {
+    let (_shard, rw, _admin) = running();
+    let info = RespConn::connect(rw.addr).call(&["INFO"]).text();
+    let proxy = fields(&info, "Proxy");
+    let mut declared = 0;
+    for f in respway::admin::family_docs() {
+        for field in &f.info_fields {
+            declared += 1;
+            assert!(
+                proxy.contains(field),
+                "{field} ({}) not in INFO proxy:\n{info}",
+                f.name
+            );
+            if let Some(section) = f.info_section {
+                let title = format!("{}{}", section[..1].to_uppercase(), &section[1..]);
+                assert!(
+                    fields(&info, &title).contains(field),
+                    "{field} ({}) not in INFO {section}:\n{info}",
+                    f.name
+                );
+            }
+        }
+    }
+    assert!(declared >= 20, "{declared} INFO fields declared");
+}
+
+/// The rows of the README's metrics table (after "Metrics (`respway_*`"): the backticked
+/// names of the first column and of the last.
+fn readme_metric_rows() -> Vec<(Vec<String>, Vec<String>)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("Metrics (`respway_*`")
+        .expect("README has a metrics table");
+    let ticked = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    readme[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|row| {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            let names = ticked(cells[0]);
+            for n in &names {
+                assert!(
+                    n.starts_with("respway_") || n.starts_with("process_"),
+                    "README metrics table: `{n}` is not a full metric name (row {row})"
+                );
+            }
+            (names, ticked(cells.last().copied().unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// The README's metrics table names every family of the table, and nothing else; a row that
+/// names `INFO` fields names those of its families, in the same order.
+#[test]
+fn readme_names_exactly_the_tables_families() {
+    let docs = respway::admin::family_docs();
+    let rows = readme_metric_rows();
+    let readme: BTreeSet<String> = rows.iter().flat_map(|(n, _)| n.clone()).collect();
+    let table: BTreeSet<String> = docs.iter().map(|f| f.name.to_string()).collect();
+    let missing: Vec<_> = table.difference(&readme).collect();
+    let extra: Vec<_> = readme.difference(&table).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "README's metrics table lacks {missing:?} and names {extra:?}, which /metrics does not have"
+    );
+    let all_fields: BTreeSet<&String> = docs.iter().flat_map(|f| &f.info_fields).collect();
+    for (names, what) in &rows {
+        let said: Vec<&String> = what.iter().filter(|w| all_fields.contains(w)).collect();
+        if said.is_empty() {
+            continue;
+        }
+        let theirs: Vec<&String> = names
+            .iter()
+            .filter_map(|n| docs.iter().find(|f| f.name == n))
+            .flat_map(|f| &f.info_fields)
+            .collect();
+        assert_eq!(
+            said, theirs,
+            "README's row for {names:?} names other INFO fields"
+        );
+    }
+}
