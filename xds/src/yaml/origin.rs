@@ -229,4 +229,52 @@ mod tests {
         );
         assert!(under("a.b", "a") && under("a[0]", "a") && !under("ab", "a"));
     }
+
+    #[test]
+    fn field_names_in_reasons_are_named_as_the_yaml_does() {
+        let mut o = Origins::default();
+        o.enter("listener \"l\"", "listener \"l\"");
+        o.note("s.users[1].password_sha256", "users[1].password");
+        o.note("s.users[1].nopass", "users[1].nopass");
+        o.note("p.routes[0]", "routes.prefixes[0]");
+        o.note("p.routes[1].prefix", "routes.prefixes[1].prefix");
+        o.note("p.catch_all_route", "routes.catch_all");
+        let e = |f: &str, reason: &str| ConfigError::new("listener \"l\"", f, reason);
+        let got = o.rewrite(
+            Vec::new(),
+            vec![
+                e("s.users[1].nopass", "conflicts with password_sha256"),
+                e(
+                    "p.routes[1].prefix",
+                    "duplicate prefix \"a\" (also routes[0])",
+                ),
+                e(
+                    "p.routes[1].prefix",
+                    "only as the sole route (use catch_all_route).",
+                ),
+                e(
+                    "p.routes[1].prefix",
+                    "\"routes[0]\" is quoted, nopass is a word",
+                ),
+            ],
+        );
+        let shown: Vec<String> = got.iter().map(|e| e.reason.clone()).collect();
+        assert_eq!(
+            shown,
+            [
+                "conflicts with password",
+                "duplicate prefix \"a\" (also prefixes[0])",
+                "only as the sole route (use catch_all).",
+                "\"routes[0]\" is quoted, nopass is a word",
+            ]
+        );
+        assert_eq!(
+            relative("shards[0].endpoints[0]", "shards[1].endpoints[0].address"),
+            "shards[0].endpoints[0]"
+        );
+        assert_eq!(
+            relative("a.mirrors[0]", "a.mirrors[2].cluster"),
+            "mirrors[0]"
+        );
+    }
 }
