@@ -64,6 +64,8 @@ pub(crate) struct Fragment {
     pub(crate) targets: Option<Targets>,
     /// The file's listeners and clusters (`zone` is always `None`).
     pub(crate) config: Config,
+    /// The same, as the resources read from the file.
+    pub(crate) resources: Resources,
 }
 
 /// Reads a management-server resource file (see [`Fragment`]), reporting every error.
@@ -74,6 +76,7 @@ pub(crate) fn parse_fragment(text: &str) -> Result<Fragment, ConfigErrors> {
     Ok(Fragment {
         targets: read.targets,
         config,
+        resources: read.resources,
     })
 }
 
