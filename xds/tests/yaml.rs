@@ -580,7 +580,8 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"cluster "a": shards[1].endpoints[0].address: 127.0.0.1:7001 is already used by shards[0].endpoints[0]
+        r#"cluster "a": shards[1].name: duplicate shard name "x" (also shards[0])
+cluster "a": shards[1].endpoints[0].address: 127.0.0.1:7001 is already used by shards[0].endpoints[0]
 cluster "b": shards[1].endpoints[0]: hash key "same" of shard "shard-1" is also the hash key of shard "same"
 cluster "c": shards[2].slots[1]: invalid slot range "x" (expected "N" or "FIRST-LAST")
 cluster "d": shards[1].slots: required: the other shards list their slots, shard "shard-1" does not
@@ -603,7 +604,8 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"cluster "a": shards[1].endpoints[0].address: 127.0.0.1:7001 is already used by shards[0].endpoints[0]
+        r#"cluster "a": shards[1].name: duplicate shard name "x" (also shards[0])
+cluster "a": shards[1].endpoints[0].address: 127.0.0.1:7001 is already used by shards[0].endpoints[0]
 cluster "c": shards[1].slots[0]: slot 7 is already assigned to shard "shard-0"
 cluster "c": shards[2].slots[0]: slot range "10-20" is out of bounds (slots are 0-15)"#
     );
@@ -907,27 +909,19 @@ fn mirror_errors() {
         r#"listener "l": routes.catch_all_mirrors: requires catch_all
 listener "l": routes.prefixes[0].mirrors[0].cluster: "a" is the route's own cluster
 listener "l": routes.prefixes[0].mirrors[1].cluster: unknown cluster "nope"
-listener "l": routes.prefixes[0].mirrors[2].primary: only one mirror of a route may be primary (also mirrors[3])
-listener "l": routes.prefixes[0].mirrors[3]: another entry for routes[0] and cluster "b" (also mirrors[2])
 listener "l": routes.prefixes[0].mirrors[3].cluster: duplicate mirror cluster "b" (also mirrors[2])
-listener "l": routes.prefixes[0].mirrors[4].primary: only one mirror of a route may be primary (also mirrors[3])
-listener "l": routes.prefixes[1].mirrors[0].mode: only one MIRROR_MODE_READ_ONLY mirror per route (also mirrors[3])
-listener "l": routes.prefixes[1].mirrors[1].mode: only one MIRROR_MODE_READ_ONLY mirror per route (also mirrors[3])
+listener "l": routes.prefixes[0].mirrors[4].primary: only one mirror of a route may be primary (also mirrors[2])
+listener "l": routes.prefixes[1].mirrors[1].mode: only one MIRROR_MODE_READ_ONLY mirror per route (also mirrors[0])
 listener "l": routes.prefixes[1].mirrors[2].copies: unknown field (expected one of: cluster, mode, primary, include_reads, fraction)
 listener "l": routes.prefixes[1].mirrors[2].cluster: required
-listener "l": routes.prefixes[1].mirrors[2].mode: unknown mode "mirror" (expected one of: forward, dual_write, read_only)
 listener "l": routes.prefixes[1].mirrors[2].primary: unknown primary "both" (expected one of: route, mirror)
-listener "l": routes.prefixes[1].mirrors[2].fraction: must be between 0 and 100 (a percentage)
+listener "l": routes.prefixes[1].mirrors[2].mode: unknown mode "mirror" (expected one of: forward, dual_write, read_only)
 listener "l": routes.prefixes[1].mirrors[2].include_reads: expected true or false, got a number
-listener "l": routes.prefixes[1].mirrors[3].cluster: duplicate mirror cluster "b" (also mirrors[0])
+listener "l": routes.prefixes[1].mirrors[2].fraction: must be between 0 and 100 (a percentage)
 listener "l": routes.prefixes[1].mirrors[3].fraction: 12.34567 has more than 4 decimal places (the resolution is 0.0001%)
-listener "l": routes.prefixes[1].mirrors[4].cluster: duplicate mirror cluster "c" (also mirrors[1])
-listener "l": routes.prefixes[1].mirrors[4].mode: only one MIRROR_MODE_READ_ONLY mirror per route (also mirrors[3])
 listener "l": routes.prefixes[1].mirrors[4].fraction: expected a percentage (a number), got a string
 listener "l": routes.prefixes[1].mirrors[5]: expected a mapping, got a number
-listener "l": routes.prefixes[2].mirrors[0].primary: only used with mode dual_write
-listener "l": routes.prefixes[2].mirrors[1]: another entry for routes[2] and cluster "b" (also mirrors[0])
-listener "l": routes.prefixes[2].mirrors[1].cluster: duplicate mirror cluster "b" (also mirrors[0])"#
+listener "l": routes.prefixes[2].mirrors[0].primary: only used with mode dual_write"#
     );
     assert_eq!(
         errors(&with_routes(

@@ -599,18 +599,15 @@ fn mirrors(
     let list = m.seq(cx, key).unwrap_or_default();
     let at = m.at(key);
     let mut out = Vec::new();
+    // The cluster of each mirror written, and its position in the list.
+    let mut written: Vec<(String, usize)> = Vec::new();
     for (i, v) in list.iter().enumerate() {
         let path = index(&at, i);
-        let ma = format!("{route}.request_mirror_policy[{i}]");
-        o.note(&ma, &path);
-        o.note(format!("{ma}.cluster"), join(&path, "cluster"));
-        o.mark(join(&path, "mode"));
-        o.mark(join(&path, "primary"));
-        o.note(format!("{ma}.runtime_fraction"), join(&path, "fraction"));
-        o.note(
-            format!("{ma}.exclude_read_commands"),
-            join(&path, "include_reads"),
-        );
+        o.mark(&path);
+        for key in ["cluster", "primary", "mode", "include_reads", "fraction"] {
+            o.mark(join(&path, key));
+        }
+        let before = cx.count();
         let Some(p) = Map::new(cx, v, &path, MIRROR_KEYS) else {
             continue;
         };
@@ -655,6 +652,29 @@ fn mirrors(
         let fraction_ppm = p
             .fraction_ppm(cx, "fraction")
             .unwrap_or(common::FULL_FRACTION_PPM);
+        // A mirror that does not read is left out (its errors fail the file), so that it
+        // does not also show as a conflict with the others.
+        if cx.count() > before {
+            continue;
+        }
+        // A mirror's mode is written keyed by its route and cluster: a second mirror to the
+        // same cluster cannot be written apart.
+        if let Some((_, first)) = written.iter().find(|(c, _)| *c == cluster) {
+            cx.err(
+                p.at("cluster"),
+                format!("duplicate mirror cluster {cluster:?} (also {key}[{first}])"),
+            );
+            continue;
+        }
+        let ma = format!("{route}.request_mirror_policy[{}]", out.len());
+        o.note(&ma, &path);
+        o.note(format!("{ma}.cluster"), join(&path, "cluster"));
+        o.note(format!("{ma}.runtime_fraction"), join(&path, "fraction"));
+        o.note(
+            format!("{ma}.exclude_read_commands"),
+            join(&path, "include_reads"),
+        );
+        written.push((cluster.clone(), i));
         out.push(RequestMirrorPolicy {
             cluster: cluster.clone(),
             runtime_fraction: Some(RuntimeFractionalPercent {

@@ -67,9 +67,11 @@ pub(super) fn shards(
     let mut localities: Vec<LocalityLbEndpoints> = Vec::new();
     // (address, credentials, YAML path of the `auth`)
     let mut credentials: Vec<(SocketAddr, UpstreamAuth, String)> = Vec::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
     for (si, v) in list.iter().enumerate() {
         let sp = index("shards", si);
         o.mark(&sp);
+        o.mark(join(&sp, "name"));
         let Some(s) = Map::new(cx, v, &sp, SHARD_KEYS) else {
             continue;
         };
@@ -125,6 +127,14 @@ pub(super) fn shards(
         }
         raw.sort_by_key(|e| (e.role != Some(Role::Primary), e.address));
         let shard_name = name.clone().unwrap_or_else(|| format!("shard-{si}"));
+        // Endpoints are grouped into shards by name: two shards of one name cannot be
+        // written apart.
+        if let Some(first) = names.insert(shard_name.clone(), si) {
+            cx.err(
+                s.at("name"),
+                format!("duplicate shard name {shard_name:?} (also shards[{first}])"),
+            );
+        }
         let primary = raw
             .iter()
             .find(|e| e.role == Some(Role::Primary))
