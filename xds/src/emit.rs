@@ -1,9 +1,11 @@
-//! Model → Envoy v3 resources: what a YAML file (or a management server building its snapshot
-//! in code) sends through [`crate::translate`].
+//! Model → Envoy v3 resources: what the management server serves for a node, built from the
+//! models of its resource files once they are merged. Also the builders of single Envoy
+//! values (addresses, durations, data sources, metadata) the YAML reader writes with.
 //!
 //! Every setting is written out explicitly, so the resources do not depend on translation
 //! defaults; [`crate::translate`] of the result gives back the same model (with each shard's
-//! endpoints in canonical order: primary first, then replicas by address).
+//! endpoints in canonical order: primary first, then replicas by address). For a YAML file,
+//! these are the very resources the YAML reader writes (`tests/golden.rs` pins them).
 
 use std::collections::HashMap;
 
@@ -405,7 +407,7 @@ fn cluster_tls(t: &UpstreamTls) -> TransportSocket {
     }
 }
 
-fn file(path: &std::path::Path) -> DataSource {
+pub(crate) fn file(path: &std::path::Path) -> DataSource {
     DataSource {
         specifier: Some(data_source::Specifier::Filename(
             path.to_string_lossy().into_owned(),
@@ -445,7 +447,7 @@ fn mirror_mode(prefix: Option<&str>, m: &MirrorPolicy) -> rw::RouteMirrorMode {
 
 /// Parts per million as the most readable exact `FractionalPercent` (`12` of `HUNDRED` rather
 /// than `120000` of `MILLION`).
-fn fractional_percent(ppm: u32) -> FractionalPercent {
+pub(crate) fn fractional_percent(ppm: u32) -> FractionalPercent {
     let (numerator, denominator) = if ppm.is_multiple_of(10_000) {
         (ppm / 10_000, DenominatorType::Hundred)
     } else if ppm.is_multiple_of(100) {
@@ -537,7 +539,7 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
     }
 }
 
-fn key_hash_pb(k: KeyHash) -> rw::KeyHash {
+pub(crate) fn key_hash_pb(k: KeyHash) -> rw::KeyHash {
     match k {
         KeyHash::Fnv1a64 => rw::KeyHash::Fnv1a64,
         KeyHash::Fnv1a32 => rw::KeyHash::Fnv1a32,
@@ -551,7 +553,7 @@ fn key_hash_pb(k: KeyHash) -> rw::KeyHash {
     }
 }
 
-fn socket(addr: SocketAddr) -> Address {
+pub(crate) fn socket(addr: SocketAddr) -> Address {
     Address {
         address: Some(address::Address::SocketAddress(SocketAddress {
             address: addr.ip().to_string(),
@@ -561,25 +563,25 @@ fn socket(addr: SocketAddr) -> Address {
     }
 }
 
-fn duration(d: std::time::Duration) -> PbDuration {
+pub(crate) fn duration(d: std::time::Duration) -> PbDuration {
     PbDuration {
         seconds: d.as_secs().try_into().unwrap_or(i64::MAX),
         nanos: d.subsec_nanos() as i32,
     }
 }
 
-fn inline(s: &str) -> DataSource {
+pub(crate) fn inline(s: &str) -> DataSource {
     DataSource {
         specifier: Some(data_source::Specifier::InlineString(s.to_string())),
         ..Default::default()
     }
 }
 
-fn string(s: &str) -> Kind {
+pub(crate) fn string(s: &str) -> Kind {
     Kind::StringValue(s.to_string())
 }
 
-fn fields(kv: Vec<(&str, Kind)>) -> Struct {
+pub(crate) fn fields(kv: Vec<(&str, Kind)>) -> Struct {
     Struct {
         fields: kv
             .into_iter()
@@ -588,6 +590,6 @@ fn fields(kv: Vec<(&str, Kind)>) -> Struct {
     }
 }
 
-fn saturate(n: usize) -> u32 {
+pub(crate) fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }

@@ -10,10 +10,12 @@
 //! xDS (ADS) ─────────────┘
 //! ```
 //!
-//! - [`parse_yaml`] reads the schema described in `xds/SCHEMA.md` and writes it out as
-//!   [`Resources`]; [`translate`] validates resources into the model; [`load_file`] does both
-//!   for a file. Every error of a snapshot is reported at once, each naming the resource, the
-//!   field path and the reason ([`ConfigError`]).
+//! - [`parse_yaml`] reads the schema described in `xds/SCHEMA.md` straight into
+//!   [`Resources`], checking only the document's shape; [`translate`] validates resources
+//!   into the model, for a file as for the xDS stream (the one place a configuration's
+//!   meaning is checked); [`load_file`] does both for a file, with the translation's errors
+//!   named by the file's own key paths. Every error of a snapshot is reported at once, each
+//!   naming the resource, the field path and the reason ([`ConfigError`]).
 //! - [`config_dump`] writes a model back out in that schema, secrets redacted (the sidecar's
 //!   `GET /config_dump`): read again, it gives the same model (what a file cannot say is
 //!   listed in [`ConfigDump::notes`]).
@@ -34,9 +36,11 @@
 //! The modules, grouped by concern:
 //!
 //! From a source to the model (used by the sidecar and the server alike)
-//! - `yaml`: the static YAML schema, read and checked into the model (with errors in the
-//!   YAML's own key paths), which `emit` writes out as resources: together [`parse_yaml`];
-//! - `emit`: the model written out as Envoy resources ([`to_resources`]);
+//! - `yaml`: the static YAML schema, read straight into resources ([`parse_yaml`]): the
+//!   reader checks the document's shape and notes where each field came from, so that the
+//!   translation's errors name the YAML's key paths;
+//! - `emit`: a model written out as Envoy resources ([`to_resources`]), which the management
+//!   server serves from its merged resource files;
 //! - `translate`: Envoy resources validated into the model ([`translate`]);
 //! - `common`: defaults, names and checks both sources share, so a rule is written once;
 //! - `error`: configuration errors naming resource, field path and reason ([`ConfigErrors`]);
@@ -165,15 +169,17 @@ pub const ENDPOINT_TYPE_URL: &str =
 
 /// Reads a YAML configuration (schema in `xds/SCHEMA.md`) into Envoy v3 resources.
 ///
-/// Everything is checked here already, with errors in the YAML's own terms (resource and key
-/// path, e.g. `cluster "main": shards[1].endpoints[0].address: invalid socket address
-/// "127.0.0.1:99999"`), including unknown keys anywhere. [`translate`] of the result succeeds.
-/// The file's `node.zone` is returned in [`Resources::node_zone`].
+/// The reader checks the document's shape (unknown keys anywhere, wrong types, values that
+/// cannot be written as a resource field); the result is then checked by [`translate`], whose
+/// errors are shown in the YAML's own terms too (resource and key path, e.g.
+/// `cluster "main": shards[1].endpoints[0].address: 127.0.0.1:7001 is already used by
+/// shards[0].endpoints[0]`). [`translate`] of the result succeeds. The file's `node.zone` is
+/// returned in [`Resources::node_zone`].
 ///
 /// # Errors
 /// Every problem found in the document, in document order.
 pub fn parse_yaml(text: &str) -> Result<Resources, ConfigErrors> {
-    yaml::parse(text).map(|config| to_resources(&config))
+    yaml::load(text).map(|(resources, _)| resources)
 }
 
 /// Reads, parses and translates a YAML configuration file. The file's `node.zone` is the
@@ -208,9 +214,8 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
             format!("cannot read: {e}"),
         )])
     })?;
-    let resources = parse_yaml(&text).map_err(in_file)?;
     // The zone travels outside the Envoy resources (in `node_zone`), and translate keeps it.
-    translate(&resources).map_err(in_file)
+    yaml::load(&text).map(|(_, config)| config).map_err(in_file)
 }
 
 /// The configuration used when none is given: a listener `default` on 127.0.0.1:6380 whose

@@ -193,12 +193,11 @@ clusters:
         errors_yaml(yaml),
         r#"listener "main": tls.ciphers: unknown field (expected one of: cert, key, client_ca, require_client_cert)
 listener "main": tls.key: required
-listener "main": tls.require_client_cert: needs client_ca (the CA that signs the client certificates)
+cluster "c": tls.ca: required: respway verifies the shards' certificates and has no built-in CA roots (insecure_skip_verify: ACCEPT_UNTRUSTED accepts any certificate)
+cluster "c": tls.key: required: a filename
 cluster "c": tls.server_name: must not be empty (leave it out or use null)
-cluster "c": tls.ca: required: respway has no built-in CA roots (insecure_skip_verify: true accepts any certificate)
-cluster "c": tls.key: required with cert
-cluster "d": tls.insecure_skip_verify: contradicts ca (no certificate is verified with insecure_skip_verify)
-cluster "d": tls.cert: required with key"#
+cluster "d": tls.ca: contradicts insecure_skip_verify: ACCEPT_UNTRUSTED (no certificate is verified)
+cluster "d": tls.cert: required: a filename"#
     );
 }
 

@@ -468,7 +468,7 @@ listener "main": routes.catch_all: unknown cluster "mian"
 listener "main": routes.prefixes[0].cluster: unknown cluster "profile"
 cluster "main": hash.table_size: 65536 is not a prime number
 cluster "main": hashtag: must be exactly two ASCII characters such as "{}" (got "{")
-cluster "main": shards[0].endpoints: 2 primaries (endpoints[0], endpoints[1]): exactly one endpoint must have role primary
+cluster "main": shards[0].endpoints[1].role: shard "s0" already has a primary (endpoints[0]): exactly one endpoint must have role primary
 cluster "main": shards[1].endpoints[0].address: invalid socket address "127.0.0.1:99999""#
     );
 }
@@ -528,21 +528,19 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener "l": address: invalid socket address "localhost:6380": use an IP address, host names are not resolved
+        r#"listener "l": name: duplicate listener name (also listeners[0])
+listener "l": address: invalid socket address "localhost:6380": use an IP address, host names are not resolved
 listener "l": op_timeout: invalid duration "1.5s" (expected an integer and a unit: us, ms, s, m or h, e.g. "250ms")
 listener "l": max_pending_per_client: expected an unsigned integer, got a number
 listener "l": routes.case_insensitive: expected true or false, got a string
-listener "l": routes: at least one prefix or a catch_all is required
-listener "l": name: duplicate listener name (also listeners[0])
 cluster "c": hash.policy: unknown policy "jump" (expected one of: maglev, ring_hash, ketama, modula, crc32_slots, crc16_slots)
 cluster "c": connections_per_endpoint: must be greater than 0
 cluster "c": shards: must not be empty
 clusters[1]: name: required
 clusters[1]: hash.function: unknown function "md5" (expected one of: xx_hash, murmur_hash_2)
 clusters[1]: hash.minimum_ring_size: 2048 is larger than maximum_ring_size 1024
-clusters[1]: shards[0].weight: must be greater than 0
-clusters[1]: shards[0].slots: only the crc32_slots and crc16_slots policies use slots
 clusters[1]: shards[0].endpoints[0].role: unknown role "leader" (expected one of: primary, replica)
+clusters[1]: shards[0].weight: must be greater than 0
 clusters[1]: shards[0].endpoints[1].role: required when a shard has more than one endpoint"#
     );
 }
@@ -582,10 +580,11 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"cluster "a": shards[2].endpoints: no primary: exactly one endpoint must have role primary
-cluster "b": shards[1]: hash key "same" is also the hash key of shards[0]; set hash_key or name to tell them apart
+        r#"cluster "a": shards[1].name: duplicate shard name "x" (also shards[0])
+cluster "a": shards[1].endpoints[0].address: 127.0.0.1:7001 is already used by shards[0].endpoints[0]
+cluster "b": shards[1].endpoints[0]: hash key "same" of shard "shard-1" is also the hash key of shard "same"
 cluster "c": shards[2].slots[1]: invalid slot range "x" (expected "N" or "FIRST-LAST")
-cluster "d": shards[1].slots: required: the other shards list their slots
+cluster "d": shards[1].slots: required: the other shards list their slots, shard "shard-1" does not
 cluster "e": shards: slots 101-16383 are assigned to no shard"#
     );
     // Once each shard is well formed, the cluster-wide checks run.
@@ -607,7 +606,7 @@ clusters:
         errors(text),
         r#"cluster "a": shards[1].name: duplicate shard name "x" (also shards[0])
 cluster "a": shards[1].endpoints[0].address: 127.0.0.1:7001 is already used by shards[0].endpoints[0]
-cluster "c": shards[1].slots[0]: slot 7 is already assigned to shards[0]
+cluster "c": shards[1].slots[0]: slot 7 is already assigned to shard "shard-0"
 cluster "c": shards[2].slots[0]: slot range "10-20" is out of bounds (slots are 0-15)"#
     );
 }
@@ -908,10 +907,11 @@ fn mirror_errors() {
     assert_eq!(
         errors(&text),
         r#"listener "l": routes.catch_all_mirrors: requires catch_all
-listener "l": routes.prefixes[0].mirrors[1].cluster: unknown cluster "nope"
 listener "l": routes.prefixes[0].mirrors[0].cluster: "a" is the route's own cluster
+listener "l": routes.prefixes[0].mirrors[1].cluster: unknown cluster "nope"
 listener "l": routes.prefixes[0].mirrors[3].cluster: duplicate mirror cluster "b" (also mirrors[2])
 listener "l": routes.prefixes[0].mirrors[4].primary: only one mirror of a route may be primary (also mirrors[2])
+listener "l": routes.prefixes[1].mirrors[1].mode: only one MIRROR_MODE_READ_ONLY mirror per route (also mirrors[0])
 listener "l": routes.prefixes[1].mirrors[2].copies: unknown field (expected one of: cluster, mode, primary, include_reads, fraction)
 listener "l": routes.prefixes[1].mirrors[2].cluster: required
 listener "l": routes.prefixes[1].mirrors[2].primary: unknown primary "both" (expected one of: route, mirror)
@@ -921,7 +921,6 @@ listener "l": routes.prefixes[1].mirrors[2].fraction: must be between 0 and 100 
 listener "l": routes.prefixes[1].mirrors[3].fraction: 12.34567 has more than 4 decimal places (the resolution is 0.0001%)
 listener "l": routes.prefixes[1].mirrors[4].fraction: expected a percentage (a number), got a string
 listener "l": routes.prefixes[1].mirrors[5]: expected a mapping, got a number
-listener "l": routes.prefixes[1].mirrors[1].mode: only one read_only mirror per route (also mirrors[0])
 listener "l": routes.prefixes[2].mirrors[0].primary: only used with mode dual_write"#
     );
     assert_eq!(
@@ -1046,12 +1045,12 @@ clusters:
 cluster "b": zone_fallback: only used with read_policy zone_local
 cluster "c": zone_fallback: unknown zone fallback "nearest" (expected one of: primary, any_replica)
 cluster "c": zone_fallback: only used with read_policy zone_local
+cluster "d": hot_keys[0].prefix: must not be empty
 cluster "d": hot_keys[1].read: unknown read "sticky" (expected one of: round_robin, random, same_zone)
+cluster "d": hot_keys[3].prefix: duplicate hot-key prefix "X_" (also hot_keys[2])
 cluster "d": hot_keys[4].ttl: unknown field (expected one of: prefix, read)
 cluster "d": hot_keys[4].prefix: required
 cluster "d": hot_keys[5]: expected a mapping, got a string
-cluster "d": hot_keys[0].prefix: must not be empty
-cluster "d": hot_keys[3].prefix: duplicate hot-key prefix "X_" (also hot_keys[2])
 cluster "e": hot_keys: expected a list, got a mapping"#
     );
 }
@@ -1175,11 +1174,11 @@ listener "l": allow_keyless_scripts: expected true or false, got a string
 listener "m": client_buffer_hard_limit: 1024 is less than client_buffer_limit 2048
 listener "m": client_stall_timeout: expected a string, got a number
 listener "m": max_auth_failures: must be at most 4294967295
-listener "n": client_buffer_hard_limit: 268435456 (the default) is less than client_buffer_limit 536870912
+listener "n": client_buffer_hard_limit: 268435456 is less than client_buffer_limit 536870912
 listener "n": client_stall_timeout: invalid duration "5 minutes" (expected an integer and a unit: us, ms, s, m or h, e.g. "250ms")
 listener "n": max_auth_failures: expected an unsigned integer, got a number
 listener "n": allow_keyless_scripts: expected true or false, got a number
-listener "o": client_buffer_hard_limit: 1024 is less than client_buffer_limit 67108864 (the default)
+listener "o": client_buffer_hard_limit: 1024 is less than client_buffer_limit 67108864
 cluster "a": max_queue_per_connection: must be greater than 0
 cluster "b": max_queue_per_connection: expected an unsigned integer, got a number
 cluster "c": max_queue_per_connection: must be at most 4294967295

@@ -303,7 +303,7 @@ pub(super) fn merge(
             .get(&resource)
             .map(String::as_str)
             .unwrap_or_default();
-        for (field, reason) in yaml::unknown_clusters(l, &known) {
+        for (field, reason) in unknown_clusters(l, &known) {
             errors.push(format!("{file}: {resource}: {field}: {reason}"));
         }
     }
@@ -338,3 +338,34 @@ pub(super) fn merge(
 }
 
 // === Cache ===
+
+/// The clusters a listener read from a resource file names that are not in `known` (the
+/// clusters of a node's merged snapshot), as (YAML path, reason): `routes.catch_all`,
+/// `routes.catch_all_mirrors[j].cluster`, `routes.prefixes[i].cluster`,
+/// `routes.prefixes[i].mirrors[j].cluster`. A listener that parsed keeps every route and
+/// mirror of its file, in order, so the indexes are the file's.
+fn unknown_clusters(l: &model::Listener, known: &HashSet<&str>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut check = |path: String, cluster: &str| {
+        if !known.contains(cluster) {
+            out.push((path, format!("unknown cluster {cluster:?}")));
+        }
+    };
+    let r = &l.routes;
+    if let Some(c) = &r.catch_all {
+        check("routes.catch_all".to_string(), c);
+    }
+    for (j, m) in r.catch_all_mirrors.iter().enumerate() {
+        check(format!("routes.catch_all_mirrors[{j}].cluster"), &m.cluster);
+    }
+    for (i, p) in r.routes.iter().enumerate() {
+        check(format!("routes.prefixes[{i}].cluster"), &p.cluster);
+        for (j, m) in p.mirrors.iter().enumerate() {
+            check(
+                format!("routes.prefixes[{i}].mirrors[{j}].cluster"),
+                &m.cluster,
+            );
+        }
+    }
+    out
+}

@@ -362,14 +362,18 @@ impl Cache {
                 Ok(text) => match previous(name) {
                     Some(f) if f.text == *text => Ok(f),
                     _ => parse_file(name, text)
-                        .map(|Fragment { targets, config }| {
-                            Arc::new(LoadedFile {
-                                name: name.clone(),
-                                text: text.clone(),
-                                targets,
-                                config,
-                            })
-                        })
+                        .map(
+                            |Fragment {
+                                 targets, config, ..
+                             }| {
+                                Arc::new(LoadedFile {
+                                    name: name.clone(),
+                                    text: text.clone(),
+                                    targets,
+                                    config,
+                                })
+                            },
+                        )
                         .map_err(|e| e.join("\n")),
                 },
                 Err(e) => Err(format!("{name}: cannot read: {e}")),
@@ -488,7 +492,7 @@ fn parse_file(name: &str, text: &str) -> Result<Fragment, Vec<String>> {
         .as_ref()
         .is_some_and(|t| !t.zones.is_empty())
     {
-        let holders = crate::secure::secret_holders(&to_resources(&fragment.config));
+        let holders = crate::secure::secret_holders(&fragment.resources);
         if !holders.is_empty() {
             let verb = if holders.len() == 1 {
                 "carries"

@@ -1,5 +1,7 @@
-//! Envoy v3 resources → the validated model. Used for both the static YAML file (after
-//! [`crate::to_resources`]) and the xDS stream, so both obey the same rules.
+//! Envoy v3 resources → the validated model: the one place a configuration's meaning is
+//! checked. Used for the static YAML file (read into resources by `yaml/`, which checks only
+//! its shape), the xDS stream and the management server's snapshots, so all obey the same
+//! rules.
 //!
 //! Errors name the resource (`listener "main"`, `cluster "cache"`,
 //! `cluster_load_assignment "cache"`), the Envoy field path, and the reason; all are reported
@@ -41,16 +43,41 @@ use crate::Resources;
 /// cluster, or after it is gone). No Envoy resource names the sidecar's zone: [`Config::zone`]
 /// is `resources.node_zone` (the bootstrap's `node.locality.zone`, or a file's `node.zone`).
 pub fn translate(resources: &Resources) -> Result<Config, ConfigErrors> {
-    let mut cx = Cx::default();
     // Routes are checked against every cluster present, so that a cluster with errors of its
     // own does not also make each route to it an error.
     let cluster_names: HashSet<&str> = resources.clusters.iter().map(|c| c.name.as_str()).collect();
+    translate_with(resources, &cluster_names)
+}
+
+/// [`translate`] for a part of a snapshot (a management-server resource file): routes may
+/// name clusters it does not hold, which are checked once the parts are merged.
+pub(crate) fn translate_open(resources: &Resources) -> Result<Config, ConfigErrors> {
+    let referenced: Vec<String> = resources
+        .listeners
+        .iter()
+        .flat_map(referenced_clusters)
+        .collect();
+    let cluster_names: HashSet<&str> = resources
+        .clusters
+        .iter()
+        .map(|c| c.name.as_str())
+        .chain(referenced.iter().map(String::as_str))
+        .collect();
+    translate_with(resources, &cluster_names)
+}
+
+/// [`translate`], with routes checked against `cluster_names`.
+fn translate_with(
+    resources: &Resources,
+    cluster_names: &HashSet<&str>,
+) -> Result<Config, ConfigErrors> {
+    let mut cx = Cx::default();
 
     let mut listeners = Vec::new();
     let mut names = HashMap::new();
     let mut addresses = HashMap::new();
     for (i, l) in resources.listeners.iter().enumerate() {
-        let translated = listener::translate(&mut cx, l, i, &cluster_names);
+        let translated = listener::translate(&mut cx, l, i, cluster_names);
         if !l.name.is_empty() {
             if let Some(first) = names.insert(l.name.as_str(), i) {
                 cx.err(

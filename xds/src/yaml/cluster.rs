@@ -1,20 +1,46 @@
-//! Clusters: connection settings, upstream auth and TLS, read policy, hot keys, hashing,
-//! shards and endpoints.
+//! Clusters, read into Envoy's EDS `Cluster`: connect timeout, TLS, the placement policy
+//! (Envoy's maglev and ring hash, or respway's `ShardHashing`), upstream auth (Envoy's
+//! `RedisProtocolOptions`) and respway's `ClusterOptions`. The shards are [`super::shards`].
+//!
+//! Only what is about the YAML's shape is checked here; the translation checks the rest.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    ring_hash_lb_config::HashFunction, ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
+    LbConfig, LbPolicy, MaglevLbConfig, RingHashLbConfig,
+};
+use envoy_types::pb::envoy::config::cluster::v3::{
+    load_balancing_policy, Cluster as PbCluster, LoadBalancingPolicy,
+};
+use envoy_types::pb::envoy::config::core::v3::{
+    config_source::ConfigSourceSpecifier, transport_socket, AggregatedConfigSource, ApiVersion,
+    ConfigSource, TransportSocket, TypedExtensionConfig,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
+    redis_protocol_options::Credential, RedisProtocolOptions,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    certificate_validation_context::TrustChainVerification,
+    common_tls_context::ValidationContextType, CertificateValidationContext, CommonTlsContext,
+    TlsCertificate, UpstreamTlsContext,
+};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use envoy_types::util::pack_any;
 use respway_filters::model::{
-    Cluster, Endpoint, EndpointAuth, HashPolicy, HashTag, HotKeyRead, HotKeyRule, ReadPolicy,
-    RingHashFunction, Role, Shard, UpstreamAuth, UpstreamTls, ZoneFallback, DEFAULT_DATABASES,
+    HashPolicy, KeyHash, RingHashFunction, UpstreamAuth, DEFAULT_DATABASES,
     DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::Value;
 
-use crate::common::{self, SlotProblem};
-use crate::error::{index, join, Cx};
-
-use super::*;
+use super::listener::resource_name;
+use super::origin::Origins;
+use super::shards::shards;
+use super::value::{kind, Map};
+use crate::common;
+use crate::emit::{duration, file, inline, key_hash_pb, saturate, socket};
+use crate::error::{join, Cx};
+use crate::names;
+use crate::pb::respway::v1 as rw;
 
 pub(super) const CLUSTER_KEYS: &[&str] = &[
     "name",
@@ -33,11 +59,9 @@ pub(super) const CLUSTER_KEYS: &[&str] = &[
     "shards",
     "tls",
 ];
-pub(super) const HOT_KEY_KEYS: &[&str] = &["prefix", "read"];
+const HOT_KEY_KEYS: &[&str] = &["prefix", "read"];
 pub(super) const AUTH_KEYS: &[&str] = &["username", "password", "password_file", "password_env"];
-pub(super) const SHARD_KEYS: &[&str] = &["name", "hash_key", "weight", "slots", "endpoints"];
-pub(super) const ENDPOINT_KEYS: &[&str] = &["address", "role", "zone", "auth"];
-pub(super) const POLICIES: &[(&str, &[&str])] = &[
+const POLICIES: &[(&str, &[&str])] = &[
     ("maglev", &["policy", "table_size"]),
     (
         "ring_hash",
@@ -53,39 +77,79 @@ pub(super) const POLICIES: &[(&str, &[&str])] = &[
     ("crc32_slots", &["policy", "slots"]),
     ("crc16_slots", &["policy"]),
 ];
+const CLUSTER_TLS_KEYS: &[&str] = &["ca", "cert", "key", "server_name", "insecure_skip_verify"];
 
-/// Reads a YAML document into the validated model, reporting every error.
-pub(super) const CLUSTER_TLS_KEYS: &[&str] =
-    &["ca", "cert", "key", "server_name", "insecure_skip_verify"];
+/// Where the translation finds the options.
+fn options_at(name: &str) -> String {
+    format!("typed_extension_protocol_options[{name:?}]")
+}
 
-// === clusters ===
-
-pub(super) fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
+/// One cluster and its endpoints; `None` when the value is not a mapping.
+pub(super) fn cluster(
+    cx: &mut Cx,
+    o: &mut Origins,
+    v: &Value,
+    i: usize,
+) -> Option<(PbCluster, ClusterLoadAssignment)> {
     cx.resource = resource_name(v, "cluster", "clusters", i);
-    let before = cx.count();
+    let name = v.get("name").and_then(Value::as_str).unwrap_or_default();
+    let envoy = if name.is_empty() {
+        format!("clusters[{i}]")
+    } else {
+        format!("cluster {name:?}")
+    };
+    o.enter(&envoy, &cx.resource);
     let m = Map::new(cx, v, "", CLUSTER_KEYS)?;
-    let name = m.required_name(cx);
-    let hash_before = cx.count();
+    o.note("name", "name");
+    let name = m.required_name(cx).unwrap_or_default();
+    for (envoy, yaml) in [
+        ("lb_policy", "hash"),
+        ("lb_config", "hash"),
+        ("load_balancing_policy", "hash"),
+        ("maglev_lb_config", "hash"),
+        ("maglev_lb_config.table_size", "hash.table_size"),
+        ("ring_hash_lb_config", "hash"),
+        ("ring_hash_lb_config.hash_function", "hash.function"),
+        (
+            "ring_hash_lb_config.minimum_ring_size",
+            "hash.minimum_ring_size",
+        ),
+        (
+            "ring_hash_lb_config.maximum_ring_size",
+            "hash.maximum_ring_size",
+        ),
+    ] {
+        o.note(envoy, yaml);
+    }
     let hash = match m.get("hash") {
         Some(v) => hash_policy(cx, v, "hash"),
-        None => Some(HashPolicy::Maglev {
-            table_size: common::DEFAULT_TABLE_SIZE,
-        }),
-    };
-    let hash_valid = cx.count() == hash_before;
+        None => None,
+    }
+    .unwrap_or(HashPolicy::Maglev {
+        table_size: common::DEFAULT_TABLE_SIZE,
+    });
+    let opts = options_at(names::CLUSTER_OPTIONS);
+    for key in [
+        "hashtag",
+        "connections_per_endpoint",
+        "max_queue_per_connection",
+        "dedicated_connections",
+    ] {
+        o.note(format!("{opts}.{key}"), key);
+    }
+    // The hashtag as written when it reads, else as given (the translation says why not).
     let hashtag = match m.raw("hashtag") {
-        None => Some(HashTag::default()),
-        Some(Value::Null) => None,
-        Some(Value::String(s)) => common::parse_hashtag(s).unwrap_or_else(|e| {
-            cx.err("hashtag", e);
-            None
-        }),
+        None => common::hashtag_string(Some(Default::default())),
+        Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => common::parse_hashtag(s)
+            .map(common::hashtag_string)
+            .unwrap_or_else(|_| s.clone()),
         Some(other) => {
             cx.err(
                 "hashtag",
                 format!("expected a string or null, got {}", kind(other)),
             );
-            None
+            String::new()
         }
     };
     let connections_per_endpoint = m
@@ -95,60 +159,163 @@ pub(super) fn cluster(cx: &mut Cx, v: &Value, i: usize) -> Option<Cluster> {
         .positive(cx, "max_queue_per_connection", u32::MAX.into())
         .map_or(DEFAULT_MAX_QUEUE_PER_CONNECTION, |n| n as usize);
     let dedicated_connections = m
-        .positive(
-            cx,
-            "dedicated_connections",
-            common::MAX_DEDICATED_CONNECTIONS.into(),
-        )
+        .positive(cx, "dedicated_connections", u32::MAX.into())
         .map_or(DEFAULT_DEDICATED_CONNECTIONS, |n| n as usize);
+    o.note("connect_timeout", "connect_timeout");
     let connect_timeout = m
-        .duration(cx, "connect_timeout")
+        .duration_or_zero(cx, "connect_timeout")
         .unwrap_or(common::DEFAULT_CONNECT_TIMEOUT);
-    let auth = m.get("auth").and_then(|v| upstream_auth(cx, v, "auth"));
-    let endpoint_auth = endpoint_auth(cx, &m);
+    let auth_at = options_at(names::REDIS_PROXY_FILTER);
+    o.note(&auth_at, "auth");
+    o.note(format!("{auth_at}.auth_username"), "auth.username");
+    let auth = m.get("auth").and_then(|v| {
+        let (auth, key) = upstream_auth(cx, v, "auth")?;
+        o.note(format!("{auth_at}.auth_password"), join("auth", key));
+        Some(auth)
+    });
+    for key in ["db", "databases"] {
+        o.note(format!("{opts}.{key}"), key);
+    }
     let db = m.uint(cx, "db", u32::MAX.into()).unwrap_or(0) as u32;
     let databases = m
-        .positive(cx, "databases", common::MAX_DATABASES.into())
+        .positive(cx, "databases", u32::MAX.into())
         .map_or(DEFAULT_DATABASES, |n| n as u32);
-    let read_policy = read_policy(cx, &m);
-    let hot_keys = hot_keys(cx, &m);
-    let shards = shards(cx, &m, hash.as_ref(), hash_valid);
-    let tls = m.get("tls").and_then(|v| cluster_tls(cx, v, &m.at("tls")));
-    if cx.count() > before {
-        return None;
-    }
-    let cluster = Cluster {
-        tls,
-        hot_keys,
-        read_policy,
-        name: name.unwrap_or_default(),
-        hash: hash.expect("a policy without errors"),
-        hashtag,
-        shards,
-        connections_per_endpoint,
-        databases,
-        dedicated_connections,
-        max_queue_per_connection,
-        connect_timeout,
-        auth,
-        endpoint_auth,
-        db,
+    let (read_policy, zone_fallback) = read_policy(cx, o, &m, &opts);
+    let hot_keys = hot_keys(cx, o, &m, &opts);
+    let (cla, credentials) = shards(cx, o, &m, &name, &hash, &auth_at);
+    o.note("transport_socket", "tls");
+    let tls = m.get("tls").and_then(|v| cluster_tls(cx, o, v, "tls"));
+
+    let mut out = PbCluster {
+        name: name.clone(),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+        eds_cluster_config: Some(EdsClusterConfig {
+            eds_config: Some(ConfigSource {
+                resource_api_version: ApiVersion::V3 as i32,
+                config_source_specifier: Some(ConfigSourceSpecifier::Ads(
+                    AggregatedConfigSource {},
+                )),
+                ..Default::default()
+            }),
+            service_name: String::new(),
+        }),
+        connect_timeout: Some(duration(connect_timeout)),
+        transport_socket: tls,
+        ..Default::default()
     };
-    if let Some(reason) = common::picker_error(&cluster) {
-        cx.err("", reason);
-        return None;
+    placement(&mut out, &hash);
+    if auth.is_some() || !credentials.is_empty() {
+        out.typed_extension_protocol_options.insert(
+            names::REDIS_PROXY_FILTER.to_string(),
+            pack_any(RedisProtocolOptions {
+                auth_password: auth.as_ref().map(|a| inline(&a.password)),
+                auth_username: auth
+                    .as_ref()
+                    .and_then(|a| a.username.as_deref().map(inline)),
+                credentials: credentials
+                    .iter()
+                    .map(|(address, a)| Credential {
+                        address: Some(socket(*address)),
+                        auth_password: Some(inline(&a.password)),
+                        auth_username: a.username.as_deref().map(inline),
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+        );
     }
-    Some(cluster)
+    out.typed_extension_protocol_options.insert(
+        names::CLUSTER_OPTIONS.to_string(),
+        pack_any(rw::ClusterOptions {
+            db,
+            connections_per_endpoint: saturate(connections_per_endpoint),
+            max_queue_per_connection: saturate(max_queue_per_connection),
+            databases,
+            dedicated_connections: saturate(dedicated_connections),
+            hashtag: Some(hashtag),
+            read_policy: read_policy as i32,
+            zone_fallback: zone_fallback as i32,
+            hot_keys,
+        }),
+    );
+    Some((out, cla))
+}
+
+/// The placement policy on the cluster: Envoy's own for maglev and ring hash, respway's
+/// `ShardHashing` for the others.
+fn placement(out: &mut PbCluster, hash: &HashPolicy) {
+    let shard_hashing = |policy| {
+        Some(LoadBalancingPolicy {
+            policies: vec![load_balancing_policy::Policy {
+                typed_extension_config: Some(TypedExtensionConfig {
+                    name: names::SHARD_HASHING_POLICY.to_string(),
+                    typed_config: Some(pack_any(rw::ShardHashing {
+                        policy: Some(policy),
+                    })),
+                }),
+            }],
+        })
+    };
+    use rw::shard_hashing::{Crc16Slots, Crc32Slots, Ketama, Modula, Policy};
+    match hash {
+        HashPolicy::Maglev { table_size } => {
+            out.lb_policy = LbPolicy::Maglev as i32;
+            out.lb_config = Some(LbConfig::MaglevLbConfig(MaglevLbConfig {
+                table_size: Some(UInt64Value { value: *table_size }),
+            }));
+        }
+        HashPolicy::RingHash {
+            minimum_ring_size,
+            maximum_ring_size,
+            function,
+        } => {
+            out.lb_policy = LbPolicy::RingHash as i32;
+            out.lb_config = Some(LbConfig::RingHashLbConfig(RingHashLbConfig {
+                minimum_ring_size: Some(UInt64Value {
+                    value: *minimum_ring_size,
+                }),
+                maximum_ring_size: Some(UInt64Value {
+                    value: *maximum_ring_size,
+                }),
+                hash_function: match function {
+                    RingHashFunction::XxHash => HashFunction::XxHash,
+                    RingHashFunction::MurmurHash2 => HashFunction::MurmurHash2,
+                } as i32,
+            }));
+        }
+        HashPolicy::Ketama { key_hash } => {
+            out.load_balancing_policy = shard_hashing(Policy::Ketama(Ketama {
+                key_hash: key_hash_pb(*key_hash) as i32,
+            }));
+        }
+        HashPolicy::Modula { key_hash } => {
+            out.load_balancing_policy = shard_hashing(Policy::Modula(Modula {
+                key_hash: key_hash_pb(*key_hash) as i32,
+            }));
+        }
+        HashPolicy::Crc32Slots { slots } => {
+            out.load_balancing_policy =
+                shard_hashing(Policy::Crc32Slots(Crc32Slots { slots: *slots }));
+        }
+        HashPolicy::Crc16Slots => {
+            out.load_balancing_policy = shard_hashing(Policy::Crc16Slots(Crc16Slots {}));
+        }
+    }
 }
 
 /// An `auth` block at `path`: `username`, and the password from exactly one of `password`,
-/// `password_file` (read now, trailing newline trimmed) and `password_env`.
-pub(super) fn upstream_auth(cx: &mut Cx, v: &Value, path: &str) -> Option<UpstreamAuth> {
+/// `password_file` (read now, trailing newline trimmed) and `password_env`; also the key the
+/// password came from.
+pub(super) fn upstream_auth(
+    cx: &mut Cx,
+    v: &Value,
+    path: &str,
+) -> Option<(UpstreamAuth, &'static str)> {
     let before = cx.count();
     let a = Map::new(cx, v, path, AUTH_KEYS)?;
     let username = a.non_empty_string(cx, "username");
     let sources = ["password", "password_file", "password_env"];
-    let given: Vec<&str> = sources
+    let given: Vec<&'static str> = sources
         .iter()
         .copied()
         .filter(|k| a.get(k).is_some())
@@ -186,44 +353,25 @@ pub(super) fn upstream_auth(cx: &mut Cx, v: &Value, path: &str) -> Option<Upstre
             None
         }
     };
-    (cx.count() == before).then_some(UpstreamAuth {
-        username,
-        password: password?,
-    })
+    let key = given.first().copied().unwrap_or("password");
+    (cx.count() == before).then_some((
+        UpstreamAuth {
+            username,
+            password: password?,
+        },
+        key,
+    ))
 }
 
-/// The `auth` of single endpoints (`shards[i].endpoints[j].auth`). Addresses that do not
-/// read are reported by [`shard`].
-pub(super) fn endpoint_auth(cx: &mut Cx, m: &Map<'_>) -> Vec<EndpointAuth> {
-    let mut out = Vec::new();
-    let Some(Value::Sequence(shards)) = m.get("shards") else {
-        return out;
-    };
-    for (si, s) in shards.iter().enumerate() {
-        let Some(Value::Sequence(eps)) = s.get("endpoints") else {
-            continue;
-        };
-        for (ei, e) in eps.iter().enumerate() {
-            let Some(v) = e.get("auth").filter(|v| !v.is_null()) else {
-                continue;
-            };
-            let path = format!("shards[{si}].endpoints[{ei}].auth");
-            let auth = upstream_auth(cx, v, &path);
-            let address = e
-                .get("address")
-                .and_then(Value::as_str)
-                .and_then(|a| common::parse_socket_addr(a).ok());
-            if let (Some(address), Some(auth)) = (address, auth) {
-                out.push(EndpointAuth { address, auth });
-            }
-        }
-    }
-    common::normalize_endpoint_auth(&mut out);
-    out
-}
-
-/// `read_policy` and, for `zone_local`, its `zone_fallback`.
-pub(super) fn read_policy(cx: &mut Cx, m: &Map<'_>) -> ReadPolicy {
+/// `read_policy` and, for `zone_local`, its `zone_fallback`, as `ClusterOptions` says them.
+fn read_policy(
+    cx: &mut Cx,
+    o: &mut Origins,
+    m: &Map<'_>,
+    opts: &str,
+) -> (rw::ReadPolicy, rw::ZoneFallback) {
+    o.note(format!("{opts}.zone_fallback"), "zone_fallback");
+    o.note(format!("{opts}.read_policy"), "read_policy");
     let fallback = m.string(cx, "zone_fallback").and_then(|s| {
         match common::ZONE_FALLBACKS.iter().find(|(n, _)| *n == s) {
             Some((_, f)) => Some(*f),
@@ -239,6 +387,7 @@ pub(super) fn read_policy(cx: &mut Cx, m: &Map<'_>) -> ReadPolicy {
             }
         }
     });
+    use respway_filters::model::{ReadPolicy, ZoneFallback};
     let policy = match m.string(cx, "read_policy") {
         None => Some(ReadPolicy::Primary),
         Some(s) => {
@@ -255,6 +404,7 @@ pub(super) fn read_policy(cx: &mut Cx, m: &Map<'_>) -> ReadPolicy {
             p
         }
     };
+    // A fallback is written only for zone_local: with another policy it cannot be said.
     if m.get("zone_fallback").is_some()
         && policy.is_some_and(|p| !matches!(p, ReadPolicy::ZoneLocal { .. }))
     {
@@ -263,25 +413,46 @@ pub(super) fn read_policy(cx: &mut Cx, m: &Map<'_>) -> ReadPolicy {
             "only used with read_policy zone_local",
         );
     }
-    policy.unwrap_or(ReadPolicy::Primary)
+    let policy = policy.unwrap_or(ReadPolicy::Primary);
+    (
+        match policy {
+            ReadPolicy::Primary => rw::ReadPolicy::Primary,
+            ReadPolicy::PreferReplica => rw::ReadPolicy::PreferReplica,
+            ReadPolicy::ZoneLocal { .. } => rw::ReadPolicy::ZoneLocal,
+            ReadPolicy::Any => rw::ReadPolicy::Any,
+        },
+        match policy {
+            ReadPolicy::ZoneLocal {
+                fallback: ZoneFallback::AnyReplica,
+            } => rw::ZoneFallback::AnyReplica,
+            _ => rw::ZoneFallback::Primary,
+        },
+    )
 }
 
 /// The cluster's `hot_keys` rules.
-pub(super) fn hot_keys(cx: &mut Cx, m: &Map<'_>) -> Vec<HotKeyRule> {
+fn hot_keys(cx: &mut Cx, o: &mut Origins, m: &Map<'_>, opts: &str) -> Vec<rw::HotKey> {
     let list = m.seq(cx, "hot_keys").unwrap_or_default();
     let mut out = Vec::new();
-    let mut positions = Vec::new();
     for (i, v) in list.iter().enumerate() {
-        let path = index(&m.at("hot_keys"), i);
-        let before = cx.count();
+        let path = format!("hot_keys[{i}]");
+        let at = format!("{opts}.hot_keys[{i}]");
+        o.note(&at, &path);
+        o.note(format!("{at}.prefix"), join(&path, "prefix"));
+        o.note(format!("{at}.read"), join(&path, "read"));
         let Some(h) = Map::new(cx, v, &path, HOT_KEY_KEYS) else {
+            out.push(rw::HotKey::default());
             continue;
         };
-        let prefix = h.required_string(cx, "prefix");
+        let prefix = h.required_string(cx, "prefix").unwrap_or_default();
         let read = match h.string(cx, "read") {
-            None => Some(HotKeyRead::RoundRobin),
+            None => rw::HotKeyRead::RoundRobin,
             Some(s) => match common::HOT_KEY_READS.iter().find(|(n, _)| *n == s) {
-                Some((_, r)) => Some(*r),
+                Some((_, r)) => match r {
+                    respway_filters::model::HotKeyRead::RoundRobin => rw::HotKeyRead::RoundRobin,
+                    respway_filters::model::HotKeyRead::Random => rw::HotKeyRead::Random,
+                    respway_filters::model::HotKeyRead::SameZone => rw::HotKeyRead::SameZone,
+                },
                 None => {
                     cx.err(
                         h.at("read"),
@@ -290,23 +461,21 @@ pub(super) fn hot_keys(cx: &mut Cx, m: &Map<'_>) -> Vec<HotKeyRule> {
                             common::one_of(common::HOT_KEY_READS.iter().map(|(n, _)| *n))
                         ),
                     );
-                    None
+                    rw::HotKeyRead::RoundRobin
                 }
             },
         };
-        if let (Some(prefix), Some(read), true) = (prefix, read, cx.count() == before) {
-            out.push(HotKeyRule { prefix, read });
-            positions.push(i);
-        }
-    }
-    for p in common::check_hot_keys(&out) {
-        let (i, reason) = common::hot_key_problem(&p, &out, |i| positions[i]);
-        cx.err(format!("hot_keys[{i}].prefix"), reason);
+        out.push(rw::HotKey {
+            prefix,
+            read: read as i32,
+        });
     }
     out
 }
 
-pub(super) fn hash_policy(cx: &mut Cx, v: &Value, path: &str) -> Option<HashPolicy> {
+/// `hash`: the policy and its numbers as written (the translation checks them); `None` when
+/// the policy cannot be read.
+fn hash_policy(cx: &mut Cx, v: &Value, path: &str) -> Option<HashPolicy> {
     let Value::Mapping(_) = v else {
         cx.err(path, format!("expected a mapping, got {}", kind(v)));
         return None;
@@ -338,9 +507,9 @@ pub(super) fn hash_policy(cx: &mut Cx, v: &Value, path: &str) -> Option<HashPoli
     };
     let m = Map::new(cx, v, path, keys)?;
     let key_hash = |cx: &mut Cx| match m.string(cx, "key_hash") {
-        None => Some(respway_filters::model::KeyHash::Fnv1a64),
+        None => KeyHash::Fnv1a64,
         Some(s) => match common::KEY_HASHES.iter().find(|(n, _)| *n == s) {
-            Some((_, k)) => Some(*k),
+            Some((_, k)) => *k,
             None => {
                 cx.err(
                     m.at("key_hash"),
@@ -349,11 +518,11 @@ pub(super) fn hash_policy(cx: &mut Cx, v: &Value, path: &str) -> Option<HashPoli
                         common::one_of(common::KEY_HASHES.iter().map(|(n, _)| *n))
                     ),
                 );
-                None
+                KeyHash::Fnv1a64
             }
         },
     };
-    let policy = match policy {
+    Some(match policy {
         "maglev" => HashPolicy::Maglev {
             table_size: m
                 .uint(cx, "table_size", u64::MAX)
@@ -384,10 +553,10 @@ pub(super) fn hash_policy(cx: &mut Cx, v: &Value, path: &str) -> Option<HashPoli
             }
         }
         "ketama" => HashPolicy::Ketama {
-            key_hash: key_hash(cx)?,
+            key_hash: key_hash(cx),
         },
         "modula" => HashPolicy::Modula {
-            key_hash: key_hash(cx)?,
+            key_hash: key_hash(cx),
         },
         "crc32_slots" => HashPolicy::Crc32Slots {
             slots: m
@@ -395,271 +564,67 @@ pub(super) fn hash_policy(cx: &mut Cx, v: &Value, path: &str) -> Option<HashPoli
                 .map_or(common::DEFAULT_CRC32_SLOTS, |n| n as u32),
         },
         _ => HashPolicy::Crc16Slots,
-    };
-    for (field, reason) in common::check_hash_policy(&policy) {
-        cx.err(m.at(field), reason);
-    }
-    // The policy is returned even when a number in it is wrong: its kind is still known, and
-    // the shards are checked against it (the caller knows the cluster failed).
-    Some(policy)
-}
-
-/// A shard as read, before its hash key can be worked out.
-pub(super) struct RawShard {
-    name: Option<String>,
-    hash_key: Option<String>,
-    weight: u32,
-    slots: Vec<(u32, u32)>,
-    endpoints: Vec<Endpoint>,
-}
-
-/// The shards; `policy` is the cluster's policy if its kind is known, `policy_valid` says
-/// whether its numbers are right too (the slot table checks need the slot count).
-pub(super) fn shards(
-    cx: &mut Cx,
-    m: &Map<'_>,
-    policy: Option<&HashPolicy>,
-    policy_valid: bool,
-) -> Vec<Shard> {
-    let before = cx.count();
-    let list = m.non_empty_seq(cx, "shards");
-    let mut raw = Vec::new();
-    for (si, v) in list.iter().enumerate() {
-        if let Some(s) = shard(cx, v, &index("shards", si), policy) {
-            raw.push(s);
-        }
-    }
-    if cx.count() > before {
-        return Vec::new();
-    }
-    let Some(policy) = policy else {
-        return Vec::new();
-    };
-
-    // Names, addresses and hash keys must tell shards and endpoints apart.
-    let mut names: HashMap<String, usize> = HashMap::new();
-    let mut addrs: HashMap<SocketAddr, String> = HashMap::new();
-    for (si, s) in raw.iter().enumerate() {
-        let name = s.name.clone().unwrap_or_else(|| format!("shard-{si}"));
-        if let Some(first) = names.insert(name.clone(), si) {
-            cx.err(
-                format!("shards[{si}].name"),
-                format!("duplicate shard name {name:?} (also shards[{first}])"),
-            );
-        }
-        for (ei, e) in s.endpoints.iter().enumerate() {
-            let here = format!("shards[{si}].endpoints[{ei}]");
-            if let Some(first) = addrs.insert(e.address, here.clone()) {
-                cx.err(
-                    format!("{here}.address"),
-                    format!("{} is already used by {first}", e.address),
-                );
-            }
-        }
-    }
-    let addresses_ok = cx.count() == before;
-
-    let mut out = Vec::new();
-    let mut keys: HashMap<String, usize> = HashMap::new();
-    for (si, s) in raw.into_iter().enumerate() {
-        let primary = s
-            .endpoints
-            .iter()
-            .find(|e| e.role == Role::Primary)
-            .expect("checked")
-            .address;
-        let hash_key = s
-            .hash_key
-            .unwrap_or_else(|| common::default_hash_key(policy, s.name.as_deref(), primary));
-        if common::unique_hash_keys(policy) && addresses_ok {
-            if let Some(first) = keys.insert(hash_key.clone(), si) {
-                cx.err(
-                    format!("shards[{si}]"),
-                    format!(
-                        "hash key {hash_key:?} is also the hash key of shards[{first}]; set hash_key or name to tell them apart"
-                    ),
-                );
-            }
-        }
-        let mut endpoints = s.endpoints;
-        common::normalize_endpoints(&mut endpoints);
-        out.push(Shard {
-            name: s.name.unwrap_or_else(|| format!("shard-{si}")),
-            hash_key,
-            weight: s.weight,
-            slots: s.slots,
-            endpoints,
-        });
-    }
-
-    if let Some(total) = common::slot_count(policy).filter(|_| policy_valid) {
-        let tables: Vec<&[(u32, u32)]> = out.iter().map(|s| s.slots.as_slice()).collect();
-        for p in common::check_slots(total, &tables) {
-            match p {
-                SlotProblem::OutOfBounds {
-                    shard,
-                    range,
-                    reason,
-                } => cx.err(format!("shards[{shard}].slots[{range}]"), reason),
-                SlotProblem::Overlap {
-                    shard,
-                    range,
-                    other,
-                    slot,
-                } => cx.err(
-                    format!("shards[{shard}].slots[{range}]"),
-                    format!("slot {slot} is already assigned to shards[{other}]"),
-                ),
-                SlotProblem::Missing { shard } => cx.err(
-                    format!("shards[{shard}].slots"),
-                    "required: the other shards list their slots",
-                ),
-                SlotProblem::Uncovered { reason } => cx.err("shards", reason),
-            }
-        }
-    }
-    out
-}
-
-pub(super) fn shard(
-    cx: &mut Cx,
-    v: &Value,
-    path: &str,
-    policy: Option<&HashPolicy>,
-) -> Option<RawShard> {
-    let before = cx.count();
-    let m = Map::new(cx, v, path, SHARD_KEYS)?;
-    let name = m.non_empty_string(cx, "name");
-    let hash_key = m.non_empty_string(cx, "hash_key");
-    let weight = m.positive(cx, "weight", u32::MAX.into()).unwrap_or(1) as u32;
-    let mut slots = Vec::new();
-    if let Some(list) = m.seq(cx, "slots") {
-        if policy.is_some_and(|p| common::slot_count(p).is_none()) {
-            cx.err(
-                m.at("slots"),
-                "only the crc32_slots and crc16_slots policies use slots",
-            );
-        }
-        for (i, s) in list.iter().enumerate() {
-            let at = index(&m.at("slots"), i);
-            let range = match s {
-                Value::String(s) => common::parse_slot_range(s),
-                Value::Number(n) => n
-                    .as_u64()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .map(|n| (n, n))
-                    .ok_or_else(|| format!("invalid slot {n}")),
-                other => Err(format!(
-                    "expected a slot or a range such as \"0-511\", got {}",
-                    kind(other)
-                )),
-            };
-            match range {
-                Ok(r) => slots.push(r),
-                Err(e) => cx.err(at, e),
-            }
-        }
-    }
-    let list = m.non_empty_seq(cx, "endpoints");
-    let single = list.len() == 1;
-    let mut endpoints = Vec::new();
-    for (ei, v) in list.iter().enumerate() {
-        let at = index(&m.at("endpoints"), ei);
-        let Some(e) = Map::new(cx, v, &at, ENDPOINT_KEYS) else {
-            continue;
-        };
-        let address = e.required(cx, "address", common::parse_socket_addr);
-        let role = match e.string(cx, "role").as_deref() {
-            Some("primary") => Some(Role::Primary),
-            Some("replica") => Some(Role::Replica),
-            None if single => Some(Role::Primary),
-            None => {
-                cx.err(
-                    e.at("role"),
-                    "required when a shard has more than one endpoint",
-                );
-                None
-            }
-            Some(other) => {
-                cx.err(
-                    e.at("role"),
-                    format!("unknown role {other:?} (expected one of: primary, replica)"),
-                );
-                None
-            }
-        };
-        let zone = e.non_empty_string(cx, "zone");
-        if let (Some(address), Some(role)) = (address, role) {
-            endpoints.push(Endpoint {
-                address,
-                role,
-                zone,
-            });
-        }
-    }
-    if cx.count() > before {
-        return None;
-    }
-    let primaries: Vec<String> = endpoints
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.role == Role::Primary)
-        .map(|(i, _)| format!("endpoints[{i}]"))
-        .collect();
-    match primaries.len() {
-        1 => {}
-        0 => cx.err(
-            m.at("endpoints"),
-            "no primary: exactly one endpoint must have role primary",
-        ),
-        n => cx.err(
-            m.at("endpoints"),
-            format!(
-                "{n} primaries ({}): exactly one endpoint must have role primary",
-                primaries.join(", ")
-            ),
-        ),
-    }
-    (cx.count() == before).then_some(RawShard {
-        name,
-        hash_key,
-        weight,
-        slots,
-        endpoints,
     })
 }
 
-/// `tls: { ca, cert, key, server_name, insecure_skip_verify }` of a cluster.
-pub(super) fn cluster_tls(cx: &mut Cx, v: &Value, path: &str) -> Option<UpstreamTls> {
-    let before = cx.count();
+/// `tls: { ca, cert, key, server_name, insecure_skip_verify }` of a cluster, as Envoy's
+/// `UpstreamTlsContext` in a TLS transport socket; `insecure_skip_verify` is
+/// `trust_chain_verification: ACCEPT_UNTRUSTED`.
+fn cluster_tls(cx: &mut Cx, o: &mut Origins, v: &Value, path: &str) -> Option<TransportSocket> {
+    let typed = "transport_socket.typed_config";
+    let common = format!("{typed}.common_tls_context");
+    let validation = format!("{common}.validation_context");
+    for (envoy, key) in [
+        (format!("{validation}.trusted_ca"), "ca"),
+        (
+            format!("{validation}.trust_chain_verification"),
+            "insecure_skip_verify",
+        ),
+        (
+            format!("{common}.tls_certificates[0].certificate_chain"),
+            "cert",
+        ),
+        (format!("{common}.tls_certificates[0].private_key"), "key"),
+        (format!("{common}.tls_certificates"), "cert"),
+        (format!("{typed}.sni"), "server_name"),
+    ] {
+        o.note(envoy, join(path, key));
+    }
     let t = Map::new(cx, v, path, CLUSTER_TLS_KEYS)?;
     let ca = t.path(cx, "ca");
     let cert = t.path(cx, "cert");
     let key = t.path(cx, "key");
     let server_name = t.non_empty_string(cx, "server_name");
     let insecure_skip_verify = t.boolean(cx, "insecure_skip_verify").unwrap_or(false);
-    match (&ca, insecure_skip_verify) {
-        (None, false) => cx.err(
-            t.at("ca"),
-            "required: respway has no built-in CA roots (insecure_skip_verify: true accepts \
-             any certificate)",
-        ),
-        (Some(_), true) => cx.err(
-            t.at("insecure_skip_verify"),
-            "contradicts ca (no certificate is verified with insecure_skip_verify)",
-        ),
-        _ => {}
-    }
-    match (&cert, &key) {
-        (Some(_), None) => cx.err(t.at("key"), "required with cert"),
-        (None, Some(_)) => cx.err(t.at("cert"), "required with key"),
-        _ => {}
-    }
-    (cx.count() == before).then_some(UpstreamTls {
-        ca,
-        cert,
-        key,
-        server_name,
-        insecure_skip_verify,
+    let validation = CertificateValidationContext {
+        trusted_ca: ca.as_deref().map(file),
+        trust_chain_verification: if insecure_skip_verify {
+            TrustChainVerification::AcceptUntrusted
+        } else {
+            TrustChainVerification::VerifyTrustChain
+        } as i32,
+        ..Default::default()
+    };
+    let tls_certificates = if cert.is_none() && key.is_none() {
+        Vec::new()
+    } else {
+        vec![TlsCertificate {
+            certificate_chain: cert.as_deref().map(file),
+            private_key: key.as_deref().map(file),
+            ..Default::default()
+        }]
+    };
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificates,
+            validation_context_type: Some(ValidationContextType::ValidationContext(validation)),
+            ..Default::default()
+        }),
+        sni: server_name.unwrap_or_default(),
+        ..Default::default()
+    };
+    Some(TransportSocket {
+        name: names::TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
     })
 }

@@ -1,18 +1,40 @@
-//! Listeners: addresses, client bounds, protocol, ACL users, TLS, limits, routes and mirrors.
+//! Listeners, read into Envoy's `Listener`: address and TLS, and one filter chain holding
+//! respway's `ListenerSettings` (client bounds, protocol, ACL users, limits, mirror modes)
+//! and Envoy's `RedisProxy` (op timeout, downstream password, routes and mirrors).
+//!
+//! Only what is about the YAML's shape is checked here; the translation checks the rest.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
-use respway_filters::codec_limits::Limits;
-use respway_filters::model::{
-    AclUser, ClientLimits, Listener, ListenerTls, MirrorMode, MirrorPolicy, Observe, PrefixRoute,
-    RespSettings, RouteTable,
+use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
+use envoy_types::pb::envoy::config::core::v3::{transport_socket, TransportSocket};
+use envoy_types::pb::envoy::config::listener::v3::{
+    filter::ConfigType, Filter, FilterChain, Listener as PbListener,
 };
+use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
+    redis_proxy::{
+        prefix_routes::{route::RequestMirrorPolicy, Route},
+        ConnPoolSettings, PrefixRoutes, ProtocolVersion,
+    },
+    RedisProxy,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    common_tls_context::ValidationContextType, CertificateValidationContext, CommonTlsContext,
+    DownstreamTlsContext, TlsCertificate,
+};
+use envoy_types::pb::google::protobuf::BoolValue;
+use envoy_types::util::pack_any;
+use respway_filters::codec_limits::Limits;
+use respway_filters::model::{ClientLimits, ProtocolMode, RespSettings};
 use serde_yaml_ng::Value;
 
-use crate::common::{self, MirrorProblem};
+use super::origin::Origins;
+use super::value::Map;
+use crate::common;
+use crate::emit::{duration, file, fractional_percent, inline, saturate, socket};
 use crate::error::{index, join, Cx};
-
-use super::*;
+use crate::names;
+use crate::pb::respway::v1 as rw;
 
 pub(super) const LISTENER_KEYS: &[&str] = &[
     "name",
@@ -39,17 +61,16 @@ pub(super) const LISTENER_KEYS: &[&str] = &[
     "routes",
     "tls",
 ];
-pub(super) const LIMITS_KEYS: &[&str] = &["max_bulk_len", "max_multibulk_len", "max_inline_len"];
-pub(super) const ROUTES_KEYS: &[&str] = &[
+const LIMITS_KEYS: &[&str] = &["max_bulk_len", "max_multibulk_len", "max_inline_len"];
+const ROUTES_KEYS: &[&str] = &[
     "case_insensitive",
     "catch_all",
     "catch_all_mirrors",
     "prefixes",
 ];
-pub(super) const PREFIX_KEYS: &[&str] = &["prefix", "cluster", "remove_prefix", "mirrors"];
-pub(super) const MIRROR_KEYS: &[&str] =
-    &["cluster", "mode", "primary", "include_reads", "fraction"];
-pub(super) const USER_KEYS: &[&str] = &[
+const PREFIX_KEYS: &[&str] = &["prefix", "cluster", "remove_prefix", "mirrors"];
+const MIRROR_KEYS: &[&str] = &["cluster", "mode", "primary", "include_reads", "fraction"];
+const USER_KEYS: &[&str] = &[
     "name",
     "enabled",
     "password",
@@ -58,10 +79,13 @@ pub(super) const USER_KEYS: &[&str] = &[
     "rules",
     "read_only",
 ];
-pub(super) const LISTENER_TLS_KEYS: &[&str] = &["cert", "key", "client_ca", "require_client_cert"];
+const LISTENER_TLS_KEYS: &[&str] = &["cert", "key", "client_ca", "require_client_cert"];
 
-// === listeners ===
+/// Where the translation finds respway's `ListenerSettings` and Envoy's `RedisProxy`.
+const S: &str = "filter_chains[0].filters[0].typed_config";
+const P: &str = "filter_chains[0].filters[1].typed_config";
 
+/// How the reader names a resource in its errors: by name, else by list position.
 pub(super) fn resource_name(v: &Value, kind: &str, list: &str, i: usize) -> String {
     match v.get("name").and_then(Value::as_str) {
         Some(n) if !n.is_empty() => format!("{kind} {n:?}"),
@@ -69,184 +93,321 @@ pub(super) fn resource_name(v: &Value, kind: &str, list: &str, i: usize) -> Stri
     }
 }
 
+/// One listener; `hashtags` says, per cluster name, whether the cluster uses a hashtag (the
+/// listener-wide Envoy flag summarizes the clusters it routes to). `None` when the value is
+/// not a mapping.
 pub(super) fn listener(
     cx: &mut Cx,
+    o: &mut Origins,
     v: &Value,
     i: usize,
-    clusters: Option<&HashSet<&str>>,
-) -> Option<Listener> {
+    hashtags: &HashMap<&str, bool>,
+) -> Option<PbListener> {
     cx.resource = resource_name(v, "listener", "listeners", i);
-    let before = cx.count();
+    let envoy = match v.get("name").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => format!("listener {n:?}"),
+        _ => format!("listeners[{i}]"),
+    };
+    o.enter(&envoy, &cx.resource);
     let m = Map::new(cx, v, "", LISTENER_KEYS)?;
-    let name = m.required_name(cx);
+    o.note("name", "name");
+    let name = m.required_name(cx).unwrap_or_default();
+    o.note("address", "address");
     let address = m
         .addr(cx, "address")
         .unwrap_or_else(|| common::DEFAULT_LISTENER_ADDRESS.parse().expect("valid"));
+    o.note(format!("{P}.settings.op_timeout"), "op_timeout");
     let op_timeout = m
-        .duration(cx, "op_timeout")
+        .duration_or_zero(cx, "op_timeout")
         .unwrap_or(common::DEFAULT_OP_TIMEOUT);
+    o.note(
+        format!("{S}.max_pending_per_client"),
+        "max_pending_per_client",
+    );
     let max_pending = m
         .positive(cx, "max_pending_per_client", u32::MAX.into())
         .map_or(common::DEFAULT_MAX_PENDING, |n| n as usize);
-    let client = client_limits(cx, &m);
-    let resp = resp_settings(cx, &m);
+    let client = client_limits(cx, o, &m);
+    let (protocol, advertised) = resp_settings(cx, o, &m);
+    o.note(
+        format!("{P}.downstream_auth_passwords"),
+        "downstream_auth_password",
+    );
     let downstream_password = m.non_empty_string(cx, "downstream_auth_password");
-    let users = users(cx, &m, downstream_password.is_some());
+    let users = users(cx, o, &m);
+    o.note(format!("{S}.limits"), "limits");
     let limits = match m.get("limits") {
-        Some(v) => limits(cx, v, &m.at("limits")),
+        Some(v) => limits(cx, o, v, &m.at("limits")),
         None => Limits::default(),
     };
-    let routes = match m.get("routes") {
-        Some(v) => routes(cx, v, &m.at("routes"), clusters),
+    let (prefix_routes, mirror_modes) = match m.get("routes") {
+        Some(v) => routes(cx, o, v, &m.at("routes")),
         None => {
             cx.err("routes", "required");
-            RouteTable::default()
+            (PrefixRoutes::default(), Vec::new())
         }
     };
-    let tls = m.get("tls").and_then(|v| listener_tls(cx, v, &m.at("tls")));
-    let observe = Observe {
-        slowlog_threshold: m.duration_or_zero(cx, "slowlog_threshold"),
-        slowlog_max_len: m
-            .uint(cx, "slowlog_max_len", common::MAX_SLOWLOG_LEN)
-            .map(|n| n as usize),
-        hot_key_sample: m.uint(cx, "hot_key_sample", u64::from(u32::MAX)),
+    let tls = m
+        .get("tls")
+        .and_then(|v| listener_tls(cx, o, v, &m.at("tls")));
+    for key in ["slowlog_threshold", "slowlog_max_len", "hot_key_sample"] {
+        o.note(format!("{S}.{key}"), key);
+    }
+    let slowlog_threshold = m.duration_or_zero(cx, "slowlog_threshold");
+    let slowlog_max_len = m.uint(cx, "slowlog_max_len", u64::MAX);
+    let hot_key_sample = m.uint(cx, "hot_key_sample", u64::from(u32::MAX));
+
+    // Hashtags are per cluster in respway (`ClusterOptions.hashtag`, always written), so the
+    // listener-wide Envoy flag only summarizes: on when any routed cluster uses a hashtag.
+    let enable_hashtagging =
+        routed_clusters(&prefix_routes).any(|c| hashtags.get(c.as_str()).copied().unwrap_or(false));
+    let redis = RedisProxy {
+        stat_prefix: name.clone(),
+        settings: Some(ConnPoolSettings {
+            op_timeout: Some(duration(op_timeout)),
+            enable_hashtagging,
+            ..Default::default()
+        }),
+        prefix_routes: Some(prefix_routes),
+        downstream_auth_passwords: downstream_password.iter().map(|p| inline(p)).collect(),
+        // What Envoy can say of the protocol: RESP3 enforced. Its RESP2 is also proto3's unset,
+        // so the mode itself is always written in `ListenerSettings.protocol` as well.
+        protocol_version: match protocol {
+            ProtocolMode::Resp3 => ProtocolVersion::Resp3,
+            ProtocolMode::Auto | ProtocolMode::Resp2 => ProtocolVersion::Resp2,
+        } as i32,
+        ..Default::default()
     };
-    (cx.count() == before).then(|| Listener {
-        tls,
-        observe,
-        name: name.unwrap_or_default(),
-        address,
-        routes,
-        downstream_password,
+    let settings = rw::ListenerSettings {
+        max_pending_per_client: saturate(max_pending),
+        limits: Some(rw::CodecLimits {
+            max_bulk_len: limits.max_bulk_len as u64,
+            max_multibulk_len: limits.max_multibulk_len as u64,
+            max_inline_len: limits.max_inline_len as u64,
+        }),
+        mirror_modes,
+        client_buffer_limit: client.buffer_limit as u64,
+        client_buffer_hard_limit: client.buffer_hard_limit as u64,
+        client_stall_timeout: Some(duration(client.stall_timeout)),
+        max_auth_failures: client.max_auth_failures,
+        allow_keyless_scripts: client.allow_keyless_scripts,
+        allow_restricted_scripts: client.allow_restricted_scripts,
+        admin_commands: client.admin_commands,
+        keys_max: client.keys_max as u64,
+        pubsub_buffer_limit: client.pubsub_buffer_limit as u64,
+        slowlog_threshold: slowlog_threshold.map(duration),
+        slowlog_max_len,
+        hot_key_sample,
+        protocol: match protocol {
+            ProtocolMode::Auto => rw::Protocol::Auto,
+            ProtocolMode::Resp2 => rw::Protocol::Resp2,
+            ProtocolMode::Resp3 => rw::Protocol::Resp3,
+        } as i32,
+        advertised_redis_version: advertised,
         users,
-        op_timeout,
-        max_pending_per_client: max_pending,
-        resp,
-        client,
-        limits,
+    };
+    Some(PbListener {
+        name,
+        address: Some(socket(address)),
+        filter_chains: vec![FilterChain {
+            transport_socket: tls,
+            filters: vec![
+                Filter {
+                    name: names::LISTENER_SETTINGS_FILTER.to_string(),
+                    config_type: Some(ConfigType::TypedConfig(pack_any(settings))),
+                },
+                Filter {
+                    name: names::REDIS_PROXY_FILTER.to_string(),
+                    config_type: Some(ConfigType::TypedConfig(pack_any(redis))),
+                },
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
     })
 }
 
-/// The listener's ACL `users`: plaintext passwords are hashed here and not kept.
-pub(super) fn users(cx: &mut Cx, m: &Map<'_>, has_downstream_password: bool) -> Vec<AclUser> {
+/// Every cluster a route, the catch-all or a mirror of either names.
+fn routed_clusters(pr: &PrefixRoutes) -> impl Iterator<Item = &String> {
+    pr.routes
+        .iter()
+        .chain(pr.catch_all_route.iter())
+        .flat_map(|r| {
+            std::iter::once(&r.cluster).chain(r.request_mirror_policy.iter().map(|m| &m.cluster))
+        })
+}
+
+/// The listener's ACL `users`, as `ListenerSettings.users`: plaintext passwords are hashed
+/// here and not kept.
+fn users(cx: &mut Cx, o: &mut Origins, m: &Map<'_>) -> Vec<rw::User> {
     let list = m.seq(cx, "users").unwrap_or_default();
     let at = m.at("users");
-    let before = cx.count();
+    o.note(format!("{S}.users"), &at);
     let mut out = Vec::new();
     for (i, v) in list.iter().enumerate() {
         let path = index(&at, i);
+        let envoy = format!("{S}.users[{i}]");
+        o.note(&envoy, &path);
         let Some(u) = Map::new(cx, v, &path, USER_KEYS) else {
+            out.push(rw::User::default());
             continue;
         };
-        let name = u.required_string(cx, "name");
-        if let Some(reason) = name.as_deref().and_then(common::user_name_problem) {
-            cx.err(u.at("name"), reason);
-        }
-        let mut passwords: Vec<_> = u
-            .strings(cx, "password")
-            .iter()
-            .map(|p| respway_filters::acl::sha256(p.as_bytes()))
-            .collect();
-        let hashes = u.strings(cx, "password_sha256");
-        for (j, h) in hashes.iter().enumerate() {
-            match respway_filters::acl::digest_from_hex(h) {
-                Some(d) => passwords.push(d),
-                None => {
-                    let field = if u.get("password_sha256").is_some_and(Value::is_sequence) {
-                        index(&u.at("password_sha256"), j)
-                    } else {
-                        u.at("password_sha256")
-                    };
-                    cx.err(field, "expected 64 hexadecimal digits (a SHA-256 digest)");
-                }
+        o.note(format!("{envoy}.name"), u.at("name"));
+        let name = u.required_string(cx, "name").unwrap_or_default();
+        let mut passwords = Vec::new();
+        // The digests' field as a whole is the YAML's `password_sha256` when only that is
+        // given, else its `password`.
+        let whole = match (u.get("password"), u.get("password_sha256")) {
+            (None, Some(_)) => "password_sha256",
+            _ => "password",
+        };
+        o.note(format!("{envoy}.password_sha256"), u.at(whole));
+        for key in ["password", "password_sha256"] {
+            let given = u.strings(cx, key);
+            let listed = u.get(key).is_some_and(Value::is_sequence);
+            for (j, p) in given.iter().enumerate() {
+                let yaml = if listed {
+                    index(&u.at(key), j)
+                } else {
+                    u.at(key)
+                };
+                o.note(
+                    format!("{envoy}.password_sha256[{}]", passwords.len()),
+                    yaml,
+                );
+                passwords.push(if key == "password" {
+                    respway_filters::acl::digest_to_hex(&respway_filters::acl::sha256(p.as_bytes()))
+                } else {
+                    match respway_filters::acl::digest_from_hex(p) {
+                        Some(d) => respway_filters::acl::digest_to_hex(&d),
+                        None => p.clone(),
+                    }
+                });
             }
         }
+        o.note(format!("{envoy}.rules"), u.at("rules"));
         let rules = match u.get("rules") {
             None => common::DEFAULT_USER_RULES
                 .iter()
                 .map(|r| r.to_string())
                 .collect(),
             Some(Value::String(s)) => s.split_whitespace().map(str::to_string).collect(),
-            Some(_) => u.strings(cx, "rules"),
+            Some(_) => {
+                for j in 0..u
+                    .get("rules")
+                    .and_then(Value::as_sequence)
+                    .map_or(0, Vec::len)
+                {
+                    o.note(format!("{envoy}.rules[{j}]"), index(&u.at("rules"), j));
+                }
+                u.strings(cx, "rules")
+            }
         };
+        // An empty list is the resource's "every permission": it cannot say "none".
         if u.get("rules").is_some() && rules.is_empty() {
             cx.err(
                 u.at("rules"),
                 "must not be empty (leave it out for every permission, or use nocommands)",
             );
         }
-        out.push(AclUser {
-            name: name.unwrap_or_default(),
-            enabled: u.boolean(cx, "enabled").unwrap_or(true),
-            passwords,
+        for key in ["enabled", "nopass", "read_only"] {
+            o.note(format!("{envoy}.{key}"), u.at(key));
+        }
+        out.push(rw::User {
+            name,
+            enabled: Some(u.boolean(cx, "enabled").unwrap_or(true)),
+            password_sha256: passwords,
             nopass: u.boolean(cx, "nopass").unwrap_or(false),
             rules,
             read_only: u.boolean(cx, "read_only").unwrap_or(false),
         });
     }
-    if cx.count() == before {
-        for (i, field, reason) in common::user_problems(&out, has_downstream_password, "password") {
-            let item = index(&at, i);
-            // A rule given as one string is reported at `rules`.
-            let field = match list[i].get("rules") {
-                Some(Value::String(_)) if field.starts_with("rules[") => "rules".to_string(),
-                _ => field,
-            };
-            cx.err(join(&item, &field), reason);
-        }
-    }
     out
 }
 
-/// `tls: { cert, key, client_ca, require_client_cert }` of a listener.
-pub(super) fn listener_tls(cx: &mut Cx, v: &Value, path: &str) -> Option<ListenerTls> {
-    let before = cx.count();
+/// `tls: { cert, key, client_ca, require_client_cert }` of a listener, as Envoy's
+/// `DownstreamTlsContext` in a TLS transport socket.
+fn listener_tls(cx: &mut Cx, o: &mut Origins, v: &Value, path: &str) -> Option<TransportSocket> {
+    let ts = "filter_chains[0].transport_socket";
+    let typed = format!("{ts}.typed_config");
+    let common = format!("{typed}.common_tls_context");
+    o.note(ts, path);
+    o.note(
+        format!("{common}.tls_certificates[0].certificate_chain"),
+        join(path, "cert"),
+    );
+    o.note(
+        format!("{common}.tls_certificates[0].private_key"),
+        join(path, "key"),
+    );
+    o.note(
+        format!("{common}.validation_context"),
+        join(path, "client_ca"),
+    );
+    o.note(
+        format!("{typed}.require_client_certificate"),
+        join(path, "require_client_cert"),
+    );
     let t = Map::new(cx, v, path, LISTENER_TLS_KEYS)?;
     let cert = t.required_path(cx, "cert");
     let key = t.required_path(cx, "key");
     let client_ca = t.path(cx, "client_ca");
     let require_client_cert = t.boolean(cx, "require_client_cert").unwrap_or(false);
-    if require_client_cert && t.get("client_ca").is_none() {
-        cx.err(
-            t.at("require_client_cert"),
-            "needs client_ca (the CA that signs the client certificates)",
-        );
-    }
-    (cx.count() == before).then(|| ListenerTls {
-        cert: cert.unwrap_or_default(),
-        key: key.unwrap_or_default(),
-        client_ca,
-        require_client_cert,
+    let context = DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificates: vec![TlsCertificate {
+                certificate_chain: cert.as_deref().map(file),
+                private_key: key.as_deref().map(file),
+                ..Default::default()
+            }],
+            validation_context_type: client_ca.as_ref().map(|ca| {
+                ValidationContextType::ValidationContext(CertificateValidationContext {
+                    trusted_ca: Some(file(ca)),
+                    ..Default::default()
+                })
+            }),
+            ..Default::default()
+        }),
+        require_client_certificate: Some(BoolValue {
+            value: require_client_cert,
+        }),
+        ..Default::default()
+    };
+    Some(TransportSocket {
+        name: names::TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
     })
 }
 
 /// The listener's per-client bounds and session rules (`client_buffer_limit`,
 /// `client_buffer_hard_limit`, `client_stall_timeout`, `max_auth_failures`,
-/// `allow_keyless_scripts`, `admin_commands`, `keys_max`, `pubsub_buffer_limit`).
-pub(super) fn client_limits(cx: &mut Cx, m: &Map<'_>) -> ClientLimits {
+/// `allow_keyless_scripts`, `admin_commands`, `keys_max`, `pubsub_buffer_limit`). A count of
+/// 0 is the resource's "default", so it is refused here.
+fn client_limits(cx: &mut Cx, o: &mut Origins, m: &Map<'_>) -> ClientLimits {
+    for key in [
+        "client_buffer_limit",
+        "client_buffer_hard_limit",
+        "client_stall_timeout",
+        "max_auth_failures",
+        "allow_keyless_scripts",
+        "allow_restricted_scripts",
+        "admin_commands",
+        "keys_max",
+        "pubsub_buffer_limit",
+    ] {
+        o.note(format!("{S}.{key}"), key);
+    }
     let d = ClientLimits::default();
     let max = usize::MAX as u64;
-    let before = cx.count();
-    let limit = m.positive(cx, "client_buffer_limit", max);
-    let hard = m.positive(cx, "client_buffer_hard_limit", max);
-    let buffer_limit = limit.map_or(d.buffer_limit, |n| n as usize);
-    let buffer_hard_limit = hard.map_or(d.buffer_hard_limit, |n| n as usize);
-    // Compared only when both read well (a wrong one is its own error).
-    if cx.count() == before {
-        if let Some(reason) = common::client_buffer_problem(
-            buffer_limit,
-            limit.is_none(),
-            buffer_hard_limit,
-            hard.is_none(),
-        ) {
-            cx.err(m.at("client_buffer_hard_limit"), reason);
-        }
-    }
     ClientLimits {
-        buffer_limit,
-        buffer_hard_limit,
+        buffer_limit: m
+            .positive(cx, "client_buffer_limit", max)
+            .map_or(d.buffer_limit, |n| n as usize),
+        buffer_hard_limit: m
+            .positive(cx, "client_buffer_hard_limit", max)
+            .map_or(d.buffer_hard_limit, |n| n as usize),
         stall_timeout: m
-            .duration(cx, "client_stall_timeout")
+            .duration_or_zero(cx, "client_stall_timeout")
             .unwrap_or(d.stall_timeout),
         max_auth_failures: m
             .positive(cx, "max_auth_failures", u32::MAX.into())
@@ -268,7 +429,13 @@ pub(super) fn client_limits(cx: &mut Cx, m: &Map<'_>) -> ClientLimits {
 }
 
 /// The listener's `protocol` and `advertised_redis_version`.
-pub(super) fn resp_settings(cx: &mut Cx, m: &Map<'_>) -> RespSettings {
+fn resp_settings(cx: &mut Cx, o: &mut Origins, m: &Map<'_>) -> (ProtocolMode, String) {
+    o.note(format!("{S}.protocol"), "protocol");
+    o.note(format!("{P}.protocol_version"), "protocol");
+    o.note(
+        format!("{S}.advertised_redis_version"),
+        "advertised_redis_version",
+    );
     let d = RespSettings::default();
     let protocol = m.string(cx, "protocol").and_then(|s| {
         match common::PROTOCOL_MODES.iter().find(|(n, _)| *n == s) {
@@ -288,7 +455,7 @@ pub(super) fn resp_settings(cx: &mut Cx, m: &Map<'_>) -> RespSettings {
     // An unquoted `7.2` or `7` is a YAML number (and `7.20` would read as 7.2): it must be
     // quoted.
     let key = "advertised_redis_version";
-    let advertised_version = match m.get(key) {
+    let advertised = match m.get(key) {
         Some(Value::Number(_)) => {
             cx.err(
                 m.at(key),
@@ -296,23 +463,18 @@ pub(super) fn resp_settings(cx: &mut Cx, m: &Map<'_>) -> RespSettings {
             );
             None
         }
-        _ => m
-            .non_empty_string(cx, key)
-            .and_then(|v| match common::redis_version_problem(&v) {
-                Some(reason) => {
-                    cx.err(m.at(key), reason);
-                    None
-                }
-                None => Some(v),
-            }),
+        _ => m.non_empty_string(cx, key),
     };
-    RespSettings {
-        protocol: protocol.unwrap_or(d.protocol),
-        advertised_version: advertised_version.unwrap_or(d.advertised_version),
-    }
+    (
+        protocol.unwrap_or(d.protocol),
+        advertised.unwrap_or(d.advertised_version),
+    )
 }
 
-pub(super) fn limits(cx: &mut Cx, v: &Value, path: &str) -> Limits {
+fn limits(cx: &mut Cx, o: &mut Origins, v: &Value, path: &str) -> Limits {
+    for key in LIMITS_KEYS {
+        o.note(format!("{S}.limits.{key}"), join(path, key));
+    }
     let d = Limits::default();
     let Some(m) = Map::new(cx, v, path, LIMITS_KEYS) else {
         return d;
@@ -331,139 +493,125 @@ pub(super) fn limits(cx: &mut Cx, v: &Value, path: &str) -> Limits {
     }
 }
 
-pub(super) fn routes(
+/// `routes`, as `RedisProxy.prefix_routes` and the mirror modes of `ListenerSettings`.
+fn routes(
     cx: &mut Cx,
+    o: &mut Origins,
     v: &Value,
     path: &str,
-    clusters: Option<&HashSet<&str>>,
-) -> RouteTable {
-    let mut table = RouteTable::default();
+) -> (PrefixRoutes, Vec<rw::RouteMirrorMode>) {
+    let pr = format!("{P}.prefix_routes");
+    o.note(&pr, path);
+    let mut table = PrefixRoutes::default();
+    let mut modes = Vec::new();
     let Some(m) = Map::new(cx, v, path, ROUTES_KEYS) else {
-        return table;
+        return (table, modes);
     };
+    // The YAML path of each mirror mode, the catch-all's first as they are read.
+    let mut paths = Vec::new();
+    o.note(format!("{pr}.case_insensitive"), m.at("case_insensitive"));
     table.case_insensitive = m.boolean(cx, "case_insensitive").unwrap_or(false);
-    table.catch_all = m.string(cx, "catch_all");
-    if let Some(c) = &table.catch_all {
-        if clusters.is_some_and(|known| !known.contains(c.as_str())) {
-            cx.err(m.at("catch_all"), format!("unknown cluster {c:?}"));
-        }
-    }
-    table.catch_all_mirrors = mirrors(
+    let ca = format!("{pr}.catch_all_route");
+    o.note(&ca, m.at("catch_all"));
+    let catch_all = m.string(cx, "catch_all");
+    let catch_all_mirrors = mirrors(
         cx,
+        o,
         &m,
         "catch_all_mirrors",
-        table.catch_all.as_deref(),
-        clusters,
+        &ca,
+        None,
+        (&mut modes, &mut paths),
     );
-    if !table.catch_all_mirrors.is_empty() && table.catch_all.is_none() {
+    if !catch_all_mirrors.is_empty() && catch_all.is_none() {
+        // Mirrors of the catch-all live on the catch-all route: without one, they cannot be
+        // written.
         cx.err(m.at("catch_all_mirrors"), "requires catch_all");
     }
     let prefixes = m.seq(cx, "prefixes").unwrap_or_default();
-    let mut seen: HashMap<String, usize> = HashMap::new();
+    o.note(format!("{pr}.routes"), m.at("prefixes"));
+    let mut prefix_modes = Vec::new();
+    let mut prefix_paths = Vec::new();
     for (i, p) in prefixes.iter().enumerate() {
         let at = index(&m.at("prefixes"), i);
+        let ra = format!("{pr}.routes[{i}]");
+        o.note(&ra, &at);
         let Some(r) = Map::new(cx, p, &at, PREFIX_KEYS) else {
+            table.routes.push(Route::default());
             continue;
         };
-        let prefix = r.required_string(cx, "prefix");
-        let cluster = r.required_string(cx, "cluster");
+        for key in ["prefix", "cluster", "remove_prefix"] {
+            o.note(format!("{ra}.{key}"), r.at(key));
+        }
+        let prefix = r.required_string(cx, "prefix").unwrap_or_default();
+        let cluster = r.required_string(cx, "cluster").unwrap_or_default();
         let remove_prefix = r.boolean(cx, "remove_prefix").unwrap_or(false);
-        if let Some(c) = &cluster {
-            if clusters.is_some_and(|known| !known.contains(c.as_str())) {
-                cx.err(r.at("cluster"), format!("unknown cluster {c:?}"));
-            }
-        }
-        let mirrors = mirrors(cx, &r, "mirrors", cluster.as_deref(), clusters);
-        if let Some(p) = &prefix {
-            let key = if table.case_insensitive {
-                p.to_ascii_lowercase()
-            } else {
-                p.clone()
-            };
-            if let Some(first) = seen.insert(key, i) {
-                cx.err(
-                    r.at("prefix"),
-                    format!("duplicate prefix {p:?} (also prefixes[{first}])"),
-                );
-            } else if p.is_empty() && prefixes.len() > 1 {
-                cx.err(
-                    r.at("prefix"),
-                    "an empty prefix is allowed only as the sole route (use catch_all)",
-                );
-            }
-        }
-        if let (Some(prefix), Some(cluster)) = (prefix, cluster) {
-            table.routes.push(PrefixRoute {
-                mirrors,
-                prefix,
-                remove_prefix,
-                cluster,
-            });
-        }
+        let request_mirror_policy = mirrors(
+            cx,
+            o,
+            &r,
+            "mirrors",
+            &ra,
+            Some(&prefix),
+            (&mut prefix_modes, &mut prefix_paths),
+        );
+        table.routes.push(Route {
+            prefix,
+            remove_prefix,
+            cluster,
+            request_mirror_policy,
+            ..Default::default()
+        });
     }
-    if prefixes.is_empty() && m.get("catch_all").is_none() {
-        cx.err(path, "at least one prefix or a catch_all is required");
+    if let Some(cluster) = catch_all {
+        table.catch_all_route = Some(Route {
+            cluster,
+            request_mirror_policy: catch_all_mirrors,
+            ..Default::default()
+        });
     }
-    table
+    // `ListenerSettings.mirror_modes` lists the prefix routes' mirrors, then the catch-all's.
+    if table.catch_all_route.is_some() {
+        prefix_modes.append(&mut modes);
+        prefix_paths.append(&mut paths);
+    }
+    for (k, path) in prefix_paths.iter().enumerate() {
+        let ea = format!("{S}.mirror_modes[{k}]");
+        o.note(&ea, path);
+        o.note(format!("{ea}.cluster"), join(path, "cluster"));
+        o.note(format!("{ea}.mode"), join(path, "mode"));
+        o.note(format!("{ea}.target_is_primary"), join(path, "primary"));
+    }
+    (table, prefix_modes)
 }
 
-/// The clusters a listener read from a resource file names that are not in `known` (the
-/// clusters of a node's merged snapshot), as (YAML path, reason): `routes.catch_all`,
-/// `routes.catch_all_mirrors[j].cluster`, `routes.prefixes[i].cluster`,
-/// `routes.prefixes[i].mirrors[j].cluster`. A listener that parsed keeps every route and
-/// mirror of its file, in order, so the indexes are the file's.
-pub(crate) fn unknown_clusters(l: &Listener, known: &HashSet<&str>) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut check = |path: String, cluster: &str| {
-        if !known.contains(cluster) {
-            out.push((path, format!("unknown cluster {cluster:?}")));
-        }
-    };
-    let r = &l.routes;
-    if let Some(c) = &r.catch_all {
-        check("routes.catch_all".to_string(), c);
-    }
-    for (j, m) in r.catch_all_mirrors.iter().enumerate() {
-        check(format!("routes.catch_all_mirrors[{j}].cluster"), &m.cluster);
-    }
-    for (i, p) in r.routes.iter().enumerate() {
-        check(format!("routes.prefixes[{i}].cluster"), &p.cluster);
-        for (j, m) in p.mirrors.iter().enumerate() {
-            check(
-                format!("routes.prefixes[{i}].mirrors[{j}].cluster"),
-                &m.cluster,
-            );
-        }
-    }
-    out
-}
-
-/// The mirror policies under `key` of a route whose own cluster is `route_cluster`.
-pub(super) fn mirrors(
+/// The mirror policies under `key` of the route at Envoy path `route` (`prefix`: `None` for
+/// the catch-all); their modes are added to `modes`.
+fn mirrors(
     cx: &mut Cx,
+    o: &mut Origins,
     m: &Map<'_>,
     key: &str,
-    route_cluster: Option<&str>,
-    clusters: Option<&HashSet<&str>>,
-) -> Vec<MirrorPolicy> {
+    route: &str,
+    prefix: Option<&str>,
+    (modes, paths): (&mut Vec<rw::RouteMirrorMode>, &mut Vec<String>),
+) -> Vec<RequestMirrorPolicy> {
     let list = m.seq(cx, key).unwrap_or_default();
     let at = m.at(key);
     let mut out = Vec::new();
-    // The list index of each policy in `out`, for errors found across them.
-    let mut positions = Vec::new();
+    // The cluster of each mirror written, and its position in the list.
+    let mut written: Vec<(String, usize)> = Vec::new();
     for (i, v) in list.iter().enumerate() {
         let path = index(&at, i);
+        o.mark(&path);
+        for key in ["cluster", "primary", "mode", "include_reads", "fraction"] {
+            o.mark(join(&path, key));
+        }
         let before = cx.count();
         let Some(p) = Map::new(cx, v, &path, MIRROR_KEYS) else {
             continue;
         };
-        let cluster = p.required_string(cx, "cluster");
-        if let Some(c) = &cluster {
-            if clusters.is_some_and(|known| !known.contains(c.as_str())) {
-                cx.err(p.at("cluster"), format!("unknown cluster {c:?}"));
-            }
-        }
-        let mode = p.string(cx, "mode");
+        let cluster = p.required_string(cx, "cluster").unwrap_or_default();
         let target_is_primary =
             p.string(cx, "primary").and_then(|s| {
                 match common::MIRROR_PRIMARIES.iter().find(|(n, _)| *n == s) {
@@ -480,12 +628,10 @@ pub(super) fn mirrors(
                     }
                 }
             });
-        let mode = match mode.as_deref() {
-            None | Some("dual_write") => Some(MirrorMode::DualWrite {
-                target_is_primary: target_is_primary.unwrap_or(false),
-            }),
-            Some("forward") => Some(MirrorMode::Forward),
-            Some("read_only") => Some(MirrorMode::ReadOnly),
+        let mode = match p.string(cx, "mode").as_deref() {
+            None | Some("dual_write") => rw::MirrorMode::DualWrite,
+            Some("forward") => rw::MirrorMode::Forward,
+            Some("read_only") => rw::MirrorMode::ReadOnly,
             Some(other) => {
                 cx.err(
                     p.at("mode"),
@@ -494,59 +640,57 @@ pub(super) fn mirrors(
                         common::one_of(common::MIRROR_MODES.iter().copied())
                     ),
                 );
-                None
+                rw::MirrorMode::DualWrite
             }
         };
-        if p.get("primary").is_some()
-            && matches!(mode, Some(MirrorMode::Forward | MirrorMode::ReadOnly))
-        {
+        // Only a dual-write mirror has a primary to name: with another mode it cannot be
+        // written.
+        if p.get("primary").is_some() && mode != rw::MirrorMode::DualWrite {
             cx.err(p.at("primary"), "only used with mode dual_write");
         }
         let include_reads = p.boolean(cx, "include_reads").unwrap_or(false);
         let fraction_ppm = p
             .fraction_ppm(cx, "fraction")
             .unwrap_or(common::FULL_FRACTION_PPM);
-        if let (Some(cluster), Some(mode), true) = (cluster, mode, cx.count() == before) {
-            out.push(MirrorPolicy {
-                cluster,
-                mode,
-                include_reads,
-                fraction_ppm,
-            });
-            positions.push(i);
+        // A mirror that does not read is left out (its errors fail the file), so that it
+        // does not also show as a conflict with the others.
+        if cx.count() > before {
+            continue;
         }
-    }
-    if let Some(route_cluster) = route_cluster {
-        let item = |i: usize| index(&at, positions[i]);
-        for p in common::check_mirrors(route_cluster, &out) {
-            match p {
-                MirrorProblem::OwnCluster { mirror } => cx.err(
-                    join(&item(mirror), "cluster"),
-                    format!("{route_cluster:?} is the route's own cluster"),
-                ),
-                MirrorProblem::Duplicate { mirror, first } => cx.err(
-                    join(&item(mirror), "cluster"),
-                    format!(
-                        "duplicate mirror cluster {:?} (also {key}[{}])",
-                        out[mirror].cluster, positions[first]
-                    ),
-                ),
-                MirrorProblem::SecondPrimary { mirror, first } => cx.err(
-                    join(&item(mirror), "primary"),
-                    format!(
-                        "only one mirror of a route may be primary (also {key}[{}])",
-                        positions[first]
-                    ),
-                ),
-                MirrorProblem::SecondReadOnly { mirror, first } => cx.err(
-                    join(&item(mirror), "mode"),
-                    format!(
-                        "only one read_only mirror per route (also {key}[{}])",
-                        positions[first]
-                    ),
-                ),
-            }
+        // A mirror's mode is written keyed by its route and cluster: a second mirror to the
+        // same cluster cannot be written apart.
+        if let Some((_, first)) = written.iter().find(|(c, _)| *c == cluster) {
+            cx.err(
+                p.at("cluster"),
+                format!("duplicate mirror cluster {cluster:?} (also {key}[{first}])"),
+            );
+            continue;
         }
+        let ma = format!("{route}.request_mirror_policy[{}]", out.len());
+        o.note(&ma, &path);
+        o.note(format!("{ma}.cluster"), join(&path, "cluster"));
+        o.note(format!("{ma}.runtime_fraction"), join(&path, "fraction"));
+        o.note(
+            format!("{ma}.exclude_read_commands"),
+            join(&path, "include_reads"),
+        );
+        written.push((cluster.clone(), i));
+        out.push(RequestMirrorPolicy {
+            cluster: cluster.clone(),
+            runtime_fraction: Some(RuntimeFractionalPercent {
+                default_value: Some(fractional_percent(fraction_ppm)),
+                runtime_key: String::new(),
+            }),
+            exclude_read_commands: !include_reads,
+        });
+        paths.push(path);
+        modes.push(rw::RouteMirrorMode {
+            prefix: prefix.map(str::to_string),
+            cluster,
+            mode: mode as i32,
+            target_is_primary: mode == rw::MirrorMode::DualWrite
+                && target_is_primary.unwrap_or(false),
+        });
     }
     out
 }

@@ -1,30 +1,34 @@
-//! The static YAML schema (documented in `SCHEMA.md`), read into the validated model.
+//! The static YAML schema (documented in `SCHEMA.md`), read straight into Envoy resources.
 //!
 //! The document is read as an untyped YAML tree and walked by hand rather than through
 //! `#[derive(Deserialize)]`: serde stops at the first error and does not say where it was,
-//! while this walk reports every error at once, each with its resource and key path. The model
-//! read here is then written out as Envoy resources ([`crate::to_resources`]) and those are
-//! translated back, so the YAML file and the xDS stream share one translation.
+//! while this walk reports every error at once, each with its resource and key path. The walk
+//! checks only the document's shape (unknown keys, wrong types, values that cannot be written
+//! as a resource field) and writes [`Resources`]; what they mean (ranges, references between
+//! routes and clusters, one primary per shard, ...) is checked by [`crate::translate`] alone,
+//! as for the xDS stream. While it writes, the walk notes where each resource field came from
+//! ([`origin`]), so that the translation's errors are shown with the YAML's own key paths.
 //!
-//! The walk is split like `translate/`: [`listener`] and [`cluster`] read their resources,
-//! `value` holds the typed getters every part uses. [`dump`] is the inverse: a model written
-//! out in this schema (the sidecar's `/config_dump`).
+//! The walk is split like `translate/`: [`listener`], [`cluster`] and [`shards`] write their
+//! resources, `value` holds the typed getters every part uses. [`dump`] is the inverse: a
+//! model written out in this schema (the sidecar's `/config_dump`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use respway_filters::model::Config;
 use serde_yaml_ng::Value;
 
-use crate::error::{index, ConfigErrors, Cx};
+use crate::error::{index, ConfigError, ConfigErrors, Cx};
+use crate::Resources;
 
 mod cluster;
 pub(crate) mod dump;
 mod listener;
+pub(crate) mod origin;
+mod shards;
 mod value;
 
-use cluster::*;
-pub(crate) use listener::unknown_clusters;
-use listener::*;
+use origin::Origins;
 use value::*;
 
 /// Which sidecars a resource file is for (its top-level `targets`).
@@ -41,8 +45,13 @@ const FRAGMENT_TOP_KEYS: &[&str] = &["targets", "listeners", "clusters", "node"]
 const TARGETS_KEYS: &[&str] = &["node_ids", "zones"];
 const NODE_KEYS: &[&str] = &["id", "zone"];
 
-pub(crate) fn parse(text: &str) -> Result<Config, ConfigErrors> {
-    parse_doc(text, Mode::Static).map(|(_, config)| config)
+/// Reads the sidecar's static file into resources and translates them: the resources and
+/// their model, or every error of either step in the YAML's own terms, in document order.
+pub(crate) fn load(text: &str) -> Result<(Resources, Config), ConfigErrors> {
+    let read = read(text, Mode::Static)?;
+    let translated = crate::translate(&read.resources);
+    read.finish(translated)
+        .map(|config| (read.resources.clone(), config))
 }
 
 /// A resource file of the management server (`respway-xds serve --resources DIR`): the
@@ -55,14 +64,23 @@ pub(crate) struct Fragment {
     pub(crate) targets: Option<Targets>,
     /// The file's listeners and clusters (`zone` is always `None`).
     pub(crate) config: Config,
+    /// The same, as the resources read from the file.
+    pub(crate) resources: Resources,
 }
 
 /// Reads a management-server resource file (see [`Fragment`]), reporting every error.
 pub(crate) fn parse_fragment(text: &str) -> Result<Fragment, ConfigErrors> {
-    parse_doc(text, Mode::Fragment).map(|(targets, config)| Fragment { targets, config })
+    let read = read(text, Mode::Fragment)?;
+    let translated = crate::translate::translate_open(&read.resources);
+    let config = read.finish(translated)?;
+    Ok(Fragment {
+        targets: read.targets,
+        config,
+        resources: read.resources,
+    })
 }
 
-/// Which document [`parse_doc`] reads.
+/// Which document [`read`] reads.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     /// The sidecar's static file: `node`, and both lists required.
@@ -71,8 +89,37 @@ enum Mode {
     Fragment,
 }
 
-fn parse_doc(text: &str, mode: Mode) -> Result<(Option<Targets>, Config), ConfigErrors> {
+/// A document read into resources, before the translation checks them.
+struct Read {
+    targets: Option<Targets>,
+    resources: Resources,
+    /// What the reader found wrong with the document's shape (in YAML terms).
+    errors: Vec<ConfigError>,
+    origins: Origins,
+}
+
+impl Read {
+    /// The translation's result, with the reader's errors and the translation's in YAML
+    /// terms.
+    fn finish(&self, translated: Result<Config, ConfigErrors>) -> Result<Config, ConfigErrors> {
+        match translated {
+            Ok(config) if self.errors.is_empty() => Ok(config),
+            result => {
+                let translated = result.err().map(|e| e.0).unwrap_or_default();
+                Err(ConfigErrors(
+                    self.origins.rewrite(self.errors.clone(), translated),
+                ))
+            }
+        }
+    }
+}
+
+/// Reads a document into Envoy resources, checking only its shape (unknown keys, wrong
+/// types, values that cannot be written as a resource field); the error when it is not a
+/// document of this schema at all.
+fn read(text: &str, mode: Mode) -> Result<Read, ConfigErrors> {
     let mut cx = Cx::default();
+    let mut o = Origins::default();
     // Anchors are resolved by the parser; merge keys (`<<: *base`) are applied here.
     let doc = serde_yaml_ng::from_str::<Value>(text).and_then(|mut v| v.apply_merge().map(|()| v));
     let doc = match doc {
@@ -100,9 +147,15 @@ fn parse_doc(text: &str, mode: Mode) -> Result<(Option<Targets>, Config), Config
 
     let mut zone = None;
     let mut file_targets = None;
+    o.top("");
     match mode {
-        Mode::Static => zone = top.get("node").and_then(|v| node(&mut cx, v)),
+        Mode::Static => {
+            o.top("node");
+            zone = top.get("node").and_then(|v| node(&mut cx, v));
+        }
         Mode::Fragment => {
+            o.top("node");
+            o.top("targets");
             if top.raw("node").is_some() {
                 cx.err(
                     "node",
@@ -114,19 +167,21 @@ fn parse_doc(text: &str, mode: Mode) -> Result<(Option<Targets>, Config), Config
         }
     }
 
-    // Route targets are checked against every cluster name in the file, so that a cluster with
-    // errors of its own does not also make each route to it an error. A management-server
-    // file may route to clusters of other files: translate checks the merged snapshot.
-    let cluster_names: HashSet<&str> = top
-        .get("clusters")
-        .and_then(Value::as_sequence)
-        .map(|s| {
-            s.iter()
-                .filter_map(|c| c.get("name").and_then(Value::as_str))
-                .collect()
-        })
-        .unwrap_or_default();
-    let known = (mode == Mode::Static).then_some(&cluster_names);
+    // Whether each cluster of the file uses a hashtag, for the listeners' Envoy-wide flag.
+    let mut hashtags: HashMap<&str, bool> = HashMap::new();
+    if let Some(list) = top.get("clusters").and_then(Value::as_sequence) {
+        for c in list {
+            let Some(name) = c.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let on = match c.get("hashtag") {
+                None => true,
+                Some(Value::String(s)) => matches!(crate::common::parse_hashtag(s), Ok(Some(_))),
+                Some(_) => false,
+            };
+            hashtags.entry(name).or_insert(on);
+        }
+    }
     let list = |cx: &mut Cx, key: &str| -> &[Value] {
         match mode {
             Mode::Static => top.non_empty_seq(cx, key),
@@ -134,22 +189,20 @@ fn parse_doc(text: &str, mode: Mode) -> Result<(Option<Targets>, Config), Config
         }
     };
 
+    o.top("listeners");
     let listener_values = list(&mut cx, "listeners");
-    let mut listeners = Vec::new();
-    let mut seen = HashMap::new();
+    let mut resources = Resources {
+        node_zone: zone,
+        ..Default::default()
+    };
     for (i, v) in listener_values.iter().enumerate() {
-        listeners.extend(listener(&mut cx, v, i, known));
-        if let Some(name) = v.get("name").and_then(Value::as_str) {
-            if let Some(first) = seen.insert(name, i) {
-                cx.err(
-                    "name",
-                    format!("duplicate listener name (also listeners[{first}])"),
-                );
-            }
-        }
+        resources
+            .listeners
+            .extend(listener::listener(&mut cx, &mut o, v, i, &hashtags));
         cx.resource.clear();
     }
 
+    o.top("clusters");
     let cluster_values = list(&mut cx, "clusters");
     if mode == Mode::Fragment
         && listener_values.is_empty()
@@ -161,28 +214,19 @@ fn parse_doc(text: &str, mode: Mode) -> Result<(Option<Targets>, Config), Config
             "defines no listeners and no clusters (a resource file defines either or both)",
         );
     }
-    let mut clusters = Vec::new();
-    let mut seen = HashMap::new();
     for (i, v) in cluster_values.iter().enumerate() {
-        clusters.extend(cluster(&mut cx, v, i));
-        if let Some(name) = v.get("name").and_then(Value::as_str) {
-            if let Some(first) = seen.insert(name, i) {
-                cx.err(
-                    "name",
-                    format!("duplicate cluster name (also clusters[{first}])"),
-                );
-            }
+        if let Some((c, cla)) = cluster::cluster(&mut cx, &mut o, v, i) {
+            resources.clusters.push(c);
+            resources.endpoints.push(cla);
         }
         cx.resource.clear();
     }
-    cx.finish((
-        file_targets,
-        Config {
-            zone,
-            listeners,
-            clusters,
-        },
-    ))
+    Ok(Read {
+        targets: file_targets,
+        resources,
+        errors: cx.errors,
+        origins: o,
+    })
 }
 
 // === targets ===
@@ -252,7 +296,7 @@ clusters:
     dedicated_connections: 3
     shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
 "#;
-        let direct = super::parse(text).unwrap();
+        let (resources, direct) = super::load(text).unwrap();
         let client = &direct.listeners[0].client;
         assert_eq!(
             (client.buffer_limit, client.buffer_hard_limit),
@@ -269,9 +313,6 @@ clusters:
         let c = &direct.clusters[0];
         assert_eq!(c.max_queue_per_connection, 1);
         assert_eq!((c.databases, c.dedicated_connections), (2, 3));
-        assert_eq!(
-            crate::translate(&crate::to_resources(&direct)).unwrap(),
-            direct
-        );
+        assert_eq!(crate::to_resources(&direct), resources);
     }
 }

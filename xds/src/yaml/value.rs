@@ -208,22 +208,6 @@ impl<'v> Map<'v> {
             .ok()
     }
 
-    /// A duration string greater than zero.
-    pub(super) fn duration(&self, cx: &mut Cx, key: &str) -> Option<Duration> {
-        let s = self.string(cx, key)?;
-        match common::parse_duration(&s) {
-            Ok(d) if d.is_zero() => {
-                cx.err(self.at(key), "must be greater than 0");
-                None
-            }
-            Ok(d) => Some(d),
-            Err(e) => {
-                cx.err(self.at(key), e);
-                None
-            }
-        }
-    }
-
     pub(super) fn addr(&self, cx: &mut Cx, key: &str) -> Option<SocketAddr> {
         let s = self.string(cx, key)?;
         common::parse_socket_addr(&s)

@@ -1,0 +1,306 @@
+//! A cluster's `shards`, read into its `ClusterLoadAssignment`: one `LbEndpoint` per
+//! endpoint, grouped by zone into localities, each carrying its shard's name, position and
+//! role (and, on the primary, the shard's slots, weight and hash key) in its metadata.
+//!
+//! Each shard's endpoints are written in canonical order (the primary first, then replicas
+//! by address), as the translation gives them back. Only what is about the YAML's shape is
+//! checked here; the translation checks the shards (one primary each, names, addresses, hash
+//! keys and slots).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use envoy_types::pb::envoy::config::core::v3::{Locality, Metadata};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint as PbEndpoint, LbEndpoint,
+    LocalityLbEndpoints,
+};
+use envoy_types::pb::google::protobuf::{value::Kind, ListValue, UInt32Value, Value as PbValue};
+use respway_filters::model::{HashPolicy, Role, UpstreamAuth};
+use serde_yaml_ng::Value;
+
+use super::cluster::upstream_auth;
+use super::origin::Origins;
+use super::value::{kind, Map};
+use crate::common;
+use crate::emit::{fields, socket, string};
+use crate::error::{index, join, Cx};
+use crate::names;
+
+const SHARD_KEYS: &[&str] = &["name", "hash_key", "weight", "slots", "endpoints"];
+const ENDPOINT_KEYS: &[&str] = &["address", "role", "zone", "auth"];
+
+/// One endpoint as read.
+struct Raw {
+    /// Its position in the shard's `endpoints`.
+    at: usize,
+    address: SocketAddr,
+    role: Option<Role>,
+    zone: Option<String>,
+}
+
+/// The cluster's shards as its `ClusterLoadAssignment`, and the endpoints' own credentials
+/// by address (for `RedisProtocolOptions.credentials`, at Envoy path `auth_at`).
+pub(super) fn shards(
+    cx: &mut Cx,
+    o: &mut Origins,
+    m: &Map<'_>,
+    cluster: &str,
+    policy: &HashPolicy,
+    auth_at: &str,
+) -> (ClusterLoadAssignment, Vec<(SocketAddr, UpstreamAuth)>) {
+    let own = (
+        if cluster.is_empty() {
+            String::new()
+        } else {
+            format!("cluster {cluster:?}")
+        },
+        cx.resource.clone(),
+    );
+    o.enter(
+        &format!("cluster_load_assignment {cluster:?}"),
+        &cx.resource,
+    );
+    o.note("endpoints", "shards");
+    o.note("", "shards");
+    let list = m.non_empty_seq(cx, "shards");
+    let mut localities: Vec<LocalityLbEndpoints> = Vec::new();
+    // (address, credentials, YAML path of the `auth`)
+    let mut credentials: Vec<(SocketAddr, UpstreamAuth, String)> = Vec::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for (si, v) in list.iter().enumerate() {
+        let sp = index("shards", si);
+        o.mark(&sp);
+        o.mark(join(&sp, "name"));
+        let Some(s) = Map::new(cx, v, &sp, SHARD_KEYS) else {
+            continue;
+        };
+        let name = s.non_empty_string(cx, "name");
+        let hash_key = s.non_empty_string(cx, "hash_key");
+        let weight = s.uint(cx, "weight", u32::MAX.into()).unwrap_or(1) as u32;
+        let slots = slots(cx, &s);
+        let list = s.non_empty_seq(cx, "endpoints");
+        let single = list.len() == 1;
+        let mut raw = Vec::new();
+        for (ei, v) in list.iter().enumerate() {
+            let at = index(&s.at("endpoints"), ei);
+            o.mark(&at);
+            let Some(e) = Map::new(cx, v, &at, ENDPOINT_KEYS) else {
+                continue;
+            };
+            let address = e.required(cx, "address", common::parse_socket_addr);
+            let role = match e.string(cx, "role").as_deref() {
+                Some("primary") => Some(Role::Primary),
+                Some("replica") => Some(Role::Replica),
+                None if single => Some(Role::Primary),
+                None => {
+                    // With more than one endpoint, there is no role to write without one.
+                    cx.err(
+                        e.at("role"),
+                        "required when a shard has more than one endpoint",
+                    );
+                    None
+                }
+                Some(other) => {
+                    cx.err(
+                        e.at("role"),
+                        format!("unknown role {other:?} (expected one of: primary, replica)"),
+                    );
+                    None
+                }
+            };
+            let zone = e.non_empty_string(cx, "zone");
+            let auth = e
+                .get("auth")
+                .and_then(|v| upstream_auth(cx, v, &e.at("auth")));
+            if let Some(address) = address {
+                if let Some((auth, _)) = auth {
+                    credentials.push((address, auth, e.at("auth")));
+                }
+                raw.push(Raw {
+                    at: ei,
+                    address,
+                    role,
+                    zone,
+                });
+            }
+        }
+        raw.sort_by_key(|e| (e.role != Some(Role::Primary), e.address));
+        let shard_name = name.clone().unwrap_or_else(|| format!("shard-{si}"));
+        // Endpoints are grouped into shards by name: two shards of one name cannot be
+        // written apart.
+        if let Some(first) = names.insert(shard_name.clone(), si) {
+            cx.err(
+                s.at("name"),
+                format!("duplicate shard name {shard_name:?} (also shards[{first}])"),
+            );
+        }
+        let primary = raw
+            .iter()
+            .find(|e| e.role == Some(Role::Primary))
+            .map(|e| e.address);
+        // The hash key is written only when it is not what the translation would take
+        // anyway.
+        let hash_key = primary.and_then(|p| {
+            let key =
+                hash_key.unwrap_or_else(|| common::default_hash_key(policy, name.as_deref(), p));
+            (key != common::default_hash_key(policy, Some(&shard_name), p)).then_some(key)
+        });
+        for e in raw {
+            // Shard-level values travel on the primary; on every endpoint when there is
+            // none, so that the translation still checks them (it refuses the shard anyway).
+            let is_primary = e.role == Some(Role::Primary) || primary.is_none();
+            let mut respway = vec![
+                ("shard", string(&shard_name)),
+                ("shard_index", Kind::NumberValue(si as f64)),
+            ];
+            if let Some(role) = e.role {
+                let role = match role {
+                    Role::Primary => "primary",
+                    Role::Replica => "replica",
+                };
+                respway.push(("role", string(role)));
+            }
+            let mut metadata = HashMap::new();
+            if is_primary {
+                if !slots.is_empty() {
+                    let values = slots.iter().map(|k| PbValue {
+                        kind: Some(k.clone()),
+                    });
+                    let list = ListValue {
+                        values: values.collect(),
+                    };
+                    respway.push(("slots", Kind::ListValue(list)));
+                }
+                if let Some(key) = &hash_key {
+                    metadata.insert(
+                        names::ENVOY_LB_NAMESPACE.to_string(),
+                        fields(vec![("hash_key", string(key))]),
+                    );
+                }
+            }
+            metadata.insert(names::METADATA_NAMESPACE.to_string(), fields(respway));
+            let lb_endpoint = LbEndpoint {
+                host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
+                    address: Some(socket(e.address)),
+                    ..Default::default()
+                })),
+                load_balancing_weight: is_primary.then_some(UInt32Value { value: weight }),
+                metadata: Some(Metadata {
+                    filter_metadata: metadata,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let zone = e.zone.clone().unwrap_or_default();
+            let li = match localities
+                .iter()
+                .position(|l| l.locality.as_ref().map_or("", |l| l.zone.as_str()) == zone)
+            {
+                Some(li) => li,
+                None => {
+                    localities.push(LocalityLbEndpoints {
+                        locality: (!zone.is_empty()).then(|| Locality {
+                            zone,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    });
+                    localities.len() - 1
+                }
+            };
+            let ep = format!(
+                "endpoints[{li}].lb_endpoints[{}]",
+                localities[li].lb_endpoints.len()
+            );
+            localities[li].lb_endpoints.push(lb_endpoint);
+            note_endpoint(o, &ep, &sp, e.at, is_primary.then_some(slots.len()));
+        }
+    }
+    o.enter(&own_envoy(&own.0, &own.1), &own.1);
+    credentials.sort_by_key(|c| c.0);
+    for (k, (_, _, path)) in credentials.iter().enumerate() {
+        let at = format!("{auth_at}.credentials[{k}]");
+        o.note(&at, path);
+        o.note(format!("{at}.auth_username"), join(path, "username"));
+        o.note(format!("{at}.auth_password"), join(path, "password"));
+    }
+    let cla = ClusterLoadAssignment {
+        cluster_name: cluster.to_string(),
+        endpoints: localities,
+        ..Default::default()
+    };
+    let credentials = credentials.into_iter().map(|(a, c, _)| (a, c)).collect();
+    (cla, credentials)
+}
+
+/// How the translation names the cluster being read (`own`, empty for an unnamed one, whose
+/// name is then its YAML one, `clusters[i]`).
+fn own_envoy(own: &str, yaml: &str) -> String {
+    if own.is_empty() {
+        yaml.to_string()
+    } else {
+        own.to_string()
+    }
+}
+
+/// Notes where the fields of the `LbEndpoint` at Envoy path `ep` came from: endpoint `ei` of
+/// the shard at YAML path `shard`; `primary`: the number of slots the primary carries.
+fn note_endpoint(o: &mut Origins, ep: &str, shard: &str, ei: usize, primary: Option<usize>) {
+    let at = index(&join(shard, "endpoints"), ei);
+    let meta = format!(
+        "{ep}.metadata.filter_metadata.{}",
+        names::METADATA_NAMESPACE
+    );
+    o.note(ep, &at);
+    o.note(format!("{ep}.endpoint"), &at);
+    o.note(format!("{ep}.endpoint.address"), join(&at, "address"));
+    o.note(format!("{meta}.role"), join(&at, "role"));
+    o.note(format!("{meta}.shard"), join(shard, "name"));
+    o.note(format!("{meta}.shard_index"), shard);
+    if let Some(slots) = primary {
+        o.note(format!("{ep}.load_balancing_weight"), join(shard, "weight"));
+        o.note(format!("{meta}.slots"), join(shard, "slots"));
+        for k in 0..slots {
+            o.note(
+                format!("{meta}.slots[{k}]"),
+                index(&join(shard, "slots"), k),
+            );
+        }
+        o.note(
+            format!(
+                "{ep}.metadata.filter_metadata.{}.hash_key",
+                names::ENVOY_LB_NAMESPACE
+            ),
+            join(shard, "hash_key"),
+        );
+    }
+}
+
+/// A shard's `slots`, each a slot range as written when it reads (`"0-511"`, `7`), else as
+/// given (the translation says why not).
+fn slots(cx: &mut Cx, s: &Map<'_>) -> Vec<Kind> {
+    let mut out = Vec::new();
+    for (i, v) in s.seq(cx, "slots").unwrap_or_default().iter().enumerate() {
+        let at = index(&s.at("slots"), i);
+        match v {
+            Value::String(text) => out.push(string(
+                &common::parse_slot_range(text)
+                    .map(common::slot_range_string)
+                    .unwrap_or_else(|_| text.clone()),
+            )),
+            Value::Number(n) => match n.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => out.push(string(&common::slot_range_string((n, n)))),
+                None => cx.err(at, format!("invalid slot {n}")),
+            },
+            other => cx.err(
+                at,
+                format!(
+                    "expected a slot or a range such as \"0-511\", got {}",
+                    kind(other)
+                ),
+            ),
+        }
+    }
+    out
+}
