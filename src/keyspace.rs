@@ -97,15 +97,22 @@ fn ready(r: Reply) -> BoxReply {
     Box::pin(async move { Ok(r) })
 }
 
-/// Every primary of every cluster a route sends to, in (cluster, shard) order.
+/// Every primary of every cluster a route sends to, in (cluster, shard) order, each Redis
+/// once (clusters in a move share shards).
 fn shards(parts: &Parts) -> Vec<Shard> {
-    let mut out = Vec::new();
+    let mut out: Vec<Shard> = Vec::new();
     for k in parts.routing.keyspace_clusters() {
         let Some(eps) = parts.endpoints.0.get(k.cluster) else {
             continue;
         };
         let prefix = k.prefix.map(Bytes::from);
         for s in 0..eps.len() {
+            let seen = out
+                .iter()
+                .any(|o| parts.routing.same_primary(o.cluster, o.shard, k.cluster, s));
+            if seen {
+                continue;
+            }
             let primary = parts.primary_index(k.cluster, s);
             out.push(Shard {
                 cluster: k.cluster,

@@ -676,3 +676,162 @@ fn dual_write_over_shared_shards_applies_each_write_once() {
         assert_eq!(v, TIMES, "c:{i} through respway");
     }
 }
+
+/// Move mode (issue 29, item 1): growing 2 → 4 shards while keeping the 2 old ones. Keys of
+/// every type written before the move keep every element, increment and TTL; a key whose
+/// owner changes is moved (MIGRATE) before the command that names it runs on its new owner,
+/// so it is never on two shards and nothing runs twice; a key whose owner stays is not
+/// touched. A placement with only the new cluster then finds every key.
+#[test]
+fn move_mode_moves_each_key_before_its_command() {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let shard = |name: &str, addr: SocketAddr| {
+        format!("      - name: {name}\n        endpoints: [ {{ address: \"{addr}\", role: primary }} ]\n")
+    };
+    let old = format!(
+        "  - name: old\n    hash: {{ policy: ketama }}\n    shards:\n{}{}",
+        shard("a", a[0]),
+        shard("b", a[1])
+    );
+    let new = format!(
+        "  - name: new\n    hash: {{ policy: ketama }}\n    shards:\n{}{}{}{}",
+        shard("a", a[0]),
+        shard("b", a[1]),
+        shard("c", a[2]),
+        shard("d", a[3])
+    );
+    let yaml = |catch_all: &str, mirrors: &str| {
+        format!(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes:\n      catch_all: {catch_all}\n{mirrors}clusters:\n{old}{new}"
+        )
+    };
+    const KEYS: usize = 200;
+    let on = |i: usize| -> Vec<usize> {
+        (0..4)
+            .filter(|s| {
+                let mut d = sync_client(a[*s]);
+                redis::cmd("EXISTS")
+                    .arg(format!("n:{i}"))
+                    .query::<i64>(&mut d)
+                    .unwrap()
+                    == 1
+            })
+            .collect()
+    };
+
+    // Before: the old cluster alone.
+    let rw = respway(&yaml("old", ""), 1);
+    let mut c = sync_client(rw.addr);
+    for i in 0..KEYS {
+        for _ in 0..3 {
+            let _: i64 = redis::cmd("INCR")
+                .arg(format!("n:{i}"))
+                .query(&mut c)
+                .unwrap();
+            let _: i64 = redis::cmd("RPUSH")
+                .arg(format!("{{n:{i}}}:l"))
+                .arg("x")
+                .query(&mut c)
+                .unwrap();
+        }
+        let _: () = redis::cmd("SET")
+            .arg(format!("s:{i}"))
+            .arg("v")
+            .arg("EX")
+            .arg(1000)
+            .query(&mut c)
+            .unwrap();
+    }
+    let before: Vec<Vec<usize>> = (0..KEYS).map(on).collect();
+    assert!(before.iter().all(|s| s.len() == 1 && s[0] < 2));
+    drop(c);
+    drop(rw);
+
+    // Move mode: the new cluster's placement, keys moved on first use.
+    let rw = respway(
+        &yaml(
+            "old",
+            "      catch_all_mirrors:\n        - { cluster: new, mode: move }\n",
+        ),
+        1,
+    );
+    let mut c = sync_client(rw.addr);
+    for i in 0..KEYS {
+        for _ in 0..2 {
+            let _: i64 = redis::cmd("INCR")
+                .arg(format!("n:{i}"))
+                .query(&mut c)
+                .unwrap();
+            let _: i64 = redis::cmd("RPUSH")
+                .arg(format!("{{n:{i}}}:l"))
+                .arg("y")
+                .query(&mut c)
+                .unwrap();
+        }
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("s:{i}"))
+            .query(&mut c)
+            .unwrap();
+        assert!(ttl > 990_000, "s:{i} keeps its TTL: {ttl}");
+    }
+    let after: Vec<Vec<usize>> = (0..KEYS).map(on).collect();
+    let moved = (0..KEYS).filter(|i| after[*i] != before[*i]).count();
+    // Keyspace commands see both placements' shards, each Redis once.
+    let n: u64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(n, 3 * KEYS as u64, "DBSIZE over the old and the new shards");
+    assert!(after.iter().all(|s| s.len() == 1), "every key on one shard");
+    assert!(moved > 0 && moved < KEYS, "{moved} of {KEYS} keys moved");
+    for i in 0..KEYS {
+        let n: i64 = redis::cmd("GET")
+            .arg(format!("n:{i}"))
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(n, 5, "n:{i}: 3 increments before the move, 2 after");
+        let l: Vec<String> = redis::cmd("LRANGE")
+            .arg(format!("{{n:{i}}}:l"))
+            .arg(0)
+            .arg(-1)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(l, ["x", "x", "x", "y", "y"], "{{n:{i}}}:l");
+    }
+
+    // A key on both its old and its new owner (written by something that is not in move
+    // mode): the move fails, the command is not run, neither copy changes.
+    let i = (0..KEYS).find(|i| after[*i] != before[*i]).unwrap();
+    let mut stale = sync_client(a[before[i][0]]);
+    let _: () = redis::cmd("SET")
+        .arg(format!("n:{i}"))
+        .arg(100)
+        .query(&mut stale)
+        .unwrap();
+    let err = redis::cmd("INCR")
+        .arg(format!("n:{i}"))
+        .query::<i64>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("BUSYKEY"), "{err}");
+    let mut owner = sync_client(a[after[i][0]]);
+    let v: i64 = redis::cmd("GET")
+        .arg(format!("n:{i}"))
+        .query(&mut owner)
+        .unwrap();
+    assert_eq!(v, 5);
+    drop(c);
+    drop(rw);
+
+    // After: the new cluster alone finds every key it owns.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("n:{i}"))
+        .query(&mut stale)
+        .unwrap();
+    let rw = respway(&yaml("new", ""), 1);
+    let mut c = sync_client(rw.addr);
+    for i in 0..KEYS {
+        let n: i64 = redis::cmd("GET")
+            .arg(format!("n:{i}"))
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(n, 5, "n:{i} through the new placement");
+    }
+}

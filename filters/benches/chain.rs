@@ -385,7 +385,7 @@ fn stack<U>(
     inner: U,
 ) -> Stack<impl Service<Request, Response = Reply, Error = Failure, Future: Unpin>>
 where
-    U: Service<Request, Response = Reply, Error = Failure>,
+    U: Service<Request, Response = Reply, Error = Failure> + Clone + Unpin,
     U::Future: Unpin,
 {
     let sink = Arc::new(NoopSink::default());

@@ -22,6 +22,9 @@
 //!   policy of a route re-targets; a further one (the translator should not allow two) acts
 //!   as old-first.
 //!
+//! - **Move** ([`MirrorMode::Move`], the route's only policy): the request goes to
+//!   `m.cluster`, after its keys whose owner changes are moved there ([`crate::moving`]).
+//!
 //! A command that the primary side would refuse — a hot key written with other keys
 //! ([`crate::hot_key::refuses`]), keys on several shards of a cluster that runs it on one
 //! ([`crate::multi_key::refuses`]) — is answered with that refusal here and copied nowhere.
@@ -45,19 +48,20 @@
 //! between connections; `fraction_ppm` of 0 and 1 000 000 draw no random number at all.
 
 use std::fmt::Debug;
-use std::future::{ready, Ready};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures_util::future::Either;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tower::{Layer, Service};
 
 use crate::command::CommandClass;
-use crate::error::Failure;
+use crate::error::{Failure, Kind};
 use crate::model::MirrorMode;
+use crate::moving::{MoveFuture, Moving};
 use crate::place::Refusal;
 use crate::request::{Reply, Request};
 use crate::routing::Routing;
@@ -148,7 +152,6 @@ impl<S> Mirror<S> {
         self.inner
     }
 
-    /// Applies the policies of `req`'s route; `Err` is the reply of a refused write.
     /// True when `req` runs on one shard in both clusters (not a split command, whose parts
     /// may land apart) and that shard's primary is the same Redis in `answering` (where the
     /// write itself goes) and `to` (where its copy would go): clusters that share shards,
@@ -167,7 +170,9 @@ impl<S> Mirror<S> {
         }
     }
 
-    fn apply(&mut self, req: &mut Request) -> Result<(), Refusal> {
+    /// Applies the policies of `req`'s route; `Err` is the reply of a refused write. `Ok`
+    /// holds the `MIGRATE`s to run before `req` on a route in move mode (none elsewhere).
+    fn apply(&mut self, req: &mut Request) -> Result<Vec<Request>, Refusal> {
         let policies = self.routing.mirrors(req.route);
         if policies.is_empty()
             || matches!(
@@ -175,11 +180,14 @@ impl<S> Mirror<S> {
                 CommandClass::Proxy(_) | CommandClass::Unsupported
             )
         {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let read = req.is_read();
         if !read && policies.iter().any(|m| m.mode == MirrorMode::ReadOnly) {
             return Err(Refusal::ReadOnly);
+        }
+        if let Some(m) = policies.iter().find(|m| m.mode == MirrorMode::Move) {
+            return self.apply_move(req, m.cluster);
         }
         let source = req.cluster;
         // A command that its primary side refuses (a hot key written with other keys, keys
@@ -233,7 +241,22 @@ impl<S> Mirror<S> {
             req.shard = None;
             req.endpoint = None;
         }
-        Ok(())
+        Ok(Vec::new())
+    }
+
+    /// Move mode (see [`crate::moving`]): `req` goes to `to`, after the `MIGRATE`s that put
+    /// its keys there; refused, and nothing moved, when `to` would refuse it.
+    fn apply_move(&mut self, req: &mut Request, to: usize) -> Result<Vec<Request>, Refusal> {
+        let from = req.cluster;
+        req.cluster = to;
+        req.shard = None;
+        req.endpoint = None;
+        if let Some(r) = crate::hot_key::refuses(&self.routing, req)
+            .or_else(|| crate::multi_key::refuses(&self.routing, req))
+        {
+            return Err(r);
+        }
+        Ok(crate::moving::migrations(&self.routing, req, from, to))
     }
 }
 
@@ -252,11 +275,12 @@ fn sample(rng: &mut Option<SmallRng>, ppm: u32) -> bool {
 
 impl<S> Service<Request> for Mirror<S>
 where
-    S: Service<Request, Response = Reply, Error = Failure>,
+    S: Service<Request, Response = Reply, Error = Failure> + Clone + Unpin,
+    S::Future: Unpin,
 {
     type Response = Reply;
     type Error = Failure;
-    type Future = Either<Ready<Result<Reply, Failure>>, S::Future>;
+    type Future = ResponseFuture<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         self.inner.poll_ready(cx)
@@ -264,8 +288,43 @@ where
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         match self.apply(&mut req) {
-            Ok(()) => Either::Right(self.inner.call(req)),
-            Err(r) => Either::Left(ready(Err(r.into()))),
+            Ok(moves) if moves.is_empty() => ResponseFuture::Inner(self.inner.call(req)),
+            Ok(moves) => ResponseFuture::Move(MoveFuture::Moving(Box::new(Moving::start(
+                &mut self.inner,
+                moves,
+                req,
+            )))),
+            Err(r) => ResponseFuture::Refused(Some(r)),
+        }
+    }
+}
+
+/// The future of a request through [`Mirror`].
+#[derive(Debug)]
+pub enum ResponseFuture<S: Service<Request>> {
+    /// Forwarded (copies, if any, are queued already).
+    Inner(S::Future),
+    /// Refused (taken when polled).
+    Refused(Option<Refusal>),
+    /// Move mode: forwarded once its keys moved.
+    Move(MoveFuture<S>),
+}
+
+impl<S> Future for ResponseFuture<S>
+where
+    S: Service<Request, Response = Reply, Error = Failure> + Clone + Unpin,
+    S::Future: Unpin,
+{
+    type Output = Result<Reply, Failure>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            ResponseFuture::Inner(f) => Pin::new(f).poll(cx),
+            ResponseFuture::Refused(r) => Poll::Ready(Err(r
+                .take()
+                .map_or_else(|| Failure::new(Kind::PolledTwice), Failure::from))),
+            ResponseFuture::Move(f) => Pin::new(f).poll(cx),
         }
     }
 }

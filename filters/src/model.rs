@@ -283,6 +283,10 @@ pub enum MirrorMode {
     },
     /// Writes are refused with an error (a cut-over window); reads are served.
     ReadOnly,
+    /// The route's keys live on the mirror cluster; a key whose owner changes is moved there
+    /// from its owner in the route's cluster (`MIGRATE`) before a command that names it is
+    /// forwarded (see `respway_filters::moving`).
+    Move,
 }
 /// A set of shards that together hold one keyspace.
 #[derive(Debug, Clone, PartialEq)]

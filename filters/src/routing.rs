@@ -12,6 +12,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::hash::{cluster_picker, ShardPicker};
 use crate::model::{
     Cluster, Config, HotKeyRead, Listener, MirrorMode, MirrorPolicy, ReadPolicy, Role,
@@ -63,6 +65,23 @@ pub struct ShardRoute {
     pub primary: usize,
     /// The primary's address (`None`: the shard has no endpoint).
     pub primary_address: Option<SocketAddr>,
+    /// What `MIGRATE` to this shard's primary sends it as credentials (`AUTH password` or
+    /// `AUTH2 user password`; empty without): the cluster's upstream credentials for it.
+    pub migrate_auth: MigrateAuth,
+}
+
+/// `MIGRATE`'s credential arguments; `Debug` leaves the password out.
+#[derive(Clone, Default)]
+pub struct MigrateAuth(pub Vec<Bytes>);
+
+impl std::fmt::Debug for MigrateAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "none"
+        } else {
+            "<redacted>"
+        })
+    }
 }
 
 /// One endpoint as the request path sees it.
@@ -315,8 +334,9 @@ impl Routing {
         out
     }
 
-    /// The clusters the routes themselves send to (not their mirror clusters), in cluster
-    /// order, each once, for the keyspace-wide commands (`SCAN`, `KEYS`, ...). `prefix` is
+    /// The clusters the routes themselves send to (not their mirror clusters, except the
+    /// target of a move, whose keys are on both until it ends), in cluster order, each once,
+    /// for the keyspace-wide commands (`SCAN`, `KEYS`, ...). `prefix` is
     /// what to put back in front of the cluster's stored keys: the route's prefix when the
     /// only route to the cluster is one prefix route with `remove_prefix` (lowercased for
     /// case-insensitive routes, as it is matched); `None` when the keys are stored as the
@@ -324,15 +344,27 @@ impl Routing {
     /// single client name, and it is listed as stored).
     pub fn keyspace_clusters(&self) -> Vec<KeyspaceCluster> {
         let mut out: Vec<(KeyspaceCluster, usize)> = Vec::new();
-        for r in self.catch_all.iter().chain(&self.prefixes) {
-            match out.iter_mut().find(|(k, _)| k.cluster == r.cluster) {
+        let moves = self.catch_all.iter().chain(&self.prefixes).flat_map(|r| {
+            r.mirrors
+                .iter()
+                .filter(|m| m.mode == MirrorMode::Move)
+                .map(move |m| (m.cluster, r))
+        });
+        let targets = self
+            .catch_all
+            .iter()
+            .chain(&self.prefixes)
+            .map(|r| (r.cluster, r))
+            .chain(moves);
+        for (cluster, r) in targets {
+            match out.iter_mut().find(|(k, _)| k.cluster == cluster) {
                 Some((k, n)) => {
                     k.prefix = None;
                     *n += 1;
                 }
                 None => out.push((
                     KeyspaceCluster {
-                        cluster: r.cluster,
+                        cluster,
                         prefix: r.remove_prefix.then(|| r.prefix.clone()),
                     },
                     1,
@@ -456,6 +488,22 @@ fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, Stri
                 .or(s.endpoints.first())
                 .map(|e| e.address)
                 .filter(|a| *a != crate::model::NO_ENDPOINT),
+            migrate_auth: s
+                .endpoints
+                .iter()
+                .find(|e| e.role == Role::Primary)
+                .or(s.endpoints.first())
+                .and_then(|e| c.auth_for(e.address))
+                .map(|a| match &a.username {
+                    Some(u) => vec![
+                        Bytes::from_static(b"AUTH2"),
+                        Bytes::from(u.clone()),
+                        Bytes::from(a.password.clone()),
+                    ],
+                    None => vec![Bytes::from_static(b"AUTH"), Bytes::from(a.password.clone())],
+                })
+                .map(MigrateAuth)
+                .unwrap_or_default(),
             endpoints: s
                 .endpoints
                 .iter()

@@ -436,6 +436,7 @@ fn mirror_mode(prefix: Option<&str>, m: &MirrorPolicy) -> rw::RouteMirrorMode {
             (rw::MirrorMode::DualWrite, target_is_primary)
         }
         MirrorMode::ReadOnly => (rw::MirrorMode::ReadOnly, false),
+        MirrorMode::Move => (rw::MirrorMode::Move, false),
     };
     rw::RouteMirrorMode {
         prefix: prefix.map(str::to_string),

@@ -901,6 +901,11 @@ fn mirror_errors() {
             # A mirror with errors of its own is left out of the checks across mirrors.
             - { cluster: b, mode: forward, primary: route }
             - { cluster: b, mode: forward }
+        - prefix: "s:"
+          cluster: a
+          mirrors:
+            - { cluster: b, mode: move }
+            - { cluster: c }
 "#,
         "",
     );
@@ -911,17 +916,18 @@ listener "l": routes.prefixes[0].mirrors[0].cluster: "a" is the route's own clus
 listener "l": routes.prefixes[0].mirrors[1].cluster: unknown cluster "nope"
 listener "l": routes.prefixes[0].mirrors[3].cluster: duplicate mirror cluster "b" (also mirrors[2])
 listener "l": routes.prefixes[0].mirrors[4].primary: only one mirror of a route may be primary (also mirrors[2])
-listener "l": routes.prefixes[1].mirrors[1].mode: only one MIRROR_MODE_READ_ONLY mirror per route (also mirrors[0])
+listener "l": routes.prefixes[1].mirrors[1].mode: only one read_only mirror per route (also mirrors[0])
 listener "l": routes.prefixes[1].mirrors[2].copies: unknown field (expected one of: cluster, mode, primary, include_reads, fraction)
 listener "l": routes.prefixes[1].mirrors[2].cluster: required
 listener "l": routes.prefixes[1].mirrors[2].primary: unknown primary "both" (expected one of: route, mirror)
-listener "l": routes.prefixes[1].mirrors[2].mode: unknown mode "mirror" (expected one of: forward, dual_write, read_only)
+listener "l": routes.prefixes[1].mirrors[2].mode: unknown mode "mirror" (expected one of: forward, dual_write, read_only, move)
 listener "l": routes.prefixes[1].mirrors[2].include_reads: expected true or false, got a number
 listener "l": routes.prefixes[1].mirrors[2].fraction: must be between 0 and 100 (a percentage)
 listener "l": routes.prefixes[1].mirrors[3].fraction: 12.34567 has more than 4 decimal places (the resolution is 0.0001%)
 listener "l": routes.prefixes[1].mirrors[4].fraction: expected a percentage (a number), got a string
 listener "l": routes.prefixes[1].mirrors[5]: expected a mapping, got a number
-listener "l": routes.prefixes[2].mirrors[0].primary: only used with mode dual_write"#
+listener "l": routes.prefixes[2].mirrors[0].primary: only used with mode dual_write
+listener "l": routes.prefixes[3].mirrors[0].mode: mode move must be the route's only mirror: its keys live on one cluster at a time"#
     );
     assert_eq!(
         errors(&with_routes(

@@ -146,6 +146,12 @@ fn mirror_rules() {
             },
         ]
     );
+    // A move is the route's only mirror: its keys live on one cluster at a time.
+    assert_eq!(check_mirrors("r", &[m("a", MirrorMode::Move)]), vec![]);
+    assert_eq!(
+        check_mirrors("r", &[m("a", MirrorMode::Move), m("b", dual(false))]),
+        vec![MirrorProblem::MoveNotAlone { mirror: 0 }]
+    );
 }
 
 #[test]

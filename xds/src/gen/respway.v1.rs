@@ -578,6 +578,10 @@ pub enum MirrorMode {
     /// Writes are refused with an error (a cut-over window); reads are served. At most one per
     /// route.
     ReadOnly = 2,
+    /// The route's keys live on the mirror cluster; a key whose owner changes is moved there
+    /// (MIGRATE on its owner in the route's cluster) before a command that names it runs. It
+    /// must be the route's only mirror.
+    Move = 3,
 }
 impl MirrorMode {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -589,6 +593,7 @@ impl MirrorMode {
             Self::DualWrite => "MIRROR_MODE_DUAL_WRITE",
             Self::Forward => "MIRROR_MODE_FORWARD",
             Self::ReadOnly => "MIRROR_MODE_READ_ONLY",
+            Self::Move => "MIRROR_MODE_MOVE",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -597,6 +602,7 @@ impl MirrorMode {
             "MIRROR_MODE_DUAL_WRITE" => Some(Self::DualWrite),
             "MIRROR_MODE_FORWARD" => Some(Self::Forward),
             "MIRROR_MODE_READ_ONLY" => Some(Self::ReadOnly),
+            "MIRROR_MODE_MOVE" => Some(Self::Move),
             _ => None,
         }
     }

@@ -179,6 +179,7 @@ pub(super) fn mirror_modes(
             }),
             Ok(rw::MirrorMode::Forward) => Some(MirrorMode::Forward),
             Ok(rw::MirrorMode::ReadOnly) => Some(MirrorMode::ReadOnly),
+            Ok(rw::MirrorMode::Move) => Some(MirrorMode::Move),
             Err(_) => {
                 cx.err(join(&ea, "mode"), format!("unknown value {}", entry.mode));
                 None
@@ -287,6 +288,11 @@ pub(super) fn check_mirrors(
                         "only one MIRROR_MODE_READ_ONLY mirror per route (also {})",
                         entry_name(first)
                     ),
+                ),
+                MirrorProblem::MoveNotAlone { mirror } => cx.err(
+                    entry(mirror, "mode"),
+                    "mode MIRROR_MODE_MOVE must be the route's only mirror: its keys live on \
+                     one cluster at a time",
                 ),
             }
         }

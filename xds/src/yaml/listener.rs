@@ -632,6 +632,7 @@ fn mirrors(
             None | Some("dual_write") => rw::MirrorMode::DualWrite,
             Some("forward") => rw::MirrorMode::Forward,
             Some("read_only") => rw::MirrorMode::ReadOnly,
+            Some("move") => rw::MirrorMode::Move,
             Some(other) => {
                 cx.err(
                     p.at("mode"),

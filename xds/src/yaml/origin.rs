@@ -50,6 +50,14 @@ fn under(field: &str, prefix: &str) -> bool {
         || (field.starts_with(prefix) && matches!(field.as_bytes()[prefix.len()], b'.' | b'['))
 }
 
+/// Enum values the translation names in Envoy terms, as the YAML writes them.
+const ENUM_WORDS: &[(&str, &str)] = &[
+    ("MIRROR_MODE_DUAL_WRITE", "dual_write"),
+    ("MIRROR_MODE_FORWARD", "forward"),
+    ("MIRROR_MODE_READ_ONLY", "read_only"),
+    ("MIRROR_MODE_MOVE", "move"),
+];
+
 impl Origins {
     /// Enters a resource: named `envoy` by the translation and `yaml` by the reader. Its
     /// root is noted as the YAML resource's root.
@@ -128,6 +136,12 @@ impl Origins {
             let end = rest.find(|c: char| !part(c)).unwrap_or(rest.len());
             let word = &rest[..end];
             let bare = word.trim_end_matches('.');
+            if let Some((_, yaml)) = ENUM_WORDS.iter().find(|(envoy, _)| *envoy == bare) {
+                out.push_str(yaml);
+                out.push_str(&word[bare.len()..]);
+                rest = &rest[end..];
+                continue;
+            }
             // Plain words (`cluster`, `shard`) are words; field names have `_`, `.` or `[`.
             let named = bare.contains(['_', '.', '[']);
             match lookup(bare).filter(|_| named) {

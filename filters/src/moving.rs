@@ -1,0 +1,179 @@
+//! Move mode ([`MirrorMode::Move`](crate::model::MirrorMode::Move)): a route whose keys are
+//! moving from its own cluster (`from`) to the policy's cluster (`to`), online, over plain
+//! Redis.
+//!
+//! A key whose owner is the same Redis under both placements (the same primary address and
+//! database: shards kept when a cluster grows) is untouched. For a key whose owner changes,
+//! before the command that names it is forwarded to `to`, the key is moved there: `MIGRATE
+//! host port "" db timeout [AUTH ...] KEYS k...` on its owner in `from`, which Redis runs
+//! atomically (value and TTL move, the source copy is deleted; `NOKEY` when none of the keys
+//! is there, as when it moved already). Only then does the command go to `to`. Keys of one
+//! command that move between the same two shards share one `MIGRATE`; a command whose keys
+//! move from several shards waits for every `MIGRATE`. A `MIGRATE` that fails (the target
+//! already holds the key: `BUSYKEY`; the shards cannot reach each other: `IOERR`; a lost
+//! connection) fails the command, which is then not forwarded: nothing runs on a key that is
+//! not where the command goes.
+//!
+//! Nothing is written twice (there is no copy), and a key is never on both sides after a
+//! command touched it. Commands that need a connection of their own (transactions, blocking
+//! commands) are refused on a route in migration (see [`crate::place`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use tower::Service;
+
+use crate::error::{Failure, Kind};
+use crate::fanout::Join;
+use crate::request::{is_error, Keys, Reply, Request};
+use crate::routing::Routing;
+
+/// `MIGRATE`'s timeout (ms) when the request carries no deadline.
+const DEFAULT_TIMEOUT_MS: u64 = 1_000;
+
+/// The `MIGRATE` requests that put `req`'s keys on their owners in `to` (empty when no key's
+/// owner changes), each pinned to the key's owner in `from`.
+pub fn migrations(routing: &Routing, req: &Request, from: usize, to: usize) -> Vec<Request> {
+    let (Some(src), Some(dst)) = (routing.clusters.get(from), routing.clusters.get(to)) else {
+        return Vec::new();
+    };
+    // (source shard, target shard, keys), in order of first appearance.
+    let mut groups: Vec<(usize, usize, Vec<Bytes>)> = Vec::new();
+    for i in req.keys.iter() {
+        let Some(key) = req.args.get(i) else { continue };
+        let (s, t) = (src.picker.pick(key), dst.picker.pick(key));
+        if routing.same_primary(from, s, to, t) {
+            continue;
+        }
+        match groups.iter_mut().find(|g| g.0 == s && g.1 == t) {
+            Some(g) => {
+                if !g.2.contains(key) {
+                    g.2.push(key.clone());
+                }
+            }
+            None => groups.push((s, t, vec![key.clone()])),
+        }
+    }
+    let timeout_ms = req
+        .deadline
+        .map(|d| {
+            d.saturating_duration_since(std::time::Instant::now())
+                .as_millis()
+                .max(1) as u64
+        })
+        .unwrap_or(DEFAULT_TIMEOUT_MS);
+    let cmd = crate::command::lookup(b"migrate").expect("MIGRATE is in the command table");
+    groups
+        .into_iter()
+        .filter_map(|(s, t, keys)| {
+            let target = dst.shards.get(t)?;
+            let addr = target.primary_address?;
+            let db = dst.db + u32::from(req.flavor.db);
+            let mut args = Vec::with_capacity(8 + target.migrate_auth.0.len() + keys.len());
+            args.push(Bytes::from_static(b"MIGRATE"));
+            args.push(Bytes::from(addr.ip().to_string()));
+            args.push(Bytes::from(addr.port().to_string()));
+            args.push(Bytes::new());
+            args.push(Bytes::from(db.to_string()));
+            args.push(Bytes::from(timeout_ms.to_string()));
+            args.extend(target.migrate_auth.0.iter().cloned());
+            args.push(Bytes::from_static(b"KEYS"));
+            args.extend(keys);
+            // No key positions: the layers below must not route or split it again.
+            let mut m = Request::with_keys(cmd, args, Keys::step(0, 1, 0));
+            m.cluster = from;
+            m.flavor = req.flavor;
+            m.deadline = req.deadline;
+            m.pin_shard(s);
+            Some(m)
+        })
+        .collect()
+}
+
+/// A command waiting for its keys to move before it is forwarded.
+#[derive(Debug)]
+pub struct Moving<S: Service<Request>> {
+    migrations: Join<S::Future>,
+    /// The command, taken when it is forwarded.
+    req: Option<Request>,
+    /// A clone of the inner service, to forward the command once its keys moved.
+    inner: S,
+}
+
+impl<S> Moving<S>
+where
+    S: Service<Request, Response = Reply, Error = Failure> + Clone,
+    S::Future: Unpin,
+{
+    /// Sends `migrations` through `inner` (made ready by the caller, as tower requires) and
+    /// holds `req` until they answer.
+    pub fn start(inner: &mut S, migrations: Vec<Request>, req: Request) -> Self {
+        let mut join = Join::with_capacity(migrations.len());
+        for m in migrations {
+            join.call(inner, m);
+        }
+        Moving {
+            migrations: join,
+            req: Some(req),
+            inner: inner.clone(),
+        }
+    }
+
+    /// Ready with the command's future once every key moved, or with the failure that
+    /// stops it.
+    pub fn poll_moved(&mut self, cx: &mut Context<'_>) -> Poll<Result<S::Future, Failure>> {
+        ready!(self.migrations.poll(cx));
+        for r in self.migrations.replies().flatten() {
+            match r {
+                // `+OK` (moved) or `+NOKEY` (nothing there: moved already, or no such key).
+                Ok(reply) if !is_error(reply) => {}
+                Ok(reply) => {
+                    let text = String::from_utf8_lossy(reply.get(1..).unwrap_or_default());
+                    return Poll::Ready(Err(Failure::message(format!(
+                        "ERR respway: moving the command's keys to their new shard failed, \
+                         the command was not run: {}",
+                        text.trim_end()
+                    ))));
+                }
+                Err(f) => return Poll::Ready(Err(f.clone())),
+            }
+        }
+        ready!(self.inner.poll_ready(cx))?;
+        let Some(req) = self.req.take() else {
+            return Poll::Ready(Err(Failure::new(Kind::PolledTwice)));
+        };
+        Poll::Ready(Ok(self.inner.call(req)))
+    }
+}
+
+/// The future of a command on a route in move mode.
+#[derive(Debug)]
+pub enum MoveFuture<S: Service<Request>> {
+    /// Its keys are moving.
+    Moving(Box<Moving<S>>),
+    /// Forwarded.
+    Forwarded(S::Future),
+}
+
+impl<S> Future for MoveFuture<S>
+where
+    S: Service<Request, Response = Reply, Error = Failure> + Clone + Unpin,
+    S::Future: Unpin,
+{
+    type Output = Result<Reply, Failure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match this {
+                MoveFuture::Moving(m) => match ready!(m.poll_moved(cx)) {
+                    Ok(f) => *this = MoveFuture::Forwarded(f),
+                    Err(e) => return Poll::Ready(Err(e)),
+                },
+                MoveFuture::Forwarded(f) => return Pin::new(f).poll(cx),
+            }
+        }
+    }
+}
