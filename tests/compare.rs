@@ -295,7 +295,11 @@ fn compare_reports_each_kind_of_difference_then_passes_once_fixed() {
     s.target.cmd(&["HSET", "hash:2", "b", "2"]);
     s.target.cmd(&["DEL", "set:1"]);
     s.target.cmd(&["SADD", "set:1", "m1", "m2", "m3", "1"]);
-    s.target.cmd(&["EXPIRE", "ttl:4", "100"]);
+    // The source's TTL (TTL values are compared within --ttl-tolerance, 1000 ms by default).
+    let Resp::Int(pttl) = s.source.cmd(&["PTTL", "ttl:4"]) else {
+        panic!("PTTL")
+    };
+    s.target.cmd(&["PEXPIRE", "ttl:4", &pttl.to_string()]);
     s.target.cmd(&["LSET", "list:0", "1", "y"]);
     s.target.cmd(&["ZADD", "zset:3", "2.5", "two"]);
     s.target.cmd(&["SET", "str:9", "value-9"]);
@@ -378,4 +382,47 @@ fn compare_unreachable_shard_exits_3() {
     let out = compare(&s, &[]);
     assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cluster \"dst\" shard "));
+}
+
+#[test]
+fn compare_ttl_values_differing_beyond_the_tolerance_are_ttl_mismatches() {
+    let mut s = setup();
+    // An hour on the source, 100 s on the target: far apart.
+    s.source.cmd(&["SET", "t:far", "v", "EX", "3600"]);
+    s.target.cmd(&["SET", "t:far", "v", "EX", "100"]);
+    // 200 ms apart: within the default tolerance (1000 ms), beyond 100 ms.
+    s.source.cmd(&["SET", "t:near", "v", "PX", "600000"]);
+    s.target.cmd(&["SET", "t:near", "v", "PX", "599800"]);
+    // A TTL on one side only.
+    s.source.cmd(&["SET", "t:none", "v"]);
+    s.target.cmd(&["SET", "t:none", "v", "EX", "50"]);
+    let out = compare(&s, &[]);
+    let text = stdout(&out);
+    assert_eq!(
+        summary(&out),
+        "scanned 3, matched 1, missing_in_target 0, type_mismatch 0, value_mismatch 0, ttl_mismatch 2",
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for line in [
+        "ttl_mismatch \"t:far\": TTL 3",
+        " ms on source, TTL 9",
+        " ms on target, 3",
+        " ms apart (--ttl-tolerance 1000)",
+        "ttl_mismatch \"t:none\": no TTL on source, TTL ",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    let out = compare(&s, &["--ttl-tolerance", "4000000"]);
+    assert!(
+        summary(&out).ends_with("ttl_mismatch 1"),
+        "{}",
+        stdout(&out)
+    );
+    let out = compare(&s, &["--ttl-tolerance", "100"]);
+    assert!(
+        summary(&out).ends_with("ttl_mismatch 3"),
+        "{}",
+        stdout(&out)
+    );
 }

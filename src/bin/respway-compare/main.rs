@@ -88,6 +88,16 @@ struct Args {
     /// Stop after this many keys in total.
     #[arg(long)]
     limit: Option<u64>,
+    /// Largest difference, in ms, between the source's and the target's PTTL of a key that
+    /// still counts as the same TTL.
+    #[arg(long, default_value_t = 1000)]
+    ttl_tolerance: u64,
+    /// Copy each key that differs from the source to the target, then verify it.
+    #[arg(long)]
+    repair: bool,
+    /// With --repair: most copies of one key before it is listed as unsettled.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    repair_rounds: u32,
 }
 
 /// How long one read or write to a shard may make no progress.
@@ -126,8 +136,13 @@ async fn main() -> ExitCode {
         }
     };
     let mut cmp = Compare {
-        report: Report::new(args.max_mismatches),
+        report: Report::new(args.max_mismatches, args.repair),
         sample_big: args.sample_big,
+        ttl_tolerance: args.ttl_tolerance,
+        repair_rounds: args.repair.then_some(args.repair_rounds),
+        rate: args.rate,
+        started: Instant::now(),
+        work: 0,
     };
     let result = cmp.run(&args, source, target).await;
     cmp.report.finish();
@@ -136,13 +151,15 @@ async fn main() -> ExitCode {
             eprintln!("respway-compare: {e}");
             ExitCode::from(3)
         }
-        Ok(()) if cmp.report.bad_keys > 0 => ExitCode::from(1),
+        Ok(()) if cmp.report.repairing && cmp.report.unsettled > 0 => ExitCode::from(1),
+        Ok(()) if !cmp.report.repairing && cmp.report.bad_keys > 0 => ExitCode::from(1),
         Ok(()) => ExitCode::SUCCESS,
     }
 }
 
 mod compare;
 mod diff;
+mod repair;
 mod report;
 mod side;
 
