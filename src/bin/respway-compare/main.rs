@@ -166,3 +166,6 @@ mod side;
 use compare::Compare;
 use report::Report;
 use side::{Plan, Side};
+
+#[cfg(test)]
+mod tests;
