@@ -169,7 +169,9 @@ impl Compare {
         let mut refused = Vec::new();
         for ((i, _, _), result) in writes.iter().zip(results) {
             out[*i] = match result {
-                Ok(dump) => Some(Copy::Written(dump)),
+                Ok(Some(dump)) => Some(Copy::Written(dump)),
+                // Expired on the source since it was read.
+                Ok(None) => Some(Copy::Gone),
                 Err(reply) if error_code(&reply) == Some(&b"ERR"[..]) => {
                     refused.push((*i, reply));
                     continue;
@@ -270,7 +272,8 @@ impl Compare {
         let write = [(0, target.picker.pick(key), build)];
         let result = write_all(target, &write).await?.pop();
         Ok(match result {
-            Some(Ok(dump)) => Copy::Written(dump),
+            Some(Ok(Some(dump))) => Copy::Written(dump),
+            Some(Ok(None)) => Copy::Gone,
             Some(Err(reply)) => {
                 Copy::Failed(format!("type-aware copy on target: {}", show_frame(&reply)))
             }
@@ -314,11 +317,12 @@ fn exec_items<'a>(queued: &'a [Frame], exec: &'a Frame) -> Result<&'a [Frame], F
 }
 
 /// Runs each write (`(index, target shard, commands)`) in a transaction on its target shard;
-/// per write, the final `DUMP`'s reply, or the first refusal (as queued, or inside `EXEC`).
+/// per write, the final `DUMP`'s payload (`None`: the key is not there, written with an expiry
+/// already past), or the first refusal (as queued, or inside `EXEC`).
 async fn write_all(
     target: &mut Side,
     writes: &[(usize, usize, Vec<Vec<Bytes>>)],
-) -> Result<Vec<Result<Bytes, Frame>>, String> {
+) -> Result<Vec<Result<Option<Bytes>, Frame>>, String> {
     let cmds: Vec<_> = writes
         .iter()
         .flat_map(|(_, t, cmds)| transaction(*t, cmds.clone()))
@@ -334,7 +338,8 @@ async fn write_all(
                 return Err(refusal.clone());
             }
             match items.last() {
-                Some(Frame::Bulk(dump)) => Ok(dump.clone()),
+                Some(Frame::Bulk(dump)) => Ok(Some(dump.clone())),
+                Some(Frame::Null) => Ok(None),
                 Some(other) => Err(other.clone()),
                 None => Err(Frame::Null),
             }
