@@ -1,7 +1,9 @@
 //! `respway-compare` against real `redis-server`s: a 2-shard source cluster (with `AUTH` and a
 //! database number) and a 3-shard target cluster, both maglev. The test places keys with the
 //! pickers the data plane builds (through `Routing`, not the tool's own code), plants one
-//! difference of each kind, checks the summary and exit code 1, fixes them and checks exit 0.
+//! difference of each kind, checks the summary and exit code 1, fixes them and checks exit 0;
+//! then `--repair`: every type copied with its TTL (by `RESTORE`, and by the type-aware copy
+//! when the target refuses it), and a second plain run that finds nothing.
 //!
 //! The servers come from the workspace's test harness (`respway-testkit`): free loopback
 //! ports, killed on drop (also when an assertion fails).
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use respway_filters::hash::ShardPicker;
 use respway_filters::routing::Routing;
-use respway_testkit::{redis, redis_with, Proc, Resp, RespConn};
+use respway_testkit::{redis_with, Proc, Resp, RespConn};
 
 const PASSWORD: &str = "src-secret";
 const SOURCE_DB: &str = "3";
@@ -87,10 +89,15 @@ impl Drop for Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(&[])
+}
+
+/// [`setup`] with extra arguments for the target's servers.
+fn setup_with(target_args: &[&str]) -> Setup {
     let src: Vec<Proc> = (0..2)
         .map(|_| redis_with(&["--requirepass", PASSWORD]))
         .collect();
-    let dst: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let dst: Vec<Proc> = (0..3).map(|_| redis_with(target_args)).collect();
     let shards = |servers: &[Proc]| {
         servers
             .iter()
@@ -295,7 +302,11 @@ fn compare_reports_each_kind_of_difference_then_passes_once_fixed() {
     s.target.cmd(&["HSET", "hash:2", "b", "2"]);
     s.target.cmd(&["DEL", "set:1"]);
     s.target.cmd(&["SADD", "set:1", "m1", "m2", "m3", "1"]);
-    s.target.cmd(&["EXPIRE", "ttl:4", "100"]);
+    // The source's TTL (TTL values are compared within --ttl-tolerance, 1000 ms by default).
+    let Resp::Int(pttl) = s.source.cmd(&["PTTL", "ttl:4"]) else {
+        panic!("PTTL")
+    };
+    s.target.cmd(&["PEXPIRE", "ttl:4", &pttl.to_string()]);
     s.target.cmd(&["LSET", "list:0", "1", "y"]);
     s.target.cmd(&["ZADD", "zset:3", "2.5", "two"]);
     s.target.cmd(&["SET", "str:9", "value-9"]);
@@ -378,4 +389,206 @@ fn compare_unreachable_shard_exits_3() {
     let out = compare(&s, &[]);
     assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cluster \"dst\" shard "));
+}
+
+#[test]
+fn compare_ttl_values_differing_beyond_the_tolerance_are_ttl_mismatches() {
+    let mut s = setup();
+    // An hour on the source, 100 s on the target: far apart.
+    s.source.cmd(&["SET", "t:far", "v", "EX", "3600"]);
+    s.target.cmd(&["SET", "t:far", "v", "EX", "100"]);
+    // 200 ms apart: within the default tolerance (1000 ms), beyond 100 ms.
+    s.source.cmd(&["SET", "t:near", "v", "PX", "600000"]);
+    s.target.cmd(&["SET", "t:near", "v", "PX", "599800"]);
+    // A TTL on one side only.
+    s.source.cmd(&["SET", "t:none", "v"]);
+    s.target.cmd(&["SET", "t:none", "v", "EX", "50"]);
+    let out = compare(&s, &[]);
+    let text = stdout(&out);
+    assert_eq!(
+        summary(&out),
+        "scanned 3, matched 1, missing_in_target 0, type_mismatch 0, value_mismatch 0, ttl_mismatch 2",
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for line in [
+        "ttl_mismatch \"t:far\": TTL 3",
+        " ms on source, TTL 9",
+        " ms on target, 3",
+        " ms apart (--ttl-tolerance 1000)",
+        "ttl_mismatch \"t:none\": no TTL on source, TTL ",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    let out = compare(&s, &["--ttl-tolerance", "4000000"]);
+    assert!(
+        summary(&out).ends_with("ttl_mismatch 1"),
+        "{}",
+        stdout(&out)
+    );
+    let out = compare(&s, &["--ttl-tolerance", "100"]);
+    assert!(
+        summary(&out).ends_with("ttl_mismatch 3"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Source keys of every type with TTLs, missing on the target; `fill`'s keys besides.
+fn fill_with_ttls(c: &mut Cluster) -> usize {
+    let n = fill(c);
+    c.cmd(&["SET", "counter", "10"]);
+    c.cmd(&["HSET", "ttl-hash", "f", "v", "g", "w"]);
+    c.cmd(&["RPUSH", "ttl-list", "a", "b", "c"]);
+    c.cmd(&["SADD", "ttl-set", "a", "b"]);
+    c.cmd(&["ZADD", "ttl-zset", "1.5", "a", "-2", "b"]);
+    for k in ["ttl-hash", "ttl-list", "ttl-set", "ttl-zset"] {
+        c.cmd(&["PEXPIRE", k, "500000"]);
+    }
+    n + 5
+}
+
+fn pttl(c: &mut Cluster, key: &str) -> i64 {
+    match c.cmd(&["PTTL", key]) {
+        Resp::Int(n) => n,
+        other => panic!("PTTL {key}: {other:?}"),
+    }
+}
+
+/// `key` has the same TTL on both sides (within a second), or none on both.
+fn same_ttl(s: &mut Setup, key: &str) {
+    let (a, b) = (pttl(&mut s.source, key), pttl(&mut s.target, key));
+    assert!(
+        (a < 0 && b < 0) || (a >= 0 && b >= 0 && a.abs_diff(b) <= 1000),
+        "{key}: PTTL {a} on source, {b} on target"
+    );
+}
+
+#[test]
+fn compare_repair_copies_every_type_with_its_ttl_then_a_plain_run_matches() {
+    let mut s = setup();
+    let n = fill_with_ttls(&mut s.source);
+    // What dual-write wrote to the target before the backfill: the later elements of a list,
+    // the later increments of a counter (the BUSYKEY case), a string with another TTL, a
+    // string already right.
+    s.target.cmd(&["RPUSH", "list:1", "z", "1"]);
+    s.target.cmd(&["INCRBY", "counter", "3"]);
+    s.target.cmd(&["SET", "ttl:2", "v", "EX", "100"]);
+    s.target.cmd(&["SET", "str:5", "value-5"]);
+    // A key only on the target: not the repair's business.
+    s.target.cmd(&["SET", "only-target", "x", "EX", "500"]);
+
+    let out = compare(&s, &["--repair", "--max-mismatches", "100"]);
+    let text = stdout(&out);
+    assert_eq!(
+        summary(&out),
+        format!(
+            "scanned {n}, matched 1, missing_in_target {}, type_mismatch 0, value_mismatch 2, ttl_mismatch 1, repaired {}, unsettled 0",
+            n - 4,
+            n - 1
+        ),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    for line in [
+        "value_mismatch \"list:1\": list: 4 elements on source, 2 on target",
+        "value_mismatch \"counter\": string: \"10\" (2 bytes) on source, \"3\" (1 bytes) on target",
+        "ttl_mismatch \"ttl:2\": TTL ",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    // The values and TTLs themselves, read on the target.
+    assert_eq!(s.target.cmd(&["GET", "counter"]), Resp::bulk("10"));
+    assert_eq!(
+        s.target.cmd(&["LRANGE", "list:1", "0", "-1"]),
+        s.source.cmd(&["LRANGE", "list:1", "0", "-1"])
+    );
+    assert_eq!(s.target.cmd(&["XLEN", "stream:3"]), Resp::Int(1));
+    assert_eq!(
+        s.target
+            .cmd(&["ZRANGE", "ttl-zset", "0", "-1", "WITHSCORES"]),
+        s.source
+            .cmd(&["ZRANGE", "ttl-zset", "0", "-1", "WITHSCORES"])
+    );
+    for key in [
+        "ttl:2", "ttl:0", "ttl-hash", "ttl-list", "ttl-set", "ttl-zset", "str:1",
+    ] {
+        same_ttl(&mut s, key);
+    }
+    assert!(pttl(&mut s.target, "ttl-list") > 400_000);
+    assert!(pttl(&mut s.target, "str:1") == -1);
+    assert_eq!(s.target.cmd(&["GET", "only-target"]), Resp::bulk("x"));
+    assert!(pttl(&mut s.target, "only-target") > 0);
+
+    // A second plain run finds nothing; a second repair has nothing to do.
+    let out = compare(&s, &[]);
+    assert_eq!(
+        summary(&out),
+        format!("scanned {n}, matched {n}, missing_in_target 0, type_mismatch 0, value_mismatch 0, ttl_mismatch 0"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let out = compare(&s, &["--repair"]);
+    assert!(
+        summary(&out).ends_with("ttl_mismatch 0, repaired 0, unsettled 0"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn compare_repair_rebuilds_by_type_when_the_target_refuses_restore() {
+    // A target without RESTORE answers it `-ERR unknown command`, as a server of another
+    // version answers `-ERR DUMP payload version or checksum are wrong`.
+    let mut s = setup_with(&["--rename-command", "RESTORE", ""]);
+    let n = fill_with_ttls(&mut s.source);
+    s.target.cmd(&["RPUSH", "list:1", "z", "1"]);
+    s.target.cmd(&["INCRBY", "counter", "3"]);
+    s.target.cmd(&["SET", "ttl:2", "v", "EX", "100"]);
+    s.target.cmd(&["SET", "hash:4", "a string now"]);
+
+    let out = compare(&s, &["--repair", "--repair-rounds", "2"]);
+    let text = stdout(&out);
+    // Streams have no type-aware copy: listed, and the run exits 1.
+    assert!(
+        summary(&out).ends_with(&format!("repaired {}, unsettled 5", n - 5)),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for i in 0..5 {
+        let line = format!(
+            "unsettled \"stream:{i}\": stream: not repaired: the target refused RESTORE (-ERR "
+        );
+        assert!(text.contains(&line), "{line:?} not in {text}");
+    }
+    assert!(
+        text.contains("and a stream has no type-aware copy"),
+        "{text}"
+    );
+    for key in [
+        "ttl:2", "ttl:0", "ttl-hash", "ttl-list", "ttl-set", "ttl-zset", "str:1",
+    ] {
+        same_ttl(&mut s, key);
+    }
+    assert_eq!(s.target.cmd(&["GET", "counter"]), Resp::bulk("10"));
+    assert_eq!(
+        s.target.cmd(&["TYPE", "hash:4"]),
+        Resp::Simple("hash".into())
+    );
+    assert_eq!(
+        s.target
+            .cmd(&["ZRANGE", "ttl-zset", "0", "-1", "WITHSCORES"]),
+        s.source
+            .cmd(&["ZRANGE", "ttl-zset", "0", "-1", "WITHSCORES"])
+    );
+    // Everything else matches now: only the streams are missing.
+    let out = compare(&s, &[]);
+    assert_eq!(
+        summary(&out),
+        format!("scanned {n}, matched {}, missing_in_target 5, type_mismatch 0, value_mismatch 0, ttl_mismatch 0", n - 5),
+        "{}",
+        stdout(&out)
+    );
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::diff::*;
+use crate::repair::Pending;
 use crate::report::*;
 
 // === Compare ===
@@ -10,10 +11,47 @@ use crate::report::*;
 pub(super) struct Compare {
     pub(super) report: Report,
     pub(super) sample_big: u64,
+    /// Largest difference between the two sides' `PTTL`s that still matches, in ms.
+    pub(super) ttl_tolerance: u64,
+    /// With `--repair`: how many times a key is copied before it is listed as unsettled.
+    pub(super) repair_rounds: Option<u32>,
+    /// `--rate`: keys per second, scanned or copied.
+    pub(super) rate: u64,
+    /// When the run started, and keys scanned plus keys copied since: what `--rate` paces.
+    pub(super) started: Instant,
+    pub(super) work: u64,
+}
+
+/// One key as a comparison left it.
+pub(super) struct Checked {
+    pub(super) key: Bytes,
+    /// Its type on the source; `none` when it was gone (deleted or expired) before `TYPE`.
+    pub(super) kind: Bytes,
+}
+
+/// The comparison of one page of keys: each key, and its differences in the order found
+/// (by index into `keys`; a key may have several, e.g. its value and its TTL).
+pub(super) struct Checks {
+    pub(super) keys: Vec<Checked>,
+    pub(super) found: Vec<(usize, Kind, String)>,
+}
+
+impl Checks {
+    /// Indices of the keys with at least one difference, each once, with its first one.
+    pub(super) fn differing(&self) -> Vec<(usize, &str)> {
+        let mut seen = HashSet::new();
+        self.found
+            .iter()
+            .filter(|(i, _, _)| seen.insert(*i))
+            .map(|(i, _, d)| (*i, d.as_str()))
+            .collect()
+    }
 }
 
 /// What one key looks like on both sides after `TYPE` and `PTTL`.
 pub(super) struct KeyState {
+    /// Its index in the page.
+    pub(super) index: usize,
     pub(super) key: Bytes,
     pub(super) kind: Bytes,
     pub(super) source_pttl: i64,
@@ -75,7 +113,7 @@ impl Compare {
             target.cluster.name,
             target.conns.len()
         );
-        let started = Instant::now();
+        self.started = Instant::now();
         let count = Bytes::from(args.count.to_string());
         let mut done: u64 = 0;
         'shards: for shard in 0..source.conns.len() {
@@ -99,10 +137,9 @@ impl Compare {
                 }
                 if !keys.is_empty() {
                     done += keys.len() as u64;
+                    self.work += keys.len() as u64;
                     self.batch(&mut source, &mut target, shard, keys).await?;
-                    // Pace: `done` keys may not be finished before `done / rate` seconds.
-                    let due = Duration::from_secs_f64(done as f64 / args.rate as f64);
-                    sleep_until(started + due).await;
+                    self.pace().await;
                 }
                 if &next[..] == b"0" {
                     break;
@@ -113,7 +150,14 @@ impl Compare {
         Ok(())
     }
 
-    /// Compares one page of keys found on shard `shard` of the source.
+    /// Waits until `work` keys may be done at `--rate` keys per second on average.
+    pub(super) async fn pace(&self) {
+        let due = Duration::from_secs_f64(self.work as f64 / self.rate as f64);
+        sleep_until(self.started + due).await;
+    }
+
+    /// Compares one page of keys found on shard `shard` of the source, reports what differs
+    /// and, with `--repair`, repairs it.
     pub(super) async fn batch(
         &mut self,
         source: &mut Side,
@@ -122,6 +166,41 @@ impl Compare {
         keys: Vec<Bytes>,
     ) -> Result<(), String> {
         let scanned = keys.len() as u64;
+        let checks = self.check(source, target, shard, keys).await?;
+        for c in &checks.keys {
+            if &c.kind[..] == b"none" {
+                self.report.vanished += 1;
+            }
+        }
+        for (i, kind, detail) in &checks.found {
+            self.report.add(&checks.keys[*i].key, *kind, detail.clone());
+        }
+        self.report.scanned += scanned;
+        self.report.end_batch();
+        if let Some(rounds) = self.repair_rounds {
+            let pending = checks
+                .differing()
+                .into_iter()
+                .map(|(i, detail)| Pending {
+                    key: checks.keys[i].key.clone(),
+                    reason: detail.to_string(),
+                })
+                .collect();
+            self.repair(source, target, shard, pending, rounds).await?;
+        }
+        Ok(())
+    }
+
+    /// Compares `keys` (all on source shard `shard`) with the target: type, value and TTL.
+    /// Reports nothing: the caller decides what the differences mean.
+    pub(super) async fn check(
+        &self,
+        source: &mut Side,
+        target: &mut Side,
+        shard: usize,
+        keys: Vec<Bytes>,
+    ) -> Result<Checks, String> {
+        let mut found = Vec::new();
         // 1. TYPE and PTTL on both sides.
         let targets: Vec<usize> = keys.iter().map(|k| target.picker.pick(k)).collect();
         let meta = |k: &Bytes, s: usize| {
@@ -138,6 +217,7 @@ impl Compare {
             .collect();
         let (src, tgt) = tokio::try_join!(source.run(&src_cmds), target.run(&tgt_cmds))?;
         let mut same = Vec::new();
+        let mut checked = Vec::with_capacity(keys.len());
         for (i, key) in keys.into_iter().enumerate() {
             let src_type = type_reply(&src[2 * i]).map_err(|e| format!("TYPE on source: {e}"))?;
             let tgt_type = type_reply(&tgt[2 * i]).map_err(|e| format!("TYPE on target: {e}"))?;
@@ -145,24 +225,29 @@ impl Compare {
                 int_reply(&src[2 * i + 1]).map_err(|e| format!("PTTL on source: {e}"))?;
             let tgt_pttl =
                 int_reply(&tgt[2 * i + 1]).map_err(|e| format!("PTTL on target: {e}"))?;
+            checked.push(Checked {
+                key: key.clone(),
+                kind: src_type.clone(),
+            });
             if &src_type[..] == b"none" {
-                self.report.vanished += 1;
+                // Gone from the source: nothing to compare.
             } else if &tgt_type[..] == b"none" {
                 let detail = format!(
                     "{} on source, absent on target shard {}",
                     String::from_utf8_lossy(&src_type),
                     target.shard_label(targets[i])
                 );
-                self.report.add(&key, Kind::MissingInTarget, detail);
+                found.push((i, Kind::MissingInTarget, detail));
             } else if src_type != tgt_type {
                 let detail = format!(
                     "{} on source, {} on target",
                     String::from_utf8_lossy(&src_type),
                     String::from_utf8_lossy(&tgt_type)
                 );
-                self.report.add(&key, Kind::TypeMismatch, detail);
+                found.push((i, Kind::TypeMismatch, detail));
             } else {
                 same.push(KeyState {
+                    index: i,
                     key,
                     kind: src_type,
                     source_pttl: src_pttl,
@@ -218,17 +303,12 @@ impl Compare {
                 },
             };
             if let Some(detail) = differs {
-                self.report.add(&k.key, Kind::ValueMismatch, detail);
+                found.push((k.index, Kind::ValueMismatch, detail));
             }
         }
         for k in &same {
-            if (k.source_pttl >= 0) != (k.target_pttl >= 0) {
-                let detail = format!(
-                    "{} on source, {} on target",
-                    show_ttl(k.source_pttl),
-                    show_ttl(k.target_pttl)
-                );
-                self.report.add(&k.key, Kind::TtlMismatch, detail);
+            if let Some(detail) = ttl_diff(k.source_pttl, k.target_pttl, self.ttl_tolerance) {
+                found.push((k.index, Kind::TtlMismatch, detail));
             }
         }
         // 3. Whole values of the collections small enough.
@@ -241,11 +321,12 @@ impl Compare {
         for (j, (i, _)) in fetch.iter().enumerate() {
             let k = &same[*i];
             if let Some(detail) = collection_diff(&k.kind, &src[j], &tgt[j]) {
-                self.report.add(&k.key, Kind::ValueMismatch, detail);
+                found.push((k.index, Kind::ValueMismatch, detail));
             }
         }
-        self.report.scanned += scanned;
-        self.report.end_batch();
-        Ok(())
+        Ok(Checks {
+            keys: checked,
+            found,
+        })
     }
 }

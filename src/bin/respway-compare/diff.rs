@@ -156,3 +156,17 @@ pub(super) fn collection_diff(kind: &[u8], src: &Frame, tgt: &Frame) -> Option<S
 pub(super) fn score(s: &[u8]) -> Option<f64> {
     std::str::from_utf8(s).ok()?.parse().ok()
 }
+
+/// Detail when two `PTTL`s (ms; negative: no TTL) differ: a TTL on one side only, or on both
+/// and more than `tolerance` ms apart.
+pub(super) fn ttl_diff(src: i64, tgt: i64, tolerance: u64) -> Option<String> {
+    let sides = format!("{} on source, {} on target", show_ttl(src), show_ttl(tgt));
+    match (src >= 0, tgt >= 0) {
+        (true, true) => {
+            let apart = src.abs_diff(tgt);
+            (apart > tolerance)
+                .then(|| format!("{sides}, {apart} ms apart (--ttl-tolerance {tolerance})"))
+        }
+        (a, b) => (a != b).then_some(sides),
+    }
+}

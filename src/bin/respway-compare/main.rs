@@ -1,10 +1,12 @@
 //! `respway-compare`: checks that every key of one cluster is also, with the same type, value
-//! and TTL presence, in another cluster — the "verify" step of an online migration (dual-write
-//! → backfill → **compare** → switch reads → stop dual-write), run against the real shards,
-//! not through the proxy.
+//! and TTL, in another cluster — the "verify" step of an online migration (dual-write →
+//! backfill → **compare** → switch reads → stop dual-write), run against the real shards,
+//! not through the proxy. With `--repair` it is also the backfill: it copies each key that
+//! differs from the source to the target and verifies it ([`repair`]).
 //!
 //! ```text
 //! respway-compare --config respway.yaml --source old --target new [--rate 5000] [--limit N]
+//!     [--ttl-tolerance 1000] [--repair [--repair-rounds 3]]
 //! ```
 //!
 //! How it works:
@@ -19,8 +21,12 @@
 //!   set); sorted sets `ZRANGE 0 -1 WITHSCORES`; streams `XLEN`. Collections are first
 //!   measured (`HLEN`/`LLEN`/`SCARD`/`ZCARD`); when either side has more than
 //!   `--sample-big` elements only the sizes are compared. Other types (modules) are compared
-//!   by type and TTL only. TTLs are compared by presence (`PTTL` ≥ 0 vs -1), not by value.
-//! - Paces itself to at most `--rate` keys per second on average.
+//!   by type and TTL only. TTLs differ when one side has one and the other not (`PTTL` ≥ 0
+//!   vs -1), or when both have one and they are more than `--ttl-tolerance` ms apart.
+//! - With `--repair`, after each page: its differing keys are copied and compared again, up
+//!   to `--repair-rounds` times ([`repair`] says how).
+//! - Paces itself to at most `--rate` keys per second on average (keys scanned plus keys
+//!   copied).
 //!
 //! It is one-way: keys that exist only in the target are not reported (swap `--source` and
 //! `--target` to find them). On a live keyspace, SCAN may return a key twice (it is then
@@ -29,12 +35,15 @@
 //!
 //! Output (stdout): the first `--max-mismatches` mismatches as they are found, one per line
 //! (`kind "key": detail`), then the summary line
-//! `scanned N, matched M, missing_in_target X, type_mismatch Y, value_mismatch Z, ttl_mismatch W`.
-//! Progress and errors go to stderr.
+//! `scanned N, matched M, missing_in_target X, type_mismatch Y, value_mismatch Z, ttl_mismatch W`
+//! (the mismatches found before any repair), with `--repair` followed by `, repaired R,
+//! unsettled U`; before it, every key `--repair` could not make equal (`unsettled "key":
+//! reason`). Progress and errors go to stderr.
 //!
-//! Exit code: 0 when every scanned key matched, 1 when some did not, 2 on a usage or
-//! configuration error, 3 when the comparison could not be completed (a shard unreachable,
-//! refused `AUTH`, an error reply to `SCAN`/`TYPE`/`PTTL`, a timeout).
+//! Exit code: 0 when every scanned key matched (with `--repair`: when no key is unsettled),
+//! 1 when some did not, 2 on a usage or configuration error, 3 when the comparison could not
+//! be completed (a shard unreachable, refused `AUTH`, an error reply to `SCAN`/`TYPE`/`PTTL`,
+//! a timeout).
 
 // A CLI whose report on stdout is its product: printing there is the point.
 #![allow(
@@ -88,6 +97,16 @@ struct Args {
     /// Stop after this many keys in total.
     #[arg(long)]
     limit: Option<u64>,
+    /// Largest difference, in ms, between the source's and the target's PTTL of a key that
+    /// still counts as the same TTL.
+    #[arg(long, default_value_t = 1000)]
+    ttl_tolerance: u64,
+    /// Copy each key that differs from the source to the target, then verify it.
+    #[arg(long)]
+    repair: bool,
+    /// With --repair: most copies of one key before it is listed as unsettled.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    repair_rounds: u32,
 }
 
 /// How long one read or write to a shard may make no progress.
@@ -126,8 +145,13 @@ async fn main() -> ExitCode {
         }
     };
     let mut cmp = Compare {
-        report: Report::new(args.max_mismatches),
+        report: Report::new(args.max_mismatches, args.repair),
         sample_big: args.sample_big,
+        ttl_tolerance: args.ttl_tolerance,
+        repair_rounds: args.repair.then_some(args.repair_rounds),
+        rate: args.rate,
+        started: Instant::now(),
+        work: 0,
     };
     let result = cmp.run(&args, source, target).await;
     cmp.report.finish();
@@ -136,16 +160,21 @@ async fn main() -> ExitCode {
             eprintln!("respway-compare: {e}");
             ExitCode::from(3)
         }
-        Ok(()) if cmp.report.bad_keys > 0 => ExitCode::from(1),
+        Ok(()) if cmp.report.repairing && cmp.report.unsettled > 0 => ExitCode::from(1),
+        Ok(()) if !cmp.report.repairing && cmp.report.bad_keys > 0 => ExitCode::from(1),
         Ok(()) => ExitCode::SUCCESS,
     }
 }
 
 mod compare;
 mod diff;
+mod repair;
 mod report;
 mod side;
 
 use compare::Compare;
 use report::Report;
 use side::{Plan, Side};
+
+#[cfg(test)]
+mod tests;

@@ -39,10 +39,18 @@ pub(super) struct Report {
     pub(super) batch_bad: HashSet<Bytes>,
     pub(super) shown: usize,
     pub(super) total: u64,
+    /// With `--repair`: its tallies (the summary names them only then).
+    pub(super) repairing: bool,
+    /// Keys copied and then found equal.
+    pub(super) repaired: u64,
+    /// Keys still different after the last round, or that could not be copied.
+    pub(super) unsettled: u64,
+    /// Keys deleted or expired on the source while they were repaired: not restored.
+    pub(super) gone_while_repaired: u64,
 }
 
 impl Report {
-    pub(super) fn new(max_shown: usize) -> Self {
+    pub(super) fn new(max_shown: usize, repairing: bool) -> Self {
         Report {
             max_shown,
             scanned: 0,
@@ -55,6 +63,10 @@ impl Report {
             batch_bad: HashSet::new(),
             shown: 0,
             total: 0,
+            repairing,
+            repaired: 0,
+            unsettled: 0,
+            gone_while_repaired: 0,
         }
     }
 
@@ -71,6 +83,12 @@ impl Report {
             self.shown += 1;
             println!("{kind} {}: {detail}", quote(key));
         }
+    }
+
+    /// A key `--repair` could not make equal: listed, every one.
+    pub(super) fn unsettled(&mut self, key: &Bytes, reason: &str) {
+        self.unsettled += 1;
+        println!("unsettled {}: {reason}", quote(key));
     }
 
     /// Closes a batch: its mismatched keys join the total.
@@ -94,9 +112,20 @@ impl Report {
                 self.vanished
             );
         }
+        if self.gone_while_repaired > 0 {
+            println!(
+                "{} keys were deleted or expired on the source while they were repaired (not restored on the target)",
+                self.gone_while_repaired
+            );
+        }
         let matched = self.scanned.saturating_sub(self.vanished + self.bad_keys);
+        let repair = if self.repairing {
+            format!(", repaired {}, unsettled {}", self.repaired, self.unsettled)
+        } else {
+            String::new()
+        };
         println!(
-            "scanned {}, matched {matched}, missing_in_target {}, type_mismatch {}, value_mismatch {}, ttl_mismatch {}",
+            "scanned {}, matched {matched}, missing_in_target {}, type_mismatch {}, value_mismatch {}, ttl_mismatch {}{repair}",
             self.scanned, self.missing_in_target, self.type_mismatch, self.value_mismatch, self.ttl_mismatch
         );
     }

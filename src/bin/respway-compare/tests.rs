@@ -1,0 +1,152 @@
+//! The repair's steps one at a time against real `redis-server`s, so that a delete on the
+//! source can be placed exactly between them: between the comparison and the copy, and
+//! between the copy and its verification.
+
+use super::*;
+use crate::repair::{Copy, Pending};
+use respway_testkit::{redis, Proc, Resp, RespConn};
+
+struct Fixture {
+    _servers: [Proc; 2],
+    path: PathBuf,
+    src: RespConn,
+    dst: RespConn,
+    source: Side,
+    target: Side,
+    cmp: Compare,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// One shard each side.
+async fn fixture() -> Fixture {
+    let (a, b) = (redis(), redis());
+    let shard = |p: &Proc| {
+        format!(
+            "    shards:\n      - endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+            p.addr
+        )
+    };
+    let yaml = format!(
+        "listeners:\n  - name: main\n    routes: {{ catch_all: src }}\n\
+         clusters:\n  - name: src\n{}  - name: dst\n{}",
+        shard(&a),
+        shard(&b)
+    );
+    let path = std::env::temp_dir().join(format!(
+        "respway-compare-unit-{}-{}.yaml",
+        std::process::id(),
+        a.addr.port()
+    ));
+    std::fs::write(&path, yaml).expect("write config");
+    let config = respway_xds::load_file(&path).expect("valid config");
+    let source = Plan::new(&config, "src", "--source").expect("src");
+    let target = Plan::new(&config, "dst", "--target").expect("dst");
+    let (source, target) = tokio::try_join!(source.connect(), target.connect()).expect("connect");
+    Fixture {
+        src: RespConn::connect(a.addr),
+        dst: RespConn::connect(b.addr),
+        _servers: [a, b],
+        path,
+        source,
+        target,
+        cmp: Compare {
+            report: Report::new(20, true),
+            sample_big: 1000,
+            ttl_tolerance: 1000,
+            repair_rounds: Some(3),
+            rate: 1_000_000,
+            started: Instant::now(),
+            work: 0,
+        },
+    }
+}
+
+fn key(k: &str) -> Bytes {
+    Bytes::copy_from_slice(k.as_bytes())
+}
+
+fn pending(k: &str) -> Pending {
+    Pending {
+        key: key(k),
+        reason: "test".to_string(),
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_key_deleted_on_the_source_before_the_copy_is_not_written() {
+    let mut f = fixture().await;
+    f.src.call(&["SET", "gone", "v1"]);
+    f.dst.call(&["SET", "gone", "stale"]);
+    f.src.call(&["SET", "never", "v"]);
+    let checks = f
+        .cmp
+        .check(
+            &mut f.source,
+            &mut f.target,
+            0,
+            vec![key("gone"), key("never")],
+        )
+        .await
+        .expect("check");
+    assert_eq!(checks.differing().len(), 2);
+    // Deleted on the source between the comparison and the repair.
+    f.src.call(&["DEL", "gone", "never"]);
+    let pending = vec![pending("gone"), pending("never")];
+    f.cmp
+        .repair(&mut f.source, &mut f.target, 0, pending, 3)
+        .await
+        .expect("repair");
+    // Not written: what the target holds is left to the writes that reach it.
+    assert_eq!(f.dst.call(&["GET", "gone"]), Resp::bulk("stale"));
+    assert_eq!(f.dst.call(&["EXISTS", "never"]), Resp::Int(0));
+    let r = &f.cmp.report;
+    assert_eq!((r.gone_while_repaired, r.repaired, r.unsettled), (2, 0, 0));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_key_deleted_on_the_source_after_its_copy_is_taken_back_unless_rewritten() {
+    let mut f = fixture().await;
+    f.src.call(&["SET", "late", "v"]);
+    f.src.call(&["RPUSH", "raced", "a", "b"]);
+    let copies = f
+        .cmp
+        .copy(
+            &mut f.source,
+            &mut f.target,
+            0,
+            &[pending("late"), pending("raced")],
+        )
+        .await
+        .expect("copy");
+    let dumps: Vec<Bytes> = copies
+        .into_iter()
+        .map(|c| match c {
+            Copy::Written(dump) => dump,
+            Copy::Gone => panic!("gone"),
+            Copy::Failed(reason) => panic!("{reason}"),
+        })
+        .collect();
+    assert_eq!(f.dst.call(&["GET", "late"]), Resp::bulk("v"));
+    // Both deleted on the source after the copy; a newer write reached the target's `raced`.
+    f.src.call(&["DEL", "late", "raced"]);
+    f.dst.call(&["RPUSH", "raced", "c"]);
+    let written = vec![
+        (key("late"), dumps[0].clone()),
+        (key("raced"), dumps[1].clone()),
+    ];
+    let next = f
+        .cmp
+        .verify(&mut f.source, &mut f.target, 0, written)
+        .await
+        .expect("verify");
+    assert!(next.is_empty());
+    // The copy is not left behind as a resurrected key; the newer write is kept.
+    assert_eq!(f.dst.call(&["EXISTS", "late"]), Resp::Int(0));
+    assert_eq!(f.dst.call(&["LLEN", "raced"]), Resp::Int(3));
+    assert_eq!(f.cmp.report.gone_while_repaired, 2);
+}
