@@ -4,7 +4,8 @@
 # migration playbook, one config edit + SIGHUP per step, showing where writes and reads land:
 #   0. before: the route serves `old`, the mirror is inactive (forward);
 #   1. dual_write: writes go to old (which answers) and are copied to new;
-#   2. backfill old → new (SET NX, so dual-written values win), then respway-compare;
+#   2. backfill old → new with respway-compare --repair (every type, with its TTL; what
+#      differs is copied, verified, and copied again until it settles), then compare again;
 #   3. dual_write, primary: mirror: new answers reads and writes, old gets the copies;
 #   4. route on new, old as read_only mirror: the cut-over window, writes refused;
 #   5. route on new, mirror forward: done, old gets nothing.
@@ -103,17 +104,11 @@ where
 run INFO mirror
 compare
 
-echo "== 2. backfill old → new (SET NX through the __new__: route: what dual-write already wrote wins)"
-n=0
-for port in "${OLD[@]}"; do
-  while read -r key; do
-    [ -n "$key" ] || continue
-    value=$(redis-cli -p "$port" --raw GET "$key")
-    redis-cli -p "$PROXY" SET "__new__:$key" "$value" NX >/dev/null
-    n=$((n + 1))
-  done < <(redis-cli -p "$port" --scan --pattern 'user:*')
-done
-echo "   $n keys copied"
+echo "== 2. backfill old → new: respway-compare --repair copies each key that differs"
+printf '$ respway-compare --config %s --source old --target new --repair\n' "$(basename "$config")"
+rc=0
+target/release/respway-compare --config "$config" --source old --target new --repair 2>/dev/null || rc=$?
+echo "   (exit $rc)"
 where
 compare
 
