@@ -538,15 +538,17 @@ fn parse_server(s: &str) -> Result<Server, String> {
         _ => return Err(format!("{s:?} has an invalid weight")),
     };
     let port = parse_port(port).map_err(|e| format!("{s:?}: {e}"))?;
-    let ip = parse_ip(host, "server").map_err(|e| {
-        format!("{e}, and keep its placement with its nutcracker name: \"IP:{port}:{weight} {host}:{port}\"")
-    })?;
     let name = match name {
         Some("") => return Err(format!("{s:?} has an empty name")),
         Some(n) => n.to_string(),
         None if port == MEMCACHED_PORT => host.to_string(),
         None => host_port.to_string(),
     };
+    let ip = parse_ip(host, "server").map_err(|e| {
+        format!(
+            "{e}, and keep its placement with its nutcracker name: \"IP:{port}:{weight} {name}\""
+        )
+    })?;
     Ok(Server {
         name,
         address: SocketAddr::new(ip, port),

@@ -184,6 +184,11 @@ fn servers_are_parsed_from_the_end_as_nutcracker_does() {
         "[::1]:6379".parse().unwrap()
     );
     assert_eq!(parse_server("::1:6379:1").unwrap().name, "::1:6379");
+    // A host name is refused, with the line that keeps the server's placement.
+    let e = parse_server("cache.local:11211:2").unwrap_err();
+    assert!(e.contains("\"IP:11211:2 cache.local\""), "{e}");
+    let e = parse_server("cache.local:6379:2").unwrap_err();
+    assert!(e.contains("\"IP:6379:2 cache.local:6379\""), "{e}");
     assert!(parse_server("127.0.0.1:6379").is_err());
     assert!(parse_server("127.0.0.1:6379:x").is_err());
     assert!(parse_server("127.0.0.1:0:1").is_err());
