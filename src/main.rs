@@ -1,4 +1,5 @@
-//! `respway --config FILE | --bootstrap FILE [--workers N] [--zone Z]`: the sidecar binary.
+//! `respway --config FILE | --bootstrap FILE [--workers N] [--zone Z]`: the sidecar binary
+//! (and its tools: `respway hotkeys`, `respway import-nutcracker FILE`).
 //! Parses arguments, loads the configuration (a static file, the embedded default, or a
 //! bootstrap with an xDS management server), starts the workers and waits for signals.
 
@@ -51,6 +52,12 @@ enum Command {
         #[arg(long)]
         admin: std::net::SocketAddr,
     },
+    /// Converts a nutcracker (twemproxy) configuration to respway's YAML, placement kept,
+    /// and prints it (errors, each naming the pool and the key, go to stderr: exit 1).
+    ImportNutcracker {
+        /// The nutcracker YAML file.
+        file: PathBuf,
+    },
 }
 
 /// Fetches `/hotkeys` from `admin` and prints it as redis-cli `--hotkeys` does.
@@ -100,11 +107,26 @@ fn hotkeys(admin: std::net::SocketAddr) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Prints `file` converted from nutcracker's YAML to respway's (exit 0), or every error (exit 1).
+fn import_nutcracker(file: &std::path::Path) -> ExitCode {
+    match respway_xds::nutcracker::import_file(file) {
+        Ok(yaml) => {
+            let _ = std::io::stdout().lock().write_all(yaml.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// A Redis data plane: speak RESP to it, and it spreads keys over many Redis shards.
 #[derive(Debug, Parser)]
 #[command(version = VERSION)]
 struct Args {
-    /// Static configuration (YAML). Without it (and without --bootstrap): listen on
+    /// Static configuration (YAML; a nutcracker file is converted first, see
+    /// `import-nutcracker`). Without it (and without --bootstrap): listen on
     /// 127.0.0.1:6380, one upstream at 127.0.0.1:6379. SIGHUP reloads it.
     #[arg(long, short, conflicts_with = "bootstrap")]
     config: Option<PathBuf>,
@@ -155,8 +177,10 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(Command::Hotkeys { admin }) = args.command {
-        return hotkeys(admin);
+    match &args.command {
+        Some(Command::Hotkeys { admin }) => return hotkeys(*admin),
+        Some(Command::ImportNutcracker { file }) => return import_nutcracker(file),
+        None => {}
     }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log_level));

@@ -45,7 +45,9 @@
 //! - `common`: defaults, names and checks both sources share, so a rule is written once;
 //! - `error`: configuration errors naming resource, field path and reason ([`ConfigErrors`]);
 //! - [`pb`]: the protobuf types: Envoy's v3 API and respway's extension messages;
-//! - [`names`]: the names respway's extensions and metadata travel under in Envoy resources.
+//! - [`names`]: the names respway's extensions and metadata travel under in Envoy resources;
+//! - [`nutcracker`]: a twemproxy (nutcracker) file converted to the static YAML, keeping its
+//!   placement (`respway import-nutcracker`, and `--config` of a nutcracker file).
 //!
 //! The sidecar's side
 //! - [`client`]: the sidecar's ADS client: it keeps the last accepted resources, applies a
@@ -70,6 +72,7 @@ mod common;
 mod emit;
 mod error;
 pub mod names;
+pub mod nutcracker;
 pub mod pb;
 pub mod secure;
 pub mod server;
@@ -214,6 +217,11 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
             format!("cannot read: {e}"),
         )])
     })?;
+    // A nutcracker (twemproxy) file is converted to this schema first.
+    let text = match nutcracker::convert_if_nutcracker(&text) {
+        Some(converted) => converted.map_err(in_file)?,
+        None => text,
+    };
     // The zone travels outside the Envoy resources (in `node_zone`), and translate keeps it.
     yaml::load(&text).map(|(_, config)| config).map_err(in_file)
 }
