@@ -590,12 +590,12 @@ fn info_filters(
     if wants("mirror") {
         s.push_str("# Mirror\r\n");
         for (name, c) in ctx.registry.mirror_totals(index) {
-            if c.mirrored + c.dropped + c.failed == 0 {
+            if c.mirrored + c.dropped + c.failed + c.moved + c.absent + c.move_failed == 0 {
                 continue;
             }
             s.push_str(&format!(
-                "mirror_{name}:mirrored={},dropped={},failed={}\r\n",
-                c.mirrored, c.dropped, c.failed
+                "mirror_{name}:mirrored={},dropped={},failed={},moved={},absent={},move_failed={}\r\n",
+                c.mirrored, c.dropped, c.failed, c.moved, c.absent, c.move_failed
             ));
         }
     }

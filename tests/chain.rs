@@ -817,6 +817,23 @@ fn move_mode_moves_each_key_before_its_command() {
         .query(&mut owner)
         .unwrap();
     assert_eq!(v, 5);
+    // Every MIGRATE is counted: one per moved key at least, the failed one, and NOKEY for
+    // keys whose next command found them moved already.
+    let info: String = redis::cmd("INFO").arg("mirror").query(&mut c).unwrap();
+    let field = |name: &str| -> u64 {
+        let at = info
+            .find(&format!(",{name}="))
+            .unwrap_or_else(|| panic!("{info}"));
+        info[at + name.len() + 2..]
+            .split([',', '\r'])
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(field("moved") >= moved as u64, "{info}");
+    assert!(field("absent") > 0, "{info}");
+    assert_eq!(field("move_failed"), 1, "{info}");
     drop(c);
     drop(rw);
 

@@ -289,11 +289,15 @@ where
     fn call(&mut self, mut req: Request) -> Self::Future {
         match self.apply(&mut req) {
             Ok(moves) if moves.is_empty() => ResponseFuture::Inner(self.inner.call(req)),
-            Ok(moves) => ResponseFuture::Move(MoveFuture::Moving(Box::new(Moving::start(
-                &mut self.inner,
-                moves,
-                req,
-            )))),
+            Ok(moves) => {
+                let stats = (self.stats.clone(), req.cluster);
+                ResponseFuture::Move(MoveFuture::Moving(Box::new(Moving::start(
+                    &mut self.inner,
+                    moves,
+                    req,
+                    stats,
+                ))))
+            }
             Err(r) => ResponseFuture::Refused(Some(r)),
         }
     }
@@ -343,6 +347,20 @@ struct Counters {
     mirrored: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
+    moved: AtomicU64,
+    absent: AtomicU64,
+    move_failed: AtomicU64,
+}
+
+/// What one `MIGRATE` of move mode did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveOutcome {
+    /// `+OK`: keys moved.
+    Moved,
+    /// `+NOKEY`: none of its keys was on the old shard.
+    Absent,
+    /// An error reply or no reply: the command was not run.
+    Failed,
 }
 
 /// The mirror counters of one cluster, read at one moment (or summed over workers).
@@ -355,6 +373,13 @@ pub struct MirrorCounts {
     /// Queued copies that failed upstream (error reply or no reply), as the sink's consumer
     /// reported them.
     pub failed: u64,
+    /// Move mode, with this cluster receiving: `MIGRATE`s that moved keys (`+OK`).
+    pub moved: u64,
+    /// `MIGRATE`s that found none of their keys on the old shard (`+NOKEY`: moved already, or
+    /// no such key).
+    pub absent: u64,
+    /// `MIGRATE`s that failed (an error reply, or no reply): their commands were not run.
+    pub move_failed: u64,
 }
 
 impl MirrorStats {
@@ -373,6 +398,18 @@ impl MirrorStats {
         }
     }
 
+    /// Counts the outcome of one `MIGRATE` of move mode into `cluster`.
+    pub fn record_move(&self, cluster: usize, outcome: MoveOutcome) {
+        if let Some(c) = self.clusters.get(cluster) {
+            match outcome {
+                MoveOutcome::Moved => &c.moved,
+                MoveOutcome::Absent => &c.absent,
+                MoveOutcome::Failed => &c.move_failed,
+            }
+            .fetch_add(1, Relaxed);
+        }
+    }
+
     /// The counters now, indexed by cluster.
     pub fn snapshot(&self) -> Vec<MirrorCounts> {
         self.clusters
@@ -381,6 +418,9 @@ impl MirrorStats {
                 mirrored: c.mirrored.load(Relaxed),
                 dropped: c.dropped.load(Relaxed),
                 failed: c.failed.load(Relaxed),
+                moved: c.moved.load(Relaxed),
+                absent: c.absent.load(Relaxed),
+                move_failed: c.move_failed.load(Relaxed),
             })
             .collect()
     }
@@ -408,11 +448,19 @@ impl MirrorCounts {
                 out.resize(snap.len(), MirrorCounts::default());
             }
             for (t, s) in out.iter_mut().zip(snap) {
-                t.mirrored += s.mirrored;
-                t.dropped += s.dropped;
-                t.failed += s.failed;
+                t.add(s);
             }
         }
         out
+    }
+
+    /// Adds `o`'s counts to these.
+    pub fn add(&mut self, o: &MirrorCounts) {
+        self.mirrored += o.mirrored;
+        self.dropped += o.dropped;
+        self.failed += o.failed;
+        self.moved += o.moved;
+        self.absent += o.absent;
+        self.move_failed += o.move_failed;
     }
 }

@@ -27,6 +27,7 @@ use tower::Service;
 
 use crate::error::{Failure, Kind};
 use crate::fanout::Join;
+use crate::mirror::{MirrorStats, MoveOutcome};
 use crate::request::{is_error, Keys, Reply, Request};
 use crate::routing::Routing;
 
@@ -100,6 +101,9 @@ pub struct Moving<S: Service<Request>> {
     req: Option<Request>,
     /// A clone of the inner service, to forward the command once its keys moved.
     inner: S,
+    /// Where the `MIGRATE`s' outcomes are counted, and the receiving cluster; `None` once
+    /// counted.
+    stats: Option<(std::sync::Arc<MirrorStats>, usize)>,
 }
 
 impl<S> Moving<S>
@@ -109,7 +113,12 @@ where
 {
     /// Sends `migrations` through `inner` (made ready by the caller, as tower requires) and
     /// holds `req` until they answer.
-    pub fn start(inner: &mut S, migrations: Vec<Request>, req: Request) -> Self {
+    pub fn start(
+        inner: &mut S,
+        migrations: Vec<Request>,
+        req: Request,
+        stats: (std::sync::Arc<MirrorStats>, usize),
+    ) -> Self {
         let mut join = Join::with_capacity(migrations.len());
         for m in migrations {
             join.call(inner, m);
@@ -118,6 +127,7 @@ where
             migrations: join,
             req: Some(req),
             inner: inner.clone(),
+            stats: Some(stats),
         }
     }
 
@@ -125,6 +135,16 @@ where
     /// stops it.
     pub fn poll_moved(&mut self, cx: &mut Context<'_>) -> Poll<Result<S::Future, Failure>> {
         ready!(self.migrations.poll(cx));
+        if let Some((stats, cluster)) = self.stats.take() {
+            for r in self.migrations.replies().flatten() {
+                let outcome = match r {
+                    Ok(reply) if reply.starts_with(b"+NOKEY") => MoveOutcome::Absent,
+                    Ok(reply) if !is_error(reply) => MoveOutcome::Moved,
+                    _ => MoveOutcome::Failed,
+                };
+                stats.record_move(cluster, outcome);
+            }
+        }
         for r in self.migrations.replies().flatten() {
             match r {
                 // `+OK` (moved) or `+NOKEY` (nothing there: moved already, or no such key).

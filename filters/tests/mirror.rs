@@ -222,7 +222,8 @@ fn old_first_dual_write_keeps_the_original_and_queues_a_copy_to_the_mirror() {
             MirrorCounts {
                 mirrored: 1,
                 dropped: 0,
-                failed: 0
+                failed: 0,
+                ..Default::default()
             }
         ]
     );
@@ -342,7 +343,8 @@ fn a_full_queue_drops_copies_and_leaves_the_reply_alone() {
         MirrorCounts {
             mirrored: 2,
             dropped: 3,
-            failed: 0
+            failed: 0,
+            ..Default::default()
         }
     );
 }
@@ -410,12 +412,14 @@ fn failures_are_recorded_by_the_consumer_and_workers_add_up() {
             MirrorCounts {
                 mirrored: 0,
                 dropped: 0,
-                failed: 1
+                failed: 1,
+                ..Default::default()
             },
             MirrorCounts {
                 mirrored: 1,
                 dropped: 1,
-                failed: 2
+                failed: 2,
+                ..Default::default()
             },
         ]
     );

@@ -415,6 +415,13 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         scrape::mirror_copies,
     ),
     series(
+        "respway_mirror_moves_total",
+        Counter,
+        "Move mode: MIGRATEs per receiving cluster that moved keys (moved), found none of them on the old shard (absent), or failed (failed: the command was not run); over configuration pushes.",
+        &["listener", "cluster", "outcome"],
+        scrape::mirror_moves,
+    ),
+    series(
         "respway_hot_key_rule_writes_total",
         Counter,
         "Writes under a hot-key rule fanned out to every shard (outcome: all, or partial_failure when a shard failed).",

@@ -243,10 +243,7 @@ impl Registry {
         let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
         for (i, c) in m.snapshot().into_iter().enumerate() {
             let Some(name) = names.get(i) else { continue };
-            let t = r.mirror.entry((key.1, name.clone())).or_default();
-            t.mirrored += c.mirrored;
-            t.dropped += c.dropped;
-            t.failed += c.failed;
+            r.mirror.entry((key.1, name.clone())).or_default().add(&c);
         }
         for s in h.snapshot() {
             add_hot(
@@ -284,9 +281,7 @@ impl Registry {
             for (i, c) in m.snapshot().into_iter().enumerate() {
                 let Some(name) = names.get(i) else { continue };
                 let t = out.entry(name.clone()).or_default();
-                t.mirrored += c.mirrored;
-                t.dropped += c.dropped;
-                t.failed += c.failed;
+                t.add(&c);
             }
         }
         out.into_iter().collect()

@@ -337,6 +337,27 @@ pub(super) fn mirror_copies(s: &Scrape, out: &mut Sink<'_>) -> bool {
     true
 }
 
+/// `respway_mirror_moves_total`.
+pub(super) fn mirror_moves(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for l in &s.listeners {
+        for (cluster, c) in &l.mirror {
+            for (outcome, n) in [
+                ("moved", c.moved),
+                ("absent", c.absent),
+                ("failed", c.move_failed),
+            ] {
+                let labels = [
+                    ("listener", l.name.as_str()),
+                    ("cluster", cluster),
+                    ("outcome", outcome),
+                ];
+                out(&labels, Value::Int(n));
+            }
+        }
+    }
+    true
+}
+
 /// `respway_hot_key_rule_writes_total`.
 pub(super) fn hot_key_rule_writes(s: &Scrape, out: &mut Sink<'_>) -> bool {
     for l in &s.listeners {
