@@ -318,34 +318,35 @@ pub(super) fn config_last_change(s: &Scrape, out: &mut Sink<'_>) -> bool {
 
 /// `respway_mirror_copies_total`.
 pub(super) fn mirror_copies(s: &Scrape, out: &mut Sink<'_>) -> bool {
-    for l in &s.listeners {
-        for (cluster, c) in &l.mirror {
-            for (outcome, n) in [
-                ("mirrored", c.mirrored),
-                ("dropped", c.dropped),
-                ("failed", c.failed),
-            ] {
-                let labels = [
-                    ("listener", l.name.as_str()),
-                    ("cluster", cluster),
-                    ("outcome", outcome),
-                ];
-                out(&labels, Value::Int(n));
-            }
-        }
-    }
-    true
+    mirror_outcomes(s, out, |c| {
+        [
+            ("mirrored", c.mirrored),
+            ("dropped", c.dropped),
+            ("failed", c.failed),
+        ]
+    })
 }
 
 /// `respway_mirror_moves_total`.
 pub(super) fn mirror_moves(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    mirror_outcomes(s, out, |c| {
+        [
+            ("moved", c.moved),
+            ("absent", c.absent),
+            ("failed", c.move_failed),
+        ]
+    })
+}
+
+/// One series per listener, receiving cluster and outcome of `outcomes`.
+fn mirror_outcomes(
+    s: &Scrape,
+    out: &mut Sink<'_>,
+    outcomes: fn(&MirrorCounts) -> [(&'static str, u64); 3],
+) -> bool {
     for l in &s.listeners {
         for (cluster, c) in &l.mirror {
-            for (outcome, n) in [
-                ("moved", c.moved),
-                ("absent", c.absent),
-                ("failed", c.move_failed),
-            ] {
+            for (outcome, n) in outcomes(c) {
                 let labels = [
                     ("listener", l.name.as_str()),
                     ("cluster", cluster),

@@ -227,63 +227,7 @@ fn cluster(c: &Cluster) -> PbCluster {
         transport_socket: c.tls.as_ref().map(cluster_tls),
         ..Default::default()
     };
-    let shard_hashing = |policy| {
-        Some(LoadBalancingPolicy {
-            policies: vec![load_balancing_policy::Policy {
-                typed_extension_config: Some(TypedExtensionConfig {
-                    name: names::SHARD_HASHING_POLICY.to_string(),
-                    typed_config: Some(pack_any(rw::ShardHashing {
-                        policy: Some(policy),
-                    })),
-                }),
-            }],
-        })
-    };
-    use rw::shard_hashing::{Crc16Slots, Crc32Slots, Ketama, Modula, Policy};
-    match &c.hash {
-        HashPolicy::Maglev { table_size } => {
-            out.lb_policy = LbPolicy::Maglev as i32;
-            out.lb_config = Some(LbConfig::MaglevLbConfig(MaglevLbConfig {
-                table_size: Some(UInt64Value { value: *table_size }),
-            }));
-        }
-        HashPolicy::RingHash {
-            minimum_ring_size,
-            maximum_ring_size,
-            function,
-        } => {
-            out.lb_policy = LbPolicy::RingHash as i32;
-            out.lb_config = Some(LbConfig::RingHashLbConfig(RingHashLbConfig {
-                minimum_ring_size: Some(UInt64Value {
-                    value: *minimum_ring_size,
-                }),
-                maximum_ring_size: Some(UInt64Value {
-                    value: *maximum_ring_size,
-                }),
-                hash_function: match function {
-                    RingHashFunction::XxHash => HashFunction::XxHash,
-                    RingHashFunction::MurmurHash2 => HashFunction::MurmurHash2,
-                } as i32,
-            }));
-        }
-        HashPolicy::Ketama { key_hash } => {
-            out.load_balancing_policy = shard_hashing(Policy::Ketama(Ketama {
-                key_hash: key_hash_pb(*key_hash) as i32,
-            }));
-        }
-        HashPolicy::Modula { key_hash } => {
-            out.load_balancing_policy = shard_hashing(Policy::Modula(Modula {
-                key_hash: key_hash_pb(*key_hash) as i32,
-            }));
-        }
-        HashPolicy::Crc32Slots { slots } => {
-            out.load_balancing_policy =
-                shard_hashing(Policy::Crc32Slots(Crc32Slots { slots: *slots }));
-        }
-        HashPolicy::Crc16Slots => {
-            out.load_balancing_policy = shard_hashing(Policy::Crc16Slots(Crc16Slots {}));
-        }
-    }
+    placement(&mut out, &c.hash);
     if c.auth.is_some() || !c.endpoint_auth.is_empty() {
         out.typed_extension_protocol_options.insert(
             names::REDIS_PROXY_FILTER.to_string(),
@@ -593,4 +537,66 @@ pub(crate) fn fields(kv: Vec<(&str, Kind)>) -> Struct {
 
 pub(crate) fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The placement policy on the cluster: Envoy's own for maglev and ring hash, respway's
+/// `ShardHashing` for the others.
+pub(crate) fn placement(out: &mut PbCluster, hash: &HashPolicy) {
+    let shard_hashing = |policy| {
+        Some(LoadBalancingPolicy {
+            policies: vec![load_balancing_policy::Policy {
+                typed_extension_config: Some(TypedExtensionConfig {
+                    name: names::SHARD_HASHING_POLICY.to_string(),
+                    typed_config: Some(pack_any(rw::ShardHashing {
+                        policy: Some(policy),
+                    })),
+                }),
+            }],
+        })
+    };
+    use rw::shard_hashing::{Crc16Slots, Crc32Slots, Ketama, Modula, Policy};
+    match hash {
+        HashPolicy::Maglev { table_size } => {
+            out.lb_policy = LbPolicy::Maglev as i32;
+            out.lb_config = Some(LbConfig::MaglevLbConfig(MaglevLbConfig {
+                table_size: Some(UInt64Value { value: *table_size }),
+            }));
+        }
+        HashPolicy::RingHash {
+            minimum_ring_size,
+            maximum_ring_size,
+            function,
+        } => {
+            out.lb_policy = LbPolicy::RingHash as i32;
+            out.lb_config = Some(LbConfig::RingHashLbConfig(RingHashLbConfig {
+                minimum_ring_size: Some(UInt64Value {
+                    value: *minimum_ring_size,
+                }),
+                maximum_ring_size: Some(UInt64Value {
+                    value: *maximum_ring_size,
+                }),
+                hash_function: match function {
+                    RingHashFunction::XxHash => HashFunction::XxHash,
+                    RingHashFunction::MurmurHash2 => HashFunction::MurmurHash2,
+                } as i32,
+            }));
+        }
+        HashPolicy::Ketama { key_hash } => {
+            out.load_balancing_policy = shard_hashing(Policy::Ketama(Ketama {
+                key_hash: key_hash_pb(*key_hash) as i32,
+            }));
+        }
+        HashPolicy::Modula { key_hash } => {
+            out.load_balancing_policy = shard_hashing(Policy::Modula(Modula {
+                key_hash: key_hash_pb(*key_hash) as i32,
+            }));
+        }
+        HashPolicy::Crc32Slots { slots } => {
+            out.load_balancing_policy =
+                shard_hashing(Policy::Crc32Slots(Crc32Slots { slots: *slots }));
+        }
+        HashPolicy::Crc16Slots => {
+            out.load_balancing_policy = shard_hashing(Policy::Crc16Slots(Crc16Slots {}));
+        }
+    }
 }

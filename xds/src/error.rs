@@ -57,6 +57,24 @@ impl std::error::Error for ConfigError {}
 pub struct ConfigErrors(pub Vec<ConfigError>);
 
 impl ConfigErrors {
+    /// These errors of the file `file`: each resource starts with the file's path
+    /// (`respway.yaml: cluster "main"`, or the path alone).
+    pub(crate) fn in_file(self, file: &str) -> ConfigErrors {
+        ConfigErrors(
+            self.0
+                .into_iter()
+                .map(|mut e| {
+                    e.resource = if e.resource.is_empty() {
+                        file.to_string()
+                    } else {
+                        format!("{file}: {}", e.resource)
+                    };
+                    e
+                })
+                .collect(),
+        )
+    }
+
     /// The errors, in source order.
     pub fn iter(&self) -> std::slice::Iter<'_, ConfigError> {
         self.0.iter()

@@ -194,22 +194,7 @@ pub fn parse_yaml(text: &str) -> Result<Resources, ConfigErrors> {
 /// shows the file name on every line.
 pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
-    let in_file = |errors: ConfigErrors| {
-        ConfigErrors(
-            errors
-                .0
-                .into_iter()
-                .map(|mut e| {
-                    e.resource = if e.resource.is_empty() {
-                        file.clone()
-                    } else {
-                        format!("{file}: {}", e.resource)
-                    };
-                    e
-                })
-                .collect(),
-        )
-    };
+    let in_file = |errors: ConfigErrors| errors.in_file(&file);
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigErrors(vec![ConfigError::new(
             file.clone(),

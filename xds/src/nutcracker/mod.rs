@@ -130,22 +130,7 @@ pub fn convert(text: &str) -> Result<String, ConfigErrors> {
 /// configuration respway refuses.
 pub fn import_file(path: &Path) -> Result<String, ConfigErrors> {
     let file = path.display().to_string();
-    let in_file = |errors: ConfigErrors| {
-        ConfigErrors(
-            errors
-                .0
-                .into_iter()
-                .map(|mut e| {
-                    e.resource = if e.resource.is_empty() {
-                        file.clone()
-                    } else {
-                        format!("{file}: {}", e.resource)
-                    };
-                    e
-                })
-                .collect(),
-        )
-    };
+    let in_file = |errors: ConfigErrors| errors.in_file(&file);
     let text = std::fs::read_to_string(path).map_err(|e| {
         in_file(ConfigErrors(vec![ConfigError::new(
             "",

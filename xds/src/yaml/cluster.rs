@@ -5,15 +5,12 @@
 //! Only what is about the YAML's shape is checked here; the translation checks the rest.
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
-    ring_hash_lb_config::HashFunction, ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
-    LbConfig, LbPolicy, MaglevLbConfig, RingHashLbConfig,
+    ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
 };
-use envoy_types::pb::envoy::config::cluster::v3::{
-    load_balancing_policy, Cluster as PbCluster, LoadBalancingPolicy,
-};
+use envoy_types::pb::envoy::config::cluster::v3::Cluster as PbCluster;
 use envoy_types::pb::envoy::config::core::v3::{
     config_source::ConfigSourceSpecifier, transport_socket, AggregatedConfigSource, ApiVersion,
-    ConfigSource, TransportSocket, TypedExtensionConfig,
+    ConfigSource, TransportSocket,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
@@ -24,7 +21,6 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     common_tls_context::ValidationContextType, CertificateValidationContext, CommonTlsContext,
     TlsCertificate, UpstreamTlsContext,
 };
-use envoy_types::pb::google::protobuf::UInt64Value;
 use envoy_types::util::pack_any;
 use respway_filters::model::{
     HashPolicy, KeyHash, RingHashFunction, UpstreamAuth, DEFAULT_DATABASES,
@@ -37,7 +33,7 @@ use super::origin::Origins;
 use super::shards::shards;
 use super::value::{kind, Map};
 use crate::common;
-use crate::emit::{duration, file, inline, key_hash_pb, saturate, socket};
+use crate::emit::{duration, file, inline, placement, saturate, socket};
 use crate::error::{join, Cx};
 use crate::names;
 use crate::pb::respway::v1 as rw;
@@ -239,68 +235,6 @@ pub(super) fn cluster(
         }),
     );
     Some((out, cla))
-}
-
-/// The placement policy on the cluster: Envoy's own for maglev and ring hash, respway's
-/// `ShardHashing` for the others.
-fn placement(out: &mut PbCluster, hash: &HashPolicy) {
-    let shard_hashing = |policy| {
-        Some(LoadBalancingPolicy {
-            policies: vec![load_balancing_policy::Policy {
-                typed_extension_config: Some(TypedExtensionConfig {
-                    name: names::SHARD_HASHING_POLICY.to_string(),
-                    typed_config: Some(pack_any(rw::ShardHashing {
-                        policy: Some(policy),
-                    })),
-                }),
-            }],
-        })
-    };
-    use rw::shard_hashing::{Crc16Slots, Crc32Slots, Ketama, Modula, Policy};
-    match hash {
-        HashPolicy::Maglev { table_size } => {
-            out.lb_policy = LbPolicy::Maglev as i32;
-            out.lb_config = Some(LbConfig::MaglevLbConfig(MaglevLbConfig {
-                table_size: Some(UInt64Value { value: *table_size }),
-            }));
-        }
-        HashPolicy::RingHash {
-            minimum_ring_size,
-            maximum_ring_size,
-            function,
-        } => {
-            out.lb_policy = LbPolicy::RingHash as i32;
-            out.lb_config = Some(LbConfig::RingHashLbConfig(RingHashLbConfig {
-                minimum_ring_size: Some(UInt64Value {
-                    value: *minimum_ring_size,
-                }),
-                maximum_ring_size: Some(UInt64Value {
-                    value: *maximum_ring_size,
-                }),
-                hash_function: match function {
-                    RingHashFunction::XxHash => HashFunction::XxHash,
-                    RingHashFunction::MurmurHash2 => HashFunction::MurmurHash2,
-                } as i32,
-            }));
-        }
-        HashPolicy::Ketama { key_hash } => {
-            out.load_balancing_policy = shard_hashing(Policy::Ketama(Ketama {
-                key_hash: key_hash_pb(*key_hash) as i32,
-            }));
-        }
-        HashPolicy::Modula { key_hash } => {
-            out.load_balancing_policy = shard_hashing(Policy::Modula(Modula {
-                key_hash: key_hash_pb(*key_hash) as i32,
-            }));
-        }
-        HashPolicy::Crc32Slots { slots } => {
-            out.load_balancing_policy =
-                shard_hashing(Policy::Crc32Slots(Crc32Slots { slots: *slots }));
-        }
-        HashPolicy::Crc16Slots => {
-            out.load_balancing_policy = shard_hashing(Policy::Crc16Slots(Crc16Slots {}));
-        }
-    }
 }
 
 /// An `auth` block at `path`: `username`, and the password from exactly one of `password`,
