@@ -592,3 +592,38 @@ fn compare_repair_rebuilds_by_type_when_the_target_refuses_restore() {
         stdout(&out)
     );
 }
+
+/// `--move`, move mode's background mover (issue 29): every key of the source goes to its
+/// owner in the target with `MIGRATE` (value and TTL, deleted from the source), from the
+/// source's database to the target's; a second run finds nothing left to move. Failing
+/// before: the flag did not exist.
+#[test]
+fn compare_move_migrates_every_key_to_its_owner_with_its_ttl() {
+    let mut s = setup();
+    let n = fill_with_ttls(&mut s.source);
+    let before = pttl(&mut s.source, "ttl:2");
+    let out = compare(&s, &["--move"]);
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!("scanned {n}, moved {n}, kept 0, absent 0, failed 0\n")
+    );
+    assert_eq!(s.source.keys_per_shard(), vec![0, 0]);
+    assert_eq!(s.target.keys_per_shard().iter().sum::<usize>(), n);
+    // Each key at the shard the target's placement gives it, with its value and TTL.
+    assert_eq!(
+        s.target.cmd(&["GET", "str:3"]),
+        Resp::Bulk(Some(b"value-3".to_vec()))
+    );
+    assert_eq!(s.target.cmd(&["LLEN", "list:1"]), Resp::Int(4));
+    let after = pttl(&mut s.target, "ttl:2");
+    assert!(
+        after > 0 && before - after < 5_000,
+        "PTTL {before} -> {after}"
+    );
+    let again = compare(&s, &["--move"]);
+    assert_eq!(
+        stdout(&again),
+        "scanned 0, moved 0, kept 0, absent 0, failed 0\n"
+    );
+}

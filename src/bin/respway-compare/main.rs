@@ -28,6 +28,9 @@
 //! - Paces itself to at most `--rate` keys per second on average (keys scanned plus keys
 //!   copied).
 //!
+//! With `--move` it does not compare: it is move mode's background mover (`mover.rs`),
+//! which MIGRATEs every source key whose owner in the target is another Redis.
+//!
 //! It is one-way: keys that exist only in the target are not reported (swap `--source` and
 //! `--target` to find them). On a live keyspace, SCAN may return a key twice (it is then
 //! compared twice), and a key deleted or expired on the source between SCAN and TYPE is
@@ -107,6 +110,10 @@ struct Args {
     /// With --repair: most copies of one key before it is listed as unsettled.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     repair_rounds: u32,
+    /// Move mode's background mover: instead of comparing, MIGRATE every key of the source
+    /// whose owner in the target is another Redis (paced by --rate).
+    #[arg(long = "move", conflicts_with = "repair")]
+    move_keys: bool,
 }
 
 /// How long one read or write to a shard may make no progress.
@@ -153,6 +160,25 @@ async fn main() -> ExitCode {
         started: Instant::now(),
         work: 0,
     };
+    if args.move_keys {
+        return match cmp.run_move(&args, source, target).await {
+            Err(e) => {
+                eprintln!("respway-compare: {e}");
+                ExitCode::from(3)
+            }
+            Ok(m) => {
+                println!(
+                    "scanned {}, moved {}, kept {}, absent {}, failed {}",
+                    m.scanned, m.moved, m.kept, m.absent, m.failed
+                );
+                if m.failed > 0 {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+        };
+    }
     let result = cmp.run(&args, source, target).await;
     cmp.report.finish();
     match result {
@@ -168,6 +194,7 @@ async fn main() -> ExitCode {
 
 mod compare;
 mod diff;
+mod mover;
 mod repair;
 mod report;
 mod side;
