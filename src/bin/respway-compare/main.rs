@@ -168,8 +168,8 @@ async fn main() -> ExitCode {
             }
             Ok(m) => {
                 println!(
-                    "scanned {}, moved {}, kept {}, absent {}, failed {}",
-                    m.scanned, m.moved, m.kept, m.absent, m.failed
+                    "scanned {}, sent {}, kept {}, absent {}, failed {}",
+                    m.scanned, m.sent, m.kept, m.absent, m.failed
                 );
                 if m.failed > 0 {
                     ExitCode::from(1)

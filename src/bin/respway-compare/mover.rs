@@ -17,12 +17,13 @@ pub(super) struct Moves {
     pub(super) scanned: u64,
     /// Keys whose owner is the same Redis in both placements: left where they are.
     pub(super) kept: u64,
-    /// Keys sent in `MIGRATE`s that answered `OK` (each of them moved, unless it was gone).
-    pub(super) moved: u64,
+    /// Keys sent in `MIGRATE`s that answered `OK`: each moved, unless it was gone already (a
+    /// key SCAN returned twice, as it may while keys leave the shard).
+    pub(super) sent: u64,
     /// `MIGRATE`s that found none of their keys (`NOKEY`).
     pub(super) absent: u64,
-    /// `MIGRATE`s that failed (`BUSYKEY`: the target has one of the keys; `IOERR`, ...):
-    /// their keys stay on the source.
+    /// `MIGRATE`s that failed (`BUSYKEY`: the target has one of the keys; `IOERR`, ...).
+    /// Redis moves the batch's other keys; those the target refused stay on the source.
     pub(super) failed: u64,
 }
 
@@ -72,7 +73,7 @@ impl Compare {
                     let reply = source.run(&[(shard, cmd)]).await?;
                     match reply.first() {
                         Some(Frame::Simple(s)) if &s[..] == b"NOKEY" => m.absent += 1,
-                        Some(Frame::Simple(_)) => m.moved += n,
+                        Some(Frame::Simple(_)) => m.sent += n,
                         other => {
                             m.failed += 1;
                             eprintln!(
