@@ -188,11 +188,29 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
             })
             .collect(),
     };
+    listener_resource(
+        l.name.clone(),
+        l.address,
+        l.tls.as_ref().map(listener_tls),
+        settings,
+        redis,
+    )
+}
+
+/// A listener resource: one filter chain of respway's settings filter and the RedisProxy
+/// filter (what both the YAML reader and `emit` write).
+pub(crate) fn listener_resource(
+    name: String,
+    address: SocketAddr,
+    tls: Option<TransportSocket>,
+    settings: rw::ListenerSettings,
+    redis: RedisProxy,
+) -> PbListener {
     PbListener {
-        name: l.name.clone(),
-        address: Some(socket(l.address)),
+        name,
+        address: Some(socket(address)),
         filter_chains: vec![FilterChain {
-            transport_socket: l.tls.as_ref().map(listener_tls),
+            transport_socket: tls,
             filters: vec![
                 Filter {
                     name: names::LISTENER_SETTINGS_FILTER.to_string(),
@@ -210,23 +228,11 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
 }
 
 fn cluster(c: &Cluster) -> PbCluster {
-    let mut out = PbCluster {
-        name: c.name.clone(),
-        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
-        eds_cluster_config: Some(EdsClusterConfig {
-            eds_config: Some(ConfigSource {
-                resource_api_version: ApiVersion::V3 as i32,
-                config_source_specifier: Some(ConfigSourceSpecifier::Ads(
-                    AggregatedConfigSource {},
-                )),
-                ..Default::default()
-            }),
-            service_name: String::new(),
-        }),
-        connect_timeout: Some(duration(c.connect_timeout)),
-        transport_socket: c.tls.as_ref().map(cluster_tls),
-        ..Default::default()
-    };
+    let mut out = eds_cluster(
+        c.name.clone(),
+        c.connect_timeout,
+        c.tls.as_ref().map(cluster_tls),
+    );
     placement(&mut out, &c.hash);
     if c.auth.is_some() || !c.endpoint_auth.is_empty() {
         out.typed_extension_protocol_options.insert(
@@ -598,5 +604,31 @@ pub(crate) fn placement(out: &mut PbCluster, hash: &HashPolicy) {
         HashPolicy::Crc16Slots => {
             out.load_balancing_policy = shard_hashing(Policy::Crc16Slots(Crc16Slots {}));
         }
+    }
+}
+
+/// An EDS cluster resource whose endpoints come over ADS (what both the YAML reader and
+/// `emit` write; placement and options are added by the caller).
+pub(crate) fn eds_cluster(
+    name: String,
+    connect_timeout: std::time::Duration,
+    tls: Option<TransportSocket>,
+) -> PbCluster {
+    PbCluster {
+        name,
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+        eds_cluster_config: Some(EdsClusterConfig {
+            eds_config: Some(ConfigSource {
+                resource_api_version: ApiVersion::V3 as i32,
+                config_source_specifier: Some(ConfigSourceSpecifier::Ads(
+                    AggregatedConfigSource {},
+                )),
+                ..Default::default()
+            }),
+            service_name: String::new(),
+        }),
+        connect_timeout: Some(duration(connect_timeout)),
+        transport_socket: tls,
+        ..Default::default()
     }
 }

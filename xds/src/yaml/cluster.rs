@@ -4,14 +4,8 @@
 //!
 //! Only what is about the YAML's shape is checked here; the translation checks the rest.
 
-use envoy_types::pb::envoy::config::cluster::v3::cluster::{
-    ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
-};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster as PbCluster;
-use envoy_types::pb::envoy::config::core::v3::{
-    config_source::ConfigSourceSpecifier, transport_socket, AggregatedConfigSource, ApiVersion,
-    ConfigSource, TransportSocket,
-};
+use envoy_types::pb::envoy::config::core::v3::{transport_socket, TransportSocket};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
     redis_protocol_options::Credential, RedisProtocolOptions,
@@ -33,7 +27,7 @@ use super::origin::Origins;
 use super::shards::shards;
 use super::value::{kind, Map};
 use crate::common;
-use crate::emit::{duration, file, inline, placement, saturate, socket};
+use crate::emit::{eds_cluster, file, inline, placement, saturate, socket};
 use crate::error::{join, Cx};
 use crate::names;
 use crate::pb::respway::v1 as rw;
@@ -182,23 +176,7 @@ pub(super) fn cluster(
     o.note("transport_socket", "tls");
     let tls = m.get("tls").and_then(|v| cluster_tls(cx, o, v, "tls"));
 
-    let mut out = PbCluster {
-        name: name.clone(),
-        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
-        eds_cluster_config: Some(EdsClusterConfig {
-            eds_config: Some(ConfigSource {
-                resource_api_version: ApiVersion::V3 as i32,
-                config_source_specifier: Some(ConfigSourceSpecifier::Ads(
-                    AggregatedConfigSource {},
-                )),
-                ..Default::default()
-            }),
-            service_name: String::new(),
-        }),
-        connect_timeout: Some(duration(connect_timeout)),
-        transport_socket: tls,
-        ..Default::default()
-    };
+    let mut out = eds_cluster(name.clone(), connect_timeout, tls);
     placement(&mut out, &hash);
     if auth.is_some() || !credentials.is_empty() {
         out.typed_extension_protocol_options.insert(

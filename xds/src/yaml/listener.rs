@@ -8,9 +8,7 @@ use std::collections::HashMap;
 
 use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
 use envoy_types::pb::envoy::config::core::v3::{transport_socket, TransportSocket};
-use envoy_types::pb::envoy::config::listener::v3::{
-    filter::ConfigType, Filter, FilterChain, Listener as PbListener,
-};
+use envoy_types::pb::envoy::config::listener::v3::Listener as PbListener;
 use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
     redis_proxy::{
         prefix_routes::{route::RequestMirrorPolicy, Route},
@@ -31,7 +29,7 @@ use serde_yaml_ng::Value;
 use super::origin::Origins;
 use super::value::Map;
 use crate::common;
-use crate::emit::{duration, file, fractional_percent, inline, saturate, socket};
+use crate::emit::{duration, file, fractional_percent, inline, saturate};
 use crate::error::{index, join, Cx};
 use crate::names;
 use crate::pb::respway::v1 as rw;
@@ -206,25 +204,9 @@ pub(super) fn listener(
         advertised_redis_version: advertised,
         users,
     };
-    Some(PbListener {
-        name,
-        address: Some(socket(address)),
-        filter_chains: vec![FilterChain {
-            transport_socket: tls,
-            filters: vec![
-                Filter {
-                    name: names::LISTENER_SETTINGS_FILTER.to_string(),
-                    config_type: Some(ConfigType::TypedConfig(pack_any(settings))),
-                },
-                Filter {
-                    name: names::REDIS_PROXY_FILTER.to_string(),
-                    config_type: Some(ConfigType::TypedConfig(pack_any(redis))),
-                },
-            ],
-            ..Default::default()
-        }],
-        ..Default::default()
-    })
+    Some(crate::emit::listener_resource(
+        name, address, tls, settings, redis,
+    ))
 }
 
 /// Every cluster a route, the catch-all or a mirror of either names.
