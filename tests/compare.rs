@@ -606,7 +606,7 @@ fn compare_move_migrates_every_key_to_its_owner_with_its_ttl() {
     assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
     assert_eq!(
         stdout(&out),
-        format!("scanned {n}, sent {n}, kept 0, absent 0, failed 0\n")
+        format!("scanned {n}, sent {n}, kept 0, absent 0, failed 0, big 0\n")
     );
     assert_eq!(s.source.keys_per_shard(), vec![0, 0]);
     assert_eq!(s.target.keys_per_shard().iter().sum::<usize>(), n);
@@ -624,6 +624,6 @@ fn compare_move_migrates_every_key_to_its_owner_with_its_ttl() {
     let again = compare(&s, &["--move"]);
     assert_eq!(
         stdout(&again),
-        "scanned 0, sent 0, kept 0, absent 0, failed 0\n"
+        "scanned 0, sent 0, kept 0, absent 0, failed 0, big 0\n"
     );
 }

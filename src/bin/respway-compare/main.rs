@@ -28,8 +28,29 @@
 //! - Paces itself to at most `--rate` keys per second on average (keys scanned plus keys
 //!   copied).
 //!
-//! With `--move` it does not compare: it is move mode's background mover (`mover.rs`),
-//! which MIGRATEs every source key whose owner in the target is another Redis.
+//! With `--move` it does not compare: it is move mode's background mover ([`mover`]),
+//! which MIGRATEs every source key whose owner in the target is another Redis:
+//!
+//! ```text
+//! respway-compare --config F --source old --target new --move [--rate N] [--count N]
+//!     [--checkpoint FILE] [--bytes-rate N] [--max-key-bytes N] [--progress] [--plan]
+//! ```
+//!
+//! - `--checkpoint FILE`: its state is written to FILE after each `MIGRATE` batch and SCAN
+//!   page, and a run that finds FILE resumes from it ([`checkpoint`]); FILE of another
+//!   `--source`/`--target`: exit 2.
+//! - `--bytes-rate N`: also at most N bytes (the keys' `MEMORY USAGE`) sent per second.
+//! - `--max-key-bytes N` (default 8 MiB, 0: no bound): a larger key is not moved, it is
+//!   listed on stderr as `big "key": N bytes, not moved` (`MIGRATE` blocks the source shard
+//!   while it serializes a key).
+//! - `--progress`: every second and at the end, on stderr, `progress scanned=N sent=S kept=K
+//!   absent=A failed=F big=B bytes=BYTES shard=I/NSHARDS elapsed_ms=MS` (I: the source shard
+//!   walked, from 1; bytes: `MEMORY USAGE` of the keys sent).
+//! - Its summary (stdout): `scanned N, sent S, kept K, absent A, failed F, big B`; exit 0, or 1
+//!   when F or B > 0.
+//! - `--plan`: moves nothing; prints per source shard `plan shard LABEL: scanned N, move M,
+//!   keep K, bytes B` (LABEL: `name (address)`), then `plan: scanned N, move M, keep K, bytes
+//!   B, big G, estimate S s` (S: whole seconds at `--rate` and `--bytes-rate`); exit 0.
 //!
 //! It is one-way: keys that exist only in the target are not reported (swap `--source` and
 //! `--target` to find them). On a live keyspace, SCAN may return a key twice (it is then
@@ -57,7 +78,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,6 +135,25 @@ struct Args {
     /// whose owner in the target is another Redis (paced by --rate).
     #[arg(long = "move", conflicts_with = "repair")]
     move_keys: bool,
+    /// With --move: keep the mover's state in FILE (written after each batch and page) and
+    /// resume from it when it exists.
+    #[arg(long, value_name = "FILE", requires = "move_keys")]
+    checkpoint: Option<PathBuf>,
+    /// With --move: most bytes (MEMORY USAGE of the keys sent) moved per second, on average.
+    #[arg(long, value_name = "N", requires = "move_keys",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    bytes_rate: Option<u64>,
+    /// With --move: keys larger than this (MEMORY USAGE, bytes) are not moved but listed;
+    /// 0: no bound.
+    #[arg(long, value_name = "N", default_value_t = 8 * 1024 * 1024)]
+    max_key_bytes: u64,
+    /// With --move: a progress line on stderr every second and at the end.
+    #[arg(long, requires = "move_keys")]
+    progress: bool,
+    /// With --move: move nothing; count per source shard the keys that would move and their
+    /// bytes, and estimate the time at --rate and --bytes-rate.
+    #[arg(long, requires = "move_keys", conflicts_with = "checkpoint")]
+    plan: bool,
 }
 
 /// How long one read or write to a shard may make no progress.
@@ -161,23 +201,7 @@ async fn main() -> ExitCode {
         work: 0,
     };
     if args.move_keys {
-        return match cmp.run_move(&args, source, target).await {
-            Err(e) => {
-                eprintln!("respway-compare: {e}");
-                ExitCode::from(3)
-            }
-            Ok(m) => {
-                println!(
-                    "scanned {}, sent {}, kept {}, absent {}, failed {}",
-                    m.scanned, m.sent, m.kept, m.absent, m.failed
-                );
-                if m.failed > 0 {
-                    ExitCode::from(1)
-                } else {
-                    ExitCode::SUCCESS
-                }
-            }
-        };
+        return run_move(&args, source, target).await;
     }
     let result = cmp.run(&args, source, target).await;
     cmp.report.finish();
@@ -192,6 +216,52 @@ async fn main() -> ExitCode {
     }
 }
 
+/// `--move` (and `--plan`): from the checkpoint when there is one.
+async fn run_move(args: &Args, source: Plan, target: Plan) -> ExitCode {
+    let saved = match &args.checkpoint {
+        Some(path) => match Checkpoint::load(path, &source.cluster, &target.cluster) {
+            Ok(saved) => saved,
+            Err(e) => {
+                eprintln!("respway-compare: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let cp = match saved {
+        Some(cp) => {
+            let done = cp.shards.iter().filter(|s| s.1 == Cursor::Done).count();
+            eprintln!(
+                "resuming from --checkpoint {}: {done} of {} source shards done, {}",
+                args.checkpoint
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display(),
+                cp.shards.len(),
+                cp.moves.summary()
+            );
+            cp
+        }
+        None => Checkpoint::fresh(args.checkpoint.clone(), &source.cluster, &target.cluster),
+    };
+    match mover::run(args, source, target, cp).await {
+        Err(e) => {
+            eprintln!("respway-compare: {e}");
+            ExitCode::from(3)
+        }
+        Ok(_) if args.plan => ExitCode::SUCCESS,
+        Ok(m) => {
+            println!("{}", m.summary());
+            if m.failed > 0 || m.big > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+    }
+}
+
+mod checkpoint;
 mod compare;
 mod diff;
 mod mover;
@@ -199,6 +269,7 @@ mod repair;
 mod report;
 mod side;
 
+use checkpoint::{Checkpoint, Cursor};
 use compare::Compare;
 use report::Report;
 use side::{Plan, Side};

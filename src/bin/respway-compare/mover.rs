@@ -1,16 +1,24 @@
 //! `--move`: the background mover of move mode. It walks every shard of the source (SCAN,
-//! paced by `--rate`) and sends the keys whose owner in the target is another Redis (another
-//! primary address, or another database) there with `MIGRATE ... KEYS`, one per target shard
-//! and SCAN page, from the source shard itself. Redis moves each key with its TTL atomically
-//! and deletes it from the source; a key already gone (moved by a command through respway in
-//! move mode, deleted, expired) is skipped (`NOKEY` when none of a batch is there). Keys whose
-//! owner stays are not touched. The target's credentials are passed to `MIGRATE`.
+//! paced by `--rate` keys and `--bytes-rate` bytes per second) and sends the keys whose owner
+//! in the target is another Redis (another primary address, or another database) there with
+//! `MIGRATE ... KEYS`, one per target shard and SCAN page, from the source shard itself. Redis
+//! moves each key with its TTL atomically and deletes it from the source; a key already gone
+//! (moved by a command through respway in move mode, deleted, expired) is skipped (`NOKEY` when
+//! none of a batch is there). Keys whose owner stays are not touched. The target's
+//! credentials are passed to `MIGRATE`.
+//!
+//! Sizes: the keys of a page that would move are measured with `MEMORY USAGE`, pipelined (one
+//! round trip per page), when something needs them: `--max-key-bytes` (a key above it is not
+//! sent: `MIGRATE` blocks the source while it serializes the key), `--bytes-rate`,
+//! `--progress` or `--plan`. Where it is: [`checkpoint`](crate::checkpoint). `--plan` walks the
+//! same way and moves nothing.
 
 use super::*;
+use crate::checkpoint::{Checkpoint, Cursor};
 use crate::diff::scan_reply;
-use crate::report::show_frame;
+use crate::report::{quote, show_frame};
 
-/// What one `--move` run did.
+/// What one `--move` run did (with a checkpoint: every run on it so far).
 #[derive(Debug, Default)]
 pub(super) struct Moves {
     /// Keys the SCANs returned.
@@ -25,75 +33,314 @@ pub(super) struct Moves {
     /// `MIGRATE`s that failed (`BUSYKEY`: the target has one of the keys; `IOERR`, ...).
     /// Redis moves the batch's other keys; those the target refused stay on the source.
     pub(super) failed: u64,
+    /// Keys above `--max-key-bytes`: not sent (each counted once per run).
+    pub(super) big: u64,
+    /// `MEMORY USAGE` of the keys sent (0 when sizes are not measured).
+    pub(super) bytes: u64,
 }
 
-impl Compare {
-    /// Moves every key of `source` whose owner in `target` is another Redis.
-    pub(super) async fn run_move(
-        &mut self,
-        args: &Args,
-        source: Plan,
-        target: Plan,
-    ) -> Result<Moves, String> {
-        let mut source = source.connect().await?;
-        self.started = Instant::now();
-        let count = Bytes::from(args.count.to_string());
-        let mut m = Moves::default();
-        for shard in 0..source.conns.len() {
-            eprintln!("moving keys off source shard {}", source.shard_label(shard));
-            let from = source.cluster.shards[shard].primary().address;
-            let mut cursor = Bytes::from_static(b"0");
-            loop {
-                let scan = vec![
-                    Bytes::from_static(b"SCAN"),
-                    cursor.clone(),
-                    Bytes::from_static(b"COUNT"),
-                    count.clone(),
-                ];
-                let reply = source.run(&[(shard, scan)]).await?;
-                let (next, keys) = scan_reply(reply.into_iter().next())
-                    .map_err(|e| format!("SCAN on {}: {e}", source.shard_label(shard)))?;
-                m.scanned += keys.len() as u64;
-                let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
-                for key in keys {
-                    let t = target.picker.pick(&key);
-                    let to = target.cluster.shards[t].primary().address;
-                    if to == from && target.cluster.db == source.cluster.db {
-                        m.kept += 1;
-                        continue;
-                    }
-                    match groups.iter_mut().find(|g| g.0 == t) {
-                        Some(g) => g.1.push(key),
-                        None => groups.push((t, vec![key])),
-                    }
+impl Moves {
+    /// The summary line.
+    pub(super) fn summary(&self) -> String {
+        format!(
+            "scanned {}, sent {}, kept {}, absent {}, failed {}, big {}",
+            self.scanned, self.sent, self.kept, self.absent, self.failed, self.big
+        )
+    }
+}
+
+/// The keys of one page bound for one target shard, and their `MEMORY USAGE` total.
+struct Group {
+    target: usize,
+    keys: Vec<Bytes>,
+    bytes: u64,
+}
+
+/// What `--plan` counts, per source shard and in all.
+#[derive(Default)]
+struct Tally {
+    scanned: u64,
+    moving: u64,
+    kept: u64,
+    bytes: u64,
+}
+
+impl Tally {
+    fn add(&mut self, other: &Tally) {
+        self.scanned += other.scanned;
+        self.moving += other.moving;
+        self.kept += other.kept;
+        self.bytes += other.bytes;
+    }
+}
+
+/// The mover: its connections, state and pacing.
+struct Mover<'a> {
+    args: &'a Args,
+    source: Side,
+    target: Plan,
+    cp: Checkpoint,
+    /// Whether keys are measured with `MEMORY USAGE`.
+    measure: bool,
+    /// This run's start, and the keys and bytes it sent: what `--rate`/`--bytes-rate` pace.
+    started: Instant,
+    keys_sent: u64,
+    bytes_sent: u64,
+    /// With `--progress`: when the next progress line is due.
+    next_progress: Option<Instant>,
+    /// The source shard walked now.
+    shard: usize,
+    /// Keys reported as big in this run (SCAN may return a key twice).
+    big_seen: HashSet<Bytes>,
+}
+
+/// Runs `--move` (or `--plan`) from the state `cp`.
+pub(super) async fn run(
+    args: &Args,
+    source: Plan,
+    target: Plan,
+    cp: Checkpoint,
+) -> Result<Moves, String> {
+    let source = source.connect().await?;
+    let started = Instant::now();
+    let mut mv = Mover {
+        args,
+        source,
+        target,
+        cp,
+        measure: args.max_key_bytes > 0 || args.bytes_rate.is_some() || args.progress || args.plan,
+        started,
+        keys_sent: 0,
+        bytes_sent: 0,
+        next_progress: args.progress.then(|| started + PROGRESS_EVERY),
+        shard: 0,
+        big_seen: HashSet::new(),
+    };
+    let mut total = Tally::default();
+    for shard in 0..mv.source.conns.len() {
+        mv.shard = shard;
+        let label = mv.source.shard_label(shard);
+        let Cursor::At(cursor) = mv.cp.shards[shard].1.clone() else {
+            eprintln!("source shard {label}: done (--checkpoint)");
+            continue;
+        };
+        if args.plan {
+            eprintln!("planning source shard {label}");
+        } else {
+            eprintln!("moving keys off source shard {label}");
+        }
+        let tally = mv.walk(shard, cursor).await?;
+        if args.plan {
+            println!(
+                "plan shard {label}: scanned {}, move {}, keep {}, bytes {}",
+                tally.scanned, tally.moving, tally.kept, tally.bytes
+            );
+            total.add(&tally);
+        }
+    }
+    mv.progress_line();
+    if args.plan {
+        let secs = |n: u64, rate: Option<u64>| rate.map_or(0, |r| n.div_ceil(r));
+        let estimate = secs(total.moving, Some(args.rate)).max(secs(total.bytes, args.bytes_rate));
+        println!(
+            "plan: scanned {}, move {}, keep {}, bytes {}, big {}, estimate {estimate} s",
+            total.scanned, total.moving, total.kept, total.bytes, mv.cp.moves.big
+        );
+    }
+    Ok(mv.cp.moves)
+}
+
+/// How often `--progress` prints.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+impl Mover<'_> {
+    /// Walks source shard `shard` from `cursor` to its end.
+    async fn walk(&mut self, shard: usize, mut cursor: Bytes) -> Result<Tally, String> {
+        let count = Bytes::from(self.args.count.to_string());
+        let mut tally = Tally::default();
+        loop {
+            let scan = vec![
+                Bytes::from_static(b"SCAN"),
+                cursor.clone(),
+                Bytes::from_static(b"COUNT"),
+                count.clone(),
+            ];
+            let reply = self.source.run(&[(shard, scan)]).await?;
+            let (next, keys) = scan_reply(reply.into_iter().next())
+                .map_err(|e| format!("SCAN on {}: {e}", self.source.shard_label(shard)))?;
+            let kept_before = self.cp.moves.kept;
+            self.cp.moves.scanned += keys.len() as u64;
+            tally.scanned += keys.len() as u64;
+            let groups = self.sort(shard, keys).await?;
+            tally.kept += self.cp.moves.kept - kept_before;
+            if self.args.plan {
+                for g in &groups {
+                    tally.moving += g.keys.len() as u64;
+                    tally.bytes += g.bytes;
                 }
-                for (t, keys) in groups {
-                    let n = keys.len() as u64;
-                    let cmd = migrate(&target.cluster, t, keys);
-                    let reply = source.run(&[(shard, cmd)]).await?;
-                    match reply.first() {
-                        Some(Frame::Simple(s)) if &s[..] == b"NOKEY" => m.absent += 1,
-                        Some(Frame::Simple(_)) => m.sent += n,
-                        other => {
-                            m.failed += 1;
-                            eprintln!(
-                                "MIGRATE of {n} keys from {} to {}: {}",
-                                source.shard_label(shard),
-                                target.cluster.shards[t].name,
-                                other.map_or("no reply".into(), show_frame)
-                            );
-                        }
-                    }
-                    self.work += n;
+            } else {
+                for g in groups {
+                    self.send(shard, g).await?;
+                    self.cp.save()?;
                     self.pace().await;
                 }
-                if &next[..] == b"0" {
-                    break;
-                }
-                cursor = next;
+            }
+            let done = &next[..] == b"0";
+            self.cp.shards[shard].1 = if done { Cursor::Done } else { Cursor::At(next) };
+            if !self.args.plan {
+                self.cp.save()?;
+            }
+            self.tick();
+            match &self.cp.shards[shard].1 {
+                Cursor::At(next) => cursor = next.clone(),
+                Cursor::Done => return Ok(tally),
             }
         }
-        Ok(m)
+    }
+
+    /// Sorts one page's keys: those whose owner stays are counted as kept; the others are
+    /// grouped by target shard, measured when sizes are needed, and those above
+    /// `--max-key-bytes` left out (listed on stderr) — as are those gone since the SCAN.
+    async fn sort(&mut self, shard: usize, keys: Vec<Bytes>) -> Result<Vec<Group>, String> {
+        let from = self.source.cluster.shards[shard].primary().address;
+        let same_db = self.target.cluster.db == self.source.cluster.db;
+        let mut moving = Vec::with_capacity(keys.len());
+        for key in keys {
+            let t = self.target.picker.pick(&key);
+            if same_db && self.target.cluster.shards[t].primary().address == from {
+                self.cp.moves.kept += 1;
+            } else {
+                moving.push((t, key));
+            }
+        }
+        let sizes: Vec<Option<u64>> = if self.measure && !moving.is_empty() {
+            let cmds: Vec<_> = moving
+                .iter()
+                .map(|(_, k)| {
+                    let memory = Bytes::from_static(b"MEMORY");
+                    (shard, vec![memory, Bytes::from_static(b"USAGE"), k.clone()])
+                })
+                .collect();
+            let replies = self.source.run(&cmds).await?;
+            replies
+                .iter()
+                .map(|r| match r {
+                    Frame::Integer(n) => Ok(Some(u64::try_from(*n).unwrap_or(0))),
+                    Frame::Null | Frame::Nil => Ok(None),
+                    other => Err(format!(
+                        "MEMORY USAGE on {}: {} (sizes are needed by --max-key-bytes, \
+                         --bytes-rate, --progress and --plan; --max-key-bytes 0 alone does not)",
+                        self.source.shard_label(shard),
+                        show_frame(other)
+                    )),
+                })
+                .collect::<Result<_, _>>()?
+        } else {
+            vec![Some(0); moving.len()]
+        };
+        let max = self.args.max_key_bytes;
+        let mut groups: Vec<Group> = Vec::new();
+        for ((t, key), size) in moving.into_iter().zip(sizes) {
+            let Some(size) = size else {
+                continue; // gone since the SCAN
+            };
+            if max > 0 && size > max {
+                if self.big_seen.insert(key.clone()) {
+                    self.cp.moves.big += 1;
+                    eprintln!("big {}: {size} bytes, not moved", quote(&key));
+                }
+                continue;
+            }
+            match groups.iter_mut().find(|g| g.target == t) {
+                Some(g) => {
+                    g.keys.push(key);
+                    g.bytes += size;
+                }
+                None => groups.push(Group {
+                    target: t,
+                    keys: vec![key],
+                    bytes: size,
+                }),
+            }
+        }
+        Ok(groups)
+    }
+
+    /// Sends one group with one `MIGRATE` and counts the outcome.
+    async fn send(&mut self, shard: usize, g: Group) -> Result<(), String> {
+        let n = g.keys.len() as u64;
+        let cmd = migrate(&self.target.cluster, g.target, g.keys);
+        let reply = self.source.run(&[(shard, cmd)]).await?;
+        let m = &mut self.cp.moves;
+        match reply.first() {
+            Some(Frame::Simple(s)) if &s[..] == b"NOKEY" => m.absent += 1,
+            Some(Frame::Simple(_)) => {
+                m.sent += n;
+                m.bytes += g.bytes;
+            }
+            other => {
+                m.failed += 1;
+                eprintln!(
+                    "MIGRATE of {n} keys from {} to {}: {}",
+                    self.source.shard_label(shard),
+                    self.target.cluster.shards[g.target].name,
+                    other.map_or("no reply".into(), show_frame)
+                );
+            }
+        }
+        self.keys_sent += n;
+        self.bytes_sent += g.bytes;
+        Ok(())
+    }
+
+    /// Waits until the keys and bytes sent may have been sent at `--rate` keys and
+    /// `--bytes-rate` bytes per second on average; prints progress lines meanwhile.
+    async fn pace(&mut self) {
+        let keys = self.keys_sent as f64 / self.args.rate as f64;
+        let bytes = self
+            .args
+            .bytes_rate
+            .map_or(0.0, |r| self.bytes_sent as f64 / r as f64);
+        let due = self.started + Duration::from_secs_f64(keys.max(bytes));
+        loop {
+            self.tick();
+            if Instant::now() >= due {
+                return;
+            }
+            sleep_until(self.next_progress.map_or(due, |p| p.min(due))).await;
+        }
+    }
+
+    /// Prints a progress line when one is due.
+    fn tick(&mut self) {
+        if let Some(at) = self.next_progress {
+            let now = Instant::now();
+            if now >= at {
+                self.progress_line();
+                self.next_progress = Some(now + PROGRESS_EVERY);
+            }
+        }
+    }
+
+    /// With `--progress`: `progress scanned=N sent=S ... shard=I/NSHARDS elapsed_ms=MS`.
+    fn progress_line(&self) {
+        if !self.args.progress {
+            return;
+        }
+        let m = &self.cp.moves;
+        eprintln!(
+            "progress scanned={} sent={} kept={} absent={} failed={} big={} bytes={} shard={}/{} elapsed_ms={}",
+            m.scanned,
+            m.sent,
+            m.kept,
+            m.absent,
+            m.failed,
+            m.big,
+            m.bytes,
+            self.shard + 1,
+            self.source.conns.len(),
+            self.started.elapsed().as_millis()
+        );
     }
 }
 

@@ -1,0 +1,197 @@
+//! `--checkpoint FILE`: where the mover is, so that a run killed mid-way resumes instead of
+//! starting over. Written after each `MIGRATE` batch and each SCAN page, atomically (a temporary
+//! file next to it, then a rename): a reader finds the old file or the new one, never half.
+//!
+//! The file is text, one fact per line:
+//!
+//! ```text
+//! respway-compare move checkpoint 1
+//! source old
+//! target new
+//! counters scanned=N sent=S kept=K absent=A failed=F big=B bytes=BYTES
+//! shard 127.0.0.1:7001 done
+//! shard 127.0.0.1:7002 cursor 1234
+//! ```
+//!
+//! one `shard` line per source shard, in order, with its primary's address and its SCAN cursor
+//! (the page to read next; `0` before the first) or `done`. A run that finds the file resumes
+//! from it when it names the same source and target clusters with the same shard addresses:
+//! finished shards are skipped, the others continue from their cursor, the counters continue.
+//! A page interrupted between two batches is read again (its keys already moved are gone
+//! from it; the others are counted again, as SCAN may return a key twice anyway).
+
+use super::*;
+use crate::mover::Moves;
+
+/// The first line: what the file is, and the version of its format.
+const HEADER: &str = "respway-compare move checkpoint 1";
+
+/// Where one source shard's walk is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Cursor {
+    /// The SCAN cursor of the next page (`0`: not started).
+    At(Bytes),
+    /// Every page read.
+    Done,
+}
+
+/// The mover's state, as written to and read from the file.
+#[derive(Debug)]
+pub(super) struct Checkpoint {
+    /// The file; `None` without `--checkpoint` (the state is kept, not written).
+    pub(super) path: Option<PathBuf>,
+    source: String,
+    target: String,
+    /// Each source shard's primary address and where its walk is.
+    pub(super) shards: Vec<(SocketAddr, Cursor)>,
+    pub(super) moves: Moves,
+}
+
+impl Checkpoint {
+    /// The state at the start of a walk over `source`'s shards.
+    pub(super) fn fresh(path: Option<PathBuf>, source: &Cluster, target: &Cluster) -> Checkpoint {
+        Checkpoint {
+            path,
+            source: source.name.clone(),
+            target: target.name.clone(),
+            shards: source
+                .shards
+                .iter()
+                .map(|s| (s.primary().address, Cursor::At(Bytes::from_static(b"0"))))
+                .collect(),
+            moves: Moves::default(),
+        }
+    }
+
+    /// Reads `path` if it exists: `Ok(None)` when it does not, an error (usage: exit 2) when it
+    /// cannot be read or names other clusters or shards than `source` and `target`.
+    pub(super) fn load(
+        path: &Path,
+        source: &Cluster,
+        target: &Cluster,
+    ) -> Result<Option<Checkpoint>, String> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("--checkpoint {}: {e}", path.display())),
+        };
+        let bad = |what: &str| format!("--checkpoint {}: {what}", path.display());
+        let cp = parse(path, &text).map_err(|e| bad(&e))?;
+        if cp.source != source.name || cp.target != target.name {
+            return Err(bad(&format!(
+                "it is the checkpoint of --source {} --target {}, not --source {} --target {} \
+                 (remove it to start over)",
+                cp.source, cp.target, source.name, target.name
+            )));
+        }
+        let addrs: Vec<SocketAddr> = source.shards.iter().map(|s| s.primary().address).collect();
+        let saved: Vec<SocketAddr> = cp.shards.iter().map(|s| s.0).collect();
+        if addrs != saved {
+            return Err(bad(&format!(
+                "its source shards are not cluster \"{}\"'s: {} in the file, {} in the \
+                 configuration (remove it to start over)",
+                source.name,
+                list(&saved),
+                list(&addrs)
+            )));
+        }
+        Ok(Some(cp))
+    }
+
+    /// Writes the state: to `FILE.tmp`, then renamed over `FILE`.
+    pub(super) fn save(&self) -> Result<(), String> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let m = &self.moves;
+        let mut text = format!(
+            "{HEADER}\nsource {}\ntarget {}\ncounters scanned={} sent={} kept={} absent={} \
+             failed={} big={} bytes={}\n",
+            self.source, self.target, m.scanned, m.sent, m.kept, m.absent, m.failed, m.big, m.bytes
+        );
+        for (addr, cursor) in &self.shards {
+            match cursor {
+                Cursor::Done => {
+                    let _ = writeln!(text, "shard {addr} done");
+                }
+                Cursor::At(c) => {
+                    let _ = writeln!(text, "shard {addr} cursor {}", String::from_utf8_lossy(c));
+                }
+            }
+        }
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("--checkpoint {}: {e}", path.display()))
+    }
+}
+
+fn list(addrs: &[SocketAddr]) -> String {
+    let all: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    all.join(", ")
+}
+
+/// Reads the file's text.
+fn parse(path: &Path, text: &str) -> Result<Checkpoint, String> {
+    let mut lines = text.lines();
+    if lines.next() != Some(HEADER) {
+        return Err(format!(
+            "not a mover checkpoint (its first line is not \"{HEADER}\")"
+        ));
+    }
+    let mut field = |name: &str| {
+        lines
+            .next()
+            .and_then(|l| l.strip_prefix(name))
+            .and_then(|l| l.strip_prefix(' '))
+            .map(str::to_string)
+            .ok_or_else(|| format!("no \"{name}\" line"))
+    };
+    let source = field("source")?;
+    let target = field("target")?;
+    let counters = field("counters")?;
+    let mut moves = Moves::default();
+    for pair in counters.split(' ') {
+        let (name, value) = pair.split_once('=').ok_or("a counter without =")?;
+        let value: u64 = value
+            .parse()
+            .map_err(|_| format!("counter {name}: not a number"))?;
+        *match name {
+            "scanned" => &mut moves.scanned,
+            "sent" => &mut moves.sent,
+            "kept" => &mut moves.kept,
+            "absent" => &mut moves.absent,
+            "failed" => &mut moves.failed,
+            "big" => &mut moves.big,
+            "bytes" => &mut moves.bytes,
+            other => return Err(format!("unknown counter {other}")),
+        } = value;
+    }
+    let mut shards = Vec::new();
+    for line in lines {
+        let words: Vec<&str> = line.split(' ').collect();
+        let shard = match words[..] {
+            ["shard", addr, "done"] => (addr, Cursor::Done),
+            ["shard", addr, "cursor", c]
+                if !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                (addr, Cursor::At(Bytes::from(c.to_string())))
+            }
+            _ => return Err(format!("unexpected line {line:?}")),
+        };
+        let addr = shard
+            .0
+            .parse()
+            .map_err(|_| format!("not an address: {}", shard.0))?;
+        shards.push((addr, shard.1));
+    }
+    Ok(Checkpoint {
+        path: Some(path.to_path_buf()),
+        source,
+        target,
+        shards,
+        moves,
+    })
+}

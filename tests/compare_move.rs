@@ -1,0 +1,472 @@
+//! `respway-compare --move` (move mode's background mover) and `--cleanup` (copy mode's last
+//! step) against real `redis-server`s, on the reshard issue 29 is about: ketama over two
+//! shards `a`, `b` (cluster `old`) grown to four `a`, `b`, `c`, `d` (cluster `new`), the two old
+//! ones reused, so a key either stays where it is (its owner is the same Redis) or moves to
+//! `c` or `d`. The test places keys with the pickers the data plane builds (through `Routing`),
+//! keeps a model of what it wrote (value, TTL or none) and checks every key against it.
+//!
+//! The servers come from the workspace's test harness (`respway-testkit`): free loopback
+//! ports, killed on drop (also when an assertion fails).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use respway_filters::hash::ShardPicker;
+use respway_filters::routing::Routing;
+use respway_testkit::{redis, Proc, Resp, RespConn};
+
+/// The four servers (`a`, `b`, `c`, `d`), a client to each, and both clusters' pickers.
+struct Setup {
+    _servers: Vec<Proc>,
+    conns: Vec<RespConn>,
+    config: PathBuf,
+    /// Picks among `a`, `b` (index 0, 1 of `conns`).
+    old: Arc<dyn ShardPicker>,
+    /// Picks among `a`, `b`, `c`, `d`.
+    new: Arc<dyn ShardPicker>,
+    /// What was written: key → (value, with a TTL of an hour).
+    model: BTreeMap<String, (String, bool)>,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+fn setup() -> Setup {
+    let servers: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let shard = |name: &str, p: &Proc| {
+        format!(
+            "      - name: {name}\n        endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+            p.addr
+        )
+    };
+    let names = ["a", "b", "c", "d"];
+    let old: String = (0..2).map(|i| shard(names[i], &servers[i])).collect();
+    let new: String = (0..4).map(|i| shard(names[i], &servers[i])).collect();
+    let yaml = format!(
+        "listeners:\n  - name: main\n    routes: {{ catch_all: old }}\n\
+         clusters:\n  - name: old\n    hash: {{ policy: ketama }}\n    shards:\n{old}\
+         \x20 - name: new\n    hash: {{ policy: ketama }}\n    shards:\n{new}"
+    );
+    let config = std::env::temp_dir().join(format!(
+        "respway-compare-move-{}-{}.yaml",
+        std::process::id(),
+        servers[0].addr.port()
+    ));
+    std::fs::write(&config, yaml).expect("write config");
+    let model = respway_xds::load_file(&config).expect("valid config");
+    let routing = Routing::build(&model, &model.listeners[0]).expect("routing");
+    assert_eq!(routing.clusters[0].name, "old");
+    assert_eq!(routing.clusters[1].name, "new");
+    Setup {
+        conns: servers.iter().map(|p| RespConn::connect(p.addr)).collect(),
+        _servers: servers,
+        config,
+        old: routing.clusters[0].picker.clone(),
+        new: routing.clusters[1].picker.clone(),
+        model: BTreeMap::new(),
+    }
+}
+
+impl Setup {
+    /// Writes `n` strings through the old placement, every fifth with a TTL of an hour.
+    fn fill(&mut self, n: usize) {
+        let mut pages: Vec<Vec<Vec<String>>> = vec![Vec::new(), Vec::new()];
+        for i in 0..n {
+            let (k, v) = (format!("key:{i}"), format!("value-{i}"));
+            let ttl = i % 5 == 0;
+            let mut cmd = vec!["SET".to_string(), k.clone(), v.clone()];
+            if ttl {
+                cmd.extend(["EX".to_string(), "3600".to_string()]);
+            }
+            pages[self.old.pick(k.as_bytes())].push(cmd);
+            self.model.insert(k, (v, ttl));
+        }
+        for (shard, cmds) in pages.iter().enumerate() {
+            for chunk in cmds.chunks(500) {
+                self.conns[shard].send_pipeline(chunk);
+                for _ in chunk {
+                    let r = self.conns[shard].read().expect("reply");
+                    assert_eq!(r, Resp::Simple("OK".into()));
+                }
+            }
+        }
+    }
+
+    /// The index of the server owning `key` in the new placement.
+    fn owner(&self, key: &str) -> usize {
+        self.new.pick(key.as_bytes())
+    }
+
+    fn dbsize(&mut self, server: usize) -> i64 {
+        match self.conns[server].call(&["DBSIZE"]) {
+            Resp::Int(n) => n,
+            other => panic!("DBSIZE: {other:?}"),
+        }
+    }
+
+    /// Keys of the model whose owner changes (moves to `c` or `d`).
+    fn moving(&self) -> usize {
+        self.model
+            .keys()
+            .filter(|k| self.owner(k) != self.old.pick(k.as_bytes()))
+            .count()
+    }
+
+    /// Every key of the model on its new owner with its value and TTL, and on no other server.
+    fn assert_all_on_new_owners(&mut self) {
+        let keys: Vec<(String, (String, bool))> = self
+            .model
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (k, (v, ttl)) in &keys {
+            let c = &mut self.conns[self.new.pick(k.as_bytes())];
+            assert_eq!(c.call(&["GET", k]), Resp::bulk(v), "{k}");
+            match c.call(&["PTTL", k]) {
+                Resp::Int(p) if *ttl => assert!(p > 3_500_000, "{k}: PTTL {p}"),
+                Resp::Int(p) => assert_eq!(p, -1, "{k}"),
+                other => panic!("PTTL {k}: {other:?}"),
+            }
+        }
+        let total: i64 = (0..4).map(|s| self.dbsize(s)).sum();
+        assert_eq!(total, keys.len() as i64, "keys on all four servers");
+    }
+
+    /// Runs the binary, `old` → `new`, with these extra arguments.
+    fn run(&self, extra: &[&str]) -> Output {
+        self.command(extra).output().expect("run respway-compare")
+    }
+
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_respway-compare"));
+        c.args(["--config", self.config.to_str().expect("utf-8 path")]);
+        c.args(["--source", "old", "--target", "new"]);
+        c.args(extra);
+        c
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The number after `name` (`name N` or `name=N`) in `line`.
+fn field(line: &str, name: &str) -> u64 {
+    let at = line
+        .find(&format!("{name} "))
+        .or_else(|| line.find(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name} in {line:?}"));
+    line[at + name.len() + 1..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {line:?}"))
+}
+
+fn temp(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("respway-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+// === --checkpoint ===
+
+/// Issue 29, item 1: the mover killed mid-way (SIGKILL, after the first source shard is done
+/// and some of the second's keys moved) and run again on the same `--checkpoint` finishes the
+/// move: every key on its new owner with its value and TTL, none lost or doubled; the second
+/// run skips the finished shard (it scans fewer keys than a run from the start would), and the
+/// counters continue. Failing before: the flag did not exist.
+#[test]
+fn move_resumes_from_its_checkpoint_after_being_killed() {
+    let mut s = setup();
+    s.fill(3000);
+    let cp = temp("move-checkpoint");
+    let cp_arg = cp.to_str().expect("utf-8 path");
+    let mut child = s
+        .command(&[
+            "--move",
+            "--rate",
+            "1500",
+            "--count",
+            "20",
+            "--checkpoint",
+            cp_arg,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // Until shard a is done and shard b's walk has begun (its cursor moved on).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = read(&cp);
+        let shards: Vec<&str> = text.lines().filter(|l| l.starts_with("shard ")).collect();
+        if shards.len() == 2 && shards[0].ends_with(" done") && !shards[1].ends_with(" cursor 0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "checkpoint: {text:?}");
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "finished too soon"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    let saved = read(&cp);
+    let counters = saved
+        .lines()
+        .find(|l| l.starts_with("counters "))
+        .expect("counters line")
+        .to_string();
+    let scanned_before = field(&counters, "scanned");
+    let sent_before = field(&counters, "sent");
+    assert!(sent_before > 0, "{saved}");
+    // A run from the start would scan at least every key left on a and b.
+    let left = s.dbsize(0) + s.dbsize(1);
+
+    let out = s.run(&[
+        "--move",
+        "--rate",
+        "100000",
+        "--count",
+        "20",
+        "--checkpoint",
+        cp_arg,
+    ]);
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("resuming from --checkpoint {cp_arg}: 1 of 2")),
+        "{}",
+        stderr(&out)
+    );
+    let summary = stdout(&out);
+    let scanned = field(&summary, "scanned");
+    assert!(
+        scanned - scanned_before < left as u64,
+        "the second run scanned {} keys, a full run {left}: {summary}",
+        scanned - scanned_before
+    );
+    assert!(field(&summary, "sent") > sent_before, "{summary}");
+    assert!(summary.ends_with(", failed 0, big 0\n"), "{summary}");
+    s.assert_all_on_new_owners();
+    assert!(read(&cp).lines().filter(|l| l.ends_with(" done")).count() == 2);
+
+    // A third run on the finished checkpoint scans nothing more.
+    let again = s.run(&["--move", "--checkpoint", cp_arg]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(field(&stdout(&again), "scanned"), scanned);
+
+    // The same file with other clusters: a usage error naming it, nothing moved.
+    let out = Command::new(env!("CARGO_BIN_EXE_respway-compare"))
+        .args(["--config", s.config.to_str().expect("utf-8")])
+        .args([
+            "--source",
+            "new",
+            "--target",
+            "old",
+            "--move",
+            "--checkpoint",
+            cp_arg,
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains(cp_arg), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--source old --target new"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_file(&cp);
+}
+
+// === sizes: --max-key-bytes, --bytes-rate, --progress ===
+
+/// A key whose owner changes, `len` bytes long: written on its old owner, added to the model.
+fn big_key(s: &mut Setup, len: usize) -> String {
+    let k = (0..)
+        .map(|i| format!("big:{i}"))
+        .find(|k| s.owner(k) != s.old.pick(k.as_bytes()))
+        .expect("a key that moves");
+    let v = "x".repeat(len);
+    let c = &mut s.conns[s.old.pick(k.as_bytes())];
+    assert_eq!(c.call(&["SET", &k, &v]), Resp::Simple("OK".into()));
+    s.model.insert(k.clone(), (v, false));
+    k
+}
+
+/// Issue 29, items 3 and 4: a key above `--max-key-bytes` (its `MEMORY USAGE`) is not moved,
+/// listed on stderr and counted (`big 1`, exit 1) while the others move; `--max-key-bytes 0`
+/// moves it. `--progress` prints its line every second and at the end, `bytes` the sizes of
+/// the keys sent. Failing before: the flags did not exist.
+#[test]
+fn move_leaves_keys_above_max_key_bytes_and_reports_progress() {
+    let mut s = setup();
+    s.fill(200);
+    let big = big_key(&mut s, 200_000);
+    let from = s.old.pick(big.as_bytes());
+    let out = s.run(&[
+        "--move",
+        "--max-key-bytes",
+        "100000",
+        "--progress",
+        "--rate",
+        "50",
+        "--count",
+        "20",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let err = stderr(&out);
+    let listed: Vec<&str> = err.lines().filter(|l| l.starts_with("big ")).collect();
+    assert_eq!(listed.len(), 1, "{err}");
+    assert!(
+        listed[0].starts_with(&format!("big \"{big}\": 2"))
+            && listed[0].ends_with(" bytes, not moved"),
+        "{err}"
+    );
+    let summary = stdout(&out);
+    assert!(summary.ends_with(", failed 0, big 1\n"), "{summary}");
+    let moved = s.moving() as u64 - 1;
+    assert_eq!(field(&summary, "sent"), moved, "{summary}");
+    // Still on its old owner; the others on their new ones.
+    assert_eq!(s.conns[from].call(&["EXISTS", &big]), Resp::Int(1));
+    // About one progress line a second (the run takes moved / 50 s), then the last one.
+    let progress: Vec<&str> = err.lines().filter(|l| l.starts_with("progress ")).collect();
+    assert!(progress.len() >= 2, "{err}");
+    let last = progress[progress.len() - 1];
+    assert_eq!(field(last, "sent"), moved, "{last}");
+    assert_eq!(field(last, "big"), 1, "{last}");
+    assert_eq!(field(last, "scanned"), field(&summary, "scanned"), "{last}");
+    assert!(field(last, "bytes") >= moved * 16, "{last}");
+    assert!(last.contains(" shard=2/2 elapsed_ms="), "{last}");
+    assert!(
+        progress[0].starts_with("progress scanned=")
+            && progress[0].contains(" kept=")
+            && progress[0].contains(" absent=0 failed=0 big="),
+        "{}",
+        progress[0]
+    );
+    let out = s.run(&["--move", "--max-key-bytes", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("progress "), "{}", stderr(&out));
+    s.assert_all_on_new_owners();
+}
+
+/// Issue 29, item 2: `--bytes-rate` paces by the bytes sent: 40 keys of 20 KB whose owner
+/// changes take at least their size over the rate. Failing before: the flag did not exist.
+#[test]
+fn move_bytes_rate_paces_by_the_bytes_sent() {
+    let mut s = setup();
+    let v = "y".repeat(20_000);
+    let mut n = 0;
+    for i in 0.. {
+        let k = format!("wide:{i}");
+        if s.owner(&k) == s.old.pick(k.as_bytes()) {
+            continue;
+        }
+        let c = &mut s.conns[s.old.pick(k.as_bytes())];
+        assert_eq!(c.call(&["SET", &k, &v]), Resp::Simple("OK".into()));
+        s.model.insert(k, (v.clone(), false));
+        n += 1;
+        if n == 40 {
+            break;
+        }
+    }
+    let started = Instant::now();
+    let out = s.run(&[
+        "--move",
+        "--bytes-rate",
+        "400000",
+        "--count",
+        "5",
+        "--progress",
+    ]);
+    let took = started.elapsed();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let last = err
+        .lines()
+        .rfind(|l| l.starts_with("progress "))
+        .expect("progress");
+    let bytes = field(last, "bytes");
+    assert!(bytes >= 40 * 20_000, "{last}");
+    // The last batch is paced too: the run lasts at least bytes / rate.
+    let floor = Duration::from_secs_f64(bytes as f64 / 400_000.0);
+    assert!(
+        took >= floor,
+        "took {took:?}, {bytes} bytes at 400000/s: {floor:?}"
+    );
+    assert!(
+        field(last, "elapsed_ms") as u128 >= floor.as_millis(),
+        "{last}"
+    );
+    s.assert_all_on_new_owners();
+}
+
+// === --plan ===
+
+/// Issue 29, item 5: `--plan` moves nothing and counts, per source shard and in all, the keys
+/// that would move (not those above `--max-key-bytes`, counted as big), those that stay, their
+/// bytes, and the time at `--rate`. Failing before: the flag did not exist.
+#[test]
+fn move_plan_counts_what_would_move_and_moves_nothing() {
+    let mut s = setup();
+    s.fill(1000);
+    big_key(&mut s, 50_000);
+    let before: Vec<i64> = (0..4).map(|i| s.dbsize(i)).collect();
+    let out = s.run(&[
+        "--move",
+        "--plan",
+        "--rate",
+        "100",
+        "--max-key-bytes",
+        "40000",
+    ]);
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(before, (0..4).map(|i| s.dbsize(i)).collect::<Vec<_>>());
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let moving = s.moving() as u64 - 1;
+    let n = s.model.len() as u64;
+    let mut sum = 0;
+    for (i, l) in lines[..2].iter().enumerate() {
+        let name = ["a", "b"][i];
+        assert!(l.starts_with(&format!("plan shard {name} (")), "{l}");
+        assert_eq!(field(l, "scanned"), before[i] as u64, "{l}");
+        sum += field(l, "move");
+    }
+    assert_eq!(sum, moving, "{text}");
+    let last = lines[2];
+    assert!(last.starts_with("plan: scanned "), "{last}");
+    assert_eq!(field(last, "scanned"), n, "{last}");
+    assert_eq!(field(last, "move"), moving, "{last}");
+    assert_eq!(field(last, "keep"), n - moving - 1, "{last}");
+    assert!(field(last, "bytes") >= moving * 16, "{last}");
+    assert_eq!(field(last, "big"), 1, "{last}");
+    assert!(
+        last.ends_with(&format!(", estimate {} s", moving.div_ceil(100))),
+        "{last}"
+    );
+}
