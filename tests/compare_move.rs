@@ -470,3 +470,126 @@ fn move_plan_counts_what_would_move_and_moves_nothing() {
         "{last}"
     );
 }
+
+// === --cleanup ===
+
+/// Issue 29, item 2c: copy mode's cleanup. After a copy-mode migration (`--repair` copied the
+/// keys whose owner changes to `c` and `d`), the dry run lists what it would delete and
+/// deletes nothing; a key changed on the source after the copy and a key missing on the target
+/// are listed and never deleted; `--apply` then leaves every other key only on its new owner,
+/// and the keys whose owner is the same Redis where they are. Failing before: the flag did
+/// not exist.
+#[test]
+fn cleanup_deletes_from_the_old_placement_only_keys_equal_on_their_new_owner() {
+    let mut s = setup();
+    s.fill(600);
+    let out = s.run(&["--repair", "--rate", "100000"]);
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    let moving: Vec<String> = s
+        .model
+        .keys()
+        .filter(|k| s.owner(k) != s.old.pick(k.as_bytes()))
+        .cloned()
+        .collect();
+    let n = s.model.len() as u64;
+    let (changed, missing) = (moving[0].clone(), moving[1].clone());
+    let (changed_from, missing_from) = (
+        s.old.pick(changed.as_bytes()),
+        s.old.pick(missing.as_bytes()),
+    );
+    let missing_to = s.owner(&missing);
+    assert_eq!(
+        s.conns[changed_from].call(&["SET", &changed, "newer"]),
+        Resp::Simple("OK".into())
+    );
+    assert_eq!(s.conns[missing_to].call(&["DEL", &missing]), Resp::Int(1));
+    let before: Vec<i64> = (0..4).map(|i| s.dbsize(i)).collect();
+
+    let dry = s.run(&["--cleanup", "--max-mismatches", "5"]);
+    assert_eq!(
+        dry.status.code(),
+        Some(1),
+        "{}\n{}",
+        stdout(&dry),
+        stderr(&dry)
+    );
+    assert_eq!(
+        before,
+        (0..4).map(|i| s.dbsize(i)).collect::<Vec<_>>(),
+        "the dry run deleted"
+    );
+    let text = stdout(&dry);
+    let deletable = moving.len() as u64 - 2;
+    let kept = n - moving.len() as u64;
+    assert_eq!(
+        text.lines().last(),
+        Some(
+            format!(
+                "cleanup: scanned {n}, deletable {deletable}, kept {kept}, not_on_target 1, \
+                 differ 1, deleted 0 (dry run; --apply deletes)"
+            )
+            .as_str()
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("would delete \"key:"))
+            .count(),
+        5,
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("not_on_target \"{missing}\": ")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("differ \"{changed}\": string: \"newer\"")),
+        "{text}"
+    );
+
+    let out = s.run(&["--cleanup", "--apply", "--count", "50"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(!text.contains("would delete"), "{text}");
+    assert!(
+        text.ends_with(&format!(
+            "cleanup: scanned {n}, deletable {deletable}, kept {kept}, not_on_target 1, \
+             differ 1, deleted {deletable}\n"
+        )),
+        "{text}"
+    );
+    // The two listed keys are still on their old owner, the changed one with its new value.
+    assert_eq!(
+        s.conns[changed_from].call(&["GET", &changed]),
+        Resp::bulk("newer")
+    );
+    assert_eq!(
+        s.conns[missing_from].call(&["EXISTS", &missing]),
+        Resp::Int(1)
+    );
+    // Set them right by hand; then every key is on its new owner only, as written.
+    for k in [&changed, &missing] {
+        let from = s.old.pick(k.as_bytes());
+        assert_eq!(s.conns[from].call(&["DEL", k]), Resp::Int(1));
+        s.model.remove(k);
+    }
+    let changed_to = s.owner(&changed);
+    assert_eq!(s.conns[changed_to].call(&["DEL", &changed]), Resp::Int(1));
+    s.assert_all_on_new_owners();
+    // A second run finds nothing left to delete.
+    let again = s.run(&["--cleanup", "--apply"]);
+    assert!(again.status.success(), "{}", stdout(&again));
+    assert_eq!(
+        stdout(&again),
+        format!(
+            "cleanup: scanned {kept}, deletable 0, kept {kept}, not_on_target 0, differ 0, deleted 0\n"
+        )
+    );
+}

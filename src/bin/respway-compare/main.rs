@@ -52,6 +52,15 @@
 //!   keep K, bytes B` (LABEL: `name (address)`), then `plan: scanned N, move M, keep K, bytes
 //!   B, big G, estimate S s` (S: whole seconds at `--rate` and `--bytes-rate`); exit 0.
 //!
+//! With `--cleanup [--apply]` it is copy mode's last step ([`cleanup`]): each source key whose
+//! owner in the target is another Redis (address or `db`) and that the target holds equal (the
+//! comparison above) is deleted from the source (`UNLINK`; without `--apply`, listed as `would
+//! delete "key"`, the first `--max-mismatches`); keys whose owner is the same Redis stay; keys
+//! missing or different on the target stay and are listed (`not_on_target "key": detail`,
+//! `differ "key": detail`, the first `--max-mismatches`). Summary: `cleanup: scanned N,
+//! deletable D, kept K, not_on_target X, differ Y, deleted 0 (dry run; --apply deletes)`, with
+//! `--apply` `... deleted D`; exit 0, or 1 when X or Y > 0. Paced by `--rate` keys scanned.
+//!
 //! It is one-way: keys that exist only in the target are not reported (swap `--source` and
 //! `--target` to find them). On a live keyspace, SCAN may return a key twice (it is then
 //! compared twice), and a key deleted or expired on the source between SCAN and TYPE is
@@ -154,6 +163,13 @@ struct Args {
     /// bytes, and estimate the time at --rate and --bytes-rate.
     #[arg(long, requires = "move_keys", conflicts_with = "checkpoint")]
     plan: bool,
+    /// Copy mode's cleanup: delete from the source (the old placement) each key whose owner in
+    /// the target is another Redis and that the target holds equal. A dry run without --apply.
+    #[arg(long, conflicts_with_all = ["repair", "move_keys"])]
+    cleanup: bool,
+    /// With --cleanup: delete (UNLINK) instead of listing.
+    #[arg(long, requires = "cleanup")]
+    apply: bool,
 }
 
 /// How long one read or write to a shard may make no progress.
@@ -202,6 +218,22 @@ async fn main() -> ExitCode {
     };
     if args.move_keys {
         return run_move(&args, source, target).await;
+    }
+    if args.cleanup {
+        return match cmp.run_cleanup(&args, source, target).await {
+            Err(e) => {
+                eprintln!("respway-compare: {e}");
+                ExitCode::from(3)
+            }
+            Ok(c) => {
+                println!("{}", c.summary(args.apply));
+                if c.not_on_target + c.differ > 0 {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+        };
     }
     let result = cmp.run(&args, source, target).await;
     cmp.report.finish();
@@ -262,6 +294,7 @@ async fn run_move(args: &Args, source: Plan, target: Plan) -> ExitCode {
 }
 
 mod checkpoint;
+mod cleanup;
 mod compare;
 mod diff;
 mod mover;
