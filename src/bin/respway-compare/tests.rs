@@ -150,3 +150,39 @@ async fn a_key_deleted_on_the_source_after_its_copy_is_taken_back_unless_rewritt
     assert_eq!(f.dst.call(&["LLEN", "raced"]), Resp::Int(3));
     assert_eq!(f.cmp.report.gone_while_repaired, 2);
 }
+
+/// `--checkpoint`'s file: what is saved is what is loaded; a file of other clusters, or not a
+/// checkpoint at all, is refused with its name.
+#[tokio::test(flavor = "current_thread")]
+async fn checkpoint_round_trips_and_refuses_other_clusters() {
+    let f = fixture().await;
+    let (src, dst) = (&f.source.cluster, &f.target.cluster);
+    let path = std::env::temp_dir().join(format!("respway-cp-unit-{}", std::process::id()));
+    let mut cp = Checkpoint::fresh(Some(path.clone()), src, dst);
+    assert!(Checkpoint::load(&path, src, dst).expect("none").is_none());
+    cp.moves.scanned = 12;
+    cp.moves.sent = 7;
+    cp.moves.big = 1;
+    cp.moves.bytes = 900;
+    cp.shards[0].1 = Cursor::At(Bytes::from_static(b"1234"));
+    cp.save().expect("save");
+    let back = Checkpoint::load(&path, src, dst)
+        .expect("load")
+        .expect("some");
+    assert_eq!(back.shards, cp.shards);
+    assert_eq!(back.moves.summary(), cp.moves.summary());
+    assert_eq!(back.moves.bytes, 900);
+    cp.shards[0].1 = Cursor::Done;
+    cp.save().expect("save");
+    let back = Checkpoint::load(&path, src, dst)
+        .expect("load")
+        .expect("some");
+    assert_eq!(back.shards[0].1, Cursor::Done);
+    let err = Checkpoint::load(&path, dst, src).expect_err("other clusters");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(err.contains("--source src --target dst"), "{err}");
+    std::fs::write(&path, "something else\n").expect("write");
+    let err = Checkpoint::load(&path, src, dst).expect_err("not a checkpoint");
+    assert!(err.contains("not a mover checkpoint"), "{err}");
+    let _ = std::fs::remove_file(&path);
+}
