@@ -200,7 +200,7 @@ fn move_resumes_from_its_checkpoint_after_being_killed() {
         .command(&[
             "--move",
             "--rate",
-            "1500",
+            "500",
             "--count",
             "20",
             "--checkpoint",
@@ -215,7 +215,8 @@ fn move_resumes_from_its_checkpoint_after_being_killed() {
     loop {
         let text = read(&cp);
         let shards: Vec<&str> = text.lines().filter(|l| l.starts_with("shard ")).collect();
-        if shards.len() == 2 && shards[0].ends_with(" done") && !shards[1].ends_with(" cursor 0") {
+        let begun = |l: &str| l.contains(" cursor ") && !l.ends_with(" cursor 0");
+        if shards.len() == 2 && shards[0].ends_with(" done") && begun(shards[1]) {
             break;
         }
         assert!(Instant::now() < deadline, "checkpoint: {text:?}");
@@ -368,7 +369,7 @@ fn move_leaves_keys_above_max_key_bytes_and_reports_progress() {
         progress[0]
     );
     let out = s.run(&["--move", "--max-key-bytes", "0"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
     assert!(!stderr(&out).contains("progress "), "{}", stderr(&out));
     s.assert_all_on_new_owners();
 }

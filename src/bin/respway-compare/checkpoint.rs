@@ -1,6 +1,8 @@
 //! `--checkpoint FILE`: where the mover is, so that a run killed mid-way resumes instead of
-//! starting over. Written after each `MIGRATE` batch and each SCAN page, atomically (a temporary
-//! file next to it, then a rename): a reader finds the old file or the new one, never half.
+//! starting over. Written after a `MIGRATE` batch or a SCAN page when the last write is 200 ms
+//! old, when a shard is done and when the mover stops on an error (`mover.rs` decides when),
+//! atomically (a temporary file next to it, then a rename): a reader finds the old file or the
+//! new one, never half.
 //!
 //! The file is text, one fact per line:
 //!

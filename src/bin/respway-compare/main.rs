@@ -36,8 +36,8 @@
 //!     [--checkpoint FILE] [--bytes-rate N] [--max-key-bytes N] [--progress] [--plan]
 //! ```
 //!
-//! - `--checkpoint FILE`: its state is written to FILE after each `MIGRATE` batch and SCAN
-//!   page, and a run that finds FILE resumes from it ([`checkpoint`]); FILE of another
+//! - `--checkpoint FILE`: its state is written to FILE (after batches and pages, at most every
+//!   200 ms, and when a shard is done), and a run that finds FILE resumes from it ([`checkpoint`]); FILE of another
 //!   `--source`/`--target`: exit 2.
 //! - `--bytes-rate N`: also at most N bytes (the keys' `MEMORY USAGE`) sent per second.
 //! - `--max-key-bytes N` (default 8 MiB, 0: no bound): a larger key is not moved, it is
@@ -144,7 +144,7 @@ struct Args {
     /// whose owner in the target is another Redis (paced by --rate).
     #[arg(long = "move", conflicts_with = "repair")]
     move_keys: bool,
-    /// With --move: keep the mover's state in FILE (written after each batch and page) and
+    /// With --move: keep the mover's state in FILE (written every 200 ms and when a shard is done) and
     /// resume from it when it exists.
     #[arg(long, value_name = "FILE", requires = "move_keys")]
     checkpoint: Option<PathBuf>,
