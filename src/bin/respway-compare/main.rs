@@ -7,6 +7,8 @@
 //! ```text
 //! respway-compare --config respway.yaml --source old --target new [--rate 5000] [--limit N]
 //!     [--ttl-tolerance 1000] [--repair [--repair-rounds 3]]
+//! respway-compare ... --move [...]        (move mode's background mover, below)
+//! respway-compare ... --cleanup [--apply] (copy mode's cleanup, below)
 //! ```
 //!
 //! How it works:
