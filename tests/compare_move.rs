@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use respway_filters::hash::ShardPicker;
 use respway_filters::routing::Routing;
-use respway_testkit::{redis, Proc, Resp, RespConn};
+use respway_testkit::{redis_with, Proc, Resp, RespConn};
 
 /// The four servers (`a`, `b`, `c`, `d`), a client to each, and both clusters' pickers.
 struct Setup {
@@ -38,7 +38,12 @@ impl Drop for Setup {
 }
 
 fn setup() -> Setup {
-    let servers: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    setup_with(&[])
+}
+
+/// [`setup`] with extra arguments for every server.
+fn setup_with(args: &[&str]) -> Setup {
+    let servers: Vec<Proc> = (0..4).map(|_| redis_with(args)).collect();
     let shard = |name: &str, p: &Proc| {
         format!(
             "      - name: {name}\n        endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
@@ -422,6 +427,32 @@ fn move_bytes_rate_paces_by_the_bytes_sent() {
         field(last, "elapsed_ms") as u128 >= floor.as_millis(),
         "{last}"
     );
+    s.assert_all_on_new_owners();
+}
+
+/// A shard that refuses `MEMORY USAGE` (here: the command renamed away) stops the mover with
+/// exit code 3 and a message naming the command, before it moves anything, since the default
+/// `--max-key-bytes` needs sizes; `--max-key-bytes 0` needs none and moves every key.
+#[test]
+fn move_without_memory_usage_stops_unless_no_size_is_needed() {
+    let mut s = setup_with(&["--rename-command", "MEMORY", ""]);
+    s.fill(100);
+    let out = s.run(&["--move"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("MEMORY USAGE on a ("),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(s.dbsize(2) + s.dbsize(3), 0, "moved keys");
+    let out = s.run(&["--move", "--max-key-bytes", "0"]);
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
     s.assert_all_on_new_owners();
 }
 
