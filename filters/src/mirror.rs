@@ -24,6 +24,9 @@
 //!
 //! - **Move** ([`MirrorMode::Move`], the route's only policy): the request goes to
 //!   `m.cluster`, after its keys whose owner changes are moved there ([`crate::moving`]).
+//! - **PrepareMove** ([`MirrorMode::PrepareMove`], the route's only policy): a request
+//!   naming a key whose owner changes is refused with [`crate::moving::ABOUT_TO_MOVE`];
+//!   the others go on unchanged.
 //!
 //! A command that the primary side would refuse — a hot key written with other keys
 //! ([`crate::hot_key::refuses`]), keys on several shards of a cluster that runs it on one
@@ -61,7 +64,7 @@ use tower::{Layer, Service};
 use crate::command::CommandClass;
 use crate::error::{Failure, Kind};
 use crate::model::MirrorMode;
-use crate::moving::{MoveFuture, Moving};
+use crate::moving::{Held, MoveFuture, Moving};
 use crate::place::Refusal;
 use crate::request::{Reply, Request};
 use crate::routing::Routing;
@@ -121,6 +124,8 @@ pub struct Mirror<S> {
     stats: Arc<MirrorStats>,
     /// This connection's sampling RNG, created on the first fractional sample.
     rng: Option<SmallRng>,
+    /// This connection's commands waiting to be forwarded on a route in move mode.
+    held: Held,
 }
 
 // === impl Mirror ===
@@ -139,6 +144,7 @@ impl<S> Mirror<S> {
             sink,
             stats,
             rng: None,
+            held: Held::default(),
         }
     }
 
@@ -170,9 +176,10 @@ impl<S> Mirror<S> {
         }
     }
 
-    /// Applies the policies of `req`'s route; `Err` is the reply of a refused write. `Ok`
-    /// holds the `MIGRATE`s to run before `req` on a route in move mode (none elsewhere).
-    fn apply(&mut self, req: &mut Request) -> Result<Vec<Request>, Refusal> {
+    /// Applies the policies of `req`'s route; `Err` is the reply of a refused write. On a
+    /// route in move mode `Ok` holds the `MIGRATE`s to run before `req` (maybe none);
+    /// elsewhere `None`.
+    fn apply(&mut self, req: &mut Request) -> Result<Option<Vec<Request>>, Refusal> {
         let policies = self.routing.mirrors(req.route);
         if policies.is_empty()
             || matches!(
@@ -180,14 +187,20 @@ impl<S> Mirror<S> {
                 CommandClass::Proxy(_) | CommandClass::Unsupported
             )
         {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let read = req.is_read();
         if !read && policies.iter().any(|m| m.mode == MirrorMode::ReadOnly) {
             return Err(Refusal::ReadOnly);
         }
         if let Some(m) = policies.iter().find(|m| m.mode == MirrorMode::Move) {
-            return self.apply_move(req, m.cluster);
+            return self.apply_move(req, m.cluster).map(Some);
+        }
+        if let Some(m) = policies.iter().find(|m| m.mode == MirrorMode::PrepareMove) {
+            if crate::moving::owner_changes(&self.routing, req, req.cluster, m.cluster) {
+                return Err(Refusal::AboutToMove);
+            }
+            return Ok(None);
         }
         let source = req.cluster;
         // A command that its primary side refuses (a hot key written with other keys, keys
@@ -241,7 +254,7 @@ impl<S> Mirror<S> {
             req.shard = None;
             req.endpoint = None;
         }
-        Ok(Vec::new())
+        Ok(None)
     }
 
     /// Move mode (see [`crate::moving`]): `req` goes to `to`, after the `MIGRATE`s that put
@@ -288,14 +301,19 @@ where
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         match self.apply(&mut req) {
-            Ok(moves) if moves.is_empty() => ResponseFuture::Inner(self.inner.call(req)),
-            Ok(moves) => {
+            Ok(None) => ResponseFuture::Inner(self.inner.call(req)),
+            // Nothing to move and no earlier command of this connection waiting.
+            Ok(Some(moves)) if moves.is_empty() && !self.held.any() => {
+                ResponseFuture::Inner(self.inner.call(req))
+            }
+            Ok(Some(moves)) => {
                 let stats = (self.stats.clone(), req.cluster);
                 ResponseFuture::Move(MoveFuture::Moving(Box::new(Moving::start(
                     &mut self.inner,
                     moves,
                     req,
                     stats,
+                    &mut self.held,
                 ))))
             }
             Err(r) => ResponseFuture::Refused(Some(r)),

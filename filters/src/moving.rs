@@ -14,12 +14,20 @@
 //! connection) fails the command, which is then not forwarded: nothing runs on a key that is
 //! not where the command goes.
 //!
+//! The commands of one connection keep their order: while a command of the connection waits
+//! for its keys to move, every later command of the connection on a route in move mode waits
+//! too (it is a [`Moving`] with no `MIGRATE`), and each is forwarded only once the commands
+//! before it have answered (the session polls the oldest command only). Without this, a
+//! pipelined `GET` of a key that does not move ran before an `MSET` sent ahead of it.
+//!
 //! Nothing is written twice (there is no copy), and a key is never on both sides after a
 //! command touched it. Commands that need a connection of their own (transactions, blocking
 //! commands) are refused on a route in migration (see [`crate::place`]).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
@@ -30,6 +38,12 @@ use crate::fanout::Join;
 use crate::mirror::{MirrorStats, MoveOutcome};
 use crate::request::{is_error, Keys, Reply, Request};
 use crate::routing::Routing;
+
+/// The refusal of a command naming a key whose owner changes, on a route in `prepare_move`
+/// (without the leading `-` and CRLF).
+pub const ABOUT_TO_MOVE: &str = "TRYAGAIN respway: a key of this command is about to move to \
+     another shard (the migration is starting: not every sidecar moves keys yet); the command \
+     was not run, retry";
 
 /// `MIGRATE`'s timeout (ms) when the request carries no deadline.
 const DEFAULT_TIMEOUT_MS: u64 = 1_000;
@@ -93,6 +107,19 @@ pub fn migrations(routing: &Routing, req: &Request, from: usize, to: usize) -> V
         .collect()
 }
 
+/// True when a key of `req` has another owner (another primary address or database) in
+/// cluster `to` than in `from`.
+pub fn owner_changes(routing: &Routing, req: &Request, from: usize, to: usize) -> bool {
+    let (Some(src), Some(dst)) = (routing.clusters.get(from), routing.clusters.get(to)) else {
+        return false;
+    };
+    req.keys.iter().any(|i| {
+        req.args.get(i).is_some_and(|key| {
+            !routing.same_primary(from, src.picker.pick(key), to, dst.picker.pick(key))
+        })
+    })
+}
+
 /// A command waiting for its keys to move before it is forwarded.
 #[derive(Debug)]
 pub struct Moving<S: Service<Request>> {
@@ -103,7 +130,38 @@ pub struct Moving<S: Service<Request>> {
     inner: S,
     /// Where the `MIGRATE`s' outcomes are counted, and the receiving cluster; `None` once
     /// counted.
-    stats: Option<(std::sync::Arc<MirrorStats>, usize)>,
+    stats: Option<(Arc<MirrorStats>, usize)>,
+    /// The connection's count of commands held (see [`Held`]); this one leaves it when it is
+    /// forwarded or dropped.
+    held: Held,
+}
+
+/// The count of one connection's commands that wait to be forwarded on a route in move mode:
+/// while it is above zero, a later command of the connection waits too, so that none
+/// overtakes an earlier one.
+#[derive(Debug, Clone, Default)]
+pub struct Held(Option<Arc<AtomicUsize>>);
+
+impl Held {
+    /// True when a command of the connection waits to be forwarded.
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.0.as_ref().is_some_and(|n| n.load(Relaxed) > 0)
+    }
+
+    /// One more command held; the returned handle releases it.
+    fn enter(&mut self) -> Held {
+        let n = self.0.get_or_insert_with(Default::default);
+        n.fetch_add(1, Relaxed);
+        Held(Some(n.clone()))
+    }
+
+    /// Releases this command (once).
+    fn release(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.fetch_sub(1, Relaxed);
+        }
+    }
 }
 
 impl<S> Moving<S>
@@ -111,13 +169,16 @@ where
     S: Service<Request, Response = Reply, Error = Failure> + Clone,
     S::Future: Unpin,
 {
-    /// Sends `migrations` through `inner` (made ready by the caller, as tower requires) and
-    /// holds `req` until they answer.
+    /// Sends `migrations` (none: `req` only waits for the connection's earlier commands)
+    /// through `inner` (made ready by the caller, as tower requires) and holds `req` until they
+    /// answer and it is polled; `held` is the connection's count of held commands, which this
+    /// one joins until it is forwarded.
     pub fn start(
         inner: &mut S,
         migrations: Vec<Request>,
         req: Request,
-        stats: (std::sync::Arc<MirrorStats>, usize),
+        stats: (Arc<MirrorStats>, usize),
+        held: &mut Held,
     ) -> Self {
         let mut join = Join::with_capacity(migrations.len());
         for m in migrations {
@@ -128,6 +189,7 @@ where
             req: Some(req),
             inner: inner.clone(),
             stats: Some(stats),
+            held: held.enter(),
         }
     }
 
@@ -151,20 +213,32 @@ where
                 Ok(reply) if !is_error(reply) => {}
                 Ok(reply) => {
                     let text = String::from_utf8_lossy(reply.get(1..).unwrap_or_default());
+                    self.held.release();
                     return Poll::Ready(Err(Failure::message(format!(
                         "ERR respway: moving the command's keys to their new shard failed, \
                          the command was not run: {}",
                         text.trim_end()
                     ))));
                 }
-                Err(f) => return Poll::Ready(Err(f.clone())),
+                Err(f) => {
+                    self.held.release();
+                    return Poll::Ready(Err(f.clone()));
+                }
             }
         }
         ready!(self.inner.poll_ready(cx))?;
         let Some(req) = self.req.take() else {
             return Poll::Ready(Err(Failure::new(Kind::PolledTwice)));
         };
-        Poll::Ready(Ok(self.inner.call(req)))
+        let forwarded = self.inner.call(req);
+        self.held.release();
+        Poll::Ready(Ok(forwarded))
+    }
+}
+
+impl<S: Service<Request>> Drop for Moving<S> {
+    fn drop(&mut self) {
+        self.held.release();
     }
 }
 

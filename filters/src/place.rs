@@ -55,6 +55,8 @@ pub enum Refusal {
     ReadOnly,
     /// A hot key written together with other keys: the write would reach one copy only.
     HotKeyOneCopy(Bytes),
+    /// A key whose owner changes, on a route in `prepare_move`.
+    AboutToMove,
 }
 
 impl Refusal {
@@ -103,6 +105,7 @@ impl fmt::Display for Refusal {
             }
             Refusal::Keys(e) => write!(f, "ERR {e}"),
             Refusal::ReadOnly => f.write_str(crate::mirror::READ_ONLY),
+            Refusal::AboutToMove => f.write_str(crate::moving::ABOUT_TO_MOVE),
             Refusal::HotKeyOneCopy(key) => write!(
                 f,
                 "ERR respway: hot key {} is stored on every shard, and this write would reach \
