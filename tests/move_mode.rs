@@ -169,3 +169,584 @@ fn prepare_move_lets_sidecars_switch_one_by_one() {
     assert_eq!(incr(&mut c2, &s).unwrap(), 5);
     assert_eq!(dbsize(a[0]) + dbsize(a[1]) + dbsize(a[2]) + dbsize(a[3]), 2);
 }
+
+// === the proof under load ===
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+
+/// What one load thread expects of the keys it owns (`i` ≡ its number modulo the threads).
+#[derive(Debug, Default, Clone)]
+struct Model {
+    counter: i64,
+    list: Vec<u64>,
+    hash: i64,
+    set: BTreeSet<u64>,
+    zset: i64,
+    /// `t:i`: its value, and its TTL (ms) as set at that instant.
+    ttl_string: (String, u64, Option<Instant>),
+    /// `d:i`: set or deleted.
+    toggled: Option<String>,
+}
+
+/// One SET or GET of a shared register, timed.
+#[derive(Debug, Clone)]
+struct Op {
+    register: usize,
+    write: bool,
+    value: Option<String>,
+    start: Instant,
+    end: Instant,
+}
+
+const REGISTERS: usize = 16;
+const TTL_MS: u64 = 1_000_000;
+
+fn ok_or_refused<T: redis::FromRedisValue>(
+    r: redis::RedisResult<T>,
+    refused: &mut u64,
+    what: &str,
+) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) if e.to_string().contains("about to move") => {
+            *refused += 1;
+            None
+        }
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+/// Writes the keys of index `i` as the preload does, into `m`.
+fn preload(c: &mut redis::Connection, i: usize, m: &mut Model, seq: &mut u64) {
+    let mut p = redis::pipe();
+    for _ in 0..3 {
+        *seq += 1;
+        p.cmd("INCR").arg(format!("c:{i}")).ignore();
+        p.cmd("RPUSH").arg(format!("l:{i}")).arg(*seq).ignore();
+        p.cmd("HINCRBY")
+            .arg(format!("h:{i}"))
+            .arg("f")
+            .arg(1)
+            .ignore();
+        p.cmd("SADD").arg(format!("s:{i}")).arg(*seq).ignore();
+        p.cmd("ZINCRBY")
+            .arg(format!("z:{i}"))
+            .arg(1)
+            .arg("m")
+            .ignore();
+        m.counter += 1;
+        m.list.push(*seq);
+        m.hash += 1;
+        m.set.insert(*seq);
+        m.zset += 1;
+    }
+    p.cmd("SET")
+        .arg(format!("t:{i}"))
+        .arg("p")
+        .arg("PX")
+        .arg(TTL_MS)
+        .ignore();
+    p.cmd("SET").arg(format!("d:{i}")).arg("p").ignore();
+    p.cmd("SET")
+        .arg(format!("r:{}", i % REGISTERS))
+        .arg("init")
+        .ignore();
+    let _: () = p.query(c).expect("preload");
+    m.ttl_string = ("p".into(), TTL_MS, Some(Instant::now()));
+    m.toggled = Some("p".into());
+}
+
+/// One load thread: random commands of every type on its own keys, and SET/GET of the shared
+/// registers, until `stop`. Returns its model, its register history and its refusals.
+fn load_thread(
+    addr: SocketAddr,
+    t: usize,
+    threads: usize,
+    keys: usize,
+    mut models: BTreeMap<usize, Model>,
+    stop: Arc<AtomicBool>,
+) -> (BTreeMap<usize, Model>, Vec<Op>, u64, u64) {
+    let mut c = sync_client(addr);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(t as u64);
+    let mut seq = 1_000_000 * (t as u64 + 1);
+    let (mut refused, mut done) = (0u64, 0u64);
+    let mut ops = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !stop.load(Relaxed) && Instant::now() < deadline && done < 2_000_000 {
+        done += 1;
+        seq += 1;
+        if rng.random_range(0..10) < 3 {
+            let register = rng.random_range(0..REGISTERS);
+            let key = format!("r:{register}");
+            let write = rng.random_bool(0.5);
+            let start = Instant::now();
+            let value = if write {
+                let v = format!("t{t}-{seq}");
+                ok_or_refused::<()>(
+                    redis::cmd("SET").arg(&key).arg(&v).query(&mut c),
+                    &mut refused,
+                    "SET register",
+                )
+                .map(|_| Some(v))
+            } else {
+                ok_or_refused::<Option<String>>(
+                    redis::cmd("GET").arg(&key).query(&mut c),
+                    &mut refused,
+                    "GET register",
+                )
+            };
+            let end = Instant::now();
+            if let Some(value) = value {
+                ops.push(Op {
+                    register,
+                    write,
+                    value,
+                    start,
+                    end,
+                });
+            }
+            continue;
+        }
+        let i = t + threads * rng.random_range(0..keys.div_ceil(threads));
+        if i >= keys {
+            continue;
+        }
+        let m = models.get_mut(&i).expect("own key");
+        let r = &mut refused;
+        match rng.random_range(0..9) {
+            0 => {
+                let got = ok_or_refused::<i64>(
+                    redis::cmd("INCR").arg(format!("c:{i}")).query(&mut c),
+                    r,
+                    "INCR",
+                );
+                if let Some(n) = got {
+                    m.counter += 1;
+                    assert_eq!(n, m.counter, "INCR c:{i}");
+                }
+            }
+            1 => {
+                let got = ok_or_refused::<usize>(
+                    redis::cmd("RPUSH")
+                        .arg(format!("l:{i}"))
+                        .arg(seq)
+                        .query(&mut c),
+                    r,
+                    "RPUSH",
+                );
+                if let Some(n) = got {
+                    m.list.push(seq);
+                    assert_eq!(n, m.list.len(), "RPUSH l:{i}");
+                }
+            }
+            2 => {
+                let got = ok_or_refused::<i64>(
+                    redis::cmd("HINCRBY")
+                        .arg(format!("h:{i}"))
+                        .arg("f")
+                        .arg(1)
+                        .query(&mut c),
+                    r,
+                    "HINCRBY",
+                );
+                if let Some(n) = got {
+                    m.hash += 1;
+                    assert_eq!(n, m.hash, "HINCRBY h:{i}");
+                }
+            }
+            3 => {
+                if ok_or_refused::<i64>(
+                    redis::cmd("SADD")
+                        .arg(format!("s:{i}"))
+                        .arg(seq)
+                        .query(&mut c),
+                    r,
+                    "SADD",
+                )
+                .is_some()
+                {
+                    m.set.insert(seq);
+                }
+            }
+            4 => {
+                let got = ok_or_refused::<f64>(
+                    redis::cmd("ZINCRBY")
+                        .arg(format!("z:{i}"))
+                        .arg(1)
+                        .arg("m")
+                        .query(&mut c),
+                    r,
+                    "ZINCRBY",
+                );
+                if let Some(n) = got {
+                    m.zset += 1;
+                    assert_eq!(n as i64, m.zset, "ZINCRBY z:{i}");
+                }
+            }
+            5 => {
+                let v = format!("v{seq}");
+                if ok_or_refused::<()>(
+                    redis::cmd("SET")
+                        .arg(format!("t:{i}"))
+                        .arg(&v)
+                        .arg("PX")
+                        .arg(TTL_MS)
+                        .query(&mut c),
+                    r,
+                    "SET PX",
+                )
+                .is_some()
+                {
+                    m.ttl_string = (v, TTL_MS, Some(Instant::now()));
+                }
+            }
+            6 => {
+                if let Some(n) = ok_or_refused::<i64>(
+                    redis::cmd("PEXPIRE")
+                        .arg(format!("t:{i}"))
+                        .arg(2 * TTL_MS)
+                        .query(&mut c),
+                    r,
+                    "PEXPIRE",
+                ) {
+                    assert_eq!(n, 1, "PEXPIRE t:{i}");
+                    m.ttl_string.1 = 2 * TTL_MS;
+                    m.ttl_string.2 = Some(Instant::now());
+                }
+            }
+            7 => {
+                if m.toggled.is_some() {
+                    if let Some(n) = ok_or_refused::<i64>(
+                        redis::cmd("DEL").arg(format!("d:{i}")).query(&mut c),
+                        r,
+                        "DEL",
+                    ) {
+                        assert_eq!(n, 1, "DEL d:{i}");
+                        m.toggled = None;
+                    }
+                } else {
+                    let v = format!("v{seq}");
+                    if ok_or_refused::<()>(
+                        redis::cmd("SET")
+                            .arg(format!("d:{i}"))
+                            .arg(&v)
+                            .query(&mut c),
+                        r,
+                        "SET",
+                    )
+                    .is_some()
+                    {
+                        m.toggled = Some(v);
+                    }
+                }
+            }
+            _ => {
+                if let Some(l) = ok_or_refused::<Vec<u64>>(
+                    redis::cmd("LRANGE")
+                        .arg(format!("l:{i}"))
+                        .arg(0)
+                        .arg(-1)
+                        .query(&mut c),
+                    r,
+                    "LRANGE",
+                ) {
+                    assert_eq!(l, m.list, "LRANGE l:{i} read back");
+                }
+            }
+        }
+    }
+    (models, ops, refused, done)
+}
+
+/// Every read of a register returned a value a single Redis could have returned: one that was
+/// written (or the preloaded one), not after the read ended, and not overwritten by a write
+/// that ended before the read began; and no read began after another read ended yet returned
+/// a write older than the one that read returned. The violations, described.
+fn register_violations(ops: &[Op], preloaded: Instant) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in 0..REGISTERS {
+        let mut writes: HashMap<&str, (Instant, Instant)> = HashMap::new();
+        writes.insert("init", (preloaded, preloaded));
+        for w in ops.iter().filter(|o| o.register == r && o.write) {
+            writes.insert(w.value.as_deref().unwrap_or(""), (w.start, w.end));
+        }
+        let reads: Vec<&Op> = ops.iter().filter(|o| o.register == r && !o.write).collect();
+        for read in &reads {
+            let Some(v) = read.value.as_deref() else {
+                out.push(format!("r:{r}: a read returned nil"));
+                continue;
+            };
+            let Some(&(ws, we)) = writes.get(v) else {
+                out.push(format!("r:{r}: a read returned {v:?}, never written"));
+                continue;
+            };
+            if ws > read.end {
+                out.push(format!("r:{r}: {v:?} read before it was written"));
+            }
+            if writes.values().any(|&(s2, e2)| s2 > we && e2 < read.start) {
+                out.push(format!("r:{r}: {v:?} read after a later write had ended"));
+            }
+        }
+        for a in &reads {
+            for b in &reads {
+                if a.end >= b.start {
+                    continue;
+                }
+                let (Some(va), Some(vb)) = (a.value.as_deref(), b.value.as_deref()) else {
+                    continue;
+                };
+                if let (Some(wa), Some(wb)) = (writes.get(va), writes.get(vb)) {
+                    if va != vb && wb.1 < wa.0 {
+                        out.push(format!(
+                            "r:{r}: read {vb:?} after another read saw the newer {va:?}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Applies `yaml` to every sidecar, one after the other, and waits until each runs it.
+fn push(sidecars: &[&Respway], yaml: &str) {
+    for s in sidecars {
+        let resources = respway_xds::parse_yaml(yaml).expect("yaml");
+        let config = respway_xds::translate(&resources).expect("config");
+        let version = s
+            .server
+            .as_ref()
+            .expect("server")
+            .apply(config)
+            .expect("apply");
+        wait_for("the sidecar to run the pushed config", || {
+            let mut c = sync_client(s.addr);
+            let info: String = redis::cmd("INFO").arg("proxy").query(&mut c).unwrap();
+            info.contains(&format!("config_version:{version}\r"))
+        });
+    }
+}
+
+/// Grows `n_old` ketama shards to `n_new`, keeping the old ones, online: two sidecars under a
+/// load of every type go old → prepare_move → move (one after the other), the background
+/// mover runs, then both go to the new placement alone. Afterwards every key equals the
+/// model of the acknowledged writes (counters and lists exact: nothing lost, nothing run
+/// twice), TTLs are within 1 s, no key is on a shard that does not own it, and the shared
+/// registers' history is linearizable.
+fn reshard_under_load(n_old: usize, n_new: usize) {
+    const KEYS: usize = 1_200;
+    const THREADS: usize = 4;
+    let shards: Vec<Proc> = (0..n_new).map(|_| redis()).collect();
+    let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let names: Vec<String> = (0..n_new).map(|i| format!("s{i}")).collect();
+    let list = |n: usize| -> Vec<(&str, SocketAddr)> {
+        (0..n).map(|i| (names[i].as_str(), a[i])).collect()
+    };
+    let clusters = format!(
+        "{}{}",
+        cluster("old", &list(n_old)),
+        cluster("new", &list(n_new))
+    );
+    let before = yaml("old", "", &clusters);
+    let prepare = yaml(
+        "old",
+        "      catch_all_mirrors:\n        - { cluster: new, mode: prepare_move }\n",
+        &clusters,
+    );
+    let moving = yaml("old", MOVE, &clusters);
+    let after = yaml("new", "", &clusters);
+    let pn = picker(&moving, "new");
+
+    let s1 = respway(&before, 2);
+    let s2 = respway(&before, 2);
+    let mut c = sync_client(s1.addr);
+    let mut models: Vec<BTreeMap<usize, Model>> = vec![BTreeMap::new(); THREADS];
+    let mut seq = 0;
+    for i in 0..KEYS {
+        let mut m = Model::default();
+        preload(&mut c, i, &mut m, &mut seq);
+        models[i % THREADS].insert(i, m);
+    }
+    let preloaded = Instant::now();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = models
+        .into_iter()
+        .enumerate()
+        .map(|(t, m)| {
+            let addr = if t % 2 == 0 { s1.addr } else { s2.addr };
+            let stop = stop.clone();
+            std::thread::spawn(move || load_thread(addr, t, THREADS, KEYS, m, stop))
+        })
+        .collect();
+    let pause = || std::thread::sleep(Duration::from_millis(300));
+    pause();
+    push(&[&s1, &s2], &prepare);
+    pause();
+    push(&[&s1, &s2], &moving);
+    pause();
+    let file = std::env::temp_dir().join(format!(
+        "respway-move-{}-{n_old}-{n_new}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(&file, moving.replace("127.0.0.1:0", "127.0.0.1:1")).unwrap();
+    let mover = std::process::Command::new(env!("CARGO_BIN_EXE_respway-compare"))
+        .args(["--config", file.to_str().unwrap()])
+        .args([
+            "--source", "old", "--target", "new", "--move", "--rate", "200000",
+        ])
+        .output()
+        .expect("run the mover");
+    let _ = std::fs::remove_file(&file);
+    let summary = String::from_utf8_lossy(&mover.stdout).to_string();
+    assert!(
+        mover.status.success(),
+        "mover: {summary}{}",
+        String::from_utf8_lossy(&mover.stderr)
+    );
+    pause();
+    push(&[&s1, &s2], &after);
+    pause();
+    stop.store(true, Relaxed);
+    let mut models = BTreeMap::new();
+    let (mut ops, mut refused, mut done) = (Vec::new(), 0, 0);
+    for h in load {
+        let (m, o, r, d) = h.join().expect("a load thread failed");
+        models.extend(m);
+        ops.extend(o);
+        refused += r;
+        done += d;
+    }
+    eprintln!(
+        "{n_old} -> {n_new}: {done} commands, {refused} refused (prepare_move), mover: {summary}"
+    );
+
+    // Every key is on its owner only, and equals the model.
+    let mut clients: Vec<redis::Connection> = a.iter().map(|x| sync_client(*x)).collect();
+    let mut wrong = Vec::new();
+    for (i, m) in &models {
+        let keys = ["c", "l", "h", "s", "z", "t", "d"].map(|p| format!("{p}:{i}"));
+        for k in &keys {
+            let owner = pn.pick(k.as_bytes());
+            for (s, d) in clients.iter_mut().enumerate() {
+                let n: i64 = redis::cmd("EXISTS").arg(k).query(d).unwrap();
+                let expected =
+                    i64::from(s == owner && (!k.starts_with("d:") || m.toggled.is_some()));
+                if n != expected {
+                    wrong.push(format!("{k} on shard {s}: EXISTS {n}, owner {owner}"));
+                }
+            }
+        }
+        let d = &mut clients[pn.pick(keys[0].as_bytes())];
+        let v: i64 = redis::cmd("GET").arg(&keys[0]).query(d).unwrap();
+        if v != m.counter {
+            wrong.push(format!("{}: {v}, model {}", keys[0], m.counter));
+        }
+        let d = &mut clients[pn.pick(keys[1].as_bytes())];
+        let v: Vec<u64> = redis::cmd("LRANGE")
+            .arg(&keys[1])
+            .arg(0)
+            .arg(-1)
+            .query(d)
+            .unwrap();
+        if v != m.list {
+            wrong.push(format!(
+                "{}: {} elements, model {}",
+                keys[1],
+                v.len(),
+                m.list.len()
+            ));
+        }
+        let d = &mut clients[pn.pick(keys[2].as_bytes())];
+        let v: i64 = redis::cmd("HGET").arg(&keys[2]).arg("f").query(d).unwrap();
+        if v != m.hash {
+            wrong.push(format!("{}: {v}, model {}", keys[2], m.hash));
+        }
+        let d = &mut clients[pn.pick(keys[3].as_bytes())];
+        let v: BTreeSet<u64> = redis::cmd("SMEMBERS").arg(&keys[3]).query(d).unwrap();
+        if v != m.set {
+            wrong.push(format!(
+                "{}: {} members, model {}",
+                keys[3],
+                v.len(),
+                m.set.len()
+            ));
+        }
+        let d = &mut clients[pn.pick(keys[4].as_bytes())];
+        let v: f64 = redis::cmd("ZSCORE")
+            .arg(&keys[4])
+            .arg("m")
+            .query(d)
+            .unwrap();
+        if v as i64 != m.zset {
+            wrong.push(format!("{}: {v}, model {}", keys[4], m.zset));
+        }
+        let d = &mut clients[pn.pick(keys[5].as_bytes())];
+        let (v, pttl): (String, i64) = redis::pipe()
+            .cmd("GET")
+            .arg(&keys[5])
+            .cmd("PTTL")
+            .arg(&keys[5])
+            .query(d)
+            .unwrap();
+        let (mv, ttl, at) = &m.ttl_string;
+        let expect = *ttl as i64 - at.unwrap().elapsed().as_millis() as i64;
+        if &v != mv || (pttl - expect).abs() > 1_000 {
+            wrong.push(format!(
+                "{}: {v:?} PTTL {pttl}, model {mv:?} PTTL ~{expect}",
+                keys[5]
+            ));
+        }
+        if let Some(mv) = &m.toggled {
+            let d = &mut clients[pn.pick(keys[6].as_bytes())];
+            let v: String = redis::cmd("GET").arg(&keys[6]).query(d).unwrap();
+            if &v != mv {
+                wrong.push(format!("{}: {v:?}, model {mv:?}", keys[6]));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} keys differ from the model, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+    let total: u64 = a.iter().map(|x| dbsize(*x)).sum();
+    let expected = models
+        .values()
+        .map(|m| 6 + u64::from(m.toggled.is_some()))
+        .sum::<u64>()
+        + REGISTERS as u64;
+    assert_eq!(total, expected, "no key beyond the model's");
+    let violations = register_violations(&ops, preloaded);
+    assert!(
+        violations.is_empty(),
+        "{} of {} register operations not linearizable, e.g. {:?}",
+        violations.len(),
+        ops.len(),
+        &violations[..violations.len().min(10)]
+    );
+    assert!(ops.len() > 1_000, "{} register operations", ops.len());
+}
+
+#[test]
+fn two_to_four_shards_under_load_loses_nothing() {
+    reshard_under_load(2, 4);
+}
+
+#[test]
+fn three_to_five_shards_under_load_loses_nothing() {
+    reshard_under_load(3, 5);
+}
