@@ -64,7 +64,7 @@ use tower::{Layer, Service};
 use crate::command::CommandClass;
 use crate::error::{Failure, Kind};
 use crate::model::MirrorMode;
-use crate::moving::{Held, MoveFuture, Moving};
+use crate::moving::{Held, MoveFuture, Moved, Moving};
 use crate::place::Refusal;
 use crate::request::{Reply, Request};
 use crate::routing::Routing;
@@ -89,6 +89,7 @@ pub struct MirrorLayer {
     routing: Arc<Routing>,
     sink: Arc<dyn MirrorSink>,
     stats: Arc<MirrorStats>,
+    moved: Arc<Moved>,
 }
 
 impl MirrorLayer {
@@ -99,19 +100,29 @@ impl MirrorLayer {
             routing,
             sink,
             stats,
+            moved: Arc::default(),
         }
+    }
+
+    /// Shares `moved`, the worker's memory of keys seen moved in move mode (by default each
+    /// layer has its own).
+    pub fn with_moved(mut self, moved: Arc<Moved>) -> Self {
+        self.moved = moved;
+        self
     }
 }
 
 impl<S> Layer<S> for MirrorLayer {
     type Service = Mirror<S>;
     fn layer(&self, inner: S) -> Mirror<S> {
-        Mirror::new(
+        let mut m = Mirror::new(
             inner,
             self.routing.clone(),
             self.sink.clone(),
             self.stats.clone(),
-        )
+        );
+        m.moved = self.moved.clone();
+        m
     }
 }
 
@@ -126,6 +137,8 @@ pub struct Mirror<S> {
     rng: Option<SmallRng>,
     /// This connection's commands waiting to be forwarded on a route in move mode.
     held: Held,
+    /// The worker's memory of keys seen moved.
+    moved: Arc<Moved>,
 }
 
 // === impl Mirror ===
@@ -145,6 +158,7 @@ impl<S> Mirror<S> {
             stats,
             rng: None,
             held: Held::default(),
+            moved: Arc::default(),
         }
     }
 
@@ -269,7 +283,13 @@ impl<S> Mirror<S> {
         {
             return Err(r);
         }
-        Ok(crate::moving::migrations(&self.routing, req, from, to))
+        Ok(crate::moving::migrations(
+            &self.routing,
+            req,
+            from,
+            to,
+            &self.moved,
+        ))
     }
 }
 
@@ -314,6 +334,7 @@ where
                     req,
                     stats,
                     &mut self.held,
+                    self.moved.clone(),
                 ))))
             }
             Err(r) => ResponseFuture::Refused(Some(r)),

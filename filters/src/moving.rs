@@ -20,14 +20,22 @@
 //! before it have answered (the session polls the oldest command only). Without this, a
 //! pipelined `GET` of a key that does not move ran before an `MSET` sent ahead of it.
 //!
+//! A worker remembers the keys it has seen leave their old owner ([`Moved`]: `MIGRATE`
+//! answered `OK` or `NOKEY`) and sends them no `MIGRATE` again: once every sidecar is in move
+//! mode (the `prepare_move` phase sees to it) nothing writes them on their old owner. The
+//! memory is per worker and configuration (a push starts it afresh) and bounded
+//! ([`MOVED_KEYS_MAX`]; when full it starts over, which costs only `MIGRATE`s that answer
+//! `NOKEY`).
+//!
 //! Nothing is written twice (there is no copy), and a key is never on both sides after a
 //! command touched it. Commands that need a connection of their own (transactions, blocking
 //! commands) are refused on a route in migration (see [`crate::place`]).
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
@@ -48,18 +56,81 @@ pub const ABOUT_TO_MOVE: &str = "TRYAGAIN respway: a key of this command is abou
 /// `MIGRATE`'s timeout (ms) when the request carries no deadline.
 const DEFAULT_TIMEOUT_MS: u64 = 1_000;
 
+/// How many keys [`Moved`] remembers before it starts over.
+pub const MOVED_KEYS_MAX: usize = 65_536;
+
+/// The keys one worker has seen leave their old owner in move mode, by client database: no
+/// `MIGRATE` is sent for them again. The lock is the worker's own (one thread), so it is
+/// never contended.
+#[derive(Debug, Default)]
+pub struct Moved {
+    keys: Mutex<SeenKeys>,
+}
+
+/// Per client database, its keys seen moved; `len` counts them all.
+#[derive(Debug, Default)]
+struct SeenKeys {
+    by_db: HashMap<u8, HashSet<Box<[u8]>>>,
+    len: usize,
+}
+
+impl SeenKeys {
+    fn contains(&self, db: u8, key: &[u8]) -> bool {
+        self.len > 0 && self.by_db.get(&db).is_some_and(|s| s.contains(key))
+    }
+}
+
+impl Moved {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SeenKeys> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers that `keys` (of client database `db`) are no longer on their old owner.
+    fn insert(&self, db: u8, keys: &[Bytes]) {
+        let mut set = self.lock();
+        for k in keys {
+            if set.contains(db, k) {
+                continue;
+            }
+            if set.len >= MOVED_KEYS_MAX {
+                *set = SeenKeys::default();
+            }
+            set.by_db.entry(db).or_default().insert(Box::from(&k[..]));
+            set.len += 1;
+        }
+    }
+
+    /// How many keys it remembers now.
+    pub fn len(&self) -> usize {
+        self.lock().len
+    }
+
+    /// True when it remembers none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The `MIGRATE` requests that put `req`'s keys on their owners in `to` (empty when no key's
-/// owner changes), each pinned to the key's owner in `from`.
-pub fn migrations(routing: &Routing, req: &Request, from: usize, to: usize) -> Vec<Request> {
+/// owner changes, or each has been seen moved: `moved`), each pinned to the key's owner in
+/// `from`.
+pub fn migrations(
+    routing: &Routing,
+    req: &Request,
+    from: usize,
+    to: usize,
+    moved: &Moved,
+) -> Vec<Request> {
     let (Some(src), Some(dst)) = (routing.clusters.get(from), routing.clusters.get(to)) else {
         return Vec::new();
     };
+    let seen = moved.lock();
     // (source shard, target shard, keys), in order of first appearance.
     let mut groups: Vec<(usize, usize, Vec<Bytes>)> = Vec::new();
     for i in req.keys.iter() {
         let Some(key) = req.args.get(i) else { continue };
         let (s, t) = (src.picker.pick(key), dst.picker.pick(key));
-        if routing.same_primary(from, s, to, t) {
+        if routing.same_primary(from, s, to, t) || seen.contains(req.flavor.db, key) {
             continue;
         }
         match groups.iter_mut().find(|g| g.0 == s && g.1 == t) {
@@ -71,6 +142,7 @@ pub fn migrations(routing: &Routing, req: &Request, from: usize, to: usize) -> V
             None => groups.push((s, t, vec![key.clone()])),
         }
     }
+    drop(seen);
     let timeout_ms = req
         .deadline
         .map(|d| {
@@ -120,6 +192,14 @@ pub fn owner_changes(routing: &Routing, req: &Request, from: usize, to: usize) -
     })
 }
 
+/// The keys of a `MIGRATE ... KEYS k...` built by [`migrations`].
+fn migrated_keys(m: &[Bytes]) -> &[Bytes] {
+    m.iter()
+        .position(|a| a.eq_ignore_ascii_case(b"KEYS"))
+        .and_then(|i| m.get(i + 1..))
+        .unwrap_or_default()
+}
+
 /// A command waiting for its keys to move before it is forwarded.
 #[derive(Debug)]
 pub struct Moving<S: Service<Request>> {
@@ -134,6 +214,10 @@ pub struct Moving<S: Service<Request>> {
     /// The connection's count of commands held (see [`Held`]); this one leaves it when it is
     /// forwarded or dropped.
     held: Held,
+    /// The worker's memory of moved keys, which the `MIGRATE`s that answer `OK` or `NOKEY`
+    /// feed, and the keys of each `MIGRATE` sent.
+    moved: Arc<Moved>,
+    keys: Vec<Vec<Bytes>>,
 }
 
 /// The count of one connection's commands that wait to be forwarded on a route in move mode:
@@ -179,9 +263,12 @@ where
         req: Request,
         stats: (Arc<MirrorStats>, usize),
         held: &mut Held,
+        moved: Arc<Moved>,
     ) -> Self {
         let mut join = Join::with_capacity(migrations.len());
+        let mut keys = Vec::with_capacity(migrations.len());
         for m in migrations {
+            keys.push(migrated_keys(&m.args).to_vec());
             join.call(inner, m);
         }
         Moving {
@@ -190,6 +277,8 @@ where
             inner: inner.clone(),
             stats: Some(stats),
             held: held.enter(),
+            moved,
+            keys,
         }
     }
 
@@ -198,12 +287,16 @@ where
     pub fn poll_moved(&mut self, cx: &mut Context<'_>) -> Poll<Result<S::Future, Failure>> {
         ready!(self.migrations.poll(cx));
         if let Some((stats, cluster)) = self.stats.take() {
-            for r in self.migrations.replies().flatten() {
+            let db = self.req.as_ref().map_or(0, |r| r.flavor.db);
+            for (keys, r) in self.keys.iter().zip(self.migrations.replies()) {
                 let outcome = match r {
-                    Ok(reply) if reply.starts_with(b"+NOKEY") => MoveOutcome::Absent,
-                    Ok(reply) if !is_error(reply) => MoveOutcome::Moved,
+                    Some(Ok(reply)) if reply.starts_with(b"+NOKEY") => MoveOutcome::Absent,
+                    Some(Ok(reply)) if !is_error(reply) => MoveOutcome::Moved,
                     _ => MoveOutcome::Failed,
                 };
+                if outcome != MoveOutcome::Failed {
+                    self.moved.insert(db, keys);
+                }
                 stats.record_move(cluster, outcome);
             }
         }
