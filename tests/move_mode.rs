@@ -790,3 +790,79 @@ fn a_key_seen_moved_is_not_moved_again() {
         assert_eq!(v, "v");
     }
 }
+
+/// Scripts and blocking commands name their keys, so they move them first like any command
+/// (a blocking command then waits on the key's new owner, where a push through any sidecar
+/// in move mode lands). Transactions on a route in move mode are refused and run nowhere.
+#[test]
+fn scripts_and_blocking_commands_move_their_keys() {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let old = cluster("old", &[("a", a[0]), ("b", a[1])]);
+    let new = cluster("new", &[("a", a[0]), ("b", a[1]), ("c", a[2]), ("d", a[3])]);
+    let config = yaml("old", MOVE, &format!("{old}{new}"));
+    let (po, pn) = (picker(&config, "old"), picker(&config, "new"));
+    let moving: Vec<String> = (0..200)
+        .map(|i| format!("k:{i}"))
+        .filter(|k| pn.pick(k.as_bytes()) >= 2)
+        .take(3)
+        .collect();
+    let (k, l, w) = (&moving[0], &moving[1], &moving[2]);
+    let old_of = |k: &str| sync_client(a[po.pick(k.as_bytes())]);
+    let _: () = redis::cmd("SET")
+        .arg(k)
+        .arg(41)
+        .query(&mut old_of(k))
+        .unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg(l)
+        .arg("x")
+        .arg("y")
+        .query(&mut old_of(l))
+        .unwrap();
+    let rw = respway(&config, 1);
+    let mut c = sync_client(rw.addr);
+    let n: i64 = redis::cmd("EVAL")
+        .arg("return redis.call('INCR', KEYS[1])")
+        .arg(1)
+        .arg(k)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 42, "the script ran on the moved key");
+    // BLPOP moves the list, then pops on its new owner.
+    let got: (String, String) = redis::cmd("BLPOP").arg(l).arg(1).query(&mut c).unwrap();
+    assert_eq!(got.1, "x");
+    assert_eq!(
+        dbsize(a[po.pick(k.as_bytes())]) + dbsize(a[po.pick(l.as_bytes())]),
+        0
+    );
+    let rest: Vec<String> = redis::cmd("LRANGE")
+        .arg(l)
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(rest, ["y"]);
+    // A client blocked on a key that moves is woken by a push through another connection.
+    let addr = rw.addr;
+    let w2 = w.clone();
+    let blocked = std::thread::spawn(move || {
+        let mut b = sync_client(addr);
+        redis::cmd("BLPOP")
+            .arg(&w2)
+            .arg(5)
+            .query::<Option<(String, String)>>(&mut b)
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let _: i64 = redis::cmd("RPUSH").arg(w).arg("z").query(&mut c).unwrap();
+    assert_eq!(blocked.join().unwrap().map(|p| p.1).as_deref(), Some("z"));
+    let err = redis::cmd("MULTI")
+        .query::<()>(&mut c)
+        .and_then(|_| redis::cmd("INCR").arg(k).query::<()>(&mut c));
+    let err = err.unwrap_err();
+    assert!(err.to_string().contains("mirrored route"), "{err}");
+    let _: () = redis::cmd("DISCARD").query(&mut c).unwrap_or(());
+    let v: i64 = redis::cmd("GET").arg(k).query(&mut c).unwrap();
+    assert_eq!(v, 42, "the refused transaction ran nowhere");
+}

@@ -121,16 +121,55 @@ pub fn migrations(
     to: usize,
     moved: &Moved,
 ) -> Vec<Request> {
+    let timeout_ms = req
+        .deadline
+        .map(|d| {
+            d.saturating_duration_since(std::time::Instant::now())
+                .as_millis()
+                .max(1) as u64
+        })
+        .unwrap_or(DEFAULT_TIMEOUT_MS);
+    let keys = req.keys.iter().filter_map(|i| req.args.get(i));
+    let cmds = migrate_commands(routing, keys, req.flavor.db, from, to, moved, timeout_ms);
+    if cmds.is_empty() {
+        return Vec::new();
+    }
+    let cmd = crate::command::lookup(b"migrate").expect("MIGRATE is in the command table");
+    cmds.into_iter()
+        .map(|(s, args)| {
+            // No key positions: the layers below must not route or split it again.
+            let mut m = Request::with_keys(cmd, args, Keys::step(0, 1, 0));
+            m.cluster = from;
+            m.flavor = req.flavor;
+            m.deadline = req.deadline;
+            m.pin_shard(s);
+            m
+        })
+        .collect()
+}
+
+/// The `MIGRATE host port "" db timeout_ms [AUTH ...] KEYS k...` commands that put `keys`
+/// (of client database `client_db`) on their owners in cluster `to`, each with the shard of
+/// cluster `from` to send it to: one per (old shard, new shard) pair, none for keys whose
+/// owner is the same Redis or that `moved` has seen moved.
+pub fn migrate_commands<'a>(
+    routing: &Routing,
+    keys: impl Iterator<Item = &'a Bytes>,
+    client_db: u8,
+    from: usize,
+    to: usize,
+    moved: &Moved,
+    timeout_ms: u64,
+) -> Vec<(usize, Vec<Bytes>)> {
     let (Some(src), Some(dst)) = (routing.clusters.get(from), routing.clusters.get(to)) else {
         return Vec::new();
     };
     let seen = moved.lock();
     // (source shard, target shard, keys), in order of first appearance.
     let mut groups: Vec<(usize, usize, Vec<Bytes>)> = Vec::new();
-    for i in req.keys.iter() {
-        let Some(key) = req.args.get(i) else { continue };
+    for key in keys {
         let (s, t) = (src.picker.pick(key), dst.picker.pick(key));
-        if routing.same_primary(from, s, to, t) || seen.contains(req.flavor.db, key) {
+        if routing.same_primary(from, s, to, t) || seen.contains(client_db, key) {
             continue;
         }
         match groups.iter_mut().find(|g| g.0 == s && g.1 == t) {
@@ -143,21 +182,12 @@ pub fn migrations(
         }
     }
     drop(seen);
-    let timeout_ms = req
-        .deadline
-        .map(|d| {
-            d.saturating_duration_since(std::time::Instant::now())
-                .as_millis()
-                .max(1) as u64
-        })
-        .unwrap_or(DEFAULT_TIMEOUT_MS);
-    let cmd = crate::command::lookup(b"migrate").expect("MIGRATE is in the command table");
     groups
         .into_iter()
         .filter_map(|(s, t, keys)| {
             let target = dst.shards.get(t)?;
             let addr = target.primary_address?;
-            let db = dst.db + u32::from(req.flavor.db);
+            let db = dst.db + u32::from(client_db);
             let mut args = Vec::with_capacity(8 + target.migrate_auth.0.len() + keys.len());
             args.push(Bytes::from_static(b"MIGRATE"));
             args.push(Bytes::from(addr.ip().to_string()));
@@ -168,15 +198,42 @@ pub fn migrations(
             args.extend(target.migrate_auth.0.iter().cloned());
             args.push(Bytes::from_static(b"KEYS"));
             args.extend(keys);
-            // No key positions: the layers below must not route or split it again.
-            let mut m = Request::with_keys(cmd, args, Keys::step(0, 1, 0));
-            m.cluster = from;
-            m.flavor = req.flavor;
-            m.deadline = req.deadline;
-            m.pin_shard(s);
-            Some(m)
+            Some((s, args))
         })
         .collect()
+}
+
+/// What a `MIGRATE`'s answer means, and (unless it failed) remembers its keys in `moved`.
+pub fn outcome(
+    answer: &Result<Reply, Failure>,
+    migrate: &[Bytes],
+    client_db: u8,
+    moved: &Moved,
+) -> MoveOutcome {
+    let outcome = match answer {
+        Ok(reply) if reply.starts_with(b"+NOKEY") => MoveOutcome::Absent,
+        Ok(reply) if !is_error(reply) => MoveOutcome::Moved,
+        _ => MoveOutcome::Failed,
+    };
+    if outcome != MoveOutcome::Failed {
+        moved.insert(client_db, migrated_keys(migrate));
+    }
+    outcome
+}
+
+/// The failure of a command whose keys could not be moved (`answer`: the failed `MIGRATE`'s).
+pub fn move_failure(answer: &Result<Reply, Failure>) -> Failure {
+    match answer {
+        Ok(reply) => {
+            let text = String::from_utf8_lossy(reply.get(1..).unwrap_or_default());
+            Failure::message(format!(
+                "ERR respway: moving the command's keys to their new shard failed, the \
+                 command was not run: {}",
+                text.trim_end()
+            ))
+        }
+        Err(f) => f.clone(),
+    }
 }
 
 /// True when a key of `req` has another owner (another primary address or database) in
@@ -215,9 +272,9 @@ pub struct Moving<S: Service<Request>> {
     /// forwarded or dropped.
     held: Held,
     /// The worker's memory of moved keys, which the `MIGRATE`s that answer `OK` or `NOKEY`
-    /// feed, and the keys of each `MIGRATE` sent.
+    /// feed, and the arguments of each `MIGRATE` sent.
     moved: Arc<Moved>,
-    keys: Vec<Vec<Bytes>>,
+    sent: Vec<Vec<Bytes>>,
 }
 
 /// The count of one connection's commands that wait to be forwarded on a route in move mode:
@@ -266,9 +323,9 @@ where
         moved: Arc<Moved>,
     ) -> Self {
         let mut join = Join::with_capacity(migrations.len());
-        let mut keys = Vec::with_capacity(migrations.len());
+        let mut sent = Vec::with_capacity(migrations.len());
         for m in migrations {
-            keys.push(migrated_keys(&m.args).to_vec());
+            sent.push(m.args.clone());
             join.call(inner, m);
         }
         Moving {
@@ -278,7 +335,7 @@ where
             stats: Some(stats),
             held: held.enter(),
             moved,
-            keys,
+            sent,
         }
     }
 
@@ -288,36 +345,20 @@ where
         ready!(self.migrations.poll(cx));
         if let Some((stats, cluster)) = self.stats.take() {
             let db = self.req.as_ref().map_or(0, |r| r.flavor.db);
-            for (keys, r) in self.keys.iter().zip(self.migrations.replies()) {
-                let outcome = match r {
-                    Some(Ok(reply)) if reply.starts_with(b"+NOKEY") => MoveOutcome::Absent,
-                    Some(Ok(reply)) if !is_error(reply) => MoveOutcome::Moved,
-                    _ => MoveOutcome::Failed,
-                };
-                if outcome != MoveOutcome::Failed {
-                    self.moved.insert(db, keys);
-                }
-                stats.record_move(cluster, outcome);
+            for (m, r) in self.sent.iter().zip(self.migrations.replies()) {
+                let failed = Err(Failure::new(Kind::PolledTwice));
+                let r = r.unwrap_or(&failed);
+                stats.record_move(cluster, outcome(r, m, db, &self.moved));
             }
         }
-        for r in self.migrations.replies().flatten() {
-            match r {
-                // `+OK` (moved) or `+NOKEY` (nothing there: moved already, or no such key).
-                Ok(reply) if !is_error(reply) => {}
-                Ok(reply) => {
-                    let text = String::from_utf8_lossy(reply.get(1..).unwrap_or_default());
-                    self.held.release();
-                    return Poll::Ready(Err(Failure::message(format!(
-                        "ERR respway: moving the command's keys to their new shard failed, \
-                         the command was not run: {}",
-                        text.trim_end()
-                    ))));
-                }
-                Err(f) => {
-                    self.held.release();
-                    return Poll::Ready(Err(f.clone()));
-                }
-            }
+        if let Some(r) = self
+            .migrations
+            .replies()
+            .flatten()
+            .find(|r| !matches!(r, Ok(reply) if !is_error(reply)))
+        {
+            self.held.release();
+            return Poll::Ready(Err(move_failure(r)));
         }
         ready!(self.inner.poll_ready(cx))?;
         let Some(req) = self.req.take() else {
