@@ -749,13 +749,11 @@ fn move_mode_moves_each_key_before_its_command() {
     drop(rw);
 
     // Move mode: the new cluster's placement, keys moved on first use.
-    let rw = respway(
-        &yaml(
-            "old",
-            "      catch_all_mirrors:\n        - { cluster: new, mode: move }\n",
-        ),
-        1,
+    let moving = yaml(
+        "old",
+        "      catch_all_mirrors:\n        - { cluster: new, mode: move }\n",
     );
+    let rw = respway(&moving, 1);
     let mut c = sync_client(rw.addr);
     for i in 0..KEYS {
         for _ in 0..2 {
@@ -820,13 +818,7 @@ fn move_mode_moves_each_key_before_its_command() {
     // A key on both its old and its new owner (written by something that is not in move
     // mode), met by a sidecar that has not seen it moved: the move fails, the command is not
     // run, neither copy changes.
-    let rw = respway(
-        &yaml(
-            "old",
-            "      catch_all_mirrors:\n        - { cluster: new, mode: move }\n",
-        ),
-        1,
-    );
+    let rw = respway(&moving, 1);
     let mut c = sync_client(rw.addr);
     let i = (0..KEYS).find(|i| after[*i] != before[*i]).unwrap();
     let mut stale = sync_client(a[before[i][0]]);

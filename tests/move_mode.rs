@@ -45,12 +45,18 @@ fn picker(yaml: &str, name: &str) -> Arc<dyn ShardPicker> {
     cluster_picker(c).expect("picker")
 }
 
-/// Commands of one connection run in the order they were sent, also while a command waits
-/// for its keys to move: a pipelined `GET` of a key that does not move ran before the `MSET`
-/// sent ahead of it (which waited for the `MIGRATE` of its other key), and read the value from
-/// before the `MSET`.
-#[test]
-fn a_pipeline_runs_in_order_while_its_keys_move() {
+/// Four redis-servers; `old` is ketama over the first two, `new` over all four (the two old
+/// ones kept), and the move-mode config over them with both clusters' pickers.
+struct TwoToFour {
+    _shards: Vec<Proc>,
+    a: Vec<SocketAddr>,
+    clusters: String,
+    config: String,
+    po: Arc<dyn ShardPicker>,
+    pn: Arc<dyn ShardPicker>,
+}
+
+fn two_to_four() -> TwoToFour {
     let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
     let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
     let old = cluster("old", &[("a", a[0]), ("b", a[1])]);
@@ -58,6 +64,35 @@ fn a_pipeline_runs_in_order_while_its_keys_move() {
     let clusters = format!("{old}{new}");
     let config = yaml("old", MOVE, &clusters);
     let (po, pn) = (picker(&config, "old"), picker(&config, "new"));
+    TwoToFour {
+        _shards: shards,
+        a,
+        clusters,
+        config,
+        po,
+        pn,
+    }
+}
+
+impl TwoToFour {
+    /// The first `n` keys `k:i` whose owner changes.
+    fn moving(&self, n: usize) -> Vec<String> {
+        (0..1000)
+            .map(|i| format!("k:{i}"))
+            .filter(|k| self.pn.pick(k.as_bytes()) >= 2)
+            .take(n)
+            .collect()
+    }
+}
+
+/// Commands of one connection run in the order they were sent, also while a command waits
+/// for its keys to move: a pipelined `GET` of a key that does not move ran before the `MSET`
+/// sent ahead of it (which waited for the `MIGRATE` of its other key), and read the value from
+/// before the `MSET`.
+#[test]
+fn a_pipeline_runs_in_order_while_its_keys_move() {
+    let g = two_to_four();
+    let (a, config, po, pn) = (&g.a, &g.config, &g.po, &g.pn);
     let moves = |k: &str| pn.pick(k.as_bytes()) >= 2;
     let keys: Vec<String> = (0..400).map(|i| format!("k:{i}")).collect();
     let moving: Vec<&String> = keys.iter().filter(|k| moves(k)).collect();
@@ -69,7 +104,7 @@ fn a_pipeline_runs_in_order_while_its_keys_move() {
         let mut d = sync_client(a[po.pick(k.as_bytes())]);
         let _: () = redis::cmd("SET").arg(*k).arg("old").query(&mut d).unwrap();
     }
-    let rw = respway(&config, 1);
+    let rw = respway(config, 1);
     let mut c = sync_client(rw.addr);
     let mut out_of_order = Vec::new();
     for (m, s) in moving.iter().zip(&staying) {
@@ -109,20 +144,16 @@ fn a_pipeline_runs_in_order_while_its_keys_move() {
 /// serves lives.
 #[test]
 fn prepare_move_lets_sidecars_switch_one_by_one() {
-    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
-    let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
-    let old = cluster("old", &[("a", a[0]), ("b", a[1])]);
-    let new = cluster("new", &[("a", a[0]), ("b", a[1]), ("c", a[2]), ("d", a[3])]);
-    let clusters = format!("{old}{new}");
-    let before = yaml("old", "", &clusters);
+    let g = two_to_four();
+    let (a, clusters) = (&g.a, &g.clusters);
+    let before = yaml("old", "", clusters);
     let prepare = yaml(
         "old",
         "      catch_all_mirrors:\n        - { cluster: new, mode: prepare_move }\n",
-        &clusters,
+        clusters,
     );
-    let moving = yaml("old", MOVE, &clusters);
-    let pn = picker(&moving, "new");
-    let moves = |k: &str| pn.pick(k.as_bytes()) >= 2;
+    let moving = &g.config;
+    let moves = |k: &str| g.pn.pick(k.as_bytes()) >= 2;
     let (m, s) = {
         let keys: Vec<String> = (0..100).map(|i| format!("n:{i}")).collect();
         (
@@ -155,7 +186,7 @@ fn prepare_move_lets_sidecars_switch_one_by_one() {
 
     // prepare_move and move side by side: the moving sidecar moves the key and serves it; the
     // prepared one still refuses it.
-    let s2 = respway(&moving, 1);
+    let s2 = respway(moving, 1);
     let mut c2 = sync_client(s2.addr);
     assert_eq!(incr(&mut c2, &m).unwrap(), 2);
     assert!(incr(&mut c1, &m).is_err());
@@ -163,7 +194,7 @@ fn prepare_move_lets_sidecars_switch_one_by_one() {
     drop((c1, s1));
 
     // Both in move mode: every increment is there, each once.
-    let s1 = respway(&moving, 1);
+    let s1 = respway(moving, 1);
     let mut c1 = sync_client(s1.addr);
     assert_eq!(incr(&mut c1, &m).unwrap(), 3);
     assert_eq!(incr(&mut c2, &s).unwrap(), 5);
@@ -757,22 +788,14 @@ fn three_to_five_shards_under_load_loses_nothing() {
 /// connection's later commands (a pipelined client's throughput fell about 5x during a move).
 #[test]
 fn a_key_seen_moved_is_not_moved_again() {
-    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
-    let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
-    let old = cluster("old", &[("a", a[0]), ("b", a[1])]);
-    let new = cluster("new", &[("a", a[0]), ("b", a[1]), ("c", a[2]), ("d", a[3])]);
-    let config = yaml("old", MOVE, &format!("{old}{new}"));
-    let (po, pn) = (picker(&config, "old"), picker(&config, "new"));
-    let keys: Vec<String> = (0..200)
-        .map(|i| format!("k:{i}"))
-        .filter(|k| pn.pick(k.as_bytes()) >= 2)
-        .take(10)
-        .collect();
+    let g = two_to_four();
+    let (a, po) = (&g.a, &g.po);
+    let keys = g.moving(10);
     for k in &keys[..5] {
         let mut d = sync_client(a[po.pick(k.as_bytes())]);
         let _: () = redis::cmd("SET").arg(k).arg("v").query(&mut d).unwrap();
     }
-    let rw = respway(&config, 1);
+    let rw = respway(&g.config, 1);
     for _ in 0..3 {
         let mut c = sync_client(rw.addr);
         for k in &keys {
@@ -796,17 +819,9 @@ fn a_key_seen_moved_is_not_moved_again() {
 /// in move mode lands). Transactions on a route in move mode are refused and run nowhere.
 #[test]
 fn scripts_and_blocking_commands_move_their_keys() {
-    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
-    let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
-    let old = cluster("old", &[("a", a[0]), ("b", a[1])]);
-    let new = cluster("new", &[("a", a[0]), ("b", a[1]), ("c", a[2]), ("d", a[3])]);
-    let config = yaml("old", MOVE, &format!("{old}{new}"));
-    let (po, pn) = (picker(&config, "old"), picker(&config, "new"));
-    let moving: Vec<String> = (0..200)
-        .map(|i| format!("k:{i}"))
-        .filter(|k| pn.pick(k.as_bytes()) >= 2)
-        .take(3)
-        .collect();
+    let g = two_to_four();
+    let (a, po) = (&g.a, &g.po);
+    let moving = g.moving(3);
     let (k, l, w) = (&moving[0], &moving[1], &moving[2]);
     let old_of = |k: &str| sync_client(a[po.pick(k.as_bytes())]);
     let _: () = redis::cmd("SET")
@@ -820,7 +835,7 @@ fn scripts_and_blocking_commands_move_their_keys() {
         .arg("y")
         .query(&mut old_of(l))
         .unwrap();
-    let rw = respway(&config, 1);
+    let rw = respway(&g.config, 1);
     let mut c = sync_client(rw.addr);
     let n: i64 = redis::cmd("EVAL")
         .arg("return redis.call('INCR', KEYS[1])")
