@@ -285,6 +285,8 @@ pub(crate) async fn run_mirror(
             Some((cluster, reply)) = inflight.next(), if !inflight.is_empty() => {
                 if failed(&reply) {
                     stats.record_failed(cluster);
+                } else {
+                    stats.record_applied(cluster);
                 }
             }
         }

@@ -598,6 +598,11 @@ fn mirror_and_hot_key_counters_survive_config_pushes() {
         info.contains("mirror_new:mirrored=52,dropped=0,failed=0"),
         "{info}"
     );
+    // Every copy the new cluster answered is counted as applied, over both pushes too.
+    wait_for("every copy counted as applied", || {
+        let info: String = redis::cmd("INFO").arg("mirror").query(&mut c).unwrap();
+        info.contains(",applied=52\r\n")
+    });
     let info: String = redis::cmd("INFO").arg("hotkeys").query(&mut c).unwrap();
     assert!(
         info.contains("hotkey_old_HIGH_FREQ_:fanned_out_writes=2,"),

@@ -386,6 +386,7 @@ struct Counters {
     mirrored: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
+    applied: AtomicU64,
     moved: AtomicU64,
     absent: AtomicU64,
     move_failed: AtomicU64,
@@ -412,6 +413,9 @@ pub struct MirrorCounts {
     /// Queued copies that failed upstream (error reply or no reply), as the sink's consumer
     /// reported them.
     pub failed: u64,
+    /// Queued copies that the other cluster answered without an error: with `failed`, the
+    /// copies done; `mirrored - applied - failed` are still queued or in flight.
+    pub applied: u64,
     /// Move mode, with this cluster receiving: `MIGRATE`s that moved keys (`+OK`).
     pub moved: u64,
     /// `MIGRATE`s that found none of their keys on the old shard (`+NOKEY`: moved already, or
@@ -437,6 +441,14 @@ impl MirrorStats {
         }
     }
 
+    /// Counts a queued copy for `cluster` that the other cluster answered without an error;
+    /// called by the sink's consumer.
+    pub fn record_applied(&self, cluster: usize) {
+        if let Some(c) = self.clusters.get(cluster) {
+            c.applied.fetch_add(1, Relaxed);
+        }
+    }
+
     /// Counts the outcome of one `MIGRATE` of move mode into `cluster`.
     pub fn record_move(&self, cluster: usize, outcome: MoveOutcome) {
         if let Some(c) = self.clusters.get(cluster) {
@@ -457,6 +469,7 @@ impl MirrorStats {
                 mirrored: c.mirrored.load(Relaxed),
                 dropped: c.dropped.load(Relaxed),
                 failed: c.failed.load(Relaxed),
+                applied: c.applied.load(Relaxed),
                 moved: c.moved.load(Relaxed),
                 absent: c.absent.load(Relaxed),
                 move_failed: c.move_failed.load(Relaxed),
@@ -498,6 +511,7 @@ impl MirrorCounts {
         self.mirrored += o.mirrored;
         self.dropped += o.dropped;
         self.failed += o.failed;
+        self.applied += o.applied;
         self.moved += o.moved;
         self.absent += o.absent;
         self.move_failed += o.move_failed;
