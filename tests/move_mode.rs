@@ -243,7 +243,9 @@ fn ok_or_refused<T: redis::FromRedisValue>(
 ) -> Option<T> {
     match r {
         Ok(v) => Some(v),
-        Err(e) if e.to_string().contains("about to move") => {
+        Err(e)
+            if e.to_string().contains("about to move") || e.to_string().contains("read-only") =>
+        {
             *refused += 1;
             None
         }
@@ -300,7 +302,7 @@ fn load_thread(
     keys: usize,
     mut models: BTreeMap<usize, Model>,
     stop: Arc<AtomicBool>,
-) -> (BTreeMap<usize, Model>, Vec<Op>, u64, u64) {
+) -> Outcome {
     let mut c = sync_client(addr);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(t as u64);
     let mut seq = 1_000_000 * (t as u64 + 1);
@@ -570,6 +572,101 @@ fn push(sidecars: &[&Respway], yaml: &str) {
     }
 }
 
+/// What a load thread ends with: its models, its register history, its refusals and the
+/// commands it ran.
+type Outcome = (BTreeMap<usize, Model>, Vec<Op>, u64, u64);
+
+/// Two sidecars (2 workers each) on `before`, `KEYS` indices preloaded through the first,
+/// and `THREADS` load threads split over both, running until [`Run::finish`].
+struct Run {
+    s1: Respway,
+    s2: Respway,
+    stop: Arc<AtomicBool>,
+    load: Vec<std::thread::JoinHandle<Outcome>>,
+    preloaded: Instant,
+}
+
+const KEYS: usize = 1_200;
+const THREADS: usize = 4;
+
+impl Run {
+    fn start(before: &str) -> Run {
+        let s1 = respway(before, 2);
+        let s2 = respway(before, 2);
+        let mut c = sync_client(s1.addr);
+        let mut models: Vec<BTreeMap<usize, Model>> = vec![BTreeMap::new(); THREADS];
+        let mut seq = 0;
+        for i in 0..KEYS {
+            let mut m = Model::default();
+            preload(&mut c, i, &mut m, &mut seq);
+            models[i % THREADS].insert(i, m);
+        }
+        let preloaded = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = models
+            .into_iter()
+            .enumerate()
+            .map(|(t, m)| {
+                let addr = if t % 2 == 0 { s1.addr } else { s2.addr };
+                let stop = stop.clone();
+                std::thread::spawn(move || load_thread(addr, t, THREADS, KEYS, m, stop))
+            })
+            .collect();
+        Run {
+            s1,
+            s2,
+            stop,
+            load,
+            preloaded,
+        }
+    }
+
+    /// Pushes `yaml` to both sidecars, one after the other, after a pause of load.
+    fn push(&self, yaml: &str) {
+        std::thread::sleep(Duration::from_millis(300));
+        push(&[&self.s1, &self.s2], yaml);
+    }
+
+    /// Stops the load: the models, the register history, the refusals and the commands run.
+    fn finish(self) -> Outcome {
+        std::thread::sleep(Duration::from_millis(300));
+        self.stop.store(true, Relaxed);
+        let mut models = BTreeMap::new();
+        let (mut ops, mut refused, mut done) = (Vec::new(), 0, 0);
+        for h in self.load {
+            let (m, o, r, d) = h.join().expect("a load thread failed");
+            models.extend(m);
+            ops.extend(o);
+            refused += r;
+            done += d;
+        }
+        (models, ops, refused, done)
+    }
+}
+
+/// Runs `respway-compare --config (yaml) --source old --target new ARGS`: exit code, stdout.
+fn compare(yaml: &str, args: &[&str]) -> (Option<i32>, String) {
+    let file = std::env::temp_dir().join(format!(
+        "respway-migration-{}-{}.yaml",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    std::fs::write(&file, yaml.replace("127.0.0.1:0", "127.0.0.1:1")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_respway-compare"))
+        .args(["--config", file.to_str().unwrap()])
+        .args(["--source", "old", "--target", "new"])
+        .args(args)
+        .output()
+        .expect("run respway-compare");
+    let _ = std::fs::remove_file(&file);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
 /// Grows `n_old` ketama shards to `n_new`, keeping the old ones, online: two sidecars under a
 /// load of every type go old → prepare_move → move (one after the other), the background
 /// mover runs, then both go to the new placement alone. Afterwards every key equals the
@@ -577,8 +674,6 @@ fn push(sidecars: &[&Respway], yaml: &str) {
 /// twice), TTLs are within 1 s, no key is on a shard that does not own it, and the shared
 /// registers' history is linearizable.
 fn reshard_under_load(n_old: usize, n_new: usize) {
-    const KEYS: usize = 1_200;
-    const THREADS: usize = 4;
     let shards: Vec<Proc> = (0..n_new).map(|_| redis()).collect();
     let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
     let names: Vec<String> = (0..n_new).map(|i| format!("s{i}")).collect();
@@ -590,84 +685,114 @@ fn reshard_under_load(n_old: usize, n_new: usize) {
         cluster("old", &list(n_old)),
         cluster("new", &list(n_new))
     );
-    let before = yaml("old", "", &clusters);
     let prepare = yaml(
         "old",
         "      catch_all_mirrors:\n        - { cluster: new, mode: prepare_move }\n",
         &clusters,
     );
     let moving = yaml("old", MOVE, &clusters);
-    let after = yaml("new", "", &clusters);
     let pn = picker(&moving, "new");
-
-    let s1 = respway(&before, 2);
-    let s2 = respway(&before, 2);
-    let mut c = sync_client(s1.addr);
-    let mut models: Vec<BTreeMap<usize, Model>> = vec![BTreeMap::new(); THREADS];
-    let mut seq = 0;
-    for i in 0..KEYS {
-        let mut m = Model::default();
-        preload(&mut c, i, &mut m, &mut seq);
-        models[i % THREADS].insert(i, m);
-    }
-    let preloaded = Instant::now();
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let load: Vec<_> = models
-        .into_iter()
-        .enumerate()
-        .map(|(t, m)| {
-            let addr = if t % 2 == 0 { s1.addr } else { s2.addr };
-            let stop = stop.clone();
-            std::thread::spawn(move || load_thread(addr, t, THREADS, KEYS, m, stop))
-        })
-        .collect();
-    let pause = || std::thread::sleep(Duration::from_millis(300));
-    pause();
-    push(&[&s1, &s2], &prepare);
-    pause();
-    push(&[&s1, &s2], &moving);
-    pause();
-    let file = std::env::temp_dir().join(format!(
-        "respway-move-{}-{n_old}-{n_new}.yaml",
-        std::process::id()
-    ));
-    std::fs::write(&file, moving.replace("127.0.0.1:0", "127.0.0.1:1")).unwrap();
-    let mover = std::process::Command::new(env!("CARGO_BIN_EXE_respway-compare"))
-        .args(["--config", file.to_str().unwrap()])
-        .args([
-            "--source", "old", "--target", "new", "--move", "--rate", "200000",
-        ])
-        .output()
-        .expect("run the mover");
-    let _ = std::fs::remove_file(&file);
-    let summary = String::from_utf8_lossy(&mover.stdout).to_string();
-    assert!(
-        mover.status.success(),
-        "mover: {summary}{}",
-        String::from_utf8_lossy(&mover.stderr)
-    );
-    pause();
-    push(&[&s1, &s2], &after);
-    pause();
-    stop.store(true, Relaxed);
-    let mut models = BTreeMap::new();
-    let (mut ops, mut refused, mut done) = (Vec::new(), 0, 0);
-    for h in load {
-        let (m, o, r, d) = h.join().expect("a load thread failed");
-        models.extend(m);
-        ops.extend(o);
-        refused += r;
-        done += d;
-    }
+    let run = Run::start(&yaml("old", "", &clusters));
+    let preloaded = run.preloaded;
+    run.push(&prepare);
+    run.push(&moving);
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, summary) = compare(&moving, &["--move", "--rate", "200000"]);
+    assert_eq!(code, Some(0), "mover: {summary}");
+    run.push(&yaml("new", "", &clusters));
+    let (models, ops, refused, done) = run.finish();
     eprintln!(
         "{n_old} -> {n_new}: {done} commands, {refused} refused (prepare_move), mover: {summary}"
     );
+    verify(&a, &pn, &models, &ops, preloaded);
+}
 
+/// Copy mode between two separate clusters (2 ketama shards to 3 others) under the same load
+/// through two sidecars, with the cut-over the README gives: dual_write (the old cluster
+/// answers) → backfill (`--repair`) while the load runs → a write pause (`read_only`) until
+/// every copy is applied → a last `--repair`, which finds the clusters equal → the new
+/// cluster serves reads, writes still paused → the new cluster answers, copies to the old →
+/// the new cluster alone. The new cluster then equals the model of acknowledged writes
+/// (nothing lost or applied twice, deletes not undone by the backfill, TTLs within 1 s) and
+/// the registers' history is linearizable.
+#[test]
+fn copy_mode_between_clusters_under_load_loses_nothing() {
+    let shards: Vec<Proc> = (0..5).map(|_| redis()).collect();
+    let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let clusters = format!(
+        "{}{}",
+        cluster("old", &[("o0", a[0]), ("o1", a[1])]),
+        cluster("new", &[("n0", a[2]), ("n1", a[3]), ("n2", a[4])])
+    );
+    let mirror = |m: &str| format!("      catch_all_mirrors:\n        - {m}\n");
+    let dual = yaml(
+        "old",
+        &mirror("{ cluster: new, mode: dual_write }"),
+        &clusters,
+    );
+    let paused = yaml(
+        "old",
+        &mirror("{ cluster: new, mode: read_only }"),
+        &clusters,
+    );
+    let switched = yaml(
+        "new",
+        &mirror("{ cluster: old, mode: read_only }"),
+        &clusters,
+    );
+    let back = yaml(
+        "new",
+        &mirror("{ cluster: old, mode: dual_write }"),
+        &clusters,
+    );
+    let pn = picker(&dual, "new");
+    let run = Run::start(&yaml("old", "", &clusters));
+    let preloaded = run.preloaded;
+    run.push(&dual);
+    let (code, first) = compare(&dual, &["--repair", "--rate", "200000"]);
+    assert!(matches!(code, Some(0 | 1)), "backfill: {first}");
+    run.push(&paused);
+    for s in [&run.s1, &run.s2] {
+        wait_for("every copy applied", || {
+            let mut c = sync_client(s.addr);
+            let info: String = redis::cmd("INFO").arg("mirror").query(&mut c).unwrap();
+            let n = |f: &str| -> u64 {
+                info.split([',', ':', '\r'])
+                    .find_map(|kv| kv.strip_prefix(&format!("{f}=")))
+                    .map_or(0, |v| v.parse().unwrap())
+            };
+            let done = n("mirrored") == n("applied") + n("failed");
+            if !done {
+                eprintln!("{info}");
+            }
+            done
+        });
+    }
+    let (code, last) = compare(&paused, &["--repair", "--rate", "200000"]);
+    assert_eq!(code, Some(0), "the last pass finds every key equal: {last}");
+    run.push(&switched);
+    run.push(&back);
+    run.push(&yaml("new", "", &clusters));
+    let (models, ops, refused, done) = run.finish();
+    eprintln!("copy mode: {done} commands, {refused} refused (read_only), backfill: {first}");
+    verify(&a[2..], &pn, &models, &ops, preloaded);
+}
+
+/// Checks the end of a migration under load: every key of `models` is on its owner in the
+/// final cluster (shards `a`, picker `pn`) and on no other shard of it, equal to the model
+/// (counters and lists exact, TTLs within 1 s), no other key is there, and the registers'
+/// history is linearizable.
+fn verify(
+    a: &[SocketAddr],
+    pn: &Arc<dyn ShardPicker>,
+    models: &BTreeMap<usize, Model>,
+    ops: &[Op],
+    preloaded: Instant,
+) {
     // Every key is on its owner only, and equals the model.
     let mut clients: Vec<redis::Connection> = a.iter().map(|x| sync_client(*x)).collect();
     let mut wrong = Vec::new();
-    for (i, m) in &models {
+    for (i, m) in models {
         let keys = ["c", "l", "h", "s", "z", "t", "d"].map(|p| format!("{p}:{i}"));
         for k in &keys {
             let owner = pn.pick(k.as_bytes());
@@ -761,7 +886,7 @@ fn reshard_under_load(n_old: usize, n_new: usize) {
         .sum::<u64>()
         + REGISTERS as u64;
     assert_eq!(total, expected, "no key beyond the model's");
-    let violations = register_violations(&ops, preloaded);
+    let violations = register_violations(ops, preloaded);
     assert!(
         violations.is_empty(),
         "{} of {} register operations not linearizable, e.g. {:?}",
