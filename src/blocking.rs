@@ -214,17 +214,18 @@ fn parse_ms(arg: &[u8]) -> Option<Duration> {
 /// Where all keys of the command route to; applies the routes' prefix removal to `args`.
 ///
 /// # Errors
-/// Why it cannot run on one connection ([`Routing::place_blocking`]), or a command without
+/// Why it cannot run on one connection ([`Routing::place_moving`]), or a command without
 /// keys.
 fn place(routing: &Routing, args: &mut [Bytes], keys: &[usize]) -> Result<Pinned, Refusal> {
     routing
-        .place_blocking(args, keys)?
+        .place_moving(args, keys, Purpose::Blocking)?
         .ok_or(Refusal::NeedsKey(Purpose::Blocking))
 }
 
 /// The `MIGRATE`s, sent now, that move the command's keys from cluster `from` to `to`, each
 /// with its arguments and its answer's future; none sent when an old shard has no primary.
-fn moves(
+/// Transactions use it too.
+pub(crate) fn moves(
     parts: &Parts,
     args: &[Bytes],
     keys: &[usize],

@@ -941,7 +941,7 @@ fn a_key_seen_moved_is_not_moved_again() {
 
 /// Scripts and blocking commands name their keys, so they move them first like any command
 /// (a blocking command then waits on the key's new owner, where a push through any sidecar
-/// in move mode lands). Transactions on a route in move mode are refused and run nowhere.
+/// in move mode lands).
 #[test]
 fn scripts_and_blocking_commands_move_their_keys() {
     let g = two_to_four();
@@ -997,12 +997,92 @@ fn scripts_and_blocking_commands_move_their_keys() {
     std::thread::sleep(Duration::from_millis(200));
     let _: i64 = redis::cmd("RPUSH").arg(w).arg("z").query(&mut c).unwrap();
     assert_eq!(blocked.join().unwrap().map(|p| p.1).as_deref(), Some("z"));
-    let err = redis::cmd("MULTI")
-        .query::<()>(&mut c)
-        .and_then(|_| redis::cmd("INCR").arg(k).query::<()>(&mut c));
-    let err = err.unwrap_err();
-    assert!(err.to_string().contains("mirrored route"), "{err}");
-    let _: () = redis::cmd("DISCARD").query(&mut c).unwrap_or(());
-    let v: i64 = redis::cmd("GET").arg(k).query(&mut c).unwrap();
-    assert_eq!(v, 42, "the refused transaction ran nowhere");
+}
+
+/// A transaction on a route in move mode runs on its keys' new owner: each command's keys
+/// move as it is queued, and EXEC is sent once they have; a pipeline's next command sees the
+/// transaction's effect. A key that moves in after a WATCH of it counts as changed (EXEC
+/// aborts, the retry succeeds). A move that fails discards the transaction: EXECABORT with
+/// the reason, and nothing of it runs.
+#[test]
+fn transactions_move_their_keys_before_exec() {
+    let g = two_to_four();
+    let (a, po, pn) = (&g.a, &g.po, &g.pn);
+    let keys = g.moving(4);
+    let old_of = |k: &str| sync_client(a[po.pick(k.as_bytes())]);
+    for k in &keys {
+        let _: () = redis::cmd("SET")
+            .arg(k)
+            .arg(41)
+            .query(&mut old_of(k))
+            .unwrap();
+    }
+    let rw = respway(&g.config, 1);
+    let mut c = sync_client(rw.addr);
+    let (n, v): (i64, String) = redis::pipe()
+        .atomic()
+        .cmd("INCR")
+        .arg(&keys[0])
+        .cmd("GET")
+        .arg(&keys[0])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!((n, v.as_str()), (42, "42"));
+    // MULTI, INCR, EXEC and a GET in one pipeline: the GET runs after the EXEC.
+    let (_, _, exec, after): (String, String, Vec<i64>, i64) = redis::pipe()
+        .cmd("MULTI")
+        .cmd("INCR")
+        .arg(&keys[1])
+        .cmd("EXEC")
+        .cmd("GET")
+        .arg(&keys[1])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!((exec, after), (vec![42], 42));
+    // WATCH of a key that moves in after it: the first EXEC may abort, a retry succeeds.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let _: () = redis::cmd("WATCH").arg(&keys[2]).query(&mut c).unwrap();
+        let v: i64 = redis::cmd("GET").arg(&keys[2]).query(&mut c).unwrap();
+        let r: Option<((),)> = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg(&keys[2])
+            .arg(v + 1)
+            .query(&mut c)
+            .unwrap();
+        if r.is_some() {
+            break;
+        }
+        assert!(tries < 3, "EXEC aborted {tries} times");
+    }
+    let v: i64 = redis::cmd("GET").arg(&keys[2]).query(&mut c).unwrap();
+    assert_eq!(v, 42);
+    for k in &keys[..3] {
+        assert_eq!(
+            redis::cmd("EXISTS")
+                .arg(k)
+                .query::<i64>(&mut old_of(k))
+                .unwrap(),
+            0,
+            "{k} left its old shard"
+        );
+    }
+    // A key on both shards: the move fails, the transaction is discarded.
+    let k = &keys[3];
+    let mut owner = sync_client(a[pn.pick(k.as_bytes())]);
+    let _: () = redis::cmd("SET").arg(k).arg(7).query(&mut owner).unwrap();
+    let _: () = redis::cmd("MULTI").query(&mut c).unwrap();
+    let queued: String = redis::cmd("INCR").arg(k).query(&mut c).unwrap();
+    assert_eq!(queued, "QUEUED");
+    let err = redis::cmd("EXEC").query::<Vec<i64>>(&mut c).unwrap_err();
+    assert!(
+        err.to_string().contains("Transaction discarded") && err.to_string().contains("BUSYKEY"),
+        "{err}"
+    );
+    let v: i64 = redis::cmd("GET").arg(k).query(&mut owner).unwrap();
+    assert_eq!(v, 7, "the discarded INCR ran nowhere");
+    let v: i64 = redis::cmd("GET").arg(k).query(&mut old_of(k)).unwrap();
+    assert_eq!(v, 41);
 }

@@ -7,7 +7,8 @@
 //!   cluster, route prefixes removed.
 //! - [`Routing::place_pinned`]: the one shard a command that needs a connection of its own
 //!   (a transaction, a blocking command) runs on: one cluster, one shard, no mirrored route,
-//!   no hot key.
+//!   no hot key; [`Routing::place_moving`] also takes a route in move mode (the keys' new
+//!   cluster, and the cluster they move from).
 //!
 //! A request that cannot be placed gets a [`Refusal`]: one typed reason, one text each
 //! ([`Refusal::reply`]), whichever kind of command asked.
@@ -221,18 +222,19 @@ impl Routing {
             .map(|p| (p.cluster, p.shard)))
     }
 
-    /// [`place_pinned`](Self::place_pinned) for a blocking command, which may also use the
-    /// keys of a route in move mode: placed on the cluster they move to, with the cluster
-    /// they move from (their `MIGRATE`s are the caller's).
+    /// [`place_pinned`](Self::place_pinned) for a blocking command or a transaction, which
+    /// may also use the keys of a route in move mode: placed on the cluster they move to,
+    /// with the cluster they move from (their `MIGRATE`s are the caller's).
     ///
     /// # Errors
     /// As [`place_pinned`](Self::place_pinned).
-    pub fn place_blocking(
+    pub fn place_moving(
         &self,
         args: &mut [Bytes],
         keys: &[usize],
+        why: Purpose,
     ) -> Result<Option<Pinned>, Refusal> {
-        self.pinned(args, keys, Purpose::Blocking, true)
+        self.pinned(args, keys, why, true)
     }
 
     fn pinned(
