@@ -603,6 +603,7 @@ mod tests {
                 zone: Some("z1".into()),
                 connected: true,
                 unserved: None,
+                generation: 3,
                 types,
             }],
         };
