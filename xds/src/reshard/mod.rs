@@ -91,6 +91,8 @@ pub struct Start {
     pub rate: Option<u64>,
     /// The mover's bytes per second.
     pub bytes_rate: Option<u64>,
+    /// The mover's largest key moved.
+    pub max_key_bytes: Option<u64>,
     /// Go on without asking after the plan.
     pub yes: bool,
     /// How long each phase waits for every ACK.
@@ -169,6 +171,7 @@ pub async fn start(a: Start, out: &mut Out) -> Result<Outcome, Stop> {
         to: a.to.clone(),
         rate: a.rate,
         bytes_rate: a.bytes_rate,
+        max_key_bytes: a.max_key_bytes,
         ack_timeout_ms: u64::try_from(a.ack_timeout.as_millis()).unwrap_or(u64::MAX),
         ignore_nodes: a.ignore_nodes.clone(),
         phase: Phase::Planned,

@@ -30,6 +30,7 @@ pub struct Flags {
     checkpoint: bool,
     progress: bool,
     bytes_rate: bool,
+    max_key_bytes: bool,
 }
 
 impl Flags {
@@ -51,6 +52,7 @@ impl Flags {
             checkpoint: has("--checkpoint"),
             progress: has("--progress"),
             bytes_rate: has("--bytes-rate"),
+            max_key_bytes: has("--max-key-bytes"),
         })
     }
 }
@@ -72,6 +74,9 @@ fn args(st: &State, path: &Path, flags: Flags) -> Vec<String> {
     }
     if let (Some(b), true) = (st.bytes_rate, flags.bytes_rate) {
         a.extend(["--bytes-rate".to_string(), b.to_string()]);
+    }
+    if let (Some(b), true) = (st.max_key_bytes, flags.max_key_bytes) {
+        a.extend(["--max-key-bytes".to_string(), b.to_string()]);
     }
     if flags.checkpoint {
         a.extend([
@@ -213,10 +218,17 @@ pub async fn run(
     st.mover_pid = None;
     let paused = state::pause_marker(path).exists();
     let failed = st.summary.as_deref().and_then(progress::summary_failed);
+    let big = st.summary.as_deref().and_then(progress::summary_big);
     let ended = match (status.code(), status.signal()) {
         (Some(0), _) if failed.unwrap_or(0) == 0 => Ended::Done,
         _ if paused => Ended::Paused,
         (Some(0), _) => Ended::Failed(format!("the mover exited 0 but reported {failed:?} failed")),
+        (Some(1), _) if big.unwrap_or(0) > 0 && failed == Some(0) => Ended::Failed(format!(
+            "the mover left {} keys above its --max-key-bytes where they are (listed above): \
+             MIGRATE would block their shard while it sends them. Resume with a larger \
+             --max-key-bytes at a quiet time (or delete them)",
+            big.unwrap_or(0)
+        )),
         (Some(1), _) => Ended::Failed(format!(
             "the mover could not move every key ({} failed batches, listed above); fix their \
              cause (BUSYKEY: the key is on both shards; IOERR: the shards cannot reach each \

@@ -169,6 +169,12 @@ pub fn summary_failed(line: &str) -> Option<u64> {
     get(&c, "failed")
 }
 
+/// The `big B` of the summary line, when it has one.
+pub fn summary_big(line: &str) -> Option<u64> {
+    summary_failed(line)?;
+    get(&counts(line), "big")
+}
+
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: u64) -> String {
     let s = n.to_string();
@@ -244,6 +250,10 @@ mod tests {
             Some(2)
         );
         assert_eq!(summary_failed("scanned 10, matched 10"), None);
+        assert_eq!(
+            summary_big("scanned 10, sent 4, kept 6, absent 0, failed 0, big 1"),
+            Some(1)
+        );
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(bytes(1536), "1.5 KiB");
     }

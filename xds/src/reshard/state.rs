@@ -93,6 +93,9 @@ pub struct State {
     pub rate: Option<u64>,
     /// The mover's `--bytes-rate`.
     pub bytes_rate: Option<u64>,
+    /// The mover's `--max-key-bytes`.
+    #[serde(default)]
+    pub max_key_bytes: Option<u64>,
     /// How long a phase waits for every sidecar's ACK, in milliseconds.
     pub ack_timeout_ms: u64,
     /// Nodes not waited for.

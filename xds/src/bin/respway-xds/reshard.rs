@@ -47,6 +47,10 @@ pub(crate) enum Reshard {
         /// The mover's bytes per second.
         #[arg(long)]
         bytes_rate: Option<u64>,
+        /// The mover's largest key moved, in bytes (a bigger one is listed and stops the
+        /// phase; the mover's default when left out).
+        #[arg(long)]
+        max_key_bytes: Option<u64>,
         /// Start without asking after the plan.
         #[arg(long)]
         yes: bool,
@@ -103,6 +107,7 @@ pub(crate) async fn run(action: Reshard) -> ExitCode {
             state,
             rate,
             bytes_rate,
+            max_key_bytes,
             yes,
             ack_timeout,
             ignore_node,
@@ -122,6 +127,7 @@ pub(crate) async fn run(action: Reshard) -> ExitCode {
                     state,
                     rate,
                     bytes_rate,
+                    max_key_bytes,
                     yes,
                     ack_timeout: Duration::from_secs(ack_timeout),
                     ignore_nodes: ignore_node,
