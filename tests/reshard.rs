@@ -274,6 +274,12 @@ fn fill(env: &Env) {
 
 /// Every key on its owner in `new` only, with its value and TTL; reads through both sidecars.
 fn check_moved(env: &Env) {
+    check_placed(env, &env.new);
+}
+
+/// Every key on its owner by `picker` only, with its value and TTL; reads through both
+/// sidecars.
+fn check_placed(env: &Env, picker: &Arc<dyn ShardPicker>) {
     let mut conns: Vec<RespConn> = env
         .shards
         .iter()
@@ -286,7 +292,7 @@ fn check_moved(env: &Env) {
     );
     for i in 0..KEYS {
         let k = key(i);
-        let owner = env.new.pick(k.as_bytes());
+        let owner = picker.pick(k.as_bytes());
         let c = &mut conns[owner];
         if k.starts_with("list:") {
             let r = c.call(&["LRANGE", &k, "0", "-1"]);
@@ -491,4 +497,62 @@ fn a_sidecar_not_connected_or_nacking_stops_the_phase_before_any_key_moves() {
         text(&out)
     );
     assert_eq!(dbsize(env.shards[0].addr), total, "no key moved");
+}
+
+/// `pause` stops the mover and the run (exit 3), `status` says where it is, and `abort` moves
+/// the keys already moved back (move mode towards `old`, the mover from `new`), then serves
+/// the original files: every key on its old owner, both sidecars on them.
+#[test]
+fn reshard_paused_then_aborted_ends_with_every_key_back_on_the_old_cluster() {
+    let env = Env::start(2, 4);
+    fill(&env);
+    let state = env.work.join("state.json");
+    let args = env.start_args(&state, &["--yes", "--rate", "300"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let child = env.reshard_cmd(&args).spawn().expect("start");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = std::fs::read_to_string(&state).unwrap_or_default();
+        if st.contains("\"mover_pid\": ") && !st.contains("\"mover_pid\": null") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the mover never started: {st}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    let path = state.to_str().unwrap();
+    let paused = env.reshard(&["pause", "--state", path]);
+    assert!(paused.status.success(), "{}", text(&paused));
+    let run = wait_bounded(child, Duration::from_secs(30));
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run));
+    let status = env.reshard(&["status", "--state", path]);
+    let st = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        st.contains("phase 2/3 every sidecar in move mode; moving keys")
+            && st.contains("running: no")
+            && st.contains("node sidecar-1: ACKed version"),
+        "{}",
+        text(&status)
+    );
+    let out = env.reshard(&["abort", "--state", path]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "phase 1/3: move mode pushed (listener \"main\" catch_all: new, keys moving to old)",
+        "phase 2/3: moving the keys from new to old",
+        "aborted: listener \"main\" catch_all is on old again, every key back on it",
+    ] {
+        assert!(stdout.contains(line), "{line}\n{}", text(&out));
+    }
+    check_placed(&env, &env.old);
+    for z in ["zone-z1.yaml", "zone-z2.yaml"] {
+        let served = std::fs::read_to_string(env.work.join("res").join(z)).unwrap();
+        let original = std::fs::read_to_string(env.file(z)).unwrap();
+        assert_eq!(served, original, "{z}");
+    }
+    let s = env.status();
+    for n in &s.nodes {
+        let lds = &n.types[respway_xds::LISTENER_TYPE_URL];
+        assert!(n.generation == s.version && lds.acked == lds.sent, "{n:?}");
+    }
 }
