@@ -365,9 +365,11 @@ fn reshard_moves_every_key_to_its_new_owner_and_ends_on_the_new_cluster() {
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     for line in [
-        "phase 0/3: plan of the move of listener \"main\" catch_all from old to new",
+        "phase 0/4: plan of the move of listener \"main\" catch_all from old to new",
+        "phase 1/4: prepare_move pushed (listener \"main\" catch_all: old; commands on keys moving to new refused until every sidecar moves keys)",
+        "phase 2/4: move mode pushed (listener \"main\" catch_all: old, keys moving to new)",
         "every sidecar ACKed version",
-        "phase 2/3: moving the keys from old to new",
+        "phase 3/4: moving the keys from old to new",
         "done: listener \"main\" catch_all is on new, every key moved",
     ] {
         assert!(stdout.contains(line), "{line}\n{}", text(&out));
@@ -423,7 +425,7 @@ fn reshard_killed_while_moving_resumes_to_the_same_end() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("resuming from"), "{}", text(&out));
     assert!(
-        stdout.contains("phase 1/3: move mode pushed"),
+        stdout.contains("phase 2/4: move mode pushed"),
         "{}",
         text(&out)
     );
@@ -452,7 +454,7 @@ fn a_sidecar_not_connected_or_nacking_stops_the_phase_before_any_key_moves() {
         text(&out)
     );
     assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("phase 2/3"),
+        !String::from_utf8_lossy(&out.stdout).contains("phase 2/4"),
         "{}",
         text(&out)
     );
@@ -528,7 +530,7 @@ fn reshard_paused_then_aborted_ends_with_every_key_back_on_the_old_cluster() {
     let status = env.reshard(&["status", "--state", path]);
     let st = String::from_utf8_lossy(&status.stdout);
     assert!(
-        st.contains("phase 2/3 every sidecar in move mode; moving keys")
+        st.contains("phase 3/4 every sidecar in move mode; moving keys")
             && st.contains("running: no")
             && st.contains("node sidecar-1: ACKed version"),
         "{}",
@@ -538,8 +540,8 @@ fn reshard_paused_then_aborted_ends_with_every_key_back_on_the_old_cluster() {
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     for line in [
-        "phase 1/3: move mode pushed (listener \"main\" catch_all: new, keys moving to old)",
-        "phase 2/3: moving the keys from new to old",
+        "phase 2/4: move mode pushed (listener \"main\" catch_all: new, keys moving to old)",
+        "phase 3/4: moving the keys from new to old",
         "aborted: listener \"main\" catch_all is on old again, every key back on it",
     ] {
         assert!(stdout.contains(line), "{line}\n{}", text(&out));

@@ -118,8 +118,8 @@ pub fn check_start(text: &str, r: &RouteRef, from: &str, to: &str) -> Result<(),
     Ok(())
 }
 
-/// `text` with the route sent to `cluster`, with move mode to `mirror` when given, and without
-/// mirrors otherwise.
+/// `text` with the route sent to `cluster`, with a mirror `(cluster, mode)` when given
+/// (`prepare_move` or `move`), and without mirrors otherwise.
 ///
 /// # Errors
 /// The file is not YAML or has no such route.
@@ -127,17 +127,17 @@ pub fn with_route(
     text: &str,
     r: &RouteRef,
     cluster: &str,
-    mirror: Option<&str>,
+    mirror: Option<(&str, &str)>,
 ) -> Result<String, String> {
     let mut doc = parse(text)?;
     let route = route_mut(&mut doc, r)?;
     let (cluster_key, mirrors_key) = keys(r);
     route.insert(key(cluster_key), key(cluster));
     match mirror {
-        Some(m) => {
+        Some((m, mode)) => {
             let mut policy = Mapping::new();
             policy.insert(key("cluster"), key(m));
-            policy.insert(key("mode"), key("move"));
+            policy.insert(key("mode"), key(mode));
             route.insert(
                 key(mirrors_key),
                 Value::Sequence(vec![Value::Mapping(policy)]),
@@ -225,7 +225,13 @@ clusters:
     #[test]
     fn the_catch_all_goes_through_move_mode_to_its_new_cluster() {
         check_start(RES, &catch_all(), "old", "new").unwrap();
-        let moving = with_route(RES, &catch_all(), "old", Some("new")).unwrap();
+        let prepare = with_route(RES, &catch_all(), "old", Some(("new", "prepare_move"))).unwrap();
+        assert_eq!(
+            routes(&prepare)["catch_all_mirrors"][0]["mode"],
+            key("prepare_move")
+        );
+        crate::parse_yaml(&prepare).expect("a valid file");
+        let moving = with_route(RES, &catch_all(), "old", Some(("new", "move"))).unwrap();
         let r = routes(&moving);
         assert_eq!(r["catch_all"], key("old"));
         assert_eq!(r["catch_all_mirrors"][0]["cluster"], key("new"));
@@ -245,7 +251,7 @@ clusters:
             listener: "main".into(),
             prefix: Some("fc:".into()),
         };
-        let moving = with_route(RES, &r, "old", Some("new")).unwrap();
+        let moving = with_route(RES, &r, "old", Some(("new", "move"))).unwrap();
         let v = routes(&moving);
         assert_eq!(v["prefixes"][0]["mirrors"][0]["cluster"], key("new"));
         assert!(v.get("catch_all_mirrors").is_none());
@@ -275,7 +281,7 @@ clusters:
             err(&other, "old", "new"),
             "the file has no listener named \"other\""
         );
-        let moving = with_route(RES, &catch_all(), "old", Some("new")).unwrap();
+        let moving = with_route(RES, &catch_all(), "old", Some(("new", "move"))).unwrap();
         assert!(check_start(&moving, &catch_all(), "old", "new")
             .unwrap_err()
             .contains("has mirrors already"));

@@ -3,9 +3,10 @@
 //!
 //! ```text
 //! 0 plan          the mover's --plan: keys and bytes that move, per shard; asks to go on
-//! 1 move mode     RES.yaml with the route's move mirror to `to`, applied; every sidecar ACKs
-//! 2 move keys     respway-compare --move (checkpointed), to its end with nothing failed
-//! 3 final         RES.yaml with the route on `to` and no mirror, applied; every sidecar ACKs
+//! 1 prepare_move  RES.yaml with the route's mirror to `to` in prepare_move; every sidecar ACKs
+//! 2 move mode     the same mirror in move; every sidecar ACKs
+//! 3 move keys     respway-compare --move (checkpointed), to its end with nothing failed
+//! 4 final         RES.yaml with the route on `to` and no mirror, applied; every sidecar ACKs
 //! ```
 //!
 //! STATE.json ([`state`]) records the phase reached and the applied generations after every
@@ -187,7 +188,7 @@ pub async fn start(a: Start, out: &mut Out) -> Result<Outcome, Stop> {
     let program = mover::program();
     let flags = mover::Flags::probe(&program).await.map_err(Stop::Usage)?;
     out.say(&format!(
-        "phase 0/3: plan of the move of {} from {} to {}",
+        "phase 0/4: plan of the move of {} from {} to {}",
         a.route, a.from, a.to
     ));
     st.plan = mover::plan(&program, flags, &st, &a.state, out)
@@ -209,7 +210,10 @@ async fn confirm() -> Result<bool, Stop> {
         ));
     }
     let mut o = std::io::stdout().lock();
-    let _ = write!(o, "go on (push move mode to every sidecar)? [y/N] ");
+    let _ = write!(
+        o,
+        "go on (push prepare_move, then move mode, to every sidecar)? [y/N] "
+    );
     let _ = o.flush();
     drop(o);
     let answer = tokio::task::spawn_blocking(|| {
@@ -258,10 +262,12 @@ async fn drive(
     let _ = std::fs::remove_file(state::pause_marker(path));
     st.driver_pid = Some(std::process::id());
     st.stopped = None;
-    // A phase whose ACKs were not all seen is pushed again and waited for again: the server
-    // may have restarted (its generations too), and the mover never runs before the gate.
+    // The last push is pushed again and waited for again: the server may have restarted (its
+    // generations too), and the mover never runs before the gate. Move mode may follow once
+    // every sidecar had prepare_move (a sidecar restarted since gets what is served).
     st.phase = match st.phase {
-        Phase::MovePushed | Phase::MoveAcked => Phase::Planned,
+        Phase::PreparePushed => Phase::Planned,
+        Phase::MovePushed | Phase::MoveAcked => Phase::PrepareAcked,
         Phase::FinalPushed => Phase::Moved,
         p => p,
     };
@@ -299,22 +305,40 @@ async fn phases(
             (f.to_string(), t.to_string())
         };
         match st.phase {
-            Phase::Planned => {
+            Phase::Planned | Phase::PrepareAcked => {
+                let prepare = st.phase == Phase::Planned;
+                let mode = if prepare { "prepare_move" } else { "move" };
                 let mut texts = Vec::new();
                 for f in &st.files {
-                    let text = edit::with_route(&f.original, &route, &from, Some(&to))
+                    let text = edit::with_route(&f.original, &route, &from, Some((&to, mode)))
                         .map_err(Stop::Failed)?;
                     texts.push((f.name.clone(), text));
                 }
-                let step = if st.aborting { "reverse move" } else { "move" };
+                let step = match (st.aborting, prepare) {
+                    (false, true) => "prepare",
+                    (false, false) => "move",
+                    (true, true) => "reverse prepare",
+                    (true, false) => "reverse move",
+                };
                 let v = apply(st, auth, step, texts).await?;
-                out.say(&format!(
-                    "phase 1/3: move mode pushed ({route}: {from}, keys moving to {to}), serving \
-                     version {v}"
-                ));
-                st.phase = Phase::MovePushed;
+                out.say(&if prepare {
+                    format!(
+                        "phase 1/4: prepare_move pushed ({route}: {from}; commands on keys moving \
+                         to {to} refused until every sidecar moves keys), serving version {v}"
+                    )
+                } else {
+                    format!(
+                        "phase 2/4: move mode pushed ({route}: {from}, keys moving to {to}), \
+                         serving version {v}"
+                    )
+                });
+                st.phase = if prepare {
+                    Phase::PreparePushed
+                } else {
+                    Phase::MovePushed
+                };
             }
-            Phase::MovePushed | Phase::FinalPushed => {
+            Phase::PreparePushed | Phase::MovePushed | Phase::FinalPushed => {
                 let v = st.applied.last().map_or(0, |a| a.version);
                 let n = acks::wait(&st.admin, auth, v, timeout, &st.ignore_nodes)
                     .await
@@ -323,14 +347,14 @@ async fn phases(
                     a.acked = true;
                 }
                 out.say(&format!("every sidecar ACKed version {v} ({n} nodes)"));
-                st.phase = if st.phase == Phase::MovePushed {
-                    Phase::MoveAcked
-                } else {
-                    Phase::Done
+                st.phase = match st.phase {
+                    Phase::PreparePushed => Phase::PrepareAcked,
+                    Phase::MovePushed => Phase::MoveAcked,
+                    _ => Phase::Done,
                 };
             }
             Phase::MoveAcked => {
-                out.say(&format!("phase 2/3: moving the keys from {from} to {to}"));
+                out.say(&format!("phase 3/4: moving the keys from {from} to {to}"));
                 let program = mover::program();
                 let flags = mover::Flags::probe(&program).await.map_err(Stop::Failed)?;
                 match mover::run(&program, flags, st, path, out)
@@ -358,7 +382,7 @@ async fn phases(
                 let step = if st.aborting { "restore" } else { "final" };
                 let v = apply(st, auth, step, texts).await?;
                 out.say(&format!(
-                    "phase 3/3: {} pushed ({route} on {to}, no mirror), serving version {v}",
+                    "phase 4/4: {} pushed ({route} on {to}, no mirror), serving version {v}",
                     if st.aborting {
                         "the original files"
                     } else {

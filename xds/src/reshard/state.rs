@@ -14,6 +14,11 @@ use super::edit::RouteRef;
 pub enum Phase {
     /// Nothing pushed yet (the plan was accepted).
     Planned,
+    /// `prepare_move` applied; not yet ACKed by every sidecar.
+    PreparePushed,
+    /// Every sidecar ACKed `prepare_move`: none serves a key whose owner changes from its old
+    /// placement any more, so move mode may start.
+    PrepareAcked,
     /// Move mode applied; not yet ACKed by every sidecar.
     MovePushed,
     /// Every sidecar ACKed move mode: the mover may run.
@@ -30,11 +35,13 @@ impl Phase {
     /// How `status` names it.
     pub fn describe(self) -> &'static str {
         match self {
-            Phase::Planned => "0/3 planned (nothing pushed yet)",
-            Phase::MovePushed => "1/3 move mode pushed, waiting for every sidecar's ACK",
-            Phase::MoveAcked => "2/3 every sidecar in move mode; moving keys",
-            Phase::Moved => "2/3 keys moved; final configuration not pushed yet",
-            Phase::FinalPushed => "3/3 final configuration pushed, waiting for every sidecar's ACK",
+            Phase::Planned => "0/4 planned (nothing pushed yet)",
+            Phase::PreparePushed => "1/4 prepare_move pushed, waiting for every sidecar's ACK",
+            Phase::PrepareAcked => "1/4 every sidecar in prepare_move; move mode not pushed yet",
+            Phase::MovePushed => "2/4 move mode pushed, waiting for every sidecar's ACK",
+            Phase::MoveAcked => "3/4 every sidecar in move mode; moving keys",
+            Phase::Moved => "3/4 keys moved; final configuration not pushed yet",
+            Phase::FinalPushed => "4/4 final configuration pushed, waiting for every sidecar's ACK",
             Phase::Done => "done",
         }
     }
@@ -43,7 +50,8 @@ impl Phase {
 /// One configuration applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
-    /// `move`, `final`, or with an abort `reverse move` and `restore`.
+    /// `prepare`, `move`, `final`, or with an abort `reverse prepare`, `reverse move` and
+    /// `restore`.
     pub step: String,
     /// The server's generation after it.
     pub version: u64,

@@ -188,9 +188,9 @@ pub async fn abort(path: &Path, auth: &AdminAuth, out: &mut Out) -> Result<Outco
         return Ok(Outcome::Done);
     }
     out.say(&format!(
-        "aborting: keys already moved are on {to}; they move back to {from} (move mode from {to} \
-         to {from}, then `respway-compare --config {} --source {to} --target {from} --move`), \
-         then {} pushed as they were",
+        "aborting: keys already moved are on {to}; they move back to {from} (prepare_move, then \
+         move mode from {to} to {from}, then `respway-compare --config {} --source {to} --target \
+         {from} --move`), then {} pushed as they were",
         state::mover_config(path).display(),
         st.files
             .iter()
