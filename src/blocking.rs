@@ -6,7 +6,9 @@
 //! cluster's `dedicated_connections`), so a client blocked for minutes holds no shared
 //! connection and delays nobody else's commands. Keys on several shards answer `CROSSSLOT`;
 //! keys of a mirrored route or under a hot-key prefix are refused (a pop cannot be mirrored
-//! or spread over shards consistently).
+//! or spread over shards consistently). On a route in move mode the command runs on the keys'
+//! new owner, after the `MIGRATE`s of those whose owner changes (see
+//! `respway_filters::moving`), sent on the old shards' shared connections.
 //!
 //! The command's own timeout decides how long respway waits: the upstream deadline is that
 //! timeout plus the listener's `op_timeout` plus [`MARGIN`] (far in the future for `0`,
@@ -25,13 +27,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use respway_filters::command::CommandInfo;
 use respway_filters::error::{Failure, UpstreamError};
-use respway_filters::place::{Purpose, Refusal};
+use respway_filters::moving::{migrate_commands, move_failure, outcome};
+use respway_filters::place::{Pinned, Purpose, Refusal};
+use respway_filters::request::is_error;
 use respway_filters::request::Flavor;
 use respway_filters::routing::Routing;
 use tokio::time::Instant;
 
 use crate::fanout::BoxReply;
 use crate::stack::Parts;
+use crate::upstream::UpstreamFuture;
 
 /// Added to the command's timeout (besides `op_timeout`) for the upstream deadline: Redis
 /// notices a blocked client's timeout on its next event-loop turn, which can be late by up to
@@ -85,7 +90,11 @@ pub(crate) fn call(
     if block == Block::No {
         return Call::Forward(args);
     }
-    let (cluster, shard) = match place(&parts.routing, &mut args, keys) {
+    let Pinned {
+        cluster,
+        shard,
+        from,
+    } = match place(&parts.routing, &mut args, keys) {
         Ok(at) => at,
         Err(r) => return Call::Refused(r.into()),
     };
@@ -103,6 +112,34 @@ pub(crate) fn call(
     .min(FOREVER);
     let deadline = Instant::now() + wait;
     let backstop = deadline + op_timeout.min(FOREVER) + BACKSTOP;
+    // Move mode: the keys whose owner changes move first (on the shared connections of
+    // their old shards), and the command is sent only once they have.
+    let migrate =
+        match from.map(|from| moves(parts, &args, keys, from, cluster, flavor, op_timeout)) {
+            None => Vec::new(),
+            Some(Ok(m)) => m,
+            Some(Err(f)) => return Call::Refused(f),
+        };
+    if !migrate.is_empty() {
+        let (stats, moved) = (parts.mirror_stats.clone(), parts.moved.clone());
+        return Call::Wait {
+            fut: Box::pin(async move {
+                for (m, answer) in migrate {
+                    let answer = answer.await;
+                    stats.record_move(cluster, outcome(&answer, &m, flavor.db, &moved));
+                    if !matches!(&answer, Ok(r) if !is_error(r)) {
+                        return Err(move_failure(&answer));
+                    }
+                }
+                let r = conn.send(args, deadline).await;
+                if r.is_ok() {
+                    conn.give_back();
+                }
+                r
+            }),
+            backstop,
+        };
+    }
     let reply = conn.send(args, deadline);
     Call::Wait {
         fut: Box::pin(async move {
@@ -174,16 +211,56 @@ fn parse_ms(arg: &[u8]) -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
-/// The `(cluster, shard)` all keys of the command route to; applies the routes' prefix
-/// removal to `args`.
+/// Where all keys of the command route to; applies the routes' prefix removal to `args`.
 ///
 /// # Errors
-/// Why it cannot run on one connection ([`Routing::place_pinned`]), or a command without
+/// Why it cannot run on one connection ([`Routing::place_moving`]), or a command without
 /// keys.
-fn place(routing: &Routing, args: &mut [Bytes], keys: &[usize]) -> Result<(usize, usize), Refusal> {
+fn place(routing: &Routing, args: &mut [Bytes], keys: &[usize]) -> Result<Pinned, Refusal> {
     routing
-        .place_pinned(args, keys, Purpose::Blocking)?
+        .place_moving(args, keys, Purpose::Blocking)?
         .ok_or(Refusal::NeedsKey(Purpose::Blocking))
+}
+
+/// The `MIGRATE`s, sent now, that move the command's keys from cluster `from` to `to`, each
+/// with its arguments and its answer's future; none sent when an old shard has no primary.
+/// Transactions use it too.
+pub(crate) fn moves(
+    parts: &Parts,
+    args: &[Bytes],
+    keys: &[usize],
+    from: usize,
+    to: usize,
+    flavor: Flavor,
+    op_timeout: Duration,
+) -> Result<Vec<(Vec<Bytes>, UpstreamFuture)>, Failure> {
+    let timeout_ms = op_timeout.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+    let keys = keys.iter().filter_map(|&i| args.get(i));
+    let deadline = Instant::now() + op_timeout;
+    let cmds = migrate_commands(
+        &parts.routing,
+        keys,
+        flavor.db,
+        from,
+        to,
+        &parts.moved,
+        timeout_ms,
+    );
+    if cmds
+        .iter()
+        .any(|(shard, _)| parts.primary(from, *shard).is_none())
+    {
+        return Err(UpstreamError::NoShard.at("".into()));
+    }
+    Ok(cmds
+        .into_iter()
+        .filter_map(|(shard, m)| {
+            let answer = parts
+                .primary(from, shard)?
+                .send(m.clone(), flavor, 0, deadline);
+            Some((m, answer))
+        })
+        .collect())
 }
 
 #[cfg(test)]

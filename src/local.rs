@@ -594,8 +594,8 @@ fn info_filters(
                 continue;
             }
             s.push_str(&format!(
-                "mirror_{name}:mirrored={},dropped={},failed={},moved={},absent={},move_failed={}\r\n",
-                c.mirrored, c.dropped, c.failed, c.moved, c.absent, c.move_failed
+                "mirror_{name}:mirrored={},dropped={},failed={},moved={},absent={},move_failed={},applied={}\r\n",
+                c.mirrored, c.dropped, c.failed, c.moved, c.absent, c.move_failed, c.applied
             ));
         }
     }

@@ -94,6 +94,8 @@ pub(crate) struct Parts {
     pub(crate) mirror_stats: Arc<MirrorStats>,
     /// Hot-key counters (this worker).
     pub(crate) hot_key_stats: Arc<HotKeyStats>,
+    /// Keys this worker has seen moved in move mode (no `MIGRATE` is sent for them again).
+    pub(crate) moved: Arc<respway_filters::moving::Moved>,
     /// Databases a client may `SELECT` (the smallest `databases` of the routed clusters).
     pub(crate) databases: u32,
     /// The listener's ACL users (`None`: no users and no password: nothing to check).
@@ -229,11 +231,10 @@ pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
 pub(crate) fn build(p: &Parts, conn: usize) -> Chain {
     ServiceBuilder::new()
         .layer(PrefixRouteLayer::new(p.routing.clone()))
-        .layer(MirrorLayer::new(
-            p.routing.clone(),
-            p.mirror.clone(),
-            p.mirror_stats.clone(),
-        ))
+        .layer(
+            MirrorLayer::new(p.routing.clone(), p.mirror.clone(), p.mirror_stats.clone())
+                .with_moved(p.moved.clone()),
+        )
         .service(shadow(p, conn))
 }
 
@@ -284,6 +285,8 @@ pub(crate) async fn run_mirror(
             Some((cluster, reply)) = inflight.next(), if !inflight.is_empty() => {
                 if failed(&reply) {
                     stats.record_failed(cluster);
+                } else {
+                    stats.record_applied(cluster);
                 }
             }
         }

@@ -10,6 +10,12 @@
 //! Keys under a mirrored route or a hot-key prefix are refused inside a transaction (their
 //! writes would have to reach several clusters or shards, which one `EXEC` cannot make
 //! atomic), and so are commands that would change the connection (`SELECT`, `HELLO`, ...).
+//! A route in move mode is the exception: the transaction runs on the keys' new owner, each
+//! command's keys whose owner changes are moved (`MIGRATE` on their old shards' shared
+//! connections, sent as the command is queued), and `EXEC` is sent only once every move
+//! answered; a move that failed makes `EXEC` send `DISCARD` and answer `-EXECABORT` with the
+//! reason. A key that moves in after a `WATCH` of it counts as changed (Redis's `RESTORE`
+//! touches it), so such an `EXEC` aborts and the client retries, as on any watched change.
 //!
 //! When the transaction ends the connection goes back to the pool once a `PING` after
 //! `EXEC`/`DISCARD`/`UNWATCH` is answered; a client that leaves mid-transaction has
@@ -23,7 +29,7 @@ use respway_filters::command::{CommandClass, CommandInfo};
 use respway_filters::place::{Purpose, Refusal};
 use respway_filters::routing::Routing;
 
-use crate::upstream::Dedicated;
+use crate::upstream::{Dedicated, UpstreamFuture};
 
 /// Commands without keys a transaction may hold before its first key picks the shard
 /// (beyond it they are refused and `EXEC` aborts): the proxy holds them, so they are bounded.
@@ -42,6 +48,9 @@ pub(crate) struct Tx {
     pub(crate) queued: Vec<Vec<Bytes>>,
     /// How long the cleanup after the transaction may take.
     pub(crate) timeout: Duration,
+    /// Move mode: the `MIGRATE`s of the transaction's keys (arguments, answer), which `EXEC`
+    /// waits for.
+    pub(crate) moves: Vec<(Vec<Bytes>, UpstreamFuture)>,
 }
 
 /// The connection a transaction runs on.
@@ -64,6 +73,7 @@ impl Tx {
             pinned: None,
             queued: Vec::new(),
             timeout,
+            moves: Vec::new(),
         }
     }
 
@@ -90,14 +100,14 @@ impl Drop for Tx {
 /// a command without keys. Applies the routes' prefix removal to `args`.
 ///
 /// # Errors
-/// Why the command cannot be part of the transaction ([`Routing::place_pinned`]): keys on
+/// Why the command cannot be part of the transaction ([`Routing::place_moving`]): keys on
 /// several clusters or shards, keys of a mirrored route or under a hot-key prefix.
 pub(crate) fn place(
     routing: &Routing,
     cmd: &CommandInfo,
     args: &mut [Bytes],
     keys: Result<&[usize], &'static str>,
-) -> Result<Option<(usize, usize)>, Refusal> {
+) -> Result<Option<respway_filters::place::Pinned>, Refusal> {
     if !matches!(
         cmd.class,
         CommandClass::Single
@@ -109,5 +119,5 @@ pub(crate) fn place(
         return Ok(None);
     }
     let keys = keys.map_err(|e| Refusal::Keys(e.to_string()))?;
-    routing.place_pinned(args, keys, Purpose::Transaction)
+    routing.place_moving(args, keys, Purpose::Transaction)
 }

@@ -251,6 +251,7 @@ impl Worker {
                     listener: Arc::new(listener.clone()),
                     mirror_stats: Arc::new(MirrorStats::new(routing.clusters.len())),
                     hot_key_stats: Arc::new(HotKeyStats::new(routing)),
+                    moved: Arc::default(),
                     routing: routing.clone(),
                     endpoints: endpoints.clone(),
                     mirror: Arc::new(queue),

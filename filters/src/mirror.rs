@@ -24,6 +24,9 @@
 //!
 //! - **Move** ([`MirrorMode::Move`], the route's only policy): the request goes to
 //!   `m.cluster`, after its keys whose owner changes are moved there ([`crate::moving`]).
+//! - **PrepareMove** ([`MirrorMode::PrepareMove`], the route's only policy): a request
+//!   naming a key whose owner changes is refused with [`crate::moving::ABOUT_TO_MOVE`];
+//!   the others go on unchanged.
 //!
 //! A command that the primary side would refuse — a hot key written with other keys
 //! ([`crate::hot_key::refuses`]), keys on several shards of a cluster that runs it on one
@@ -61,7 +64,7 @@ use tower::{Layer, Service};
 use crate::command::CommandClass;
 use crate::error::{Failure, Kind};
 use crate::model::MirrorMode;
-use crate::moving::{MoveFuture, Moving};
+use crate::moving::{Held, MoveFuture, Moved, Moving};
 use crate::place::Refusal;
 use crate::request::{Reply, Request};
 use crate::routing::Routing;
@@ -86,6 +89,7 @@ pub struct MirrorLayer {
     routing: Arc<Routing>,
     sink: Arc<dyn MirrorSink>,
     stats: Arc<MirrorStats>,
+    moved: Arc<Moved>,
 }
 
 impl MirrorLayer {
@@ -96,19 +100,29 @@ impl MirrorLayer {
             routing,
             sink,
             stats,
+            moved: Arc::default(),
         }
+    }
+
+    /// Shares `moved`, the worker's memory of keys seen moved in move mode (by default each
+    /// layer has its own).
+    pub fn with_moved(mut self, moved: Arc<Moved>) -> Self {
+        self.moved = moved;
+        self
     }
 }
 
 impl<S> Layer<S> for MirrorLayer {
     type Service = Mirror<S>;
     fn layer(&self, inner: S) -> Mirror<S> {
-        Mirror::new(
+        let mut m = Mirror::new(
             inner,
             self.routing.clone(),
             self.sink.clone(),
             self.stats.clone(),
-        )
+        );
+        m.moved = self.moved.clone();
+        m
     }
 }
 
@@ -121,6 +135,10 @@ pub struct Mirror<S> {
     stats: Arc<MirrorStats>,
     /// This connection's sampling RNG, created on the first fractional sample.
     rng: Option<SmallRng>,
+    /// This connection's commands waiting to be forwarded on a route in move mode.
+    held: Held,
+    /// The worker's memory of keys seen moved.
+    moved: Arc<Moved>,
 }
 
 // === impl Mirror ===
@@ -139,6 +157,8 @@ impl<S> Mirror<S> {
             sink,
             stats,
             rng: None,
+            held: Held::default(),
+            moved: Arc::default(),
         }
     }
 
@@ -170,9 +190,10 @@ impl<S> Mirror<S> {
         }
     }
 
-    /// Applies the policies of `req`'s route; `Err` is the reply of a refused write. `Ok`
-    /// holds the `MIGRATE`s to run before `req` on a route in move mode (none elsewhere).
-    fn apply(&mut self, req: &mut Request) -> Result<Vec<Request>, Refusal> {
+    /// Applies the policies of `req`'s route; `Err` is the reply of a refused write. On a
+    /// route in move mode `Ok` holds the `MIGRATE`s to run before `req` (maybe none);
+    /// elsewhere `None`.
+    fn apply(&mut self, req: &mut Request) -> Result<Option<Vec<Request>>, Refusal> {
         let policies = self.routing.mirrors(req.route);
         if policies.is_empty()
             || matches!(
@@ -180,14 +201,20 @@ impl<S> Mirror<S> {
                 CommandClass::Proxy(_) | CommandClass::Unsupported
             )
         {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let read = req.is_read();
         if !read && policies.iter().any(|m| m.mode == MirrorMode::ReadOnly) {
             return Err(Refusal::ReadOnly);
         }
         if let Some(m) = policies.iter().find(|m| m.mode == MirrorMode::Move) {
-            return self.apply_move(req, m.cluster);
+            return self.apply_move(req, m.cluster).map(Some);
+        }
+        if let Some(m) = policies.iter().find(|m| m.mode == MirrorMode::PrepareMove) {
+            if crate::moving::owner_changes(&self.routing, req, req.cluster, m.cluster) {
+                return Err(Refusal::AboutToMove);
+            }
+            return Ok(None);
         }
         let source = req.cluster;
         // A command that its primary side refuses (a hot key written with other keys, keys
@@ -241,7 +268,7 @@ impl<S> Mirror<S> {
             req.shard = None;
             req.endpoint = None;
         }
-        Ok(Vec::new())
+        Ok(None)
     }
 
     /// Move mode (see [`crate::moving`]): `req` goes to `to`, after the `MIGRATE`s that put
@@ -256,7 +283,13 @@ impl<S> Mirror<S> {
         {
             return Err(r);
         }
-        Ok(crate::moving::migrations(&self.routing, req, from, to))
+        Ok(crate::moving::migrations(
+            &self.routing,
+            req,
+            from,
+            to,
+            &self.moved,
+        ))
     }
 }
 
@@ -288,14 +321,20 @@ where
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         match self.apply(&mut req) {
-            Ok(moves) if moves.is_empty() => ResponseFuture::Inner(self.inner.call(req)),
-            Ok(moves) => {
+            Ok(None) => ResponseFuture::Inner(self.inner.call(req)),
+            // Nothing to move and no earlier command of this connection waiting.
+            Ok(Some(moves)) if moves.is_empty() && !self.held.any() => {
+                ResponseFuture::Inner(self.inner.call(req))
+            }
+            Ok(Some(moves)) => {
                 let stats = (self.stats.clone(), req.cluster);
                 ResponseFuture::Move(MoveFuture::Moving(Box::new(Moving::start(
                     &mut self.inner,
                     moves,
                     req,
                     stats,
+                    &mut self.held,
+                    self.moved.clone(),
                 ))))
             }
             Err(r) => ResponseFuture::Refused(Some(r)),
@@ -347,6 +386,7 @@ struct Counters {
     mirrored: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
+    applied: AtomicU64,
     moved: AtomicU64,
     absent: AtomicU64,
     move_failed: AtomicU64,
@@ -373,6 +413,9 @@ pub struct MirrorCounts {
     /// Queued copies that failed upstream (error reply or no reply), as the sink's consumer
     /// reported them.
     pub failed: u64,
+    /// Queued copies that the other cluster answered without an error: with `failed`, the
+    /// copies done; `mirrored - applied - failed` are still queued or in flight.
+    pub applied: u64,
     /// Move mode, with this cluster receiving: `MIGRATE`s that moved keys (`+OK`).
     pub moved: u64,
     /// `MIGRATE`s that found none of their keys on the old shard (`+NOKEY`: moved already, or
@@ -398,6 +441,14 @@ impl MirrorStats {
         }
     }
 
+    /// Counts a queued copy for `cluster` that the other cluster answered without an error;
+    /// called by the sink's consumer.
+    pub fn record_applied(&self, cluster: usize) {
+        if let Some(c) = self.clusters.get(cluster) {
+            c.applied.fetch_add(1, Relaxed);
+        }
+    }
+
     /// Counts the outcome of one `MIGRATE` of move mode into `cluster`.
     pub fn record_move(&self, cluster: usize, outcome: MoveOutcome) {
         if let Some(c) = self.clusters.get(cluster) {
@@ -418,6 +469,7 @@ impl MirrorStats {
                 mirrored: c.mirrored.load(Relaxed),
                 dropped: c.dropped.load(Relaxed),
                 failed: c.failed.load(Relaxed),
+                applied: c.applied.load(Relaxed),
                 moved: c.moved.load(Relaxed),
                 absent: c.absent.load(Relaxed),
                 move_failed: c.move_failed.load(Relaxed),
@@ -459,6 +511,7 @@ impl MirrorCounts {
         self.mirrored += o.mirrored;
         self.dropped += o.dropped;
         self.failed += o.failed;
+        self.applied += o.applied;
         self.moved += o.moved;
         self.absent += o.absent;
         self.move_failed += o.move_failed;

@@ -287,6 +287,12 @@ pub enum MirrorMode {
     /// from its owner in the route's cluster (`MIGRATE`) before a command that names it is
     /// forwarded (see `respway_filters::moving`).
     Move,
+    /// The phase before [`Move`](MirrorMode::Move), while sidecars switch one by one: a
+    /// command naming a key whose owner changes is refused (run nowhere); every other command
+    /// is served by the route's own cluster, as before. It agrees with the old placement
+    /// (nothing moves) and with `Move` (no key that may have moved is served), so each
+    /// sidecar may switch when it gets the push.
+    PrepareMove,
 }
 /// A set of shards that together hold one keyspace.
 #[derive(Debug, Clone, PartialEq)]

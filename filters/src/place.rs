@@ -7,7 +7,8 @@
 //!   cluster, route prefixes removed.
 //! - [`Routing::place_pinned`]: the one shard a command that needs a connection of its own
 //!   (a transaction, a blocking command) runs on: one cluster, one shard, no mirrored route,
-//!   no hot key.
+//!   no hot key; [`Routing::place_moving`] also takes a route in move mode (the keys' new
+//!   cluster, and the cluster they move from).
 //!
 //! A request that cannot be placed gets a [`Refusal`]: one typed reason, one text each
 //! ([`Refusal::reply`]), whichever kind of command asked.
@@ -55,6 +56,8 @@ pub enum Refusal {
     ReadOnly,
     /// A hot key written together with other keys: the write would reach one copy only.
     HotKeyOneCopy(Bytes),
+    /// A key whose owner changes, on a route in `prepare_move`.
+    AboutToMove,
 }
 
 impl Refusal {
@@ -103,6 +106,7 @@ impl fmt::Display for Refusal {
             }
             Refusal::Keys(e) => write!(f, "ERR {e}"),
             Refusal::ReadOnly => f.write_str(crate::mirror::READ_ONLY),
+            Refusal::AboutToMove => f.write_str(crate::moving::ABOUT_TO_MOVE),
             Refusal::HotKeyOneCopy(key) => write!(
                 f,
                 "ERR respway: hot key {} is stored on every shard, and this write would reach \
@@ -112,6 +116,17 @@ impl fmt::Display for Refusal {
             ),
         }
     }
+}
+
+/// Where the keys of a command that runs on a connection of its own live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pinned {
+    /// Cluster index.
+    pub cluster: usize,
+    /// Shard index in the cluster.
+    pub shard: usize,
+    /// Move mode: the cluster the keys move from (their `MIGRATE`s come first).
+    pub from: Option<usize>,
 }
 
 /// Where one key lives.
@@ -202,7 +217,34 @@ impl Routing {
         keys: &[usize],
         why: Purpose,
     ) -> Result<Option<(usize, usize)>, Refusal> {
-        let mut at: Option<(usize, usize)> = None;
+        Ok(self
+            .pinned(args, keys, why, false)?
+            .map(|p| (p.cluster, p.shard)))
+    }
+
+    /// [`place_pinned`](Self::place_pinned) for a blocking command or a transaction, which
+    /// may also use the keys of a route in move mode: placed on the cluster they move to,
+    /// with the cluster they move from (their `MIGRATE`s are the caller's).
+    ///
+    /// # Errors
+    /// As [`place_pinned`](Self::place_pinned).
+    pub fn place_moving(
+        &self,
+        args: &mut [Bytes],
+        keys: &[usize],
+        why: Purpose,
+    ) -> Result<Option<Pinned>, Refusal> {
+        self.pinned(args, keys, why, true)
+    }
+
+    fn pinned(
+        &self,
+        args: &mut [Bytes],
+        keys: &[usize],
+        why: Purpose,
+        moves: bool,
+    ) -> Result<Option<Pinned>, Refusal> {
+        let mut at: Option<Pinned> = None;
         for &i in keys {
             let Some(key) = args.get(i) else {
                 return Err(Refusal::Keys("syntax error".into()));
@@ -210,23 +252,33 @@ impl Routing {
             let m = self
                 .route(key)
                 .ok_or_else(|| Refusal::NoRoute(key.clone()))?;
-            if !self.mirrors(m.route).is_empty() {
-                return Err(Refusal::Mirrored(why));
-            }
+            let (cluster, from) = match self.mirrors(m.route) {
+                [] => (m.cluster, None),
+                [p] if moves && p.mode == crate::model::MirrorMode::Move => {
+                    (p.cluster, Some(m.cluster))
+                }
+                _ => return Err(Refusal::Mirrored(why)),
+            };
             if m.strip > 0 {
                 args[i] = args[i].slice(m.strip.min(args[i].len())..);
             }
-            let Some(c) = self.clusters.get(m.cluster) else {
+            let Some(c) = self.clusters.get(cluster) else {
                 return Err(Refusal::NoRoute(args[i].clone()));
             };
             if c.hot_keys.iter().any(|r| args[i].starts_with(&r.prefix)) {
                 return Err(Refusal::HotKey(why));
             }
-            let here = (m.cluster, c.picker.pick(&args[i]));
+            let here = Pinned {
+                cluster,
+                shard: c.picker.pick(&args[i]),
+                from,
+            };
             match at {
                 None => at = Some(here),
-                Some((cl, _)) if cl != here.0 => return Err(Refusal::CrossCluster),
-                Some(a) if a != here => return Err(Refusal::CrossSlot),
+                Some(a) if a.cluster != here.cluster || a.from != here.from => {
+                    return Err(Refusal::CrossCluster)
+                }
+                Some(a) if a.shard != here.shard => return Err(Refusal::CrossSlot),
                 Some(_) => {}
             }
         }

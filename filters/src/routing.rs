@@ -347,7 +347,7 @@ impl Routing {
         let moves = self.catch_all.iter().chain(&self.prefixes).flat_map(|r| {
             r.mirrors
                 .iter()
-                .filter(|m| m.mode == MirrorMode::Move)
+                .filter(|m| matches!(m.mode, MirrorMode::Move | MirrorMode::PrepareMove))
                 .map(move |m| (m.cluster, r))
         });
         let targets = self

@@ -205,6 +205,10 @@ impl Session {
             }
             tx = self.tx.take().expect("pinned");
         }
+        if !tx.moves.is_empty() {
+            let db = self.state.flavor().db;
+            return exec_after_moves(tx, args, before, live, db, deadline, op_timeout);
+        }
         self.tx = Some(tx);
         let p = self.send_pinned(args, before, deadline, op_timeout);
         if let Some(tx) = self.tx.take() {
@@ -253,8 +257,8 @@ impl Session {
         }
         let keys = self.keys_found.map(|()| self.keys.as_slice());
         let place = tx::place(&live.parts.routing, cmd, &mut args, keys);
-        let here = match place {
-            Ok(h) => h,
+        let (here, from) = match place {
+            Ok(h) => (h.map(|p| (p.cluster, p.shard)), h.and_then(|p| p.from)),
             Err(e) => return self.refuse_in_tx(e.reply()),
         };
         if cmd.name == "watch" && here.is_none() {
@@ -304,6 +308,84 @@ impl Session {
             }
             _ => {}
         }
+        // Move mode: this command's keys whose owner changes move now; EXEC waits for them.
+        if let (Some(from), Some((to, _)), Ok(())) = (from, here, self.keys_found) {
+            let flavor = self.state.flavor();
+            let moves = crate::blocking::moves(
+                &live.parts,
+                &args,
+                &self.keys,
+                from,
+                to,
+                flavor,
+                op_timeout,
+            );
+            match moves {
+                Ok(m) => {
+                    if let Some(t) = self.tx.as_mut() {
+                        t.moves.extend(m);
+                    }
+                }
+                Err(f) => return self.refuse_in_tx(f.to_reply()),
+            }
+        }
         self.send_pinned(args, before, deadline, op_timeout)
     }
+}
+
+/// `EXEC` of a transaction whose keys move (move mode): sent once every `MIGRATE` answered
+/// `OK` or `NOKEY`; when one failed, `DISCARD` instead and `-EXECABORT` with its reason (the
+/// queued commands ran nowhere). The transaction's connection goes back to the pool after.
+fn exec_after_moves(
+    mut tx: Tx,
+    args: Vec<Bytes>,
+    before: Vec<crate::upstream::UpstreamFuture>,
+    live: &Live,
+    db: u8,
+    deadline: Instant,
+    op_timeout: Duration,
+) -> Pending {
+    let moves = std::mem::take(&mut tx.moves);
+    let (stats, moved) = (live.parts.mirror_stats.clone(), live.parts.moved.clone());
+    let to = tx.pinned.as_ref().map_or(0, |p| p.cluster);
+    Pending::other(
+        Box::pin(async move {
+            let mut refused = None;
+            for (m, answer) in moves {
+                let answer = answer.await;
+                let outcome = respway_filters::moving::outcome(&answer, &m, db, &moved);
+                stats.record_move(to, outcome);
+                if refused.is_none() && outcome == respway_filters::mirror::MoveOutcome::Failed {
+                    refused = Some(respway_filters::moving::move_failure(&answer));
+                }
+            }
+            let Some(p) = tx.pinned.as_ref() else {
+                return Ok(error_reply("ERR respway: transaction has no connection"));
+            };
+            let cmd = match refused {
+                Some(_) => vec![Bytes::from_static(b"DISCARD")],
+                None => args,
+            };
+            let f = p.conn.send(cmd, deadline);
+            let mut first_err = None;
+            for b in before {
+                let r = b.await;
+                if failed(&r) && first_err.is_none() {
+                    first_err = Some(r);
+                }
+            }
+            let r = f.await;
+            tx.finish();
+            if let Some(why) = refused {
+                let text = why.to_reply();
+                let text = String::from_utf8_lossy(text.get(1..).unwrap_or_default());
+                return Ok(error_reply(&format!(
+                    "EXECABORT Transaction discarded: {}",
+                    text.trim_end()
+                )));
+            }
+            first_err.unwrap_or(r)
+        }),
+        backstop(deadline, op_timeout),
+    )
 }

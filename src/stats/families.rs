@@ -410,7 +410,7 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
     series(
         "respway_mirror_copies_total",
         Counter,
-        "Mirrored copies per receiving cluster: queued (mirrored), dropped (queue full), failed upstream; over configuration pushes.",
+        "Mirrored copies per receiving cluster: queued (mirrored), dropped (queue full), failed upstream, applied (answered without an error); over configuration pushes.",
         &["listener", "cluster", "outcome"],
         scrape::mirror_copies,
     ),

@@ -24,8 +24,34 @@ type NamedFilters = (FilterStats, Arc<Vec<String>>);
 struct Retired {
     /// (listener index, receiving cluster) → copies.
     mirror: HashMap<(usize, String), MirrorCounts>,
+    /// Replaced mirror counters that something still holds (copies in flight, a session still
+    /// on the old configuration): they may still count, so they are read live, and folded
+    /// into `mirror` once nothing else holds them.
+    mirror_live: Vec<(usize, Arc<MirrorStats>, Arc<Vec<String>>)>,
     /// (listener index, cluster, prefix) → counters.
     hot: HashMap<(usize, String, String), HotKeyRuleStats>,
+}
+
+impl Retired {
+    /// Folds the replaced mirror counters that nothing else holds any more (they can no
+    /// longer count) into `mirror`.
+    fn fold_mirror(&mut self) {
+        let mut i = 0;
+        while i < self.mirror_live.len() {
+            if Arc::strong_count(&self.mirror_live[i].1) > 1 {
+                i += 1;
+                continue;
+            }
+            let (l, m, names) = self.mirror_live.swap_remove(i);
+            for (c, counts) in m.snapshot().into_iter().enumerate() {
+                let Some(name) = names.get(c) else { continue };
+                self.mirror
+                    .entry((l, name.clone()))
+                    .or_default()
+                    .add(&counts);
+            }
+        }
+    }
 }
 
 /// Every worker's counters, for INFO and the admin endpoint. The lock is taken only when a
@@ -241,10 +267,8 @@ impl Registry {
             .insert(key, ((mirror, hot), Arc::new(clusters)));
         let Some(((m, h), names)) = old else { return };
         let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
-        for (i, c) in m.snapshot().into_iter().enumerate() {
-            let Some(name) = names.get(i) else { continue };
-            r.mirror.entry((key.1, name.clone())).or_default().add(&c);
-        }
+        r.mirror_live.push((key.1, m, names));
+        r.fold_mirror();
         for s in h.snapshot() {
             add_hot(
                 r.hot
@@ -264,18 +288,19 @@ impl Registry {
     /// Mirrored copies per receiving cluster of listener `listener` (index), over workers
     /// and configurations, by cluster name.
     pub(crate) fn mirror_totals(&self, listener: usize) -> Vec<(String, MirrorCounts)> {
-        let mut out: std::collections::BTreeMap<String, MirrorCounts> = self
-            .retired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        r.fold_mirror();
+        let mut out: std::collections::BTreeMap<String, MirrorCounts> = r
             .mirror
             .iter()
             .filter(|((l, _), _)| *l == listener)
             .map(|((_, n), c)| (n.clone(), *c))
             .collect();
+        let live = r.mirror_live.iter().map(|(l, m, n)| (*l, m, n));
         let f = self.filters.lock().unwrap_or_else(|e| e.into_inner());
-        for ((_, l), ((m, _), names)) in f.iter() {
-            if *l != listener {
+        let current = f.iter().map(|((_, l), ((m, _), n))| (*l, m, n));
+        for (l, m, names) in live.chain(current) {
+            if l != listener {
                 continue;
             }
             for (i, c) in m.snapshot().into_iter().enumerate() {

@@ -323,6 +323,7 @@ pub(super) fn mirror_copies(s: &Scrape, out: &mut Sink<'_>) -> bool {
             ("mirrored", c.mirrored),
             ("dropped", c.dropped),
             ("failed", c.failed),
+            ("applied", c.applied),
         ]
     })
 }
@@ -339,10 +340,10 @@ pub(super) fn mirror_moves(s: &Scrape, out: &mut Sink<'_>) -> bool {
 }
 
 /// One series per listener, receiving cluster and outcome of `outcomes`.
-fn mirror_outcomes(
+fn mirror_outcomes<const N: usize>(
     s: &Scrape,
     out: &mut Sink<'_>,
-    outcomes: fn(&MirrorCounts) -> [(&'static str, u64); 3],
+    outcomes: fn(&MirrorCounts) -> [(&'static str, u64); N],
 ) -> bool {
     for l in &s.listeners {
         for (cluster, c) in &l.mirror {

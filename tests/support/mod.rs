@@ -200,6 +200,34 @@ pub fn respway_process(yaml: &str, extra_args: &[&str]) -> Proc {
         .start()
 }
 
+/// The `respway-xds` binary next to this build's, built now only if it is not there (it
+/// belongs to another package of the workspace: `cargo test --workspace` builds it with the
+/// rest; a build from here would rebuild the xds crate with other features).
+pub fn respway_xds_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let bin = dir.join("respway-xds");
+    if bin.is_file() {
+        return bin;
+    }
+    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "-q", "-p", "respway-xds", "--bin", "respway-xds"]);
+    if profile == "release" {
+        build.arg("--release");
+    }
+    let status = build
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "cargo build -p respway-xds failed");
+    assert!(bin.is_file(), "{} missing", bin.display());
+    bin
+}
+
 /// How long one client script (`tests/clients/`) may run before it is killed (and the test
 /// fails). The scripts bound each scenario (5 s) and each connection attempt themselves, so a
 /// stalled one fails alone.

@@ -78,7 +78,8 @@ pub(crate) const HOT_KEY_READS: &[(&str, HotKeyRead)] = &[
 ];
 
 /// YAML names of the mirror modes (`dual_write` takes its primary side from `primary`).
-pub(crate) const MIRROR_MODES: &[&str] = &["forward", "dual_write", "read_only", "move"];
+pub(crate) const MIRROR_MODES: &[&str] =
+    &["forward", "dual_write", "read_only", "prepare_move", "move"];
 
 /// YAML names of the sides a dual-write mirror can make primary: `true` is the mirror.
 pub(crate) const MIRROR_PRIMARIES: &[(&str, bool)] = &[("route", false), ("mirror", true)];
@@ -121,8 +122,9 @@ pub(crate) enum MirrorProblem {
     SecondPrimary { mirror: usize, first: usize },
     /// `mirror` is a second read-only mirror (after `first`).
     SecondReadOnly { mirror: usize, first: usize },
-    /// `mirror` is a move, and the route has other mirrors: a move must be the only one.
-    MoveNotAlone { mirror: usize },
+    /// `mirror` is a move (or its prepare phase, `mode`), and the route has other mirrors: a
+    /// move must be the only one.
+    MoveNotAlone { mirror: usize, mode: MirrorMode },
 }
 
 /// Checks the mirror policies of one route whose own cluster is `route_cluster`: each mirror
@@ -155,8 +157,11 @@ pub(crate) fn check_mirrors(route_cluster: &str, mirrors: &[MirrorPolicy]) -> Ve
                 Some(first) => out.push(MirrorProblem::SecondReadOnly { mirror: i, first }),
                 None => read_only = Some(i),
             },
-            MirrorMode::Move if mirrors.len() > 1 => {
-                out.push(MirrorProblem::MoveNotAlone { mirror: i });
+            MirrorMode::Move | MirrorMode::PrepareMove if mirrors.len() > 1 => {
+                out.push(MirrorProblem::MoveNotAlone {
+                    mirror: i,
+                    mode: m.mode,
+                });
             }
             _ => {}
         }

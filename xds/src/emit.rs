@@ -387,6 +387,7 @@ fn mirror_mode(prefix: Option<&str>, m: &MirrorPolicy) -> rw::RouteMirrorMode {
         }
         MirrorMode::ReadOnly => (rw::MirrorMode::ReadOnly, false),
         MirrorMode::Move => (rw::MirrorMode::Move, false),
+        MirrorMode::PrepareMove => (rw::MirrorMode::PrepareMove, false),
     };
     rw::RouteMirrorMode {
         prefix: prefix.map(str::to_string),

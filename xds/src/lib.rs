@@ -62,6 +62,9 @@
 //!   `respway-xds apply` and `respway-xds status`;
 //! - [`secure`]: TLS and mTLS on the ADS and admin ports, admin credentials, and secrets sent
 //!   only to the node they are for.
+//! - [`reshard`]: `respway-xds reshard`, an online move of a route's keys to another cluster
+//!   driven phase by phase (move mode, the mover, the final route), each push gated on every
+//!   sidecar's ACK, resumable from its state file.
 
 #![warn(missing_docs)]
 
@@ -74,6 +77,7 @@ mod error;
 pub mod names;
 pub mod nutcracker;
 pub mod pb;
+pub mod reshard;
 pub mod secure;
 pub mod server;
 mod serving;

@@ -370,6 +370,62 @@ async fn generic_client_fetches_lds_cds_eds_and_acks() {
     server.stop().await;
 }
 
+/// A node's `generation` says which `POST /apply` its `sent` versions already reflect, also for
+/// an apply that changed nothing for it (then nothing is sent, and `sent` alone could not tell).
+#[tokio::test]
+async fn a_nodes_generation_follows_each_apply_also_one_that_leaves_it_unchanged() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("base.yaml"), base("127.0.0.1:7001")).expect("write");
+    let server = start(dir.path()).await;
+    let admin = server.admin.to_string();
+    let mut raw = Raw::connect(server.grpc, "n", None).await;
+    let first = raw.fetch_all().await;
+    eventually("generation 1 ACKed", || {
+        server
+            .node("n")
+            .is_some_and(|n| n.generation == 1 && all_acked(&n, &first.versions))
+    })
+    .await;
+    // A change for another node only: n is sent nothing, and catches up with it all the same.
+    let other = format!(
+        "targets: {{ node_ids: [other] }}\n{}",
+        base("127.0.0.1:7002")
+            .replace("name: cache", "name: cache2")
+            .replace("catch_all: cache", "catch_all: cache2")
+    );
+    let v2 = admin::apply(&admin, &auth(), "other.yaml", &other)
+        .await
+        .expect("apply");
+    assert_eq!(v2, 2);
+    eventually("generation 2 without a push", || {
+        server
+            .node("n")
+            .is_some_and(|n| n.generation == 2 && all_acked(&n, &first.versions))
+    })
+    .await;
+    assert!(raw.recv_within(Duration::from_millis(200)).await.is_none());
+    // A change for n: once its generation is 3, `sent` is already the new listener version.
+    let changed = base("127.0.0.1:7001").replace(
+        "catch_all: cache }",
+        "catch_all: cache, case_insensitive: true }",
+    );
+    let v3 = admin::apply(&admin, &auth(), "base.yaml", &changed)
+        .await
+        .expect("apply");
+    assert_eq!(v3, 3);
+    eventually("generation 3", || {
+        server.node("n").is_some_and(|n| n.generation == 3)
+    })
+    .await;
+    let n = server.node("n").expect("node");
+    let lds = &n.types[LISTENER_TYPE_URL];
+    assert_ne!(
+        lds.sent.as_deref(),
+        Some(of(&first.versions, LISTENER_TYPE_URL))
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn stale_nonces_are_ignored_and_nacks_recorded() {
     let dir = tempfile::tempdir().expect("dir");

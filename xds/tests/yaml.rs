@@ -920,7 +920,7 @@ listener "l": routes.prefixes[1].mirrors[1].mode: only one read_only mirror per 
 listener "l": routes.prefixes[1].mirrors[2].copies: unknown field (expected one of: cluster, mode, primary, include_reads, fraction)
 listener "l": routes.prefixes[1].mirrors[2].cluster: required
 listener "l": routes.prefixes[1].mirrors[2].primary: unknown primary "both" (expected one of: route, mirror)
-listener "l": routes.prefixes[1].mirrors[2].mode: unknown mode "mirror" (expected one of: forward, dual_write, read_only, move)
+listener "l": routes.prefixes[1].mirrors[2].mode: unknown mode "mirror" (expected one of: forward, dual_write, read_only, prepare_move, move)
 listener "l": routes.prefixes[1].mirrors[2].include_reads: expected true or false, got a number
 listener "l": routes.prefixes[1].mirrors[2].fraction: must be between 0 and 100 (a percentage)
 listener "l": routes.prefixes[1].mirrors[3].fraction: 12.34567 has more than 4 decimal places (the resolution is 0.0001%)

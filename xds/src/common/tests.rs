@@ -150,7 +150,10 @@ fn mirror_rules() {
     assert_eq!(check_mirrors("r", &[m("a", MirrorMode::Move)]), vec![]);
     assert_eq!(
         check_mirrors("r", &[m("a", MirrorMode::Move), m("b", dual(false))]),
-        vec![MirrorProblem::MoveNotAlone { mirror: 0 }]
+        vec![MirrorProblem::MoveNotAlone {
+            mirror: 0,
+            mode: MirrorMode::Move
+        }]
     );
 }
 

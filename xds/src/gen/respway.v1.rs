@@ -582,6 +582,10 @@ pub enum MirrorMode {
     /// (MIGRATE on its owner in the route's cluster) before a command that names it runs. It
     /// must be the route's only mirror.
     Move = 3,
+    /// The phase before MIRROR_MODE_MOVE, while sidecars switch one by one: a command naming a
+    /// key whose owner changes is refused (run nowhere); every other command is served by the
+    /// route's own cluster. It must be the route's only mirror.
+    PrepareMove = 4,
 }
 impl MirrorMode {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -594,6 +598,7 @@ impl MirrorMode {
             Self::Forward => "MIRROR_MODE_FORWARD",
             Self::ReadOnly => "MIRROR_MODE_READ_ONLY",
             Self::Move => "MIRROR_MODE_MOVE",
+            Self::PrepareMove => "MIRROR_MODE_PREPARE_MOVE",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -603,6 +608,7 @@ impl MirrorMode {
             "MIRROR_MODE_FORWARD" => Some(Self::Forward),
             "MIRROR_MODE_READ_ONLY" => Some(Self::ReadOnly),
             "MIRROR_MODE_MOVE" => Some(Self::Move),
+            "MIRROR_MODE_PREPARE_MOVE" => Some(Self::PrepareMove),
             _ => None,
         }
     }

@@ -307,18 +307,31 @@ impl AdsStream {
                         s.acked = Some(v);
                         s.nack = None;
                     });
+                    self.caught_up(&snap);
                     return Ok(Vec::new());
                 }
             }
         }
-        Ok(self.respond(t, &snap, initial).into_iter().collect())
+        let out = self.respond(t, &snap, initial).into_iter().collect();
+        self.caught_up(&snap);
+        Ok(out)
     }
 
     pub(super) fn on_snapshot(&mut self, snap: &Snapshot) -> Vec<DiscoveryResponse> {
-        ResourceType::PUSH_ORDER
+        let out = ResourceType::PUSH_ORDER
             .into_iter()
             .filter_map(|t| self.respond(t, snap, false))
-            .collect()
+            .collect();
+        self.caught_up(snap);
+        out
+    }
+
+    /// Records that this stream's `sent` now reflects `snap` (after its responses are made,
+    /// so a reader never sees the generation before the versions it implies).
+    fn caught_up(&self, snap: &Snapshot) {
+        if let Some((id, _)) = self.node.as_ref().filter(|_| self.registered) {
+            self.registry.caught_up(id, snap.version);
+        }
     }
 
     /// The node's snapshot in `snap`, computed once per cache version; `None` (and

@@ -78,6 +78,12 @@ pub struct NodeStatus {
     /// no cluster for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unserved: Option<String>,
+    /// The server generation ([`ServerStatus::version`]) its stream has last caught up with:
+    /// every type whose content for this node changed by then is in `sent` (0: none yet). With
+    /// `sent == acked` it tells that the node holds a given `POST /apply`'s result, also when
+    /// that change left its own content as it was (then nothing is sent).
+    #[serde(default)]
+    pub generation: u64,
     /// Per type URL.
     pub types: BTreeMap<String, TypeStatus>,
 }
@@ -114,6 +120,7 @@ pub struct Nack {
 pub(super) struct NodeEntry {
     pub(super) zone: Option<String>,
     pub(super) streams: u32,
+    pub(super) generation: u64,
     pub(super) types: [TypeStatus; 3],
 }
 
@@ -155,6 +162,13 @@ impl Registry {
         list.iter().cloned().collect()
     }
 
+    /// Notes that a stream of node `id` has sent what generation `generation` changed for it.
+    pub(super) fn caught_up(&self, id: &str, generation: u64) {
+        if let Some(e) = self.lock().get_mut(id) {
+            e.generation = generation;
+        }
+    }
+
     pub(super) fn update(&self, id: &str, t: ResourceType, f: impl FnOnce(&mut TypeStatus)) {
         if let Some(e) = self.lock().get_mut(id) {
             f(&mut e.types[t.index()]);
@@ -171,6 +185,7 @@ impl Registry {
                 unserved: snapshot
                     .unserved_reason(id, e.zone.as_deref())
                     .map(str::to_string),
+                generation: e.generation,
                 types: ResourceType::PUSH_ORDER
                     .into_iter()
                     .map(|t| (t.type_url().to_string(), e.types[t.index()].clone()))

@@ -180,6 +180,7 @@ pub(super) fn mirror_modes(
             Ok(rw::MirrorMode::Forward) => Some(MirrorMode::Forward),
             Ok(rw::MirrorMode::ReadOnly) => Some(MirrorMode::ReadOnly),
             Ok(rw::MirrorMode::Move) => Some(MirrorMode::Move),
+            Ok(rw::MirrorMode::PrepareMove) => Some(MirrorMode::PrepareMove),
             Err(_) => {
                 cx.err(join(&ea, "mode"), format!("unknown value {}", entry.mode));
                 None
@@ -289,10 +290,16 @@ pub(super) fn check_mirrors(
                         entry_name(first)
                     ),
                 ),
-                MirrorProblem::MoveNotAlone { mirror } => cx.err(
+                MirrorProblem::MoveNotAlone { mirror, mode } => cx.err(
                     entry(mirror, "mode"),
-                    "mode MIRROR_MODE_MOVE must be the route's only mirror: its keys live on \
-                     one cluster at a time",
+                    format!(
+                        "mode {} must be the route's only mirror: its keys live on one \
+                         cluster at a time",
+                        match mode {
+                            MirrorMode::PrepareMove => "MIRROR_MODE_PREPARE_MOVE",
+                            _ => "MIRROR_MODE_MOVE",
+                        }
+                    ),
                 ),
             }
         }

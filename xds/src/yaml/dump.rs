@@ -381,6 +381,7 @@ impl Writer {
             MirrorMode::Forward => m.put("mode", "forward"),
             MirrorMode::ReadOnly => m.put("mode", "read_only"),
             MirrorMode::Move => m.put("mode", "move"),
+            MirrorMode::PrepareMove => m.put("mode", "prepare_move"),
         }
         m.set("include_reads", p.include_reads, !p.include_reads);
         m.set(

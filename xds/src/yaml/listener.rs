@@ -615,6 +615,7 @@ fn mirrors(
             Some("forward") => rw::MirrorMode::Forward,
             Some("read_only") => rw::MirrorMode::ReadOnly,
             Some("move") => rw::MirrorMode::Move,
+            Some("prepare_move") => rw::MirrorMode::PrepareMove,
             Some(other) => {
                 cx.err(
                     p.at("mode"),

@@ -56,6 +56,7 @@ const ENUM_WORDS: &[(&str, &str)] = &[
     ("MIRROR_MODE_FORWARD", "forward"),
     ("MIRROR_MODE_READ_ONLY", "read_only"),
     ("MIRROR_MODE_MOVE", "move"),
+    ("MIRROR_MODE_PREPARE_MOVE", "prepare_move"),
 ];
 
 impl Origins {

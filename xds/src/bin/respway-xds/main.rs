@@ -5,10 +5,14 @@
 //! - `respway-xds apply FILE --admin ADDR` validates FILE on the server and writes it into DIR.
 //! - `respway-xds status --admin ADDR` prints the served version, the files' state and what
 //!   each node has ACKed or NACKed.
+//! - `respway-xds reshard start|status|pause|resume|abort` moves a route's keys to another
+//!   cluster online, phase by phase, waiting for every sidecar's ACK (`respway_xds::reshard`).
 #![allow(
     clippy::print_stdout,
     reason = "a CLI: `status` and `apply` print their results on stdout"
 )]
+
+mod reshard;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -78,6 +82,12 @@ enum Command {
         #[command(flatten)]
         client: AdminClient,
     },
+    /// Move a route's keys to another cluster online: plan, move mode, the mover, the final
+    /// route; each push waits for every sidecar's ACK; resumable from --state.
+    Reshard {
+        #[command(subcommand)]
+        action: reshard::Reshard,
+    },
 }
 
 /// TLS and credentials of `serve`.
@@ -110,7 +120,7 @@ struct ServeSecurity {
 
 /// How `apply` and `status` reach the admin API.
 #[derive(Debug, clap::Args)]
-struct AdminClient {
+pub(crate) struct AdminClient {
     /// A file holding the admin bearer token (trailing newline trimmed).
     #[arg(long, env = "RESPWAY_XDS_ADMIN_TOKEN_FILE")]
     token_file: Option<PathBuf>,
@@ -178,7 +188,7 @@ impl ServeSecurity {
 }
 
 impl AdminClient {
-    fn load(&self) -> Result<admin::AdminAuth, String> {
+    pub(crate) fn load(&self) -> Result<admin::AdminAuth, String> {
         let token = self
             .token_file
             .as_ref()
@@ -272,6 +282,7 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             },
+            Command::Reshard { action } => reshard::run(action).await,
         }
     })
 }
@@ -603,6 +614,7 @@ mod tests {
                 zone: Some("z1".into()),
                 connected: true,
                 unserved: None,
+                generation: 3,
                 types,
             }],
         };

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Online migration: installs what is missing, starts two "old" shards (7021-7022), three "new"
+# Online migration between two clusters (copy mode): installs what is missing, starts two "old" shards (7021-7022), three "new"
 # shards (7023-7025) and respway (127.0.0.1:6382), then walks the `user:` route through the
 # migration playbook, one config edit + SIGHUP per step, showing where writes and reads land:
 #   0. before: the route serves `old`, the mirror is inactive (forward);
 #   1. dual_write: writes go to old (which answers) and are copied to new;
 #   2. backfill old → new with respway-compare --repair (every type, with its TTL; what
 #      differs is copied, verified, and copied again until it settles), then compare again;
-#   3. dual_write, primary: mirror: new answers reads and writes, old gets the copies;
-#   4. route on new, old as read_only mirror: the cut-over window, writes refused;
-#   5. route on new, mirror forward: done, old gets nothing.
+#   3. the write pause: old as route with new as read_only mirror (writes refused), wait
+#      until every copy is applied (INFO mirror), then --repair finds no difference;
+#   4. route on new, old as read_only mirror: reads from new, writes still refused;
+#   5. route on new, dual_write to old: writes resume on new, old gets copies (rollback);
+#   6. route on new, mirror forward: done, old gets nothing.
+# (Move mode, for shards kept inside one deployment, is examples/migration/run.sh.)
 # Everything it starts is stopped when it exits.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -112,25 +115,44 @@ echo "   (exit $rc)"
 where
 compare
 
-echo "== 3. dual_write, primary: mirror: new answers, old gets the copies"
-step old '{ cluster: new, mode: dual_write, primary: mirror }'
+echo "== 3. the write pause: old answers reads, writes are refused, the copies drain"
+step old '{ cluster: new, mode: read_only }'
+run SET user:2 v2-updated || true
+for _ in $(seq 50); do
+  # INFO mirror: every copy queued is applied or failed.
+  line=$(redis-cli -p "$PROXY" INFO mirror | tr -d '\r' | grep '^mirror_new:' || true)
+  m=$(sed -n 's/.*mirrored=\([0-9]*\).*/\1/p' <<<"$line")
+  a=$(sed -n 's/.*applied=\([0-9]*\).*/\1/p' <<<"$line")
+  f=$(sed -n 's/.*,failed=\([0-9]*\).*/\1/p' <<<"$line")
+  [ -n "$m" ] && [ "$m" = $((a + f)) ] && break
+  sleep 0.1
+done
+echo "   $line"
+echo "   (every copy applied: mirrored = applied + failed; now the last pass must find no difference)"
+printf '$ respway-compare --config %s --source old --target new --repair\n' "$(basename "$config")"
+rc=0
+target/release/respway-compare --config "$config" --source old --target new --repair 2>/dev/null || rc=$?
+echo "   (exit $rc)"
+[ "$rc" = 0 ] || { echo "the clusters still differ during the pause"; exit 1; }
+
+echo "== 4. route on new, old as read_only mirror: reads from new, writes still refused"
+step new '{ cluster: old, mode: read_only }'
 resetstats
 for i in 1 2 3 4 5 6 7; do redis-cli -p "$PROXY" GET "user:$i" >/dev/null; done
-run SET user:2 v2-updated
 run GET user:2
-echo "   7 GETs and 1 SET through respway, then calls per side:"
+run SET user:3 v3-updated || true
+echo "   7 GETs and 1 refused SET through respway, then calls per side:"
 traffic
 
-echo "== 4. cut-over: route on new, old as read_only mirror: writes refused, reads from new"
-step new '{ cluster: old, mode: read_only }'
+echo "== 5. route on new, dual_write to old: writes resume on new, old gets copies (rollback)"
+step new '{ cluster: old, mode: dual_write }'
 resetstats
 run SET user:3 v3-updated
 run GET user:3
 echo "   calls per side:"
 traffic
-compare
 
-echo "== 5. done: route on new, mirror forward (inactive)"
+echo "== 6. done: route on new, mirror forward (inactive)"
 step new '{ cluster: old, mode: forward }'
 resetstats
 run SET user:8 v8

@@ -1,0 +1,169 @@
+//! `respway-xds reshard`: its arguments, and the exit code of each verb
+//! (`respway_xds::reshard` does the work).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+use respway_xds::reshard::{self, Out, Outcome, Stop};
+
+use crate::AdminClient;
+
+#[derive(Debug, Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "the arguments, parsed once per run"
+)]
+pub(crate) enum Reshard {
+    /// Plan, then run every phase (or continue the reshard --state records).
+    Start {
+        /// The server's admin address.
+        #[arg(long, default_value = "127.0.0.1:18001")]
+        admin: String,
+        /// A resource file (repeatable): each defining --listener is edited and applied
+        /// under its file name in every phase (its route on --from, no mirror); the mover
+        /// reads both clusters from whichever defines them.
+        #[arg(long = "file", required = true)]
+        files: Vec<PathBuf>,
+        /// The route's listener.
+        #[arg(long)]
+        listener: String,
+        /// The route's prefix (default: the catch-all route).
+        #[arg(long)]
+        route: Option<String>,
+        /// The cluster the keys leave.
+        #[arg(long)]
+        from: String,
+        /// The cluster the keys go to.
+        #[arg(long)]
+        to: String,
+        /// The state file (written after every step).
+        #[arg(long)]
+        state: PathBuf,
+        /// The mover's keys per second.
+        #[arg(long)]
+        rate: Option<u64>,
+        /// The mover's bytes per second.
+        #[arg(long)]
+        bytes_rate: Option<u64>,
+        /// The mover's largest key moved, in bytes (a bigger one is listed and stops the
+        /// phase; the mover's default when left out).
+        #[arg(long)]
+        max_key_bytes: Option<u64>,
+        /// Start without asking after the plan.
+        #[arg(long)]
+        yes: bool,
+        /// How long each push waits for every sidecar's ACK, in seconds.
+        #[arg(long, default_value_t = 30)]
+        ack_timeout: u64,
+        /// A node id not waited for (a sidecar gone for good); repeatable.
+        #[arg(long)]
+        ignore_node: Vec<String>,
+        #[command(flatten)]
+        client: AdminClient,
+    },
+    /// Print the phase, the versions applied, the sidecars' ACKs and the mover's progress.
+    Status {
+        #[arg(long)]
+        state: PathBuf,
+        #[command(flatten)]
+        client: AdminClient,
+    },
+    /// Stop the running mover (its checkpoint keeps its place) and the run.
+    Pause {
+        #[arg(long)]
+        state: PathBuf,
+    },
+    /// Continue from where --state stopped.
+    Resume {
+        #[arg(long)]
+        state: PathBuf,
+        #[command(flatten)]
+        client: AdminClient,
+    },
+    /// Move the keys back to --from and push the original file.
+    Abort {
+        #[arg(long)]
+        state: PathBuf,
+        #[command(flatten)]
+        client: AdminClient,
+    },
+}
+
+/// Runs a `reshard` verb. Exit codes: 0 done, 1 stopped (the state says why; `resume`
+/// continues), 2 usage (nothing done), 3 paused.
+pub(crate) async fn run(action: Reshard) -> ExitCode {
+    let mut out = Out;
+    let auth = |c: &AdminClient| c.load().map_err(Stop::Usage);
+    let result = match action {
+        Reshard::Start {
+            admin,
+            files,
+            listener,
+            route,
+            from,
+            to,
+            state,
+            rate,
+            bytes_rate,
+            max_key_bytes,
+            yes,
+            ack_timeout,
+            ignore_node,
+            client,
+        } => match auth(&client) {
+            Ok(auth) => {
+                let start = reshard::Start {
+                    admin,
+                    auth,
+                    files,
+                    route: reshard::RouteRef {
+                        listener,
+                        prefix: route,
+                    },
+                    from,
+                    to,
+                    state,
+                    rate,
+                    bytes_rate,
+                    max_key_bytes,
+                    yes,
+                    ack_timeout: Duration::from_secs(ack_timeout),
+                    ignore_nodes: ignore_node,
+                };
+                reshard::start(start, &mut out).await
+            }
+            Err(e) => Err(e),
+        },
+        Reshard::Status { state, client } => match auth(&client) {
+            Ok(auth) => reshard::status(&state, &auth, &mut out)
+                .await
+                .map(|()| Outcome::Done),
+            Err(e) => Err(e),
+        },
+        Reshard::Pause { state } => reshard::pause(&state, &mut out)
+            .await
+            .map(|()| Outcome::Done),
+        Reshard::Resume { state, client } => match auth(&client) {
+            Ok(auth) => reshard::resume(&state, &auth, &mut out).await,
+            Err(e) => Err(e),
+        },
+        Reshard::Abort { state, client } => match auth(&client) {
+            Ok(auth) => reshard::abort(&state, &auth, &mut out).await,
+            Err(e) => Err(e),
+        },
+    };
+    match result {
+        Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Ok(Outcome::Paused) => ExitCode::from(3),
+        Err(Stop::Failed(e)) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+        Err(Stop::Usage(e)) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+    }
+}
