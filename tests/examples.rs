@@ -92,3 +92,26 @@ fn demo_checks_its_ports_first_then_runs() {
         );
     }
 }
+
+/// `examples/migration/run.sh`: 2 shards grown to 4 in move mode with `respway-xds reshard`
+/// under an INCR load through two sidecars; the script checks every key's value and TTL, the
+/// counter against the acknowledged INCRs, and that nothing is left to move.
+#[test]
+fn migration_example_reshards_under_load_and_its_checks_pass() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/migration/run.sh");
+    let xds = respway_xds_bin();
+    let out = Command::new("bash")
+        .arg(&script)
+        .env("RESPWAY_BIN", env!("CARGO_BIN_EXE_respway"))
+        .env("RESPWAY_XDS_BIN", &xds)
+        .env("RESPWAY_COMPARE_BIN", env!("CARGO_BIN_EXE_respway-compare"))
+        .output()
+        .expect("run examples/migration/run.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("== every check passed"),
+        "run.sh failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
