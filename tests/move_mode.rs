@@ -644,20 +644,25 @@ impl Run {
     }
 }
 
-/// Runs `respway-compare --config (yaml) --source old --target new ARGS`: exit code, stdout.
-fn compare(yaml: &str, args: &[&str]) -> (Option<i32>, String) {
+/// `respway-compare --config (yaml) --source old --target new ARGS`, and its config file.
+fn compare_cmd(yaml: &str, args: &[&str]) -> (std::process::Command, std::path::PathBuf) {
     let file = std::env::temp_dir().join(format!(
         "respway-migration-{}-{}.yaml",
         std::process::id(),
         rand::random::<u64>()
     ));
     std::fs::write(&file, yaml.replace("127.0.0.1:0", "127.0.0.1:1")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_respway-compare"))
-        .args(["--config", file.to_str().unwrap()])
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_respway-compare"));
+    cmd.args(["--config", file.to_str().unwrap()])
         .args(["--source", "old", "--target", "new"])
-        .args(args)
-        .output()
-        .expect("run respway-compare");
+        .args(args);
+    (cmd, file)
+}
+
+/// Runs `respway-compare --config (yaml) --source old --target new ARGS`: exit code, output.
+fn compare(yaml: &str, args: &[&str]) -> (Option<i32>, String) {
+    let (mut cmd, file) = compare_cmd(yaml, args);
+    let out = cmd.output().expect("run respway-compare");
     let _ = std::fs::remove_file(&file);
     let text = format!(
         "{}{}",
@@ -709,7 +714,7 @@ fn reshard_under_load(n_old: usize, n_new: usize) {
 
 /// Copy mode between two separate clusters (2 ketama shards to 3 others) under the same load
 /// through two sidecars, with the cut-over the README gives: dual_write (the old cluster
-/// answers) → backfill (`--repair`) while the load runs → a write pause (`read_only`) until
+/// answers) → backfill (`--repair`, killed mid-way and run again) while the load runs → a write pause (`read_only`) until
 /// every copy is applied → a last `--repair`, which finds the clusters equal → the new
 /// cluster serves reads, writes still paused → the new cluster answers, copies to the old →
 /// the new cluster alone. The new cluster then equals the model of acknowledged writes
@@ -749,6 +754,17 @@ fn copy_mode_between_clusters_under_load_loses_nothing() {
     let run = Run::start(&yaml("old", "", &clusters));
     let preloaded = run.preloaded;
     run.push(&dual);
+    // The backfill killed mid-way, then run again: what the first run copied stays right.
+    let (mut cmd, file) = compare_cmd(&dual, &["--repair", "--rate", "3000"]);
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run respway-compare");
+    std::thread::sleep(Duration::from_millis(700));
+    child.kill().expect("kill the backfill");
+    assert!(child.wait().unwrap().code().is_none(), "killed mid-way");
+    let _ = std::fs::remove_file(&file);
     let (code, first) = compare(&dual, &["--repair", "--rate", "200000"]);
     assert!(matches!(code, Some(0 | 1)), "backfill: {first}");
     run.push(&paused);
