@@ -65,17 +65,7 @@ impl Session {
         };
         let f = p.conn.send(args, deadline);
         Pending::other(
-            Box::pin(async move {
-                let mut first_err = None;
-                for b in before {
-                    let r = b.await;
-                    if failed(&r) && first_err.is_none() {
-                        first_err = Some(r);
-                    }
-                }
-                let r = f.await;
-                first_err.unwrap_or(r)
-            }),
+            Box::pin(reply_after(before, f)),
             backstop(deadline, op_timeout),
         )
     }
@@ -366,15 +356,7 @@ fn exec_after_moves(
                 Some(_) => vec![Bytes::from_static(b"DISCARD")],
                 None => args,
             };
-            let f = p.conn.send(cmd, deadline);
-            let mut first_err = None;
-            for b in before {
-                let r = b.await;
-                if failed(&r) && first_err.is_none() {
-                    first_err = Some(r);
-                }
-            }
-            let r = f.await;
+            let r = reply_after(before, p.conn.send(cmd, deadline)).await;
             tx.finish();
             if let Some(why) = refused {
                 let text = why.to_reply();
@@ -384,8 +366,25 @@ fn exec_after_moves(
                     text.trim_end()
                 )));
             }
-            first_err.unwrap_or(r)
+            r
         }),
         backstop(deadline, op_timeout),
     )
+}
+
+/// The reply of `f`, sent after `before` (queued commands sent at pin time, whose replies the
+/// client already had): the first error among those is the reply instead.
+async fn reply_after(
+    before: Vec<crate::upstream::UpstreamFuture>,
+    f: crate::upstream::UpstreamFuture,
+) -> Result<Reply, respway_filters::error::Failure> {
+    let mut first_err = None;
+    for b in before {
+        let r = b.await;
+        if failed(&r) && first_err.is_none() {
+            first_err = Some(r);
+        }
+    }
+    let r = f.await;
+    first_err.unwrap_or(r)
 }
