@@ -715,7 +715,8 @@ fn reshard_under_load(n_old: usize, n_new: usize) {
 /// Copy mode between two separate clusters (2 ketama shards to 3 others) under the same load
 /// through two sidecars, with the cut-over the README gives: dual_write (the old cluster
 /// answers) → backfill (`--repair`, killed mid-way and run again) while the load runs → a write pause (`read_only`) until
-/// every copy is applied → a last `--repair`, which finds the clusters equal → the new
+/// every copy is applied → a last `--repair --prune`, which finds the clusters equal (and
+/// deletes what a killed backfill resurrected) → the new
 /// cluster serves reads, writes still paused → the new cluster answers, copies to the old →
 /// the new cluster alone. The new cluster then equals the model of acknowledged writes
 /// (nothing lost or applied twice, deletes not undone by the backfill, TTLs within 1 s) and
@@ -784,7 +785,7 @@ fn copy_mode_between_clusters_under_load_loses_nothing() {
             done
         });
     }
-    let (code, last) = compare(&paused, &["--repair", "--rate", "200000"]);
+    let (code, last) = compare(&paused, &["--repair", "--prune", "--rate", "200000"]);
     assert_eq!(code, Some(0), "the last pass finds every key equal: {last}");
     run.push(&switched);
     run.push(&back);
@@ -1101,4 +1102,46 @@ fn transactions_move_their_keys_before_exec() {
     assert_eq!(v, 7, "the discarded INCR ran nowhere");
     let v: i64 = redis::cmd("GET").arg(k).query(&mut old_of(k)).unwrap();
     assert_eq!(v, 41);
+}
+
+/// A backfill killed between its copy of a key and its check leaves the copy on the target
+/// even when the source deleted the key meanwhile, and the comparison (which walks the
+/// source) never sees it again. `--repair --prune`, run in copy mode's write pause, deletes
+/// from the target every key its source owner lacks, and nothing else.
+#[test]
+fn prune_deletes_what_the_source_lacks() {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let a: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
+    let clusters = format!(
+        "{}{}",
+        cluster("old", &[("o0", a[0]), ("o1", a[1])]),
+        cluster("new", &[("n0", a[2]), ("n1", a[3])])
+    );
+    let config = yaml("old", "", &clusters);
+    let (po, pn) = (picker(&config, "old"), picker(&config, "new"));
+    for i in 0..50 {
+        let k = format!("k:{i}");
+        let mut d = sync_client(a[po.pick(k.as_bytes())]);
+        let _: () = redis::cmd("SET").arg(&k).arg(i).query(&mut d).unwrap();
+    }
+    let ghost = "ghost:1";
+    let mut d = sync_client(a[2 + pn.pick(ghost.as_bytes())]);
+    let _: () = redis::cmd("SET")
+        .arg(ghost)
+        .arg("resurrected")
+        .query(&mut d)
+        .unwrap();
+    let (code, out) = compare(&config, &["--repair"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        dbsize(a[2]) + dbsize(a[3]),
+        51,
+        "without --prune the ghost stays"
+    );
+    let (code, out) = compare(&config, &["--repair", "--prune"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("pruned 1\n"), "{out}");
+    assert_eq!(dbsize(a[2]) + dbsize(a[3]), 50, "only the ghost went");
+    let v: Option<String> = redis::cmd("GET").arg(ghost).query(&mut d).unwrap();
+    assert_eq!(v, None);
 }

@@ -7,7 +7,7 @@
 #   2. backfill old → new with respway-compare --repair (every type, with its TTL; what
 #      differs is copied, verified, and copied again until it settles), then compare again;
 #   3. the write pause: old as route with new as read_only mirror (writes refused), wait
-#      until every copy is applied (INFO mirror), then --repair finds no difference;
+#      until every copy is applied (INFO mirror), then --repair --prune finds no difference;
 #   4. route on new, old as read_only mirror: reads from new, writes still refused;
 #   5. route on new, dual_write to old: writes resume on new, old gets copies (rollback);
 #   6. route on new, mirror forward: done, old gets nothing.
@@ -129,9 +129,9 @@ for _ in $(seq 50); do
 done
 echo "   $line"
 echo "   (every copy applied: mirrored = applied + failed; now the last pass must find no difference)"
-printf '$ respway-compare --config %s --source old --target new --repair\n' "$(basename "$config")"
+printf '$ respway-compare --config %s --source old --target new --repair --prune\n' "$(basename "$config")"
 rc=0
-target/release/respway-compare --config "$config" --source old --target new --repair 2>/dev/null || rc=$?
+target/release/respway-compare --config "$config" --source old --target new --repair --prune 2>/dev/null || rc=$?
 echo "   (exit $rc)"
 [ "$rc" = 0 ] || { echo "the clusters still differ during the pause"; exit 1; }
 

@@ -147,6 +147,9 @@ impl Compare {
                 cursor = next;
             }
         }
+        if args.prune {
+            self.prune(args, &mut source, &mut target).await?;
+        }
         Ok(())
     }
 

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! respway-compare --config respway.yaml --source old --target new [--rate 5000] [--limit N]
-//!     [--ttl-tolerance 1000] [--repair [--repair-rounds 3]]
+//!     [--ttl-tolerance 1000] [--repair [--repair-rounds 3] [--prune]]
 //! respway-compare ... --move [...]        (move mode's background mover, below)
 //! respway-compare ... --cleanup [--apply] (copy mode's cleanup, below)
 //! ```
@@ -26,7 +26,9 @@
 //!   by type and TTL only. TTLs differ when one side has one and the other not (`PTTL` ≥ 0
 //!   vs -1), or when both have one and they are more than `--ttl-tolerance` ms apart.
 //! - With `--repair`, after each page: its differing keys are copied and compared again, up
-//!   to `--repair-rounds` times ([`repair`] says how).
+//!   to `--repair-rounds` times ([`repair`] says how). With `--prune` too, afterwards: each
+//!   target key its source owner lacks is deleted from the target ([`prune`]), and
+//!   `pruned N` follows the summary.
 //! - Paces itself to at most `--rate` keys per second on average (keys scanned plus keys
 //!   copied).
 //!
@@ -142,6 +144,13 @@ struct Args {
     /// With --repair: most copies of one key before it is listed as unsettled.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     repair_rounds: u32,
+    /// With --repair, after it: delete (UNLINK) from the target every key its source owner
+    /// does not hold (a copy that resurrected a key deleted on the source, e.g. by a backfill
+    /// killed between its copy and its check). Only during copy mode's write pause: while
+    /// writes and copies flow, a key may be on the target before the source's delete reaches
+    /// it, and the target's cluster must hold nothing but the source's keys.
+    #[arg(long, requires = "repair")]
+    prune: bool,
     /// Move mode's background mover: instead of comparing, MIGRATE every key of the source
     /// whose owner in the target is another Redis (paced by --rate).
     #[arg(long = "move", conflicts_with = "repair")]
@@ -239,6 +248,9 @@ async fn main() -> ExitCode {
     }
     let result = cmp.run(&args, source, target).await;
     cmp.report.finish();
+    if args.prune && result.is_ok() {
+        println!("pruned {}", cmp.report.pruned);
+    }
     match result {
         Err(e) => {
             eprintln!("respway-compare: {e}");
@@ -300,6 +312,7 @@ mod cleanup;
 mod compare;
 mod diff;
 mod mover;
+mod prune;
 mod repair;
 mod report;
 mod side;

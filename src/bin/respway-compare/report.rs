@@ -47,6 +47,8 @@ pub(super) struct Report {
     pub(super) unsettled: u64,
     /// Keys deleted or expired on the source while they were repaired: not restored.
     pub(super) gone_while_repaired: u64,
+    /// With `--prune`: keys deleted from the target because their source owner lacks them.
+    pub(super) pruned: u64,
 }
 
 impl Report {
@@ -67,6 +69,7 @@ impl Report {
             repaired: 0,
             unsettled: 0,
             gone_while_repaired: 0,
+            pruned: 0,
         }
     }
 
