@@ -244,7 +244,7 @@ pub(crate) fn moves(
         from,
         to,
         &parts.moved,
-        timeout_ms,
+        || timeout_ms,
     );
     if cmds
         .iter()

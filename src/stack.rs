@@ -231,10 +231,12 @@ pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
 pub(crate) fn build(p: &Parts, conn: usize) -> Chain {
     ServiceBuilder::new()
         .layer(PrefixRouteLayer::new(p.routing.clone()))
-        .layer(
-            MirrorLayer::new(p.routing.clone(), p.mirror.clone(), p.mirror_stats.clone())
-                .with_moved(p.moved.clone()),
-        )
+        .layer(MirrorLayer::new(
+            p.routing.clone(),
+            p.mirror.clone(),
+            p.mirror_stats.clone(),
+            p.moved.clone(),
+        ))
         .service(shadow(p, conn))
 }
 

@@ -395,7 +395,12 @@ where
     let dyn_sink: Arc<dyn MirrorSink> = sink.clone();
     let svc = ServiceBuilder::new()
         .layer(PrefixRouteLayer::new(routing.clone()))
-        .layer(MirrorLayer::new(routing.clone(), dyn_sink, mirror_stats))
+        .layer(MirrorLayer::new(
+            routing.clone(),
+            dyn_sink,
+            mirror_stats,
+            Arc::default(),
+        ))
         .layer(HotKeyLayer::new(routing.clone(), hot.clone()))
         .layer(MultiKeyLayer::new(routing.clone()))
         .layer(HashLayer::new(routing.clone()))

@@ -95,34 +95,33 @@ pub struct MirrorLayer {
 impl MirrorLayer {
     /// A layer applying the mirror policies of `routing`, queueing copies on `sink` and
     /// counting into `stats` (one per worker, sized for `routing.clusters`).
-    pub fn new(routing: Arc<Routing>, sink: Arc<dyn MirrorSink>, stats: Arc<MirrorStats>) -> Self {
+    /// `moved` is the worker's memory of keys seen moved in move mode, shared by its
+    /// connections.
+    pub fn new(
+        routing: Arc<Routing>,
+        sink: Arc<dyn MirrorSink>,
+        stats: Arc<MirrorStats>,
+        moved: Arc<Moved>,
+    ) -> Self {
         MirrorLayer {
             routing,
             sink,
             stats,
-            moved: Arc::default(),
+            moved,
         }
-    }
-
-    /// Shares `moved`, the worker's memory of keys seen moved in move mode (by default each
-    /// layer has its own).
-    pub fn with_moved(mut self, moved: Arc<Moved>) -> Self {
-        self.moved = moved;
-        self
     }
 }
 
 impl<S> Layer<S> for MirrorLayer {
     type Service = Mirror<S>;
     fn layer(&self, inner: S) -> Mirror<S> {
-        let mut m = Mirror::new(
+        Mirror::new(
             inner,
             self.routing.clone(),
             self.sink.clone(),
             self.stats.clone(),
-        );
-        m.moved = self.moved.clone();
-        m
+            self.moved.clone(),
+        )
     }
 }
 
@@ -150,6 +149,7 @@ impl<S> Mirror<S> {
         routing: Arc<Routing>,
         sink: Arc<dyn MirrorSink>,
         stats: Arc<MirrorStats>,
+        moved: Arc<Moved>,
     ) -> Self {
         Mirror {
             inner,
@@ -158,7 +158,7 @@ impl<S> Mirror<S> {
             stats,
             rng: None,
             held: Held::default(),
-            moved: Arc::default(),
+            moved,
         }
     }
 

@@ -99,16 +99,6 @@ impl Moved {
             set.len += 1;
         }
     }
-
-    /// How many keys it remembers now.
-    pub fn len(&self) -> usize {
-        self.lock().len
-    }
-
-    /// True when it remembers none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The `MIGRATE` requests that put `req`'s keys on their owners in `to` (empty when no key's
@@ -121,14 +111,16 @@ pub fn migrations(
     to: usize,
     moved: &Moved,
 ) -> Vec<Request> {
-    let timeout_ms = req
-        .deadline
-        .map(|d| {
-            d.saturating_duration_since(std::time::Instant::now())
-                .as_millis()
-                .max(1) as u64
-        })
-        .unwrap_or(DEFAULT_TIMEOUT_MS);
+    // Read only when a key moves: no clock read for the commands that move nothing.
+    let timeout_ms = || {
+        req.deadline
+            .map(|d| {
+                d.saturating_duration_since(std::time::Instant::now())
+                    .as_millis()
+                    .max(1) as u64
+            })
+            .unwrap_or(DEFAULT_TIMEOUT_MS)
+    };
     let keys = req.keys.iter().filter_map(|i| req.args.get(i));
     let cmds = migrate_commands(routing, keys, req.flavor.db, from, to, moved, timeout_ms);
     if cmds.is_empty() {
@@ -159,7 +151,7 @@ pub fn migrate_commands<'a>(
     from: usize,
     to: usize,
     moved: &Moved,
-    timeout_ms: u64,
+    timeout_ms: impl FnOnce() -> u64,
 ) -> Vec<(usize, Vec<Bytes>)> {
     let (Some(src), Some(dst)) = (routing.clusters.get(from), routing.clusters.get(to)) else {
         return Vec::new();
@@ -182,6 +174,10 @@ pub fn migrate_commands<'a>(
         }
     }
     drop(seen);
+    if groups.is_empty() {
+        return Vec::new();
+    }
+    let timeout_ms = timeout_ms();
     groups
         .into_iter()
         .filter_map(|(s, t, keys)| {

@@ -129,7 +129,8 @@ fn setup(capacity: usize) -> Setup {
     let inner = Mock::new(|req: &Request| from(req.cluster));
     let sink = Sink::new(capacity);
     let stats = Arc::new(MirrorStats::new(routing.clusters.len()));
-    let svc = MirrorLayer::new(routing.clone(), sink.clone(), stats.clone()).layer(inner.clone());
+    let svc = MirrorLayer::new(routing.clone(), sink.clone(), stats.clone(), Arc::default())
+        .layer(inner.clone());
     Setup {
         routing,
         svc,
@@ -486,7 +487,8 @@ fn a_hot_key_written_with_other_keys_on_the_primary_side_is_not_copied() {
     let inner = Mock::new(|req: &Request| from(req.cluster));
     let sink = Sink::new(100);
     let stats = Arc::new(MirrorStats::new(2));
-    let mut svc = MirrorLayer::new(routing.clone(), sink.clone(), stats).layer(inner.clone());
+    let mut svc =
+        MirrorLayer::new(routing.clone(), sink.clone(), stats, Arc::default()).layer(inner.clone());
     let reply = send(
         &mut svc,
         request(&routing, &["MSET", "HIGH_FREQ_a", "1", "plain", "2"]),
