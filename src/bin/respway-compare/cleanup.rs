@@ -14,7 +14,6 @@
 //! reached the source after its comparison is never lost.
 
 use super::*;
-use crate::diff::scan_reply;
 use crate::report::{quote, show_frame, Kind};
 
 /// How many times a page's deletable keys are compared again when one changed on the source.
@@ -80,15 +79,7 @@ impl Compare {
             let from = source.cluster.shards[shard].primary().address;
             let mut cursor = Bytes::from_static(b"0");
             loop {
-                let scan = vec![
-                    Bytes::from_static(b"SCAN"),
-                    cursor.clone(),
-                    Bytes::from_static(b"COUNT"),
-                    count.clone(),
-                ];
-                let reply = source.run(&[(shard, scan)]).await?;
-                let (next, keys) = scan_reply(reply.into_iter().next())
-                    .map_err(|e| format!("SCAN on {}: {e}", source.shard_label(shard)))?;
+                let (next, keys) = source.scan(shard, &cursor, &count).await?;
                 c.scanned += keys.len() as u64;
                 self.work += keys.len() as u64;
                 let mut moved = Vec::with_capacity(keys.len());

@@ -123,15 +123,7 @@ impl Compare {
                 if args.limit.is_some_and(|l| done >= l) {
                     break 'shards;
                 }
-                let scan = vec![
-                    Bytes::from_static(b"SCAN"),
-                    cursor.clone(),
-                    Bytes::from_static(b"COUNT"),
-                    count.clone(),
-                ];
-                let reply = source.run(&[(shard, scan)]).await?;
-                let (next, mut keys) = scan_reply(reply.into_iter().next())
-                    .map_err(|e| format!("SCAN on {}: {e}", source.shard_label(shard)))?;
+                let (next, mut keys) = source.scan(shard, &cursor, &count).await?;
                 if let Some(limit) = args.limit {
                     keys.truncate(usize::try_from(limit - done).unwrap_or(usize::MAX));
                 }

@@ -15,7 +15,6 @@
 
 use super::*;
 use crate::checkpoint::{Checkpoint, Cursor};
-use crate::diff::scan_reply;
 use crate::report::{quote, show_frame};
 
 /// What one `--move` run did (with a checkpoint: every run on it so far).
@@ -172,15 +171,7 @@ impl Mover<'_> {
         let count = Bytes::from(self.args.count.to_string());
         let mut tally = Tally::default();
         loop {
-            let scan = vec![
-                Bytes::from_static(b"SCAN"),
-                cursor.clone(),
-                Bytes::from_static(b"COUNT"),
-                count.clone(),
-            ];
-            let reply = self.source.run(&[(shard, scan)]).await?;
-            let (next, keys) = scan_reply(reply.into_iter().next())
-                .map_err(|e| format!("SCAN on {}: {e}", self.source.shard_label(shard)))?;
+            let (next, keys) = self.source.scan(shard, &cursor, &count).await?;
             let kept_before = self.cp.moves.kept;
             self.cp.moves.scanned += keys.len() as u64;
             tally.scanned += keys.len() as u64;

@@ -6,7 +6,6 @@
 //! The comparison itself is one-way and would not find it.
 
 use super::*;
-use crate::diff::scan_reply;
 
 impl Compare {
     /// Deletes from the target the keys its source owner lacks; counts them in the report.
@@ -21,15 +20,7 @@ impl Compare {
             eprintln!("pruning target shard {}", target.shard_label(shard));
             let mut cursor = Bytes::from_static(b"0");
             loop {
-                let scan = vec![
-                    Bytes::from_static(b"SCAN"),
-                    cursor.clone(),
-                    Bytes::from_static(b"COUNT"),
-                    count.clone(),
-                ];
-                let reply = target.run(&[(shard, scan)]).await?;
-                let (next, keys) = scan_reply(reply.into_iter().next())
-                    .map_err(|e| format!("SCAN on {}: {e}", target.shard_label(shard)))?;
+                let (next, keys) = target.scan(shard, &cursor, &count).await?;
                 self.work += keys.len() as u64;
                 let exists: Vec<(usize, Vec<Bytes>)> = keys
                     .iter()

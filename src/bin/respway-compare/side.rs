@@ -72,6 +72,24 @@ impl Side {
 
     /// Sends each command to its shard (pipelined per shard) and returns the replies in the
     /// order of `cmds`.
+    /// One `SCAN cursor COUNT count` page of shard `shard`: the next cursor and the keys.
+    pub(super) async fn scan(
+        &mut self,
+        shard: usize,
+        cursor: &Bytes,
+        count: &Bytes,
+    ) -> Result<(Bytes, Vec<Bytes>), String> {
+        let scan = vec![
+            Bytes::from_static(b"SCAN"),
+            cursor.clone(),
+            Bytes::from_static(b"COUNT"),
+            count.clone(),
+        ];
+        let reply = self.run(&[(shard, scan)]).await?;
+        crate::diff::scan_reply(reply.into_iter().next())
+            .map_err(|e| format!("SCAN on {}: {e}", self.shard_label(shard)))
+    }
+
     pub(super) async fn run(&mut self, cmds: &[(usize, Vec<Bytes>)]) -> Result<Vec<Frame>, String> {
         let mut out: Vec<Option<Frame>> = (0..cmds.len()).map(|_| None).collect();
         for (shard, conn) in self.conns.iter_mut().enumerate() {
