@@ -128,6 +128,8 @@ pub(crate) fn call(
                     let answer = answer.await;
                     stats.record_move(cluster, outcome(&answer, &m, flavor.db, &moved));
                     if !matches!(&answer, Ok(r) if !is_error(r)) {
+                        // Nothing was sent on the dedicated connection: it is idle.
+                        conn.give_back();
                         return Err(move_failure(&answer));
                     }
                 }
