@@ -102,6 +102,7 @@ fn shard(name: &str, endpoints: Vec<Endpoint>) -> Shard {
         weight: 1,
         slots: Vec::new(),
         endpoints,
+        sentinel: None,
     }
 }
 

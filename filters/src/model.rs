@@ -381,7 +381,7 @@ pub enum ZoneFallback {
 }
 
 /// Upstream `AUTH` credentials (`{:?}` shows the password as `<redacted>`).
-#[derive(Clone, PartialEq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct UpstreamAuth {
     /// ACL user name; `None` sends the one-argument form.
     pub username: Option<String>,
@@ -432,8 +432,23 @@ pub struct Shard {
     pub weight: u32,
     /// Owned slots for the slot-table policies (inclusive ranges); empty = even split.
     pub slots: Vec<(u32, u32)>,
-    /// Endpoints; exactly one has [`Role::Primary`].
+    /// Endpoints; exactly one has [`Role::Primary`]. For a shard with a [`Shard::sentinel`]
+    /// the sidecar fills them in from the Sentinels (the translation leaves the placeholder
+    /// [`NO_ENDPOINT`] as primary: no primary known yet).
     pub endpoints: Vec<Endpoint>,
+    /// The Sentinels that name this shard's primary and replicas, instead of fixed endpoints.
+    pub sentinel: Option<SentinelSource>,
+}
+
+/// Where a Sentinel-managed shard learns its primary and replicas.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SentinelSource {
+    /// The master's name as the Sentinels monitor it (`SENTINEL MONITOR <name> ...`).
+    pub master: String,
+    /// The Sentinels' addresses (every one is asked and subscribed to). Credentials sent to
+    /// them are their own in [`Cluster::endpoint_auth`]; the cluster's `auth` is for the data
+    /// nodes and never sent to a Sentinel.
+    pub sentinels: Vec<SocketAddr>,
 }
 
 impl Shard {

@@ -67,6 +67,7 @@ fn cluster(name: &str, read_policy: ReadPolicy, base: u16) -> Cluster {
                     endpoint(base + 3, Role::Replica, "z1"),
                     endpoint(base + 4, Role::Replica, "z2"),
                 ],
+                sentinel: None,
             },
             Shard {
                 name: "s1".to_string(),
@@ -74,6 +75,7 @@ fn cluster(name: &str, read_policy: ReadPolicy, base: u16) -> Cluster {
                 weight: 1,
                 slots: Vec::new(),
                 endpoints: vec![endpoint(base + 10, Role::Primary, "z2")],
+                sentinel: None,
             },
         ],
         connections_per_endpoint: 1,

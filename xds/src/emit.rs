@@ -419,19 +419,28 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
     let mut localities: Vec<LocalityLbEndpoints> = Vec::new();
     for (si, shard) in c.shards.iter().enumerate() {
         let primary = shard.primary().address;
-        for e in &shard.endpoints {
-            let is_primary = e.role == Role::Primary;
+        // (address, role, zone, carries the shard's values): a Sentinel-managed shard is
+        // written as its Sentinels, the first carrying what the primary carries otherwise.
+        let endpoints: Vec<(SocketAddr, &str, Option<&str>, bool)> = match &shard.sentinel {
+            Some(s) => (s.sentinels.iter().enumerate())
+                .map(|(i, a)| (*a, "sentinel", None, i == 0))
+                .collect(),
+            None => (shard.endpoints.iter())
+                .map(|e| match e.role {
+                    Role::Primary => (e.address, "primary", e.zone.as_deref(), true),
+                    Role::Replica => (e.address, "replica", e.zone.as_deref(), false),
+                })
+                .collect(),
+        };
+        for (address, role, zone, is_primary) in endpoints {
             let mut respway = vec![
                 ("shard", string(&shard.name)),
                 ("shard_index", Kind::NumberValue(si as f64)),
-                (
-                    "role",
-                    string(match e.role {
-                        Role::Primary => "primary",
-                        Role::Replica => "replica",
-                    }),
-                ),
+                ("role", string(role)),
             ];
+            if let Some(s) = &shard.sentinel {
+                respway.push(("sentinel_master", string(&s.master)));
+            }
             let mut metadata = HashMap::new();
             if is_primary {
                 if !shard.slots.is_empty() {
@@ -444,7 +453,10 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
                         .collect();
                     respway.push(("slots", Kind::ListValue(ListValue { values: slots })));
                 }
-                let default = common::default_hash_key(&c.hash, Some(&shard.name), primary);
+                let default = match &shard.sentinel {
+                    Some(_) => shard.name.clone(),
+                    None => common::default_hash_key(&c.hash, Some(&shard.name), primary),
+                };
                 if shard.hash_key != default {
                     metadata.insert(
                         names::ENVOY_LB_NAMESPACE.to_string(),
@@ -455,7 +467,7 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
             metadata.insert(names::METADATA_NAMESPACE.to_string(), fields(respway));
             let lb_endpoint = LbEndpoint {
                 host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
-                    address: Some(socket(e.address)),
+                    address: Some(socket(address)),
                     ..Default::default()
                 })),
                 load_balancing_weight: is_primary.then_some(UInt32Value {
@@ -467,7 +479,7 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
                 }),
                 ..Default::default()
             };
-            let zone = e.zone.clone().unwrap_or_default();
+            let zone = zone.unwrap_or_default();
             let locality = localities
                 .iter_mut()
                 .find(|l| l.locality.as_ref().map_or("", |l| l.zone.as_str()) == zone);
@@ -475,7 +487,7 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
                 Some(l) => l.lb_endpoints.push(lb_endpoint),
                 None => localities.push(LocalityLbEndpoints {
                     locality: (!zone.is_empty()).then(|| Locality {
-                        zone,
+                        zone: zone.to_string(),
                         ..Default::default()
                     }),
                     lb_endpoints: vec![lb_endpoint],

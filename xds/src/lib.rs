@@ -261,6 +261,7 @@ pub fn default_config() -> Config {
                     role: Role::Primary,
                     zone: None,
                 }],
+                sentinel: None,
             }],
             connections_per_endpoint: common::DEFAULT_CONNECTIONS_PER_ENDPOINT,
             databases: respway_filters::model::DEFAULT_DATABASES,

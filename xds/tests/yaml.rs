@@ -35,6 +35,7 @@ fn shard(name: &str, hash_key: &str, endpoints: Vec<Endpoint>) -> Shard {
         weight: 1,
         slots: Vec::new(),
         endpoints,
+        sentinel: None,
     }
 }
 
@@ -496,7 +497,7 @@ listener "l": limits.max_bulk: unknown field (expected one of: max_bulk_len, max
 listener "l": routes.prefixes[0].strip: unknown field (expected one of: prefix, cluster, remove_prefix, mirrors)
 cluster "c": hash.table_size: unknown field (expected one of: policy, key_hash)
 cluster "c": auth.user: unknown field (expected one of: username, password, password_file, password_env)
-cluster "c": shards[0].nmae: unknown field (expected one of: name, hash_key, weight, slots, endpoints)
+cluster "c": shards[0].nmae: unknown field (expected one of: name, hash_key, weight, slots, endpoints, sentinel)
 cluster "c": shards[0].endpoints[0].zones: unknown field (expected one of: address, role, zone, auth)"#
     );
 }

@@ -35,6 +35,7 @@ pub fn shard(name: &str, port: u16, zone: Option<&str>) -> Shard {
             role: Role::Primary,
             zone: zone.map(str::to_string),
         }],
+        sentinel: None,
     }
 }
 

@@ -15,14 +15,14 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, LbEndpoint,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct};
-use respway_filters::model::{Endpoint, HashPolicy, Role, Shard};
+use respway_filters::model::{Endpoint, HashPolicy, Role, SentinelSource, Shard};
 
 use super::{socket_address, unsupported};
 use crate::common::{self, SlotProblem};
 use crate::error::{index, join, Cx};
 use crate::names;
 
-const RESPWAY_KEYS: &[&str] = &["shard", "shard_index", "role", "slots"];
+const RESPWAY_KEYS: &[&str] = &["shard", "shard_index", "role", "slots", "sentinel_master"];
 
 /// One endpoint as read, before grouping into shards.
 struct RawEndpoint {
@@ -36,6 +36,10 @@ struct RawEndpoint {
     slots: Option<Vec<(u32, u32)>>,
     weight: Option<u32>,
     hash_key: Option<String>,
+    /// Role `sentinel`: the address is a Sentinel's, not a data node's.
+    sentinel: bool,
+    /// The Sentinel master name of a `sentinel` endpoint's shard.
+    sentinel_master: Option<String>,
 }
 
 impl RawEndpoint {
@@ -102,8 +106,10 @@ pub(super) fn shards(
     }
 
     // Addresses must tell endpoints apart.
+    // Sentinels are not data nodes: one set of Sentinels usually names the primaries of
+    // several shards.
     let mut addrs: HashMap<SocketAddr, &str> = HashMap::new();
-    for r in &raw {
+    for r in raw.iter().filter(|r| !r.sentinel) {
         if let Some(first) = addrs.insert(r.address, &r.path) {
             cx.err(
                 join(&r.path, "endpoint.address"),
@@ -243,6 +249,15 @@ fn shard(
     policy: Option<&HashPolicy>,
 ) -> Option<(Option<u32>, Shard, String)> {
     let before = cx.count();
+    if eps.iter().any(|e| e.sentinel) {
+        return sentinel_shard(cx, name, eps);
+    }
+    for e in eps.iter().filter(|e| e.sentinel_master.is_some()) {
+        cx.err(
+            e.meta("sentinel_master"),
+            "only endpoints with role sentinel name a Sentinel master",
+        );
+    }
     let single = eps.len() == 1;
     let mut endpoints = Vec::new();
     for e in eps {
@@ -351,6 +366,91 @@ fn shard(
             weight: p.weight.unwrap_or(1),
             slots: p.slots.clone().unwrap_or_default(),
             endpoints,
+            sentinel: None,
+        },
+        p.path.clone(),
+    ))
+}
+
+/// A shard whose endpoints are Sentinels: its primary and replicas are found by the sidecar;
+/// the model holds the placeholder primary until then. Shard-level values come from the first
+/// Sentinel; the others may repeat but not contradict them. The hash key defaults to the
+/// shard's name, never an address: the primary's changes with each failover, and the keys
+/// must stay where they are.
+fn sentinel_shard(
+    cx: &mut Cx,
+    name: &str,
+    eps: &[RawEndpoint],
+) -> Option<(Option<u32>, Shard, String)> {
+    let before = cx.count();
+    let p = &eps[0];
+    let master = eps.iter().find_map(|e| e.sentinel_master.clone());
+    let mut sentinels: Vec<SocketAddr> = Vec::new();
+    for e in eps {
+        if !e.sentinel {
+            cx.err(
+                e.meta("role"),
+                format!(
+                    "shard {name:?} is Sentinel-managed: every endpoint of it has role sentinel"
+                ),
+            );
+            continue;
+        }
+        if sentinels.contains(&e.address) {
+            cx.err(
+                join(&e.path, "endpoint.address"),
+                format!("Sentinel {} is listed twice in shard {name:?}", e.address),
+            );
+        }
+        sentinels.push(e.address);
+        match (&e.sentinel_master, &master) {
+            (None, _) => cx.err(
+                e.meta("sentinel_master"),
+                "required for an endpoint with role sentinel",
+            ),
+            (Some(a), Some(b)) if a != b => cx.err(
+                e.meta("sentinel_master"),
+                format!("{a:?} differs from the shard's Sentinel master {b:?}"),
+            ),
+            _ => {}
+        }
+        if std::ptr::eq(e, p) {
+            continue;
+        }
+        if e.shard_index.is_some_and(|i| Some(i) != p.shard_index)
+            || e.weight.is_some_and(|w| Some(w) != p.weight)
+            || e.slots
+                .as_ref()
+                .is_some_and(|s| Some(s) != p.slots.as_ref())
+            || e.hash_key
+                .as_ref()
+                .is_some_and(|h| Some(h) != p.hash_key.as_ref())
+        {
+            cx.err(
+                &e.path,
+                "shard_index, weight, slots and hash_key differ from the shard's first Sentinel's",
+            );
+        }
+    }
+    if cx.count() > before {
+        return None;
+    }
+    Some((
+        p.shard_index,
+        Shard {
+            name: name.to_string(),
+            hash_key: p.hash_key.clone().unwrap_or_else(|| name.to_string()),
+            weight: p.weight.unwrap_or(1),
+            slots: p.slots.clone().unwrap_or_default(),
+            endpoints: vec![Endpoint {
+                address: respway_filters::model::NO_ENDPOINT,
+                role: Role::Primary,
+                zone: None,
+            }],
+            sentinel: Some(SentinelSource {
+                master: master?,
+                sentinels,
+            }),
         },
         p.path.clone(),
     ))
@@ -415,6 +515,8 @@ fn lb_endpoint(
         slots: None,
         weight,
         hash_key: None,
+        sentinel: false,
+        sentinel_master: None,
     };
     if let Some(md) = &e.metadata {
         if let Some(s) = md.filter_metadata.get(names::METADATA_NAMESPACE) {
@@ -457,7 +559,14 @@ fn respway_metadata(cx: &mut Cx, raw: &mut RawEndpoint, s: &Struct, policy: Opti
             "role" => match kind {
                 Some(Kind::StringValue(v)) if v == "primary" => raw.role = Some(Role::Primary),
                 Some(Kind::StringValue(v)) if v == "replica" => raw.role = Some(Role::Replica),
-                _ => cx.err(at, "expected \"primary\" or \"replica\""),
+                Some(Kind::StringValue(v)) if v == "sentinel" => raw.sentinel = true,
+                _ => cx.err(at, "expected \"primary\", \"replica\" or \"sentinel\""),
+            },
+            "sentinel_master" => match kind {
+                Some(Kind::StringValue(v)) if !v.is_empty() => {
+                    raw.sentinel_master = Some(v.clone())
+                }
+                _ => cx.err(at, "expected a non-empty string"),
             },
             "slots" => {
                 if policy.is_some_and(|p| common::slot_count(p).is_none()) {

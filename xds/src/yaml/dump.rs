@@ -569,7 +569,10 @@ impl Writer {
         // The hash key the parser would work out from what is written: the name counts for
         // twemproxy's policies only when it is written.
         let written_name = (self.all || !default_name).then_some(s.name.as_str());
-        let derived = common::default_hash_key(&c.hash, written_name, s.primary().address);
+        let derived = match &s.sentinel {
+            Some(_) => s.name.clone(),
+            None => common::default_hash_key(&c.hash, written_name, s.primary().address),
+        };
         m.set("hash_key", s.hash_key.as_str(), s.hash_key == derived);
         m.set("weight", num(s.weight), s.weight == 1);
         let slots = s
@@ -578,6 +581,27 @@ impl Writer {
             .map(|r| common::slot_range_string(*r).into())
             .collect();
         m.list("slots", slots);
+        if let Some(sentinel) = &s.sentinel {
+            // The endpoints found from the Sentinels are not written: they are not configured.
+            let mut st = self.map();
+            st.put("master", sentinel.master.as_str());
+            let list = sentinel.sentinels.iter().map(|a| a.to_string().into());
+            st.put("sentinels", Value::Sequence(list.collect()));
+            let auth = sentinel
+                .sentinels
+                .iter()
+                .find_map(|a| position(&c.endpoint_auth, *a));
+            if let Some(j) = auth {
+                st.put("auth", self.auth(&c.endpoint_auth[j].auth));
+            }
+            for a in &sentinel.sentinels {
+                if let Some(j) = position(&c.endpoint_auth, *a) {
+                    placed[j] = true;
+                }
+            }
+            m.put("sentinel", st.done());
+            return m.done();
+        }
         let single = s.endpoints.len() == 1;
         let endpoints = s
             .endpoints

@@ -27,7 +27,15 @@ use crate::emit::{fields, socket, string};
 use crate::error::{index, join, Cx};
 use crate::names;
 
-const SHARD_KEYS: &[&str] = &["name", "hash_key", "weight", "slots", "endpoints"];
+const SHARD_KEYS: &[&str] = &[
+    "name",
+    "hash_key",
+    "weight",
+    "slots",
+    "endpoints",
+    "sentinel",
+];
+const SENTINEL_KEYS: &[&str] = &["master", "sentinels", "auth"];
 const ENDPOINT_KEYS: &[&str] = &["address", "role", "zone", "auth"];
 
 /// One endpoint as read.
@@ -79,6 +87,31 @@ pub(super) fn shards(
         let hash_key = s.non_empty_string(cx, "hash_key");
         let weight = s.uint(cx, "weight", u32::MAX.into()).unwrap_or(1) as u32;
         let slots = slots(cx, &s);
+        if let Some(v) = s.get("sentinel") {
+            if s.get("endpoints").is_some() {
+                cx.err(
+                    s.at("endpoints"),
+                    "a shard has either endpoints or sentinel, not both",
+                );
+            }
+            let shard_name = name.clone().unwrap_or_else(|| format!("shard-{si}"));
+            if let Some(first) = names.insert(shard_name.clone(), si) {
+                cx.err(
+                    s.at("name"),
+                    format!("duplicate shard name {shard_name:?} (also shards[{first}])"),
+                );
+            }
+            let shard = SentinelShard {
+                at: &sp,
+                index: si,
+                name: &shard_name,
+                hash_key: hash_key.filter(|k| *k != shard_name),
+                weight,
+                slots: &slots,
+            };
+            sentinel_shard(cx, o, v, &shard, &mut localities, &mut credentials);
+            continue;
+        }
         let list = s.non_empty_seq(cx, "endpoints");
         let single = list.len() == 1;
         let mut raw = Vec::new();
@@ -219,6 +252,8 @@ pub(super) fn shards(
     }
     o.enter(&own_envoy(&own.0, &own.1), &own.1);
     credentials.sort_by_key(|c| c.0);
+    // One set of Sentinels usually serves several shards: its credentials are written once.
+    credentials.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
     for (k, (_, _, path)) in credentials.iter().enumerate() {
         let at = format!("{auth_at}.credentials[{k}]");
         o.note(&at, path);
@@ -232,6 +267,147 @@ pub(super) fn shards(
     };
     let credentials = credentials.into_iter().map(|(a, c, _)| (a, c)).collect();
     (cla, credentials)
+}
+
+/// What a Sentinel-managed shard carries besides its Sentinels.
+struct SentinelShard<'a> {
+    /// Its YAML path.
+    at: &'a str,
+    /// Its position in `shards`.
+    index: usize,
+    name: &'a str,
+    /// Written only when it is not the shard's name (the translation's default).
+    hash_key: Option<String>,
+    weight: u32,
+    slots: &'a [Kind],
+}
+
+/// A shard's `sentinel` (`master`, `sentinels`, `auth`): one `LbEndpoint` of role `sentinel`
+/// per Sentinel, naming the master, the first carrying the shard's slots, weight and hash
+/// key; the Sentinels' credentials (their own, never the cluster's) go to `credentials`.
+fn sentinel_shard(
+    cx: &mut Cx,
+    o: &mut Origins,
+    v: &Value,
+    shard: &SentinelShard<'_>,
+    localities: &mut Vec<LocalityLbEndpoints>,
+    credentials: &mut Vec<(SocketAddr, UpstreamAuth, String)>,
+) {
+    let at = join(shard.at, "sentinel");
+    let Some(m) = Map::new(cx, v, &at, SENTINEL_KEYS) else {
+        return;
+    };
+    let master = m.required_string(cx, "master");
+    if master.as_deref() == Some("") {
+        cx.err(m.at("master"), "must not be empty");
+    }
+    let auth = m
+        .get("auth")
+        .and_then(|v| upstream_auth(cx, v, &m.at("auth")));
+    let list = m.non_empty_seq(cx, "sentinels");
+    let mut seen: Vec<SocketAddr> = Vec::new();
+    for (k, v) in list.iter().enumerate() {
+        let sat = index(&m.at("sentinels"), k);
+        let address = match v {
+            Value::String(text) => match common::parse_socket_addr(text) {
+                Ok(a) => a,
+                Err(e) => {
+                    cx.err(sat, e);
+                    continue;
+                }
+            },
+            other => {
+                cx.err(
+                    sat,
+                    format!(
+                        "expected an address such as \"127.0.0.1:26379\", got {}",
+                        kind(other)
+                    ),
+                );
+                continue;
+            }
+        };
+        if seen.contains(&address) {
+            cx.err(sat, format!("{address} is listed twice"));
+            continue;
+        }
+        seen.push(address);
+        if let Some((auth, _)) = &auth {
+            credentials.push((address, auth.clone(), m.at("auth")));
+        }
+        let first = k == 0;
+        let mut respway = vec![
+            ("shard", string(shard.name)),
+            ("shard_index", Kind::NumberValue(shard.index as f64)),
+            ("role", string("sentinel")),
+        ];
+        if let Some(master) = &master {
+            respway.push(("sentinel_master", string(master)));
+        }
+        let mut metadata = HashMap::new();
+        if first {
+            if !shard.slots.is_empty() {
+                let values = shard.slots.iter().map(|k| PbValue {
+                    kind: Some(k.clone()),
+                });
+                let list = ListValue {
+                    values: values.collect(),
+                };
+                respway.push(("slots", Kind::ListValue(list)));
+            }
+            if let Some(key) = &shard.hash_key {
+                metadata.insert(
+                    names::ENVOY_LB_NAMESPACE.to_string(),
+                    fields(vec![("hash_key", string(key))]),
+                );
+            }
+        }
+        metadata.insert(names::METADATA_NAMESPACE.to_string(), fields(respway));
+        let lb_endpoint = LbEndpoint {
+            host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
+                address: Some(socket(address)),
+                ..Default::default()
+            })),
+            load_balancing_weight: first.then_some(UInt32Value {
+                value: shard.weight,
+            }),
+            metadata: Some(Metadata {
+                filter_metadata: metadata,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let li = match localities.iter().position(|l| l.locality.is_none()) {
+            Some(li) => li,
+            None => {
+                localities.push(LocalityLbEndpoints::default());
+                localities.len() - 1
+            }
+        };
+        let ep = format!(
+            "endpoints[{li}].lb_endpoints[{}]",
+            localities[li].lb_endpoints.len()
+        );
+        localities[li].lb_endpoints.push(lb_endpoint);
+        let meta = format!(
+            "{ep}.metadata.filter_metadata.{}",
+            names::METADATA_NAMESPACE
+        );
+        o.note(&ep, &sat);
+        o.note(format!("{ep}.endpoint"), &sat);
+        o.note(format!("{ep}.endpoint.address"), &sat);
+        o.note(format!("{meta}.role"), &at);
+        o.note(format!("{meta}.sentinel_master"), m.at("master"));
+        o.note(format!("{meta}.shard"), join(shard.at, "name"));
+        o.note(format!("{meta}.shard_index"), shard.at);
+        if first {
+            o.note(
+                format!("{ep}.load_balancing_weight"),
+                join(shard.at, "weight"),
+            );
+            o.note(format!("{meta}.slots"), join(shard.at, "slots"));
+        }
+    }
 }
 
 /// How the translation names the cluster being read (`own`, empty for an unnamed one, whose
