@@ -39,6 +39,8 @@
 //!
 //! Upstream
 //! - `upstream`: pooled, pipelined connections to the Redis shards, and dedicated ones;
+//! - `sentinel`: the primaries and replicas of Sentinel-managed shards, followed on a thread
+//!   of their own and swapped in by compiling the configuration again;
 //! - `queue`: the request queue between a worker's sessions and one connection task.
 //!
 //! Watching it
@@ -62,6 +64,7 @@ mod local;
 mod outq;
 mod pubsub;
 mod queue;
+mod sentinel;
 mod session;
 pub mod slowlog;
 mod spare;
@@ -88,6 +91,10 @@ use tokio::sync::watch;
 use crate::stats::Registry;
 use crate::upstream::UpstreamStats;
 use crate::worker::{Stop, Worker};
+
+/// How long [`start`] waits for the Sentinels of the configuration's Sentinel-managed shards
+/// to name their primaries before it serves.
+const SENTINEL_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Options of the process, as opposed to the configuration it serves.
 #[derive(Debug, Clone)]
@@ -133,8 +140,12 @@ pub(crate) struct Snapshot {
 struct Shared {
     current: ArcSwap<Snapshot>,
     changed: watch::Sender<u64>,
-    /// Serializes `apply` (config changes are rare; the request path never takes it).
-    apply_lock: std::sync::Mutex<()>,
+    /// The configuration last applied, before the endpoints found from Sentinels are filled
+    /// in; held while one is applied, which serializes `apply` (config changes are rare; the
+    /// request path never takes it).
+    base: std::sync::Mutex<Config>,
+    /// The primaries and replicas of Sentinel-managed shards, as last found.
+    discovery: sentinel::Discovery,
     /// Failed `AUTH` attempts per client address, over every listener and worker.
     auth_limiter: Arc<acl::AuthTarpit>,
 }
@@ -163,11 +174,7 @@ impl ConfigHandle {
     /// A message naming what is wrong; the running configuration is left unchanged. The set
     /// of listeners (names and addresses) cannot change without a restart.
     pub fn apply(&self, config: Config) -> Result<u64, String> {
-        let _guard = self
-            .shared
-            .apply_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut base = self.shared.base.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.shared.current.load_full();
         let same_listeners = old.config.listeners.len() == config.listeners.len()
             && old
@@ -183,10 +190,35 @@ impl ConfigHandle {
             );
         }
         let version = old.version + 1;
-        let snapshot = compile(config, version, Some(&old))?;
+        let resolved = self.shared.discovery.resolve(config.clone());
+        let snapshot = compile(resolved, version, Some(&old))?;
+        *base = config;
         self.shared.current.store(Arc::new(snapshot));
         self.shared.changed.send_replace(version);
         Ok(version)
+    }
+
+    /// Compiles the configuration last applied again with the endpoints the Sentinels name
+    /// now, and publishes it (the workers swap it in as any other change).
+    pub(crate) fn rediscover(&self) -> Result<u64, String> {
+        let base = self.shared.base.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.shared.current.load_full();
+        let version = old.version + 1;
+        let resolved = self.shared.discovery.resolve(base.clone());
+        let snapshot = compile(resolved, version, Some(&old))?;
+        self.shared.current.store(Arc::new(snapshot));
+        self.shared.changed.send_replace(version);
+        Ok(version)
+    }
+
+    /// Hears of each configuration published.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.changed.subscribe()
+    }
+
+    /// What the Sentinels named last.
+    pub(crate) fn discovery(&self) -> &sentinel::Discovery {
+        &self.shared.discovery
     }
 
     /// The snapshot being served.
@@ -286,16 +318,31 @@ pub fn check_files(config: &Config) -> Vec<String> {
 pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     local::mark_start();
     let workers = opts.workers.max(1);
-    let snapshot = compile(config, 1, None).map_err(io::Error::other)?;
+    let snapshot = compile(config.clone(), 1, None).map_err(io::Error::other)?;
+    let with_sentinels = sentinel::any(&config);
     let (changed, _) = watch::channel(1);
     let shared = Arc::new(Shared {
         current: ArcSwap::from_pointee(snapshot),
         changed,
-        apply_lock: std::sync::Mutex::new(()),
+        base: std::sync::Mutex::new(config),
+        discovery: sentinel::Discovery::default(),
         auth_limiter: Arc::default(),
     });
     let registry = Arc::new(Registry::default());
     let (stop, stop_rx) = watch::channel(Stop::Run);
+    // Sentinel-managed shards: their first answers are awaited (a little) so that the first
+    // clients find the primaries known.
+    sentinel::start(
+        ConfigHandle {
+            shared: shared.clone(),
+        },
+        stop_rx.clone(),
+        if with_sentinels {
+            SENTINEL_FIRST_WAIT
+        } else {
+            std::time::Duration::ZERO
+        },
+    )?;
     // The listeners' names and configured addresses.
     let named: Vec<(String, SocketAddr)> = shared
         .current

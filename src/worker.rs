@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use respway_filters::hot_key::HotKeyStats;
 use respway_filters::mirror::MirrorStats;
-use respway_filters::model::Cluster;
+use respway_filters::model::{Cluster, Endpoint, Role, Shard};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -32,8 +32,10 @@ pub(crate) enum Stop {
     Now,
 }
 
-/// Identifies a pool: the same endpoint in the same cluster with the same settings.
-type PoolKey = (String, EndpointConfig, usize);
+/// Identifies a pool: the same endpoint in the same cluster with the same settings and role
+/// (a primary demoted to replica, as in a Sentinel failover, gets new connections: those that
+/// carried its writes close).
+type PoolKey = (String, EndpointConfig, usize, bool);
 
 pub(crate) struct Worker {
     pub(crate) id: usize,
@@ -192,7 +194,7 @@ impl Worker {
         let config = &snapshot.config;
         let mut old = std::mem::take(&mut self.pools);
         let certs = &snapshot.certs;
-        let mut handle = |ci: usize, c: &Cluster, shard: &str, addr: SocketAddr| {
+        let mut handle = |ci: usize, c: &Cluster, s: &Shard, e: &Endpoint| {
             let tls = certs
                 .clusters
                 .get(ci)
@@ -201,8 +203,9 @@ impl Worker {
                 .map(|(settings, tls)| crate::tls::UpstreamTlsConfig { settings, tls });
             let key = (
                 c.name.clone(),
-                endpoint_config(c, shard, addr, tls),
+                endpoint_config(c, s, e.address, tls),
                 c.connections_per_endpoint,
+                e.role == Role::Primary,
             );
             let h = old
                 .remove(&key)
@@ -221,12 +224,7 @@ impl Worker {
                 .map(|(ci, c)| {
                     c.shards
                         .iter()
-                        .map(|s| {
-                            s.endpoints
-                                .iter()
-                                .map(|e| handle(ci, c, &s.name, e.address))
-                                .collect()
-                        })
+                        .map(|s| s.endpoints.iter().map(|e| handle(ci, c, s, e)).collect())
                         .collect()
                 })
                 .collect(),
@@ -323,18 +321,27 @@ async fn drain(
 
 fn endpoint_config(
     c: &Cluster,
-    shard: &str,
+    s: &Shard,
     address: SocketAddr,
     tls: Option<crate::tls::UpstreamTlsConfig>,
 ) -> EndpointConfig {
+    let shard = &s.name;
+    let placeholder = address == respway_filters::model::NO_ENDPOINT;
     EndpointConfig {
         tls,
         address,
-        label: if address == respway_filters::model::NO_ENDPOINT {
-            format!("cluster {}", c.name).into()
-        } else {
-            format!("shard {shard} ({address})").into()
+        label: match &s.sentinel {
+            Some(_) if placeholder => format!("shard {shard}").into(),
+            None if placeholder => format!("cluster {}", c.name).into(),
+            _ => format!("shard {shard} ({address})").into(),
         },
+        missing: s.sentinel.as_ref().filter(|_| placeholder).map(|src| {
+            format!(
+                "no primary known: no Sentinel has named one for master {:?} yet",
+                src.master
+            )
+            .into()
+        }),
         connect_timeout: c.connect_timeout,
         auth: c.auth_for(address).map(|a| {
             let mut v = Vec::new();

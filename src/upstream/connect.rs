@@ -76,7 +76,9 @@ pub(crate) async fn connect_plain(cfg: &EndpointConfig) -> Result<Conn, String> 
 
 pub(super) async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<Conn, ConnectError> {
     if cfg.address == respway_filters::model::NO_ENDPOINT {
-        return Err(respway_filters::model::NO_ENDPOINT_REASON
+        let reason = cfg.missing.as_deref();
+        return Err(reason
+            .unwrap_or(respway_filters::model::NO_ENDPOINT_REASON)
             .to_string()
             .into());
     }

@@ -129,6 +129,9 @@ pub(crate) struct EndpointConfig {
     pub(crate) max_queue: usize,
     /// TLS to the endpoint (`None`: plaintext).
     pub(crate) tls: Option<crate::tls::UpstreamTlsConfig>,
+    /// For the placeholder address [`respway_filters::model::NO_ENDPOINT`]: why there is no
+    /// endpoint (`None`: an EDS cluster whose endpoints did not arrive).
+    pub(crate) missing: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for EndpointConfig {
@@ -143,6 +146,7 @@ impl std::fmt::Debug for EndpointConfig {
             .field("dedicated", &self.dedicated)
             .field("max_queue", &self.max_queue)
             .field("tls", &self.tls)
+            .field("missing", &self.missing)
             .finish()
     }
 }
@@ -579,6 +583,7 @@ mod tests {
             dedicated: 32,
             max_queue: 16384,
             tls: None,
+            missing: None,
         };
         let text = format!("{cfg:?}");
         assert!(

@@ -62,7 +62,8 @@ pub(super) async fn run_connection(
         // The placeholder of a cluster with no endpoints: every request is answered at once,
         // with nothing to connect to, probe or log (`connect` refuses it too, for the paths
         // that connect on their own, such as pub/sub).
-        let reason: Arc<str> = respway_filters::model::NO_ENDPOINT_REASON.into();
+        let reason: Arc<str> = (task.cfg.missing.clone())
+            .unwrap_or_else(|| respway_filters::model::NO_ENDPOINT_REASON.into());
         while let Some(req) = task.rx.recv().await {
             answer(
                 req.tx,

@@ -44,4 +44,5 @@ pub use process::{free_port, have, loopback, rss_of, wait_port, Proc, Spawn};
 pub use resp::{encode_cmd, parse_resp, raw_command, Resp, RespConn};
 pub use servers::{
     nutcracker, nutcracker_bin, redis, redis_on, redis_on_with, redis_starting_on, redis_with,
+    sentinel_on,
 };

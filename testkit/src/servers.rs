@@ -82,6 +82,51 @@ fn spawn_redis(port: u16, extra: &[&str]) -> Proc {
     }
 }
 
+/// A Sentinel (`redis-server CONF --sentinel`) on `port` watching `primary` as `master` with
+/// quorum 2, a primary declared down after 1 s of silence, and a failover timeout of 10 s.
+/// Started again on the same port (after a kill), it reads the configuration it rewrote,
+/// which holds what it learned (the current primary, the replicas, the other Sentinels).
+pub fn sentinel_on(port: u16, master: &str, primary: std::net::SocketAddr) -> Proc {
+    let dir = scratch_dir("sentinel", port);
+    let conf = dir.join("sentinel.conf");
+    if !conf.exists() {
+        let text = format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\n\
+             sentinel monitor {master} {} {} 2\n\
+             sentinel down-after-milliseconds {master} 1000\n\
+             sentinel failover-timeout {master} 10000\n\
+             sentinel parallel-syncs {master} 1\n",
+            dir.display(),
+            primary.ip(),
+            primary.port()
+        );
+        std::fs::write(&conf, text).expect("sentinel.conf");
+    }
+    let log = std::fs::File::create(dir.join("log")).expect("log file");
+    let child = Command::new("redis-server")
+        .arg(&conf)
+        .arg("--sentinel")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("redis-server must be installed (apt-get install redis-server)");
+    let p = Proc {
+        child,
+        addr: loopback(port),
+        dir: None,
+        config: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if raw_command(p.addr, &["PING"]).is_ok_and(|r| r.starts_with("+PONG")) {
+            return p;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("Sentinel on port {port} did not start");
+}
+
 /// The nutcracker binary: `nutcracker` in `PATH`, else `/usr/sbin/nutcracker` (where the
 /// Debian package puts it, outside a normal user's `PATH`); `None` when neither is there.
 pub fn nutcracker_bin() -> Option<PathBuf> {

@@ -1,0 +1,688 @@
+//! Sentinel-managed shards: the shards whose primary and replicas the Sentinels name.
+//!
+//! One thread of its own (a current-thread runtime, off the workers) keeps, per Sentinel
+//! master a configuration names, one watcher:
+//! - it subscribes on every Sentinel to the events about instances (`+switch-master`,
+//!   `+sdown`/`-sdown`, `+odown`/`-odown`, replica changes) and asks again at once when one
+//!   names the master;
+//! - it asks every Sentinel (`SENTINEL MASTER`, `SENTINEL REPLICAS`) at once, and every
+//!   second as a backstop;
+//! - when the answer changes, it records it and has the configuration compiled again
+//!   ([`crate::ConfigHandle::rediscover`]): the workers swap the shard's endpoints as for any
+//!   configuration change, without dropping a request. New commands go to the new primary;
+//!   commands already sent to the old one are answered by it or fail (a lost connection),
+//!   and are never sent again; the pools of a node that left the shard, or changed role, are
+//!   closed once no session uses them.
+//!
+//! Sentinels that disagree: the answer with the highest `config-epoch` wins (a Sentinel
+//! reaches a new epoch only by a failover that a majority of the Sentinels voted for), ties
+//! go to the address most of them give. Sentinels that do not answer change nothing: the last
+//! known primary stays, and they are asked again each second.
+//!
+//! Keys never move to another shard: a shard whose primary is not known answers its keys with
+//! an error naming it, as does a shard whose primary is down.
+
+// A watcher is keyed by how its Sentinels are reached; the TLS part of that hashes and
+// compares its settings only, never the configuration the file watcher swaps inside it.
+#![allow(clippy::mutable_key_type)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use respway_filters::codec_limits::Limits;
+use respway_filters::model::{Config, Endpoint, Role, NO_ENDPOINT};
+use respway_filters::resp::{encode_command, parse_reply, Frame, ReplyScanner};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+
+use crate::upstream::{connect_plain, Conn, EndpointConfig};
+use crate::worker::Stop;
+use crate::ConfigHandle;
+
+/// How often every Sentinel is asked, whatever they publish.
+const POLL: Duration = Duration::from_secs(1);
+/// The longest a Sentinel may take to answer one round.
+const ASK_TIMEOUT: Duration = Duration::from_millis(500);
+/// The Sentinel events that can change a master's primary or replicas.
+const EVENTS: &[&str] = &[
+    "+switch-master",
+    "+sdown",
+    "-sdown",
+    "+odown",
+    "-odown",
+    "+slave",
+    "+slave-reconf-done",
+    "+convert-to-slave",
+    "+reboot",
+    "+failover-end",
+];
+
+/// A master as the configuration names it: its name and its Sentinels.
+pub(crate) type Key = (String, Vec<SocketAddr>);
+
+/// What the Sentinels say of one master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    /// The primary.
+    pub(crate) primary: SocketAddr,
+    /// Replicas every Sentinel of the winning answer sees up and linked to the primary, by
+    /// address.
+    pub(crate) replicas: Vec<SocketAddr>,
+    /// The winning answer's `config-epoch`.
+    pub(crate) epoch: u64,
+}
+
+/// What is known of every watched master; read when a configuration is compiled.
+#[derive(Debug, Default)]
+pub(crate) struct Discovery {
+    found: Mutex<HashMap<Key, Found>>,
+}
+
+impl Discovery {
+    /// `config` with the endpoints of each Sentinel-managed shard as last found (the
+    /// placeholder primary stays where none is known yet).
+    pub(crate) fn resolve(&self, mut config: Config) -> Config {
+        let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        for c in &mut config.clusters {
+            for s in &mut c.shards {
+                let Some(src) = &s.sentinel else { continue };
+                let key = (src.master.clone(), src.sentinels.clone());
+                s.endpoints = match found.get(&key) {
+                    Some(f) => std::iter::once(Endpoint {
+                        address: f.primary,
+                        role: Role::Primary,
+                        zone: None,
+                    })
+                    .chain(f.replicas.iter().map(|&address| Endpoint {
+                        address,
+                        role: Role::Replica,
+                        zone: None,
+                    }))
+                    .collect(),
+                    None => vec![Endpoint {
+                        address: NO_ENDPOINT,
+                        role: Role::Primary,
+                        zone: None,
+                    }],
+                };
+            }
+        }
+        config
+    }
+
+    /// Records `f` for `key`; true when it changed.
+    fn set(&self, key: &Key, f: Found) -> bool {
+        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        if found.get(key) == Some(&f) {
+            return false;
+        }
+        found.insert(key.clone(), f);
+        true
+    }
+
+    /// What is known of `key`.
+    pub(crate) fn get(&self, key: &Key) -> Option<Found> {
+        let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        found.get(key).cloned()
+    }
+
+    fn forget(&self, key: &Key) {
+        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        found.remove(key);
+    }
+}
+
+/// Whether `config` has a Sentinel-managed shard.
+pub(crate) fn any(config: &Config) -> bool {
+    config
+        .clusters
+        .iter()
+        .any(|c| c.shards.iter().any(|s| s.sentinel.is_some()))
+}
+
+/// The masters `config` names, each with how its Sentinels are reached (their own
+/// credentials, the cluster's TLS and connect timeout).
+fn wanted(handle: &ConfigHandle) -> HashMap<(Key, Vec<EndpointConfig>), String> {
+    let snapshot = handle.current();
+    let mut out = HashMap::new();
+    for (ci, c) in snapshot.config.clusters.iter().enumerate() {
+        for s in &c.shards {
+            let Some(src) = &s.sentinel else { continue };
+            let tls = snapshot
+                .certs
+                .clusters
+                .get(ci)
+                .cloned()
+                .flatten()
+                .map(|(settings, tls)| crate::tls::UpstreamTlsConfig { settings, tls });
+            let cfgs = src
+                .sentinels
+                .iter()
+                .map(|&address| EndpointConfig {
+                    address,
+                    label: format!("sentinel {address} of master {}", src.master).into(),
+                    connect_timeout: c.connect_timeout,
+                    auth: c
+                        .endpoint_auth
+                        .iter()
+                        .find(|e| e.address == address)
+                        .map(|e| {
+                            let mut v = Vec::new();
+                            if let Some(u) = &e.auth.username {
+                                v.push(Bytes::from(u.clone()));
+                            }
+                            v.push(Bytes::from(e.auth.password.clone()));
+                            v
+                        }),
+                    db: 0,
+                    databases: 1,
+                    dedicated: 0,
+                    max_queue: 1,
+                    tls: tls.clone(),
+                    missing: None,
+                })
+                .collect();
+            let key = (src.master.clone(), src.sentinels.clone());
+            out.insert((key, cfgs), format!("cluster {} shard {}", c.name, s.name));
+        }
+    }
+    out
+}
+
+/// Starts the discovery thread: it watches the masters of every configuration applied
+/// through `handle` until `stop` says to stop. Returns once the first round for the masters
+/// of the current configuration is over (answered, or `wait` passed).
+pub(crate) fn start(
+    handle: ConfigHandle,
+    stop: watch::Receiver<Stop>,
+    wait: Duration,
+) -> std::io::Result<()> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("respway-sentinel".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "Sentinel discovery cannot start");
+                    return;
+                }
+            };
+            rt.block_on(run(handle, stop, ready_tx));
+        })?;
+    let _ = ready_rx.recv_timeout(wait);
+    Ok(())
+}
+
+async fn run(
+    handle: ConfigHandle,
+    mut stop: watch::Receiver<Stop>,
+    ready: std::sync::mpsc::Sender<()>,
+) {
+    let mut changed = handle.subscribe();
+    let mut watchers: HashMap<(Key, Vec<EndpointConfig>), tokio::task::AbortHandle> =
+        HashMap::new();
+    let mut tasks = JoinSet::new();
+    let mut ready = Some(ready);
+    loop {
+        let wanted = wanted(&handle);
+        watchers.retain(|k, h| {
+            let keep = wanted.contains_key(k);
+            if !keep {
+                h.abort();
+                handle.discovery().forget(&k.0);
+            }
+            keep
+        });
+        let mut first = Vec::new();
+        for (k, what) in wanted {
+            if watchers.contains_key(&k) {
+                continue;
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            first.push(rx);
+            let h = tasks.spawn(watch_master(
+                handle.clone(),
+                k.0.clone(),
+                k.1.clone(),
+                what,
+                tx,
+            ));
+            watchers.insert(k, h);
+        }
+        if let Some(r) = ready.take() {
+            for rx in first {
+                let _ = rx.await;
+            }
+            let _ = r.send(());
+        }
+        tokio::select! {
+            r = changed.changed() => if r.is_err() { return },
+            r = stop.changed() => {
+                if r.is_err() || *stop.borrow() != Stop::Run {
+                    return;
+                }
+            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+}
+
+/// One master: subscribes on each of its Sentinels and asks them all, at once and then on
+/// each event and each [`POLL`]; `first` hears when the first round is over.
+async fn watch_master(
+    handle: ConfigHandle,
+    key: Key,
+    sentinels: Vec<EndpointConfig>,
+    what: String,
+    first: tokio::sync::oneshot::Sender<()>,
+) {
+    let kick = Arc::new(Notify::new());
+    let mut subs = JoinSet::new();
+    for cfg in &sentinels {
+        subs.spawn(subscribe(cfg.clone(), key.0.clone(), kick.clone()));
+    }
+    let mut links: Vec<Option<Link>> = sentinels.iter().map(|_| None).collect();
+    let mut first = Some(first);
+    let mut silent = false;
+    loop {
+        let asks = sentinels
+            .iter()
+            .zip(links.iter_mut())
+            .map(|(cfg, link)| ask(cfg, link, &key.0));
+        let answers = futures_util::future::join_all(asks).await;
+        let mut ok = Vec::new();
+        for (cfg, a) in sentinels.iter().zip(answers) {
+            match a {
+                Ok(a) => ok.push((cfg.address, a)),
+                Err(e) => {
+                    tracing::debug!(sentinel = %cfg.address, master = %key.0, error = %e, "Sentinel did not answer")
+                }
+            }
+        }
+        match decide(&ok) {
+            Some(found) => {
+                silent = false;
+                let before = handle.discovery().get(&key);
+                if handle.discovery().set(&key, found.clone()) {
+                    match before {
+                        Some(b) if b.primary != found.primary => tracing::warn!(
+                            %what, master = %key.0, from = %b.primary, to = %found.primary,
+                            epoch = found.epoch, "Sentinel: the primary changed"
+                        ),
+                        Some(_) => tracing::info!(
+                            %what, master = %key.0, replicas = ?found.replicas,
+                            "Sentinel: the replicas changed"
+                        ),
+                        None => tracing::info!(
+                            %what, master = %key.0, primary = %found.primary,
+                            replicas = ?found.replicas, epoch = found.epoch,
+                            "Sentinel: primary found"
+                        ),
+                    }
+                    if let Err(e) = handle.rediscover() {
+                        tracing::error!(error = %e, "Sentinel: the configuration with the new endpoints was refused");
+                    }
+                }
+            }
+            None if !silent => {
+                silent = true;
+                tracing::warn!(%what, master = %key.0, "Sentinel: no Sentinel names a primary; the last known one stays");
+            }
+            None => {}
+        }
+        if let Some(f) = first.take() {
+            let _ = f.send(());
+        }
+        tokio::select! {
+            _ = kick.notified() => {}
+            _ = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+/// One Sentinel's answer about a master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Answer {
+    primary: SocketAddr,
+    epoch: u64,
+    /// Replicas it does not see down or disconnected.
+    replicas: Vec<SocketAddr>,
+}
+
+/// The winning answer: the highest epoch, then the primary most Sentinels give; its replicas
+/// are those every Sentinel of that answer sees up (any of them seeing one down takes it out).
+fn decide(answers: &[(SocketAddr, Answer)]) -> Option<Found> {
+    let epoch = answers.iter().map(|(_, a)| a.epoch).max()?;
+    let mut votes: Vec<(SocketAddr, usize)> = Vec::new();
+    for (_, a) in answers.iter().filter(|(_, a)| a.epoch == epoch) {
+        match votes.iter_mut().find(|(p, _)| *p == a.primary) {
+            Some(v) => v.1 += 1,
+            None => votes.push((a.primary, 1)),
+        }
+    }
+    votes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let primary = votes.first()?.0;
+    let agree: Vec<&Answer> = answers
+        .iter()
+        .map(|(_, a)| a)
+        .filter(|a| a.epoch == epoch && a.primary == primary)
+        .collect();
+    let mut replicas: Vec<SocketAddr> = agree
+        .iter()
+        .flat_map(|a| a.replicas.iter().copied())
+        .filter(|r| *r != primary && agree.iter().all(|a| a.replicas.contains(r)))
+        .collect();
+    replicas.sort();
+    replicas.dedup();
+    Some(Found {
+        primary,
+        replicas,
+        epoch,
+    })
+}
+
+/// A connection to a Sentinel with its read buffer.
+struct Link {
+    rd: Box<dyn AsyncRead + Unpin + Send>,
+    wr: Box<dyn AsyncWrite + Unpin + Send>,
+    rbuf: BytesMut,
+    scanner: ReplyScanner,
+}
+
+impl Link {
+    async fn open(cfg: &EndpointConfig) -> Result<Link, String> {
+        let (rd, wr): (
+            Box<dyn AsyncRead + Unpin + Send>,
+            Box<dyn AsyncWrite + Unpin + Send>,
+        ) = match connect_plain(cfg).await? {
+            Conn::Plain(s) => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            Conn::Tls(s) => {
+                let (r, w) = tokio::io::split(*s);
+                (Box::new(r), Box::new(w))
+            }
+        };
+        Ok(Link {
+            rd,
+            wr,
+            rbuf: BytesMut::with_capacity(4096),
+            scanner: ReplyScanner::new(),
+        })
+    }
+
+    async fn send(&mut self, commands: &[&[&[u8]]]) -> Result<(), String> {
+        let mut out = BytesMut::new();
+        for c in commands {
+            encode_command(c, &mut out);
+        }
+        self.wr.write_all(&out).await.map_err(|e| e.to_string())?;
+        self.wr.flush().await.map_err(|e| e.to_string())
+    }
+
+    /// The next reply (or pushed message).
+    async fn next(&mut self) -> Result<Frame, String> {
+        loop {
+            match self.scanner.scan(&self.rbuf, &Limits::REPLIES) {
+                Ok(Some(n)) => {
+                    let frame = self.rbuf.split_to(n).freeze();
+                    return parse_reply(&frame).map_err(|e| e.0);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(e.0),
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                self.rbuf.reserve(4096);
+            }
+            match self.rd.read_buf(&mut self.rbuf).await {
+                Ok(0) => return Err("connection closed by the Sentinel".into()),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+}
+
+/// Asks one Sentinel about `master` on its link (opened when there is none; dropped when the
+/// round fails, to be opened again next round).
+async fn ask(
+    cfg: &EndpointConfig,
+    link: &mut Option<Link>,
+    master: &str,
+) -> Result<Answer, String> {
+    let round = async {
+        if link.is_none() {
+            *link = Some(Link::open(cfg).await?);
+        }
+        let Some(l) = link.as_mut() else {
+            return Err("no connection".to_string());
+        };
+        let m = master.as_bytes();
+        l.send(&[&[b"SENTINEL", b"MASTER", m], &[b"SENTINEL", b"REPLICAS", m]])
+            .await?;
+        let master_info = l.next().await?;
+        let replicas = l.next().await?;
+        answer(&master_info, &replicas)
+    };
+    match tokio::time::timeout(ASK_TIMEOUT, round).await {
+        Ok(Ok(a)) => Ok(a),
+        Ok(Err(e)) => {
+            *link = None;
+            Err(e)
+        }
+        Err(_) => {
+            *link = None;
+            Err(format!("no answer within {ASK_TIMEOUT:?}"))
+        }
+    }
+}
+
+/// The fields of one instance in a `SENTINEL MASTER` / `SENTINEL REPLICAS` reply (a flat
+/// array of names and values in RESP2, a map in RESP3).
+fn fields(f: &Frame) -> Option<HashMap<&[u8], &[u8]>> {
+    fn text(f: &Frame) -> Option<&[u8]> {
+        match f {
+            Frame::Bulk(b) | Frame::Simple(b) => Some(b.as_ref()),
+            _ => None,
+        }
+    }
+    let mut out = HashMap::new();
+    match f {
+        Frame::Array(items) => {
+            for pair in items.chunks(2) {
+                if let [k, v] = pair {
+                    out.insert(text(k)?, text(v)?);
+                }
+            }
+        }
+        Frame::Map(pairs) => {
+            for (k, v) in pairs {
+                out.insert(text(k)?, text(v)?);
+            }
+        }
+        _ => return None,
+    }
+    Some(out)
+}
+
+fn address(f: &HashMap<&[u8], &[u8]>) -> Option<SocketAddr> {
+    let ip = std::str::from_utf8(f.get(b"ip".as_slice())?).ok()?;
+    let port = std::str::from_utf8(f.get(b"port".as_slice())?).ok()?;
+    format!("{ip}:{port}").parse().ok()
+}
+
+/// A replica not to read from: seen down or disconnected, or not linked to its primary (a
+/// demoted primary resyncing, a replica whose primary is gone: either serves stale data).
+fn flagged_down(f: &HashMap<&[u8], &[u8]>) -> bool {
+    let flags = f.get(b"flags".as_slice()).copied().unwrap_or_default();
+    let link = f.get(b"master-link-status".as_slice()).copied();
+    link.is_some_and(|l| l != b"ok")
+        || flags
+            .split(|&b| b == b',')
+            .any(|flag| matches!(flag, b"s_down" | b"o_down" | b"disconnected"))
+}
+
+/// A Sentinel's answer from its replies to `SENTINEL MASTER` and `SENTINEL REPLICAS`.
+fn answer(master: &Frame, replicas: &Frame) -> Result<Answer, String> {
+    if let Frame::Error(e) = master {
+        return Err(String::from_utf8_lossy(e).into_owned());
+    }
+    let m = fields(master).ok_or("SENTINEL MASTER: unexpected reply")?;
+    let primary = address(&m).ok_or("SENTINEL MASTER: no ip and port")?;
+    let epoch = m
+        .get(b"config-epoch".as_slice())
+        .and_then(|e| std::str::from_utf8(e).ok())
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(0);
+    let mut list = Vec::new();
+    match replicas {
+        Frame::Array(items) => {
+            for r in items {
+                if let Some(f) = fields(r) {
+                    if !flagged_down(&f) {
+                        if let Some(a) = address(&f) {
+                            list.push(a);
+                        }
+                    }
+                }
+            }
+        }
+        Frame::Error(e) => return Err(String::from_utf8_lossy(e).into_owned()),
+        _ => return Err("SENTINEL REPLICAS: unexpected reply".into()),
+    }
+    Ok(Answer {
+        primary,
+        epoch,
+        replicas: list,
+    })
+}
+
+/// Subscribes on one Sentinel to the events that can change a master, and wakes the watcher
+/// on each that names `master`; reconnects (100 ms, doubling up to 2 s) when the link fails.
+async fn subscribe(cfg: EndpointConfig, master: String, kick: Arc<Notify>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let failed = async {
+            let mut link = Link::open(&cfg).await?;
+            let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
+            args.extend(EVENTS.iter().map(|e| e.as_bytes()));
+            link.send(&[&args]).await?;
+            // A new link may have missed an event: ask again.
+            kick.notify_one();
+            loop {
+                let frame = link.next().await?;
+                if names(&frame, &master) {
+                    kick.notify_one();
+                }
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), String>(())
+        }
+        .await;
+        if let Err(e) = failed {
+            tracing::debug!(sentinel = %cfg.address, error = %e, "Sentinel subscription lost; reconnecting");
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Whether a pushed event message names `master`: `+switch-master <master> ...`, or an
+/// instance event `<type> <name> <ip> <port> @ <master> <ip> <port>`.
+fn names(frame: &Frame, master: &str) -> bool {
+    let Frame::Array(items) = frame else {
+        return false;
+    };
+    let (Some(Frame::Bulk(kind)), Some(Frame::Bulk(payload))) = (items.first(), items.get(2))
+    else {
+        return false;
+    };
+    if kind.as_ref() != b"message" {
+        return false;
+    }
+    let words: Vec<&[u8]> = payload.split(|&b| b == b' ').collect();
+    let m = master.as_bytes();
+    words.first() == Some(&m)
+        || words.get(1) == Some(&m)
+        || words
+            .iter()
+            .position(|w| *w == b"@")
+            .is_some_and(|at| words.get(at + 1) == Some(&m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(primary: &str, epoch: u64, replicas: &[&str]) -> (SocketAddr, Answer) {
+        (
+            "127.0.0.1:1".parse().unwrap(),
+            Answer {
+                primary: primary.parse().unwrap(),
+                epoch,
+                replicas: replicas.iter().map(|r| r.parse().unwrap()).collect(),
+            },
+        )
+    }
+
+    #[test]
+    fn the_highest_epoch_wins_then_the_most_named_primary() {
+        let f = decide(&[
+            a("127.0.0.1:7001", 1, &["127.0.0.1:7002"]),
+            a("127.0.0.1:7002", 2, &["127.0.0.1:7003"]),
+            a("127.0.0.1:7001", 1, &["127.0.0.1:7002"]),
+        ])
+        .unwrap();
+        assert_eq!(f.primary, "127.0.0.1:7002".parse().unwrap());
+        assert_eq!(f.epoch, 2);
+        assert_eq!(f.replicas, vec!["127.0.0.1:7003".parse().unwrap()]);
+        let f = decide(&[
+            a("127.0.0.1:7001", 3, &[]),
+            a("127.0.0.1:7002", 3, &[]),
+            a("127.0.0.1:7002", 3, &[]),
+        ])
+        .unwrap();
+        assert_eq!(f.primary, "127.0.0.1:7002".parse().unwrap());
+        assert_eq!(decide(&[]), None);
+    }
+
+    #[test]
+    fn a_replica_any_agreeing_sentinel_sees_down_is_left_out() {
+        let f = decide(&[
+            a("127.0.0.1:7001", 1, &["127.0.0.1:7002", "127.0.0.1:7003"]),
+            a("127.0.0.1:7001", 1, &["127.0.0.1:7003"]),
+        ])
+        .unwrap();
+        assert_eq!(f.replicas, vec!["127.0.0.1:7003".parse().unwrap()]);
+    }
+
+    #[test]
+    fn events_name_their_master() {
+        let msg = |payload: &str| {
+            Frame::Array(vec![
+                Frame::bulk(&b"message"[..]),
+                Frame::bulk(&b"+sdown"[..]),
+                Frame::bulk(Bytes::from(payload.to_string())),
+            ])
+        };
+        assert!(names(&msg("m0 127.0.0.1 1 127.0.0.1 2"), "m0"));
+        assert!(names(&msg("master m0 127.0.0.1 7001"), "m0"));
+        assert!(names(
+            &msg("slave 127.0.0.1:7002 127.0.0.1 7002 @ m0 127.0.0.1 7001"),
+            "m0"
+        ));
+        assert!(!names(
+            &msg("slave 127.0.0.1:7002 127.0.0.1 7002 @ m1 127.0.0.1 7001"),
+            "m0"
+        ));
+    }
+}

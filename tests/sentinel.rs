@@ -1,0 +1,322 @@
+//! Sentinel-managed shards against real processes: a primary, its replica and three
+//! `redis-server --sentinel`, beside a plain shard in the same cluster, with a write load
+//! through respway while the primary is killed or switched by `SENTINEL FAILOVER`, and while
+//! the Sentinels stop answering.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// A primary, its replica, three Sentinels watching them as `m0`, and a plain shard.
+struct Rig {
+    primary: Proc,
+    replica: Proc,
+    sentinels: Vec<Proc>,
+    plain: Proc,
+}
+
+impl Rig {
+    fn start() -> Rig {
+        let primary = redis_with(&["--repl-diskless-sync-delay", "0"]);
+        let port = primary.addr.port().to_string();
+        let replica = redis_with(&["--replicaof", "127.0.0.1", &port]);
+        let plain = redis();
+        let sentinels: Vec<Proc> = (0..3)
+            .map(|_| sentinel_on(free_port(), "m0", primary.addr))
+            .collect();
+        let rig = Rig {
+            primary,
+            replica,
+            sentinels,
+            plain,
+        };
+        // Failover needs the Sentinels to know the replica and each other.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = rig.sentinels.iter().all(|s| {
+                let mut c = RespConn::connect(s.addr);
+                let replicas = c.call(&["SENTINEL", "REPLICAS", "m0"]);
+                let master = c.call(&["SENTINEL", "MASTER", "m0"]);
+                let port = rig.replica.addr.port().to_string();
+                let knows_replica = match &replicas {
+                    Resp::Array(Some(list)) => list
+                        .iter()
+                        .any(|r| field(r, "port").as_deref() == Some(port.as_str())),
+                    _ => false,
+                };
+                knows_replica && field(&master, "num-other-sentinels").as_deref() == Some("2")
+            });
+            if ready {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the Sentinels never met");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        rig
+    }
+
+    fn yaml(&self) -> String {
+        let list = self
+            .sentinels
+            .iter()
+            .map(|s| s.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    op_timeout: 1s\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    hash: {{ policy: ketama }}\n    connect_timeout: 300ms\n    read_policy: prefer_replica\n    shards:\n      - name: s0\n        sentinel: {{ master: m0, sentinels: [{list}] }}\n      - name: s1\n        endpoints: [ {{ address: \"{}\" }} ]\n",
+            self.plain.addr
+        )
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        for s in &mut self.sentinels {
+            let port = s.addr.port();
+            s.kill();
+            let _ = std::fs::remove_dir_all(
+                std::env::temp_dir()
+                    .join(format!("respway-sentinel-{port}-{}", std::process::id())),
+            );
+        }
+    }
+}
+
+/// A field of a flat name/value array (a Sentinel's description of an instance).
+fn field(r: &Resp, name: &str) -> Option<String> {
+    let Resp::Array(Some(items)) = r else {
+        return None;
+    };
+    items.chunks(2).find_map(|p| match p {
+        [Resp::Bulk(Some(k)), Resp::Bulk(Some(v))] if k == name.as_bytes() => {
+            Some(String::from_utf8_lossy(v).into_owned())
+        }
+        _ => None,
+    })
+}
+
+/// Keys of each shard: written through respway, found on the plain shard or not.
+fn keys_by_shard(rw: SocketAddr, plain: SocketAddr, n: usize) -> (Vec<String>, Vec<String>) {
+    let mut c = RespConn::connect(rw);
+    let mut direct = RespConn::connect(plain);
+    let (mut s0, mut s1) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let k = format!("k{i}");
+        assert_eq!(c.call(&["SET", &k, "0"]).text(), "OK");
+        if direct.call(&["EXISTS", &k]) == Resp::Int(1) {
+            s1.push(k);
+        } else {
+            s0.push(k);
+        }
+    }
+    (s0, s1)
+}
+
+/// What one load thread saw.
+#[derive(Default)]
+struct Seen {
+    /// Per key, the last value acknowledged and when.
+    acked: std::collections::HashMap<String, (u64, Instant)>,
+    /// Failed writes: when, the key's shard, the error.
+    failed: Vec<(Instant, usize, String)>,
+    ok: u64,
+}
+
+/// Threads that each `SET` their own keys (both shards) to increasing values through
+/// respway until `stop` (bounded to 60 s).
+fn load(
+    rw: SocketAddr,
+    keys: &[(String, usize)],
+    threads: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Seen>> {
+    (0..threads)
+        .map(|t| {
+            let mine: Vec<(String, usize)> = keys
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % threads == t)
+                .map(|(_, k)| k.clone())
+                .collect();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut seen = Seen::default();
+                let mut c = RespConn::connect(rw);
+                let end = Instant::now() + Duration::from_secs(60);
+                let mut v = 0u64;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                    v += 1;
+                    for (k, shard) in &mine {
+                        let r = c.call(&["SET", k, &v.to_string()]);
+                        let now = Instant::now();
+                        if let Some(e) = r.error() {
+                            seen.failed.push((now, *shard, e.to_string()));
+                        } else {
+                            seen.ok += 1;
+                            seen.acked.insert(k.clone(), (v, now));
+                        }
+                    }
+                }
+                seen
+            })
+        })
+        .collect()
+}
+
+/// Listens on a Sentinel for `+switch-master` and records when it arrives.
+fn switch_watch(sentinel: SocketAddr) -> Arc<Mutex<Option<Instant>>> {
+    let at = Arc::new(Mutex::new(None));
+    let out = at.clone();
+    let mut c = RespConn::connect(sentinel);
+    c.send(&["SUBSCRIBE", "+switch-master"]);
+    let _ = c.read();
+    std::thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < end {
+            if let Ok(m) = c.read() {
+                let about_m0 = matches!(&m, Resp::Array(Some(parts))
+                    if parts.get(2).is_some_and(|p| matches!(p, Resp::Bulk(Some(b)) if b.starts_with(b"m0 "))));
+                if about_m0 {
+                    *out.lock().unwrap() = Some(Instant::now());
+                    return;
+                }
+            }
+        }
+    });
+    at
+}
+
+/// Writes a marker on `primary` and waits until its replica has everything written before
+/// it: every write acknowledged before this call is then replicated.
+fn wait_replicated(primary: SocketAddr) -> Instant {
+    let mark = Instant::now();
+    let mut c = RespConn::connect(primary);
+    assert_eq!(c.call(&["SET", "marker", "1"]).text(), "OK");
+    assert_eq!(
+        c.call(&["WAIT", "1", "5000"]),
+        Resp::Int(1),
+        "replica caught up"
+    );
+    mark
+}
+
+/// The failover under load: `switch` ends the primary's reign (kill -9 or SENTINEL
+/// FAILOVER); then writes of s0 resume through the new primary within 1 s of the Sentinel's
+/// `+switch-master`, s1 never fails, and every write replicated before the switch is there.
+fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig)) {
+    let mut rig = Rig::start();
+    let rw = respway(&rig.yaml(), 2);
+    let (s0, s1) = keys_by_shard(rw.addr, rig.plain.addr, 64);
+    assert!(!s0.is_empty() && !s1.is_empty(), "keys on both shards");
+    // Written once, replicated, and never again: each must survive the failover.
+    let mut c = RespConn::connect(rw.addr);
+    let pre: Vec<String> = (0..200).map(|i| format!("pre:{i}")).collect();
+    for k in &pre {
+        assert_eq!(c.call(&["SET", k, k]).text(), "OK");
+    }
+    let keys: Vec<(String, usize)> = s0
+        .iter()
+        .map(|k| (k.clone(), 0))
+        .chain(s1.iter().map(|k| (k.clone(), 1)))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads = load(rw.addr, &keys, 4, stop.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    let switched = switch_watch(rig.sentinels[0].addr);
+    let mark = wait_replicated(rig.primary.addr);
+    let t0 = Instant::now();
+    switch(&mut rig);
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let at = loop {
+        if let Some(at) = *switched.lock().unwrap() {
+            break at;
+        }
+        assert!(Instant::now() < deadline, "{name}: no +switch-master");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    let seen: Vec<Seen> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+
+    let failed: Vec<&(Instant, usize, String)> = seen.iter().flat_map(|s| &s.failed).collect();
+    let other: Vec<_> = failed.iter().filter(|f| f.1 == 1).collect();
+    assert!(
+        other.is_empty(),
+        "{name}: the other shard failed: {other:?}"
+    );
+    let last_failure = failed.iter().map(|f| f.0).max();
+    if let Some(last) = last_failure {
+        let after = last.saturating_duration_since(at);
+        assert!(
+            after <= Duration::from_secs(1),
+            "{name}: writes of s0 still failed {after:?} after +switch-master: {:?}",
+            failed.last()
+        );
+    }
+    let resumed = seen
+        .iter()
+        .flat_map(|s| s.acked.values())
+        .filter(|(_, when)| *when > at)
+        .count();
+    assert!(
+        resumed > 0,
+        "{name}: no write acknowledged after the switch"
+    );
+    // Every key holds its last acknowledged value (those came after the switch, on the new
+    // primary), and every write replicated before the switch is there.
+    // Read on the new primary itself (a replica may lag) and on the plain shard.
+    let mut on = [
+        RespConn::connect(rig.replica.addr),
+        RespConn::connect(rig.plain.addr),
+    ];
+    let shard_of: std::collections::HashMap<&String, usize> =
+        keys.iter().map(|(k, s)| (k, *s)).collect();
+    for s in &seen {
+        for (k, (v, when)) in &s.acked {
+            assert!(*when > at || *when < mark, "{name}: load stopped early");
+            let got = on[shard_of[k]].get(k);
+            assert_eq!(got, Some(v.to_string().into_bytes()), "{name}: {k}");
+        }
+    }
+    let mut check = RespConn::connect(rw.addr);
+    for k in &pre {
+        assert_eq!(check.get(k), Some(k.clone().into_bytes()), "{name}: {k}");
+    }
+    let first = failed.iter().map(|f| f.0).min();
+    eprintln!(
+        "{name}: +switch-master {:?} after the switch began; {} writes failed{}; {} acknowledged",
+        at - t0,
+        failed.len(),
+        match (first, last_failure) {
+            (Some(a), Some(b)) => format!(
+                ", from {:?} to {:?} after it began (the last {:?} after +switch-master)",
+                a.saturating_duration_since(t0),
+                b.saturating_duration_since(t0),
+                b.saturating_duration_since(at)
+            ),
+            _ => String::new(),
+        },
+        seen.iter().map(|s| s.ok).sum::<u64>()
+    );
+    for f in failed.iter().take(3) {
+        eprintln!("  e.g. {}", f.2);
+    }
+}
+
+#[test]
+fn kill_9_of_the_primary_under_load_is_followed_within_a_second_of_switch_master() {
+    failover_under_load("kill -9", |rig| rig.primary.signal("-9"));
+}
+
+#[test]
+fn sentinel_failover_under_load_is_followed_within_a_second_of_switch_master() {
+    failover_under_load("SENTINEL FAILOVER", |rig| {
+        let r = RespConn::connect(rig.sentinels[1].addr).call(&["SENTINEL", "FAILOVER", "m0"]);
+        assert_eq!(r.text(), "OK", "SENTINEL FAILOVER");
+    });
+}
