@@ -208,7 +208,8 @@ fn wait_replicated(primary: SocketAddr) -> Instant {
 /// The failover under load: `switch` ends the primary's reign (kill -9 or SENTINEL
 /// FAILOVER); then writes of s0 resume through the new primary within 1 s of the Sentinel's
 /// `+switch-master`, s1 never fails, and every write replicated before the switch is there.
-fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig)) {
+/// `switch` returns when the switch itself began (no write may fail before).
+fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig) -> Instant) {
     let mut rig = Rig::start();
     let rw = respway(&rig.yaml(), 2);
     let (s0, s1) = keys_by_shard(rw.addr, rig.plain.addr, 64);
@@ -227,10 +228,9 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig)) {
     let stop = Arc::new(AtomicBool::new(false));
     let threads = load(rw.addr, &keys, 4, stop.clone());
     std::thread::sleep(Duration::from_millis(500));
-    let switched = switch_watch(rig.sentinels[0].addr);
+    let switched = switch_watch(rig.sentinels[2].addr);
     let mark = wait_replicated(rig.primary.addr);
-    let t0 = Instant::now();
-    switch(&mut rig);
+    let t0 = switch(&mut rig);
     let deadline = Instant::now() + Duration::from_secs(45);
     let at = loop {
         if let Some(at) = *switched.lock().unwrap() {
@@ -283,6 +283,16 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig)) {
             assert_eq!(got, Some(v.to_string().into_bytes()), "{name}: {k}");
         }
     }
+    // Keys never moved to the other shard while theirs had no primary.
+    for (k, shard) in &keys {
+        if *shard == 0 {
+            assert_eq!(
+                on[1].call(&["EXISTS", k]),
+                Resp::Int(0),
+                "{name}: {k} remapped"
+            );
+        }
+    }
     let mut check = RespConn::connect(rw.addr);
     for k in &pre {
         assert_eq!(check.get(k), Some(k.clone().into_bytes()), "{name}: {k}");
@@ -310,13 +320,92 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig)) {
 
 #[test]
 fn kill_9_of_the_primary_under_load_is_followed_within_a_second_of_switch_master() {
-    failover_under_load("kill -9", |rig| rig.primary.signal("-9"));
+    failover_under_load("kill -9", |rig| {
+        rig.primary.signal("-9");
+        Instant::now()
+    });
 }
 
 #[test]
 fn sentinel_failover_under_load_is_followed_within_a_second_of_switch_master() {
     failover_under_load("SENTINEL FAILOVER", |rig| {
+        let began = Instant::now();
         let r = RespConn::connect(rig.sentinels[1].addr).call(&["SENTINEL", "FAILOVER", "m0"]);
         assert_eq!(r.text(), "OK", "SENTINEL FAILOVER");
+        began
     });
+}
+
+/// Sentinels that stop answering (SIGSTOP, a partition) and one killed and started again:
+/// respway keeps writing to the last primary it knows, without an error, and follows the
+/// next failover through the restarted Sentinel.
+#[test]
+fn sentinels_partitioned_or_restarted_keep_the_last_primary_and_are_followed_again() {
+    failover_under_load("Sentinels stopped, one restarted", |rig| {
+        for s in &rig.sentinels {
+            s.signal("-STOP");
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        for s in &rig.sentinels {
+            s.signal("-CONT");
+        }
+        let port = rig.sentinels[0].addr.port();
+        rig.sentinels[0].signal("-9");
+        std::thread::sleep(Duration::from_millis(500));
+        rig.sentinels[0] = sentinel_on(port, "m0", rig.primary.addr);
+        // The restarted Sentinel must know the others again before it can lead a failover.
+        std::thread::sleep(Duration::from_secs(3));
+        let began = Instant::now();
+        let r = RespConn::connect(rig.sentinels[0].addr).call(&["SENTINEL", "FAILOVER", "m0"]);
+        assert_eq!(r.text(), "OK", "SENTINEL FAILOVER");
+        began
+    });
+}
+
+/// A shard whose Sentinels do not answer has no primary: its keys get an error naming it (and
+/// never go to another shard), the other shard serves, and `/ready` names it.
+#[test]
+fn a_shard_with_no_primary_known_answers_its_keys_with_an_error_and_is_not_ready() {
+    let plain = redis();
+    let (a, b) = (free_port(), free_port());
+    let yaml = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    hash: {{ policy: ketama }}\n    connect_timeout: 300ms\n    shards:\n      - name: s0\n        sentinel: {{ master: m9, sentinels: [\"127.0.0.1:{a}\", \"127.0.0.1:{b}\"] }}\n      - name: s1\n        endpoints: [ {{ address: \"{}\" }} ]\n",
+        plain.addr
+    );
+    let rw = respway(&yaml, 1);
+    let admin = respway::admin::start(
+        "127.0.0.1:0".parse().unwrap(),
+        false,
+        rw.server.as_ref().unwrap(),
+    )
+    .expect("admin");
+    let mut c = RespConn::connect(rw.addr);
+    let (mut refused, mut served) = (0, 0);
+    for i in 0..40 {
+        let k = format!("k{i}");
+        match c.call(&["SET", &k, "v"]) {
+            Resp::Error(e) => {
+                assert_eq!(
+                    e,
+                    "ERR respway: shard s0 unavailable: no primary known: no Sentinel has named one for master \"m9\" yet"
+                );
+                assert_eq!(
+                    RespConn::connect(plain.addr).call(&["EXISTS", &k]),
+                    Resp::Int(0)
+                );
+                refused += 1;
+            }
+            r => {
+                assert_eq!(r.text(), "OK");
+                served += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0 && served > 0,
+        "{refused} refused, {served} served"
+    );
+    let (status, body) = http_get(admin.local_addr(), "/ready");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("main/s0"), "{body}");
 }
