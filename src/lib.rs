@@ -39,7 +39,9 @@
 //!
 //! Upstream
 //! - `upstream`: pooled, pipelined connections to the Redis shards, and dedicated ones;
-//! - `queue`: the request queue between a worker's sessions and one connection task.
+//! - `queue`: the request queue between a worker's sessions and one connection task;
+//! - `health`: active health checks of endpoints (`PING` or `EXISTS drain_key`, and `ROLE`),
+//!   on a thread of their own, their state shared with the workers through atomics.
 //!
 //! Watching it
 //! - [`admin`]: the admin HTTP endpoint (`/metrics`, `/stats`, `/hotkeys`, ...);
@@ -55,6 +57,7 @@ mod blocking;
 pub mod bootstrap;
 mod conn;
 mod fanout;
+mod health;
 pub mod hotkeys;
 mod keyspace;
 mod listener;
@@ -137,6 +140,8 @@ struct Shared {
     apply_lock: std::sync::Mutex<()>,
     /// Failed `AUTH` attempts per client address, over every listener and worker.
     auth_limiter: Arc<acl::AuthTarpit>,
+    /// Active health-check state per endpoint (read by the workers through their handles).
+    checks: health::Checks,
 }
 
 /// A running data plane. Dropping it does not stop it; call [`Server::shutdown`].
@@ -293,6 +298,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         changed,
         apply_lock: std::sync::Mutex::new(()),
         auth_limiter: Arc::default(),
+        checks: health::Checks::default(),
     });
     let registry = Arc::new(Registry::default());
     let (stop, stop_rx) = watch::channel(Stop::Run);
@@ -306,6 +312,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         .map(|l| (l.name.clone(), l.address))
         .collect();
     listener::check_free(&named)?;
+    health::start(shared.clone(), stop_rx.clone())?;
     let mut threads = Vec::with_capacity(workers);
     // Worker 0 binds first (resolving port 0); the others bind the same addresses with
     // SO_REUSEPORT so the kernel spreads connections over them.

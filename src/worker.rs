@@ -32,8 +32,9 @@ pub(crate) enum Stop {
     Now,
 }
 
-/// Identifies a pool: the same endpoint in the same cluster with the same settings.
-type PoolKey = (String, EndpointConfig, usize);
+/// Identifies a pool: the same endpoint in the same cluster with the same settings (and
+/// actively checked or not).
+type PoolKey = (String, EndpointConfig, usize, bool);
 
 pub(crate) struct Worker {
     pub(crate) id: usize,
@@ -203,12 +204,15 @@ impl Worker {
                 c.name.clone(),
                 endpoint_config(c, shard, addr, tls),
                 c.connections_per_endpoint,
+                c.health_check.is_some(),
             );
+            let shared = &self.shared;
             let h = old
                 .remove(&key)
                 .or_else(|| self.pools.get(&key).cloned())
                 .unwrap_or_else(|| {
-                    EndpointHandle::spawn(key.1.clone(), key.2, self.upstream_stats.clone())
+                    let check = key.3.then(|| shared.checks.get(&c.name, addr));
+                    EndpointHandle::spawn(key.1.clone(), key.2, self.upstream_stats.clone(), check)
                 });
             self.pools.insert(key, h.clone());
             h
@@ -321,7 +325,7 @@ async fn drain(
     }
 }
 
-fn endpoint_config(
+pub(crate) fn endpoint_config(
     c: &Cluster,
     shard: &str,
     address: SocketAddr,
