@@ -178,6 +178,10 @@ fn full_example_model() -> Config {
                     hot("HIGH_FREQ_", HotKeyRead::SameZone),
                     hot("cfg:", HotKeyRead::RoundRobin),
                 ],
+                health_check: Some(respway_filters::model::HealthCheck {
+                    drain_key: Some("maint".into()),
+                    ..Default::default()
+                }),
                 ..cluster(
                     "main",
                     HashPolicy::Maglev { table_size: 65537 },
