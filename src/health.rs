@@ -138,6 +138,18 @@ impl EndpointCheck {
         }
     }
 
+    /// The configuration names this endpoint with `role` (at every reconcile that starts
+    /// its task): a demotion seen while it was configured as a primary no longer applies once
+    /// it is configured as a replica.
+    fn configured_as(&self, role: Role) {
+        if role == Role::Replica && self.demoted.swap(false, Ordering::Relaxed) {
+            self.transitions.fetch_add(1, Ordering::Relaxed);
+        }
+        if role == Role::Primary {
+            self.promoted.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// One failed check.
     fn failed(&self, hc: &HealthCheck, label: &str, error: String) {
         self.detail().last_error = error;
@@ -206,9 +218,7 @@ impl EndpointCheck {
                 }
             }
             (Role::Replica, _) => {
-                if self.promoted.swap(false, Ordering::Relaxed) {
-                    tracing::info!(endpoint = %label, "health check: replica answers ROLE as a replica again");
-                }
+                self.promoted.store(false, Ordering::Relaxed);
             }
             (Role::Primary, Said::Other) => {}
         }
@@ -331,6 +341,7 @@ fn reconcile(shared: &Shared, tasks: &mut HashMap<(String, SocketAddr), Task>) {
             continue;
         }
         let check = shared.checks.get(&k.0, k.1);
+        check.configured_as(target.role);
         let handle = tokio::spawn(check_loop(check, target.clone()));
         tasks.insert(k, Task { target, handle });
     }
@@ -400,12 +411,10 @@ async fn probe(conn: &mut Option<Stream>, t: &Target) -> Result<(bool, Said), St
             return Err("connection closed".into());
         }
     }
-    let error = |f: &Frame| match f {
-        Frame::Error(e) | Frame::BlobError(e) => Some(String::from_utf8_lossy(e).into_owned()),
-        _ => None,
-    };
-    if let Some(e) = replies.iter().find_map(error) {
-        return Err(e);
+    // The check's own reply decides; `ROLE` refused (an upstream user without the
+    // permission, a renamed command) only leaves the role unchecked.
+    if let Frame::Error(e) | Frame::BlobError(e) = &replies[0] {
+        return Err(String::from_utf8_lossy(e).into_owned());
     }
     let draining = matches!(replies[0], Frame::Integer(n) if n > 0);
     Ok((draining, role(&replies[1])))
@@ -460,5 +469,36 @@ mod tests {
         assert_eq!(c.replica_of(), "h:1");
         c.role(Role::Primary, "e", Said::Primary);
         assert!(!c.demoted());
+        // Named a replica by the configuration, a demoted endpoint no longer is.
+        c.role(Role::Primary, "e", Said::Replica("h:1".into()));
+        c.configured_as(Role::Replica);
+        assert!(!c.demoted());
+        c.role(Role::Replica, "e", Said::Replica("h:2".into()));
+        assert!(!c.demoted());
+        assert_eq!(c.view().state, "healthy");
+    }
+
+    #[test]
+    fn role_replies() {
+        let bulk = |s: &str| Frame::Bulk(Bytes::from(s.to_string()));
+        assert_eq!(
+            role(&Frame::Array(vec![bulk("master"), Frame::Integer(0)])),
+            Said::Primary
+        );
+        assert_eq!(
+            role(&Frame::Array(vec![
+                bulk("slave"),
+                bulk("10.0.0.1"),
+                Frame::Integer(6379),
+                bulk("connected"),
+                Frame::Integer(1),
+            ])),
+            Said::Replica("10.0.0.1:6379".into())
+        );
+        assert_eq!(
+            role(&Frame::Error(Bytes::from_static(b"NOPERM"))),
+            Said::Other
+        );
+        assert_eq!(role(&Frame::Array(vec![bulk("sentinel")])), Said::Other);
     }
 }

@@ -258,3 +258,95 @@ fn clusters_without_a_health_check_show_none() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(commandstat(replica.addr, "role"), 0, "no ROLE was sent");
 }
+
+/// A replica that loses its primary with `replica-serve-stale-data no` answers `-MASTERDOWN`
+/// on the connections it already has: those reads go to the primary at once, and the check
+/// takes it out, naming the reply.
+#[test]
+fn a_replica_without_its_primary_serves_no_reads() {
+    let (primary, replica) = pair(&[]);
+    let rw = respway(&checked(primary.addr, replica.addr), 1);
+    let server = rw.server.as_ref().expect("server");
+    let admin =
+        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, server).expect("admin");
+    let mut c = RespConn::connect(rw.addr);
+    assert!(reads_reach(&mut c, "replica"), "reads go to the replica");
+
+    let mut r = RespConn::connect(replica.addr);
+    let ok = Resp::Simple("OK".into());
+    assert_eq!(
+        r.call(&["CONFIG", "SET", "replica-serve-stale-data", "no"]),
+        ok
+    );
+    let gone = free_port().to_string();
+    assert_eq!(r.call(&["REPLICAOF", "127.0.0.1", &gone]), ok);
+    for _ in 0..20 {
+        assert_eq!(c.call(&["GET", "k"]), Resp::bulk("primary"));
+    }
+    let line = || {
+        let (_, body) = http_get(admin.local_addr(), "/clusters");
+        body.lines()
+            .find(|l| l.contains(&replica.addr.to_string()))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        until(Duration::from_secs(5), || line()
+            .contains("check=unhealthy")),
+        "{}",
+        line()
+    );
+    assert!(
+        line().contains("MASTERDOWN Link with MASTER is down"),
+        "{}",
+        line()
+    );
+    let (_, metrics) = http_get(admin.local_addr(), "/metrics");
+    let out = format!(
+        "respway_upstream_check_healthy{{cluster=\"main\",shard=\"s0\",endpoint=\"{}\"}} 0",
+        replica.addr
+    );
+    assert!(metrics.contains(&out), "{out} not in:\n{metrics}");
+}
+
+/// The checks follow the configuration served: an endpoint a push removes is no longer
+/// checked, one it adds is, and one that stays keeps its state (here: draining).
+#[test]
+fn checks_follow_the_configuration_served() {
+    let (primary, old) = pair(&[]);
+    let new = redis();
+    RespConn::connect(new.addr).call(&["SET", "k", "new"]);
+    let rw = respway(&checked(primary.addr, old.addr), 1);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(reads_reach(&mut c, "replica"));
+    // The primary drains: reads go to the replica (the primary is only the last resort).
+    RespConn::connect(primary.addr).call(&["SET", "maint", "1"]);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let config = |replica: SocketAddr| {
+        respway_xds::translate(&respway_xds::parse_yaml(&checked(primary.addr, replica)).unwrap())
+            .unwrap()
+    };
+    let server = rw.server.as_ref().expect("server");
+    let admin =
+        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, server).expect("admin");
+    server.apply(config(new.addr)).expect("push");
+    assert!(reads_reach(&mut c, "new"), "the new replica serves reads");
+    assert!(
+        until(Duration::from_secs(5), || commandstat(new.addr, "role") > 2),
+        "the new replica is checked"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let left = commandstat(old.addr, "role");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(commandstat(old.addr, "role"), left, "the old one is not");
+    let (_, body) = http_get(admin.local_addr(), "/clusters");
+    let line = body
+        .lines()
+        .find(|l| l.contains(&primary.addr.to_string()))
+        .expect("primary line");
+    assert!(
+        line.contains("check=draining check_transitions=1"),
+        "the primary kept its state: {line}"
+    );
+}
