@@ -464,17 +464,16 @@ impl Service<Request> for Upstream {
             Some(d) => Instant::from_std(d),
             None => Instant::now() + self.default_timeout,
         };
-        let is_read = req.is_read();
-        if !is_read && endpoint == primary {
+        if endpoint == primary {
             // A configured primary that answers ROLE as a replica takes no writes (one
-            // atomic load per write, on clusters with a health check only).
-            if let Some(c) = ep.check().filter(|c| c.demoted()) {
+            // atomic load per request to a primary, on clusters with a health check only).
+            if let Some(c) = ep.check().filter(|c| c.demoted() && !req.is_read()) {
                 let e = UpstreamError::Demoted(Arc::from(c.replica_of()));
                 ep.stats().count(error::kind(&e));
                 return UpstreamFuture::failed(e, ep.label().clone(), deadline);
             }
         }
-        if endpoint != primary && is_read {
+        if endpoint != primary && req.is_read() {
             // A read sent to a replica: if the replica turns out to be unreachable, the read
             // is retried once on the primary instead of failing (the zone layer skips the
             // replica from then on). Costs one clone of the argument list and one box, for
