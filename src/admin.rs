@@ -12,7 +12,8 @@
 //! - `GET /clusters`: every cluster, shard and endpoint of the configuration served, with
 //!   role, zone, how many workers see it healthy, dedicated connections open, requests,
 //!   upstream latency, errors, and while it is out (see [`crate::upstream::EndpointStats`])
-//!   since when and why.
+//!   since when and why; for clusters with a `health_check`, the active check's state
+//!   (`check=healthy|unhealthy|draining|demoted`), transitions and last error.
 //! - `GET /config_dump`: the configuration served, as the YAML file would say it
 //!   ([`respway_xds::config_dump`]: the schema's keys and units, `# version: N` first, secrets
 //!   shown as `<redacted>`); `?include_defaults` shows the settings at their default too,
@@ -23,7 +24,8 @@
 //! - `POST /drain`: drains and stops the process as SIGTERM does, when it gave a way to.
 //! - `GET /ready`: 200 when a configuration is applied and, for every cluster a listener
 //!   routes to, every shard's primary answers a `PING` (any reply but `-LOADING`) within
-//!   500 ms; else 503 naming the unreachable shards. Probed at each request.
+//!   500 ms, and (clusters with a `health_check`) the active check has no shard's primary
+//!   unhealthy, draining or demoted; else 503 naming the shards. Probed at each request.
 //!
 //! At most [`MAX_CONNECTIONS`] connections are open at once (the oldest is closed for a new
 //! one), and each must send a complete request head within [`HEADER_TIMEOUT`] of its accept or
@@ -444,14 +446,18 @@ async fn handle(
         }
         (&Method::GET, "/ready") => {
             let down = unreachable_primaries(&state).await;
-            if down.is_empty() {
+            let checked = checked_primaries(&state);
+            if down.is_empty() && checked.is_empty() {
                 text(StatusCode::OK, plain, "ready\n".into())
             } else {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    plain,
-                    format!("not ready: no reachable primary for {}\n", down.join(", ")),
-                )
+                let mut o = String::new();
+                if !down.is_empty() {
+                    let _ = writeln!(o, "not ready: no reachable primary for {}", down.join(", "));
+                }
+                for c in checked {
+                    let _ = writeln!(o, "not ready: {c}");
+                }
+                text(StatusCode::SERVICE_UNAVAILABLE, plain, o)
             }
         }
         _ => text(
@@ -502,6 +508,42 @@ async fn unreachable_primaries(state: &State) -> Vec<String> {
         .collect()
 }
 
+/// Every shard (of any cluster with a `health_check`) whose primary the active check has
+/// out of rotation or demoted, with why.
+fn checked_primaries(state: &State) -> Vec<String> {
+    let snap = state.config.current();
+    let mut out = Vec::new();
+    for c in snap
+        .config
+        .clusters
+        .iter()
+        .filter(|c| c.health_check.is_some())
+    {
+        for s in &c.shards {
+            let p = s.primary();
+            let v = state.config.shared.checks.get(&c.name, p.address).view();
+            let why = match v.state {
+                "healthy" | "draining" => continue,
+                "demoted" => format!(
+                    "answers ROLE as a replica of {}",
+                    state
+                        .config
+                        .shared
+                        .checks
+                        .get(&c.name, p.address)
+                        .replica_of()
+                ),
+                other => format!("is {other} by the active health check ({})", v.last_error),
+            };
+            out.push(format!(
+                "{}/{}: primary {} {why}",
+                c.name, s.name, p.address
+            ));
+        }
+    }
+    out
+}
+
 /// True when `addr` answers a `PING` with anything but `-LOADING` within [`READY_PROBE`].
 async fn ping(addr: SocketAddr) -> bool {
     let attempt = async {
@@ -545,6 +587,15 @@ fn clusters(state: &State) -> String {
         );
         let errors: u64 = v.errors.iter().sum();
         let _ = write!(o, " errors={errors} ejections={}", v.ejections);
+        if let Some(c) = &v.check {
+            let _ = write!(
+                o,
+                " check={} check_transitions={} check_last_error=\"{}\"",
+                c.state,
+                c.transitions,
+                c.last_error.replace('"', "'")
+            );
+        }
         if let Some(d) = &v.down {
             let since = d
                 .since

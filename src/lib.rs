@@ -41,7 +41,9 @@
 //! - `upstream`: pooled, pipelined connections to the Redis shards, and dedicated ones;
 //! - `sentinel`: the primaries and replicas of Sentinel-managed shards, followed on a thread
 //!   of their own and swapped in by compiling the configuration again;
-//! - `queue`: the request queue between a worker's sessions and one connection task.
+//! - `queue`: the request queue between a worker's sessions and one connection task;
+//! - `health`: active health checks of endpoints (`PING` or `EXISTS drain_key`, and `ROLE`),
+//!   on a thread of their own, their state shared with the workers through atomics.
 //!
 //! Watching it
 //! - [`admin`]: the admin HTTP endpoint (`/metrics`, `/stats`, `/hotkeys`, ...);
@@ -57,6 +59,7 @@ mod blocking;
 pub mod bootstrap;
 mod conn;
 mod fanout;
+mod health;
 pub mod hotkeys;
 mod keyspace;
 mod listener;
@@ -148,6 +151,8 @@ struct Shared {
     discovery: sentinel::Discovery,
     /// Failed `AUTH` attempts per client address, over every listener and worker.
     auth_limiter: Arc<acl::AuthTarpit>,
+    /// Active health-check state per endpoint (read by the workers through their handles).
+    checks: health::Checks,
 }
 
 /// A running data plane. Dropping it does not stop it; call [`Server::shutdown`].
@@ -327,6 +332,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         base: std::sync::Mutex::new(config),
         discovery: sentinel::Discovery::default(),
         auth_limiter: Arc::default(),
+        checks: health::Checks::default(),
     });
     let registry = Arc::new(Registry::default());
     let (stop, stop_rx) = watch::channel(Stop::Run);
@@ -353,6 +359,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         .map(|l| (l.name.clone(), l.address))
         .collect();
     listener::check_free(&named)?;
+    health::start(shared.clone(), stop_rx.clone())?;
     let mut threads = Vec::with_capacity(workers);
     // Worker 0 binds first (resolving port 0); the others bind the same addresses with
     // SO_REUSEPORT so the kernel spreads connections over them.

@@ -34,8 +34,8 @@ pub(crate) enum Stop {
 
 /// Identifies a pool: the same endpoint in the same cluster with the same settings and role
 /// (a primary demoted to replica, as in a Sentinel failover, gets new connections: those that
-/// carried its writes close).
-type PoolKey = (String, EndpointConfig, usize, bool);
+/// carried its writes close), and actively checked or not.
+type PoolKey = (String, EndpointConfig, usize, bool, bool);
 
 pub(crate) struct Worker {
     pub(crate) id: usize,
@@ -206,12 +206,15 @@ impl Worker {
                 endpoint_config(c, s, e.address, tls),
                 c.connections_per_endpoint,
                 e.role == Role::Primary,
+                c.health_check.is_some(),
             );
+            let shared = &self.shared;
             let h = old
                 .remove(&key)
                 .or_else(|| self.pools.get(&key).cloned())
                 .unwrap_or_else(|| {
-                    EndpointHandle::spawn(key.1.clone(), key.2, self.upstream_stats.clone())
+                    let check = key.4.then(|| shared.checks.get(&c.name, e.address));
+                    EndpointHandle::spawn(key.1.clone(), key.2, self.upstream_stats.clone(), check)
                 });
             self.pools.insert(key, h.clone());
             h
@@ -319,7 +322,7 @@ async fn drain(
     }
 }
 
-fn endpoint_config(
+pub(crate) fn endpoint_config(
     c: &Cluster,
     s: &Shard,
     address: SocketAddr,

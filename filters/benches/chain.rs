@@ -109,6 +109,7 @@ fn shard(name: &str, endpoints: Vec<Endpoint>) -> Shard {
 fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
     Cluster {
         tls: None,
+        health_check: None,
         name: name.to_owned(),
         hash,
         hashtag: Some(HashTag::default()),

@@ -29,6 +29,9 @@ pub enum UpstreamError {
     NoShard,
     /// Every dedicated connection this worker may open to the endpoint is in use: not sent.
     Busy(usize),
+    /// A write to a shard whose configured primary answers `ROLE` as a replica of this
+    /// `HOST:PORT` (the active health check saw it): not sent.
+    Demoted(Arc<str>),
 }
 
 impl UpstreamError {
@@ -134,6 +137,15 @@ impl From<Refusal> for Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.0 {
+            Kind::Upstream {
+                label,
+                error: UpstreamError::Demoted(of),
+            } => write!(
+                f,
+                "READONLY respway: {label}: the configured primary answers ROLE as a replica \
+                 of {of}; writes are refused until it is primary again or the configuration \
+                 names another"
+            ),
             Kind::Upstream { label, error } => {
                 f.write_str("ERR respway: ")?;
                 match error {
@@ -147,6 +159,7 @@ impl fmt::Display for Failure {
                         write!(f, "{label}: queue full ({n} requests waiting)")
                     }
                     UpstreamError::NoShard => f.write_str("no such shard"),
+                    UpstreamError::Demoted(_) => Ok(()),
                     UpstreamError::Busy(n) => write!(
                         f,
                         "{label}: all {n} dedicated connections (transactions and blocking \

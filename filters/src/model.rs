@@ -333,6 +333,38 @@ pub struct Cluster {
     pub read_policy: ReadPolicy,
     /// TLS to the shards (`None`: plaintext).
     pub tls: Option<UpstreamTls>,
+    /// Active health checks of every endpoint (`None`: only the connections' own health).
+    pub health_check: Option<HealthCheck>,
+}
+
+/// Active health checking of a cluster's endpoints, as Envoy's Redis health checker: each
+/// endpoint is sent `PING` (or `EXISTS drain_key`) and `ROLE` every `interval` on a connection
+/// of its own. An endpoint starts healthy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// Time between two checks of one endpoint (default 1 s).
+    pub interval: Duration,
+    /// How long one check may take before it counts as failed (default 500 ms).
+    pub timeout: Duration,
+    /// Failed checks in a row that take a healthy endpoint out of rotation (default 3).
+    pub unhealthy_threshold: u32,
+    /// Passed checks in a row that put an unhealthy endpoint back (default 2).
+    pub healthy_threshold: u32,
+    /// Envoy's Redis health checker `key`: while `EXISTS key` answers 1 the endpoint is out of
+    /// rotation ("draining"), at once; it is back as soon as the key is gone.
+    pub drain_key: Option<String>,
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        HealthCheck {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            unhealthy_threshold: 3,
+            healthy_threshold: 2,
+            drain_key: None,
+        }
+    }
 }
 
 /// A hot-key rule (e.g. prefix `HIGH_FREQ_`).

@@ -51,6 +51,7 @@ fn endpoint(port: u16, role: Role, zone: &str) -> Endpoint {
 fn cluster(name: &str, read_policy: ReadPolicy, base: u16) -> Cluster {
     Cluster {
         tls: None,
+        health_check: None,
         name: name.to_string(),
         hash: HashPolicy::Maglev { table_size: 65537 },
         hashtag: None,

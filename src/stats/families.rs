@@ -517,6 +517,27 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         None,
     ),
     endpoint(
+        "respway_upstream_check_healthy",
+        Gauge,
+        "1 while the active health check has the endpoint in rotation, 0 while it is unhealthy or draining (endpoints of clusters with a health_check only).",
+        |v| v.check.as_ref().map(|c| Value::Int(u64::from(c.in_rotation))),
+        None,
+    ),
+    endpoint(
+        "respway_upstream_check_demoted",
+        Gauge,
+        "1 while the endpoint, configured as its shard's primary, answers ROLE as a replica and writes to the shard are refused (endpoints of clusters with a health_check only).",
+        |v| v.check.as_ref().map(|c| Value::Int(u64::from(c.state == "demoted"))),
+        None,
+    ),
+    endpoint(
+        "respway_upstream_check_transitions_total",
+        Counter,
+        "Times the active health check changed the endpoint's state (healthy, unhealthy, draining, demoted).",
+        |v| v.check.as_ref().map(|c| Value::Int(c.transitions)),
+        None,
+    ),
+    endpoint(
         "respway_upstream_ejections_total",
         Counter,
         "Times a worker took the endpoint out (a failed connect, or a connection lost right after it opened).",

@@ -95,12 +95,14 @@ pub(crate) struct EndpointView {
     pub connects: u64,
     pub connect_failures: u64,
     /// Failed requests by kind (indexed like [`ErrorKind::ALL`]).
-    pub errors: [u64; 7],
+    pub errors: [u64; 8],
     /// Times a worker took it out (see [`crate::upstream::EndpointStats`]).
     pub ejections: u64,
     /// While some worker has it out: the earliest `since`, the latest reason, the most
     /// failed attempts.
     pub down: Option<crate::upstream::Down>,
+    /// What the active health check says (`None`: its cluster has no `health_check`).
+    pub check: Option<crate::health::CheckView>,
 }
 
 /// Adds the counters of `s` into `t` (reads per shard by index; a shard count that changed
@@ -390,6 +392,9 @@ impl Registry {
                             *n += st.errors(k);
                         }
                         v.ejections += st.ejections();
+                        if v.check.is_none() {
+                            v.check = h.check().map(crate::health::EndpointCheck::view);
+                        }
                         let (open, inflight) = st.open();
                         v.connections += open;
                         v.inflight += inflight;

@@ -13,6 +13,7 @@ pub(crate) fn kind(e: &UpstreamError) -> ErrorKind {
         UpstreamError::QueueFull(_) => ErrorKind::QueueFull,
         UpstreamError::NoShard => ErrorKind::NoShard,
         UpstreamError::Busy(_) => ErrorKind::Busy,
+        UpstreamError::Demoted(_) => ErrorKind::Demoted,
     }
 }
 
@@ -33,11 +34,13 @@ pub(crate) enum ErrorKind {
     NoShard,
     /// [`UpstreamError::Busy`].
     Busy,
+    /// [`UpstreamError::Demoted`].
+    Demoted,
 }
 
 impl ErrorKind {
     /// Every kind, in counter order.
-    pub(crate) const ALL: [ErrorKind; 7] = [
+    pub(crate) const ALL: [ErrorKind; 8] = [
         ErrorKind::Unavailable,
         ErrorKind::ConnectionLost,
         ErrorKind::Closed,
@@ -45,6 +48,7 @@ impl ErrorKind {
         ErrorKind::QueueFull,
         ErrorKind::NoShard,
         ErrorKind::Busy,
+        ErrorKind::Demoted,
     ];
 
     /// The INFO field suffix.
@@ -57,6 +61,7 @@ impl ErrorKind {
             ErrorKind::QueueFull => "queue_full",
             ErrorKind::NoShard => "no_shard",
             ErrorKind::Busy => "busy",
+            ErrorKind::Demoted => "demoted",
         }
     }
 }

@@ -175,6 +175,8 @@ struct EndpointInner {
     requests: AtomicU64,
     /// How long the endpoint took per request, write to reply (all its connections).
     latency: Arc<crate::stats::Latency>,
+    /// The active health check's state (`None`: its cluster has no `health_check`).
+    check: Option<Arc<crate::health::EndpointCheck>>,
 }
 
 #[derive(Debug, Default)]
@@ -193,6 +195,7 @@ impl EndpointHandle {
         cfg: EndpointConfig,
         n: usize,
         stats: Arc<UpstreamStats>,
+        check: Option<Arc<crate::health::EndpointCheck>>,
     ) -> EndpointHandle {
         let flavors = (0..2 * cfg.databases.clamp(1, 256) as usize)
             .map(|_| FlavorPools::default())
@@ -206,6 +209,7 @@ impl EndpointHandle {
                 stats: Arc::new(EndpointStats::new(stats)),
                 requests: AtomicU64::new(0),
                 latency: Arc::default(),
+                check,
             }),
         };
         h.shared(Flavor::default());
@@ -215,6 +219,11 @@ impl EndpointHandle {
     /// False while connecting to the endpoint fails.
     pub(crate) fn is_healthy(&self) -> bool {
         self.inner.stats.is_healthy()
+    }
+
+    /// The active health check's state, when its cluster has one.
+    pub(crate) fn check(&self) -> Option<&crate::health::EndpointCheck> {
+        self.inner.check.as_deref()
     }
 
     /// This worker's counters and health of the endpoint.
@@ -399,10 +408,15 @@ impl Endpoints {
     }
 }
 
+/// Healthy: this worker's connections to it work, and the active check (when its cluster
+/// has one) has it in rotation.
 impl HealthView for Endpoints {
     fn healthy(&self, cluster: usize, shard: usize, endpoint: usize) -> bool {
-        self.get(cluster, shard, endpoint)
-            .is_some_and(EndpointHandle::is_healthy)
+        self.get(cluster, shard, endpoint).is_some_and(|h| {
+            h.is_healthy()
+                && h.check()
+                    .is_none_or(crate::health::EndpointCheck::in_rotation)
+        })
     }
 }
 
@@ -454,6 +468,15 @@ impl Service<Request> for Upstream {
             Some(d) => Instant::from_std(d),
             None => Instant::now() + self.default_timeout,
         };
+        if endpoint == primary {
+            // A configured primary that answers ROLE as a replica takes no writes (one
+            // atomic load per request to a primary, on clusters with a health check only).
+            if let Some(c) = ep.check().filter(|c| c.demoted() && !req.is_read()) {
+                let e = UpstreamError::Demoted(Arc::from(c.replica_of()));
+                ep.stats().count(error::kind(&e));
+                return UpstreamFuture::failed(e, ep.label().clone(), deadline);
+            }
+        }
         if endpoint != primary && req.is_read() {
             // A read sent to a replica: if the replica turns out to be unreachable, the read
             // is retried once on the primary instead of failing (the zone layer skips the
@@ -524,6 +547,11 @@ impl UpstreamFuture {
     }
 }
 
+/// A replica's `-LOADING` or `-MASTERDOWN` reply (Redis's own errors, not respway's).
+fn replica_not_serving(reply: &[u8]) -> bool {
+    reply.starts_with(b"-LOADING") || reply.starts_with(b"-MASTERDOWN")
+}
+
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
 }
@@ -546,7 +574,20 @@ impl Future for UpstreamFuture {
                 State::Failed(e) => Err(e.take().unwrap_or(UpstreamError::Closed)),
             };
             match result {
-                Ok(reply) => return Poll::Ready(Ok(reply)),
+                Ok(reply) => {
+                    // A replica that is loading its data set, or has lost its primary, answers
+                    // a read with an error the primary would not give: the read goes there once.
+                    if this.fallback.is_some() && replica_not_serving(&reply) {
+                        if let Some(b) = this.fallback.take() {
+                            let (primary, args, flavor, conn) = *b;
+                            let next = primary.send(args, flavor, conn, this.deadline);
+                            this.state = next.state;
+                            this.label = next.label;
+                            continue;
+                        }
+                    }
+                    return Poll::Ready(Ok(reply));
+                }
                 Err(e) => {
                     if e.retryable_read() {
                         if let Some(b) = this.fallback.take() {

@@ -5,7 +5,7 @@ use super::*;
 /// One worker's upstream counters (kept across configuration changes).
 #[derive(Debug, Default)]
 pub(crate) struct UpstreamStats {
-    pub(super) errors: [AtomicU64; 7],
+    pub(super) errors: [AtomicU64; 8],
     /// Connections opened (first connects and reconnects).
     pub(crate) connects: AtomicU64,
     /// Connect attempts that failed.
@@ -36,7 +36,7 @@ impl UpstreamStats {
 pub(crate) struct EndpointStats {
     /// The worker's totals over every endpoint (`INFO proxy`), counted with this endpoint's.
     pub(crate) worker: Arc<UpstreamStats>,
-    pub(super) errors: [AtomicU64; 7],
+    pub(super) errors: [AtomicU64; 8],
     pub(super) healthy: AtomicBool,
     /// Times it went from healthy to out.
     pub(super) ejections: AtomicU64,

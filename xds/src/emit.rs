@@ -16,7 +16,11 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
 use envoy_types::pb::envoy::config::cluster::v3::{
     load_balancing_policy, Cluster as PbCluster, LoadBalancingPolicy,
 };
+use envoy_types::pb::envoy::config::core::v3::health_check::{
+    custom_health_check, CustomHealthCheck, HealthChecker,
+};
 use envoy_types::pb::envoy::config::core::v3::transport_socket;
+use envoy_types::pb::envoy::config::core::v3::HealthCheck as PbHealthCheck;
 use envoy_types::pb::envoy::config::core::v3::{
     address, config_source::ConfigSourceSpecifier, data_source, socket_address, Address,
     AggregatedConfigSource, ApiVersion, ConfigSource, DataSource, Locality, Metadata,
@@ -37,6 +41,7 @@ use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
     },
     RedisProtocolOptions, RedisProxy,
 };
+use envoy_types::pb::envoy::extensions::health_checkers::redis::v3::Redis as RedisHealthChecker;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     certificate_validation_context::TrustChainVerification,
     common_tls_context::ValidationContextType, CertificateValidationContext, CommonTlsContext,
@@ -49,8 +54,9 @@ use envoy_types::pb::google::protobuf::{
 };
 use envoy_types::util::pack_any;
 use respway_filters::model::{
-    Cluster, Config, HashPolicy, HotKeyRead, KeyHash, Listener, ListenerTls, MirrorMode,
-    MirrorPolicy, ProtocolMode, ReadPolicy, RingHashFunction, Role, UpstreamTls, ZoneFallback,
+    Cluster, Config, HashPolicy, HealthCheck, HotKeyRead, KeyHash, Listener, ListenerTls,
+    MirrorMode, MirrorPolicy, ProtocolMode, ReadPolicy, RingHashFunction, Role, UpstreamTls,
+    ZoneFallback,
 };
 use std::net::SocketAddr;
 
@@ -291,7 +297,33 @@ fn cluster(c: &Cluster) -> PbCluster {
                 .collect(),
         }),
     );
+    out.health_checks = c.health_check.iter().map(health_check).collect();
     out
+}
+
+/// A cluster's health check as Envoy's Redis health checker, every setting written (what both
+/// the YAML reader and `emit` write).
+pub(crate) fn health_check(h: &HealthCheck) -> PbHealthCheck {
+    PbHealthCheck {
+        timeout: Some(duration(h.timeout)),
+        interval: Some(duration(h.interval)),
+        unhealthy_threshold: Some(UInt32Value {
+            value: h.unhealthy_threshold,
+        }),
+        healthy_threshold: Some(UInt32Value {
+            value: h.healthy_threshold,
+        }),
+        health_checker: Some(HealthChecker::CustomHealthCheck(CustomHealthCheck {
+            name: names::REDIS_HEALTH_CHECKER.to_string(),
+            config_type: Some(custom_health_check::ConfigType::TypedConfig(pack_any(
+                RedisHealthChecker {
+                    key: h.drain_key.clone().unwrap_or_default(),
+                    aws_iam: None,
+                },
+            ))),
+        })),
+        ..Default::default()
+    }
 }
 
 /// A listener's TLS as Envoy's `DownstreamTlsContext` in a TLS transport socket.

@@ -244,6 +244,7 @@ pub fn default_config() -> Config {
         }],
         clusters: vec![model::Cluster {
             tls: None,
+            health_check: None,
             hot_keys: Vec::new(),
             read_policy: model::ReadPolicy::Primary,
             name: "default".to_string(),

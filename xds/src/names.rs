@@ -23,3 +23,7 @@ pub const ENVOY_LB_NAMESPACE: &str = "envoy.lb";
 /// Envoy's TLS transport socket (`DownstreamTlsContext` on a listener's filter chain,
 /// `UpstreamTlsContext` on a cluster).
 pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
+
+/// The name of Envoy's Redis health checker (`HealthCheck.custom_health_check.name`), the
+/// one health checker respway runs.
+pub const REDIS_HEALTH_CHECKER: &str = "envoy.health_checkers.redis";

@@ -1346,7 +1346,7 @@ async fn client_nacks_an_invalid_resource_naming_the_field() {
     assert_eq!(detail.code, 3);
     assert_eq!(
         detail.message,
-        "cluster \"cache\": health_checks: not supported by respway"
+        "cluster \"cache\": health_checks[0].health_checker: required: a custom_health_check named envoy.health_checkers.redis"
     );
     assert_eq!(nack.version_info, "", "nothing accepted yet");
     assert!(lib.applied().is_empty());
@@ -1547,7 +1547,7 @@ async fn a_response_with_one_invalid_cluster_applies_the_rest() {
     let nack = answers[0].error_detail.as_ref().expect("CDS NACKed");
     assert_eq!(
         nack.message,
-        "cluster \"broken\": health_checks: not supported by respway"
+        "cluster \"broken\": health_checks[0].health_checker: required: a custom_health_check named envoy.health_checkers.redis"
     );
     assert_eq!(answers[0].version_info, "", "CDS v1 is not ACKed");
     assert_eq!(
@@ -1574,7 +1574,7 @@ async fn a_response_with_one_invalid_cluster_applies_the_rest() {
     assert_eq!(nack.version_info, "", "still nothing of CDS ACKed");
     assert_eq!(
         nack.error_detail.expect("NACK").message,
-        "cluster \"cache\": health_checks: not supported by respway"
+        "cluster \"cache\": health_checks[0].health_checker: required: a custom_health_check named envoy.health_checkers.redis"
     );
     let moved = parse_yaml(&base("127.0.0.1:7001").replace("16380", "16390")).expect("valid");
     let mut renamed = moved.listeners[0].clone();

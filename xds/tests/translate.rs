@@ -321,8 +321,8 @@ listener "main": filter_chains[0].filters[2].typed_config.prefix_routes.routes[0
 listener "main": filter_chains[0].filters[2].typed_config.prefix_routes.routes[0].request_mirror_policy[0].cluster: unknown cluster "other"
 listener "main": filter_chains[0].filters[2].typed_config.prefix_routes.routes[0].request_mirror_policy[0].runtime_fraction.runtime_key: not supported by respway (it has no runtime; use default_value)
 listener "main": filter_chains[0].filters[2].typed_config.prefix_routes.catch_all_route.read_command_policy: not supported by respway
-cluster "main": health_checks: not supported by respway
-cluster "main": outlier_detection: not supported by respway"#
+cluster "main": outlier_detection: not supported by respway
+cluster "main": health_checks[0].health_checker: required: a custom_health_check named envoy.health_checkers.redis"#
     );
     assert_eq!(
         errors(&r2),
@@ -1499,5 +1499,114 @@ fn observability_settings_travel_in_the_extension() {
     assert!(
         e.contains("slowlog_threshold: invalid duration (-1s, 0ns)"),
         "{e}"
+    );
+}
+
+/// Envoy's Redis health checker as Envoy says it: its `key` is the drain key, the thresholds
+/// and durations are taken as given, the model writes back out to the same resource.
+#[test]
+fn redis_health_checks_translate_and_round_trip() {
+    use respway_xds::pb::envoy::config::core::v3::health_check::{
+        custom_health_check, CustomHealthCheck, HealthChecker, TcpHealthCheck,
+    };
+    use respway_xds::pb::envoy::extensions::health_checkers::redis::v3::Redis;
+    use respway_xds::pb::google::protobuf::UInt32Value;
+    let redis = |key: &str| {
+        Some(HealthChecker::CustomHealthCheck(CustomHealthCheck {
+            name: "envoy.health_checkers.redis".into(),
+            config_type: Some(custom_health_check::ConfigType::TypedConfig(pack(&Redis {
+                key: key.into(),
+                aws_iam: None,
+            }))),
+        }))
+    };
+    let mut r = base();
+    r.clusters[0].health_checks = vec![HealthCheck {
+        timeout: Some(PbDuration {
+            seconds: 0,
+            nanos: 200_000_000,
+        }),
+        interval: Some(PbDuration {
+            seconds: 2,
+            nanos: 0,
+        }),
+        unhealthy_threshold: Some(UInt32Value { value: 4 }),
+        healthy_threshold: Some(UInt32Value { value: 1 }),
+        health_checker: redis("maint"),
+        ..Default::default()
+    }];
+    let config = translate(&r).expect("valid");
+    let h = config.clusters[0].health_check.clone().expect("a check");
+    assert_eq!(
+        h,
+        respway_filters::model::HealthCheck {
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_millis(200),
+            unhealthy_threshold: 4,
+            healthy_threshold: 1,
+            drain_key: Some("maint".into()),
+        }
+    );
+    assert_eq!(
+        to_resources(&config).clusters[0].health_checks,
+        r.clusters[0].health_checks
+    );
+    // Unset numbers take the defaults; an empty key is PING.
+    let mut d = base();
+    d.clusters[0].health_checks = vec![HealthCheck {
+        health_checker: redis(""),
+        ..Default::default()
+    }];
+    assert_eq!(
+        translate(&d).expect("valid").clusters[0].health_check,
+        Some(respway_filters::model::HealthCheck::default())
+    );
+    // No health check, none in the model.
+    assert_eq!(translate(&base()).unwrap().clusters[0].health_check, None);
+
+    // What respway does not run is refused by name.
+    let mut bad = base();
+    let c = &mut bad.clusters[0];
+    c.health_checks = vec![HealthCheck {
+        interval: Some(PbDuration::default()),
+        unhealthy_threshold: Some(UInt32Value { value: 0 }),
+        healthy_threshold: Some(UInt32Value { value: 0 }),
+        alt_port: Some(UInt32Value { value: 1 }),
+        interval_jitter_percent: 5,
+        health_checker: Some(HealthChecker::TcpHealthCheck(TcpHealthCheck::default())),
+        ..Default::default()
+    }];
+    assert_eq!(
+        errors(&bad),
+        r#"cluster "main": health_checks[0].interval_jitter_percent: not supported by respway
+cluster "main": health_checks[0].alt_port: not supported by respway
+cluster "main": health_checks[0].interval: must be greater than 0
+cluster "main": health_checks[0].unhealthy_threshold: must be greater than 0
+cluster "main": health_checks[0].healthy_threshold: must be greater than 0
+cluster "main": health_checks[0].tcp_health_check: not supported by respway (use a custom_health_check named envoy.health_checkers.redis)"#
+    );
+    let mut two = base();
+    two.clusters[0].health_checks = vec![
+        HealthCheck {
+            health_checker: redis(""),
+            ..Default::default()
+        };
+        2
+    ];
+    assert_eq!(
+        errors(&two),
+        r#"cluster "main": health_checks: respway runs one health check per cluster (got 2)"#
+    );
+    let mut other = base();
+    other.clusters[0].health_checks = vec![HealthCheck {
+        health_checker: Some(HealthChecker::CustomHealthCheck(CustomHealthCheck {
+            name: "envoy.health_checkers.thrift".into(),
+            config_type: None,
+        })),
+        ..Default::default()
+    }];
+    assert_eq!(
+        errors(&other),
+        r#"cluster "main": health_checks[0].custom_health_check.name: unsupported health checker "envoy.health_checkers.thrift" (respway runs envoy.health_checkers.redis)"#
     );
 }

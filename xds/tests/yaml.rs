@@ -60,6 +60,7 @@ fn primary_and_replica(name: &str, primary: (&str, &str), replica: (&str, &str))
 fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
     Cluster {
         tls: None,
+        health_check: None,
         name: name.to_string(),
         hash,
         hashtag: Some(HashTag::default()),
@@ -178,6 +179,10 @@ fn full_example_model() -> Config {
                     hot("HIGH_FREQ_", HotKeyRead::SameZone),
                     hot("cfg:", HotKeyRead::RoundRobin),
                 ],
+                health_check: Some(respway_filters::model::HealthCheck {
+                    drain_key: Some("maint".into()),
+                    ..Default::default()
+                }),
                 ..cluster(
                     "main",
                     HashPolicy::Maglev { table_size: 65537 },
@@ -1347,5 +1352,87 @@ cluster "b": dedicated_connections: must be at most 65535
 cluster "b": databases: must be at most 256
 cluster "c": dedicated_connections: expected an unsigned integer, got a string
 cluster "c": databases: expected an unsigned integer, got a number"#
+    );
+}
+
+#[test]
+fn health_checks() {
+    let text = r#"
+listeners:
+  - name: l
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    health_check: { interval: 2s, timeout: 250ms, unhealthy_threshold: 5, healthy_threshold: 1, drain_key: maint }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    health_check: {}
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+"#;
+    let config = load(text);
+    let got: Vec<_> = config
+        .clusters
+        .iter()
+        .map(|c| c.health_check.clone())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            Some(respway_filters::model::HealthCheck {
+                interval: Duration::from_secs(2),
+                timeout: Duration::from_millis(250),
+                unhealthy_threshold: 5,
+                healthy_threshold: 1,
+                drain_key: Some("maint".into()),
+            }),
+            Some(respway_filters::model::HealthCheck::default()),
+            None,
+        ]
+    );
+    // The resources carry every value: translating them again gives the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+    // The YAML writes Envoy's own field: one Redis health checker.
+    let resources = respway_xds::parse_yaml(text).unwrap();
+    let hc = &resources.clusters[0].health_checks;
+    assert_eq!(hc.len(), 1);
+    assert!(
+        matches!(&hc[0].health_checker,
+            Some(respway_xds::pb::envoy::config::core::v3::health_check::HealthChecker::CustomHealthCheck(c))
+                if c.name == "envoy.health_checkers.redis"),
+        "{hc:?}"
+    );
+    assert!(resources.clusters[2].health_checks.is_empty());
+}
+
+#[test]
+fn health_check_errors() {
+    let text = r#"
+listeners:
+  - name: l
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    health_check: { interval: 0s, timeout: 0ms, unhealthy_threshold: 0, healthy_threshold: 0 }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    health_check: { interval: soon, unhealthy_threshold: -1, drain_key: "", jitter: 1s }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    health_check: true
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"cluster "a": health_check.interval: must be greater than 0
+cluster "a": health_check.timeout: must be greater than 0
+cluster "a": health_check.unhealthy_threshold: must be greater than 0
+cluster "a": health_check.healthy_threshold: must be greater than 0
+cluster "b": health_check.jitter: unknown field (expected one of: interval, timeout, unhealthy_threshold, healthy_threshold, drain_key)
+cluster "b": health_check.interval: invalid duration "soon" (expected an integer and a unit: us, ms, s, m or h, e.g. "250ms")
+cluster "b": health_check.unhealthy_threshold: expected an unsigned integer, got a number
+cluster "b": health_check.drain_key: must not be empty (leave it out or use null)
+cluster "c": health_check: expected a mapping, got a boolean"#
     );
 }

@@ -43,6 +43,7 @@ pub fn shard(name: &str, port: u16, zone: Option<&str>) -> Shard {
 pub fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
     Cluster {
         tls: None,
+        health_check: None,
         name: name.to_string(),
         hash,
         hashtag: None,

@@ -150,7 +150,6 @@ pub(super) fn translate(
                 "per_connection_buffer_high_watermark_timeout",
                 c.per_connection_buffer_high_watermark_timeout.is_some(),
             ),
-            ("health_checks", !c.health_checks.is_empty()),
             (
                 "max_requests_per_connection",
                 c.max_requests_per_connection.is_some(),
@@ -218,6 +217,7 @@ pub(super) fn translate(
         ],
     );
 
+    let health_check = super::health::health_check(cx, &c.health_checks);
     let tls = c
         .transport_socket
         .as_ref()
@@ -297,6 +297,7 @@ pub(super) fn translate(
     Some(Translated {
         cluster: Cluster {
             tls,
+            health_check,
             hot_keys,
             read_policy: ReadPolicy::Primary,
             name: c.name.clone(),

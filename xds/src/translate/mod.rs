@@ -11,6 +11,7 @@
 
 mod cluster;
 mod endpoint;
+mod health;
 mod listener;
 mod routes;
 mod tls;

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 };
 use envoy_types::util::pack_any;
 use respway_filters::model::{
-    HashPolicy, KeyHash, RingHashFunction, UpstreamAuth, DEFAULT_DATABASES,
+    HashPolicy, HealthCheck, KeyHash, RingHashFunction, UpstreamAuth, DEFAULT_DATABASES,
     DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::Value;
@@ -27,7 +27,9 @@ use super::origin::Origins;
 use super::shards::shards;
 use super::value::{kind, Map};
 use crate::common;
-use crate::emit::{eds_cluster, file, inline, placement, saturate, socket};
+use crate::emit::{
+    eds_cluster, file, health_check as health_check_pb, inline, placement, saturate, socket,
+};
 use crate::error::{join, Cx};
 use crate::names;
 use crate::pb::respway::v1 as rw;
@@ -48,6 +50,14 @@ pub(super) const CLUSTER_KEYS: &[&str] = &[
     "hot_keys",
     "shards",
     "tls",
+    "health_check",
+];
+const HEALTH_CHECK_KEYS: &[&str] = &[
+    "interval",
+    "timeout",
+    "unhealthy_threshold",
+    "healthy_threshold",
+    "drain_key",
 ];
 const HOT_KEY_KEYS: &[&str] = &["prefix", "read"];
 pub(super) const AUTH_KEYS: &[&str] = &["username", "password", "password_file", "password_env"];
@@ -176,8 +186,11 @@ pub(super) fn cluster(
     o.note("transport_socket", "tls");
     let tls = m.get("tls").and_then(|v| cluster_tls(cx, o, v, "tls"));
 
+    let health_check = m.get("health_check").and_then(|v| health_check(cx, o, v));
+
     let mut out = eds_cluster(name.clone(), connect_timeout, tls);
     placement(&mut out, &hash);
+    out.health_checks = health_check.iter().map(health_check_pb).collect();
     if auth.is_some() || !credentials.is_empty() {
         out.typed_extension_protocol_options.insert(
             names::REDIS_PROXY_FILTER.to_string(),
@@ -340,6 +353,36 @@ fn read_policy(
             _ => rw::ZoneFallback::Primary,
         },
     )
+}
+
+/// `health_check`: its numbers as written (the translation checks them), the rest at the
+/// defaults; `None` when it is not a mapping.
+fn health_check(cx: &mut Cx, o: &mut Origins, v: &Value) -> Option<HealthCheck> {
+    let path = "health_check";
+    o.note("health_checks", path);
+    let envoy = "health_checks[0]";
+    for (field, key) in [
+        ("interval", "interval"),
+        ("timeout", "timeout"),
+        ("unhealthy_threshold", "unhealthy_threshold"),
+        ("healthy_threshold", "healthy_threshold"),
+        ("custom_health_check", "drain_key"),
+    ] {
+        o.note(format!("{envoy}.{field}"), join(path, key));
+    }
+    let h = Map::new(cx, v, path, HEALTH_CHECK_KEYS)?;
+    let d = HealthCheck::default();
+    let threshold = |cx: &mut Cx, key: &str, default: u32| {
+        h.uint(cx, key, u32::MAX.into())
+            .map_or(default, |n| n as u32)
+    };
+    Some(HealthCheck {
+        interval: h.duration_or_zero(cx, "interval").unwrap_or(d.interval),
+        timeout: h.duration_or_zero(cx, "timeout").unwrap_or(d.timeout),
+        unhealthy_threshold: threshold(cx, "unhealthy_threshold", d.unhealthy_threshold),
+        healthy_threshold: threshold(cx, "healthy_threshold", d.healthy_threshold),
+        drain_key: h.non_empty_string(cx, "drain_key"),
+    })
 }
 
 /// The cluster's `hot_keys` rules.

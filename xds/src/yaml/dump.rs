@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    AclUser, ClientLimits, Cluster, Config, EndpointAuth, HashPolicy, HashTag, HotKeyRead,
-    Listener, MirrorMode, MirrorPolicy, ReadPolicy, RespSettings, Role, RouteTable, Shard,
-    UpstreamAuth, ZoneFallback, DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS,
+    AclUser, ClientLimits, Cluster, Config, EndpointAuth, HashPolicy, HashTag, HealthCheck,
+    HotKeyRead, Listener, MirrorMode, MirrorPolicy, ReadPolicy, RespSettings, Role, RouteTable,
+    Shard, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS,
     DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
@@ -462,6 +462,26 @@ impl Writer {
             })
             .collect();
         m.list("hot_keys", hot_keys);
+        if let Some(h) = &c.health_check {
+            let d = HealthCheck::default();
+            let mut hm = self.map();
+            let interval = self.duration(h.interval, || format!("{at}: health_check.interval"));
+            hm.set("interval", interval, h.interval == d.interval);
+            let timeout = self.duration(h.timeout, || format!("{at}: health_check.timeout"));
+            hm.set("timeout", timeout, h.timeout == d.timeout);
+            hm.set(
+                "unhealthy_threshold",
+                num(h.unhealthy_threshold),
+                h.unhealthy_threshold == d.unhealthy_threshold,
+            );
+            hm.set(
+                "healthy_threshold",
+                num(h.healthy_threshold),
+                h.healthy_threshold == d.healthy_threshold,
+            );
+            hm.some("drain_key", h.drain_key.as_deref());
+            m.put("health_check", hm.done());
+        }
         let mut placed = vec![false; c.endpoint_auth.len()];
         let shards = c
             .shards
