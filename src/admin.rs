@@ -203,26 +203,12 @@ pub fn start_with(
         hooks,
     };
     let (stop, stop_rx) = watch::channel(false);
-    let thread = std::thread::Builder::new()
-        .name("respway-admin".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(error = %e, "admin runtime");
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                match TcpListener::from_std(std_listener) {
-                    Ok(l) => serve(l, state, stop_rx).await,
-                    Err(e) => tracing::error!(error = %e, "admin listener"),
-                }
-            });
-        })?;
+    let thread = crate::side_thread("respway-admin", move || async move {
+        match TcpListener::from_std(std_listener) {
+            Ok(l) => serve(l, state, stop_rx).await,
+            Err(e) => tracing::error!(error = %e, "admin listener"),
+        }
+    })?;
     tracing::info!(address = %bound, "admin endpoint listening");
     Ok(Admin {
         addr: bound,

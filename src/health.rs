@@ -266,21 +266,7 @@ struct Task {
 
 /// Starts the checker thread; it ends when `stop` leaves [`Stop::Run`].
 pub(crate) fn start(shared: Arc<Shared>, stop: watch::Receiver<Stop>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("respway-health".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(error = %e, "health check runtime");
-                    return;
-                }
-            };
-            rt.block_on(run(shared, stop));
-        })?;
+    crate::side_thread("respway-health", move || run(shared, stop))?;
     Ok(())
 }
 

@@ -202,21 +202,7 @@ pub(crate) fn start(
     wait: Duration,
 ) -> std::io::Result<()> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::Builder::new()
-        .name("respway-sentinel".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(error = %e, "Sentinel discovery cannot start");
-                    return;
-                }
-            };
-            rt.block_on(run(handle, stop, ready_tx));
-        })?;
+    crate::side_thread("respway-sentinel", move || run(handle, stop, ready_tx))?;
     let _ = ready_rx.recv_timeout(wait);
     Ok(())
 }

@@ -573,34 +573,23 @@ impl Future for UpstreamFuture {
                 },
                 State::Failed(e) => Err(e.take().unwrap_or(UpstreamError::Closed)),
             };
-            match result {
-                Ok(reply) => {
-                    // A replica that is loading its data set, or has lost its primary, answers
-                    // a read with an error the primary would not give: the read goes there once.
-                    if this.fallback.is_some() && replica_not_serving(&reply) {
-                        if let Some(b) = this.fallback.take() {
-                            let (primary, args, flavor, conn) = *b;
-                            let next = primary.send(args, flavor, conn, this.deadline);
-                            this.state = next.state;
-                            this.label = next.label;
-                            continue;
-                        }
-                    }
-                    return Poll::Ready(Ok(reply));
-                }
-                Err(e) => {
-                    if e.retryable_read() {
-                        if let Some(b) = this.fallback.take() {
-                            let (primary, args, flavor, conn) = *b;
-                            let next = primary.send(args, flavor, conn, this.deadline);
-                            this.state = next.state;
-                            this.label = next.label;
-                            continue;
-                        }
-                    }
-                    return Poll::Ready(Err(e.at(this.label.clone())));
+            // A replica read goes once to the primary when the replica cannot be reached, or
+            // answers with an error the primary would not give (it is loading its data set,
+            // or has lost its primary).
+            let again = match &result {
+                Ok(reply) => this.fallback.is_some() && replica_not_serving(reply),
+                Err(e) => e.retryable_read(),
+            };
+            if again {
+                if let Some(b) = this.fallback.take() {
+                    let (primary, args, flavor, conn) = *b;
+                    let next = primary.send(args, flavor, conn, this.deadline);
+                    this.state = next.state;
+                    this.label = next.label;
+                    continue;
                 }
             }
+            return Poll::Ready(result.map_err(|e| e.at(this.label.clone())));
         }
     }
 }

@@ -464,6 +464,9 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
                 })
                 .collect(),
         };
+        let slots: Vec<Kind> = (shard.slots.iter())
+            .map(|r| string(&common::slot_range_string(*r)))
+            .collect();
         for (address, role, zone, is_primary) in endpoints {
             let mut respway = vec![
                 ("shard", string(&shard.name)),
@@ -473,59 +476,17 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
             if let Some(s) = &shard.sentinel {
                 respway.push(("sentinel_master", string(&s.master)));
             }
-            let mut metadata = HashMap::new();
-            if is_primary {
-                if !shard.slots.is_empty() {
-                    let slots = shard
-                        .slots
-                        .iter()
-                        .map(|r| Value {
-                            kind: Some(string(&common::slot_range_string(*r))),
-                        })
-                        .collect();
-                    respway.push(("slots", Kind::ListValue(ListValue { values: slots })));
-                }
-                let default = match &shard.sentinel {
-                    Some(_) => shard.name.clone(),
-                    None => common::default_hash_key(&c.hash, Some(&shard.name), primary),
-                };
-                if shard.hash_key != default {
-                    metadata.insert(
-                        names::ENVOY_LB_NAMESPACE.to_string(),
-                        fields(vec![("hash_key", string(&shard.hash_key))]),
-                    );
-                }
-            }
-            metadata.insert(names::METADATA_NAMESPACE.to_string(), fields(respway));
-            let lb_endpoint = LbEndpoint {
-                host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
-                    address: Some(socket(address)),
-                    ..Default::default()
-                })),
-                load_balancing_weight: is_primary.then_some(UInt32Value {
-                    value: shard.weight,
-                }),
-                metadata: Some(Metadata {
-                    filter_metadata: metadata,
-                    ..Default::default()
-                }),
-                ..Default::default()
+            let default = match &shard.sentinel {
+                Some(_) => shard.name.clone(),
+                None => common::default_hash_key(&c.hash, Some(&shard.name), primary),
             };
-            let zone = zone.unwrap_or_default();
-            let locality = localities
-                .iter_mut()
-                .find(|l| l.locality.as_ref().map_or("", |l| l.zone.as_str()) == zone);
-            match locality {
-                Some(l) => l.lb_endpoints.push(lb_endpoint),
-                None => localities.push(LocalityLbEndpoints {
-                    locality: (!zone.is_empty()).then(|| Locality {
-                        zone: zone.to_string(),
-                        ..Default::default()
-                    }),
-                    lb_endpoints: vec![lb_endpoint],
-                    ..Default::default()
-                }),
-            }
+            let values = is_primary.then(|| ShardValues {
+                weight: shard.weight,
+                slots: &slots,
+                hash_key: (shard.hash_key != default).then_some(shard.hash_key.as_str()),
+            });
+            let lb_endpoint = shard_endpoint(address, respway, values);
+            place_in_zone(&mut localities, zone.unwrap_or_default(), lb_endpoint);
         }
     }
     ClusterLoadAssignment {
@@ -533,6 +494,82 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
         endpoints: localities,
         ..Default::default()
     }
+}
+
+/// What the endpoint that carries them (a shard's primary, or its first Sentinel) says of its
+/// shard: the weight, the slots and the hash key (`None`: the default).
+pub(crate) struct ShardValues<'a> {
+    pub(crate) weight: u32,
+    pub(crate) slots: &'a [Kind],
+    pub(crate) hash_key: Option<&'a str>,
+}
+
+/// One endpoint of a shard: its address, its `respway` metadata, and the shard's values when
+/// it carries them.
+pub(crate) fn shard_endpoint(
+    address: SocketAddr,
+    mut respway: Vec<(&str, Kind)>,
+    shard: Option<ShardValues<'_>>,
+) -> LbEndpoint {
+    let mut metadata = HashMap::new();
+    let mut weight = None;
+    if let Some(v) = shard {
+        if !v.slots.is_empty() {
+            let values = v.slots.iter().map(|k| Value {
+                kind: Some(k.clone()),
+            });
+            let list = ListValue {
+                values: values.collect(),
+            };
+            respway.push(("slots", Kind::ListValue(list)));
+        }
+        if let Some(key) = v.hash_key {
+            metadata.insert(
+                names::ENVOY_LB_NAMESPACE.to_string(),
+                fields(vec![("hash_key", string(key))]),
+            );
+        }
+        weight = Some(UInt32Value { value: v.weight });
+    }
+    metadata.insert(names::METADATA_NAMESPACE.to_string(), fields(respway));
+    LbEndpoint {
+        host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
+            address: Some(socket(address)),
+            ..Default::default()
+        })),
+        load_balancing_weight: weight,
+        metadata: Some(Metadata {
+            filter_metadata: metadata,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Puts `e` in the locality of `zone` (one per zone, in order of first appearance) and
+/// returns where: the locality's index and the endpoint's within it.
+pub(crate) fn place_in_zone(
+    localities: &mut Vec<LocalityLbEndpoints>,
+    zone: &str,
+    e: LbEndpoint,
+) -> (usize, usize) {
+    let li = match (localities.iter())
+        .position(|l| l.locality.as_ref().map_or("", |l| l.zone.as_str()) == zone)
+    {
+        Some(li) => li,
+        None => {
+            localities.push(LocalityLbEndpoints {
+                locality: (!zone.is_empty()).then(|| Locality {
+                    zone: zone.to_string(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            localities.len() - 1
+        }
+    };
+    localities[li].lb_endpoints.push(e);
+    (li, localities[li].lb_endpoints.len() - 1)
 }
 
 pub(crate) fn key_hash_pb(k: KeyHash) -> rw::KeyHash {

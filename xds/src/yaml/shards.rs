@@ -10,12 +10,8 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use envoy_types::pb::envoy::config::core::v3::{Locality, Metadata};
-use envoy_types::pb::envoy::config::endpoint::v3::{
-    lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint as PbEndpoint, LbEndpoint,
-    LocalityLbEndpoints,
-};
-use envoy_types::pb::google::protobuf::{value::Kind, ListValue, UInt32Value, Value as PbValue};
+use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
+use envoy_types::pb::google::protobuf::value::Kind;
 use respway_filters::model::{HashPolicy, Role, UpstreamAuth};
 use serde_yaml_ng::Value;
 
@@ -23,7 +19,7 @@ use super::cluster::upstream_auth;
 use super::origin::Origins;
 use super::value::{kind, Map};
 use crate::common;
-use crate::emit::{fields, socket, string};
+use crate::emit::{place_in_zone, shard_endpoint, string, ShardValues};
 use crate::error::{index, join, Cx};
 use crate::names;
 
@@ -194,59 +190,15 @@ pub(super) fn shards(
                 };
                 respway.push(("role", string(role)));
             }
-            let mut metadata = HashMap::new();
-            if is_primary {
-                if !slots.is_empty() {
-                    let values = slots.iter().map(|k| PbValue {
-                        kind: Some(k.clone()),
-                    });
-                    let list = ListValue {
-                        values: values.collect(),
-                    };
-                    respway.push(("slots", Kind::ListValue(list)));
-                }
-                if let Some(key) = &hash_key {
-                    metadata.insert(
-                        names::ENVOY_LB_NAMESPACE.to_string(),
-                        fields(vec![("hash_key", string(key))]),
-                    );
-                }
-            }
-            metadata.insert(names::METADATA_NAMESPACE.to_string(), fields(respway));
-            let lb_endpoint = LbEndpoint {
-                host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
-                    address: Some(socket(e.address)),
-                    ..Default::default()
-                })),
-                load_balancing_weight: is_primary.then_some(UInt32Value { value: weight }),
-                metadata: Some(Metadata {
-                    filter_metadata: metadata,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
+            let values = is_primary.then(|| ShardValues {
+                weight,
+                slots: &slots,
+                hash_key: hash_key.as_deref(),
+            });
+            let lb_endpoint = shard_endpoint(e.address, respway, values);
             let zone = e.zone.clone().unwrap_or_default();
-            let li = match localities
-                .iter()
-                .position(|l| l.locality.as_ref().map_or("", |l| l.zone.as_str()) == zone)
-            {
-                Some(li) => li,
-                None => {
-                    localities.push(LocalityLbEndpoints {
-                        locality: (!zone.is_empty()).then(|| Locality {
-                            zone,
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    });
-                    localities.len() - 1
-                }
-            };
-            let ep = format!(
-                "endpoints[{li}].lb_endpoints[{}]",
-                localities[li].lb_endpoints.len()
-            );
-            localities[li].lb_endpoints.push(lb_endpoint);
+            let (li, k) = place_in_zone(&mut localities, &zone, lb_endpoint);
+            let ep = format!("endpoints[{li}].lb_endpoints[{k}]");
             note_endpoint(o, &ep, &sp, e.at, is_primary.then_some(slots.len()));
         }
     }
@@ -344,51 +296,14 @@ fn sentinel_shard(
         if let Some(master) = &master {
             respway.push(("sentinel_master", string(master)));
         }
-        let mut metadata = HashMap::new();
-        if first {
-            if !shard.slots.is_empty() {
-                let values = shard.slots.iter().map(|k| PbValue {
-                    kind: Some(k.clone()),
-                });
-                let list = ListValue {
-                    values: values.collect(),
-                };
-                respway.push(("slots", Kind::ListValue(list)));
-            }
-            if let Some(key) = &shard.hash_key {
-                metadata.insert(
-                    names::ENVOY_LB_NAMESPACE.to_string(),
-                    fields(vec![("hash_key", string(key))]),
-                );
-            }
-        }
-        metadata.insert(names::METADATA_NAMESPACE.to_string(), fields(respway));
-        let lb_endpoint = LbEndpoint {
-            host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
-                address: Some(socket(address)),
-                ..Default::default()
-            })),
-            load_balancing_weight: first.then_some(UInt32Value {
-                value: shard.weight,
-            }),
-            metadata: Some(Metadata {
-                filter_metadata: metadata,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let li = match localities.iter().position(|l| l.locality.is_none()) {
-            Some(li) => li,
-            None => {
-                localities.push(LocalityLbEndpoints::default());
-                localities.len() - 1
-            }
-        };
-        let ep = format!(
-            "endpoints[{li}].lb_endpoints[{}]",
-            localities[li].lb_endpoints.len()
-        );
-        localities[li].lb_endpoints.push(lb_endpoint);
+        let values = first.then_some(ShardValues {
+            weight: shard.weight,
+            slots: shard.slots,
+            hash_key: shard.hash_key.as_deref(),
+        });
+        let lb_endpoint = shard_endpoint(address, respway, values);
+        let (li, k) = place_in_zone(localities, "", lb_endpoint);
+        let ep = format!("endpoints[{li}].lb_endpoints[{k}]");
         let meta = format!(
             "{ep}.metadata.filter_metadata.{}",
             names::METADATA_NAMESPACE
