@@ -91,16 +91,20 @@ impl Discovery {
             for s in &mut c.shards {
                 let Some(src) = &s.sentinel else { continue };
                 let key = (src.master.clone(), src.sentinels.clone());
+                let zone = |a: SocketAddr| {
+                    let z = src.zones.iter().find(|(z, _)| *z == a);
+                    z.map(|(_, z)| z.clone())
+                };
                 s.endpoints = match found.get(&key) {
                     Some(f) => std::iter::once(Endpoint {
                         address: f.primary,
                         role: Role::Primary,
-                        zone: None,
+                        zone: zone(f.primary),
                     })
                     .chain(f.replicas.iter().map(|&address| Endpoint {
                         address,
                         role: Role::Replica,
-                        zone: None,
+                        zone: zone(address),
                     }))
                     .collect(),
                     None => vec![Endpoint {

@@ -61,6 +61,11 @@ impl Rig {
     }
 
     fn yaml(&self) -> String {
+        self.yaml_with("prefer_replica", "")
+    }
+
+    /// The YAML with this read policy and, when not empty, the `sentinel` block's `zones`.
+    fn yaml_with(&self, read_policy: &str, zones: &str) -> String {
         let list = self
             .sentinels
             .iter()
@@ -68,7 +73,7 @@ impl Rig {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    op_timeout: 1s\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    hash: {{ policy: ketama }}\n    connect_timeout: 300ms\n    read_policy: prefer_replica\n    shards:\n      - name: s0\n        sentinel: {{ master: m0, sentinels: [{list}] }}\n      - name: s1\n        endpoints: [ {{ address: \"{}\" }} ]\n",
+            "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    op_timeout: 1s\n    routes: {{ catch_all: main }}\nclusters:\n  - name: main\n    hash: {{ policy: ketama }}\n    connect_timeout: 300ms\n    read_policy: {read_policy}\n    shards:\n      - name: s0\n        sentinel: {{ master: m0, sentinels: [{list}]{zones} }}\n      - name: s1\n        endpoints: [ {{ address: \"{}\" }} ]\n",
             self.plain.addr
         )
     }
@@ -408,4 +413,35 @@ fn a_shard_with_no_primary_known_answers_its_keys_with_an_error_and_is_not_ready
     let (status, body) = http_get(admin.local_addr(), "/ready");
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("main/s0"), "{body}");
+}
+
+/// The zones given for the nodes the Sentinels name make zone-local reads work: a sidecar in
+/// the replica's zone reads from it, and from the promoted one after a failover.
+#[test]
+fn zones_of_the_nodes_sentinels_name_serve_zone_local_reads() {
+    let rig = Rig::start();
+    let zones = format!(
+        ", zones: {{ \"{}\": z0, \"{}\": z1 }}",
+        rig.primary.addr, rig.replica.addr
+    );
+    let rw = respway_in_zone(&rig.yaml_with("zone_local", &zones), 1, Some("z1"));
+    let mut c = RespConn::connect(rw.addr);
+    let (s0, _) = keys_by_shard(rw.addr, rig.plain.addr, 32);
+    let before = (
+        commandstat(rig.primary.addr, "get"),
+        commandstat(rig.replica.addr, "get"),
+    );
+    for k in &s0 {
+        assert!(!c.call(&["GET", k]).is_error());
+    }
+    let after = (
+        commandstat(rig.primary.addr, "get"),
+        commandstat(rig.replica.addr, "get"),
+    );
+    assert_eq!(after.0, before.0, "no read on the primary (zone z0)");
+    assert_eq!(
+        after.1 - before.1,
+        s0.len() as u64,
+        "every read on the replica (zone z1)"
+    );
 }

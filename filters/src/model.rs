@@ -481,6 +481,9 @@ pub struct SentinelSource {
     /// them are their own in [`Cluster::endpoint_auth`]; the cluster's `auth` is for the data
     /// nodes and never sent to a Sentinel.
     pub sentinels: Vec<SocketAddr>,
+    /// The zones of the data nodes the Sentinels may name, by address (sorted), for
+    /// zone-local reads: Sentinel knows no zones. A node not listed has none.
+    pub zones: Vec<(SocketAddr, String)>,
 }
 
 impl Shard {

@@ -475,6 +475,9 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
             ];
             if let Some(s) = &shard.sentinel {
                 respway.push(("sentinel_master", string(&s.master)));
+                if is_primary && !s.zones.is_empty() {
+                    respway.push(("sentinel_zones", zones(&s.zones)));
+                }
             }
             let default = match &shard.sentinel {
                 Some(_) => shard.name.clone(),
@@ -494,6 +497,14 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
         endpoints: localities,
         ..Default::default()
     }
+}
+
+/// The zones of the nodes a shard's Sentinels may name, as `sentinel_zones` metadata.
+pub(crate) fn zones(zones: &[(SocketAddr, String)]) -> Kind {
+    let kv = zones.iter().map(|(a, z)| (a.to_string(), string(z)));
+    Kind::StructValue(Struct {
+        fields: kv.map(|(k, v)| (k, Value { kind: Some(v) })).collect(),
+    })
 }
 
 /// What the endpoint that carries them (a shard's primary, or its first Sentinel) says of its

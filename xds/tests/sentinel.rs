@@ -19,6 +19,7 @@ clusters:
           master: m0
           sentinels: [127.0.0.1:26379, 127.0.0.1:26380, 127.0.0.1:26381]
           auth: { username: watcher, password: s-secret }
+          zones: { "127.0.0.1:7101": z1, "127.0.0.1:7102": z2 }
       - name: s1
         weight: 2
         sentinel: { master: m1, sentinels: [127.0.0.1:26379, 127.0.0.1:26380, 127.0.0.1:26381], auth: { username: watcher, password: s-secret } }
@@ -47,6 +48,10 @@ fn a_sentinel_shard_reads_into_its_master_and_sentinels_and_round_trips() {
         Some(SentinelSource {
             master: "m0".into(),
             sentinels: sentinels.clone(),
+            zones: vec![
+                ("127.0.0.1:7101".parse().unwrap(), "z1".into()),
+                ("127.0.0.1:7102".parse().unwrap(), "z2".into()),
+            ],
         })
     );
     assert_eq!(c.shards[1].sentinel.as_ref().unwrap().master, "m1");
@@ -71,6 +76,9 @@ fn a_sentinel_shard_reads_into_its_master_and_sentinels_and_round_trips() {
     let dumped = config_dump(&config, true).to_yaml(1);
     assert!(dumped.contains("sentinel:"), "{dumped}");
     assert!(!dumped.contains("0.0.0.0:0"), "{dumped}");
+    assert!(dumped.contains("127.0.0.1:7101: z1"), "{dumped}");
+    let reread = translate(&parse_yaml(&dumped.replace("<redacted>", "s-secret")).unwrap());
+    assert_eq!(reread.unwrap().clusters[0].shards, c.shards);
 }
 
 #[test]

@@ -22,7 +22,14 @@ use crate::common::{self, SlotProblem};
 use crate::error::{index, join, Cx};
 use crate::names;
 
-const RESPWAY_KEYS: &[&str] = &["shard", "shard_index", "role", "slots", "sentinel_master"];
+const RESPWAY_KEYS: &[&str] = &[
+    "shard",
+    "shard_index",
+    "role",
+    "slots",
+    "sentinel_master",
+    "sentinel_zones",
+];
 
 /// One endpoint as read, before grouping into shards.
 struct RawEndpoint {
@@ -40,6 +47,8 @@ struct RawEndpoint {
     sentinel: bool,
     /// The Sentinel master name of a `sentinel` endpoint's shard.
     sentinel_master: Option<String>,
+    /// The zones of the shard's data nodes, by address (on a `sentinel` endpoint).
+    sentinel_zones: Option<Vec<(SocketAddr, String)>>,
 }
 
 impl RawEndpoint {
@@ -258,6 +267,12 @@ fn shard(
             "only endpoints with role sentinel name a Sentinel master",
         );
     }
+    for e in eps.iter().filter(|e| e.sentinel_zones.is_some()) {
+        cx.err(
+            e.meta("sentinel_zones"),
+            "only endpoints with role sentinel give the zones of the nodes Sentinels name",
+        );
+    }
     let single = eps.len() == 1;
     let mut endpoints = Vec::new();
     for e in eps {
@@ -425,10 +440,11 @@ fn sentinel_shard(
             || e.hash_key
                 .as_ref()
                 .is_some_and(|h| Some(h) != p.hash_key.as_ref())
+            || (e.sentinel_zones.as_ref()).is_some_and(|z| Some(z) != p.sentinel_zones.as_ref())
         {
             cx.err(
                 &e.path,
-                "shard_index, weight, slots and hash_key differ from the shard's first Sentinel's",
+                "shard_index, weight, slots, hash_key and sentinel_zones differ from the shard's first Sentinel's",
             );
         }
     }
@@ -450,6 +466,7 @@ fn sentinel_shard(
             sentinel: Some(SentinelSource {
                 master: master?,
                 sentinels,
+                zones: p.sentinel_zones.clone().unwrap_or_default(),
             }),
         },
         p.path.clone(),
@@ -517,6 +534,7 @@ fn lb_endpoint(
         hash_key: None,
         sentinel: false,
         sentinel_master: None,
+        sentinel_zones: None,
     };
     if let Some(md) = &e.metadata {
         if let Some(s) = md.filter_metadata.get(names::METADATA_NAMESPACE) {
@@ -562,6 +580,25 @@ fn respway_metadata(cx: &mut Cx, raw: &mut RawEndpoint, s: &Struct, policy: Opti
                 Some(Kind::StringValue(v)) if v == "sentinel" => raw.sentinel = true,
                 _ => cx.err(at, "expected \"primary\", \"replica\" or \"sentinel\""),
             },
+            "sentinel_zones" => {
+                let Some(Kind::StructValue(z)) = kind else {
+                    cx.err(at, "expected a map of IP:port to zone");
+                    continue;
+                };
+                let mut zones = Vec::new();
+                for (addr, zone) in &z.fields {
+                    let zat = format!("{at}.{addr}");
+                    match (common::parse_socket_addr(addr), &zone.kind) {
+                        (Ok(a), Some(Kind::StringValue(zone))) if !zone.is_empty() => {
+                            zones.push((a, zone.clone()))
+                        }
+                        (Err(e), _) => cx.err(zat, e),
+                        _ => cx.err(zat, "expected a non-empty zone"),
+                    }
+                }
+                zones.sort();
+                raw.sentinel_zones = Some(zones);
+            }
             "sentinel_master" => match kind {
                 Some(Kind::StringValue(v)) if !v.is_empty() => {
                     raw.sentinel_master = Some(v.clone())

@@ -607,6 +607,13 @@ impl Writer {
             st.put("master", sentinel.master.as_str());
             let list = sentinel.sentinels.iter().map(|a| a.to_string().into());
             st.put("sentinels", Value::Sequence(list.collect()));
+            if !sentinel.zones.is_empty() {
+                let mut zm = self.map();
+                for (a, z) in &sentinel.zones {
+                    zm.put(&a.to_string(), z.as_str());
+                }
+                st.put("zones", zm.done());
+            }
             let auth = sentinel
                 .sentinels
                 .iter()

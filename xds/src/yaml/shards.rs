@@ -31,7 +31,7 @@ const SHARD_KEYS: &[&str] = &[
     "endpoints",
     "sentinel",
 ];
-const SENTINEL_KEYS: &[&str] = &["master", "sentinels", "auth"];
+const SENTINEL_KEYS: &[&str] = &["master", "sentinels", "auth", "zones"];
 const ENDPOINT_KEYS: &[&str] = &["address", "role", "zone", "auth"];
 
 /// One endpoint as read.
@@ -256,6 +256,32 @@ fn sentinel_shard(
     let auth = m
         .get("auth")
         .and_then(|v| upstream_auth(cx, v, &m.at("auth")));
+    let mut zones: Vec<(SocketAddr, String)> = Vec::new();
+    if let Some(z) = m.get("zones") {
+        let zat = m.at("zones");
+        match z {
+            Value::Mapping(map) => {
+                for (k, v) in map {
+                    let at = format!("{zat}.{}", k.as_str().unwrap_or("?"));
+                    let addr = k.as_str().map(common::parse_socket_addr);
+                    match (addr, v.as_str()) {
+                        (Some(Ok(a)), Some(zone)) if !zone.is_empty() => {
+                            zones.push((a, zone.to_string()))
+                        }
+                        (Some(Err(e)), _) => cx.err(at, e),
+                        (None, _) => cx.err(at, "expected an address such as \"10.0.0.1:6379\""),
+                        _ => cx.err(at, "expected a non-empty zone"),
+                    }
+                }
+            }
+            Value::Null => {}
+            other => cx.err(
+                zat,
+                format!("expected a map of IP:port to zone, got {}", kind(other)),
+            ),
+        }
+    }
+    zones.sort();
     let list = m.non_empty_seq(cx, "sentinels");
     let mut seen: Vec<SocketAddr> = Vec::new();
     for (k, v) in list.iter().enumerate() {
@@ -296,6 +322,9 @@ fn sentinel_shard(
         if let Some(master) = &master {
             respway.push(("sentinel_master", string(master)));
         }
+        if first && !zones.is_empty() {
+            respway.push(("sentinel_zones", crate::emit::zones(&zones)));
+        }
         let values = first.then_some(ShardValues {
             weight: shard.weight,
             slots: shard.slots,
@@ -313,6 +342,7 @@ fn sentinel_shard(
         o.note(format!("{ep}.endpoint.address"), &sat);
         o.note(format!("{meta}.role"), &at);
         o.note(format!("{meta}.sentinel_master"), m.at("master"));
+        o.note(format!("{meta}.sentinel_zones"), m.at("zones"));
         o.note(format!("{meta}.shard"), join(shard.at, "name"));
         o.note(format!("{meta}.shard_index"), shard.at);
         if first {
