@@ -549,10 +549,26 @@ async fn ping(addr: SocketAddr) -> bool {
 fn clusters(state: &State) -> String {
     let mut o = String::new();
     let mut last: Option<String> = None;
+    let mut last_shard: Option<String> = None;
+    let sentinels = (state.config.discovery()).statuses(&state.config.current().config);
     for_each_endpoint(state, |c, s, e, v| {
         if last.as_deref() != Some(c.name.as_str()) {
             let _ = writeln!(o, "cluster {} ({} shards)", c.name, c.shards.len());
             last = Some(c.name.clone());
+            last_shard = None;
+        }
+        if last_shard.as_deref() != Some(s.name.as_str()) {
+            last_shard = Some(s.name.clone());
+            let found = sentinels
+                .iter()
+                .find(|(k, _, _)| k[0] == c.name && k[1] == s.name);
+            if let Some((_, master, st)) = found {
+                let _ = writeln!(
+                    o,
+                    "  shard {} sentinel master={master} sentinels_answering={}/{} epoch={} primary_changes={}",
+                    s.name, st.answering, st.sentinels, st.epoch, st.primary_changes
+                );
+            }
         }
         let (up, of) = (v.healthy_workers, v.workers);
         let role = match e.role {

@@ -76,10 +76,23 @@ pub(crate) struct Found {
     pub(crate) epoch: u64,
 }
 
+/// How a master's Sentinels are doing, for `/clusters` and `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Status {
+    /// Sentinels that answered the last round, of how many.
+    pub(crate) answering: usize,
+    pub(crate) sentinels: usize,
+    /// Times the primary changed after the first was found.
+    pub(crate) primary_changes: u64,
+    /// The `config-epoch` of the last answer that won.
+    pub(crate) epoch: u64,
+}
+
 /// What is known of every watched master; read when a configuration is compiled.
 #[derive(Debug, Default)]
 pub(crate) struct Discovery {
     found: Mutex<HashMap<Key, Found>>,
+    status: Mutex<HashMap<Key, Status>>,
 }
 
 impl Discovery {
@@ -137,6 +150,37 @@ impl Discovery {
     fn forget(&self, key: &Key) {
         let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
         found.remove(key);
+        let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        status.remove(key);
+    }
+
+    /// Records a round: how many Sentinels answered, and whether the primary changed.
+    fn round(&self, key: &Key, answering: usize, sentinels: usize, changed: bool, epoch: u64) {
+        let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        let s = status.entry(key.clone()).or_default();
+        s.answering = answering;
+        s.sentinels = sentinels;
+        s.primary_changes += u64::from(changed);
+        s.epoch = s.epoch.max(epoch);
+    }
+
+    /// Every Sentinel-managed shard of `config` with its master's status (zero before the
+    /// first round).
+    pub(crate) fn statuses(&self, config: &Config) -> Vec<([String; 2], String, Status)> {
+        let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for c in &config.clusters {
+            for s in &c.shards {
+                let Some(src) = &s.sentinel else { continue };
+                let key = (src.master.clone(), src.sentinels.clone());
+                let st = status.get(&key).copied().unwrap_or(Status {
+                    sentinels: src.sentinels.len(),
+                    ..Status::default()
+                });
+                out.push(([c.name.clone(), s.name.clone()], src.master.clone(), st));
+            }
+        }
+        out
     }
 }
 
@@ -297,10 +341,14 @@ async fn watch_master(
                 }
             }
         }
-        match decide(&ok) {
+        let winner = decide(&ok);
+        let before = handle.discovery().get(&key);
+        let changed = matches!((&before, &winner), (Some(b), Some(w)) if b.primary != w.primary);
+        let epoch = winner.as_ref().map_or(0, |w| w.epoch);
+        (handle.discovery()).round(&key, ok.len(), sentinels.len(), changed, epoch);
+        match winner {
             Some(found) => {
                 silent = false;
-                let before = handle.discovery().get(&key);
                 if handle.discovery().set(&key, found.clone()) {
                     match before {
                         Some(b) if b.primary != found.primary => tracing::warn!(

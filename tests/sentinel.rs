@@ -217,6 +217,12 @@ fn wait_replicated(primary: SocketAddr) -> Instant {
 fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig) -> Instant) {
     let mut rig = Rig::start();
     let rw = respway(&rig.yaml(), 2);
+    let admin = respway::admin::start(
+        "127.0.0.1:0".parse().unwrap(),
+        false,
+        rw.server.as_ref().unwrap(),
+    )
+    .expect("admin");
     let (s0, s1) = keys_by_shard(rw.addr, rig.plain.addr, 64);
     assert!(!s0.is_empty() && !s1.is_empty(), "keys on both shards");
     // Written once, replicated, and never again: each must survive the failover.
@@ -302,6 +308,23 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig) -> Instant) {
     for k in &pre {
         assert_eq!(check.get(k), Some(k.clone().into_bytes()), "{name}: {k}");
     }
+    // Operators see the failover followed.
+    let (_, metrics) = http_get(admin.local_addr(), "/metrics");
+    assert!(
+        metrics
+            .contains("respway_sentinel_primary_changes_total{cluster=\"main\",shard=\"s0\"} 1\n"),
+        "{name}: {metrics}"
+    );
+    let (_, clusters) = http_get(admin.local_addr(), "/clusters");
+    assert!(
+        clusters.contains("shard s0 sentinel master=m0 sentinels_answering=3/3")
+            && clusters.contains("primary_changes=1")
+            && clusters.contains(&format!(
+                "shard s0 endpoint {} role=primary",
+                rig.replica.addr
+            )),
+        "{name}: {clusters}"
+    );
     let first = failed.iter().map(|f| f.0).min();
     eprintln!(
         "{name}: +switch-master {:?} after the switch began; {} writes failed{}; {} acknowledged",

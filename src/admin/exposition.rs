@@ -26,6 +26,7 @@ pub(super) fn metrics(state: &State) -> String {
         state.config.current(),
         state.workers,
         changes,
+        state.config.discovery(),
     );
     let bounds = latency_bounds();
     let mut o = String::with_capacity(16 * 1024);

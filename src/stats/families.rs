@@ -537,6 +537,20 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         |v| v.check.as_ref().map(|c| Value::Int(c.transitions)),
         None,
     ),
+    series(
+        "respway_sentinel_answering",
+        Gauge,
+        "Sentinels of a Sentinel-managed shard that answered the last round (asked every second and on each event about its master).",
+        &["cluster", "shard"],
+        scrape::sentinel_answering,
+    ),
+    series(
+        "respway_sentinel_primary_changes_total",
+        Counter,
+        "Times the Sentinels named a new primary for a Sentinel-managed shard (failovers followed).",
+        &["cluster", "shard"],
+        scrape::sentinel_primary_changes,
+    ),
     endpoint(
         "respway_upstream_ejections_total",
         Counter,

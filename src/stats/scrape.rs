@@ -75,6 +75,8 @@ pub(crate) struct Scrape {
     pub(crate) config_changes: Option<BTreeMap<&'static str, ChangeCounts>>,
     /// What /proc says of the process (Linux).
     pub(crate) os: Option<ProcessStats>,
+    /// Sentinel-managed shards, (cluster, shard), with their master's status.
+    pub(crate) sentinels: Vec<([String; 2], String, crate::sentinel::Status)>,
 }
 
 impl Scrape {
@@ -84,6 +86,7 @@ impl Scrape {
         snapshot: Arc<Snapshot>,
         workers: usize,
         config_changes: Option<BTreeMap<&'static str, ChangeCounts>>,
+        discovery: &crate::sentinel::Discovery,
     ) -> Scrape {
         let listeners = registry
             .listener_names()
@@ -112,6 +115,7 @@ impl Scrape {
             listeners,
             endpoints,
             hot_keys: registry.hot_keys(None, HOTKEYS_METRICS),
+            sentinels: discovery.statuses(&snapshot.config),
             snapshot,
             config_changes,
             os: ProcessStats::read(),
@@ -192,6 +196,24 @@ pub(super) fn certificate_expiry(s: &Scrape, out: &mut Sink<'_>) -> bool {
             let labels = [(kind, name.as_str()), ("certificate", e.setting)];
             out(&labels, Value::Float(e.not_after as f64));
         }
+    }
+    true
+}
+
+/// `respway_sentinel_answering`: per Sentinel-managed shard.
+pub(super) fn sentinel_answering(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for ([c, sh], _, st) in &s.sentinels {
+        let labels = [("cluster", c.as_str()), ("shard", sh.as_str())];
+        out(&labels, Value::Int(st.answering as u64));
+    }
+    true
+}
+
+/// `respway_sentinel_primary_changes_total`: per Sentinel-managed shard.
+pub(super) fn sentinel_primary_changes(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for ([c, sh], _, st) in &s.sentinels {
+        let labels = [("cluster", c.as_str()), ("shard", sh.as_str())];
+        out(&labels, Value::Int(st.primary_changes));
     }
     true
 }
