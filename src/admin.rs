@@ -25,7 +25,7 @@
 //! - `GET /ready`: 200 when a configuration is applied and, for every cluster a listener
 //!   routes to, every shard's primary answers a `PING` (any reply but `-LOADING`) within
 //!   500 ms, and (clusters with a `health_check`) the active check has no shard's primary
-//!   unhealthy, draining or demoted; else 503 naming the shards. Probed at each request.
+//!   unhealthy or demoted; else 503 naming the shards. Probed at each request.
 //!
 //! At most [`MAX_CONNECTIONS`] connections are open at once (the oldest is closed for a new
 //! one), and each must send a complete request head within [`HEADER_TIMEOUT`] of its accept or
@@ -494,8 +494,8 @@ async fn unreachable_primaries(state: &State) -> Vec<String> {
         .collect()
 }
 
-/// Every shard (of any cluster with a `health_check`) whose primary the active check has
-/// out of rotation or demoted, with why.
+/// Every shard (of any cluster with a `health_check`) whose primary the active check finds
+/// unhealthy or demoted, with why (a draining primary still takes the writes).
 fn checked_primaries(state: &State) -> Vec<String> {
     let snap = state.config.current();
     let mut out = Vec::new();

@@ -1609,4 +1609,30 @@ cluster "main": health_checks[0].tcp_health_check: not supported by respway (use
         errors(&other),
         r#"cluster "main": health_checks[0].custom_health_check.name: unsupported health checker "envoy.health_checkers.thrift" (respway runs envoy.health_checkers.redis)"#
     );
+    let mut iam = base();
+    iam.clusters[0].health_checks = vec![HealthCheck {
+        health_checker: Some(HealthChecker::CustomHealthCheck(CustomHealthCheck {
+            name: "envoy.health_checkers.redis".into(),
+            config_type: Some(custom_health_check::ConfigType::TypedConfig(pack(&Redis {
+                key: String::new(),
+                aws_iam: Some(Default::default()),
+            }))),
+        })),
+        ..Default::default()
+    }];
+    let mut wrong = base();
+    wrong.clusters[0].health_checks = vec![HealthCheck {
+        health_checker: Some(HealthChecker::CustomHealthCheck(CustomHealthCheck {
+            name: "envoy.health_checkers.redis".into(),
+            config_type: Some(custom_health_check::ConfigType::TypedConfig(pack(
+                &UInt32Value { value: 1 },
+            ))),
+        })),
+        ..Default::default()
+    }];
+    assert_eq!(
+        format!("{}\n{}", errors(&iam), errors(&wrong)),
+        r#"cluster "main": health_checks[0].custom_health_check.typed_config.aws_iam: not supported by respway
+cluster "main": health_checks[0].custom_health_check.typed_config: expected type.googleapis.com/envoy.extensions.health_checkers.redis.v3.Redis, got "type.googleapis.com/google.protobuf.UInt32Value""#
+    );
 }

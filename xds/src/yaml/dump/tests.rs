@@ -75,6 +75,7 @@ clusters:
     hot_keys:
       - { prefix: HIGH_FREQ_, read: same_zone }
       - { prefix: "cfg:" }
+    health_check: { interval: 2s, timeout: 250ms, unhealthy_threshold: 4, healthy_threshold: 1, drain_key: maint }
     shards:
       - name: s0
         endpoints:
@@ -221,6 +222,7 @@ fn a_dump_uses_the_files_keys_and_units() {
         "hash_key: legacy-b\n",
         "hash_key: ring-b\n",
         "address: '[::1]:7001'\n",
+        "  health_check:\n    interval: 2s\n    timeout: 250ms\n    unhealthy_threshold: 4\n    healthy_threshold: 1\n    drain_key: maint\n",
     ] {
         assert!(text.contains(want), "{want:?} missing:\n{text}");
     }
