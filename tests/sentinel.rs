@@ -196,6 +196,21 @@ fn switch_watch(sentinel: SocketAddr) -> Arc<Mutex<Option<Instant>>> {
     at
 }
 
+/// The ids of the plain client connections on `node` other than the caller's: respway's
+/// (Sentinels name theirs, replicas and primaries are flagged).
+fn respway_connections(node: SocketAddr) -> Vec<u64> {
+    let mut c = RespConn::connect(node);
+    let Resp::Int(me) = c.call(&["CLIENT", "ID"]) else {
+        panic!("CLIENT ID")
+    };
+    let list = c.call(&["CLIENT", "LIST"]).text();
+    list.lines()
+        .filter(|l| l.contains(" name= ") && l.contains(" flags=N "))
+        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+        .filter(|id| *id != me as u64)
+        .collect()
+}
+
 /// Writes a marker on `primary` and waits until its replica has everything written before
 /// it: every write acknowledged before this call is then replicated.
 fn wait_replicated(primary: SocketAddr) -> Instant {
@@ -231,6 +246,8 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig) -> Instant) {
     for k in &pre {
         assert_eq!(c.call(&["SET", k, k]).text(), "OK");
     }
+    // An idle session keeps the chain it last used (and its pools) until its next command.
+    drop(c);
     let keys: Vec<(String, usize)> = s0
         .iter()
         .map(|k| (k.clone(), 0))
@@ -241,6 +258,12 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig) -> Instant) {
     std::thread::sleep(Duration::from_millis(500));
     let switched = switch_watch(rig.sentinels[2].addr);
     let mark = wait_replicated(rig.primary.addr);
+    let old_primary = rig.primary.addr;
+    let pooled = respway_connections(old_primary);
+    assert!(
+        !pooled.is_empty(),
+        "{name}: respway's connections to the primary"
+    );
     let t0 = switch(&mut rig);
     let deadline = Instant::now() + Duration::from_secs(45);
     let at = loop {
@@ -307,6 +330,34 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig) -> Instant) {
     let mut check = RespConn::connect(rw.addr);
     for k in &pre {
         assert_eq!(check.get(k), Some(k.clone().into_bytes()), "{name}: {k}");
+    }
+    // A demoted primary's pools are closed (a killed one has none left anyway).
+    if std::net::TcpStream::connect(old_primary).is_ok() {
+        // Once it serves again, as a replica, reads use new connections to it.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let replica = format!("endpoint {old_primary} role=replica");
+        while !http_get(admin.local_addr(), "/clusters")
+            .1
+            .contains(&replica)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: the demoted primary never came back"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut r = RespConn::connect(rw.addr);
+        for k in &s0 {
+            assert!(!r.call(&["GET", k]).is_error());
+        }
+        let left: Vec<u64> = respway_connections(old_primary)
+            .into_iter()
+            .filter(|id| pooled.contains(id))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{name}: still open on the demoted primary: {left:?}"
+        );
     }
     // Operators see the failover followed.
     let (_, metrics) = http_get(admin.local_addr(), "/metrics");
