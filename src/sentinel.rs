@@ -609,11 +609,14 @@ fn answer(master: &Frame, replicas: &Frame) -> Result<Answer, String> {
 async fn subscribe(cfg: EndpointConfig, master: String, kick: Arc<Notify>) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let failed = async {
+        // The link that subscribed, when one did (the backoff starts over after it).
+        let mut subscribed = false;
+        let lost: Result<std::convert::Infallible, String> = async {
             let mut link = Link::open(&cfg).await?;
             let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
             args.extend(EVENTS.iter().map(|e| e.as_bytes()));
             link.send(&[&args]).await?;
+            subscribed = true;
             // A new link may have missed an event: ask again.
             kick.notify_one();
             loop {
@@ -622,12 +625,12 @@ async fn subscribe(cfg: EndpointConfig, master: String, kick: Arc<Notify>) {
                     kick.notify_one();
                 }
             }
-            #[allow(unreachable_code)]
-            Ok::<(), String>(())
         }
         .await;
-        if let Err(e) = failed {
-            tracing::debug!(sentinel = %cfg.address, error = %e, "Sentinel subscription lost; reconnecting");
+        let Err(lost) = lost;
+        tracing::debug!(sentinel = %cfg.address, error = %lost, "Sentinel subscription lost; reconnecting");
+        if subscribed {
+            backoff = Duration::from_millis(100);
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(2));
