@@ -291,13 +291,7 @@ fn reconcile(shared: &Shared, tasks: &mut HashMap<(String, SocketAddr), Task>) {
     let mut want: HashMap<(String, SocketAddr), Target> = HashMap::new();
     for (ci, c) in snap.config.clusters.iter().enumerate() {
         let Some(hc) = &c.health_check else { continue };
-        let tls = snap
-            .certs
-            .clusters
-            .get(ci)
-            .cloned()
-            .flatten()
-            .map(|(settings, tls)| crate::tls::UpstreamTlsConfig { settings, tls });
+        let tls = snap.certs.upstream(ci);
         for s in &c.shards {
             for e in &s.endpoints {
                 if e.address == respway_filters::model::NO_ENDPOINT {

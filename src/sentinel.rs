@@ -200,13 +200,7 @@ fn wanted(handle: &ConfigHandle) -> HashMap<(Key, Vec<EndpointConfig>), String> 
     for (ci, c) in snapshot.config.clusters.iter().enumerate() {
         for s in &c.shards {
             let Some(src) = &s.sentinel else { continue };
-            let tls = snapshot
-                .certs
-                .clusters
-                .get(ci)
-                .cloned()
-                .flatten()
-                .map(|(settings, tls)| crate::tls::UpstreamTlsConfig { settings, tls });
+            let tls = snapshot.certs.upstream(ci);
             let cfgs = src
                 .sentinels
                 .iter()

@@ -109,6 +109,12 @@ pub(crate) fn check_files(config: &Config) -> Vec<String> {
 }
 
 impl Certs {
+    /// TLS to the endpoints of cluster `ci` (its shards, and its Sentinels), if it has any.
+    pub(crate) fn upstream(&self, ci: usize) -> Option<UpstreamTlsConfig> {
+        let (settings, tls) = self.clusters.get(ci)?.clone()?;
+        Some(UpstreamTlsConfig { settings, tls })
+    }
+
     /// Loads the TLS configuration of every listener and cluster of `config` that has one,
     /// reusing those of `old` whose settings are the same (their watcher goes on), and
     /// starting a watcher for each new one.

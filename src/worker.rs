@@ -195,12 +195,7 @@ impl Worker {
         let mut old = std::mem::take(&mut self.pools);
         let certs = &snapshot.certs;
         let mut handle = |ci: usize, c: &Cluster, s: &Shard, e: &Endpoint| {
-            let tls = certs
-                .clusters
-                .get(ci)
-                .cloned()
-                .flatten()
-                .map(|(settings, tls)| crate::tls::UpstreamTlsConfig { settings, tls });
+            let tls = certs.upstream(ci);
             let key = (
                 c.name.clone(),
                 endpoint_config(c, s, e.address, tls),
