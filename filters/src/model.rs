@@ -335,6 +335,68 @@ pub struct Cluster {
     pub tls: Option<UpstreamTls>,
     /// Active health checks of every endpoint (`None`: only the connections' own health).
     pub health_check: Option<HealthCheck>,
+    /// A near cache of this cluster's reads in every worker (`None`: no cache).
+    pub near_cache: Option<NearCache>,
+}
+
+/// A per-worker cache of a cluster's read replies (see `src/near_cache.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NearCache {
+    /// How entries learn that their key changed.
+    pub mode: NearCacheMode,
+    /// Keys it applies to, by prefix of the key as forwarded (after a route's
+    /// `remove_prefix`), case-sensitive; empty: every key.
+    pub prefixes: Vec<String>,
+    /// Which keys are cached.
+    pub admit: NearCacheAdmit,
+    /// Bytes of entries one worker may hold (keys, replies and a fixed overhead per entry;
+    /// default 64 MiB).
+    pub max_bytes: u64,
+    /// Largest reply cached (default 64 KiB); larger ones are served but not kept.
+    pub max_entry_bytes: u64,
+    /// How long an entry may be served after it was filled, whatever the mode (default
+    /// 10 s; in `ttl` mode the only way an entry ends besides writes through this sidecar).
+    pub max_age: Duration,
+    /// `admit: hot`: the estimated reads per second above which a key is admitted (it leaves
+    /// below half of it; default 1000).
+    pub hot_reads_per_sec: u64,
+}
+
+impl Default for NearCache {
+    fn default() -> Self {
+        NearCache {
+            mode: NearCacheMode::Tracked,
+            prefixes: Vec::new(),
+            admit: NearCacheAdmit::All,
+            max_bytes: 64 << 20,
+            max_entry_bytes: 64 << 10,
+            max_age: Duration::from_secs(10),
+            hot_reads_per_sec: 1000,
+        }
+    }
+}
+
+/// How a near cache's entries are invalidated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NearCacheMode {
+    /// Redis's server-assisted tracking (`CLIENT TRACKING ... REDIRECT ... OPTIN`), per
+    /// endpoint: a write by any client invalidates the entries of its keys (default).
+    Tracked,
+    /// Broadcast tracking of the cache's prefixes (`CLIENT TRACKING ... BCAST PREFIX ...`):
+    /// no server memory per key read, an invalidation for every write under the prefixes.
+    Bcast,
+    /// Time only (`max_age`), for servers without tracking; writes through this sidecar
+    /// still invalidate.
+    Ttl,
+}
+
+/// Which keys of a near cache's prefixes are cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NearCacheAdmit {
+    /// Every key (default).
+    All,
+    /// Keys the hot-key detector finds hot (see [`NearCache::hot_reads_per_sec`]).
+    Hot,
 }
 
 /// Active health checking of a cluster's endpoints, as Envoy's Redis health checker: each

@@ -245,6 +245,7 @@ pub fn default_config() -> Config {
         clusters: vec![model::Cluster {
             tls: None,
             health_check: None,
+            near_cache: None,
             hot_keys: Vec::new(),
             read_policy: model::ReadPolicy::Primary,
             name: "default".to_string(),

@@ -61,6 +61,7 @@ fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
     Cluster {
         tls: None,
         health_check: None,
+        near_cache: None,
         name: name.to_string(),
         hash,
         hashtag: Some(HashTag::default()),

@@ -298,6 +298,7 @@ pub(super) fn translate(
         cluster: Cluster {
             tls,
             health_check,
+            near_cache: None,
             hot_keys,
             read_policy: ReadPolicy::Primary,
             name: c.name.clone(),
