@@ -9,7 +9,8 @@ use respway_filters::hash::cluster_picker;
 use respway_filters::hash::maglev::is_prime;
 use respway_filters::model::{
     Cluster, Endpoint, EndpointAuth, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash,
-    MirrorMode, MirrorPolicy, ProtocolMode, ReadPolicy, Role, ZoneFallback,
+    MirrorMode, MirrorPolicy, NearCache, NearCacheAdmit, NearCacheMode, ProtocolMode, ReadPolicy,
+    Role, ZoneFallback,
 };
 
 /// Default listener address.
@@ -57,6 +58,17 @@ pub(crate) const KEY_HASHES: &[(&str, KeyHash)] = &[
     ("one_at_a_time", KeyHash::OneAtATime),
     ("murmur", KeyHash::Murmur),
 ];
+
+/// YAML names of the near cache's invalidation modes.
+pub(crate) const NEAR_CACHE_MODES: &[(&str, NearCacheMode)] = &[
+    ("tracked", NearCacheMode::Tracked),
+    ("bcast", NearCacheMode::Bcast),
+    ("ttl", NearCacheMode::Ttl),
+];
+
+/// YAML names of the near cache's admission choices.
+pub(crate) const NEAR_CACHE_ADMITS: &[(&str, NearCacheAdmit)] =
+    &[("all", NearCacheAdmit::All), ("hot", NearCacheAdmit::Hot)];
 
 /// Mirror policies copy every eligible command unless a fraction is given: 100%.
 pub(crate) const FULL_FRACTION_PPM: u32 = 1_000_000;
@@ -511,6 +523,87 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(err()),
     };
     Ok(d)
+}
+
+/// The units of a size, as `redis.conf` reads them (case-insensitive): `kb`, `mb`, `gb` are
+/// powers of 1024, `k`, `m`, `g` powers of 1000.
+const SIZE_UNITS: &[(&str, u64)] = &[
+    ("", 1),
+    ("b", 1),
+    ("k", 1_000),
+    ("kb", 1 << 10),
+    ("m", 1_000_000),
+    ("mb", 1 << 20),
+    ("g", 1_000_000_000),
+    ("gb", 1 << 30),
+];
+
+/// Parses a size in bytes written as a string: an integer, alone or with a unit of
+/// [`SIZE_UNITS`] (`64kb`, `64mb`, `1gb`).
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let err = || {
+        format!(
+            "invalid size {s:?} (expected an integer of bytes, or an integer and a unit: kb, mb \
+             or gb (powers of 1024), k, m or g (powers of 1000), e.g. \"64mb\")"
+        )
+    };
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| err())?;
+    let unit = unit.to_ascii_lowercase();
+    let (_, scale) = SIZE_UNITS
+        .iter()
+        .find(|(u, _)| *u == unit)
+        .ok_or_else(err)?;
+    n.checked_mul(*scale).ok_or_else(err)
+}
+
+/// A size as a file writes it: in the largest power-of-1024 unit that writes it exactly
+/// (`64mb`, `1536kb`), else as the integer of bytes.
+pub(crate) fn size_string(n: u64) -> Option<String> {
+    if n == 0 {
+        return None;
+    }
+    [("gb", 1u64 << 30), ("mb", 1 << 20), ("kb", 1 << 10)]
+        .iter()
+        .find(|(_, size)| n.is_multiple_of(*size))
+        .map(|(unit, size)| format!("{}{unit}", n / size))
+}
+
+/// A problem of a near cache's settings: the field (`prefixes[1]`, `max_entry_bytes`) and the
+/// reason. The numbers are the ones in effect (defaults applied); zeros and durations are the
+/// sources' own checks.
+pub(crate) fn check_near_cache(n: &NearCache, defaults: &NearCache) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, p) in n.prefixes.iter().enumerate() {
+        if p.is_empty() {
+            out.push((format!("prefixes[{i}]"), "must not be empty".to_string()));
+            continue;
+        }
+        let first = *seen.entry(p).or_insert(i);
+        if first != i {
+            out.push((
+                format!("prefixes[{i}]"),
+                format!("duplicate prefix {p:?} (also prefixes[{first}])"),
+            ));
+        }
+    }
+    if n.max_entry_bytes > n.max_bytes {
+        let default = |d: bool| if d { " (the default)" } else { "" };
+        out.push((
+            "max_entry_bytes".to_string(),
+            format!(
+                "{}{} is more than max_bytes {}{}",
+                n.max_entry_bytes,
+                default(n.max_entry_bytes == defaults.max_entry_bytes),
+                n.max_bytes,
+                default(n.max_bytes == defaults.max_bytes)
+            ),
+        ));
+    }
+    out
 }
 
 /// Parses a socket address, with a hint for host names (which are not resolved).

@@ -55,8 +55,8 @@ use envoy_types::pb::google::protobuf::{
 use envoy_types::util::pack_any;
 use respway_filters::model::{
     Cluster, Config, HashPolicy, HealthCheck, HotKeyRead, KeyHash, Listener, ListenerTls,
-    MirrorMode, MirrorPolicy, ProtocolMode, ReadPolicy, RingHashFunction, Role, UpstreamTls,
-    ZoneFallback,
+    MirrorMode, MirrorPolicy, NearCache, NearCacheAdmit, NearCacheMode, ProtocolMode, ReadPolicy,
+    RingHashFunction, Role, UpstreamTls, ZoneFallback,
 };
 use std::net::SocketAddr;
 
@@ -295,10 +295,32 @@ fn cluster(c: &Cluster) -> PbCluster {
                     } as i32,
                 })
                 .collect(),
+            near_cache: c.near_cache.as_ref().map(near_cache),
         }),
     );
     out.health_checks = c.health_check.iter().map(health_check).collect();
     out
+}
+
+/// A cluster's near cache as `respway.v1.NearCache`, every setting written (what both the
+/// YAML reader and `emit` write).
+pub(crate) fn near_cache(n: &NearCache) -> rw::NearCache {
+    rw::NearCache {
+        mode: match n.mode {
+            NearCacheMode::Tracked => rw::NearCacheMode::Tracked,
+            NearCacheMode::Bcast => rw::NearCacheMode::Bcast,
+            NearCacheMode::Ttl => rw::NearCacheMode::Ttl,
+        } as i32,
+        prefixes: n.prefixes.clone(),
+        admit: match n.admit {
+            NearCacheAdmit::All => rw::NearCacheAdmit::All,
+            NearCacheAdmit::Hot => rw::NearCacheAdmit::Hot,
+        } as i32,
+        max_bytes: n.max_bytes,
+        max_entry_bytes: n.max_entry_bytes,
+        max_age: Some(duration(n.max_age)),
+        hot_reads_per_sec: n.hot_reads_per_sec,
+    }
 }
 
 /// A cluster's health check as Envoy's Redis health checker, every setting written (what both

@@ -1636,3 +1636,117 @@ cluster "main": health_checks[0].tcp_health_check: not supported by respway (use
 cluster "main": health_checks[0].custom_health_check.typed_config: expected type.googleapis.com/envoy.extensions.health_checkers.redis.v3.Redis, got "type.googleapis.com/google.protobuf.UInt32Value""#
     );
 }
+
+/// `respway.v1.ClusterOptions.near_cache`: zeros and unset fields are the defaults, the model
+/// writes back out to the same message (every field set), and what is wrong is named by its
+/// field under the cluster's options.
+#[test]
+fn near_caches_translate_and_round_trip() {
+    use respway_filters::model::{NearCache, NearCacheAdmit, NearCacheMode};
+    let options = |r: &Resources| {
+        ClusterOptions::decode(
+            r.clusters[0].typed_extension_protocol_options["respway.cluster"]
+                .value
+                .as_slice(),
+        )
+        .unwrap()
+    };
+    let given = rw::NearCache {
+        mode: rw::NearCacheMode::Bcast as i32,
+        prefixes: vec!["user:".into(), "HIGH_FREQ_".into()],
+        admit: rw::NearCacheAdmit::Hot as i32,
+        max_bytes: 1 << 30,
+        max_entry_bytes: 1 << 20,
+        max_age: Some(PbDuration {
+            seconds: 0,
+            nanos: 1_500_000,
+        }),
+        hot_reads_per_sec: 20,
+    };
+    let mut r = base();
+    edit_options(&mut r, 0, |o| o.near_cache = Some(given.clone()));
+    let config = translate(&r).expect("valid");
+    assert_eq!(
+        config.clusters[0].near_cache,
+        Some(NearCache {
+            mode: NearCacheMode::Bcast,
+            prefixes: vec!["user:".into(), "HIGH_FREQ_".into()],
+            admit: NearCacheAdmit::Hot,
+            max_bytes: 1 << 30,
+            max_entry_bytes: 1 << 20,
+            max_age: Duration::from_micros(1500),
+            hot_reads_per_sec: 20,
+        })
+    );
+    assert_eq!(options(&to_resources(&config)).near_cache, Some(given));
+
+    // An empty message is every default, written back out explicitly.
+    let mut d = base();
+    edit_options(&mut d, 0, |o| o.near_cache = Some(rw::NearCache::default()));
+    let config = translate(&d).expect("valid");
+    assert_eq!(config.clusters[0].near_cache, Some(NearCache::default()));
+    let written = options(&to_resources(&config)).near_cache.unwrap();
+    assert_eq!(written.mode, rw::NearCacheMode::Tracked as i32);
+    assert_eq!(written.admit, rw::NearCacheAdmit::All as i32);
+    assert_eq!(
+        (
+            written.max_bytes,
+            written.max_entry_bytes,
+            written.hot_reads_per_sec
+        ),
+        (64 << 20, 64 << 10, 1000)
+    );
+    assert_eq!(
+        written.max_age,
+        Some(PbDuration {
+            seconds: 10,
+            nanos: 0
+        })
+    );
+    // None set, none in the model, none written.
+    let config = translate(&base()).unwrap();
+    assert_eq!(config.clusters[0].near_cache, None);
+    assert_eq!(options(&to_resources(&config)).near_cache, None);
+
+    let mut bad = base();
+    edit_options(&mut bad, 0, |o| {
+        o.near_cache = Some(rw::NearCache {
+            mode: 7,
+            prefixes: vec!["a".into(), String::new(), "a".into()],
+            admit: 9,
+            max_bytes: 4096,
+            max_entry_bytes: 8192,
+            max_age: Some(PbDuration {
+                seconds: 0,
+                nanos: 0,
+            }),
+            hot_reads_per_sec: 0,
+        })
+    });
+    assert_eq!(
+        errors(&bad),
+        r#"cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.mode: unknown value 7
+cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.admit: unknown value 9
+cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.max_age: must be greater than 0
+cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.prefixes[1]: must not be empty
+cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.prefixes[2]: duplicate prefix "a" (also prefixes[0])
+cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.max_entry_bytes: 8192 is more than max_bytes 4096"#
+    );
+    // The entry cap is checked against the budget in effect, a default one included.
+    let mut big = base();
+    edit_options(&mut big, 0, |o| {
+        o.near_cache = Some(rw::NearCache {
+            max_entry_bytes: 100 << 20,
+            max_age: Some(PbDuration {
+                seconds: -1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        })
+    });
+    assert_eq!(
+        errors(&big),
+        r#"cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.max_age: invalid duration (-1s, 0ns)
+cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.max_entry_bytes: 104857600 is more than max_bytes 67108864 (the default)"#
+    );
+}

@@ -1437,3 +1437,161 @@ cluster "b": health_check.drain_key: must not be empty (leave it out or use null
 cluster "c": health_check: expected a mapping, got a boolean"#
     );
 }
+
+#[test]
+fn near_caches() {
+    use respway_filters::model::{NearCache, NearCacheAdmit, NearCacheMode};
+    let text = r#"
+listeners:
+  - name: l
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    near_cache:
+      mode: bcast
+      prefixes: ["user:", HIGH_FREQ_]
+      admit: hot
+      max_bytes: 1gb
+      max_entry_bytes: 1536
+      max_age: 2m
+      hot_reads_per_sec: 50
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    near_cache: {}
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+  - name: d
+    near_cache: { mode: ttl, max_bytes: 64MB, max_entry_bytes: "4096", max_age: 250ms }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7004 }] }]
+  - name: e
+    near_cache: { mode: tracked, max_bytes: 2m, max_entry_bytes: 10k, admit: all }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7005 }] }]
+"#;
+    let config = load(text);
+    let got: Vec<_> = config
+        .clusters
+        .iter()
+        .map(|c| c.near_cache.clone())
+        .collect();
+    let d = NearCache::default();
+    assert_eq!(
+        got,
+        [
+            Some(NearCache {
+                mode: NearCacheMode::Bcast,
+                prefixes: vec!["user:".into(), "HIGH_FREQ_".into()],
+                admit: NearCacheAdmit::Hot,
+                max_bytes: 1 << 30,
+                max_entry_bytes: 1536,
+                max_age: Duration::from_secs(120),
+                hot_reads_per_sec: 50,
+            }),
+            Some(d.clone()),
+            None,
+            Some(NearCache {
+                mode: NearCacheMode::Ttl,
+                max_bytes: 64 << 20,
+                max_entry_bytes: 4096,
+                max_age: Duration::from_millis(250),
+                ..d.clone()
+            }),
+            // k and m are powers of 1000, as in redis.conf.
+            Some(NearCache {
+                max_bytes: 2_000_000,
+                max_entry_bytes: 10_000,
+                ..d.clone()
+            }),
+        ]
+    );
+    // The resources carry every value: translating them again gives the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+    // The YAML writes respway's ClusterOptions.near_cache, every field set; none without it.
+    let resources = parse_yaml(text).unwrap();
+    let options = |i: usize| {
+        let any = &resources.clusters[i].typed_extension_protocol_options["respway.cluster"];
+        <respway_xds::pb::respway::v1::ClusterOptions as prost::Message>::decode(
+            any.value.as_slice(),
+        )
+        .unwrap()
+    };
+    use respway_xds::pb::respway::v1 as rw;
+    assert_eq!(
+        options(1).near_cache,
+        Some(rw::NearCache {
+            mode: rw::NearCacheMode::Tracked as i32,
+            prefixes: Vec::new(),
+            admit: rw::NearCacheAdmit::All as i32,
+            max_bytes: 64 << 20,
+            max_entry_bytes: 64 << 10,
+            max_age: Some(respway_xds::pb::google::protobuf::Duration {
+                seconds: 10,
+                nanos: 0
+            }),
+            hot_reads_per_sec: 1000,
+        })
+    );
+    assert_eq!(options(2).near_cache, None);
+}
+
+#[test]
+fn near_cache_errors() {
+    let text = r#"
+listeners:
+  - name: l
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    near_cache: { mode: lru, admit: warm, max_bytes: 0, max_entry_bytes: 0kb, max_age: 0s, hot_reads_per_sec: 0 }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+  - name: b
+    near_cache:
+      prefixes:
+        - "user:"
+        - ""
+        - "user:"
+        - 7
+        - session:
+      max_bytes: 64 MiB
+      max_entry_bytes: -1
+      max_age: soon
+      ttl: 1s
+    shards: [{ endpoints: [{ address: 127.0.0.1:7002 }] }]
+  - name: c
+    near_cache: { max_bytes: 1mb, max_entry_bytes: 2mb }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7003 }] }]
+  - name: d
+    near_cache: { max_entry_bytes: 100mb, prefixes: "user:" }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7004 }] }]
+  - name: e
+    near_cache: true
+    shards: [{ endpoints: [{ address: 127.0.0.1:7005 }] }]
+  - name: f
+    near_cache: { max_bytes: [1], hot_reads_per_sec: many, max_entry_bytes: 99999999999gb }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7006 }] }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"cluster "a": near_cache.mode: unknown mode "lru" (expected one of: tracked, bcast, ttl)
+cluster "a": near_cache.admit: unknown admission "warm" (expected one of: all, hot)
+cluster "a": near_cache.max_bytes: must be greater than 0
+cluster "a": near_cache.max_entry_bytes: must be greater than 0
+cluster "a": near_cache.max_age: must be greater than 0
+cluster "a": near_cache.hot_reads_per_sec: must be greater than 0
+cluster "b": near_cache.ttl: unknown field (expected one of: mode, prefixes, admit, max_bytes, max_entry_bytes, max_age, hot_reads_per_sec)
+cluster "b": near_cache.prefixes[1]: must not be empty
+cluster "b": near_cache.prefixes[2]: duplicate prefix "user:" (also prefixes[0])
+cluster "b": near_cache.prefixes[3]: expected a string, got a number
+cluster "b": near_cache.prefixes[4]: expected a string, got a mapping (quote a prefix that ends in a colon: "session:")
+cluster "b": near_cache.max_bytes: invalid size "64 MiB" (expected an integer of bytes, or an integer and a unit: kb, mb or gb (powers of 1024), k, m or g (powers of 1000), e.g. "64mb")
+cluster "b": near_cache.max_entry_bytes: expected an unsigned integer, got a number
+cluster "b": near_cache.max_age: invalid duration "soon" (expected an integer and a unit: us, ms, s, m or h, e.g. "250ms")
+cluster "c": near_cache.max_entry_bytes: 2097152 is more than max_bytes 1048576
+cluster "d": near_cache.prefixes: expected a list, got a string
+cluster "d": near_cache.max_entry_bytes: 104857600 is more than max_bytes 67108864 (the default)
+cluster "e": near_cache: expected a mapping, got a boolean
+cluster "f": near_cache.max_bytes: expected a size (an integer or a string such as "64mb"), got a list
+cluster "f": near_cache.max_entry_bytes: invalid size "99999999999gb" (expected an integer of bytes, or an integer and a unit: kb, mb or gb (powers of 1024), k, m or g (powers of 1000), e.g. "64mb")
+cluster "f": near_cache.hot_reads_per_sec: expected an unsigned integer, got a string"#
+    );
+}

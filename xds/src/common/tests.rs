@@ -15,6 +15,41 @@ fn durations() {
     assert!(parse_duration("1d").is_err());
 }
 
+/// Sizes read as `redis.conf` reads them; written back in the largest exact 1024 unit.
+#[test]
+fn sizes() {
+    assert_eq!(parse_size("4096"), Ok(4096));
+    assert_eq!(parse_size("4096b"), Ok(4096));
+    assert_eq!(parse_size("64kb"), Ok(64 << 10));
+    assert_eq!(parse_size("64KB"), Ok(64 << 10));
+    assert_eq!(parse_size("64mb"), Ok(64 << 20));
+    assert_eq!(parse_size("1Gb"), Ok(1 << 30));
+    assert_eq!(parse_size("10k"), Ok(10_000));
+    assert_eq!(parse_size("2m"), Ok(2_000_000));
+    assert_eq!(parse_size("1g"), Ok(1_000_000_000));
+    for bad in [
+        "",
+        "mb",
+        "1.5mb",
+        "64 mb",
+        "64mib",
+        "-1",
+        "1tb",
+        "99999999999gb",
+    ] {
+        assert!(parse_size(bad).is_err(), "{bad:?}");
+    }
+    assert_eq!(size_string(64 << 20).as_deref(), Some("64mb"));
+    assert_eq!(size_string(1536 << 10).as_deref(), Some("1536kb"));
+    assert_eq!(size_string(3 << 30).as_deref(), Some("3gb"));
+    assert_eq!(size_string(1000), None);
+    assert_eq!(size_string(0), None);
+    for n in [1u64, 1024, 1536 << 10, 5 << 30, u64::MAX] {
+        let text = size_string(n).unwrap_or_else(|| n.to_string());
+        assert_eq!(parse_size(&text), Ok(n), "{text}");
+    }
+}
+
 #[test]
 fn redis_versions() {
     for ok in ["7.2.4", "7", "6.2", "10.0.0.1"] {

@@ -43,6 +43,9 @@ pub struct ClusterOptions {
     /// error. 0 means the default, 32; at most 65535.
     #[prost(uint32, tag = "9")]
     pub dedicated_connections: u32,
+    /// A cache of this cluster's read replies in every worker of the sidecar. Unset: no cache.
+    #[prost(message, optional, tag = "10")]
+    pub near_cache: ::core::option::Option<NearCache>,
 }
 impl ::prost::Name for ClusterOptions {
     const NAME: &'static str = "ClusterOptions";
@@ -52,6 +55,46 @@ impl ::prost::Name for ClusterOptions {
     }
     fn type_url() -> ::prost::alloc::string::String {
         "type.googleapis.com/respway.v1.ClusterOptions".into()
+    }
+}
+/// A per-worker cache of a cluster's read replies. A zero or unset field means its default.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct NearCache {
+    /// How entries learn that their key changed.
+    #[prost(enumeration = "NearCacheMode", tag = "1")]
+    pub mode: i32,
+    /// Keys the cache applies to, by prefix of the key as forwarded (after a route's
+    /// `remove_prefix`), case-sensitive; empty: every key. Prefixes are not empty and unique.
+    #[prost(string, repeated, tag = "2")]
+    pub prefixes: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Which keys under the prefixes are cached.
+    #[prost(enumeration = "NearCacheAdmit", tag = "3")]
+    pub admit: i32,
+    /// Bytes of entries one worker may hold (keys, replies and a fixed overhead per entry). 0
+    /// means the default, 64 MiB.
+    #[prost(uint64, tag = "4")]
+    pub max_bytes: u64,
+    /// Largest reply cached; larger ones are served but not kept. 0 means the default, 64 KiB;
+    /// at most `max_bytes`.
+    #[prost(uint64, tag = "5")]
+    pub max_entry_bytes: u64,
+    /// How long an entry may be served after it was filled, whatever the mode. Unset: 10 s;
+    /// when set, greater than 0.
+    #[prost(message, optional, tag = "6")]
+    pub max_age: ::core::option::Option<::envoy_types::pb::google::protobuf::Duration>,
+    /// NEAR_CACHE_ADMIT_HOT: the estimated reads per second of a key above which it is admitted
+    /// (it leaves below half of it). 0 means the default, 1000.
+    #[prost(uint64, tag = "7")]
+    pub hot_reads_per_sec: u64,
+}
+impl ::prost::Name for NearCache {
+    const NAME: &'static str = "NearCache";
+    const PACKAGE: &'static str = "respway.v1";
+    fn full_name() -> ::prost::alloc::string::String {
+        "respway.v1.NearCache".into()
+    }
+    fn type_url() -> ::prost::alloc::string::String {
+        "type.googleapis.com/respway.v1.NearCache".into()
     }
 }
 /// A hot-key rule.
@@ -175,6 +218,79 @@ impl ::prost::Name for ShardHashing {
     }
     fn type_url() -> ::prost::alloc::string::String {
         "type.googleapis.com/respway.v1.ShardHashing".into()
+    }
+}
+/// How a near cache's entries are invalidated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum NearCacheMode {
+    /// Not set: NEAR_CACHE_MODE_TRACKED.
+    Unspecified = 0,
+    /// Redis's server-assisted tracking of the keys read (`CLIENT TRACKING ... OPTIN`), per
+    /// endpoint: a write by any client invalidates the entries of its keys.
+    Tracked = 1,
+    /// Broadcast tracking of the cache's prefixes (`CLIENT TRACKING ... BCAST PREFIX ...`): no
+    /// server memory per key read, an invalidation for every write under the prefixes.
+    Bcast = 2,
+    /// Time only (`max_age`), for servers without tracking; writes through this sidecar still
+    /// invalidate.
+    Ttl = 3,
+}
+impl NearCacheMode {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "NEAR_CACHE_MODE_UNSPECIFIED",
+            Self::Tracked => "NEAR_CACHE_MODE_TRACKED",
+            Self::Bcast => "NEAR_CACHE_MODE_BCAST",
+            Self::Ttl => "NEAR_CACHE_MODE_TTL",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "NEAR_CACHE_MODE_UNSPECIFIED" => Some(Self::Unspecified),
+            "NEAR_CACHE_MODE_TRACKED" => Some(Self::Tracked),
+            "NEAR_CACHE_MODE_BCAST" => Some(Self::Bcast),
+            "NEAR_CACHE_MODE_TTL" => Some(Self::Ttl),
+            _ => None,
+        }
+    }
+}
+/// Which keys under a near cache's prefixes are cached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum NearCacheAdmit {
+    /// Not set: NEAR_CACHE_ADMIT_ALL.
+    Unspecified = 0,
+    /// Every key.
+    All = 1,
+    /// Keys the hot-key detector finds hot (see `NearCache.hot_reads_per_sec`).
+    Hot = 2,
+}
+impl NearCacheAdmit {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "NEAR_CACHE_ADMIT_UNSPECIFIED",
+            Self::All => "NEAR_CACHE_ADMIT_ALL",
+            Self::Hot => "NEAR_CACHE_ADMIT_HOT",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "NEAR_CACHE_ADMIT_UNSPECIFIED" => Some(Self::Unspecified),
+            "NEAR_CACHE_ADMIT_ALL" => Some(Self::All),
+            "NEAR_CACHE_ADMIT_HOT" => Some(Self::Hot),
+            _ => None,
+        }
     }
 }
 /// Which endpoint of a shard serves reads; writes always go to the primary.

@@ -114,6 +114,7 @@ pub(super) fn translate(
     });
     let read_policy = read_policy(cx, &options_at, &options);
     let hot_keys = hot_keys(cx, &options_at, &options.hot_keys);
+    let near_cache = super::near_cache::near_cache(cx, &options_at, options.near_cache.as_ref());
     let databases = match options.databases {
         0 => DEFAULT_DATABASES,
         n => at_most(cx, &options_at, "databases", n, common::MAX_DATABASES),
@@ -298,7 +299,7 @@ pub(super) fn translate(
         cluster: Cluster {
             tls,
             health_check,
-            near_cache: None,
+            near_cache,
             hot_keys,
             read_policy: ReadPolicy::Primary,
             name: c.name.clone(),

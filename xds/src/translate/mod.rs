@@ -13,6 +13,7 @@ mod cluster;
 mod endpoint;
 mod health;
 mod listener;
+mod near_cache;
 mod routes;
 mod tls;
 

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 };
 use envoy_types::util::pack_any;
 use respway_filters::model::{
-    HashPolicy, HealthCheck, KeyHash, RingHashFunction, UpstreamAuth, DEFAULT_DATABASES,
+    HashPolicy, HealthCheck, KeyHash, NearCache, RingHashFunction, UpstreamAuth, DEFAULT_DATABASES,
     DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::Value;
@@ -28,7 +28,8 @@ use super::shards::shards;
 use super::value::{kind, Map};
 use crate::common;
 use crate::emit::{
-    eds_cluster, file, health_check as health_check_pb, inline, placement, saturate, socket,
+    eds_cluster, file, health_check as health_check_pb, inline, near_cache as near_cache_pb,
+    placement, saturate, socket,
 };
 use crate::error::{join, Cx};
 use crate::names;
@@ -51,6 +52,16 @@ pub(super) const CLUSTER_KEYS: &[&str] = &[
     "shards",
     "tls",
     "health_check",
+    "near_cache",
+];
+const NEAR_CACHE_KEYS: &[&str] = &[
+    "mode",
+    "prefixes",
+    "admit",
+    "max_bytes",
+    "max_entry_bytes",
+    "max_age",
+    "hot_reads_per_sec",
 ];
 const HEALTH_CHECK_KEYS: &[&str] = &[
     "interval",
@@ -182,6 +193,9 @@ pub(super) fn cluster(
         .map_or(DEFAULT_DATABASES, |n| n as u32);
     let (read_policy, zone_fallback) = read_policy(cx, o, &m, &opts);
     let hot_keys = hot_keys(cx, o, &m, &opts);
+    let near_cache = m
+        .get("near_cache")
+        .and_then(|v| near_cache(cx, o, v, &opts));
     let (cla, credentials) = shards(cx, o, &m, &name, &hash, &auth_at);
     o.note("transport_socket", "tls");
     let tls = m.get("tls").and_then(|v| cluster_tls(cx, o, v, "tls"));
@@ -223,6 +237,7 @@ pub(super) fn cluster(
             read_policy: read_policy as i32,
             zone_fallback: zone_fallback as i32,
             hot_keys,
+            near_cache: near_cache.as_ref().map(near_cache_pb),
         }),
     );
     Some((out, cla))
@@ -383,6 +398,98 @@ fn health_check(cx: &mut Cx, o: &mut Origins, v: &Value) -> Option<HealthCheck> 
         healthy_threshold: threshold(cx, "healthy_threshold", d.healthy_threshold),
         drain_key: h.non_empty_string(cx, "drain_key"),
     })
+}
+
+/// `near_cache`: its settings as written, the rest at the defaults (the translation checks
+/// the prefixes, the entry cap against the budget and the age); `None` when it is not a
+/// mapping. A zero count or size is refused here: in `respway.v1.NearCache` it would mean the
+/// default.
+fn near_cache(cx: &mut Cx, o: &mut Origins, v: &Value, opts: &str) -> Option<NearCache> {
+    let path = "near_cache";
+    let at = format!("{opts}.near_cache");
+    o.note(&at, path);
+    // In the keys' order, each prefix after `prefixes`, so that errors come in that order.
+    let listed = v
+        .get("prefixes")
+        .and_then(Value::as_sequence)
+        .map_or(0, Vec::len);
+    for key in NEAR_CACHE_KEYS {
+        o.note(format!("{at}.{key}"), join(path, key));
+        if *key == "prefixes" {
+            for i in 0..listed {
+                o.note(format!("{at}.{key}[{i}]"), format!("{path}.{key}[{i}]"));
+            }
+        }
+    }
+    let n = Map::new(cx, v, path, NEAR_CACHE_KEYS)?;
+    let d = NearCache::default();
+    let mode = n.string(cx, "mode").map_or(d.mode, |s| {
+        named(cx, &n, "mode", "mode", common::NEAR_CACHE_MODES, &s).unwrap_or(d.mode)
+    });
+    let admit = n.string(cx, "admit").map_or(d.admit, |s| {
+        named(cx, &n, "admit", "admission", common::NEAR_CACHE_ADMITS, &s).unwrap_or(d.admit)
+    });
+    let mut prefixes = Vec::new();
+    for (i, p) in n.seq(cx, "prefixes").unwrap_or_default().iter().enumerate() {
+        let item = format!("prefixes[{i}]");
+        match p.as_str() {
+            Some(s) => prefixes.push(s.to_string()),
+            None => {
+                // `- user:` reads as the mapping `{user: null}`: say how to write it.
+                let hint = match p.as_mapping().map(|m| m.iter().collect::<Vec<_>>()) {
+                    Some(kv) if kv.len() == 1 && kv[0].1.is_null() => kv[0]
+                        .0
+                        .as_str()
+                        .map(|k| format!(" (quote a prefix that ends in a colon: \"{k}:\")")),
+                    _ => None,
+                };
+                cx.err(
+                    join(path, &item),
+                    format!(
+                        "expected a string, got {}{}",
+                        kind(p),
+                        hint.unwrap_or_default()
+                    ),
+                );
+            }
+        }
+    }
+    Some(NearCache {
+        mode,
+        prefixes,
+        admit,
+        max_bytes: n.size(cx, "max_bytes").unwrap_or(d.max_bytes),
+        max_entry_bytes: n.size(cx, "max_entry_bytes").unwrap_or(d.max_entry_bytes),
+        max_age: n.duration_or_zero(cx, "max_age").unwrap_or(d.max_age),
+        hot_reads_per_sec: n
+            .positive(cx, "hot_reads_per_sec", u64::MAX)
+            .unwrap_or(d.hot_reads_per_sec),
+    })
+}
+
+/// The value a table (`NEAR_CACHE_MODES`, ...) names `s`, or an error at `key` listing the
+/// names (`what` says what they are).
+fn named<T: Copy>(
+    cx: &mut Cx,
+    m: &Map<'_>,
+    key: &str,
+    what: &str,
+    table: &[(&str, T)],
+    s: &str,
+) -> Option<T> {
+    match table.iter().find(|(n, _)| *n == s) {
+        Some((_, v)) => Some(*v),
+        None => {
+            cx.err(
+                m.at(key),
+                format!(
+                    "unknown {what} {s:?} (expected one of: {})",
+                    common::one_of(table.iter().map(|(n, _)| *n))
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// The cluster's `hot_keys` rules.

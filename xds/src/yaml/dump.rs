@@ -18,9 +18,9 @@ use std::time::Duration;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
     AclUser, ClientLimits, Cluster, Config, EndpointAuth, HashPolicy, HashTag, HealthCheck,
-    HotKeyRead, Listener, MirrorMode, MirrorPolicy, ReadPolicy, RespSettings, Role, RouteTable,
-    Shard, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS,
-    DEFAULT_MAX_QUEUE_PER_CONNECTION,
+    HotKeyRead, Listener, MirrorMode, MirrorPolicy, NearCache, ReadPolicy, RespSettings, Role,
+    RouteTable, Shard, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES,
+    DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
 
@@ -482,6 +482,10 @@ impl Writer {
             hm.some("drain_key", h.drain_key.as_deref());
             m.put("health_check", hm.done());
         }
+        if let Some(n) = &c.near_cache {
+            let near_cache = self.near_cache(n, &at);
+            m.put("near_cache", near_cache);
+        }
         let mut placed = vec![false; c.endpoint_auth.len()];
         let shards = c
             .shards
@@ -513,6 +517,34 @@ impl Writer {
             );
             m.put("tls", tls.done());
         }
+        m.done()
+    }
+
+    /// A cluster's `near_cache` (`{}` when every setting is the default and defaults are left
+    /// out); sizes in the largest unit that writes them exactly (`64mb`).
+    fn near_cache(&mut self, n: &NearCache, at: &str) -> Value {
+        let d = NearCache::default();
+        let size = |b: u64| common::size_string(b).map_or_else(|| num(b), Value::from);
+        let mut m = self.map();
+        let mode = name_of(common::NEAR_CACHE_MODES, &n.mode);
+        m.set("mode", mode, n.mode == d.mode);
+        let prefixes = n.prefixes.iter().map(|p| p.as_str().into()).collect();
+        m.list("prefixes", prefixes);
+        let admit = name_of(common::NEAR_CACHE_ADMITS, &n.admit);
+        m.set("admit", admit, n.admit == d.admit);
+        m.set("max_bytes", size(n.max_bytes), n.max_bytes == d.max_bytes);
+        m.set(
+            "max_entry_bytes",
+            size(n.max_entry_bytes),
+            n.max_entry_bytes == d.max_entry_bytes,
+        );
+        let max_age = self.duration(n.max_age, || format!("{at}: near_cache.max_age"));
+        m.set("max_age", max_age, n.max_age == d.max_age);
+        m.set(
+            "hot_reads_per_sec",
+            num(n.hot_reads_per_sec),
+            n.hot_reads_per_sec == d.hot_reads_per_sec,
+        );
         m.done()
     }
 

@@ -161,6 +161,32 @@ impl<'v> Map<'v> {
         Some(n)
     }
 
+    /// A size in bytes greater than 0: an integer, or a string [`common::parse_size`] reads
+    /// (`64mb`).
+    pub(super) fn size(&self, cx: &mut Cx, key: &str) -> Option<u64> {
+        let n = match self.get(key)? {
+            Value::String(s) => common::parse_size(s)
+                .map_err(|e| cx.err(self.at(key), e))
+                .ok()?,
+            Value::Number(_) => self.uint(cx, key, u64::MAX)?,
+            other => {
+                cx.err(
+                    self.at(key),
+                    format!(
+                        "expected a size (an integer or a string such as \"64mb\"), got {}",
+                        kind(other)
+                    ),
+                );
+                return None;
+            }
+        };
+        if n == 0 {
+            cx.err(self.at(key), "must be greater than 0");
+            return None;
+        }
+        Some(n)
+    }
+
     pub(super) fn boolean(&self, cx: &mut Cx, key: &str) -> Option<bool> {
         match self.get(key)? {
             Value::Bool(b) => Some(*b),

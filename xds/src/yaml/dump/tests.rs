@@ -76,6 +76,7 @@ clusters:
       - { prefix: HIGH_FREQ_, read: same_zone }
       - { prefix: "cfg:" }
     health_check: { interval: 2s, timeout: 250ms, unhealthy_threshold: 4, healthy_threshold: 1, drain_key: maint }
+    near_cache: { mode: bcast, prefixes: ["user:", HIGH_FREQ_], admit: hot, max_bytes: 1536kb, max_entry_bytes: 1000, max_age: 2m, hot_reads_per_sec: 50 }
     shards:
       - name: s0
         endpoints:
@@ -118,6 +119,7 @@ clusters:
     read_policy: any
     hot_keys:
       - { prefix: HIGH_FREQ_, read: random }
+    near_cache: {}
     shards:
       - name: m0
         weight: 3
@@ -223,6 +225,8 @@ fn a_dump_uses_the_files_keys_and_units() {
         "hash_key: ring-b\n",
         "address: '[::1]:7001'\n",
         "  health_check:\n    interval: 2s\n    timeout: 250ms\n    unhealthy_threshold: 4\n    healthy_threshold: 1\n    drain_key: maint\n",
+        "  near_cache:\n    mode: bcast\n    prefixes:\n    - 'user:'\n    - HIGH_FREQ_\n    admit: hot\n    max_bytes: 1536kb\n    max_entry_bytes: 1000\n    max_age: 2m\n    hot_reads_per_sec: 50\n",
+        "  near_cache: {}\n",
     ] {
         assert!(text.contains(want), "{want:?} missing:\n{text}");
     }
