@@ -184,6 +184,10 @@ fn full_example_model() -> Config {
                     drain_key: Some("maint".into()),
                     ..Default::default()
                 }),
+                near_cache: Some(respway_filters::model::NearCache {
+                    prefixes: vec!["user:".into()],
+                    ..Default::default()
+                }),
                 ..cluster(
                     "main",
                     HashPolicy::Maglev { table_size: 65537 },
