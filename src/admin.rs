@@ -430,6 +430,16 @@ async fn handle(
             }
             text(StatusCode::OK, plain, o)
         }
+        (&Method::GET, "/nearcache/hot") => {
+            let mut o = String::new();
+            for (cluster, keys) in state.registry.near_cache_hot_keys() {
+                let _ = writeln!(o, "cluster {cluster}");
+                for k in keys {
+                    let _ = writeln!(o, "{}", crate::hotkeys::quote(&k));
+                }
+            }
+            text(StatusCode::OK, plain, o)
+        }
         (&Method::GET, "/ready") => {
             let down = unreachable_primaries(&state).await;
             let checked = checked_primaries(&state);
@@ -449,7 +459,7 @@ async fn handle(
         _ => text(
             StatusCode::NOT_FOUND,
             plain,
-            "not found; try GET /metrics, /stats, /ready, /hotkeys, /slowlog, /clusters, \
+            "not found; try GET /metrics, /stats, /ready, /hotkeys, /nearcache/hot, /slowlog, /clusters, \
              /config_dump, /healthz or POST /logging?level=LEVEL, /drain\n"
                 .into(),
         ),

@@ -43,7 +43,9 @@
 //!   of their own and swapped in by compiling the configuration again;
 //! - `queue`: the request queue between a worker's sessions and one connection task;
 //! - `health`: active health checks of endpoints (`PING` or `EXISTS drain_key`, and `ROLE`),
-//!   on a thread of their own, their state shared with the workers through atomics.
+//!   on a thread of their own, their state shared with the workers through atomics;
+//! - `near_cache`: read replies kept per worker and ended by writes through the sidecar and by
+//!   Redis's invalidations (a tracker per worker and endpoint), and the `admit: hot` set.
 //!
 //! Watching it
 //! - [`admin`]: the admin HTTP endpoint (`/metrics`, `/stats`, `/hotkeys`, ...);
@@ -64,6 +66,7 @@ pub mod hotkeys;
 mod keyspace;
 mod listener;
 mod local;
+mod near_cache;
 mod outq;
 mod pubsub;
 mod queue;
@@ -405,6 +408,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
             upstream_stats: Arc::new(UpstreamStats::default()),
             hot_key_sample: opts.hot_key_sample,
             slowlog: (opts.slowlog_threshold_us, opts.slowlog_max_len),
+            cache_stats: HashMap::new(),
         };
         registry.add_upstream(worker.upstream_stats.clone());
         let t = std::thread::Builder::new()

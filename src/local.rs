@@ -532,7 +532,8 @@ fn client(args: &[Bytes], state: &mut SessionState) -> Reply {
         (b"tracking", n) if n >= 3 => match lower(&args[2]).as_slice() {
             b"off" => ok(),
             b"on" => error_reply(
-                "ERR respway: client-side caching (CLIENT TRACKING on) is not supported",
+                "ERR respway: client-side caching (CLIENT TRACKING on) is not supported \
+                 (the sidecar's near cache is: see near_cache in the README)",
             ),
             _ => error_reply("ERR syntax error"),
         },
@@ -576,8 +577,9 @@ fn client(args: &[Bytes], state: &mut SessionState) -> Reply {
     }
 }
 
-/// `# Mirror` (copies per receiving cluster) and `# Hotkeys` (per rule), summed over
-/// workers and over every configuration served (a push does not reset them).
+/// `# Mirror` (copies per receiving cluster), `# Nearcache` (per cluster with a near cache)
+/// and `# Hotkeys` (per rule), summed over workers and over every configuration served (a
+/// push does not reset them).
 fn info_filters(
     s: &mut String,
     ctx: &ListenerCtx,
@@ -599,6 +601,9 @@ fn info_filters(
             ));
         }
     }
+    if wants("nearcache") {
+        info_near_cache(s, ctx);
+    }
     if wants("hotkeys") {
         s.push_str("# Hotkeys\r\n");
         for r in ctx.registry.hot_key_rule_totals(index) {
@@ -615,8 +620,30 @@ fn info_filters(
     }
 }
 
+/// `INFO nearcache`: per cluster with a near cache, its counters summed over workers.
+fn info_near_cache(s: &mut String, ctx: &ListenerCtx) {
+    s.push_str("# Nearcache\r\n");
+    let parts = ctx.slot.parts.load();
+    let clusters: Vec<&str> = parts
+        .routing
+        .clusters
+        .iter()
+        .zip(parts.endpoints.1.iter())
+        .filter(|(_, cache)| cache.is_some())
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    for (name, t) in ctx.registry.cache_totals(&clusters) {
+        let fields: Vec<String> = t
+            .fields()
+            .iter()
+            .map(|(n, v, _)| format!("{n}={v}"))
+            .collect();
+        s.push_str(&format!("nearcache_{name}:{}\r\n", fields.join(",")));
+    }
+}
+
 fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> Local {
-    // INFO [section ...]: `server`, `proxy`, `mirror` and `hotkeys` exist; no argument, all,
+    // INFO [section ...]: `server`, `proxy`, `mirror`, `nearcache` and `hotkeys` exist; no argument, all,
     // default or everything give them all; any other section is empty, as in Redis.
     let wants = |name: &str| {
         args.len() == 1

@@ -422,7 +422,7 @@ fn decide(answers: &[(SocketAddr, Answer)]) -> Option<Found> {
 }
 
 /// A connection to a Sentinel with its read buffer.
-struct Link {
+pub(crate) struct Link {
     rd: Box<dyn AsyncRead + Unpin + Send>,
     wr: Box<dyn AsyncWrite + Unpin + Send>,
     rbuf: BytesMut,
@@ -430,7 +430,7 @@ struct Link {
 }
 
 impl Link {
-    async fn open(cfg: &EndpointConfig) -> Result<Link, String> {
+    pub(crate) async fn open(cfg: &EndpointConfig) -> Result<Link, String> {
         let (rd, wr): (
             Box<dyn AsyncRead + Unpin + Send>,
             Box<dyn AsyncWrite + Unpin + Send>,
@@ -452,7 +452,7 @@ impl Link {
         })
     }
 
-    async fn send(&mut self, commands: &[&[&[u8]]]) -> Result<(), String> {
+    pub(crate) async fn send(&mut self, commands: &[&[&[u8]]]) -> Result<(), String> {
         let mut out = BytesMut::new();
         for c in commands {
             encode_command(c, &mut out);
@@ -462,7 +462,7 @@ impl Link {
     }
 
     /// The next reply (or pushed message).
-    async fn next(&mut self) -> Result<Frame, String> {
+    pub(crate) async fn next(&mut self) -> Result<Frame, String> {
         loop {
             match self.scanner.scan(&self.rbuf, &Limits::REPLIES) {
                 Ok(Some(n)) => {
@@ -476,7 +476,7 @@ impl Link {
                 self.rbuf.reserve(4096);
             }
             match self.rd.read_buf(&mut self.rbuf).await {
-                Ok(0) => return Err("connection closed by the Sentinel".into()),
+                Ok(0) => return Err("connection closed by the server".into()),
                 Ok(_) => {}
                 Err(e) => return Err(e.to_string()),
             }

@@ -35,7 +35,16 @@ pub(crate) enum Stop {
 /// Identifies a pool: the same endpoint in the same cluster with the same settings and role
 /// (a primary demoted to replica, as in a Sentinel failover, gets new connections: those that
 /// carried its writes close), and actively checked or not.
-type PoolKey = (String, EndpointConfig, usize, bool, bool);
+/// What a near-cache tracker of the endpoint follows is part of it: a pool whose cluster's
+/// cache changes mode or prefixes starts afresh.
+type PoolKey = (
+    String,
+    EndpointConfig,
+    usize,
+    bool,
+    bool,
+    Option<crate::near_cache::Follow>,
+);
 
 pub(crate) struct Worker {
     pub(crate) id: usize,
@@ -51,6 +60,8 @@ pub(crate) struct Worker {
     pub(crate) hot_key_sample: u64,
     /// Slow-log threshold (µs) and length.
     pub(crate) slowlog: (u64, usize),
+    /// Near-cache counters per cluster name (kept across config changes).
+    pub(crate) cache_stats: HashMap<String, Arc<crate::near_cache::CacheStats>>,
 }
 
 impl Worker {
@@ -194,6 +205,24 @@ impl Worker {
         let config = &snapshot.config;
         let mut old = std::mem::take(&mut self.pools);
         let certs = &snapshot.certs;
+        crate::near_cache::set_active(config.clusters.iter().any(|c| c.near_cache.is_some()));
+        let cache_stats: Vec<Option<Arc<crate::near_cache::CacheStats>>> = config
+            .clusters
+            .iter()
+            .map(|c| {
+                c.near_cache.as_ref().map(|_| {
+                    let registry = &self.registry;
+                    self.cache_stats
+                        .entry(c.name.clone())
+                        .or_insert_with(|| {
+                            let s = Arc::<crate::near_cache::CacheStats>::default();
+                            registry.add_cache(&c.name, s.clone());
+                            s
+                        })
+                        .clone()
+                })
+            })
+            .collect();
         let mut handle = |ci: usize, c: &Cluster, s: &Shard, e: &Endpoint| {
             let tls = certs.upstream(ci);
             let key = (
@@ -202,6 +231,7 @@ impl Worker {
                 c.connections_per_endpoint,
                 e.role == Role::Primary,
                 c.health_check.is_some(),
+                crate::near_cache::Follow::of(c.near_cache.as_ref()),
             );
             let shared = &self.shared;
             let h = old
@@ -209,7 +239,14 @@ impl Worker {
                 .or_else(|| self.pools.get(&key).cloned())
                 .unwrap_or_else(|| {
                     let check = key.4.then(|| shared.checks.get(&c.name, e.address));
-                    EndpointHandle::spawn(key.1.clone(), key.2, self.upstream_stats.clone(), check)
+                    let follow = key.5.clone().zip(cache_stats[ci].clone());
+                    EndpointHandle::spawn(
+                        key.1.clone(),
+                        key.2,
+                        self.upstream_stats.clone(),
+                        check,
+                        follow,
+                    )
                 });
             self.pools.insert(key, h.clone());
             h
@@ -224,6 +261,27 @@ impl Worker {
                         .iter()
                         .map(|s| s.endpoints.iter().map(|e| handle(ci, c, s, e)).collect())
                         .collect()
+                })
+                .collect(),
+            config
+                .clusters
+                .iter()
+                .zip(&cache_stats)
+                .map(|(c, stats)| {
+                    let (nc, stats) = (c.near_cache.as_ref()?, stats.clone()?);
+                    let hot =
+                        (nc.admit == respway_filters::model::NearCacheAdmit::Hot).then(|| {
+                            let h = Arc::new(crate::near_cache::HotSet::new(
+                                nc.hot_reads_per_sec,
+                                self.workers,
+                                stats.clone(),
+                            ));
+                            self.registry.add_hot_set(&c.name, &h);
+                            h
+                        });
+                    Some(Arc::new(crate::near_cache::ClusterCache::new(
+                        nc, stats, hot,
+                    )))
                 })
                 .collect(),
         ));

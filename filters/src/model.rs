@@ -339,7 +339,7 @@ pub struct Cluster {
     pub near_cache: Option<NearCache>,
 }
 
-/// A per-worker cache of a cluster's read replies (see `src/near_cache.rs`).
+/// A per-worker cache of a cluster's read replies (see `src/near_cache/mod.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NearCache {
     /// How entries learn that their key changed.
@@ -379,8 +379,8 @@ impl Default for NearCache {
 /// How a near cache's entries are invalidated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NearCacheMode {
-    /// Redis's server-assisted tracking (`CLIENT TRACKING ... REDIRECT ... OPTIN`), per
-    /// endpoint: a write by any client invalidates the entries of its keys (default).
+    /// Redis's server-assisted tracking (`CLIENT TRACKING on REDIRECT ...`), per endpoint: a
+    /// write by any client invalidates the entries of its keys (default).
     Tracked,
     /// Broadcast tracking of the cache's prefixes (`CLIENT TRACKING ... BCAST PREFIX ...`):
     /// no server memory per key read, an invalidation for every write under the prefixes.

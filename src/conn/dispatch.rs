@@ -88,6 +88,10 @@ impl Session {
         if let Err(refused) = self.admit(cmd, &args, live) {
             return Pending::Ready(refused);
         }
+        if crate::near_cache::active() {
+            let keys = self.keys_found.is_ok().then_some(self.keys.as_slice());
+            self.touch = crate::near_cache::dispatched(cmd, &args, keys);
+        }
         // SORT's BY and GET patterns read keys on the sorted key's shard: refused when the
         // keys they form may live elsewhere (they would read as missing), as Redis Cluster
         // refuses them.
@@ -413,6 +417,7 @@ impl Session {
             deadline: backstop,
             idx: 0,
             first: FirstArg::NONE,
+            touch: crate::near_cache::Touch::None,
         }
     }
 

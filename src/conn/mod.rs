@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use crate::near_cache::Touch;
 use bytes::{Bytes, BytesMut};
 use respway_filters::acl::Denied;
 use respway_filters::command::{self, CommandClass, ProxyCommand};
@@ -120,6 +121,8 @@ enum Pending {
         idx: u16,
         /// The first argument, for the slow log.
         first: FirstArg,
+        /// What it may write (near cache), marked again when it is answered.
+        touch: Touch,
     },
     /// Fan-outs, transactions, forwards: a future of its own.
     Other {
@@ -128,6 +131,8 @@ enum Pending {
         idx: u16,
         /// The first argument, for the slow log.
         first: FirstArg,
+        /// What it may write (near cache), marked again when it is answered.
+        touch: Touch,
     },
 }
 
@@ -140,6 +145,7 @@ impl Pending {
             deadline: backstop,
             idx: 0,
             first: FirstArg::NONE,
+            touch: Touch::None,
         }
     }
 }
@@ -184,6 +190,8 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
         draining: false,
         keys: Vec::new(),
         keys_found: Ok(()),
+        touch: Touch::None,
+        tx_touch: Touch::None,
         ready_bytes: 0,
         waits: 0,
         avg_reply: 64,
@@ -240,6 +248,12 @@ struct Session {
     /// Redis's text when they cannot be found (a bad numkeys, ...).
     keys: Vec<usize>,
     keys_found: Result<(), &'static str>,
+    /// What the command being dispatched may write, for the near cache (see
+    /// `near_cache::dispatched`): moved into its pending reply, marked again when it is
+    /// answered.
+    touch: Touch,
+    /// What the commands queued by `MULTI` may write, marked again when `EXEC` is answered.
+    tx_touch: Touch,
     /// Bytes of replies in `pending` that are ready (answered by the proxy itself).
     ready_bytes: usize,
     /// Requests in `pending` waiting for the upstream.
@@ -488,6 +502,11 @@ impl Session {
                     };
                     match polled {
                         Poll::Ready(answer) => {
+                            if let Pending::Wait { touch, .. } | Pending::Other { touch, .. } =
+                                front
+                            {
+                                touch.again();
+                            }
                             // The one place a failure becomes bytes: the reply written.
                             let r = answer.unwrap_or_else(|f| f.to_reply());
                             if let Some(us) = record(ctx, live, &mut now, idx, deadline, &r) {
@@ -707,12 +726,37 @@ impl Session {
                     let mut p = self.dispatch(cmd, args, live, ctx);
                     self.frame = None;
                     let index = crate::stats::index_of(top);
+                    let mut touch = std::mem::take(&mut self.touch);
+                    if crate::near_cache::active() {
+                        if self.tx.as_ref().is_some_and(|t| t.multi) {
+                            // Queued by MULTI: marked again when EXEC is answered.
+                            self.tx_touch.merge(touch.clone());
+                        } else if cmd.is_some_and(|c| c.name == "exec") {
+                            touch.merge(std::mem::take(&mut self.tx_touch));
+                        } else if cmd.is_some_and(|c| c.name == "discard") {
+                            self.tx_touch = Touch::None;
+                        }
+                    }
                     match &mut p {
                         Pending::Ready(r) => {
                             self.ready_bytes += r.len();
                             ctx.stats.cmds.record(index, 0, is_error(r));
+                            // Answered already: a write it made (none, as a rule) is marked.
+                            touch.again();
                         }
-                        Pending::Wait { idx, first, .. } | Pending::Other { idx, first, .. } => {
+                        Pending::Wait {
+                            idx,
+                            first,
+                            touch: t,
+                            ..
+                        }
+                        | Pending::Other {
+                            idx,
+                            first,
+                            touch: t,
+                            ..
+                        } => {
+                            *t = touch;
                             *idx = index;
                             *first = first_arg;
                             self.waits += 1;

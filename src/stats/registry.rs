@@ -67,6 +67,10 @@ pub(crate) struct Registry {
     retired: Mutex<Retired>,
     /// Each worker's upstream counters.
     upstream: Mutex<Vec<Arc<UpstreamStats>>>,
+    /// Every worker's `admit: hot` sets, by cluster name.
+    hot_sets: Mutex<Vec<(String, std::sync::Weak<crate::near_cache::HotSet>)>>,
+    /// Every worker's near-cache counters, by cluster name.
+    caches: Mutex<Vec<(String, Arc<crate::near_cache::CacheStats>)>>,
     /// Each worker's current chain parts per listener (for endpoint health).
     slots: Mutex<Vec<Arc<crate::stack::ListenerSlot>>>,
 }
@@ -427,6 +431,56 @@ impl Registry {
     }
 
     /// Registers a worker's upstream counters.
+    /// Adds one worker's `admit: hot` set of cluster `name` (held until its configuration is
+    /// replaced).
+    pub(crate) fn add_hot_set(&self, name: &str, h: &Arc<crate::near_cache::HotSet>) {
+        let mut all = self.hot_sets.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|(_, w)| w.strong_count() > 0);
+        all.push((name.to_string(), Arc::downgrade(h)));
+    }
+
+    /// The keys the near caches admit as hot now, per cluster (every worker's, once each,
+    /// sorted).
+    pub(crate) fn near_cache_hot_keys(&self) -> Vec<(String, Vec<bytes::Bytes>)> {
+        let all = self.hot_sets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut by: std::collections::BTreeMap<String, std::collections::BTreeSet<bytes::Bytes>> =
+            Default::default();
+        for (name, w) in all.iter() {
+            if let Some(h) = w.upgrade() {
+                by.entry(name.clone()).or_default().extend(h.keys());
+            }
+        }
+        by.into_iter()
+            .map(|(n, k)| (n, k.into_iter().collect()))
+            .collect()
+    }
+
+    /// Adds one worker's near-cache counters of cluster `name`.
+    pub(crate) fn add_cache(&self, name: &str, s: Arc<crate::near_cache::CacheStats>) {
+        self.caches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.to_string(), s));
+    }
+
+    /// Near-cache counters per cluster in `clusters` (summed over workers), in that order.
+    pub(crate) fn cache_totals(
+        &self,
+        clusters: &[&str],
+    ) -> Vec<(String, crate::near_cache::CacheTotals)> {
+        let all = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        clusters
+            .iter()
+            .map(|&c| {
+                let mut t = crate::near_cache::CacheTotals::default();
+                for (_, s) in all.iter().filter(|(n, _)| n == c) {
+                    t.add(s);
+                }
+                (c.to_string(), t)
+            })
+            .collect()
+    }
+
     pub(crate) fn add_upstream(&self, s: Arc<UpstreamStats>) {
         self.upstream
             .lock()

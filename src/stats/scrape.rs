@@ -77,6 +77,8 @@ pub(crate) struct Scrape {
     pub(crate) os: Option<ProcessStats>,
     /// Sentinel-managed shards, (cluster, shard), with their master's status.
     pub(crate) sentinels: Vec<([String; 2], String, crate::sentinel::Status)>,
+    /// Near-cache counters of the clusters with a cache.
+    pub(crate) near_cache: Vec<(String, crate::near_cache::CacheTotals)>,
 }
 
 impl Scrape {
@@ -116,6 +118,15 @@ impl Scrape {
             endpoints,
             hot_keys: registry.hot_keys(None, HOTKEYS_METRICS),
             sentinels: discovery.statuses(&snapshot.config),
+            near_cache: registry.cache_totals(
+                &snapshot
+                    .config
+                    .clusters
+                    .iter()
+                    .filter(|c| c.near_cache.is_some())
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>(),
+            ),
             snapshot,
             config_changes,
             os: ProcessStats::read(),
@@ -196,6 +207,15 @@ pub(super) fn certificate_expiry(s: &Scrape, out: &mut Sink<'_>) -> bool {
             let labels = [(kind, name.as_str()), ("certificate", e.setting)];
             out(&labels, Value::Float(e.not_after as f64));
         }
+    }
+    true
+}
+
+/// The near-cache families: one series per cluster with a cache, of the field `I` of
+/// [`crate::near_cache::CacheTotals::fields`].
+pub(super) fn near_cache<const I: usize>(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for (c, t) in &s.near_cache {
+        out(&[("cluster", c.as_str())], Value::Int(t.fields()[I].1));
     }
     true
 }

@@ -105,6 +105,9 @@ pub(crate) struct UpstreamRequest {
     pub(crate) deadline: Instant,
     /// Where the reply goes.
     pub(crate) tx: ReplyTx,
+    /// A command written just before it, in one piece (a near-cache fill's `CLIENT TRACKING`),
+    /// and the connection's tracking state, cleared when that command's reply is an error.
+    pub(crate) pre: Option<(Bytes, Arc<AtomicU64>)>,
 }
 
 /// How to reach and prepare one endpoint (`{:?}` leaves the `AUTH` arguments out).
@@ -177,6 +180,9 @@ struct EndpointInner {
     latency: Arc<crate::stats::Latency>,
     /// The active health check's state (`None`: its cluster has no `health_check`).
     check: Option<Arc<crate::health::EndpointCheck>>,
+    /// The near cache's tracker of this endpoint in this worker (`None`: its cluster's cache
+    /// needs none, or it has no cache).
+    tracker: Option<Arc<crate::near_cache::Tracker>>,
 }
 
 #[derive(Debug, Default)]
@@ -185,6 +191,9 @@ struct FlavorPools {
     /// Dedicated connections between two transactions (one worker's sessions only; taken
     /// when a transaction starts and given back when it ends).
     idle: Mutex<Vec<queue::Sender<UpstreamRequest>>>,
+    /// Per shared connection, its near-cache tracking state (`near_cache::tracking_state`,
+    /// 0: none), made on the first fill.
+    tracking: OnceLock<Box<[Arc<AtomicU64>]>>,
 }
 
 impl EndpointHandle {
@@ -196,20 +205,37 @@ impl EndpointHandle {
         n: usize,
         stats: Arc<UpstreamStats>,
         check: Option<Arc<crate::health::EndpointCheck>>,
+        follow: Option<(
+            crate::near_cache::Follow,
+            Arc<crate::near_cache::CacheStats>,
+        )>,
     ) -> EndpointHandle {
         let flavors = (0..2 * cfg.databases.clamp(1, 256) as usize)
             .map(|_| FlavorPools::default())
             .collect();
+        let stats = Arc::new(EndpointStats::new(stats));
+        let tracker = follow.map(|(follow, cache_stats)| {
+            let t = Arc::new(crate::near_cache::Tracker::default());
+            tokio::spawn(crate::near_cache::run_tracker(
+                cfg.clone(),
+                follow,
+                t.clone(),
+                stats.cache_epoch.clone(),
+                cache_stats,
+            ));
+            t
+        });
         let h = EndpointHandle {
             inner: Arc::new(EndpointInner {
                 cfg,
                 n: n.max(1),
                 flavors,
                 dedicated_open: Arc::new(AtomicUsize::new(0)),
-                stats: Arc::new(EndpointStats::new(stats)),
+                stats,
                 requests: AtomicU64::new(0),
                 latency: Arc::default(),
                 check,
+                tracker,
             }),
         };
         h.shared(Flavor::default());
@@ -224,6 +250,18 @@ impl EndpointHandle {
     /// The active health check's state, when its cluster has one.
     pub(crate) fn check(&self) -> Option<&crate::health::EndpointCheck> {
         self.inner.check.as_deref()
+    }
+
+    /// The near cache's tracker of this endpoint, when its cluster's cache has one.
+    pub(crate) fn tracker(&self) -> Option<&crate::near_cache::Tracker> {
+        self.inner.tracker.as_deref()
+    }
+
+    /// Bumped whenever this worker's near-cache entries from this endpoint must end (a
+    /// connection closed, the tracker lost or back, a flush from Redis).
+    #[inline]
+    pub(crate) fn cache_epoch(&self) -> u64 {
+        self.inner.stats.cache_epoch.load(Ordering::Acquire)
     }
 
     /// This worker's counters and health of the endpoint.
@@ -299,7 +337,57 @@ impl EndpointHandle {
             label,
             &self.inner.stats,
             self.inner.cfg.max_queue,
+            None,
         )
+    }
+
+    /// [`send_frame`](Self::send_frame), and for a near-cache fill, its tracking commands
+    /// written just before the request and the reply kept by `fill` when it may be.
+    pub(crate) fn send_fill(
+        &self,
+        args: Vec<Bytes>,
+        raw: Option<Bytes>,
+        flavor: Flavor,
+        conn: usize,
+        deadline: Instant,
+        fill: Option<Box<crate::near_cache::Fill>>,
+    ) -> UpstreamFuture {
+        let Some(mut fill) = fill else {
+            return self.send_frame(args, raw, flavor, conn, deadline);
+        };
+        let label = self.inner.cfg.label.clone();
+        let (Some(conns), Some(pools)) = (self.shared(flavor), self.pools(flavor)) else {
+            return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
+        };
+        let i = conn % conns.len();
+        // `tracked` mode: the connection redirects its invalidations to the tracker from the
+        // first fill after it (or the tracker) was opened on; the state says whether it does.
+        let pre = fill.tracker.and_then(|id| {
+            let states = pools
+                .tracking
+                .get_or_init(|| (0..conns.len()).map(|_| Arc::default()).collect());
+            let state: &Arc<AtomicU64> = &states[i];
+            let want = crate::near_cache::tracking_state(
+                id,
+                self.inner.stats.connects.load(Ordering::Acquire),
+            );
+            fill.track = Some((state.clone(), want, self.inner.stats.connects_handle()));
+            (state.swap(want, Ordering::AcqRel) != want)
+                .then(|| (crate::near_cache::redirect_frame(id), state.clone()))
+        });
+        crate::stats::bump(&self.inner.requests, 1);
+        let mut f = send_on(
+            &conns[i],
+            args,
+            raw,
+            deadline,
+            label,
+            &self.inner.stats,
+            self.inner.cfg.max_queue,
+            pre,
+        );
+        f.fill = Some(fill);
+        f
     }
 
     /// A dedicated connection of `flavor` for one transaction: an idle one, or a new one
@@ -368,6 +456,8 @@ impl EndpointHandle {
     }
 }
 
+// The request's parts as the callers hold them (bundling them would only move them twice).
+#[allow(clippy::too_many_arguments)]
 fn send_on(
     queue: &queue::Sender<UpstreamRequest>,
     args: Vec<Bytes>,
@@ -376,6 +466,7 @@ fn send_on(
     label: Arc<str>,
     stats: &EndpointStats,
     max_queue: usize,
+    pre: Option<(Bytes, Arc<AtomicU64>)>,
 ) -> UpstreamFuture {
     let (tx, rx) = oneshot::channel();
     let failed = match queue.try_send(UpstreamRequest {
@@ -383,6 +474,7 @@ fn send_on(
         raw,
         deadline,
         tx,
+        pre,
     }) {
         Ok(()) => return UpstreamFuture::waiting(rx, label, deadline),
         Err(queue::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),
@@ -394,7 +486,11 @@ fn send_on(
 
 /// One worker's endpoint handles, `[cluster][shard][endpoint]` in model order.
 #[derive(Debug, Default)]
-pub(crate) struct Endpoints(pub(crate) Vec<Vec<Vec<EndpointHandle>>>);
+pub(crate) struct Endpoints(
+    pub(crate) Vec<Vec<Vec<EndpointHandle>>>,
+    /// Per cluster, this worker's near cache for this configuration (`None`: no cache).
+    pub(crate) Vec<Option<Arc<crate::near_cache::ClusterCache>>>,
+);
 
 impl Endpoints {
     /// The handle of one endpoint.
@@ -477,6 +573,16 @@ impl Service<Request> for Upstream {
                 return UpstreamFuture::failed(e, ep.label().clone(), deadline);
             }
         }
+        let mut fill = None;
+        if let Some(cache) = self.endpoints.1.get(req.cluster).and_then(Option::as_ref) {
+            match cache.lookup(&req, ep) {
+                crate::near_cache::Lookup::Pass => {}
+                crate::near_cache::Lookup::Hit(reply) => {
+                    return UpstreamFuture::ready(reply, ep.label().clone(), deadline)
+                }
+                crate::near_cache::Lookup::Fill(f) => fill = Some(f),
+            }
+        }
         if endpoint != primary && req.is_read() {
             // A read sent to a replica: if the replica turns out to be unreachable, the read
             // is retried once on the primary instead of failing (the zone layer skips the
@@ -489,12 +595,12 @@ impl Service<Request> for Upstream {
                     req.flavor,
                     self.conn,
                 )));
-                let mut f = ep.send_frame(req.args, req.raw, req.flavor, self.conn, deadline);
+                let mut f = ep.send_fill(req.args, req.raw, req.flavor, self.conn, deadline, fill);
                 f.fallback = fallback;
                 return f;
             }
         }
-        ep.send_frame(req.args, req.raw, req.flavor, self.conn, deadline)
+        ep.send_fill(req.args, req.raw, req.flavor, self.conn, deadline, fill)
     }
 }
 
@@ -512,11 +618,15 @@ pub(crate) struct UpstreamFuture {
     /// fill it, and a session moves each future into its queue (at 128 bytes or less a move
     /// is a few instructions, not a `memcpy` call).
     fallback: Option<Box<Fallback>>,
+    /// A near-cache fill: keeps the reply when it may (boxed for the same reason).
+    fill: Option<Box<crate::near_cache::Fill>>,
     deadline: Instant,
 }
 
 #[derive(Debug)]
 enum State {
+    /// Served by the near cache.
+    Ready(Option<Reply>),
     /// Waiting for the connection task.
     Waiting(oneshot::Receiver<Result<Reply, UpstreamError>>),
     /// Already failed.
@@ -533,6 +643,17 @@ impl UpstreamFuture {
             state: State::Waiting(rx),
             label,
             fallback: None,
+            fill: None,
+            deadline,
+        }
+    }
+
+    fn ready(reply: Reply, label: Arc<str>, deadline: Instant) -> Self {
+        UpstreamFuture {
+            state: State::Ready(Some(reply)),
+            label,
+            fallback: None,
+            fill: None,
             deadline,
         }
     }
@@ -542,6 +663,7 @@ impl UpstreamFuture {
             state: State::Failed(Some(e)),
             label,
             fallback: None,
+            fill: None,
             deadline,
         }
     }
@@ -572,7 +694,18 @@ impl Future for UpstreamFuture {
                     Poll::Pending => return Poll::Pending,
                 },
                 State::Failed(e) => Err(e.take().unwrap_or(UpstreamError::Closed)),
+                State::Ready(r) => {
+                    return Poll::Ready(
+                        r.take()
+                            .ok_or_else(|| UpstreamError::Closed.at(this.label.clone())),
+                    )
+                }
             };
+            if let (Some(fill), Ok(reply)) = (this.fill.take(), &result) {
+                if this.fallback.is_none() || !replica_not_serving(reply) {
+                    (*fill).done(reply);
+                }
+            }
             // A replica read goes once to the primary when the replica cannot be reached, or
             // answers with an error the primary would not give (it is loading its data set,
             // or has lost its primary).
@@ -582,6 +715,8 @@ impl Future for UpstreamFuture {
             };
             if again {
                 if let Some(b) = this.fallback.take() {
+                    // The primary's reply is not what the replica's tracking follows.
+                    this.fill = None;
                     let (primary, args, flavor, conn) = *b;
                     let next = primary.send(args, flavor, conn, this.deadline);
                     this.state = next.state;

@@ -285,6 +285,9 @@ impl<'a, S: Io> LiveConn<'a, S> {
 pub(super) struct Inflight {
     /// `None` once answered with a timeout: its reply, when it comes, is dropped.
     pub(super) tx: Option<ReplyTx>,
+    /// A near-cache fill's tracking command: its reply is dropped, and clears the
+    /// connection's tracking state when it is an error.
+    pub(super) pre_ok: Option<Arc<AtomicU64>>,
     /// Moved later while reply bytes flow (see [`STRETCH`]).
     pub(super) deadline: Instant,
     /// When its batch was taken to be written.
@@ -395,8 +398,10 @@ pub(super) fn read_replies(
             Ok(Some(n)) => {
                 let reply = rbuf.split_to(n).freeze();
                 if reply.first() == Some(&b'>') {
-                    // RESP3 out-of-band data (nothing the proxy sends asks for it: no
-                    // SUBSCRIBE, no CLIENT TRACKING): not the reply to a request.
+                    // RESP3 out-of-band data (no SUBSCRIBE goes on these connections; a
+                    // near cache's tracking redirects its invalidations, and Redis pushes
+                    // `tracking-redir-broken` here when the tracker is gone): not the reply
+                    // to a request.
                     tracing::debug!("push message from upstream dropped");
                     continue;
                 }
@@ -410,6 +415,13 @@ pub(super) fn read_replies(
                             crate::slowlog::note_upstream(&reply, now, endpoint, us);
                         }
                         let _ = tx.send(Ok(reply));
+                    }
+                    Some(Inflight {
+                        pre_ok: Some(ok), ..
+                    }) => {
+                        if respway_filters::request::is_error(&reply) {
+                            ok.store(0, Ordering::Release);
+                        }
                     }
                     Some(_) => {}
                     None => return Err(Fail::Protocol("reply with no request".into())),
@@ -490,6 +502,17 @@ pub(super) fn enqueue(
         answer(req.tx, UpstreamError::Timeout, stats);
         return false;
     }
+    if let Some((frame, state)) = &req.pre {
+        // A command whose reply only clears `state` when it is an error.
+        wbuf.push(frame);
+        inflight.push_back(Inflight {
+            tx: None,
+            pre_ok: Some(state.clone()),
+            deadline: req.deadline,
+            sent: now,
+            op: req.deadline.saturating_duration_since(now),
+        });
+    }
     match &req.raw {
         Some(raw) => {
             debug_assert!(
@@ -508,6 +531,7 @@ pub(super) fn enqueue(
     respway_filters::resp::recycle_argv(req.args);
     inflight.push_back(Inflight {
         tx: Some(req.tx),
+        pre_ok: None,
         deadline: req.deadline,
         sent: now,
         op: req.deadline.saturating_duration_since(now),

@@ -44,12 +44,16 @@ pub(crate) struct EndpointStats {
     /// only).
     pub(super) down: Mutex<Option<Down>>,
     /// Connections opened, and connect attempts that failed.
-    pub(super) connects: AtomicU64,
+    pub(super) connects: Arc<AtomicU64>,
     pub(super) connect_failures: AtomicU64,
     /// Connections open now, and the requests written on them not yet answered (see
     /// [`OpenConnection`]).
     pub(super) open: AtomicU64,
     pub(super) inflight: AtomicU64,
+    /// Bumped when one of the worker's connections to the endpoint closes (see
+    /// `near_cache`: Redis sends no invalidation for what a closed connection read), and by
+    /// the endpoint's near-cache tracker.
+    pub(crate) cache_epoch: Arc<AtomicU64>,
 }
 
 /// Why and since when an endpoint is out (see [`EndpointStats`]).
@@ -71,11 +75,18 @@ impl EndpointStats {
             healthy: AtomicBool::new(true),
             ejections: AtomicU64::new(0),
             down: Mutex::new(None),
-            connects: AtomicU64::new(0),
+            connects: Arc::default(),
             connect_failures: AtomicU64::new(0),
+            cache_epoch: Arc::default(),
             open: AtomicU64::new(0),
             inflight: AtomicU64::new(0),
         }
+    }
+
+    /// The count of connections opened (a near-cache fill keeps it: a reconnect before its
+    /// reply drops the fill).
+    pub(super) fn connects_handle(&self) -> Arc<AtomicU64> {
+        self.connects.clone()
     }
 
     /// Counts a connection opened, for the endpoint and the worker.
@@ -212,5 +223,6 @@ impl Drop for OpenConnection<'_> {
     fn drop(&mut self) {
         self.inflight(0);
         self.stats.open.fetch_sub(1, Ordering::Relaxed);
+        self.stats.cache_epoch.fetch_add(1, Ordering::AcqRel);
     }
 }

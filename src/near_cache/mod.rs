@@ -1,0 +1,398 @@
+//! The near cache: read replies kept in each worker, served without a round trip, and
+//! dropped when their key may have changed.
+//!
+//! # What is cached
+//!
+//! Replies of deterministic single-key reads ([`cacheable`]: `GET`, `HGET`, `HGETALL`,
+//! `LRANGE`, ...) of a cluster with a `near_cache`, for keys under its prefixes, as Redis sent
+//! them (so in the protocol the client asked in: the client's protocol and database pick the
+//! connection, and are part of the entry's key). Never replies of writes, of reads inside
+//! `MULTI` (the transaction lane does not come here), errors, or replies larger than
+//! `max_entry_bytes`.
+//!
+//! # When an entry stops being served
+//!
+//! An entry records, when its fill was sent, three counters; it is served only while all
+//! three still hold those values, and for at most `max_age`:
+//!
+//! - the **stamp of its key** ([`STAMPS`], one of 65,536 per process, by key hash): bumped by
+//!   every command that may write the key through this sidecar, when it is dispatched and
+//!   again when its reply reaches the client (so a fill that read the old value before the
+//!   write ran is not served after the write's reply: read-your-writes within the sidecar),
+//!   and by every invalidation Redis sends to a tracker;
+//! - the **flush generation** ([`FLUSHES`]): bumped by key-less writes through this sidecar
+//!   (`FLUSHDB`, `FLUSHALL`, a script without keys);
+//! - the **epoch of the endpoint** it was filled from, in this worker: bumped when any of the
+//!   worker's connections to the endpoint closes (Redis forgets what a closed connection read
+//!   and would send no invalidation for it: redis #11767), when the endpoint's tracker is lost
+//!   or reconnects, and when Redis sends a flush (a null invalidation).
+//!
+//! A fill that raced an invalidation is therefore never served: it carries the counters of
+//! before the race.
+//!
+//! # Modes
+//!
+//! - `tracked`: the worker's shared connections to the endpoint redirect their tracking to
+//!   the tracker: the first fill on a connection after it (or the tracker) was opened is
+//!   preceded, in one piece, by `CLIENT TRACKING on REDIRECT <tracker>` (fills go on the
+//!   session's own connection, so they keep their place among the session's commands); Redis
+//!   then sends the tracker an invalidation when anyone changes a key read over them. A fill
+//!   is kept only while its connection's tracking state still says so
+//!   ([`tracking_state`]): a reconnect, or a tracking command that failed, drops it. Not
+//!   `OPTIN`: a `CLIENT CACHING yes` before every fill would double the commands a miss costs
+//!   the shard; instead Redis tracks every key read over these connections.
+//! - `bcast`: the tracker asks for every change under the prefixes (`BCAST PREFIX ...`); fills
+//!   are plain reads.
+//! - `ttl`: no tracker; entries end at `max_age` or on writes through this sidecar.
+//!
+//! A tracker is one RESP2 connection per worker and endpoint, subscribed to
+//! `__redis__:invalidate` and sent `PING` every [`TRACKER_PING`]; one that misses
+//! [`TRACKER_MISSES`] answers is dropped. While an endpoint has no tracker, its entries are not
+//! served and nothing is filled from it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use respway_filters::command::{CommandInfo, READONLY, WRITE};
+
+mod entries;
+mod hot;
+mod tracker;
+
+pub(crate) use entries::*;
+pub(crate) use hot::*;
+pub(crate) use tracker::*;
+
+/// Key stamps per process.
+const SLOTS: usize = 1 << 16;
+
+/// One counter per key hash, bumped whenever a key of that hash may have changed.
+pub(super) static STAMPS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+/// Bumped by key-less writes (every entry of every cluster ends).
+pub(super) static FLUSHES: AtomicU64 = AtomicU64::new(0);
+
+/// True while a configuration with a near cache is applied: sessions skip the stamps
+/// otherwise.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// How often a tracker sends `PING`.
+pub(crate) const TRACKER_PING: Duration = Duration::from_secs(2);
+/// Unanswered pings after which a tracker is dropped.
+pub(crate) const TRACKER_MISSES: u32 = 3;
+/// The fixed cost counted per entry besides its key and reply (map slot, order queue,
+/// entry fields).
+pub(crate) const ENTRY_OVERHEAD: usize = 160;
+
+/// Turns the sessions' stamp bumps on or off (a configuration with or without a cache).
+pub(crate) fn set_active(on: bool) {
+    ACTIVE.store(on, Ordering::Relaxed);
+}
+
+/// True while some cluster has a near cache.
+#[inline(always)]
+pub(crate) fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+pub(super) fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+pub(super) fn slot_of(hash: u64) -> usize {
+    (hash as usize) & (SLOTS - 1)
+}
+
+/// Marks `key` as possibly changed.
+pub(crate) fn invalidate(key: &[u8]) {
+    STAMPS[slot_of(key_hash(key))].fetch_add(1, Ordering::AcqRel);
+}
+
+/// Ends every entry.
+pub(crate) fn flush_all() {
+    FLUSHES.fetch_add(1, Ordering::AcqRel);
+}
+
+/// What a dispatched write touches, to be marked again when its reply reaches the client.
+#[derive(Debug, Default, Clone)]
+pub(crate) enum Touch {
+    /// Nothing (a read, or no cache).
+    #[default]
+    None,
+    /// These stamp slots.
+    Slots(Box<[u32]>),
+    /// Everything.
+    All,
+}
+
+impl Touch {
+    /// Marks again what was touched.
+    pub(crate) fn again(&self) {
+        match self {
+            Touch::None => {}
+            Touch::Slots(s) => {
+                for &i in s.iter() {
+                    STAMPS[i as usize].fetch_add(1, Ordering::AcqRel);
+                }
+            }
+            Touch::All => flush_all(),
+        }
+    }
+
+    /// Adds what `other` touched (a transaction's commands, gathered for its `EXEC`).
+    pub(crate) fn merge(&mut self, other: Touch) {
+        *self = match (std::mem::take(self), other) {
+            (Touch::All, _) | (_, Touch::All) => Touch::All,
+            (Touch::None, o) | (o, Touch::None) => o,
+            (Touch::Slots(a), Touch::Slots(b)) => {
+                Touch::Slots(a.iter().chain(b.iter()).copied().collect())
+            }
+        };
+    }
+}
+
+/// Called for every command a session dispatches while a cache is active: a command that
+/// may write marks its keys (or, without keys, every entry) now, and returns them to be
+/// marked again when its reply goes out.
+pub(crate) fn dispatched(cmd: &CommandInfo, args: &[Bytes], keys: Option<&[usize]>) -> Touch {
+    if cmd.flags & READONLY != 0 {
+        return Touch::None;
+    }
+    let writes_keyless = cmd.flags & WRITE != 0
+        || matches!(
+            cmd.name,
+            "eval" | "evalsha" | "fcall" | "script|flush" | "function|flush" | "function|restore"
+        );
+    match keys.filter(|k| !k.is_empty()) {
+        Some(keys) => {
+            let slots: Box<[u32]> = keys
+                .iter()
+                .filter_map(|&i| args.get(i))
+                .map(|k| slot_of(key_hash(k)) as u32)
+                .collect();
+            for &i in slots.iter() {
+                STAMPS[i as usize].fetch_add(1, Ordering::AcqRel);
+            }
+            Touch::Slots(slots)
+        }
+        None if writes_keyless => {
+            flush_all();
+            Touch::All
+        }
+        None => Touch::None,
+    }
+}
+
+/// The reads whose replies may be cached (deterministic, one key, first argument).
+pub(crate) fn cacheable(cmd: &CommandInfo, args: &[Bytes]) -> bool {
+    match cmd.name {
+        "get" | "hget" | "hmget" | "hgetall" | "hexists" | "hlen" | "hstrlen" | "smembers"
+        | "sismember" | "smismember" | "scard" | "zscore" | "zmscore" | "zrange" | "zcard"
+        | "zrank" | "zrevrank" | "zrangebyscore" | "zrevrange" | "zrevrangebyscore" | "lrange"
+        | "llen" | "lindex" | "strlen" | "type" | "getrange" | "substr" | "hkeys" | "hvals"
+        | "getbit" | "bitcount" => true,
+        "exists" => args.len() == 2,
+        _ => false,
+    }
+}
+
+/// A worker's counters of one cluster's cache (kept across configuration pushes).
+#[derive(Debug, Default)]
+pub(crate) struct CacheStats {
+    pub(crate) hits: AtomicU64,
+    pub(crate) misses: AtomicU64,
+    /// Fills kept.
+    pub(crate) fills: AtomicU64,
+    /// Fills not kept: an invalidation (or a lost connection or tracker) came first, or the
+    /// tracking commands failed.
+    pub(crate) fills_dropped: AtomicU64,
+    /// Replies too large to keep.
+    pub(crate) too_large: AtomicU64,
+    /// Keys named by invalidations the trackers received.
+    pub(crate) invalidations: AtomicU64,
+    /// Times every entry of an endpoint ended at once: its tracker was lost or came back, or
+    /// Redis sent a flush.
+    pub(crate) flushes: AtomicU64,
+    /// Entries evicted to stay within `max_bytes`.
+    pub(crate) evictions: AtomicU64,
+    /// Entries and bytes held now.
+    pub(crate) entries: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    /// Trackers connected now, and configured.
+    pub(crate) trackers_up: AtomicU64,
+    /// Reads not cached because the key is not hot (`admit: hot`).
+    pub(crate) not_admitted: AtomicU64,
+    /// Keys admitted as hot now (`admit: hot`).
+    pub(crate) hot_keys: AtomicU64,
+}
+
+/// [`CacheStats`] summed over workers.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CacheTotals {
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+    pub(crate) fills: u64,
+    pub(crate) fills_dropped: u64,
+    pub(crate) too_large: u64,
+    pub(crate) invalidations: u64,
+    pub(crate) flushes: u64,
+    pub(crate) evictions: u64,
+    pub(crate) entries: u64,
+    pub(crate) bytes: u64,
+    pub(crate) trackers_up: u64,
+    pub(crate) not_admitted: u64,
+    pub(crate) hot_keys: u64,
+}
+
+impl CacheTotals {
+    pub(crate) fn add(&mut self, s: &CacheStats) {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        self.hits += r(&s.hits);
+        self.misses += r(&s.misses);
+        self.fills += r(&s.fills);
+        self.fills_dropped += r(&s.fills_dropped);
+        self.too_large += r(&s.too_large);
+        self.invalidations += r(&s.invalidations);
+        self.flushes += r(&s.flushes);
+        self.evictions += r(&s.evictions);
+        self.entries += r(&s.entries);
+        self.bytes += r(&s.bytes);
+        self.trackers_up += r(&s.trackers_up);
+        self.not_admitted += r(&s.not_admitted);
+        self.hot_keys += r(&s.hot_keys);
+    }
+
+    /// Every counter by the name `INFO nearcache` and the metrics give it (the metric is
+    /// `respway_near_cache_<name>`, with `_total` for counters), and whether it is a gauge.
+    pub(crate) fn fields(&self) -> [(&'static str, u64, bool); 13] {
+        [
+            ("hits", self.hits, false),
+            ("misses", self.misses, false),
+            ("fills", self.fills, false),
+            ("fills_dropped", self.fills_dropped, false),
+            ("too_large", self.too_large, false),
+            ("invalidations", self.invalidations, false),
+            ("flushes", self.flushes, false),
+            ("evictions", self.evictions, false),
+            ("not_admitted", self.not_admitted, false),
+            ("entries", self.entries, true),
+            ("bytes", self.bytes, true),
+            ("trackers_up", self.trackers_up, true),
+            ("hot_keys", self.hot_keys, true),
+        ]
+    }
+}
+
+pub(super) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use respway_filters::resp::Frame;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn overlapping_bcast_prefixes_keep_the_shortest() {
+        let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            shortest(&p(&["user:1", "user:", "item:", "item:9:"])),
+            p(&["user:", "item:"])
+        );
+    }
+
+    #[test]
+    fn packed_arguments_compare_exactly() {
+        let args = [b("k"), b("f1")];
+        let p = packed(&args);
+        assert!(same_args(&p, &args));
+        assert!(!same_args(&p, &[b("k")]));
+        assert!(!same_args(&p, &[b("k"), b("f2")]));
+        assert!(!same_args(&p, &[b("kf"), b("1")]));
+        assert!(!same_args(&p, &[b("k"), b("f1"), b("")]));
+    }
+
+    #[test]
+    fn invalidation_messages_name_their_keys_or_a_flush() {
+        let msg = Frame::Array(vec![
+            Frame::Bulk(b("message")),
+            Frame::Bulk(b("__redis__:invalidate")),
+            Frame::Array(vec![Frame::Bulk(b("a")), Frame::Bulk(b("b"))]),
+        ]);
+        let keys = invalidated(&msg).expect("an invalidation").expect("keys");
+        assert_eq!(keys, [&b("a"), &b("b")]);
+        let flush = Frame::Array(vec![
+            Frame::Bulk(b("message")),
+            Frame::Bulk(b("__redis__:invalidate")),
+            Frame::NullArray,
+        ]);
+        assert_eq!(invalidated(&flush), Some(None));
+        let other = Frame::Array(vec![
+            Frame::Bulk(b("message")),
+            Frame::Bulk(b("news")),
+            Frame::Bulk(b("x")),
+        ]);
+        assert_eq!(invalidated(&other), None);
+        assert!(is_pong(&Frame::Array(vec![
+            Frame::Bulk(b("pong")),
+            Frame::Bulk(b(""))
+        ])));
+    }
+
+    #[test]
+    fn a_write_marks_its_keys_and_a_keyless_write_everything() {
+        let table = respway_filters::command::lookup(b"set").expect("set");
+        let args = [b("set"), b("stamp-test-key"), b("v")];
+        let slot = slot_of(key_hash(b"stamp-test-key"));
+        let before = STAMPS[slot].load(Ordering::Acquire);
+        let touch = dispatched(table, &args, Some(&[1]));
+        assert_eq!(STAMPS[slot].load(Ordering::Acquire), before + 1);
+        touch.again();
+        assert_eq!(STAMPS[slot].load(Ordering::Acquire), before + 2);
+        let get = respway_filters::command::lookup(b"get").expect("get");
+        assert!(matches!(
+            dispatched(get, &[b("get"), b("stamp-test-key")], Some(&[1])),
+            Touch::None
+        ));
+        let flushdb = respway_filters::command::lookup(b"flushdb").expect("flushdb");
+        let flushes = FLUSHES.load(Ordering::Acquire);
+        assert!(matches!(
+            dispatched(flushdb, &[b("flushdb")], Some(&[])),
+            Touch::All
+        ));
+        assert!(FLUSHES.load(Ordering::Acquire) > flushes);
+    }
+
+    #[test]
+    fn hot_keys_enter_above_the_rate_and_leave_below_half_of_it() {
+        let stats = Arc::new(CacheStats::default());
+        let hot = HotSet::new(100, 1, stats.clone());
+        let t0 = Instant::now();
+        for i in 0..99 {
+            assert!(!hot.admits(b"k", t0), "read {i}");
+        }
+        assert!(
+            hot.admits(b"k", t0),
+            "the 100th read in the window admits it"
+        );
+        assert!(!hot.admits(b"cold", t0));
+        // Next window: 50 reads (half) keep it, fewer drop it.
+        let t1 = t0 + HOT_WINDOW;
+        assert!(hot.admits(b"k", t1));
+        for _ in 0..49 {
+            hot.admits(b"k", t1);
+        }
+        let t2 = t1 + HOT_WINDOW;
+        assert!(hot.admits(b"k", t2), "50 reads kept it");
+        let t3 = t2 + HOT_WINDOW;
+        assert!(!hot.admits(b"k", t3), "1 read in a window: it left");
+        assert_eq!(stats.hot_keys.load(Ordering::Relaxed), 0);
+    }
+}
