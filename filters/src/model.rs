@@ -379,7 +379,7 @@ impl Default for NearCache {
 /// How a near cache's entries are invalidated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NearCacheMode {
-    /// Redis's server-assisted tracking (`CLIENT TRACKING on REDIRECT ...`), per endpoint: a
+    /// Redis's server-assisted tracking (`CLIENT TRACKING ... OPTIN`), per endpoint: a
     /// write by any client invalidates the entries of its keys (default).
     Tracked,
     /// Broadcast tracking of the cache's prefixes (`CLIENT TRACKING ... BCAST PREFIX ...`):

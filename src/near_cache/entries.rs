@@ -116,6 +116,37 @@ struct Entries {
     order: VecDeque<(u64, u64)>,
     seq: u64,
     bytes: usize,
+    /// `admit: all`'s doorkeeper: one bit per entry hash, set by a read that found no entry;
+    /// a read is filled only when its bit was set already (the second read in the window),
+    /// so a key read once (a scan, a one-off) costs a bit, not an entry. Cleared when an
+    /// eighth of the bits are set (so at most one first read in eight is taken for a second). Allocated on first use.
+    seen: Vec<u64>,
+    seen_set: usize,
+}
+
+/// Bits of the doorkeeper (128 KiB per worker and cluster).
+const SEEN_BITS: usize = 1 << 20;
+
+impl Entries {
+    /// True when an entry of `hash` was asked for before in the doorkeeper's window; marks it
+    /// asked for.
+    fn seen_before(&mut self, hash: u64) -> bool {
+        if self.seen.is_empty() {
+            self.seen = vec![0; SEEN_BITS / 64];
+        }
+        let bit = (hash >> 20) as usize & (SEEN_BITS - 1);
+        let (word, mask) = (bit / 64, 1u64 << (bit % 64));
+        if self.seen[word] & mask != 0 {
+            return true;
+        }
+        self.seen[word] |= mask;
+        self.seen_set += 1;
+        if self.seen_set >= SEEN_BITS / 8 {
+            self.seen.fill(0);
+            self.seen_set = 0;
+        }
+        false
+    }
 }
 
 /// One worker's cache of one cluster, for one configuration (a push starts a new, empty one).
@@ -168,9 +199,10 @@ pub(crate) fn tracking_state(tracker: u64, connects: u64) -> u64 {
     }
 }
 
-/// `CLIENT TRACKING on REDIRECT id`, encoded.
+/// `CLIENT TRACKING on REDIRECT id OPTIN` and `CLIENT CACHING yes`, encoded: what the first
+/// fill on a connection is preceded by.
 pub(crate) fn redirect_frame(id: u64) -> Bytes {
-    let mut b = BytesMut::with_capacity(64);
+    let mut b = BytesMut::with_capacity(96);
     encode_command(
         &[
             &b"CLIENT"[..],
@@ -178,11 +210,16 @@ pub(crate) fn redirect_frame(id: u64) -> Bytes {
             b"on",
             b"REDIRECT",
             id.to_string().as_bytes(),
+            b"OPTIN",
         ],
         &mut b,
     );
+    b.extend_from_slice(CACHING_YES);
     b.freeze()
 }
+
+/// `CLIENT CACHING yes`, encoded: what every other fill is preceded by.
+pub(crate) const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nyes\r\n";
 
 impl ClusterCache {
     pub(crate) fn new(
@@ -232,6 +269,7 @@ impl ClusterCache {
         let hash = entry_hash(kh, req.cmd, req.flavor, &req.args[2..]);
         let rest = &req.args[1..];
         let now = Instant::now();
+        let mut was_cached = false;
         {
             let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(entry) = e.map.get(&hash) {
@@ -250,10 +288,15 @@ impl ClusterCache {
                             .bytes
                             .fetch_sub(old.size() as u64, Ordering::Relaxed);
                     }
+                    was_cached = true;
                 }
             }
+            bump(&self.stats.misses);
+            if self.cfg.admit == NearCacheAdmit::All && !was_cached && !e.seen_before(hash) {
+                bump(&self.stats.not_admitted);
+                return Lookup::Pass;
+            }
         }
-        bump(&self.stats.misses);
         if let Some(hot) = &self.hot {
             if self.cfg.admit == NearCacheAdmit::Hot && !hot.admits(key, now) {
                 bump(&self.stats.not_admitted);
@@ -376,4 +419,24 @@ fn entry_hash(key_hash: u64, cmd: &CommandInfo, flavor: Flavor, rest: &[Bytes]) 
         h = xxhash_rust::xxh3::xxh3_64_with_seed(a, h);
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_doorkeeper_admits_a_second_read_and_forgets_at_half_full() {
+        let mut e = Entries::default();
+        let h = 0x1234_5678_9abc_def0;
+        assert!(!e.seen_before(h), "first read");
+        assert!(e.seen_before(h), "second read");
+        // Set an eighth of the bits with other reads: the window starts over.
+        let mut other = 0u64;
+        while e.seen_set != 0 {
+            other += 1;
+            e.seen_before(other << 20);
+        }
+        assert!(!e.seen_before(h), "forgotten with the window");
+    }
 }

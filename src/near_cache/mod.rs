@@ -33,14 +33,13 @@
 //! # Modes
 //!
 //! - `tracked`: the worker's shared connections to the endpoint redirect their tracking to
-//!   the tracker: the first fill on a connection after it (or the tracker) was opened is
-//!   preceded, in one piece, by `CLIENT TRACKING on REDIRECT <tracker>` (fills go on the
-//!   session's own connection, so they keep their place among the session's commands); Redis
-//!   then sends the tracker an invalidation when anyone changes a key read over them. A fill
-//!   is kept only while its connection's tracking state still says so
-//!   ([`tracking_state`]): a reconnect, or a tracking command that failed, drops it. Not
-//!   `OPTIN`: a `CLIENT CACHING yes` before every fill would double the commands a miss costs
-//!   the shard; instead Redis tracks every key read over these connections.
+//!   the tracker, in `OPTIN` mode: every fill is preceded, in one piece, by `CLIENT CACHING
+//!   yes` (and the first on a connection after it or the tracker was opened by `CLIENT
+//!   TRACKING on REDIRECT <tracker> OPTIN`), so only the keys of fills are tracked, not every
+//!   read. Fills go on the session's own connection, so they keep their place among the
+//!   session's commands. Redis then sends the tracker an invalidation when anyone changes a
+//!   key filled. A fill is kept only while its connection's tracking state still says so
+//!   ([`tracking_state`]): a reconnect, or a tracking command that failed, drops it.
 //! - `bcast`: the tracker asks for every change under the prefixes (`BCAST PREFIX ...`); fills
 //!   are plain reads.
 //! - `ttl`: no tracker; entries end at `max_age` or on writes through this sidecar.
@@ -221,7 +220,8 @@ pub(crate) struct CacheStats {
     pub(crate) bytes: AtomicU64,
     /// Trackers connected now, and configured.
     pub(crate) trackers_up: AtomicU64,
-    /// Reads not cached because the key is not hot (`admit: hot`).
+    /// Reads not cached: the first of a key in the doorkeeper's window (`admit: all`), or of
+    /// a key that is not hot (`admit: hot`).
     pub(crate) not_admitted: AtomicU64,
     /// Keys admitted as hot now (`admit: hot`).
     pub(crate) hot_keys: AtomicU64,

@@ -596,7 +596,7 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
     series(
         "respway_near_cache_not_admitted_total",
         Counter,
-        "Cacheable reads not cached because their key is not hot (admit: hot).",
+        "Cacheable reads not cached: with admit: all, the first read of a key in the doorkeeper's window; with admit: hot, reads of keys that are not hot.",
         &["cluster"],
         scrape::near_cache::<8>,
     ),

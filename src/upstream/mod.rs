@@ -105,9 +105,10 @@ pub(crate) struct UpstreamRequest {
     pub(crate) deadline: Instant,
     /// Where the reply goes.
     pub(crate) tx: ReplyTx,
-    /// A command written just before it, in one piece (a near-cache fill's `CLIENT TRACKING`),
-    /// and the connection's tracking state, cleared when that command's reply is an error.
-    pub(crate) pre: Option<(Bytes, Arc<AtomicU64>)>,
+    /// Commands written just before it, in one piece (a near-cache fill's `CLIENT TRACKING`
+    /// and `CLIENT CACHING`), how many, and the connection's tracking state, cleared when one
+    /// of their replies is an error.
+    pub(crate) pre: Option<(Bytes, u8, Arc<AtomicU64>)>,
 }
 
 /// How to reach and prepare one endpoint (`{:?}` leaves the `AUTH` arguments out).
@@ -360,9 +361,10 @@ impl EndpointHandle {
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
         let i = conn % conns.len();
-        // `tracked` mode: the connection redirects its invalidations to the tracker from the
-        // first fill after it (or the tracker) was opened on; the state says whether it does.
-        let pre = fill.tracker.and_then(|id| {
+        // `tracked` mode: the connection redirects its invalidations to the tracker (`OPTIN`)
+        // from the first fill after it (or the tracker) was opened on, which the state says;
+        // every fill asks for its key to be tracked (`CLIENT CACHING yes`).
+        let pre = fill.tracker.map(|id| {
             let states = pools
                 .tracking
                 .get_or_init(|| (0..conns.len()).map(|_| Arc::default()).collect());
@@ -372,8 +374,15 @@ impl EndpointHandle {
                 self.inner.stats.connects.load(Ordering::Acquire),
             );
             fill.track = Some((state.clone(), want, self.inner.stats.connects_handle()));
-            (state.swap(want, Ordering::AcqRel) != want)
-                .then(|| (crate::near_cache::redirect_frame(id), state.clone()))
+            if state.swap(want, Ordering::AcqRel) != want {
+                (crate::near_cache::redirect_frame(id), 2, state.clone())
+            } else {
+                (
+                    Bytes::from_static(crate::near_cache::CACHING_YES),
+                    1,
+                    state.clone(),
+                )
+            }
         });
         crate::stats::bump(&self.inner.requests, 1);
         let mut f = send_on(
@@ -466,7 +475,7 @@ fn send_on(
     label: Arc<str>,
     stats: &EndpointStats,
     max_queue: usize,
-    pre: Option<(Bytes, Arc<AtomicU64>)>,
+    pre: Option<(Bytes, u8, Arc<AtomicU64>)>,
 ) -> UpstreamFuture {
     let (tx, rx) = oneshot::channel();
     let failed = match queue.try_send(UpstreamRequest {

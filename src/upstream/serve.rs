@@ -502,16 +502,18 @@ pub(super) fn enqueue(
         answer(req.tx, UpstreamError::Timeout, stats);
         return false;
     }
-    if let Some((frame, state)) = &req.pre {
-        // A command whose reply only clears `state` when it is an error.
+    if let Some((frame, n, state)) = &req.pre {
+        // Commands whose replies only clear `state` when one is an error.
         wbuf.push(frame);
-        inflight.push_back(Inflight {
-            tx: None,
-            pre_ok: Some(state.clone()),
-            deadline: req.deadline,
-            sent: now,
-            op: req.deadline.saturating_duration_since(now),
-        });
+        for _ in 0..*n {
+            inflight.push_back(Inflight {
+                tx: None,
+                pre_ok: Some(state.clone()),
+                deadline: req.deadline,
+                sent: now,
+                op: req.deadline.saturating_duration_since(now),
+            });
+        }
     }
     match &req.raw {
         Some(raw) => {

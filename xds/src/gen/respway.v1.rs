@@ -226,7 +226,7 @@ impl ::prost::Name for ShardHashing {
 pub enum NearCacheMode {
     /// Not set: NEAR_CACHE_MODE_TRACKED.
     Unspecified = 0,
-    /// Redis's server-assisted tracking of the keys read (`CLIENT TRACKING on REDIRECT`), per
+    /// Redis's server-assisted tracking of the keys read (`CLIENT TRACKING ... OPTIN`), per
     /// endpoint: a write by any client invalidates the entries of its keys.
     Tracked = 1,
     /// Broadcast tracking of the cache's prefixes (`CLIENT TRACKING ... BCAST PREFIX ...`): no
