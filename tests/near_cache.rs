@@ -175,6 +175,7 @@ fn transactions_scripts_and_flushes_end_entries() {
 fn ttl_mode_serves_until_max_age() {
     let shard = redis();
     let rw = respway(&yaml(&[shard.addr], "{ mode: ttl, max_age: 700ms }"), 1);
+    assert_eq!(counter(rw.addr, "trackers_up"), 0);
     let mut direct = RespConn::connect(shard.addr);
     direct.call(&["SET", "tmsuma:k", "old"]);
     let mut c = RespConn::connect(rw.addr);
@@ -572,6 +573,18 @@ fn hot_keys_are_admitted_and_the_shards_even_out() {
         }
         top10
     };
+    // The same reads through a sidecar without the cache, for comparison.
+    let plain = respway(&sharded_yaml(&addrs, "{ policy: modula }", false), 1);
+    let mut pc = RespConn::connect(plain.addr);
+    let before: Vec<u64> = addrs.iter().map(|a| commandstat(*a, "get")).collect();
+    round(&mut pc, 100);
+    let plain_gets: Vec<u64> = addrs
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| commandstat(*a, "get") - b)
+        .collect();
+    let plain_ratio = *plain_gets.iter().max().unwrap() as f64
+        / (plain_gets.iter().sum::<u64>() as f64 / plain_gets.len() as f64);
     // Warm up: one and a half admission windows.
     let warm = Instant::now();
     while warm.elapsed() < Duration::from_millis(1500) {
@@ -589,6 +602,9 @@ fn hot_keys_are_admitted_and_the_shards_even_out() {
     let mean = gets.iter().sum::<u64>() as f64 / gets.len() as f64;
     let max = *gets.iter().max().unwrap() as f64;
     let total = 200 * 500;
+    eprintln!(
+        "zipf(1.2), 100,000 keys, 4 shards, no cache: GETs per shard {plain_gets:?} (max/mean {plain_ratio:.3})"
+    );
     eprintln!(
         "zipf(1.2), 100,000 keys, 4 shards, admit: hot: GETs per shard {gets:?} (max/mean {:.3}), \
          {hits} of {total} reads from the cache ({:.1}%), top-10 keys {top10} reads; {:?}",
@@ -670,4 +686,26 @@ fn replica_reads_follow_the_replicas_invalidations() {
     direct.call(&["SET", "rep:k", "v2"]);
     assert!(until(Duration::from_secs(2), || c.call(&["GET", "rep:k"])
         == Resp::bulk("v2")));
+}
+
+/// A configuration push starts the caches afresh (routes, placement or read policy may have
+/// changed): an entry `ttl` mode would still serve is not served after it.
+#[test]
+fn a_configuration_push_starts_the_cache_afresh() {
+    let shard = redis();
+    let y = yaml(&[shard.addr], "{ mode: ttl, max_age: 60s }");
+    let rw = respway(&y, 1);
+    let mut direct = RespConn::connect(shard.addr);
+    direct.call(&["SET", "acpstcaf:k", "old"]);
+    let mut c = RespConn::connect(rw.addr);
+    for _ in 0..3 {
+        assert_eq!(c.call(&["GET", "acpstcaf:k"]), Resp::bulk("old"));
+    }
+    direct.call(&["SET", "acpstcaf:k", "new"]);
+    assert_eq!(c.call(&["GET", "acpstcaf:k"]), Resp::bulk("old"), "cached");
+    let config = respway_xds::translate(&respway_xds::parse_yaml(&y).unwrap()).unwrap();
+    rw.server.as_ref().unwrap().apply(config).expect("push");
+    assert!(until(Duration::from_secs(3), || c
+        .call(&["GET", "acpstcaf:k"])
+        == Resp::bulk("new")));
 }
