@@ -56,8 +56,11 @@ impl Entry {
         self.args.len() + self.reply.len() + ENTRY_OVERHEAD
     }
 
-    fn same(&self, cmd: &CommandInfo, flavor: Flavor, args: &[Bytes]) -> bool {
-        std::ptr::eq(self.cmd, cmd) && self.flavor == flavor && same_args(&self.args, args)
+    fn same(&self, cmd: &CommandInfo, flavor: Flavor, ep: &EndpointHandle, args: &[Bytes]) -> bool {
+        std::ptr::eq(self.cmd, cmd)
+            && self.flavor == flavor
+            && self.ep.same(ep)
+            && same_args(&self.args, args)
     }
 
     fn serves(&self, max_age: Duration, now: Instant) -> bool {
@@ -266,14 +269,14 @@ impl ClusterCache {
         };
         let kh = key_hash(key);
         let slot = slot_of(kh);
-        let hash = entry_hash(kh, req.cmd, req.flavor, &req.args[2..]);
+        let hash = entry_hash(kh, req.cmd, req.flavor, ep, &req.args[2..]);
         let rest = &req.args[1..];
         let now = Instant::now();
         let mut was_cached = false;
         {
             let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(entry) = e.map.get(&hash) {
-                if entry.same(req.cmd, req.flavor, rest) {
+                if entry.same(req.cmd, req.flavor, ep, rest) {
                     if entry.serves(self.cfg.max_age, now) {
                         bump(&self.stats.hits);
                         if let Some(hot) = &self.hot {
@@ -411,10 +414,20 @@ impl Fill {
     }
 }
 
-fn entry_hash(key_hash: u64, cmd: &CommandInfo, flavor: Flavor, rest: &[Bytes]) -> u64 {
+/// An entry's hash: the key's, the command, the protocol and database, the endpoint (a read
+/// sent elsewhere, as a hot key's read that falls back to the key's home shard, is another
+/// entry), and the other arguments.
+fn entry_hash(
+    key_hash: u64,
+    cmd: &CommandInfo,
+    flavor: Flavor,
+    ep: &EndpointHandle,
+    rest: &[Bytes],
+) -> u64 {
     let mut h = key_hash
         ^ (cmd as *const CommandInfo as u64).rotate_left(17)
-        ^ (flavor.index() as u64).rotate_left(41);
+        ^ (flavor.index() as u64).rotate_left(41)
+        ^ ep.id().rotate_left(29);
     for a in rest {
         h = xxhash_rust::xxh3::xxh3_64_with_seed(a, h);
     }

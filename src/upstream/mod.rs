@@ -253,6 +253,16 @@ impl EndpointHandle {
         self.inner.check.as_deref()
     }
 
+    /// True for two handles of the same pools.
+    pub(crate) fn same(&self, other: &EndpointHandle) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// A number that tells this worker's pools apart (their address).
+    pub(crate) fn id(&self) -> u64 {
+        Arc::as_ptr(&self.inner) as u64
+    }
+
     /// The near cache's tracker of this endpoint, when its cluster's cache has one.
     pub(crate) fn tracker(&self) -> Option<&crate::near_cache::Tracker> {
         self.inner.tracker.as_deref()
