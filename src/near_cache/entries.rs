@@ -239,6 +239,15 @@ impl ClusterCache {
         }
     }
 
+    /// Counts `old`, taken out of `e`, out of the bytes and the gauges.
+    fn forget(&self, e: &mut Entries, old: &Entry) {
+        e.bytes -= old.size();
+        self.stats.entries.fetch_sub(1, Ordering::Relaxed);
+        self.stats
+            .bytes
+            .fetch_sub(old.size() as u64, Ordering::Relaxed);
+    }
+
     fn covers(&self, key: &[u8]) -> bool {
         self.cfg.prefixes.is_empty()
             || self
@@ -285,11 +294,7 @@ impl ClusterCache {
                         return Lookup::Hit(entry.reply.clone());
                     }
                     if let Some(old) = e.map.remove(&hash) {
-                        e.bytes -= old.size();
-                        self.stats.entries.fetch_sub(1, Ordering::Relaxed);
-                        self.stats
-                            .bytes
-                            .fetch_sub(old.size() as u64, Ordering::Relaxed);
+                        self.forget(&mut e, &old);
                     }
                     was_cached = true;
                 }
@@ -359,11 +364,7 @@ impl ClusterCache {
         let size = entry.size();
         let seq = entry.seq;
         if let Some(old) = e.map.insert(fill.hash, entry) {
-            e.bytes -= old.size();
-            self.stats.entries.fetch_sub(1, Ordering::Relaxed);
-            self.stats
-                .bytes
-                .fetch_sub(old.size() as u64, Ordering::Relaxed);
+            self.forget(&mut e, &old);
         }
         e.bytes += size;
         e.order.push_back((fill.hash, seq));
@@ -376,11 +377,7 @@ impl ClusterCache {
             };
             if e.map.get(&h).is_some_and(|x| x.seq == seq) {
                 if let Some(old) = e.map.remove(&h) {
-                    e.bytes -= old.size();
-                    self.stats.entries.fetch_sub(1, Ordering::Relaxed);
-                    self.stats
-                        .bytes
-                        .fetch_sub(old.size() as u64, Ordering::Relaxed);
+                    self.forget(&mut e, &old);
                     bump(&self.stats.evictions);
                 }
             }

@@ -653,38 +653,30 @@ enum State {
 }
 
 impl UpstreamFuture {
+    fn new(state: State, label: Arc<str>, deadline: Instant) -> Self {
+        UpstreamFuture {
+            state,
+            label,
+            fallback: None,
+            fill: None,
+            deadline,
+        }
+    }
+
     fn waiting(
         rx: oneshot::Receiver<Result<Reply, UpstreamError>>,
         label: Arc<str>,
         deadline: Instant,
     ) -> Self {
-        UpstreamFuture {
-            state: State::Waiting(rx),
-            label,
-            fallback: None,
-            fill: None,
-            deadline,
-        }
+        UpstreamFuture::new(State::Waiting(rx), label, deadline)
     }
 
     fn ready(reply: Reply, label: Arc<str>, deadline: Instant) -> Self {
-        UpstreamFuture {
-            state: State::Ready(Some(reply)),
-            label,
-            fallback: None,
-            fill: None,
-            deadline,
-        }
+        UpstreamFuture::new(State::Ready(Some(reply)), label, deadline)
     }
 
     fn failed(e: UpstreamError, label: Arc<str>, deadline: Instant) -> Self {
-        UpstreamFuture {
-            state: State::Failed(Some(e)),
-            label,
-            fallback: None,
-            fill: None,
-            deadline,
-        }
+        UpstreamFuture::new(State::Failed(Some(e)), label, deadline)
     }
 }
 
