@@ -72,8 +72,7 @@ pub(super) static STAMPS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLO
 /// Bumped by key-less writes (every entry of every cluster ends).
 pub(super) static FLUSHES: AtomicU64 = AtomicU64::new(0);
 
-/// True while a configuration with a near cache is applied: sessions skip the stamps
-/// otherwise.
+/// True once a configuration with a near cache was applied: sessions skip the stamps before.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// How often a tracker sends `PING`.
@@ -84,12 +83,17 @@ pub(crate) const TRACKER_MISSES: u32 = 3;
 /// entry fields).
 pub(crate) const ENTRY_OVERHEAD: usize = 160;
 
-/// Turns the sessions' stamp bumps on or off (a configuration with or without a cache).
+/// Turns the sessions' stamp bumps on once a configuration has a cache. They stay on after
+/// (a push that removes the cache while another server of the process, or an entry of the
+/// old configuration still in flight, has one must not lose a write's bump; the cost is a
+/// hash and an atomic add per write).
 pub(crate) fn set_active(on: bool) {
-    ACTIVE.store(on, Ordering::Relaxed);
+    if on {
+        ACTIVE.store(true, Ordering::Relaxed);
+    }
 }
 
-/// True while some cluster has a near cache.
+/// True once some cluster has had a near cache.
 #[inline(always)]
 pub(crate) fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
