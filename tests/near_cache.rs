@@ -712,3 +712,61 @@ fn a_configuration_push_starts_the_cache_afresh() {
         .call(&["GET", "acpstcaf:k"])
         == Resp::bulk("new")));
 }
+
+/// `MGET` over two shards: its elements are kept as the keys' `GET` entries, a second `MGET`
+/// (or a `GET`) of the same keys is served by the cache, and a write to one key through the
+/// sidecar is seen by the next `MGET`.
+#[test]
+fn mget_is_served_per_key() {
+    let shards = [redis(), redis()];
+    let addrs = [shards[0].addr, shards[1].addr];
+    let rw = respway(&yaml(&addrs, "{ mode: tracked, max_age: 60s }"), 1);
+    trackers_up(rw.addr, 2);
+    let keys: Vec<String> = (0..8).map(|i| format!("migpk:{i}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        for a in addrs {
+            RespConn::connect(a).call(&["DEL", k]);
+        }
+        if i != 3 {
+            let mut c = RespConn::connect(rw.addr);
+            c.call(&["SET", k, &format!("v{i}")]);
+        }
+    }
+    let want = |c: &mut RespConn, over: Option<(usize, &str)>| {
+        let mut args = vec!["MGET"];
+        args.extend(keys.iter().map(String::as_str));
+        let r = c.call(&args);
+        let expect: Vec<Resp> = (0..8)
+            .map(|i| match over {
+                Some((j, v)) if j == i => Resp::bulk(v),
+                _ if i == 3 => Resp::Bulk(None),
+                _ => Resp::bulk(format!("v{i}")),
+            })
+            .collect();
+        assert_eq!(r, Resp::Array(Some(expect)));
+    };
+    let mut c = RespConn::connect(rw.addr);
+    // First (connections open), second (kept: the doorkeeper), third served.
+    want(&mut c, None);
+    want(&mut c, None);
+    let gets: u64 = addrs.iter().map(|a| commandstat(*a, "mget")).sum();
+    let hits = counter(rw.addr, "hits");
+    for _ in 0..5 {
+        want(&mut c, None);
+    }
+    assert!(
+        addrs.iter().map(|a| commandstat(*a, "mget")).sum::<u64>() - gets <= 2,
+        "MGETs served by the cache"
+    );
+    assert!(
+        counter(rw.addr, "hits") >= hits + 32,
+        "{:?}",
+        counters(rw.addr)
+    );
+    assert_eq!(c.call(&["GET", "migpk:5"]), Resp::bulk("v5"));
+    assert_eq!(
+        c.call(&["SET", "migpk:5", "new"]),
+        Resp::Simple("OK".into())
+    );
+    want(&mut c, Some((5, "new")));
+}

@@ -172,16 +172,18 @@ pub(crate) enum Lookup {
     Fill(Box<Fill>),
 }
 
-/// A read sent to fill an entry.
+/// A read sent to fill entries: one, or one per key of an `MGET` (each kept as its key's
+/// `GET` entry: an `MGET` element is encoded as `GET`'s reply is).
 #[derive(Debug)]
 pub(crate) struct Fill {
     cache: Arc<ClusterCache>,
-    hash: u64,
+    /// The entries' command (`GET` for an `MGET`).
     cmd: &'static CommandInfo,
     flavor: Flavor,
-    args: Box<[u8]>,
     ep: EndpointHandle,
-    valid: Valid,
+    items: Vec<Item>,
+    /// The reply is an `MGET`'s array: item `i` is its element `Item::at`.
+    mget: bool,
     /// `tracked` mode: the id of the endpoint's tracker, which the connection the read goes
     /// on must redirect its invalidations to.
     pub(crate) tracker: Option<u64>,
@@ -189,6 +191,17 @@ pub(crate) struct Fill {
     /// went on, and the value it must still hold for the reply to be kept (see
     /// [`tracking_state`]).
     pub(crate) track: Option<(Arc<AtomicU64>, u64, Arc<AtomicU64>)>,
+}
+
+/// One entry a fill may keep.
+#[derive(Debug)]
+struct Item {
+    hash: u64,
+    /// The entry's arguments after the command name, packed.
+    args: Box<[u8]>,
+    valid: Valid,
+    /// For an `MGET`: the element of the reply.
+    at: usize,
 }
 
 /// What a connection's tracking state holds once `CLIENT TRACKING on REDIRECT tracker` was
@@ -257,8 +270,20 @@ impl ClusterCache {
                 .any(|p| key.starts_with(p.as_bytes()))
     }
 
+    /// The endpoint's tracker id when the mode has one (`Err`: it has none now, so nothing
+    /// is served or kept for the endpoint).
+    fn tracker(&self, ep: &EndpointHandle) -> Result<Option<u64>, ()> {
+        match self.mode {
+            NearCacheMode::Ttl => Ok(None),
+            _ => ep.tracker().and_then(|t| t.id()).map(Some).ok_or(()),
+        }
+    }
+
     /// Looks `req` (routed to `ep`) up.
     pub(crate) fn lookup(self: &Arc<Self>, req: &Request, ep: &EndpointHandle) -> Lookup {
+        if req.cmd.name == "mget" {
+            return self.lookup_mget(req, ep);
+        }
         if !req.is_read() || !cacheable(req.cmd, &req.args) {
             return Lookup::Pass;
         }
@@ -268,13 +293,8 @@ impl ClusterCache {
         if !self.covers(key) {
             return Lookup::Pass;
         }
-        let tracker_id = match self.mode {
-            NearCacheMode::Ttl => None,
-            _ => match ep.tracker().and_then(|t| t.id()) {
-                Some(id) => Some(id),
-                // No tracker: nothing is served or kept for this endpoint.
-                None => return Lookup::Pass,
-            },
+        let Ok(tracker_id) = self.tracker(ep) else {
+            return Lookup::Pass;
         };
         let kh = key_hash(key);
         let slot = slot_of(kh);
@@ -311,20 +331,116 @@ impl ClusterCache {
                 return Lookup::Pass;
             }
         }
+        let item = Item {
+            hash,
+            args: packed(rest),
+            valid: Valid::now(slot, ep),
+            at: 0,
+        };
+        self.fill(req.cmd, req, ep, tracker_id, vec![item], false)
+    }
+
+    fn fill(
+        self: &Arc<Self>,
+        cmd: &'static CommandInfo,
+        req: &Request,
+        ep: &EndpointHandle,
+        tracker_id: Option<u64>,
+        items: Vec<Item>,
+        mget: bool,
+    ) -> Lookup {
         Lookup::Fill(Box::new(Fill {
             cache: self.clone(),
-            hash,
-            cmd: req.cmd,
+            cmd,
             flavor: req.flavor,
-            args: packed(rest),
             ep: ep.clone(),
-            valid: Valid::now(slot, ep),
+            items,
+            mget,
             tracker: match self.mode {
                 NearCacheMode::Tracked => tracker_id,
                 _ => None,
             },
             track: None,
         }))
+    }
+
+    /// `MGET`: served when every key's `GET` entry serves; otherwise sent whole, and its
+    /// elements kept as the `GET` entries of the keys admitted.
+    fn lookup_mget(self: &Arc<Self>, req: &Request, ep: &EndpointHandle) -> Lookup {
+        let keys = &req.args[1..];
+        if keys.is_empty() || !keys.iter().all(|k| self.covers(k)) {
+            return Lookup::Pass;
+        }
+        let Ok(tracker_id) = self.tracker(ep) else {
+            return Lookup::Pass;
+        };
+        let get = get_command();
+        let now = Instant::now();
+        let mut replies: Vec<Bytes> = Vec::with_capacity(keys.len());
+        let mut items = Vec::new();
+        let mut missing = Vec::new();
+        {
+            let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            for (at, key) in keys.iter().enumerate() {
+                let kh = key_hash(key);
+                let hash = entry_hash(kh, get, req.flavor, ep, &[]);
+                let one = std::slice::from_ref(key);
+                let mut was_cached = false;
+                if let Some(entry) = e.map.get(&hash) {
+                    if entry.same(get, req.flavor, ep, one) {
+                        if entry.serves(self.cfg.max_age, now) {
+                            replies.push(entry.reply.clone());
+                            continue;
+                        }
+                        if let Some(old) = e.map.remove(&hash) {
+                            self.forget(&mut e, &old);
+                        }
+                        was_cached = true;
+                    }
+                }
+                let admitted = match self.cfg.admit {
+                    NearCacheAdmit::All => was_cached || e.seen_before(hash),
+                    NearCacheAdmit::Hot => true,
+                };
+                if admitted {
+                    missing.push((at, kh, hash));
+                }
+            }
+        }
+        if replies.len() == keys.len() {
+            self.stats
+                .hits
+                .fetch_add(keys.len() as u64, Ordering::Relaxed);
+            let mut out =
+                BytesMut::with_capacity(16 + replies.iter().map(Bytes::len).sum::<usize>());
+            out.extend_from_slice(format!("*{}\r\n", keys.len()).as_bytes());
+            for r in &replies {
+                out.extend_from_slice(r);
+            }
+            return Lookup::Hit(out.freeze());
+        }
+        self.stats
+            .misses
+            .fetch_add((keys.len() - replies.len()) as u64, Ordering::Relaxed);
+        for (at, kh, hash) in missing {
+            let key = &keys[at];
+            if let Some(hot) = &self.hot {
+                if self.cfg.admit == NearCacheAdmit::Hot && !hot.admits(key, now) {
+                    continue;
+                }
+            }
+            items.push(Item {
+                hash,
+                args: packed(std::slice::from_ref(key)),
+                valid: Valid::now(slot_of(kh), ep),
+                at,
+            });
+        }
+        if items.is_empty() {
+            bump(&self.stats.not_admitted);
+            return Lookup::Pass;
+        }
+        self.fill(get, req, ep, tracker_id, items, true)
     }
 
     fn insert(&self, fill: Fill, reply: &Bytes) {
@@ -339,38 +455,62 @@ impl ClusterCache {
         if is_error(reply) {
             return;
         }
-        if reply.len() as u64 > self.cfg.max_entry_bytes {
-            bump(&self.stats.too_large);
-            return;
-        }
-        if !tracked_ok || Valid::now(fill.valid.slot as usize, &fill.ep) != fill.valid {
+        if !tracked_ok {
             bump(&self.stats.fills_dropped);
             return;
         }
-        let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        e.seq += 1;
-        let entry = Entry {
-            seq: e.seq,
-            cmd: fill.cmd,
-            flavor: fill.flavor,
-            args: fill.args,
-            // Its own allocation: a slice of the connection's read buffer would keep the
-            // whole buffer alive.
-            reply: Bytes::copy_from_slice(reply),
-            ep: fill.ep.clone(),
-            valid: fill.valid,
-            born: Instant::now(),
+        let elements = match fill.mget {
+            false => vec![reply.clone()],
+            true => match mget_elements(reply, fill.items.len()) {
+                Some(el) => el,
+                None => return,
+            },
         };
-        let size = entry.size();
-        let seq = entry.seq;
-        if let Some(old) = e.map.insert(fill.hash, entry) {
-            self.forget(&mut e, &old);
+        let Fill {
+            cmd,
+            flavor,
+            ep,
+            items,
+            mget,
+            ..
+        } = fill;
+        let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        for item in items {
+            let Some(reply) = elements.get(if mget { item.at } else { 0 }) else {
+                continue;
+            };
+            if reply.len() as u64 > self.cfg.max_entry_bytes {
+                bump(&self.stats.too_large);
+                continue;
+            }
+            if Valid::now(item.valid.slot as usize, &ep) != item.valid {
+                bump(&self.stats.fills_dropped);
+                continue;
+            }
+            e.seq += 1;
+            let entry = Entry {
+                seq: e.seq,
+                cmd,
+                flavor,
+                args: item.args,
+                // Its own allocation: a slice of the connection's read buffer would keep the
+                // whole buffer alive.
+                reply: Bytes::copy_from_slice(reply),
+                ep: ep.clone(),
+                valid: item.valid,
+                born: Instant::now(),
+            };
+            let size = entry.size();
+            let seq = entry.seq;
+            if let Some(old) = e.map.insert(item.hash, entry) {
+                self.forget(&mut e, &old);
+            }
+            e.bytes += size;
+            e.order.push_back((item.hash, seq));
+            self.stats.entries.fetch_add(1, Ordering::Relaxed);
+            self.stats.bytes.fetch_add(size as u64, Ordering::Relaxed);
+            bump(&self.stats.fills);
         }
-        e.bytes += size;
-        e.order.push_back((fill.hash, seq));
-        self.stats.entries.fetch_add(1, Ordering::Relaxed);
-        self.stats.bytes.fetch_add(size as u64, Ordering::Relaxed);
-        bump(&self.stats.fills);
         while e.bytes as u64 > self.cfg.max_bytes {
             let Some((h, seq)) = e.order.pop_front() else {
                 break;
@@ -389,6 +529,38 @@ impl ClusterCache {
             order.retain(|(h, s)| map.get(h).is_some_and(|x| x.seq == *s));
         }
     }
+}
+
+/// `GET`'s table entry (an `MGET`'s elements are kept as `GET` entries).
+fn get_command() -> &'static CommandInfo {
+    static GET: std::sync::OnceLock<&'static CommandInfo> = std::sync::OnceLock::new();
+    GET.get_or_init(|| {
+        respway_filters::command::lookup(b"get").expect("GET is in the command table")
+    })
+}
+
+/// The elements of an `MGET` reply (an array of at least `want` bulk strings or nulls), each
+/// as its own frame; `None` for any other reply.
+fn mget_elements(reply: &Bytes, want: usize) -> Option<Vec<Bytes>> {
+    let (n, mut at) = respway_filters::resp::array_header(reply)?;
+    if n < want {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = respway_filters::resp::reply_len(
+            &reply[at..],
+            &respway_filters::codec_limits::Limits::REPLIES,
+        )
+        .ok()??;
+        let el = reply.slice(at..at + len);
+        if !matches!(el.first(), Some(b'$' | b'_')) {
+            return None;
+        }
+        out.push(el);
+        at += len;
+    }
+    Some(out)
 }
 
 impl Drop for ClusterCache {

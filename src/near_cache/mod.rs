@@ -196,6 +196,7 @@ pub(crate) fn cacheable(cmd: &CommandInfo, args: &[Bytes]) -> bool {
         | "llen" | "lindex" | "strlen" | "type" | "getrange" | "substr" | "hkeys" | "hvals"
         | "getbit" | "bitcount" => true,
         "exists" => args.len() == 2,
+        "mget" => true,
         _ => false,
     }
 }
