@@ -324,3 +324,31 @@ fn concurrent_hot_writes_with_different_homes_all_succeed_and_converge() {
     }
     assert!(info.contains("partial_failures=0"), "{info}");
 }
+
+/// A sidecar that starts with the rule (a restart, or the rule written into its file while it
+/// was down) copies the keys that exist: the pass runs at every start, and is idempotent.
+#[test]
+fn a_start_with_the_rule_copies_the_keys_that_already_exist() {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
+    {
+        let before = respway(&yaml(&addrs, false), 1);
+        create_keys(&mut sync_client(before.addr));
+    }
+    let rw = respway(&yaml(&addrs, true), 1);
+    let info = wait_copied(rw.addr);
+    assert!(
+        info.contains(&format!("copied_keys={}", KEYS + 3)),
+        "{info}"
+    );
+    let total: u64 = addrs.iter().map(|a| dbsize(*a)).sum();
+    assert_eq!(total, 4 * (KEYS as u64 + 3));
+    // Again (another start): the same copies, nothing added.
+    drop(rw);
+    let rw = respway(&yaml(&addrs, true), 1);
+    wait_copied(rw.addr);
+    let total: u64 = addrs.iter().map(|a| dbsize(*a)).sum();
+    assert_eq!(total, 4 * (KEYS as u64 + 3));
+    let (missing, _) = missing_reads(&mut sync_client(rw.addr), 4);
+    assert_eq!(missing, 0);
+}
