@@ -223,7 +223,7 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<Stop>) {
 /// Starts the passes of the current configuration's new rules, deletes the copies of the
 /// rules it removed, and forgets the state of rules it no longer has. Returns its rules.
 fn reconcile(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     copying: &mut HashMap<RuleKey, tokio::task::JoinHandle<()>>,
     deleting: &mut HashMap<Rule, tokio::task::JoinHandle<()>>,
     before: &HashSet<Rule>,
@@ -269,14 +269,15 @@ fn reconcile(
         if state.state() == State::Done || copying.contains_key(&key) {
             continue;
         }
-        let task = tokio::spawn(copy_rule(snap.clone(), ci, key.1.clone(), state));
+        let name = clusters[ci].name.clone();
+        let task = tokio::spawn(copy_rule(shared.clone(), name, key.1.clone(), state));
         copying.insert(key, task);
     }
     for gone in before.difference(&now) {
-        let Some(ci) = clusters.iter().position(|c| c.name == gone.0) else {
+        if !clusters.iter().any(|c| c.name == gone.0) {
             continue;
-        };
-        let task = tokio::spawn(uncopy_rule(snap.clone(), ci, gone.1.clone()));
+        }
+        let task = tokio::spawn(uncopy_rule(shared.clone(), gone.0.clone(), gone.1.clone()));
         if let Some(old) = deleting.insert(gone.clone(), task) {
             old.abort();
         }
@@ -284,10 +285,22 @@ fn reconcile(
     now
 }
 
-/// Runs the pass of rule `prefix` of cluster `ci` until one succeeds.
-async fn copy_rule(snap: Arc<Snapshot>, ci: usize, prefix: Vec<u8>, state: Arc<RuleCopy>) {
+/// The current snapshot and the index of cluster `name` in it (`None`: the cluster is gone).
+fn current(shared: &Shared, name: &str) -> Option<(Arc<Snapshot>, usize)> {
+    let snap = shared.current.load_full();
+    let ci = snap.config.clusters.iter().position(|c| c.name == name)?;
+    Some((snap, ci))
+}
+
+/// Runs the pass of rule `prefix` of cluster `cluster` until one succeeds; each attempt uses
+/// the configuration served then (a failover may have named new primaries).
+async fn copy_rule(shared: Arc<Shared>, cluster: String, prefix: Vec<u8>, state: Arc<RuleCopy>) {
     let mut backoff = RETRY_FIRST;
+    let what = String::from_utf8_lossy(&prefix).into_owned();
     loop {
+        let Some((snap, ci)) = current(&shared, &cluster) else {
+            return;
+        };
         state.set(State::Copying);
         state.keys.store(0, Ordering::Relaxed);
         match pass(&snap, ci, &prefix, Work::Copy(&state)).await {
@@ -299,8 +312,8 @@ async fn copy_rule(snap: Arc<Snapshot>, ci: usize, prefix: Vec<u8>, state: Arc<R
                     .clear();
                 state.set(State::Done);
                 tracing::info!(
-                    cluster = %snap.config.clusters[ci].name,
-                    prefix = %String::from_utf8_lossy(&prefix),
+                    cluster = %cluster,
+                    prefix = %what,
                     keys = state.keys.load(Ordering::Relaxed),
                     "hot-key rule: existing keys copied to every shard; reads spread"
                 );
@@ -308,8 +321,8 @@ async fn copy_rule(snap: Arc<Snapshot>, ci: usize, prefix: Vec<u8>, state: Arc<R
             }
             Err(e) => {
                 tracing::warn!(
-                    cluster = %snap.config.clusters[ci].name,
-                    prefix = %String::from_utf8_lossy(&prefix),
+                    cluster = %cluster,
+                    prefix = %what,
                     error = %e,
                     retry_in = ?backoff,
                     "hot-key rule: copying the existing keys failed; reads stay on each key's home shard"
@@ -323,16 +336,19 @@ async fn copy_rule(snap: Arc<Snapshot>, ci: usize, prefix: Vec<u8>, state: Arc<R
     }
 }
 
-/// Deletes the copies of the removed rule `prefix` of cluster `ci`, retrying until it
+/// Deletes the copies of the removed rule `prefix` of cluster `cluster`, retrying until it
 /// succeeds (or a push brings the rule back, which aborts it).
-async fn uncopy_rule(snap: Arc<Snapshot>, ci: usize, prefix: Vec<u8>) {
+async fn uncopy_rule(shared: Arc<Shared>, cluster: String, prefix: Vec<u8>) {
     let mut backoff = RETRY_FIRST;
     loop {
+        let Some((snap, ci)) = current(&shared, &cluster) else {
+            return;
+        };
         match pass(&snap, ci, &prefix, Work::Delete).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(
-                    cluster = %snap.config.clusters[ci].name,
+                    cluster = %cluster,
                     prefix = %String::from_utf8_lossy(&prefix),
                     error = %e,
                     retry_in = ?backoff,
@@ -370,9 +386,16 @@ async fn pass(snap: &Snapshot, ci: usize, prefix: &[u8], work: Work<'_>) -> Resu
             return Err(format!("shard {}: no primary known", s.name));
         };
         let cfg = crate::worker::endpoint_config(c, s, addr, snap.certs.upstream(ci));
-        let mut conn = Link::connect(&cfg)
-            .await
-            .map_err(|e| format!("shard {}: {e}", s.name))?;
+        // Connections are kept between passes (one per shard primary and database), so
+        // rules added and removed again and again do not open new ones.
+        let link_key = (c.name.clone(), addr, c.db);
+        let mut conn = match LINKS.with(|l| l.borrow_mut().remove(&link_key)) {
+            Some(l) => l,
+            None => Link::connect(&cfg)
+                .await
+                .map_err(|e| format!("shard {}: {e}", s.name))?,
+        };
+        let result: Result<(), String> = async {
         let mut cursor = Bytes::from_static(b"0");
         loop {
             let reply = conn
@@ -467,8 +490,24 @@ async fn pass(snap: &Snapshot, ci: usize, prefix: &[u8], work: Work<'_>) -> Resu
             }
             cursor = next;
         }
+        Ok(())
+        }
+        .await;
+        // A connection that failed is dropped, never reused.
+        if result.is_ok() {
+            LINKS.with(|l| l.borrow_mut().insert(link_key, conn));
+        }
+        result?;
     }
     Ok(())
+}
+
+/// A link per shard primary, by (cluster, address, database).
+type LinkKey = (String, std::net::SocketAddr, u32);
+
+thread_local! {
+    /// The copy thread's idle connections (its tasks all run on its one thread).
+    static LINKS: std::cell::RefCell<HashMap<LinkKey, Link>> = std::cell::RefCell::default();
 }
 
 /// `SCAN`'s `MATCH` pattern for the keys starting with `prefix`: its glob characters escaped,

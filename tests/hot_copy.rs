@@ -352,3 +352,43 @@ fn a_start_with_the_rule_copies_the_keys_that_already_exist() {
     let (missing, _) = missing_reads(&mut sync_client(rw.addr), 4);
     assert_eq!(missing, 0);
 }
+
+/// What a hot key costs a client, one command at a time over one connection (printed with
+/// `--nocapture`; nothing is asserted on time): a write is the write plus two snapshots on its
+/// home shard and a copy on each other shard; a read is one read (of a copy, which has it).
+#[test]
+fn round_trips_of_hot_and_ordinary_keys() {
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
+    let rw = respway(&yaml(&addrs, true), 1);
+    wait_copied(rw.addr);
+    let mut c = sync_client(rw.addr);
+    let n = 2_000;
+    let mut time = |cmd: &str, k: &str| {
+        let started = Instant::now();
+        for i in 0..n {
+            let mut q = redis::cmd(cmd);
+            q.arg(k);
+            if cmd == "SET" {
+                q.arg(i);
+            }
+            let _: redis::Value = q.query(&mut c).unwrap();
+        }
+        started.elapsed().as_micros() as f64 / n as f64
+    };
+    let cold_set = time("SET", "plain");
+    let hot_set = time("SET", "HIGH_FREQ_x");
+    let cold_get = time("GET", "plain");
+    let hot_get = time("GET", "HIGH_FREQ_x");
+    eprintln!(
+        "mean round trip over {n}: SET ordinary {cold_set:.0} µs, SET hot {hot_set:.0} µs; GET ordinary {cold_get:.0} µs, GET hot {hot_get:.0} µs; {}",
+        info_hotkeys(rw.addr).lines().nth(1).unwrap_or_default()
+    );
+    for a in &addrs {
+        let v: Option<String> = redis::cmd("GET")
+            .arg("HIGH_FREQ_x")
+            .query(&mut sync_client(*a))
+            .unwrap();
+        assert_eq!(v, Some((n - 1).to_string()));
+    }
+}
