@@ -605,7 +605,7 @@ fn info_filters(
             let reads: Vec<String> = r.reads_per_shard.iter().map(u64::to_string).collect();
             let copy = ctx.registry.copies.progress(&r.cluster, &r.prefix);
             s.push_str(&format!(
-                "hotkey_{}_{}:fanned_out_writes={},partial_failures={},reads_per_shard={},read_fallbacks={},copy_retries={},copy={},copied_keys={}\r\n",
+                "hotkey_{}_{}:fanned_out_writes={},partial_failures={},reads_per_shard={},read_fallbacks={},copy_retries={},copies_dropped={},copy={},copied_keys={}\r\n",
                 r.cluster,
                 r.prefix,
                 r.fanned_out_writes,
@@ -613,6 +613,7 @@ fn info_filters(
                 reads.join("/"),
                 r.read_fallbacks,
                 r.copy_retries,
+                r.copies_dropped,
                 copy.as_ref().map_or("none", |p| p.state.name()),
                 copy.as_ref().map_or(0, |p| p.keys),
             ));

@@ -275,8 +275,9 @@ fn the_copy_pass_copies_values_and_ttls_and_removing_the_rule_deletes_the_copies
 
 /// Hot writes of the same keys (with different home shards) from several connections at
 /// once: the copies of two writes of a key cross, which the check after each copy catches
-/// (it copies again). Every write succeeds, runs once, and every copy ends equal to its home
-/// value. (With `MIGRATE ... COPY` from the home shard instead, two shards copying to each
+/// (it copies again, or deletes the copies when the key changed during every round). Every
+/// write succeeds and runs once; every copy ends equal to its home value or deleted, and reads
+/// through respway see the home value. (With `MIGRATE ... COPY` from the home shard instead, two shards copying to each
 /// other block each other until `MIGRATE`'s timeout, and this test failed at once.) The
 /// contention is extreme (every write races three others on its key), so the operation
 /// timeout is raised: the test checks outcomes, not speed.
@@ -313,13 +314,24 @@ fn concurrent_hot_writes_with_different_homes_all_succeed_and_converge() {
         "{} hot INCRs from {clients} connections in {took:?}; {info}",
         clients * rounds * keys
     );
+    let mut c = sync_client(rw.addr);
     for k in 0..keys {
+        let want = (clients * rounds) as i64;
+        let mut copies = 0;
         for a in &addrs {
             let v: Option<i64> = redis::cmd("GET")
                 .arg(key(k))
                 .query(&mut sync_client(*a))
                 .unwrap();
-            assert_eq!(v, Some((clients * rounds) as i64), "{} on {a}", key(k));
+            // A copy is the home value, or absent (deleted when the key kept changing
+            // during every copy round): never an older value.
+            assert!(v.is_none() || v == Some(want), "{} on {a}: {v:?}", key(k));
+            copies += usize::from(v.is_some());
+        }
+        assert!(copies >= 1, "{}: no home copy", key(k));
+        for _ in 0..8 {
+            let v: i64 = redis::cmd("GET").arg(key(k)).query(&mut c).unwrap();
+            assert_eq!(v, want, "{} through respway", key(k));
         }
     }
     assert!(info.contains("partial_failures=0"), "{info}");

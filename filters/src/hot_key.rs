@@ -18,8 +18,10 @@
 //!   copied to every other shard (`RESTORE key expiry payload REPLACE ABSTTL`, or `DEL key`
 //!   when the write removed the key), and the key is snapshotted again on the home shard:
 //!   if it changed meanwhile (another connection or sidecar wrote it, and the two writes'
-//!   copies may have crossed), the new snapshot is copied, up to [`COPY_ROUNDS`] rounds.
-//!   So the copies always end equal to the home value after the last write's copy is done.
+//!   copies may have crossed), the new snapshot is copied, up to [`COPY_ROUNDS`] rounds;
+//!   when the key keeps changing, the copies are deleted instead (a deletion cannot leave an
+//!   old value; reads fall back to the home shard). So a copy, when there is one, ends equal
+//!   to the home value once the last write's copy is done.
 //!   The client gets the write's own reply once its copies are made; when one failed,
 //!   `-ERR respway: hot-key write failed on shard(s) s1, s3: <first error> (the write applied
 //!   on home shard s0)`, the partial-failure counter is bumped, a warning is logged, and the
@@ -103,9 +105,10 @@ pub const SNAPSHOT_SCRIPT: &str = "local d = redis.call('DUMP', KEYS[1]) \
      if not d then return false end \
      return {d, redis.call('PEXPIRETIME', KEYS[1])}";
 
-/// Rounds of copying a hot write's key again because its home value changed meanwhile,
-/// before the write is reported failed on the shards (whose copies are then deleted).
-pub const COPY_ROUNDS: u8 = 8;
+/// Rounds of copying a hot write's key again because its home value changed meanwhile
+/// (other clients write it at the same time); after the last, the copies are deleted instead
+/// (reads fall back to the home shard until the next write copies the key again).
+pub const COPY_ROUNDS: u8 = 4;
 
 /// Builds [`HotKey`] services over one routing table.
 #[derive(Debug, Clone)]
@@ -171,6 +174,8 @@ pub struct Write<S: Service<Request>> {
     failed: Vec<(usize, String)>,
     /// Copy rounds made so far.
     rounds: u8,
+    /// The copies are being deleted instead (the key kept changing): no check follows.
+    dropped: bool,
     /// A clone of the inner service, for the copies.
     inner: S,
     /// `DEL key` with the client's database and deadline, pinned to the home shard: every
@@ -458,6 +463,7 @@ where
             targets,
             failed: Vec::new(),
             rounds: 0,
+            dropped: false,
             inner: self.inner.clone(),
             base,
             home,
@@ -561,6 +567,10 @@ where
                     }
                     let failed: Vec<usize> = self.failed.iter().map(|f| f.0).collect();
                     self.targets.retain(|s| !failed.contains(s));
+                    if self.dropped {
+                        self.delete_failed();
+                        continue;
+                    }
                     let mut join = Join::with_capacity(1);
                     join.call_checked(&mut self.inner, snapshot_request(&self.base));
                     self.stage = Stage::Checking(join, snap);
@@ -576,9 +586,14 @@ where
                             self.stats.copied_again(self.base.cluster, self.rule);
                             self.copy(now)
                         }
-                        Some(Ok(_)) => self.fail_all(format!(
-                            "ERR respway: the key changed during {COPY_ROUNDS} copies in a row"
-                        )),
+                        Some(Ok(_)) => {
+                            // Written again and again: the copies are deleted instead (reads
+                            // then fall back to the home shard, which is always right; a
+                            // deletion cannot leave an old value, and every RESTORE of this
+                            // write has answered). The write succeeded: its reply stands.
+                            self.stats.copies_dropped(self.base.cluster, self.rule);
+                            self.drop_copies()
+                        }
                         Some(Err(e)) => self.fail_all(e),
                         None => self.fail_all("ERR respway: no snapshot".into()),
                     }
@@ -624,6 +639,19 @@ where
             join.call_checked(&mut self.inner, r);
         }
         self.stage = Stage::Copying(join, snap);
+    }
+
+    /// Deletes the copies on every remaining target (not a failure: reads there fall back to
+    /// the home shard), then the failed shards' ones.
+    fn drop_copies(&mut self) {
+        self.dropped = true;
+        let mut join = Join::with_capacity(self.targets.len());
+        for &s in &self.targets {
+            let mut del = self.base.clone();
+            del.pin_shard(s);
+            join.call_checked(&mut self.inner, del);
+        }
+        self.stage = Stage::Copying(join, None);
     }
 
     /// Every remaining target failed with `error`.

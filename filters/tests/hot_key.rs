@@ -254,6 +254,56 @@ fn a_key_that_changed_while_copied_is_copied_again() {
     assert_eq!(rule_stats(&stats, "HIGH_FREQ_").copy_retries, 1);
 }
 
+/// A key that changes during every round (written continuously by other clients): after the
+/// last round its copies are deleted instead (reads fall back to the home shard), and the
+/// write, which applied, answers as usual.
+#[test]
+fn a_key_that_keeps_changing_has_its_copies_deleted_not_left_old() {
+    let routing = routing(Some("z1"));
+    let snaps = Arc::new(Mutex::new(0));
+    let n = snaps.clone();
+    let mock = Mock::new(move |r: &Request| match &r.args[0][..] {
+        b"EVAL" => {
+            let mut n = n.lock().unwrap();
+            *n += 1;
+            Bytes::from(format!("*2\r\n$2\r\nv{}\r\n:-1\r\n", *n % 10))
+        }
+        b"DEL" => Bytes::from_static(b":1\r\n"),
+        _ => ok(),
+    });
+    let (mut svc, stats) = hot_key(&routing, mock.clone());
+    assert_eq!(
+        send(&mut svc, request(&routing, &["SET", "HIGH_FREQ_menu", "v"])),
+        ok()
+    );
+    let seen = mock.seen();
+    assert_eq!(
+        seen.len(),
+        2 + 4 * 4 + 3,
+        "write, snapshot, 4 rounds, 3 deletions"
+    );
+    let h = home(&routing, "HIGH_FREQ_menu");
+    let dels: Vec<_> = seen[18..]
+        .iter()
+        .map(|r| (args(r), r.shard_index()))
+        .collect();
+    let want: Vec<_> = (0..4)
+        .filter(|&s| s != h)
+        .map(|s| {
+            (
+                vec!["DEL".to_string(), "HIGH_FREQ_menu".to_string()],
+                Some(s),
+            )
+        })
+        .collect();
+    assert_eq!(dels, want);
+    let s = rule_stats(&stats, "HIGH_FREQ_");
+    assert_eq!(
+        (s.copy_retries, s.copies_dropped, s.partial_failures),
+        (3, 1, 0)
+    );
+}
+
 /// A write that deleted the key (or left it expired): the snapshot finds no key, and the
 /// copies are deleted on the other shards.
 #[test]
@@ -787,6 +837,7 @@ fn snapshots_list_every_rule_and_add_up_across_workers() {
             partial_failures: 0,
             read_fallbacks: 0,
             copy_retries: 0,
+            copies_dropped: 0,
             reads_per_shard: vec![3, 3, 3, 3],
         }
     );

@@ -114,6 +114,7 @@ fn add_hot(t: &mut HotKeyRuleStats, s: &HotKeyRuleStats) {
     t.partial_failures += s.partial_failures;
     t.read_fallbacks += s.read_fallbacks;
     t.copy_retries += s.copy_retries;
+    t.copies_dropped += s.copies_dropped;
     if t.reads_per_shard.len() < s.reads_per_shard.len() {
         t.reads_per_shard.resize(s.reads_per_shard.len(), 0);
     }
@@ -286,6 +287,7 @@ impl Registry {
                         partial_failures: 0,
                         read_fallbacks: 0,
                         copy_retries: 0,
+                        copies_dropped: 0,
                         reads_per_shard: Vec::new(),
                     }),
                 &s,
@@ -347,6 +349,7 @@ impl Registry {
                         partial_failures: 0,
                         read_fallbacks: 0,
                         copy_retries: 0,
+                        copies_dropped: 0,
                         reads_per_shard: Vec::new(),
                     });
                 add_hot(t, &s);

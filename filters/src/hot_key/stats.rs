@@ -23,6 +23,7 @@ struct RuleCounters {
     partial_failures: AtomicU64,
     read_fallbacks: AtomicU64,
     copy_retries: AtomicU64,
+    copies_dropped: AtomicU64,
     reads_per_shard: Vec<AtomicU64>,
 }
 
@@ -42,6 +43,8 @@ pub struct HotKeyRuleStats {
     /// Copy rounds made again because the home value changed while copying (concurrent
     /// writes of the key).
     pub copy_retries: u64,
+    /// Writes whose copies were deleted instead, the key changing during every round.
+    pub copies_dropped: u64,
     /// Reads, by the shard they were pinned to (shard index order).
     pub reads_per_shard: Vec<u64>,
 }
@@ -62,6 +65,7 @@ impl HotKeyStats {
                             partial_failures: AtomicU64::new(0),
                             read_fallbacks: AtomicU64::new(0),
                             copy_retries: AtomicU64::new(0),
+                            copies_dropped: AtomicU64::new(0),
                             reads_per_shard: c.shards.iter().map(|_| AtomicU64::new(0)).collect(),
                         })
                         .collect()
@@ -84,6 +88,7 @@ impl HotKeyStats {
                     partial_failures: r.partial_failures.load(Relaxed),
                     read_fallbacks: r.read_fallbacks.load(Relaxed),
                     copy_retries: r.copy_retries.load(Relaxed),
+                    copies_dropped: r.copies_dropped.load(Relaxed),
                     reads_per_shard: r.reads_per_shard.iter().map(|c| c.load(Relaxed)).collect(),
                 })
             })
@@ -114,6 +119,12 @@ impl HotKeyStats {
     pub(super) fn copied_again(&self, cluster: usize, rule: usize) {
         if let Some(r) = self.counters(cluster, rule) {
             r.copy_retries.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub(super) fn copies_dropped(&self, cluster: usize, rule: usize) {
+        if let Some(r) = self.counters(cluster, rule) {
+            r.copies_dropped.fetch_add(1, Relaxed);
         }
     }
 
@@ -151,6 +162,7 @@ impl HotKeyRuleStats {
                 t.partial_failures += s.partial_failures;
                 t.read_fallbacks += s.read_fallbacks;
                 t.copy_retries += s.copy_retries;
+                t.copies_dropped += s.copies_dropped;
                 if t.reads_per_shard.len() < s.reads_per_shard.len() {
                     t.reads_per_shard.resize(s.reads_per_shard.len(), 0);
                 }
