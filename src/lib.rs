@@ -45,7 +45,9 @@
 //! - `health`: active health checks of endpoints (`PING` or `EXISTS drain_key`, and `ROLE`),
 //!   on a thread of their own, their state shared with the workers through atomics;
 //! - `near_cache`: read replies kept per worker and ended by writes through the sidecar and by
-//!   Redis's invalidations (a tracker per worker and endpoint), and the `admit: hot` set.
+//!   Redis's invalidations (a tracker per worker and endpoint), and the `admit: hot` set;
+//! - `hotcopy`: the copy pass of hot-key rules (existing keys copied to every shard when a
+//!   rule is added, the copies deleted when it is removed), on a thread of its own.
 //!
 //! Watching it
 //! - [`admin`]: the admin HTTP endpoint (`/metrics`, `/stats`, `/hotkeys`, ...);
@@ -62,6 +64,7 @@ pub mod bootstrap;
 mod conn;
 mod fanout;
 mod health;
+mod hotcopy;
 pub mod hotkeys;
 mod keyspace;
 mod listener;
@@ -97,6 +100,9 @@ use tokio::sync::watch;
 use crate::stats::Registry;
 use crate::upstream::UpstreamStats;
 use crate::worker::{Stop, Worker};
+
+/// How long a start waits for the copy passes of the hot-key rules it starts with.
+const HOT_COPY_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long [`start`] waits for the Sentinels of the configuration's Sentinel-managed shards
 /// to name their primaries before it serves.
@@ -156,6 +162,8 @@ struct Shared {
     auth_limiter: Arc<acl::AuthTarpit>,
     /// Active health-check state per endpoint (read by the workers through their handles).
     checks: health::Checks,
+    /// The copy passes of hot-key rules, whose flags each compiled rule gets.
+    copies: Arc<hotcopy::Copies>,
 }
 
 /// A running data plane. Dropping it does not stop it; call [`Server::shutdown`].
@@ -199,7 +207,7 @@ impl ConfigHandle {
         }
         let version = old.version + 1;
         let resolved = self.shared.discovery.resolve(config.clone());
-        let snapshot = compile(resolved, version, Some(&old))?;
+        let snapshot = compile(resolved, version, Some(&old), &self.shared.copies)?;
         *base = config;
         self.shared.current.store(Arc::new(snapshot));
         self.shared.changed.send_replace(version);
@@ -213,7 +221,7 @@ impl ConfigHandle {
         let old = self.shared.current.load_full();
         let version = old.version + 1;
         let resolved = self.shared.discovery.resolve(base.clone());
-        let snapshot = compile(resolved, version, Some(&old))?;
+        let snapshot = compile(resolved, version, Some(&old), &self.shared.copies)?;
         self.shared.current.store(Arc::new(snapshot));
         self.shared.changed.send_replace(version);
         Ok(version)
@@ -294,9 +302,17 @@ impl Server {
 }
 
 /// Compiles `config`; TLS configurations of `old` whose settings did not change are reused.
-fn compile(config: Config, version: u64, old: Option<&Snapshot>) -> Result<Snapshot, String> {
+fn compile(
+    config: Config,
+    version: u64,
+    old: Option<&Snapshot>,
+    copies: &hotcopy::Copies,
+) -> Result<Snapshot, String> {
     // Clusters (maglev tables, rings) are compiled once and shared by every listener.
-    let clusters = Routing::compile_clusters(&config)?;
+    let mut clusters = Routing::compile_clusters(&config)?;
+    if let Some(c) = Arc::get_mut(&mut clusters) {
+        copies.adopt(c);
+    }
     let routings = config
         .listeners
         .iter()
@@ -347,7 +363,8 @@ pub fn check_files(config: &Config) -> Vec<String> {
 pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     local::mark_start();
     let workers = opts.workers.max(1);
-    let snapshot = compile(config.clone(), 1, None).map_err(io::Error::other)?;
+    let registry = Arc::new(Registry::default());
+    let snapshot = compile(config.clone(), 1, None, &registry.copies).map_err(io::Error::other)?;
     let with_sentinels = sentinel::any(&config);
     let (changed, _) = watch::channel(1);
     let shared = Arc::new(Shared {
@@ -357,8 +374,8 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         discovery: sentinel::Discovery::default(),
         auth_limiter: Arc::default(),
         checks: health::Checks::default(),
+        copies: registry.copies.clone(),
     });
-    let registry = Arc::new(Registry::default());
     let (stop, stop_rx) = watch::channel(Stop::Run);
     // Sentinel-managed shards: their first answers are awaited (a little) so that the first
     // clients find the primaries known.
@@ -384,6 +401,9 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         .collect();
     listener::check_free(&named)?;
     health::start(shared.clone(), stop_rx.clone())?;
+    // Hot-key rules copy the keys that exist under them; the first clients wait (a little)
+    // for it, so that reads spread from the start over a small keyspace.
+    hotcopy::start(shared.clone(), stop_rx.clone(), HOT_COPY_FIRST_WAIT)?;
     let mut threads = Vec::with_capacity(workers);
     // Worker 0 binds first (resolving port 0); the others bind the same addresses with
     // SO_REUSEPORT so the kernel spreads connections over them.
@@ -450,7 +470,7 @@ mod tests {
         let yaml = "listeners:\n  - name: a\n    address: 127.0.0.1:7001\n    routes: { catch_all: c }\n  - name: b\n    address: 127.0.0.1:7002\n    routes: { catch_all: c }\nclusters:\n  - name: c\n    shards:\n      - endpoints: [ { address: \"127.0.0.1:6379\" } ]\n";
         let config =
             respway_xds::translate(&respway_xds::parse_yaml(yaml).expect("yaml")).expect("config");
-        let snap = compile(config, 1, None).expect("compiles");
+        let snap = compile(config, 1, None, &Default::default()).expect("compiles");
         assert_eq!(snap.routings.len(), 2);
         assert!(Arc::ptr_eq(
             &snap.routings[0].clusters,

@@ -608,14 +608,28 @@ fn info_filters(
         s.push_str("# Hotkeys\r\n");
         for r in ctx.registry.hot_key_rule_totals(index) {
             let reads: Vec<String> = r.reads_per_shard.iter().map(u64::to_string).collect();
+            let copy = ctx.registry.copies.progress(&r.cluster, &r.prefix);
             s.push_str(&format!(
-                "hotkey_{}_{}:fanned_out_writes={},partial_failures={},reads_per_shard={}\r\n",
+                "hotkey_{}_{}:fanned_out_writes={},partial_failures={},reads_per_shard={},read_fallbacks={},copy_retries={},copies_dropped={},copy={},copied_keys={}\r\n",
                 r.cluster,
                 r.prefix,
                 r.fanned_out_writes,
                 r.partial_failures,
-                reads.join("/")
+                reads.join("/"),
+                r.read_fallbacks,
+                r.copy_retries,
+                r.copies_dropped,
+                copy.as_ref().map_or("none", |p| p.state.name()),
+                copy.as_ref().map_or(0, |p| p.keys),
             ));
+            if let Some(p) = copy.filter(|p| !p.error.is_empty()) {
+                s.push_str(&format!(
+                    "hotkey_{}_{}_copy_error:{}\r\n",
+                    r.cluster,
+                    r.prefix,
+                    p.error.replace(['\r', '\n'], " ")
+                ));
+            }
         }
     }
 }

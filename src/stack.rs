@@ -30,8 +30,8 @@
 //!    cut-over, or re-targets the request to the new cluster (new-first dual write). It sits
 //!    before hot keys and splitting so that a copy is one request, which the shadow chain
 //!    then fans out and splits for its own cluster.
-//! 3. `hot_key` — for keys under a hot prefix, writes go to every shard and reads to one. It
-//!    pins shards, so it must run before `multi_key` and `hash`.
+//! 3. `hot_key` — for keys under a hot prefix, writes run on the key's home shard and are
+//!    copied to the others, and reads go to one shard. It pins shards, so it must run before `multi_key` and `hash`.
 //! 4. `multi_key` — splits MGET/MSET/DEL/... per shard and checks same-shard commands; pins
 //!    each sub-request to its shard before hashing.
 //! 5. `hash` — picks the shard of single-key requests; skips requests already pinned.

@@ -77,6 +77,23 @@ impl<F> Join<F> {
         self.pending += 1;
     }
 
+    /// Like [`call`](Join::call), but every part, the first included, is sent only if
+    /// `inner` is ready now: for parts sent from a future (which has no `poll_ready` of its
+    /// caller to rely on) that must not wait.
+    pub fn call_checked<S>(&mut self, inner: &mut S, req: Request)
+    where
+        S: Service<Request, Response = Reply, Error = Failure, Future = F>,
+    {
+        let mut cx = Context::from_waker(Waker::noop());
+        if inner.poll_ready(&mut cx).is_pending() {
+            self.parts
+                .push(Part::Done(Err(Failure::new(Kind::NotReady))));
+            return;
+        }
+        self.parts.push(Part::Waiting(inner.call(req)));
+        self.pending += 1;
+    }
+
     /// The number of parts.
     pub fn len(&self) -> usize {
         self.parts.len()

@@ -287,14 +287,14 @@ impl Held {
     }
 
     /// One more command held; the returned handle releases it.
-    fn enter(&mut self) -> Held {
+    pub fn enter(&mut self) -> Held {
         let n = self.0.get_or_insert_with(Default::default);
         n.fetch_add(1, Relaxed);
         Held(Some(n.clone()))
     }
 
     /// Releases this command (once).
-    fn release(&mut self) {
+    pub fn release(&mut self) {
         if let Some(n) = self.0.take() {
             n.fetch_sub(1, Relaxed);
         }

@@ -10,6 +10,7 @@
 //! is answered in [`crate::place`], which extends [`Routing`].
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -102,6 +103,11 @@ pub struct HotKeyRoute {
     pub prefix: Vec<u8>,
     /// Read shard choice.
     pub read: HotKeyRead,
+    /// Set once this sidecar has copied the keys that existed under the prefix to every
+    /// shard (the copy pass, run outside the request path): until then reads go to each
+    /// key's home shard only. A fresh rule starts unset; the sidecar hands the same flag to
+    /// every configuration that keeps the rule over the same shards.
+    pub copied: Arc<AtomicBool>,
 }
 
 /// A cluster a route sends to, as the keyspace-wide commands see it
@@ -527,6 +533,7 @@ fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, Stri
         .map(|h| HotKeyRoute {
             prefix: h.prefix.clone().into_bytes(),
             read: h.read,
+            copied: Arc::default(),
         })
         .collect();
     hot_keys.sort_by_key(|h| std::cmp::Reverse(h.prefix.len()));

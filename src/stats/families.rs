@@ -424,9 +424,30 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
     series(
         "respway_hot_key_rule_writes_total",
         Counter,
-        "Writes under a hot-key rule fanned out to every shard (outcome: all, or partial_failure when a shard failed).",
+        "Writes under a hot-key rule, run on the key's home shard and copied to every other shard (outcome: all, or partial_failure when a copy failed).",
         &["listener", "cluster", "prefix", "outcome"],
         scrape::hot_key_rule_writes,
+    ),
+    series(
+        "respway_hot_key_read_fallbacks_total",
+        Counter,
+        "Reads of a hot key's copy that said the key does not exist (or failed), sent again to the key's home shard.",
+        &["listener", "cluster", "prefix"],
+        scrape::hot_key_read_fallbacks,
+    ),
+    series(
+        "respway_hot_key_copy_state",
+        Gauge,
+        "1 for the state of each hot-key rule's copy pass (copying, done: reads spread, failed: retried), 0 for the others.",
+        &["cluster", "prefix", "state"],
+        scrape::hot_key_copy_state,
+    ),
+    series(
+        "respway_hot_key_copied_keys",
+        Gauge,
+        "Keys the current (or last) copy pass of a hot-key rule has copied from their home shard to every other shard.",
+        &["cluster", "prefix"],
+        scrape::hot_key_copied_keys,
     ),
     series(
         "respway_hot_key_requests",

@@ -73,6 +73,8 @@ pub(crate) struct Registry {
     caches: Mutex<Vec<(String, Arc<crate::near_cache::CacheStats>)>>,
     /// Each worker's current chain parts per listener (for endpoint health).
     slots: Mutex<Vec<Arc<crate::stack::ListenerSlot>>>,
+    /// The copy passes of hot-key rules (`INFO hotkeys`, metrics).
+    pub(crate) copies: Arc<crate::hotcopy::Copies>,
 }
 
 /// One endpoint as the workers see it (see [`Registry::endpoint_health`]).
@@ -114,6 +116,9 @@ pub(crate) struct EndpointView {
 fn add_hot(t: &mut HotKeyRuleStats, s: &HotKeyRuleStats) {
     t.fanned_out_writes += s.fanned_out_writes;
     t.partial_failures += s.partial_failures;
+    t.read_fallbacks += s.read_fallbacks;
+    t.copy_retries += s.copy_retries;
+    t.copies_dropped += s.copies_dropped;
     if t.reads_per_shard.len() < s.reads_per_shard.len() {
         t.reads_per_shard.resize(s.reads_per_shard.len(), 0);
     }
@@ -284,6 +289,9 @@ impl Registry {
                         prefix: s.prefix.clone(),
                         fanned_out_writes: 0,
                         partial_failures: 0,
+                        read_fallbacks: 0,
+                        copy_retries: 0,
+                        copies_dropped: 0,
                         reads_per_shard: Vec::new(),
                     }),
                 &s,
@@ -343,6 +351,9 @@ impl Registry {
                         prefix: s.prefix.clone(),
                         fanned_out_writes: 0,
                         partial_failures: 0,
+                        read_fallbacks: 0,
+                        copy_retries: 0,
+                        copies_dropped: 0,
                         reads_per_shard: Vec::new(),
                     });
                 add_hot(t, &s);

@@ -69,6 +69,8 @@ pub(crate) struct Scrape {
     pub(crate) endpoints: Vec<([String; 3], EndpointView)>,
     /// The hottest keys per cluster.
     pub(crate) hot_keys: Vec<(String, Vec<(Bytes, u64)>)>,
+    /// The copy pass of every hot-key rule: (cluster, prefix, progress).
+    pub(crate) hot_copies: Vec<(String, String, crate::hotcopy::Progress)>,
     /// The configuration served (for its certificates).
     pub(crate) snapshot: Arc<Snapshot>,
     /// Configuration changes by source, when the process counts them.
@@ -117,6 +119,7 @@ impl Scrape {
             listeners,
             endpoints,
             hot_keys: registry.hot_keys(None, HOTKEYS_METRICS),
+            hot_copies: registry.copies.all(),
             sentinels: discovery.statuses(&snapshot.config),
             near_cache: registry.cache_totals(
                 &snapshot
@@ -419,6 +422,48 @@ pub(super) fn hot_key_rule_writes(s: &Scrape, out: &mut Sink<'_>) -> bool {
                 out(&labels, Value::Int(n));
             }
         }
+    }
+    true
+}
+
+/// `respway_hot_key_read_fallbacks_total`.
+pub(super) fn hot_key_read_fallbacks(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for l in &s.listeners {
+        for h in &l.hot_rules {
+            let labels = [
+                ("listener", l.name.as_str()),
+                ("cluster", &h.cluster),
+                ("prefix", &h.prefix),
+            ];
+            out(&labels, Value::Int(h.read_fallbacks));
+        }
+    }
+    true
+}
+
+/// `respway_hot_key_copy_state`: 1 for each rule's current state, 0 for the others.
+pub(super) fn hot_key_copy_state(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    use crate::hotcopy::State;
+    for (cluster, prefix, p) in &s.hot_copies {
+        for state in [State::Copying, State::Done, State::Failed] {
+            let labels = [
+                ("cluster", cluster.as_str()),
+                ("prefix", prefix),
+                ("state", state.name()),
+            ];
+            out(&labels, Value::Int(u64::from(p.state == state)));
+        }
+    }
+    true
+}
+
+/// `respway_hot_key_copied_keys`.
+pub(super) fn hot_key_copied_keys(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for (cluster, prefix, p) in &s.hot_copies {
+        out(
+            &[("cluster", cluster.as_str()), ("prefix", prefix)],
+            Value::Int(p.keys),
+        );
     }
     true
 }
