@@ -770,3 +770,31 @@ fn mget_is_served_per_key() {
     );
     want(&mut c, Some((5, "new")));
 }
+
+/// A hot key (stored on every shard, read from any) under the cache: each shard's copy is its
+/// own entry, and a write through the sidecar is seen by every read after its reply, whichever
+/// copy the read goes to.
+#[test]
+fn hot_keys_and_the_cache_agree() {
+    let shards = [redis(), redis()];
+    let addrs = [shards[0].addr, shards[1].addr];
+    let y = yaml(&addrs, "{ mode: tracked, max_age: 60s }").replace(
+        "    near_cache:",
+        "    hot_keys:\n      - { prefix: HKATCA_, read: round_robin }\n    near_cache:",
+    );
+    let rw = respway(&y, 1);
+    trackers_up(rw.addr, 2);
+    let mut c = RespConn::connect(rw.addr);
+    for round in 0..5 {
+        let v = format!("v{round}");
+        assert_eq!(c.call(&["SET", "HKATCA_k", &v]), Resp::Simple("OK".into()));
+        for _ in 0..8 {
+            assert_eq!(
+                c.call(&["GET", "HKATCA_k"]),
+                Resp::bulk(&v),
+                "round {round}"
+            );
+        }
+    }
+    assert!(counter(rw.addr, "hits") > 0, "{:?}", counters(rw.addr));
+}
