@@ -300,13 +300,14 @@ impl ClusterCache {
         let slot = slot_of(kh);
         let hash = entry_hash(kh, req.cmd, req.flavor, ep, &req.args[2..]);
         let rest = &req.args[1..];
-        let now = Instant::now();
+        // Read only when an entry is found or a key is counted: a miss of `admit: all` reads
+        // no clock.
         let mut was_cached = false;
         {
             let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(entry) = e.map.get(&hash) {
                 if entry.same(req.cmd, req.flavor, ep, rest) {
-                    if entry.serves(self.cfg.max_age, now) {
+                    if entry.serves(self.cfg.max_age, Instant::now()) {
                         bump(&self.stats.hits);
                         if let Some(hot) = &self.hot {
                             hot.hit(key);
@@ -326,7 +327,7 @@ impl ClusterCache {
             }
         }
         if let Some(hot) = &self.hot {
-            if self.cfg.admit == NearCacheAdmit::Hot && !hot.admits(key, now) {
+            if self.cfg.admit == NearCacheAdmit::Hot && !hot.admits(key, Instant::now()) {
                 bump(&self.stats.not_admitted);
                 return Lookup::Pass;
             }
