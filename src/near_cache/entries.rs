@@ -300,11 +300,19 @@ impl ClusterCache {
         let slot = slot_of(kh);
         let hash = entry_hash(kh, req.cmd, req.flavor, ep, &req.args[2..]);
         let rest = &req.args[1..];
-        // Read only when an entry is found or a key is counted: a miss of `admit: all` reads
-        // no clock.
-        let mut was_cached = false;
+        // The clock is read only when an entry is found or a key is counted: a miss of
+        // `admit: all` reads none.
         {
             let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            // `admit: all`: the doorkeeper first. A read its window has not seen (a scan, a
+            // one-off, or a cached key's first read since the bits were cleared, which is
+            // then answered by the shard) costs a bit of a small bitmap, not a probe of a map
+            // the size of the byte budget.
+            if self.cfg.admit == NearCacheAdmit::All && !e.seen_before(hash) {
+                bump(&self.stats.misses);
+                bump(&self.stats.not_admitted);
+                return Lookup::Pass;
+            }
             if let Some(entry) = e.map.get(&hash) {
                 if entry.same(req.cmd, req.flavor, ep, rest) {
                     if entry.serves(self.cfg.max_age, Instant::now()) {
@@ -317,14 +325,9 @@ impl ClusterCache {
                     if let Some(old) = e.map.remove(&hash) {
                         self.forget(&mut e, &old);
                     }
-                    was_cached = true;
                 }
             }
             bump(&self.stats.misses);
-            if self.cfg.admit == NearCacheAdmit::All && !was_cached && !e.seen_before(hash) {
-                bump(&self.stats.not_admitted);
-                return Lookup::Pass;
-            }
         }
         if let Some(hot) = &self.hot {
             if self.cfg.admit == NearCacheAdmit::Hot && !hot.admits(key, Instant::now()) {
@@ -386,7 +389,10 @@ impl ClusterCache {
                 let kh = key_hash(key);
                 let hash = entry_hash(kh, get, req.flavor, ep, &[]);
                 let one = std::slice::from_ref(key);
-                let mut was_cached = false;
+                // The doorkeeper first (see `lookup`).
+                if self.cfg.admit == NearCacheAdmit::All && !e.seen_before(hash) {
+                    continue;
+                }
                 if let Some(entry) = e.map.get(&hash) {
                     if entry.same(get, req.flavor, ep, one) {
                         if entry.serves(self.cfg.max_age, now) {
@@ -396,16 +402,9 @@ impl ClusterCache {
                         if let Some(old) = e.map.remove(&hash) {
                             self.forget(&mut e, &old);
                         }
-                        was_cached = true;
                     }
                 }
-                let admitted = match self.cfg.admit {
-                    NearCacheAdmit::All => was_cached || e.seen_before(hash),
-                    NearCacheAdmit::Hot => true,
-                };
-                if admitted {
-                    missing.push((at, kh, hash));
-                }
+                missing.push((at, kh, hash));
             }
         }
         if replies.len() == keys.len() {
