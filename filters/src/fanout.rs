@@ -66,12 +66,7 @@ impl<F> Join<F> {
         S: Service<Request, Response = Reply, Error = Failure, Future = F>,
     {
         if !self.parts.is_empty() {
-            let mut cx = Context::from_waker(Waker::noop());
-            if inner.poll_ready(&mut cx).is_pending() {
-                self.parts
-                    .push(Part::Done(Err(Failure::new(Kind::NotReady))));
-                return;
-            }
+            return self.call_checked(inner, req);
         }
         self.parts.push(Part::Waiting(inner.call(req)));
         self.pending += 1;

@@ -111,22 +111,6 @@ pub(crate) struct EndpointView {
     pub check: Option<crate::health::CheckView>,
 }
 
-/// Adds the counters of `s` into `t` (reads per shard by index; a shard count that changed
-/// keeps the longer list).
-fn add_hot(t: &mut HotKeyRuleStats, s: &HotKeyRuleStats) {
-    t.fanned_out_writes += s.fanned_out_writes;
-    t.partial_failures += s.partial_failures;
-    t.read_fallbacks += s.read_fallbacks;
-    t.copy_retries += s.copy_retries;
-    t.copies_dropped += s.copies_dropped;
-    if t.reads_per_shard.len() < s.reads_per_shard.len() {
-        t.reads_per_shard.resize(s.reads_per_shard.len(), 0);
-    }
-    for (a, b) in t.reads_per_shard.iter_mut().zip(&s.reads_per_shard) {
-        *a += b;
-    }
-}
-
 /// Upstream counters summed over workers.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct UpstreamTotals {
@@ -281,7 +265,7 @@ impl Registry {
         r.mirror_live.push((key.1, m, names));
         r.fold_mirror();
         for s in h.snapshot() {
-            add_hot(
+            HotKeyRuleStats::add(
                 r.hot
                     .entry((key.1, s.cluster.clone(), s.prefix.clone()))
                     .or_insert_with(|| HotKeyRuleStats {
@@ -356,7 +340,7 @@ impl Registry {
                         copies_dropped: 0,
                         reads_per_shard: Vec::new(),
                     });
-                add_hot(t, &s);
+                t.add(&s);
             }
         }
         out.into_values().collect()

@@ -158,19 +158,25 @@ impl HotKeyRuleStats {
                     out.push(s.clone());
                     continue;
                 };
-                t.fanned_out_writes += s.fanned_out_writes;
-                t.partial_failures += s.partial_failures;
-                t.read_fallbacks += s.read_fallbacks;
-                t.copy_retries += s.copy_retries;
-                t.copies_dropped += s.copies_dropped;
-                if t.reads_per_shard.len() < s.reads_per_shard.len() {
-                    t.reads_per_shard.resize(s.reads_per_shard.len(), 0);
-                }
-                for (a, b) in t.reads_per_shard.iter_mut().zip(&s.reads_per_shard) {
-                    *a += b;
-                }
+                t.add(s);
             }
         }
         out
+    }
+
+    /// Adds the counters of `s` (reads per shard by index; a shard count that changed keeps
+    /// the longer list).
+    pub fn add(&mut self, s: &HotKeyRuleStats) {
+        self.fanned_out_writes += s.fanned_out_writes;
+        self.partial_failures += s.partial_failures;
+        self.read_fallbacks += s.read_fallbacks;
+        self.copy_retries += s.copy_retries;
+        self.copies_dropped += s.copies_dropped;
+        if self.reads_per_shard.len() < s.reads_per_shard.len() {
+            self.reads_per_shard.resize(s.reads_per_shard.len(), 0);
+        }
+        for (a, b) in self.reads_per_shard.iter_mut().zip(&s.reads_per_shard) {
+            *a += b;
+        }
     }
 }
