@@ -731,10 +731,13 @@ impl Session {
                         if self.tx.as_ref().is_some_and(|t| t.multi) {
                             // Queued by MULTI: marked again when EXEC is answered.
                             self.tx_touch.merge(touch.clone());
-                        } else if cmd.is_some_and(|c| c.name == "exec") {
-                            touch.merge(std::mem::take(&mut self.tx_touch));
-                        } else if cmd.is_some_and(|c| c.name == "discard") {
-                            self.tx_touch = Touch::None;
+                        } else if !matches!(self.tx_touch, Touch::None) {
+                            // The transaction ended (EXEC, DISCARD, or refused): EXEC's reply
+                            // marks its commands' keys again.
+                            let queued = std::mem::take(&mut self.tx_touch);
+                            if cmd.is_some_and(|c| c.name == "exec") {
+                                touch.merge(queued);
+                            }
                         }
                     }
                     match &mut p {

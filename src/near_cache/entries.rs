@@ -96,7 +96,7 @@ pub(super) fn same_args(mut packed: &[u8], args: &[Bytes]) -> bool {
 
 /// A map keyed by hashes already computed.
 #[derive(Default)]
-struct Prehashed(u64);
+pub(super) struct Prehashed(u64);
 
 impl Hasher for Prehashed {
     fn finish(&self) -> u64 {
@@ -193,9 +193,9 @@ pub(crate) struct Fill {
     /// on must redirect its invalidations to.
     pub(crate) tracker: Option<u64>,
     /// Set by the upstream for `tracked` mode: the tracking state of the connection the read
-    /// went on, and the value it must still hold for the reply to be kept (see
-    /// [`tracking_state`]).
-    pub(crate) track: Option<(Arc<AtomicU64>, u64, Arc<AtomicU64>)>,
+    /// went on, and the value it must still hold (and the endpoint's connects must still
+    /// give) for the reply to be kept (see [`tracking_state`]).
+    pub(crate) track: Option<(Arc<AtomicU64>, u64)>,
 }
 
 /// One entry a fill may keep.
@@ -286,10 +286,14 @@ impl ClusterCache {
 
     /// Looks `req` (routed to `ep`) up.
     pub(crate) fn lookup(self: &Arc<Self>, req: &Request, ep: &EndpointHandle) -> Lookup {
+        // Writes leave at the first test (a flag).
+        if !req.is_read() {
+            return Lookup::Pass;
+        }
         if req.cmd.name == "mget" {
             return self.lookup_mget(req, ep);
         }
-        if !req.is_read() || !cacheable(req.cmd, &req.args) {
+        if !cacheable(req.cmd, &req.args) {
             return Lookup::Pass;
         }
         let Some(key) = req.args.get(1) else {
@@ -323,7 +327,7 @@ impl ClusterCache {
                     if entry.serves(self.cfg.max_age, Instant::now()) {
                         bump(&self.stats.hits);
                         if let Some(hot) = &self.hot {
-                            hot.hit(key);
+                            hot.hit(kh);
                         }
                         return Lookup::Hit(entry.reply.clone());
                     }
@@ -335,7 +339,7 @@ impl ClusterCache {
             bump(&self.stats.misses);
         }
         if let Some(hot) = &self.hot {
-            if self.cfg.admit == NearCacheAdmit::Hot && !hot.admits(key, Instant::now()) {
+            if self.cfg.admit == NearCacheAdmit::Hot && !hot.admits(key, kh, Instant::now()) {
                 bump(&self.stats.not_admitted);
                 return Lookup::Pass;
             }
@@ -430,7 +434,7 @@ impl ClusterCache {
         for (at, kh, hash) in missing {
             let key = &keys[at];
             if let Some(hot) = &self.hot {
-                if self.cfg.admit == NearCacheAdmit::Hot && !hot.admits(key, now) {
+                if self.cfg.admit == NearCacheAdmit::Hot && !hot.admits(key, kh, now) {
                     continue;
                 }
             }
@@ -451,9 +455,9 @@ impl ClusterCache {
     fn insert(&self, fill: Fill, reply: &Bytes) {
         let tracked_ok = match (&fill.tracker, &fill.track) {
             (None, _) => true,
-            (Some(id), Some((state, want, connects))) => {
+            (Some(id), Some((state, want))) => {
                 state.load(Ordering::Acquire) == *want
-                    && tracking_state(*id, connects.load(Ordering::Acquire)) == *want
+                    && tracking_state(*id, fill.ep.connects()) == *want
             }
             (Some(_), None) => false,
         };

@@ -1,13 +1,14 @@
 //! `admit: hot`: the keys a worker reads often enough (see the module above).
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{key_hash, CacheStats};
+use super::{CacheStats, Prehashed};
 
 /// `admit: hot`: the keys one worker reads often enough, with hysteresis. Reads of the
 /// cache's keys are counted per one-second window in a count-min sketch (4 rows of 4,096); a
@@ -25,7 +26,9 @@ struct HotInner {
     sketch: Box<[u32]>,
     window: Instant,
     /// Admitted keys and their reads in the current window.
-    admitted: HashMap<Bytes, u32>,
+    /// By the key's hash (computed once per read by the cache): the key, and its reads in
+    /// the current window.
+    admitted: HashMap<u64, (Bytes, u32), BuildHasherDefault<Prehashed>>,
 }
 
 const HOT_WIDTH: usize = 4096;
@@ -42,17 +45,17 @@ impl HotSet {
             inner: Mutex::new(HotInner {
                 sketch: vec![0; 4 * HOT_WIDTH].into_boxed_slice(),
                 window: Instant::now(),
-                admitted: HashMap::new(),
+                admitted: HashMap::default(),
             }),
         }
     }
 
-    /// Counts one read of `key`; true when the key is admitted.
-    pub(crate) fn admits(&self, key: &[u8], now: Instant) -> bool {
+    /// Counts one read of `key` (whose `key_hash` is `kh`); true when the key is admitted.
+    pub(crate) fn admits(&self, key: &[u8], kh: u64, now: Instant) -> bool {
         let mut h = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if now.duration_since(h.window) >= HOT_WINDOW {
             let leave = self.enter.div_ceil(2);
-            h.admitted.retain(|_, n| {
+            h.admitted.retain(|_, (_, n)| {
                 let keep = *n >= leave;
                 *n = 0;
                 keep
@@ -63,11 +66,12 @@ impl HotSet {
                 .hot_keys
                 .store(h.admitted.len() as u64, Ordering::Relaxed);
         }
-        if let Some(n) = h.admitted.get_mut(key) {
-            *n = n.saturating_add(1);
-            return true;
+        if let Some((k, n)) = h.admitted.get_mut(&kh) {
+            if k.as_ref() == key {
+                *n = n.saturating_add(1);
+                return true;
+            }
         }
-        let kh = key_hash(key);
         let mut est = u32::MAX;
         for row in 0..4 {
             let i = row * HOT_WIDTH + ((kh >> (row * 16)) as usize & (HOT_WIDTH - 1));
@@ -75,7 +79,7 @@ impl HotSet {
             est = est.min(h.sketch[i]);
         }
         if est >= self.enter && h.admitted.len() < 65_536 {
-            h.admitted.insert(Bytes::copy_from_slice(key), est);
+            h.admitted.insert(kh, (Bytes::copy_from_slice(key), est));
             self.stats
                 .hot_keys
                 .store(h.admitted.len() as u64, Ordering::Relaxed);
@@ -84,10 +88,10 @@ impl HotSet {
         false
     }
 
-    /// Counts a read of an admitted key served from the cache.
-    pub(crate) fn hit(&self, key: &[u8]) {
+    /// Counts a read of an admitted key (hash `kh`) served from the cache.
+    pub(crate) fn hit(&self, kh: u64) {
         let mut h = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = h.admitted.get_mut(key) {
+        if let Some((_, n)) = h.admitted.get_mut(&kh) {
             *n = n.saturating_add(1);
         }
     }
@@ -95,6 +99,6 @@ impl HotSet {
     /// The admitted keys.
     pub(crate) fn keys(&self) -> Vec<Bytes> {
         let h = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        h.admitted.keys().cloned().collect()
+        h.admitted.values().map(|(k, _)| k.clone()).collect()
     }
 }

@@ -123,6 +123,8 @@ pub(crate) enum Touch {
     /// Nothing (a read, or no cache).
     #[default]
     None,
+    /// One stamp slot (a single-key write: no allocation).
+    One(u32),
     /// These stamp slots.
     Slots(Box<[u32]>),
     /// Everything.
@@ -134,6 +136,9 @@ impl Touch {
     pub(crate) fn again(&self) {
         match self {
             Touch::None => {}
+            Touch::One(i) => {
+                STAMPS[*i as usize].fetch_add(1, Ordering::AcqRel);
+            }
             Touch::Slots(s) => {
                 for &i in s.iter() {
                     STAMPS[i as usize].fetch_add(1, Ordering::AcqRel);
@@ -148,10 +153,16 @@ impl Touch {
         *self = match (std::mem::take(self), other) {
             (Touch::All, _) | (_, Touch::All) => Touch::All,
             (Touch::None, o) | (o, Touch::None) => o,
-            (Touch::Slots(a), Touch::Slots(b)) => {
-                Touch::Slots(a.iter().chain(b.iter()).copied().collect())
-            }
+            (a, b) => Touch::Slots(a.slots().iter().chain(b.slots()).copied().collect()),
         };
+    }
+
+    fn slots(&self) -> &[u32] {
+        match self {
+            Touch::One(i) => std::slice::from_ref(i),
+            Touch::Slots(s) => s,
+            Touch::None | Touch::All => &[],
+        }
     }
 }
 
@@ -162,12 +173,12 @@ pub(crate) fn dispatched(cmd: &CommandInfo, args: &[Bytes], keys: Option<&[usize
     if cmd.flags & READONLY != 0 {
         return Touch::None;
     }
-    let writes_keyless = cmd.flags & WRITE != 0
-        || matches!(
-            cmd.name,
-            "eval" | "evalsha" | "fcall" | "script|flush" | "function|flush" | "function|restore"
-        );
     match keys.filter(|k| !k.is_empty()) {
+        Some(&[i]) => {
+            let slot = args.get(i).map_or(0, |k| slot_of(key_hash(k))) as u32;
+            STAMPS[slot as usize].fetch_add(1, Ordering::AcqRel);
+            Touch::One(slot)
+        }
         Some(keys) => {
             let slots: Box<[u32]> = keys
                 .iter()
@@ -179,7 +190,17 @@ pub(crate) fn dispatched(cmd: &CommandInfo, args: &[Bytes], keys: Option<&[usize
             }
             Touch::Slots(slots)
         }
-        None if writes_keyless => {
+        None if cmd.flags & WRITE != 0
+            || matches!(
+                cmd.name,
+                "eval"
+                    | "evalsha"
+                    | "fcall"
+                    | "script|flush"
+                    | "function|flush"
+                    | "function|restore"
+            ) =>
+        {
             flush_all();
             Touch::All
         }
@@ -196,7 +217,6 @@ pub(crate) fn cacheable(cmd: &CommandInfo, args: &[Bytes]) -> bool {
         | "llen" | "lindex" | "strlen" | "type" | "getrange" | "substr" | "hkeys" | "hvals"
         | "getbit" | "bitcount" => true,
         "exists" => args.len() == 2,
-        "mget" => true,
         _ => false,
     }
 }
@@ -381,23 +401,26 @@ mod tests {
         let hot = HotSet::new(100, 1, stats.clone());
         let t0 = Instant::now();
         for i in 0..99 {
-            assert!(!hot.admits(b"k", t0), "read {i}");
+            assert!(!hot.admits(b"k", key_hash(b"k"), t0), "read {i}");
         }
         assert!(
-            hot.admits(b"k", t0),
+            hot.admits(b"k", key_hash(b"k"), t0),
             "the 100th read in the window admits it"
         );
-        assert!(!hot.admits(b"cold", t0));
+        assert!(!hot.admits(b"cold", key_hash(b"cold"), t0));
         // Next window: 50 reads (half) keep it, fewer drop it.
         let t1 = t0 + HOT_WINDOW;
-        assert!(hot.admits(b"k", t1));
+        assert!(hot.admits(b"k", key_hash(b"k"), t1));
         for _ in 0..49 {
-            hot.admits(b"k", t1);
+            hot.admits(b"k", key_hash(b"k"), t1);
         }
         let t2 = t1 + HOT_WINDOW;
-        assert!(hot.admits(b"k", t2), "50 reads kept it");
+        assert!(hot.admits(b"k", key_hash(b"k"), t2), "50 reads kept it");
         let t3 = t2 + HOT_WINDOW;
-        assert!(!hot.admits(b"k", t3), "1 read in a window: it left");
+        assert!(
+            !hot.admits(b"k", key_hash(b"k"), t3),
+            "1 read in a window: it left"
+        );
         assert_eq!(stats.hot_keys.load(Ordering::Relaxed), 0);
     }
 }

@@ -335,21 +335,7 @@ impl EndpointHandle {
         conn: usize,
         deadline: Instant,
     ) -> UpstreamFuture {
-        let label = self.inner.cfg.label.clone();
-        let Some(conns) = self.shared(flavor) else {
-            return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
-        };
-        crate::stats::bump(&self.inner.requests, 1);
-        send_on(
-            &conns[conn % conns.len()],
-            args,
-            raw,
-            deadline,
-            label,
-            &self.inner.stats,
-            self.inner.cfg.max_queue,
-            None,
-        )
+        self.send_fill(args, raw, flavor, conn, deadline, None)
     }
 
     /// [`send_frame`](Self::send_frame), and for a near-cache fill, its tracking commands
@@ -361,30 +347,26 @@ impl EndpointHandle {
         flavor: Flavor,
         conn: usize,
         deadline: Instant,
-        fill: Option<Box<crate::near_cache::Fill>>,
+        mut fill: Option<Box<crate::near_cache::Fill>>,
     ) -> UpstreamFuture {
-        let Some(mut fill) = fill else {
-            return self.send_frame(args, raw, flavor, conn, deadline);
-        };
         let label = self.inner.cfg.label.clone();
-        let (Some(conns), Some(pools)) = (self.shared(flavor), self.pools(flavor)) else {
+        let Some(conns) = self.shared(flavor) else {
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
         let i = conn % conns.len();
         // `tracked` mode: the connection redirects its invalidations to the tracker (`OPTIN`)
         // from the first fill after it (or the tracker) was opened on, which the state says;
         // every fill asks for its key to be tracked (`CLIENT CACHING yes`).
-        let pre = fill.tracker.map(|id| {
-            let states = pools
+        let pre = fill.as_mut().and_then(|fill| {
+            let id = fill.tracker?;
+            let states = self
+                .pools(flavor)?
                 .tracking
                 .get_or_init(|| (0..conns.len()).map(|_| Arc::default()).collect());
             let state: &Arc<AtomicU64> = &states[i];
-            let want = crate::near_cache::tracking_state(
-                id,
-                self.inner.stats.connects.load(Ordering::Acquire),
-            );
-            fill.track = Some((state.clone(), want, self.inner.stats.connects_handle()));
-            if state.swap(want, Ordering::AcqRel) != want {
+            let want = crate::near_cache::tracking_state(id, self.connects());
+            fill.track = Some((state.clone(), want));
+            Some(if state.swap(want, Ordering::AcqRel) != want {
                 (crate::near_cache::redirect_frame(id), 2, state.clone())
             } else {
                 (
@@ -392,7 +374,7 @@ impl EndpointHandle {
                     1,
                     state.clone(),
                 )
-            }
+            })
         });
         crate::stats::bump(&self.inner.requests, 1);
         let mut f = send_on(
@@ -405,8 +387,14 @@ impl EndpointHandle {
             self.inner.cfg.max_queue,
             pre,
         );
-        f.fill = Some(fill);
+        f.fill = fill;
         f
+    }
+
+    /// Connections this worker has opened to the endpoint (a near-cache fill is kept only if
+    /// none opened between its send and its reply).
+    pub(crate) fn connects(&self) -> u64 {
+        self.inner.stats.connects.load(Ordering::Acquire)
     }
 
     /// A dedicated connection of `flavor` for one transaction: an idle one, or a new one

@@ -44,7 +44,7 @@ pub(crate) struct EndpointStats {
     /// only).
     pub(super) down: Mutex<Option<Down>>,
     /// Connections opened, and connect attempts that failed.
-    pub(super) connects: Arc<AtomicU64>,
+    pub(super) connects: AtomicU64,
     pub(super) connect_failures: AtomicU64,
     /// Connections open now, and the requests written on them not yet answered (see
     /// [`OpenConnection`]).
@@ -75,18 +75,12 @@ impl EndpointStats {
             healthy: AtomicBool::new(true),
             ejections: AtomicU64::new(0),
             down: Mutex::new(None),
-            connects: Arc::default(),
+            connects: AtomicU64::new(0),
             connect_failures: AtomicU64::new(0),
             cache_epoch: Arc::default(),
             open: AtomicU64::new(0),
             inflight: AtomicU64::new(0),
         }
-    }
-
-    /// The count of connections opened (a near-cache fill keeps it: a reconnect before its
-    /// reply drops the fill).
-    pub(super) fn connects_handle(&self) -> Arc<AtomicU64> {
-        self.connects.clone()
     }
 
     /// Counts a connection opened, for the endpoint and the worker.
