@@ -415,12 +415,7 @@ fn hot_key_detection_finds_the_zipf_heads() {
     // Zipf(1.2) over 100,000 keys; rank r is key `z:{r * 7919 % 100000}` so the hot keys are
     // spread over the key space, not the first names.
     let n = 100_000usize;
-    let mut cdf = Vec::with_capacity(n);
-    let mut sum = 0.0;
-    for r in 1..=n {
-        sum += 1.0 / (r as f64).powf(1.2);
-        cdf.push(sum);
-    }
+    let (cdf, sum) = zipf_cdf(n, 1.2);
     let name = |r: usize| format!("z:{}", r * 7919 % n);
     let threads: Vec<_> = (0..4)
         .map(|t| {

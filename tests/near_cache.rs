@@ -533,12 +533,7 @@ fn hot_keys_are_admitted_and_the_shards_even_out() {
     );
     trackers_up(rw.addr, 4);
     let n = 100_000usize;
-    let mut cdf = Vec::with_capacity(n);
-    let mut sum = 0.0;
-    for r in 1..=n {
-        sum += 1.0 / (r as f64).powf(1.2);
-        cdf.push(sum);
-    }
+    let (cdf, sum) = zipf_cdf(n, 1.2);
     let name = |r: usize| format!("z:{}", r * 7919 % n);
     // A sidecar without the cache, in a process of its own: it writes the keys (writes
     // through a sidecar in this process would end other tests' entries of the same stamp),

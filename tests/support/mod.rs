@@ -27,6 +27,18 @@ pub fn commandstat(addr: SocketAddr, cmd: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Zipf(`s`) over ranks 1..=`n`: the running sums of `1 / r^s` (rank `r` is the first whose
+/// sum reaches `u * total` for a uniform `u`), and the total.
+pub fn zipf_cdf(n: usize, s: f64) -> (Vec<f64>, f64) {
+    let mut cdf = Vec::with_capacity(n);
+    let mut sum = 0.0;
+    for r in 1..=n {
+        sum += 1.0 / (r as f64).powf(s);
+        cdf.push(sum);
+    }
+    (cdf, sum)
+}
+
 /// Number of keys on one server.
 pub fn dbsize(addr: SocketAddr) -> u64 {
     let mut c = sync_client(addr);
