@@ -45,7 +45,8 @@
 //! - `health`: active health checks of endpoints (`PING` or `EXISTS drain_key`, and `ROLE`),
 //!   on a thread of their own, their state shared with the workers through atomics;
 //! - `near_cache`: read replies kept per worker and ended by writes through the sidecar and by
-//!   Redis's invalidations (a tracker per worker and endpoint), and the `admit: hot` set;
+//!   Redis's invalidations (a tracker per worker and endpoint), the `admit: hot` set, and
+//!   client-side caching through the sidecar (`CLIENT TRACKING on`, invalidation pushes);
 //! - `hotcopy`: the copy pass of hot-key rules (existing keys copied to every shard when a
 //!   rule is added, the copies deleted when it is removed), on a thread of its own.
 //!

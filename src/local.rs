@@ -106,6 +106,7 @@ pub(crate) fn handle(
             state.db = 0;
             state.name = None;
             state.lib = (None, None);
+            state.tracking = None;
             state.start_as_default(acl);
             Bytes::from_static(b"+RESET\r\n")
         }
@@ -529,14 +530,10 @@ fn client(args: &[Bytes], state: &mut SessionState) -> Reply {
             b"on" | b"off" => ok(),
             _ => error_reply("ERR syntax error"),
         },
-        (b"tracking", n) if n >= 3 => match lower(&args[2]).as_slice() {
-            b"off" => ok(),
-            b"on" => error_reply(
-                "ERR respway: client-side caching (CLIENT TRACKING on) is not supported \
-                 (the sidecar's near cache is: see near_cache in the README)",
-            ),
-            _ => error_reply("ERR syntax error"),
-        },
+        (b"tracking", n) if n >= 3 => crate::near_cache::clients::tracking(args, state),
+        (b"caching", 3) => crate::near_cache::clients::caching(&args[2], state),
+        (b"trackinginfo", 2) => crate::near_cache::clients::info(state),
+        (b"getredir", 2) => crate::near_cache::clients::getredir(state),
         (b"id", 2) => {
             let mut out = BytesMut::with_capacity(24);
             write_integer(&mut out, b':', state.id as i64);

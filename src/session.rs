@@ -33,6 +33,8 @@ pub(crate) struct SessionState {
     pub(crate) lib: (Option<Bytes>, Option<Bytes>),
     /// The client's address.
     pub(crate) peer: Option<std::net::SocketAddr>,
+    /// `CLIENT TRACKING on`: what the client follows, and its announcements.
+    pub(crate) tracking: Option<Box<crate::near_cache::clients::ClientTracking>>,
 }
 
 impl SessionState {
@@ -50,6 +52,7 @@ impl SessionState {
             db: 0,
             lib: (None, None),
             peer,
+            tracking: None,
         };
         s.start_as_default(acl);
         s
@@ -111,6 +114,7 @@ impl SessionState {
         respway_filters::request::Flavor {
             resp3: self.resp3,
             db: self.db,
+            track: false,
         }
     }
 }

@@ -69,8 +69,8 @@ fn reads_are_served_from_the_cache_and_every_write_ends_them() {
     let mut direct = RespConn::connect(shard.addr);
     direct.call(&["SET", "rasftcaewet:k", "v1"]);
     let mut c = RespConn::connect(rw.addr);
-    // The first read opens the worker's connection: a fill sent before a connection opened
-    // is not kept (it cannot know the connection's tracking), so it is not counted.
+    // The first read opens the worker's connection (and, with `admit: all`, only marks the
+    // doorkeeper): it is not counted.
     assert_eq!(c.call(&["GET", "rasftcaewet:k"]), Resp::bulk("v1"));
     let gets = commandstat(shard.addr, "get");
     for _ in 0..50 {

@@ -582,7 +582,11 @@ CLIENT_LOCAL = {
     "client|list": "answered locally: this client only (no arguments)",
     "client|no-evict": "answered locally: `on`/`off` accepted, no effect",
     "client|setname": "answered locally: names this client",
-    "client|tracking": "answered locally: `off` accepted; `on` refused (no client-side caching)",
+    "client|tracking": "answered locally: client-side caching through the sidecar (RESP3 "
+    "pushes on the client's own connection; `REDIRECT` and RESP2 refused)",
+    "client|caching": "answered locally: `yes`/`no` for the next command (`OPTIN`/`OPTOUT`)",
+    "client|trackinginfo": "answered locally: this client's tracking flags and prefixes",
+    "client|getredir": "answered locally: -1 without tracking, 0 with it (no redirect)",
 }
 
 PROXY_PHRASE = {
@@ -725,8 +729,9 @@ CLASS_DOC = [
         "answered by respway itself: `PING`, `ECHO`, `QUIT`, `SELECT` (per-client database, "
         "up to the cluster's `databases`), `HELLO` (2 and 3), `AUTH`, `TIME`, `RESET`, "
         "`READONLY`/`READWRITE` (accepted no-ops), `CLIENT SETNAME`/`GETNAME`/`ID`/`INFO`/"
-        "`LIST` (this client only)/`SETINFO`/`NO-EVICT`/`NO-TOUCH`/`TRACKING off` (`TRACKING "
-        "on` is refused), `INFO` (proxy sections + `# Keyspace` summed over the shards' "
+        "`LIST` (this client only)/`SETINFO`/`NO-EVICT`/`NO-TOUCH`/`TRACKING`/`CACHING`/"
+        "`TRACKINGINFO`/`GETREDIR` (client-side caching, RESP3), `INFO` (proxy sections + "
+        "`# Keyspace` summed over the shards' "
         "primaries); `COMMAND` and its subcommands are forwarded to the first primary of the "
         "catch-all cluster, so the reply is Redis's own. Other `CLIENT` subcommands answer "
         "`-ERR command 'client|x' is not supported by respway`.",

@@ -60,6 +60,11 @@ pub struct Flavor {
     pub resp3: bool,
     /// The client's database (`SELECT n`), below the cluster's `databases`.
     pub db: u8,
+    /// The client tracks the keys it reads (`CLIENT TRACKING on`): the upstream has Redis
+    /// follow a read's keys, or has them announced to the client after the reply. Not part
+    /// of what picks a connection ([`Flavor::index`]); carried in the flavor because every
+    /// layer that makes requests of its own copies the flavor to them.
+    pub track: bool,
 }
 
 impl Flavor {

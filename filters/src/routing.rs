@@ -126,8 +126,9 @@ pub enum RouteId {
     /// The catch-all route (also used for key-less commands).
     #[default]
     CatchAll,
-    /// A prefix route, by index into the longest-first list.
-    Prefix(u32),
+    /// A prefix route, by index into the longest-first list (`u16`: with the tag, 4 bytes,
+    /// which keeps `Request` within 128 bytes).
+    Prefix(u16),
 }
 
 #[derive(Debug)]
@@ -243,6 +244,13 @@ impl Routing {
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
+        if prefixes.len() > usize::from(u16::MAX) {
+            return Err(format!(
+                "routes: {} prefix routes, at most {} are supported",
+                prefixes.len(),
+                u16::MAX
+            ));
+        }
         // Longest first, so the first match is the longest match.
         prefixes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         let catch_all = match listener.routes.catch_all.as_deref() {
@@ -270,7 +278,7 @@ impl Routing {
                 return Some(RouteMatch {
                     cluster: r.cluster,
                     strip: if r.remove_prefix { r.prefix.len() } else { 0 },
-                    route: RouteId::Prefix(i as u32),
+                    route: RouteId::Prefix(i as u16),
                 });
             }
         }

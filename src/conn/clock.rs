@@ -1,5 +1,8 @@
 //! The session's clock: latency of each reply from its dispatch, counted per run of one
-//! command, and one clock read per client read (`Batch`).
+//! command, and one clock read per client read (`Batch`); the timer of the oldest request.
+
+use std::future::Future;
+use std::task::{Context, Poll};
 
 use tokio::time::Instant;
 
@@ -153,5 +156,27 @@ impl Batch {
 impl Drop for Batch {
     fn drop(&mut self) {
         BATCH_NOW.with(|c| c.set((false, None)));
+    }
+}
+
+impl super::Session {
+    /// True when `deadline` has passed; otherwise makes sure the timer will wake us by then.
+    pub(super) fn poll_timeout(&mut self, cx: &mut Context<'_>, deadline: Instant) -> bool {
+        if !self.timer_armed || self.timer.deadline() > deadline {
+            self.timer.as_mut().reset(deadline);
+            self.timer_armed = true;
+        }
+        loop {
+            match self.timer.as_mut().poll(cx) {
+                Poll::Pending => return false,
+                Poll::Ready(()) => {
+                    if Instant::now() >= deadline {
+                        self.timer_armed = false;
+                        return true;
+                    }
+                    self.timer.as_mut().reset(deadline);
+                }
+            }
+        }
     }
 }

@@ -92,6 +92,9 @@ impl Session {
             let keys = self.keys_found.is_ok().then_some(self.keys.as_slice());
             self.touch = crate::near_cache::dispatched(cmd, &args, keys);
         }
+        if crate::near_cache::clients::any() {
+            self.client_tracking(cmd, &args, in_multi);
+        }
         // SORT's BY and GET patterns read keys on the sorted key's shard: refused when the
         // keys they form may live elsewhere (they would read as missing), as Redis Cluster
         // refuses them.
@@ -407,6 +410,7 @@ impl Session {
         req.raw = self.frame.take();
         req.deadline = Some(deadline.into_std());
         req.flavor = flavor;
+        req.flavor.track = std::mem::take(&mut self.track_next);
         // Every layer is always ready (queues are bounded per session, above).
         let noop = std::task::Waker::noop();
         let _ = live.chain.poll_ready(&mut Context::from_waker(noop));
@@ -419,6 +423,53 @@ impl Session {
             first: FirstArg::NONE,
             touch: crate::near_cache::Touch::None,
         }
+    }
+
+    /// Client-side caching (see `near_cache::clients`): the other tracking sessions are told
+    /// of a write; this session's own tracking decides whether the command's keys go to be
+    /// followed upstream (`track_next`) and what is written right after its reply (`after`).
+    #[cold]
+    fn client_tracking(
+        &mut self,
+        cmd: &'static command::CommandInfo,
+        args: &[Bytes],
+        in_multi: bool,
+    ) {
+        let keys = self.keys_found.is_ok().then_some(self.keys.as_slice());
+        if cmd.flags & command::READONLY == 0 {
+            crate::near_cache::clients::written(cmd, args, keys, self.state.id);
+        }
+        self.track_next = false;
+        if let Some(t) = self.state.tracking.as_deref_mut() {
+            let upstream = matches!(stack::handler(cmd, in_multi), Handler::Chain);
+            let (track, after) = t.dispatched(cmd, args, keys.unwrap_or(&[]), upstream, in_multi);
+            self.track_next = track;
+            self.after = after;
+        }
+    }
+
+    /// Client-side caching: moves the announcements waiting for this session behind the
+    /// replies owed now. True when there were any.
+    #[cold]
+    pub(super) fn announce(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(push) = self
+            .state
+            .tracking
+            .as_deref_mut()
+            .and_then(|t| t.poll_announcements(cx))
+        else {
+            return false;
+        };
+        // A client back on RESP2 gets none (as from Redis without REDIRECT).
+        if self.state.resp3 {
+            if self.pending.is_empty() {
+                self.wbuf.push(&push);
+            } else {
+                self.ready_bytes += push.len();
+                self.pending.push_back(Pending::Ready(push));
+            }
+        }
+        true
     }
 
     /// Counts a sampled key for hot-key detection, under the cluster it routes to (as

@@ -204,6 +204,8 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
         frame: None,
         sub: None,
         tarpit: false,
+        track_next: false,
+        after: None,
     };
     // Registered once with the first poll, the drain notification wakes this task when the
     // process drains; after that the flag alone is read (one atomic load per poll).
@@ -285,6 +287,11 @@ struct Session {
     sub: Option<Box<pubsub::Subscriber>>,
     /// A failed `AUTH` is answered late: nothing more is decoded until it is.
     tarpit: bool,
+    /// Client-side caching: the command being dispatched goes to be followed upstream.
+    track_next: bool,
+    /// Client-side caching: what to write right after the reply of the command being
+    /// dispatched (an invalidation push).
+    after: Option<Bytes>,
 }
 
 /// Why a session ends on its own.
@@ -324,6 +331,10 @@ impl Session {
             match self.move_replies(cx, live, ctx, limit, hard, &mut front_waits) {
                 ControlFlow::Continue(p) => progress |= p,
                 ControlFlow::Break(end) => return Poll::Ready(end),
+            }
+            // 2a. Client-side caching: announcements, after the replies owed now.
+            if self.state.tracking.is_some() {
+                progress |= self.announce(cx);
             }
             // 2b. Pub/sub messages, once every confirmation before them is written.
             if let Some(sub) = self.sub.as_mut().filter(|s| s.confirming == 0) {
@@ -646,26 +657,6 @@ impl Session {
         io::Error::other(text)
     }
 
-    /// True when `deadline` has passed; otherwise makes sure the timer will wake us by then.
-    fn poll_timeout(&mut self, cx: &mut Context<'_>, deadline: Instant) -> bool {
-        if !self.timer_armed || self.timer.deadline() > deadline {
-            self.timer.as_mut().reset(deadline);
-            self.timer_armed = true;
-        }
-        loop {
-            match self.timer.as_mut().poll(cx) {
-                Poll::Pending => return false,
-                Poll::Ready(()) => {
-                    if Instant::now() >= deadline {
-                        self.timer_armed = false;
-                        return true;
-                    }
-                    self.timer.as_mut().reset(deadline);
-                }
-            }
-        }
-    }
-
     /// The lane `args` would travel on.
     fn lane_of(&self, cmd: Option<&'static command::CommandInfo>) -> Lane {
         let Some(cmd) = cmd else {
@@ -770,6 +761,10 @@ impl Session {
                         }
                     }
                     self.pending.push_back(p);
+                    if let Some(a) = self.after.take() {
+                        self.ready_bytes += a.len();
+                        self.pending.push_back(Pending::Ready(a));
+                    }
                     if self.closing || self.tarpit {
                         return;
                     }

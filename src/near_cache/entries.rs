@@ -58,7 +58,7 @@ impl Entry {
 
     fn same(&self, cmd: &CommandInfo, flavor: Flavor, ep: &EndpointHandle, args: &[Bytes]) -> bool {
         std::ptr::eq(self.cmd, cmd)
-            && self.flavor == flavor
+            && self.flavor.index() == flavor.index()
             && self.ep.same(ep)
             && same_args(&self.args, args)
     }
@@ -196,6 +196,12 @@ pub(crate) struct Fill {
     /// went on, and the value it must still hold (and the endpoint's connects must still
     /// give) for the reply to be kept (see [`tracking_state`]).
     pub(crate) track: Option<(Arc<AtomicU64>, u64)>,
+    /// Set by the upstream when the read went with `CLIENT TRACKING on REDIRECT` itself
+    /// (not only `CLIENT CACHING yes`): followed whatever connection wrote it.
+    pub(crate) redirected: bool,
+    /// The keys of a tracking client's read: announced to the clients that follow them
+    /// unless the read was followed by Redis (see [`super::clients`]).
+    pub(crate) client: Option<Box<[Bytes]>>,
 }
 
 /// One entry a fill may keep.
@@ -212,7 +218,8 @@ struct Item {
 /// What a connection's tracking state holds once `CLIENT TRACKING on REDIRECT tracker` was
 /// sent on it after the endpoint's `connects`-th connection opened: a fill goes without it only
 /// while the state holds this value, and is kept only if it still does when its reply comes
-/// (a reconnect in between, or a tracking command that failed and cleared it, drops the fill).
+/// (a tracking command that failed and cleared it drops the fill; so does a reconnect in
+/// between, unless the fill carried the redirect itself).
 pub(crate) fn tracking_state(tracker: u64, connects: u64) -> u64 {
     match tracker.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ connects {
         0 => 1,
@@ -374,7 +381,53 @@ impl ClusterCache {
                 _ => None,
             },
             track: None,
+            redirected: false,
+            client: None,
         }))
+    }
+
+    /// A tracking client's read (`req`, to `ep`) after the cache's own lookup (`fill`, if
+    /// it fills): with what has Redis follow its keys (`tracked`: `CLIENT CACHING yes`, in a
+    /// fill that keeps nothing when the cache did not want the reply; `bcast`: the tracker's
+    /// prefixes cover them), or with its keys announced after the reply when nothing can.
+    pub(crate) fn follow_for_client(
+        self: &Arc<Self>,
+        req: &Request,
+        ep: &EndpointHandle,
+        fill: Option<Box<Fill>>,
+    ) -> Option<Box<Fill>> {
+        let keys = || req.keys.iter().filter_map(|i| req.args.get(i)).cloned();
+        match (self.mode, self.tracker(ep)) {
+            (NearCacheMode::Tracked, Ok(Some(id))) => {
+                let mut f = fill.unwrap_or_else(|| {
+                    Box::new(Fill {
+                        cache: self.clone(),
+                        cmd: req.cmd,
+                        flavor: req.flavor,
+                        ep: ep.clone(),
+                        items: Vec::new(),
+                        mget: false,
+                        tracker: Some(id),
+                        track: None,
+                        redirected: false,
+                        client: None,
+                    })
+                });
+                f.client = Some(keys().collect());
+                Some(f)
+            }
+            (NearCacheMode::Bcast, Ok(_)) if keys().all(|k| self.covers(&k)) => fill,
+            _ => {
+                super::clients::unfollowed(keys());
+                fill
+            }
+        }
+    }
+
+    /// True when a hit is a reply Redis follows (its entry lives only while Redis would
+    /// announce a change): not in `ttl` mode.
+    pub(crate) fn hits_are_followed(&self) -> bool {
+        self.mode != NearCacheMode::Ttl
     }
 
     /// `MGET`: served when every key's `GET` entry serves; otherwise sent whole, and its
@@ -457,7 +510,7 @@ impl ClusterCache {
             (None, _) => true,
             (Some(id), Some((state, want))) => {
                 state.load(Ordering::Acquire) == *want
-                    && tracking_state(*id, fill.ep.connects()) == *want
+                    && (fill.redirected || tracking_state(*id, fill.ep.connects()) == *want)
             }
             (Some(_), None) => false,
         };
@@ -465,7 +518,15 @@ impl ClusterCache {
             return;
         }
         if !tracked_ok {
-            bump(&self.stats.fills_dropped);
+            if let Some(keys) = &fill.client {
+                super::clients::unfollowed(keys.iter().cloned());
+            }
+            if !fill.items.is_empty() {
+                bump(&self.stats.fills_dropped);
+            }
+            return;
+        }
+        if fill.items.is_empty() {
             return;
         }
         let elements = match fill.mget {
@@ -589,6 +650,14 @@ impl Fill {
     pub(crate) fn done(self, reply: &Bytes) {
         let cache = self.cache.clone();
         cache.insert(self, reply);
+    }
+
+    /// The read went elsewhere (a replica's read retried on the primary): nothing is kept,
+    /// and a tracking client's keys are announced.
+    pub(crate) fn abandon(self) {
+        if let Some(keys) = self.client {
+            super::clients::unfollowed(keys.into_vec().into_iter());
+        }
     }
 }
 

@@ -39,7 +39,8 @@
 //!   read. Fills go on the session's own connection, so they keep their place among the
 //!   session's commands. Redis then sends the tracker an invalidation when anyone changes a
 //!   key filled. A fill is kept only while its connection's tracking state still says so
-//!   ([`tracking_state`]): a reconnect, or a tracking command that failed, drops it.
+//!   ([`tracking_state`]): a tracking command that failed drops it, and so does a reconnect
+//!   unless the fill carried the redirect itself.
 //! - `bcast`: the tracker asks for every change under the prefixes (`BCAST PREFIX ...`); fills
 //!   are plain reads.
 //! - `ttl`: no tracker; entries end at `max_age` or on writes through this sidecar.
@@ -55,6 +56,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use respway_filters::command::{CommandInfo, READONLY, WRITE};
 
+pub(crate) mod clients;
 mod entries;
 mod hot;
 mod tracker;
@@ -190,22 +192,21 @@ pub(crate) fn dispatched(cmd: &CommandInfo, args: &[Bytes], keys: Option<&[usize
             }
             Touch::Slots(slots)
         }
-        None if cmd.flags & WRITE != 0
-            || matches!(
-                cmd.name,
-                "eval"
-                    | "evalsha"
-                    | "fcall"
-                    | "script|flush"
-                    | "function|flush"
-                    | "function|restore"
-            ) =>
-        {
+        None if flushes_all(cmd) => {
             flush_all();
             Touch::All
         }
         None => Touch::None,
     }
+}
+
+/// A command that, given no keys, may write any key (`FLUSHDB`, a script without keys, ...).
+pub(crate) fn flushes_all(cmd: &CommandInfo) -> bool {
+    cmd.flags & WRITE != 0
+        || matches!(
+            cmd.name,
+            "eval" | "evalsha" | "fcall" | "script|flush" | "function|flush" | "function|restore"
+        )
 }
 
 /// The reads whose replies may be cached (deterministic, one key, first argument).

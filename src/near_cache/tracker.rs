@@ -80,6 +80,7 @@ pub(crate) async fn run_tracker(
         }
         epoch.fetch_add(1, Ordering::AcqRel);
         bump(&stats.flushes);
+        super::clients::flush(0);
         if Arc::strong_count(&tracker) <= 1 {
             return;
         }
@@ -137,6 +138,7 @@ async fn track(
     // Up: entries filled from now on are served (those of before were dropped with the
     // epoch bump that ended the previous tracker).
     epoch.fetch_add(1, Ordering::AcqRel);
+    super::clients::flush(0);
     tracker.id.store(id, Ordering::Release);
     stats.trackers_up.fetch_add(1, Ordering::Relaxed);
     let mut tick = tokio::time::interval(TRACKER_PING);
@@ -153,11 +155,13 @@ async fn track(
                             Some(keys) => {
                                 for k in keys {
                                     invalidate(k);
+                                    super::clients::changed(k, 0);
                                     bump(&stats.invalidations);
                                 }
                             }
                             None => {
                                 epoch.fetch_add(1, Ordering::AcqRel);
+                                super::clients::flush(0);
                                 bump(&stats.flushes);
                             }
                         }

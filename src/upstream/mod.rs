@@ -367,6 +367,9 @@ impl EndpointHandle {
             let want = crate::near_cache::tracking_state(id, self.connects());
             fill.track = Some((state.clone(), want));
             Some(if state.swap(want, Ordering::AcqRel) != want {
+                // The redirect goes with the read, in one piece, on whichever connection
+                // writes it: the read is followed even if that connection is a new one.
+                fill.redirected = true;
                 (crate::near_cache::redirect_frame(id), 2, state.clone())
             } else {
                 (
@@ -581,14 +584,28 @@ impl Service<Request> for Upstream {
             }
         }
         let mut fill = None;
-        if let Some(cache) = self.endpoints.1.get(req.cluster).and_then(Option::as_ref) {
+        let cache = self.endpoints.1.get(req.cluster).and_then(Option::as_ref);
+        if let Some(cache) = cache {
             match cache.lookup(&req, ep) {
                 crate::near_cache::Lookup::Pass => {}
                 crate::near_cache::Lookup::Hit(reply) => {
-                    return UpstreamFuture::ready(reply, ep.label().clone(), deadline)
+                    if req.flavor.track && !cache.hits_are_followed() {
+                        crate::near_cache::clients::unfollowed(key_args(&req));
+                    }
+                    return UpstreamFuture::ready(reply, ep.label().clone(), deadline);
                 }
                 crate::near_cache::Lookup::Fill(f) => fill = Some(f),
             }
+        }
+        // A tracking client's read: Redis follows its keys, or they are announced.
+        if req.flavor.track && req.is_read() {
+            fill = match cache {
+                Some(cache) => cache.follow_for_client(&req, ep, fill),
+                None => {
+                    crate::near_cache::clients::unfollowed(key_args(&req));
+                    None
+                }
+            };
         }
         if endpoint != primary && req.is_read() {
             // A read sent to a replica: if the replica turns out to be unreachable, the read
@@ -601,6 +618,8 @@ impl Service<Request> for Upstream {
                     req.args.clone(),
                     req.flavor,
                     self.conn,
+                    // A tracking client's keys, announced if the primary answers instead.
+                    req.flavor.track.then(|| key_args(&req).collect()),
                 )));
                 let mut f = ep.send_fill(req.args, req.raw, req.flavor, self.conn, deadline, fill);
                 f.fallback = fallback;
@@ -612,8 +631,19 @@ impl Service<Request> for Upstream {
 }
 
 /// Where a replica read goes again when the replica cannot be reached: the primary, the
-/// arguments, the flavor and the connection index.
-type Fallback = (EndpointHandle, Vec<Bytes>, Flavor, usize);
+/// arguments, the flavor and the connection index; and a tracking client's keys.
+type Fallback = (
+    EndpointHandle,
+    Vec<Bytes>,
+    Flavor,
+    usize,
+    Option<Box<[Bytes]>>,
+);
+
+/// The keys of `req`.
+fn key_args(req: &Request) -> impl Iterator<Item = Bytes> + '_ {
+    req.keys.iter().filter_map(|i| req.args.get(i)).cloned()
+}
 
 /// The reply of one upstream request.
 #[derive(Debug)]
@@ -715,8 +745,13 @@ impl Future for UpstreamFuture {
             if again {
                 if let Some(b) = this.fallback.take() {
                     // The primary's reply is not what the replica's tracking follows.
-                    this.fill = None;
-                    let (primary, args, flavor, conn) = *b;
+                    if let Some(fill) = this.fill.take() {
+                        fill.abandon();
+                    }
+                    let (primary, args, flavor, conn, client) = *b;
+                    if let Some(keys) = client {
+                        crate::near_cache::clients::unfollowed(keys.into_vec().into_iter());
+                    }
                     let next = primary.send(args, flavor, conn, this.deadline);
                     this.state = next.state;
                     this.label = next.label;

@@ -75,7 +75,7 @@ impl<'a, S: Io> LiveConn<'a, S> {
             latency,
             dedicated,
             inflight: VecDeque::new(),
-            gauge: OpenConnection::new(stats),
+            gauge: OpenConnection::new(stats, !dedicated),
             slow,
             batch: Vec::with_capacity(64),
             wbuf: OutQueue::with_capacity(RBUF),

@@ -188,12 +188,19 @@ impl EndpointStats {
 pub(super) struct OpenConnection<'a> {
     pub(super) stats: &'a EndpointStats,
     pub(super) inflight: u64,
+    shared: bool,
 }
 
 impl<'a> OpenConnection<'a> {
-    pub(super) fn new(stats: &'a EndpointStats) -> Self {
+    /// `shared`: one of the shared connections (those that reads of tracking clients go
+    /// on), not a transaction's or a blocking command's.
+    pub(super) fn new(stats: &'a EndpointStats, shared: bool) -> Self {
         stats.open.fetch_add(1, Ordering::Relaxed);
-        OpenConnection { stats, inflight: 0 }
+        OpenConnection {
+            stats,
+            inflight: 0,
+            shared,
+        }
     }
 
     /// Requests written on this connection and not yet answered: `n` now.
@@ -218,5 +225,9 @@ impl Drop for OpenConnection<'_> {
         self.inflight(0);
         self.stats.open.fetch_sub(1, Ordering::Relaxed);
         self.stats.cache_epoch.fetch_add(1, Ordering::AcqRel);
+        // What tracking clients read over it is no longer followed by Redis.
+        if self.shared {
+            crate::near_cache::clients::flush(0);
+        }
     }
 }

@@ -1,0 +1,642 @@
+//! Client-side caching through the sidecar: `CLIENT TRACKING on` is answered by respway, and
+//! the keys a tracking session read are announced to it (`>2 invalidate [keys]`, RESP3
+//! pushes on its own connection) when they may have changed.
+//!
+//! What announces a key:
+//! - a write through any session of this sidecar ([`changed`] at its dispatch; the writer
+//!   itself gets its announcement right after the write's reply, [`ClientTracking::dispatched`]);
+//! - Redis, for writes by anyone: a tracking session's reads go upstream as near-cache fills
+//!   do (`CLIENT CACHING yes` on a connection whose tracking redirects to the endpoint's
+//!   tracker, `tracked` mode; or under the tracker's `BCAST` prefixes), and the tracker's
+//!   invalidations are announced;
+//! - a read the sidecar could not have Redis follow (no `tracked` near cache on the cluster,
+//!   its tracker down, a reconnect while the read was in flight, a read inside `MULTI`): its
+//!   keys are announced right after its reply, so the client keeps nothing nobody would
+//!   announce a change of.
+//!
+//! Every key at once (a null `invalidate`): a key-less write (`FLUSHDB`, ...), a tracker
+//! lost or back, a shared upstream connection closed (Redis forgets what was read over it:
+//! redis #11767), a session's announcements piling up past [`MAX_QUEUED`], or its followed
+//! keys past [`MAX_KEYS`].
+//!
+//! Publishers find the sessions through one list swapped on change ([`SESSIONS`]: read
+//! without a lock); each session's inbox counts its followed keys per hash bucket, so a
+//! write of a key nobody follows wakes nobody.
+
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::task::{Context, Poll};
+
+use arc_swap::ArcSwap;
+use bytes::{Bytes, BytesMut};
+use respway_filters::command::{CommandInfo, READONLY};
+use tokio::sync::mpsc;
+
+use respway_filters::request::{error_reply, Reply};
+use respway_filters::resp::Frame;
+
+use super::{key_hash, Prehashed};
+use crate::session::SessionState;
+
+fn ok() -> Reply {
+    Bytes::from_static(b"+OK\r\n")
+}
+
+/// Hash buckets of a session's followed keys (what publishers look at).
+const BUCKETS: usize = 4096;
+/// Keys one session follows at most: past it, it is sent a flush and starts over (Redis's
+/// `tracking-table-max-keys` is the same idea, for the whole server).
+pub(crate) const MAX_KEYS: usize = 100_000;
+/// Announcements queued for one session at most: past it, one flush replaces them.
+pub(crate) const MAX_QUEUED: usize = 10_000;
+
+/// What a session is told.
+#[derive(Debug)]
+enum Msg {
+    Key(Bytes),
+    Flush,
+}
+
+/// What publishers see of a tracking session.
+#[derive(Debug)]
+struct Inbox {
+    /// The session's client id (its own writes are announced by the session itself).
+    id: u64,
+    /// Keys followed per hash bucket (default, `OPTIN` and `OPTOUT` modes).
+    interest: Box<[AtomicU32]>,
+    /// `BCAST`: every key under `prefixes` (none: every key).
+    bcast: bool,
+    prefixes: ArcSwap<Vec<Bytes>>,
+    tx: mpsc::UnboundedSender<Msg>,
+    queued: AtomicUsize,
+    /// A flush was queued instead of keys: the next keys are dropped until it is taken.
+    overflow: AtomicBool,
+}
+
+impl Inbox {
+    fn wants(&self, key: &[u8], hash: u64) -> bool {
+        if self.bcast {
+            let p = self.prefixes.load();
+            p.is_empty() || p.iter().any(|p| key.starts_with(p))
+        } else {
+            self.interest[bucket(hash)].load(Ordering::Acquire) > 0
+        }
+    }
+
+    fn send(&self, m: Msg) {
+        if self.overflow.load(Ordering::Acquire) {
+            return;
+        }
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= MAX_QUEUED {
+            if !self.overflow.swap(true, Ordering::AcqRel) {
+                let _ = self.tx.send(Msg::Flush);
+            }
+            return;
+        }
+        let _ = self.tx.send(m);
+    }
+}
+
+fn bucket(hash: u64) -> usize {
+    (hash >> 32) as usize & (BUCKETS - 1)
+}
+
+/// Every tracking session of the process.
+static SESSIONS: LazyLock<ArcSwap<Vec<Arc<Inbox>>>> = LazyLock::new(ArcSwap::default);
+/// How many there are (publishers look at nothing else while there are none).
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Keys announced, flushes announced, and reads announced at once because nothing upstream
+/// follows them (process-wide, for `INFO` and the metrics).
+pub(crate) static ANNOUNCED_KEYS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static ANNOUNCED_FLUSHES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static UNFOLLOWED_READS: AtomicU64 = AtomicU64::new(0);
+
+/// Tracking sessions now.
+pub(crate) fn sessions() -> usize {
+    COUNT.load(Ordering::Relaxed)
+}
+
+/// True while some session tracks.
+#[inline(always)]
+pub(crate) fn any() -> bool {
+    COUNT.load(Ordering::Relaxed) > 0
+}
+
+/// `key` may have changed: every tracking session that follows it but `origin` (the
+/// session that wrote it, which announces it itself; 0 for none) is told.
+pub(crate) fn changed(key: &Bytes, origin: u64) {
+    if !any() {
+        return;
+    }
+    let hash = key_hash(key);
+    for s in SESSIONS.load().iter() {
+        if s.id != origin && s.wants(key, hash) {
+            s.send(Msg::Key(key.clone()));
+        }
+    }
+}
+
+/// Every key may have changed: every tracking session but `origin` is told.
+pub(crate) fn flush(origin: u64) {
+    if !any() {
+        return;
+    }
+    for s in SESSIONS.load().iter() {
+        if s.id != origin {
+            s.send(Msg::Flush);
+        }
+    }
+}
+
+/// A write dispatched by session `origin` (its key positions in `args`; `None` when they
+/// could not be found): the other tracking sessions are told of its keys, or of every key.
+pub(crate) fn written(cmd: &CommandInfo, args: &[Bytes], keys: Option<&[usize]>, origin: u64) {
+    match keys.filter(|k| !k.is_empty()) {
+        Some(keys) => {
+            for &i in keys {
+                if let Some(k) = args.get(i) {
+                    changed(k, origin);
+                }
+            }
+        }
+        None if super::flushes_all(cmd) => flush(origin),
+        None => {}
+    }
+}
+
+/// Reads of a tracking session that nothing upstream follows: announced after their reply.
+pub(crate) fn unfollowed(keys: impl Iterator<Item = Bytes>) {
+    UNFOLLOWED_READS.fetch_add(1, Ordering::Relaxed);
+    for k in keys {
+        changed(&k, 0);
+    }
+}
+
+/// How a session tracks (`CLIENT TRACKING on [BCAST [PREFIX p ...]] [OPTIN|OPTOUT]
+/// [NOLOOP]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Options {
+    pub(crate) bcast: bool,
+    pub(crate) prefixes: Vec<Bytes>,
+    pub(crate) optin: bool,
+    pub(crate) optout: bool,
+    pub(crate) noloop: bool,
+}
+
+/// A session's tracking: what it follows, and its inbox.
+#[derive(Debug)]
+pub(crate) struct ClientTracking {
+    pub(crate) opts: Options,
+    inbox: Arc<Inbox>,
+    rx: mpsc::UnboundedReceiver<Msg>,
+    /// Hashes of the keys followed (not `BCAST`).
+    keys: HashSet<u64, BuildHasherDefault<Prehashed>>,
+    /// `CLIENT CACHING yes|no`, for the next command.
+    pub(crate) caching: Option<bool>,
+    /// Keys read or written inside `MULTI`, announced after `EXEC`'s reply.
+    tx_keys: Vec<Bytes>,
+    /// A key was followed since the last flush announced (another flush before one would
+    /// tell the client nothing: it holds nothing it may keep).
+    followed: bool,
+}
+
+impl ClientTracking {
+    /// Starts tracking for session `id` with `opts`.
+    pub(crate) fn start(id: u64, opts: Options) -> Box<ClientTracking> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let inbox = Arc::new(Inbox {
+            id,
+            interest: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            bcast: opts.bcast,
+            prefixes: ArcSwap::from_pointee(opts.prefixes.clone()),
+            tx,
+            queued: AtomicUsize::new(0),
+            overflow: AtomicBool::new(false),
+        });
+        SESSIONS.rcu(|v| {
+            let mut v = Vec::clone(v);
+            v.push(inbox.clone());
+            v
+        });
+        COUNT.fetch_add(1, Ordering::AcqRel);
+        Box::new(ClientTracking {
+            opts,
+            inbox,
+            rx,
+            keys: HashSet::default(),
+            caching: None,
+            tx_keys: Vec::new(),
+            followed: true,
+        })
+    }
+
+    /// `CLIENT TRACKING on` again: the new options (prefixes are added to those held).
+    fn update(&mut self, opts: Options) {
+        let mut prefixes = std::mem::take(&mut self.opts.prefixes);
+        prefixes.extend(opts.prefixes);
+        self.opts = Options { prefixes, ..opts };
+        self.inbox
+            .prefixes
+            .store(Arc::new(self.opts.prefixes.clone()));
+    }
+
+    fn follow(&mut self, key: &[u8]) {
+        self.followed = true;
+        let h = key_hash(key);
+        if self.keys.insert(h) {
+            self.inbox.interest[bucket(h)].fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// True when `key` was followed (it is not anymore).
+    fn unfollow(&mut self, key: &[u8]) -> bool {
+        let h = key_hash(key);
+        let had = self.keys.remove(&h);
+        if had {
+            self.inbox.interest[bucket(h)].fetch_sub(1, Ordering::AcqRel);
+        }
+        had
+    }
+
+    /// The flush announcement, unless nothing was followed since the last one.
+    fn flush_once(&mut self) -> Option<Bytes> {
+        self.unfollow_all();
+        if !std::mem::take(&mut self.followed) && !self.opts.bcast {
+            return None;
+        }
+        ANNOUNCED_FLUSHES.fetch_add(1, Ordering::Relaxed);
+        Some(flush_push())
+    }
+
+    fn unfollow_all(&mut self) {
+        self.keys.clear();
+        for b in self.inbox.interest.iter() {
+            b.store(0, Ordering::Release);
+        }
+    }
+
+    fn under_prefixes(&self, key: &[u8]) -> bool {
+        self.opts.prefixes.is_empty() || self.opts.prefixes.iter().any(|p| key.starts_with(p))
+    }
+
+    /// Called for every command the session dispatches while tracking is on, with its keys
+    /// (`keys`: positions in `args`); `upstream` when the command goes to the chain outside
+    /// a transaction (where the upstream can have Redis follow its keys). Returns whether the
+    /// request is to be followed upstream, and what to write right after its reply.
+    pub(crate) fn dispatched(
+        &mut self,
+        cmd: &CommandInfo,
+        args: &[Bytes],
+        keys: &[usize],
+        upstream: bool,
+        in_multi: bool,
+    ) -> (bool, Option<Bytes>) {
+        let caching = if cmd.name == "client|caching" {
+            return (false, None);
+        } else {
+            self.caching.take()
+        };
+        let key_args = || keys.iter().filter_map(|&i| args.get(i));
+        if cmd.name == "exec" {
+            let ks = std::mem::take(&mut self.tx_keys);
+            return (false, self.announce(ks));
+        }
+        if cmd.name == "discard" {
+            self.tx_keys.clear();
+            return (false, None);
+        }
+        if cmd.flags & READONLY != 0 {
+            if keys.is_empty() {
+                return (false, None);
+            }
+            let follow = if self.opts.bcast {
+                key_args().all(|k| self.under_prefixes(k))
+            } else if self.opts.optin {
+                caching == Some(true)
+            } else if self.opts.optout {
+                caching != Some(false)
+            } else {
+                true
+            };
+            if !follow {
+                return (false, None);
+            }
+            if !self.opts.bcast {
+                for k in key_args() {
+                    self.follow(k);
+                }
+                if self.keys.len() > MAX_KEYS {
+                    return (false, self.flush_once());
+                }
+            }
+            if upstream && !in_multi {
+                return (true, None);
+            }
+            UNFOLLOWED_READS.fetch_add(1, Ordering::Relaxed);
+            let ks: Vec<Bytes> = key_args().cloned().collect();
+            if in_multi {
+                self.tx_keys.extend(ks);
+                return (false, None);
+            }
+            return (false, self.announce(ks));
+        }
+        // A write: what this session follows of it is announced after its reply (unless
+        // NOLOOP); the others are told by `changed` at dispatch.
+        if self.opts.noloop {
+            return (false, None);
+        }
+        if keys.is_empty() {
+            if super::flushes_all(cmd) && !in_multi {
+                return (false, self.flush_once());
+            }
+            return (false, None);
+        }
+        let ks: Vec<Bytes> = key_args().cloned().collect();
+        if in_multi {
+            self.tx_keys.extend(ks);
+            return (false, None);
+        }
+        (false, self.announce(ks))
+    }
+
+    /// The announcement of those of `keys` this session follows (and follows no more).
+    fn announce(&mut self, keys: Vec<Bytes>) -> Option<Bytes> {
+        let keys: Vec<Bytes> = keys
+            .into_iter()
+            .filter(|k| {
+                if self.opts.bcast {
+                    self.under_prefixes(k)
+                } else {
+                    self.unfollow(k)
+                }
+            })
+            .collect();
+        if keys.is_empty() {
+            return None;
+        }
+        ANNOUNCED_KEYS.fetch_add(keys.len() as u64, Ordering::Relaxed);
+        Some(keys_push(&keys))
+    }
+
+    /// The announcements waiting in the inbox, as one push (a flush when any says so).
+    pub(crate) fn poll_announcements(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
+        let mut keys = Vec::new();
+        let mut flush = false;
+        while let Poll::Ready(Some(m)) = self.rx.poll_recv(cx) {
+            self.inbox.queued.fetch_sub(1, Ordering::AcqRel);
+            match m {
+                Msg::Key(k) => keys.push(k),
+                Msg::Flush => flush = true,
+            }
+            if keys.len() >= 1024 {
+                break;
+            }
+        }
+        if flush {
+            self.inbox.overflow.store(false, Ordering::Release);
+            return self.flush_once();
+        }
+        if keys.is_empty() {
+            return None;
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        self.announce(keys)
+    }
+}
+
+impl Drop for ClientTracking {
+    fn drop(&mut self) {
+        let me = self.inbox.clone();
+        SESSIONS.rcu(|v| {
+            v.iter()
+                .filter(|s| !Arc::ptr_eq(s, &me))
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        COUNT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `CLIENT TRACKING on|off [REDIRECT id] [BCAST] [PREFIX p ...] [OPTIN] [OPTOUT] [NOLOOP]`,
+/// with Redis's checks and texts, for RESP3 clients (respway announces on the client's own
+/// connection: RESP2 and `REDIRECT` are refused).
+pub(crate) fn tracking(args: &[Bytes], state: &mut SessionState) -> Reply {
+    let on = match args[2].to_ascii_lowercase().as_slice() {
+        b"on" => true,
+        b"off" => false,
+        _ => return error_reply("ERR syntax error"),
+    };
+    let mut opts = Options::default();
+    let mut redirect = false;
+    let mut i = 3;
+    while i < args.len() {
+        let more = i + 1 < args.len();
+        match args[i].to_ascii_lowercase().as_slice() {
+            b"redirect" if more => {
+                if std::str::from_utf8(&args[i + 1])
+                    .ok()
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .is_none()
+                {
+                    return error_reply("ERR value is not an integer or out of range");
+                }
+                redirect = true;
+                i += 1;
+            }
+            b"bcast" => opts.bcast = true,
+            b"optin" => opts.optin = true,
+            b"optout" => opts.optout = true,
+            b"noloop" => opts.noloop = true,
+            b"prefix" if more => {
+                opts.prefixes.push(args[i + 1].clone());
+                i += 1;
+            }
+            _ => return error_reply("ERR syntax error"),
+        }
+        i += 1;
+    }
+    if !on {
+        state.tracking = None;
+        return ok();
+    }
+    let old = state.tracking.as_ref().map(|t| &t.opts);
+    if !opts.bcast && !opts.prefixes.is_empty() {
+        return error_reply("ERR PREFIX option requires BCAST mode to be enabled");
+    }
+    if old.is_some_and(|o| o.bcast != opts.bcast) {
+        return error_reply(
+            "ERR You can't switch BCAST mode on/off before disabling tracking for this \
+             client, and then re-enabling it with a different mode.",
+        );
+    }
+    if opts.bcast && (opts.optin || opts.optout) {
+        return error_reply("ERR OPTIN and OPTOUT are not compatible with BCAST");
+    }
+    if opts.optin && opts.optout {
+        return error_reply("ERR You can't specify both OPTIN mode and OPTOUT mode");
+    }
+    if old.is_some_and(|o| (opts.optin && o.optout) || (opts.optout && o.optin)) {
+        return error_reply(
+            "ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this \
+             client, and then re-enabling it with a different mode.",
+        );
+    }
+    let have: &[Bytes] = old.map_or(&[], |o| &o.prefixes);
+    for (n, p) in opts.prefixes.iter().enumerate() {
+        let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+        if let Some(q) = have.iter().find(|q| q != &p && overlap(p, q)) {
+            return error_reply(&format!(
+                "ERR Prefix '{}' overlaps with an existing prefix '{}'. Prefixes for a single \
+                 client must not overlap.",
+                text(p),
+                text(q)
+            ));
+        }
+        if let Some(q) = opts.prefixes[n + 1..].iter().find(|q| overlap(p, q)) {
+            return error_reply(&format!(
+                "ERR Prefix '{}' overlaps with another provided prefix '{}'. Prefixes for a \
+                 single client must not overlap.",
+                text(p),
+                text(q)
+            ));
+        }
+    }
+    if redirect {
+        return error_reply(
+            "ERR respway: CLIENT TRACKING REDIRECT is not supported: respway sends \
+             invalidations as RESP3 push messages on the client's own connection (HELLO 3, \
+             then CLIENT TRACKING on)",
+        );
+    }
+    if !state.resp3 {
+        return error_reply(
+            "ERR respway: CLIENT TRACKING needs RESP3 (HELLO 3): respway sends invalidations \
+             as push messages on the client's own connection",
+        );
+    }
+    match &mut state.tracking {
+        Some(t) => t.update(opts),
+        None => state.tracking = Some(ClientTracking::start(state.id, opts)),
+    }
+    ok()
+}
+
+/// True when one prefix starts the other.
+fn overlap(a: &[u8], b: &[u8]) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// `CLIENT CACHING yes|no`: whether the next command's keys are followed (`OPTIN`, `OPTOUT`).
+pub(crate) fn caching(arg: &Bytes, state: &mut SessionState) -> Reply {
+    const NOT_OPT: &str = "ERR CLIENT CACHING can be called only when the client is in \
+                           tracking mode with OPTIN or OPTOUT mode enabled";
+    let Some(t) = state
+        .tracking
+        .as_mut()
+        .filter(|t| t.opts.optin || t.opts.optout)
+    else {
+        return error_reply(NOT_OPT);
+    };
+    match arg.to_ascii_lowercase().as_slice() {
+        b"yes" if t.opts.optin => t.caching = Some(true),
+        b"yes" => {
+            return error_reply(
+                "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
+            )
+        }
+        b"no" if t.opts.optout => t.caching = Some(false),
+        b"no" => {
+            return error_reply(
+                "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
+            )
+        }
+        _ => return error_reply("ERR syntax error"),
+    }
+    ok()
+}
+
+/// `CLIENT GETREDIR`: -1 without tracking, 0 with it (respway never redirects).
+pub(crate) fn getredir(state: &SessionState) -> Reply {
+    Bytes::from_static(if state.tracking.is_some() {
+        b":0\r\n"
+    } else {
+        b":-1\r\n"
+    })
+}
+
+/// `CLIENT TRACKINGINFO`: flags, redirect (-1 off, 0 none) and prefixes, as Redis gives them.
+pub(crate) fn info(state: &SessionState) -> Reply {
+    let resp3 = state.resp3;
+    let s = |t: &'static str| Frame::Bulk(Bytes::from_static(t.as_bytes()));
+    let (flags, redirect, prefixes) = match &state.tracking {
+        None => (vec![s("off")], -1, Vec::new()),
+        Some(t) => {
+            let o = &t.opts;
+            let mut f = vec![s("on")];
+            for (set, name) in [
+                (o.bcast, "bcast"),
+                (o.optin, "optin"),
+                (o.optout, "optout"),
+                (t.caching == Some(true), "caching-yes"),
+                (t.caching == Some(false), "caching-no"),
+                (o.noloop, "noloop"),
+            ] {
+                if set {
+                    f.push(s(name));
+                }
+            }
+            (f, 0, o.prefixes.iter().cloned().map(Frame::Bulk).collect())
+        }
+    };
+    let mut out = BytesMut::with_capacity(128);
+    Frame::map(
+        resp3,
+        vec![
+            (s("flags"), Frame::set(resp3, flags)),
+            (s("redirect"), Frame::Integer(redirect)),
+            (s("prefixes"), Frame::Array(prefixes)),
+        ],
+    )
+    .encode(&mut out);
+    out.freeze()
+}
+
+/// `>2 invalidate [keys]`.
+fn keys_push(keys: &[Bytes]) -> Bytes {
+    let mut out = BytesMut::with_capacity(32 + keys.iter().map(|k| k.len() + 16).sum::<usize>());
+    out.extend_from_slice(b">2\r\n$10\r\ninvalidate\r\n");
+    out.extend_from_slice(format!("*{}\r\n", keys.len()).as_bytes());
+    for k in keys {
+        out.extend_from_slice(format!("${}\r\n", k.len()).as_bytes());
+        out.extend_from_slice(k);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.freeze()
+}
+
+/// `>2 invalidate _`: every key.
+fn flush_push() -> Bytes {
+    Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n_\r\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn pushes_are_resp3_invalidations() {
+        assert_eq!(
+            &keys_push(&[b("a"), b("bc")])[..],
+            b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$2\r\nbc\r\n"
+        );
+        assert_eq!(&flush_push()[..], b">2\r\n$10\r\ninvalidate\r\n_\r\n");
+    }
+}
