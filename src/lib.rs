@@ -41,6 +41,8 @@
 //! - `upstream`: pooled, pipelined connections to the Redis shards, and dedicated ones;
 //! - `sentinel`: the primaries and replicas of Sentinel-managed shards, followed on a thread
 //!   of their own and swapped in by compiling the configuration again;
+//! - `redis_cluster`: the shards of Redis Clusters (slots, primaries, replicas) discovered
+//!   from seed nodes and followed the same way;
 //! - `queue`: the request queue between a worker's sessions and one connection task;
 //! - `health`: active health checks of endpoints (`PING` or `EXISTS drain_key`, and `ROLE`),
 //!   on a thread of their own, their state shared with the workers through atomics;
@@ -74,6 +76,7 @@ mod near_cache;
 mod outq;
 mod pubsub;
 mod queue;
+mod redis_cluster;
 mod sentinel;
 mod session;
 pub mod slowlog;
@@ -159,12 +162,23 @@ struct Shared {
     base: std::sync::Mutex<Config>,
     /// The primaries and replicas of Sentinel-managed shards, as last found.
     discovery: sentinel::Discovery,
+    /// The shards of Redis Clusters, as last found.
+    cluster_discovery: redis_cluster::Discovery,
     /// Failed `AUTH` attempts per client address, over every listener and worker.
     auth_limiter: Arc<acl::AuthTarpit>,
     /// Active health-check state per endpoint (read by the workers through their handles).
     checks: health::Checks,
     /// The copy passes of hot-key rules, whose flags each compiled rule gets.
     copies: Arc<hotcopy::Copies>,
+}
+
+impl Shared {
+    /// `config` with what discovery found filled in: the endpoints the Sentinels name, the
+    /// shards of Redis Clusters.
+    fn resolve(&self, config: Config) -> Config {
+        self.cluster_discovery
+            .resolve(self.discovery.resolve(config))
+    }
 }
 
 /// A running data plane. Dropping it does not stop it; call [`Server::shutdown`].
@@ -207,7 +221,7 @@ impl ConfigHandle {
             );
         }
         let version = old.version + 1;
-        let resolved = self.shared.discovery.resolve(config.clone());
+        let resolved = self.shared.resolve(config.clone());
         let snapshot = compile(resolved, version, Some(&old), &self.shared.copies)?;
         *base = config;
         self.shared.current.store(Arc::new(snapshot));
@@ -221,7 +235,7 @@ impl ConfigHandle {
         let base = self.shared.base.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.shared.current.load_full();
         let version = old.version + 1;
-        let resolved = self.shared.discovery.resolve(base.clone());
+        let resolved = self.shared.resolve(base.clone());
         let snapshot = compile(resolved, version, Some(&old), &self.shared.copies)?;
         self.shared.current.store(Arc::new(snapshot));
         self.shared.changed.send_replace(version);
@@ -236,6 +250,11 @@ impl ConfigHandle {
     /// What the Sentinels named last.
     pub(crate) fn discovery(&self) -> &sentinel::Discovery {
         &self.shared.discovery
+    }
+
+    /// What the Redis Clusters said last.
+    pub(crate) fn cluster_discovery(&self) -> &redis_cluster::Discovery {
+        &self.shared.cluster_discovery
     }
 
     /// The snapshot being served.
@@ -367,12 +386,14 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     let registry = Arc::new(Registry::default());
     let snapshot = compile(config.clone(), 1, None, &registry.copies).map_err(io::Error::other)?;
     let with_sentinels = sentinel::any(&config);
+    let with_redis_clusters = redis_cluster::any(&config);
     let (changed, _) = watch::channel(1);
     let shared = Arc::new(Shared {
         current: ArcSwap::from_pointee(snapshot),
         changed,
         base: std::sync::Mutex::new(config),
         discovery: sentinel::Discovery::default(),
+        cluster_discovery: redis_cluster::Discovery::default(),
         auth_limiter: Arc::default(),
         checks: health::Checks::default(),
         copies: registry.copies.clone(),
@@ -386,6 +407,18 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         },
         stop_rx.clone(),
         if with_sentinels {
+            SENTINEL_FIRST_WAIT
+        } else {
+            std::time::Duration::ZERO
+        },
+    )?;
+    // Redis Clusters: the first topology is awaited (a little) for the same reason.
+    redis_cluster::start(
+        ConfigHandle {
+            shared: shared.clone(),
+        },
+        stop_rx.clone(),
+        if with_redis_clusters {
             SENTINEL_FIRST_WAIT
         } else {
             std::time::Duration::ZERO

@@ -226,6 +226,7 @@ fn wanted(handle: &ConfigHandle) -> HashMap<(Key, Vec<EndpointConfig>), String> 
                     max_queue: 1,
                     tls: tls.clone(),
                     missing: None,
+                    readonly: false,
                 })
                 .collect();
             let key = (src.master.clone(), src.sentinels.clone());

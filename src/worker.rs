@@ -391,13 +391,24 @@ pub(crate) fn endpoint_config(
             None if placeholder => format!("cluster {}", c.name).into(),
             _ => format!("shard {shard} ({address})").into(),
         },
-        missing: s.sentinel.as_ref().filter(|_| placeholder).map(|src| {
-            format!(
-                "no primary known: no Sentinel has named one for master {:?} yet",
-                src.master
-            )
-            .into()
-        }),
+        missing: match (&s.sentinel, &c.redis_cluster) {
+            (Some(src), _) if placeholder => Some(
+                format!(
+                    "no primary known: no Sentinel has named one for master {:?} yet",
+                    src.master
+                )
+                .into(),
+            ),
+            (_, Some(src)) if placeholder => {
+                Some(crate::redis_cluster::missing(&s.name, src).into())
+            }
+            _ => None,
+        },
+        // A Redis Cluster replica serves reads only after READONLY.
+        readonly: c.redis_cluster.is_some()
+            && s.endpoints
+                .iter()
+                .any(|e| e.address == address && e.role == Role::Replica),
         connect_timeout: c.connect_timeout,
         auth: c.auth_for(address).map(|a| {
             let mut v = Vec::new();

@@ -111,6 +111,7 @@ fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         tls: None,
         health_check: None,
         near_cache: None,
+        redis_cluster: None,
         name: name.to_owned(),
         hash,
         hashtag: Some(HashTag::default()),

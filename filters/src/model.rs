@@ -337,6 +337,47 @@ pub struct Cluster {
     pub health_check: Option<HealthCheck>,
     /// A near cache of this cluster's reads in every worker (`None`: no cache).
     pub near_cache: Option<NearCache>,
+    /// A Redis Cluster: the shards (slot ranges, primaries, replicas) are discovered from
+    /// these seed nodes and followed, instead of configured (`shards` then holds one
+    /// placeholder shard until the sidecar fills them in). Placement is Redis Cluster's own:
+    /// `crc16_slots` with `{}` hashtags.
+    pub redis_cluster: Option<RedisClusterSource>,
+}
+
+/// Where a Redis Cluster's topology is learned, and how often (Envoy's `RedisClusterConfig`:
+/// the same meanings and defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RedisClusterSource {
+    /// Nodes asked for the topology (`CLUSTER SHARDS`, else `CLUSTER SLOTS`) until one answers;
+    /// after the first answer every known node is asked too.
+    pub seeds: Vec<SocketAddr>,
+    /// Interval between topology refreshes (default 5 s).
+    pub cluster_refresh_rate: Duration,
+    /// How long one refresh may take (default 3 s).
+    pub cluster_refresh_timeout: Duration,
+    /// The least time between two refreshes triggered by redirections or failures (default
+    /// 5 s).
+    pub redirect_refresh_interval: Duration,
+    /// Redirections (`MOVED`, `ASK`) that trigger a refresh (default 5; 0: never).
+    pub redirect_refresh_threshold: u32,
+    /// Upstream failures that trigger a refresh (default 0: never).
+    pub failure_refresh_threshold: u32,
+    /// Endpoints that became unhealthy that trigger a refresh (default 0: never).
+    pub host_degraded_refresh_threshold: u32,
+}
+
+impl Default for RedisClusterSource {
+    fn default() -> Self {
+        RedisClusterSource {
+            seeds: Vec::new(),
+            cluster_refresh_rate: Duration::from_secs(5),
+            cluster_refresh_timeout: Duration::from_secs(3),
+            redirect_refresh_interval: Duration::from_secs(5),
+            redirect_refresh_threshold: 5,
+            failure_refresh_threshold: 0,
+            host_degraded_refresh_threshold: 0,
+        }
+    }
 }
 
 /// A per-worker cache of a cluster's read replies (see `src/near_cache/mod.rs`).

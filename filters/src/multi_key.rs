@@ -166,7 +166,11 @@ where
         if req.keys.is_empty() {
             return ResponseFuture::Inner(self.inner.call(req));
         }
-        let picker = &self.routing.clusters[req.cluster].picker;
+        let cluster = &self.routing.clusters[req.cluster];
+        let picker = &cluster.picker;
+        // A Redis Cluster's sub-commands are per slot (`(shard << 14) | slot` numbers each
+        // group); other clusters' per shard.
+        let by_slot = cluster.redis_cluster.then_some(cluster.hashtag);
         let Some(kind) = kind else {
             // One shard, or refused (the mirror layer asks the same through `refuses`).
             return match one_shard(picker.as_ref(), &req) {
@@ -178,11 +182,20 @@ where
             };
         };
         self.shards.clear();
-        self.shards
-            .extend(req.keys.iter().map(|i| picker.pick(&req.args[i])));
+        self.shards.extend(req.keys.iter().map(|i| {
+            let key = &req.args[i];
+            match by_slot {
+                Some(tag) => {
+                    let slot = crate::hash::slots::redis_cluster_slot(key, tag) as usize;
+                    (picker.pick(key) << 14) | slot
+                }
+                None => picker.pick(key),
+            }
+        }));
         let first = self.shards[0];
+        let shard_of = |g: usize| if by_slot.is_some() { g >> 14 } else { g };
         if self.shards.iter().all(|&s| s == first) {
-            req.pin_shard(first);
+            req.pin_shard(shard_of(first));
             return ResponseFuture::Inner(self.inner.call(req));
         }
         // Number the shards in order of first appearance; each key's entry in `shards`
@@ -219,7 +232,8 @@ where
             }
         }
         let mut join = Join::with_capacity(self.order.len());
-        for (args, &(shard, count)) in self.subs.drain(..).zip(&self.order) {
+        for (args, &(group, count)) in self.subs.drain(..).zip(&self.order) {
+            let shard = shard_of(group);
             // `cmd k1 [v1] k2 [v2] ...`: the keys from 1, `per_key` apart.
             let keys = Keys::step(1, per_key, count);
             let mut sub = Request::with_keys(req.cmd, args, keys);

@@ -53,6 +53,10 @@ pub struct ClusterRoute {
     pub hashtag: Option<crate::model::HashTag>,
     /// The shards' database a client's database 0 maps to.
     pub db: u32,
+    /// A Redis Cluster: a multi-key command is split by slot, not only by shard (a node
+    /// refuses keys of several slots in one command, `CROSSSLOT`), and its shards are
+    /// named for `MOVED`/`ASK` redirections by address.
+    pub redis_cluster: bool,
 }
 
 /// One shard as the request path sees it.
@@ -554,5 +558,6 @@ fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, Stri
         local_shards,
         hashtag: c.hashtag,
         db: c.db,
+        redis_cluster: c.redis_cluster.is_some(),
     })
 }

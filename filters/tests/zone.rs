@@ -53,6 +53,7 @@ fn cluster(name: &str, read_policy: ReadPolicy, base: u16) -> Cluster {
         tls: None,
         health_check: None,
         near_cache: None,
+        redis_cluster: None,
         name: name.to_string(),
         hash: HashPolicy::Maglev { table_size: 65537 },
         hashtag: None,

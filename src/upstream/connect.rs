@@ -173,6 +173,9 @@ pub(super) async fn hello<S: AsyncRead + AsyncWrite + Unpin>(
             Bytes::from(db.to_string()),
         ]);
     }
+    if cfg.readonly {
+        hello.push(vec![Bytes::from_static(b"READONLY")]);
+    }
     hello.push(vec![Bytes::from_static(b"PING")]);
     let mut out = BytesMut::new();
     for args in &hello {

@@ -136,6 +136,9 @@ pub(crate) struct EndpointConfig {
     /// For the placeholder address [`respway_filters::model::NO_ENDPOINT`]: why there is no
     /// endpoint (`None`: an EDS cluster whose endpoints did not arrive).
     pub(crate) missing: Option<Arc<str>>,
+    /// A replica of a Redis Cluster: `READONLY` on connect, so that it serves reads of the
+    /// slots of its primary instead of redirecting them.
+    pub(crate) readonly: bool,
 }
 
 impl std::fmt::Debug for EndpointConfig {
@@ -151,6 +154,7 @@ impl std::fmt::Debug for EndpointConfig {
             .field("max_queue", &self.max_queue)
             .field("tls", &self.tls)
             .field("missing", &self.missing)
+            .field("readonly", &self.readonly)
             .finish()
     }
 }
@@ -783,6 +787,7 @@ mod tests {
             max_queue: 16384,
             tls: None,
             missing: None,
+            readonly: false,
         };
         let text = format!("{cfg:?}");
         assert!(

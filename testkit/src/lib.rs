@@ -13,6 +13,7 @@
 //!   [`have`], [`rss_of`].
 //! - [`servers`] — `redis-server` ([`redis`], [`redis_with`], [`redis_on`], [`redis_on_with`])
 //!   and nutcracker ([`nutcracker`]).
+//! - [`cluster`] — [`RedisCluster`], a real Redis Cluster (`redis-cli --cluster create`).
 //! - [`fake`] — [`FakeShard`], a shard that misbehaves on demand ([`FakeMode`]), and
 //!   [`Dribble`], a relay that hands a real server's replies on a few bytes at a time.
 //!
@@ -31,6 +32,7 @@
 //! `respway-filters`, so replies are checked with a parser that is not the code under test.
 
 pub mod certs;
+pub mod cluster;
 pub mod fake;
 pub mod http;
 pub mod process;
@@ -38,6 +40,7 @@ pub mod resp;
 pub mod servers;
 
 pub use certs::{CertFiles, Pki};
+pub use cluster::RedisCluster;
 pub use fake::{Dribble, FakeMode, FakeShard};
 pub use http::{http, http_get, url_encode};
 pub use process::{free_port, have, loopback, rss_of, wait_port, Proc, Spawn};

@@ -246,6 +246,7 @@ pub fn default_config() -> Config {
             tls: None,
             health_check: None,
             near_cache: None,
+            redis_cluster: None,
             hot_keys: Vec::new(),
             read_policy: model::ReadPolicy::Primary,
             name: "default".to_string(),

@@ -27,3 +27,7 @@ pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
 /// The name of Envoy's Redis health checker (`HealthCheck.custom_health_check.name`), the
 /// one health checker respway runs.
 pub const REDIS_HEALTH_CHECKER: &str = "envoy.health_checkers.redis";
+
+/// Envoy's custom cluster type of a Redis Cluster (`cluster_type.name`), whose typed config
+/// is `envoy.extensions.clusters.redis.v3.RedisClusterConfig`.
+pub const REDIS_CLUSTER_TYPE: &str = "envoy.clusters.redis";

@@ -45,6 +45,7 @@ pub fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
         tls: None,
         health_check: None,
         near_cache: None,
+        redis_cluster: None,
         name: name.to_string(),
         hash,
         hashtag: None,

@@ -68,7 +68,12 @@ pub(super) fn translate(
         Some(d) => positive_duration(cx, "connect_timeout", d),
         None => Some(common::DEFAULT_CONNECT_TIMEOUT),
     };
-    let hash = hash_policy(cx, c);
+    let redis = super::redis_cluster::is_redis_cluster(c);
+    let hash = if redis {
+        super::redis_cluster::placement(cx, c)
+    } else {
+        hash_policy(cx, c)
+    };
 
     let mut auth = None;
     let mut endpoint_auth = Vec::new();
@@ -224,7 +229,8 @@ pub(super) fn translate(
         .as_ref()
         .and_then(|ts| super::tls::cluster(cx, "transport_socket", ts));
 
-    // Where the endpoints come from.
+    // Where the endpoints come from (a Redis Cluster: its seeds, the shards found later).
+    let mut redis_cluster = None;
     let assignment = match &c.cluster_discovery_type {
         None | Some(ClusterDiscoveryType::Type(0)) => {
             if c.eds_cluster_config.is_some() {
@@ -274,6 +280,10 @@ pub(super) fn translate(
             );
             None
         }
+        Some(ClusterDiscoveryType::ClusterType(ct)) if redis => {
+            redis_cluster = super::redis_cluster::source(cx, c, ct);
+            None
+        }
         Some(ClusterDiscoveryType::ClusterType(ct)) => {
             cx.err(
                 "cluster_type",
@@ -285,12 +295,34 @@ pub(super) fn translate(
             None
         }
     };
-    let shards = assignment.map(|(resource, prefix, cla)| {
-        let own = std::mem::replace(&mut cx.resource, resource);
-        let shards = endpoint::shards(cx, &prefix, cla, hash.as_ref());
-        cx.resource = own;
-        shards
-    });
+    let shards = match assignment {
+        Some((resource, prefix, cla)) => {
+            let own = std::mem::replace(&mut cx.resource, resource);
+            let shards = endpoint::shards(cx, &prefix, cla, hash.as_ref());
+            cx.resource = own;
+            Some(shards)
+        }
+        None if redis_cluster.is_some() => Some(super::redis_cluster::placeholder()),
+        None => None,
+    };
+    // A Redis Cluster's keys are placed as Redis Cluster places them: `{}` hashtags.
+    let hashtag = if redis {
+        if hashtag.is_some_and(|h| h != Some(HashTag::default())) {
+            cx.err(
+                join(&options_at, "hashtag"),
+                "a Redis Cluster hashes keys with {} hashtags, as Redis does",
+            );
+        }
+        Some(Some(HashTag::default()))
+    } else {
+        hashtag
+    };
+    if redis && options.db != 0 {
+        cx.err(
+            join(&options_at, "db"),
+            "a Redis Cluster has database 0 only",
+        );
+    }
 
     if cx.count() > before {
         return None;
@@ -300,6 +332,7 @@ pub(super) fn translate(
             tls,
             health_check,
             near_cache,
+            redis_cluster,
             hot_keys,
             read_policy: ReadPolicy::Primary,
             name: c.name.clone(),

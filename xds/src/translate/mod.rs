@@ -14,6 +14,7 @@ mod endpoint;
 mod health;
 mod listener;
 mod near_cache;
+mod redis_cluster;
 mod routes;
 mod tls;
 

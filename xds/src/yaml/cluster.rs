@@ -53,6 +53,7 @@ pub(super) const CLUSTER_KEYS: &[&str] = &[
     "tls",
     "health_check",
     "near_cache",
+    "redis_cluster",
 ];
 const NEAR_CACHE_KEYS: &[&str] = &[
     "mode",
@@ -95,13 +96,14 @@ fn options_at(name: &str) -> String {
     format!("typed_extension_protocol_options[{name:?}]")
 }
 
-/// One cluster and its endpoints; `None` when the value is not a mapping.
+/// One cluster and its endpoints (none for a Redis Cluster: its seeds are in the cluster);
+/// `None` when the value is not a mapping.
 pub(super) fn cluster(
     cx: &mut Cx,
     o: &mut Origins,
     v: &Value,
     i: usize,
-) -> Option<(PbCluster, ClusterLoadAssignment)> {
+) -> Option<(PbCluster, Option<ClusterLoadAssignment>)> {
     cx.resource = resource_name(v, "cluster", "clusters", i);
     let name = v.get("name").and_then(Value::as_str).unwrap_or_default();
     let envoy = if name.is_empty() {
@@ -196,14 +198,46 @@ pub(super) fn cluster(
     let near_cache = m
         .get("near_cache")
         .and_then(|v| near_cache(cx, o, v, &opts));
-    let (cla, credentials) = shards(cx, o, &m, &name, &hash, &auth_at);
+    let redis = m
+        .get("redis_cluster")
+        .and_then(|v| super::redis_cluster::redis_cluster(cx, o, v));
+    let (cla, credentials) = match m.get("redis_cluster") {
+        // The shards of a Redis Cluster are discovered; its hash is Redis Cluster's own.
+        Some(_) => {
+            if m.get("shards").is_some() {
+                cx.err(
+                    "shards",
+                    "a redis_cluster's shards are discovered from its seeds: give no shards",
+                );
+            }
+            if m.get("hash")
+                .is_some_and(|_| hash != HashPolicy::Crc16Slots)
+            {
+                cx.err(
+                    "hash",
+                    "a redis_cluster places keys by Redis Cluster's slots (crc16_slots)",
+                );
+            }
+            if m.get("db").is_some_and(|_| db != 0) {
+                cx.err("db", "a redis_cluster has database 0 only");
+            }
+            (None, Vec::new())
+        }
+        None => {
+            let (cla, credentials) = shards(cx, o, &m, &name, &hash, &auth_at);
+            (Some(cla), credentials)
+        }
+    };
     o.note("transport_socket", "tls");
     let tls = m.get("tls").and_then(|v| cluster_tls(cx, o, v, "tls"));
 
     let health_check = m.get("health_check").and_then(|v| health_check(cx, o, v));
 
     let mut out = eds_cluster(name.clone(), connect_timeout, tls);
-    placement(&mut out, &hash);
+    match &redis {
+        Some(src) => crate::emit::redis_cluster_type(&mut out, src),
+        None => placement(&mut out, &hash),
+    }
     out.health_checks = health_check.iter().map(health_check_pb).collect();
     if auth.is_some() || !credentials.is_empty() {
         out.typed_extension_protocol_options.insert(

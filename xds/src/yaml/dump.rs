@@ -18,8 +18,8 @@ use std::time::Duration;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
     AclUser, ClientLimits, Cluster, Config, EndpointAuth, HashPolicy, HashTag, HealthCheck,
-    HotKeyRead, Listener, MirrorMode, MirrorPolicy, NearCache, ReadPolicy, RespSettings, Role,
-    RouteTable, Shard, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES,
+    HotKeyRead, Listener, MirrorMode, MirrorPolicy, NearCache, ReadPolicy, RedisClusterSource,
+    RespSettings, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES,
     DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
@@ -402,8 +402,11 @@ impl Writer {
             == HashPolicy::Maglev {
                 table_size: common::DEFAULT_TABLE_SIZE,
             };
-        m.set("hash", self.hash(&c.hash), default_hash);
+        // A Redis Cluster's hash and hashtag are Redis Cluster's own, not written.
+        let redis = c.redis_cluster.is_some();
+        m.set("hash", self.hash(&c.hash), default_hash || redis);
         match c.hashtag {
+            _ if redis => {}
             None => m.put("hashtag", Value::Null),
             Some(t) => m.set(
                 "hashtag",
@@ -487,13 +490,63 @@ impl Writer {
             m.put("near_cache", near_cache);
         }
         let mut placed = vec![false; c.endpoint_auth.len()];
-        let shards = c
-            .shards
-            .iter()
-            .enumerate()
-            .map(|(i, s)| self.shard(c, i, s, &mut placed))
-            .collect();
-        m.put("shards", Value::Sequence(shards));
+        match &c.redis_cluster {
+            Some(src) => {
+                let d = RedisClusterSource::default();
+                let mut r = self.map();
+                let seeds = src.seeds.iter().map(|a| a.to_string().into());
+                r.put("seeds", Value::Sequence(seeds.collect()));
+                for (key, v, dv) in [
+                    (
+                        "cluster_refresh_rate",
+                        src.cluster_refresh_rate,
+                        d.cluster_refresh_rate,
+                    ),
+                    (
+                        "cluster_refresh_timeout",
+                        src.cluster_refresh_timeout,
+                        d.cluster_refresh_timeout,
+                    ),
+                    (
+                        "redirect_refresh_interval",
+                        src.redirect_refresh_interval,
+                        d.redirect_refresh_interval,
+                    ),
+                ] {
+                    let text = self.duration(v, || format!("{at}: redis_cluster.{key}"));
+                    r.set(key, text, v == dv);
+                }
+                for (key, v, dv) in [
+                    (
+                        "redirect_refresh_threshold",
+                        src.redirect_refresh_threshold,
+                        d.redirect_refresh_threshold,
+                    ),
+                    (
+                        "failure_refresh_threshold",
+                        src.failure_refresh_threshold,
+                        d.failure_refresh_threshold,
+                    ),
+                    (
+                        "host_degraded_refresh_threshold",
+                        src.host_degraded_refresh_threshold,
+                        d.host_degraded_refresh_threshold,
+                    ),
+                ] {
+                    r.set(key, num(v), v == dv);
+                }
+                m.put("redis_cluster", r.done());
+            }
+            None => {
+                let shards = c
+                    .shards
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| self.shard(c, i, s, &mut placed))
+                    .collect();
+                m.put("shards", Value::Sequence(shards));
+            }
+        }
         for (e, placed) in c.endpoint_auth.iter().zip(placed) {
             if !placed {
                 self.notes.push(format!(

@@ -25,6 +25,7 @@ mod cluster;
 pub(crate) mod dump;
 mod listener;
 pub(crate) mod origin;
+mod redis_cluster;
 mod shards;
 mod value;
 
@@ -217,7 +218,7 @@ fn read(text: &str, mode: Mode) -> Result<Read, ConfigErrors> {
     for (i, v) in cluster_values.iter().enumerate() {
         if let Some((c, cla)) = cluster::cluster(&mut cx, &mut o, v, i) {
             resources.clusters.push(c);
-            resources.endpoints.push(cla);
+            resources.endpoints.extend(cla);
         }
         cx.resource.clear();
     }

@@ -1,0 +1,117 @@
+//! A real Redis Cluster on loopback: `redis-server --cluster-enabled yes` nodes joined by
+//! `redis-cli --cluster create`, for the tests of respway's Redis Cluster upstream.
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::process::Proc;
+use crate::resp::{raw_command, RespConn};
+use crate::servers::redis_with;
+
+/// Cluster nodes: `primaries` primaries with `replicas` replicas each (in `redis-cli`'s order:
+/// the first `primaries` nodes are the primaries). Every node is stopped on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<Proc>,
+    pub primaries: usize,
+}
+
+/// The node arguments: cluster mode, a node timeout of 2 s (failovers in a few seconds), no
+/// full coverage required (a slot whose node is down fails alone).
+pub const NODE_ARGS: &[&str] = &[
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "2000",
+    "--cluster-require-full-coverage",
+    "no",
+];
+
+impl RedisCluster {
+    /// Starts the nodes, creates the cluster, and waits (30 s at most) until every node says
+    /// `cluster_state:ok` and every replica is linked to its primary.
+    pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
+        let n = primaries * (1 + replicas);
+        let nodes: Vec<Proc> = (0..n).map(|_| redis_with(NODE_ARGS)).collect();
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(nodes.iter().map(|p| p.addr.to_string()));
+        args.extend([
+            "--cluster-replicas".into(),
+            replicas.to_string(),
+            "--cluster-yes".into(),
+        ]);
+        let out = Command::new("redis-cli")
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli must be installed (apt-get install redis-tools)");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let c = RedisCluster { nodes, primaries };
+        c.wait_ok(Duration::from_secs(30));
+        c
+    }
+
+    /// Every node's address.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.nodes.iter().map(|p| p.addr).collect()
+    }
+
+    /// Waits until every running node says `cluster_state:ok` and each node's replicas are
+    /// linked; panics after `max`.
+    pub fn wait_ok(&self, max: Duration) {
+        let deadline = Instant::now() + max;
+        loop {
+            let ok = self.nodes.iter().all(|p| {
+                raw_command(p.addr, &["CLUSTER", "INFO"])
+                    .is_ok_and(|t| t.contains("cluster_state:ok"))
+                    && raw_command(p.addr, &["INFO", "replication"]).is_ok_and(|t| {
+                        t.contains("role:master") || t.contains("master_link_status:up")
+                    })
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Redis Cluster did not come up within {max:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The address of the node serving `slot` as its primary, as `node` says it.
+    pub fn owner(node: SocketAddr, slot: u16) -> Option<SocketAddr> {
+        let text = RespConn::connect(node).call(&["CLUSTER", "SLOTS"]);
+        if let crate::resp::Resp::Array(Some(ranges)) = text {
+            for r in ranges {
+                if let crate::resp::Resp::Array(Some(parts)) = r {
+                    let (Some(crate::resp::Resp::Int(a)), Some(crate::resp::Resp::Int(b))) =
+                        (parts.first(), parts.get(1))
+                    else {
+                        continue;
+                    };
+                    if (*a..=*b).contains(&i64::from(slot)) {
+                        if let Some(crate::resp::Resp::Array(Some(p))) = parts.get(2) {
+                            if let (
+                                Some(crate::resp::Resp::Bulk(Some(ip))),
+                                Some(crate::resp::Resp::Int(port)),
+                            ) = (p.first(), p.get(1))
+                            {
+                                let ip = String::from_utf8_lossy(ip);
+                                return format!("{ip}:{port}").parse().ok();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+}
