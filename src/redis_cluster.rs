@@ -8,7 +8,8 @@
 //! the thresholds ([`redirected`], at most once per `redirect_refresh_interval`). When the
 //! answer changes, it records it and has the configuration compiled again
 //! ([`crate::ConfigHandle::rediscover`]): the cluster's shards become the topology's (one per
-//! primary, named by its address, with its slot ranges and its online replicas; slots no node
+//! primary, named by its address, with its slot ranges and its replicas not marked failed;
+//! slots no node
 //! serves go to a shard `unassigned` whose keys get an error), and the workers swap them in
 //! as for any configuration change, without dropping a request: pools of nodes that remain
 //! are kept, a promoted replica gets a primary's pools, a node that left is drained.
@@ -47,7 +48,7 @@ pub(crate) struct Part {
     /// Inclusive slot ranges, sorted.
     pub(crate) slots: Vec<(u32, u32)>,
     pub(crate) primary: SocketAddr,
-    /// Online replicas, sorted.
+    /// Replicas not marked failed, sorted.
     pub(crate) replicas: Vec<SocketAddr>,
 }
 
@@ -210,7 +211,6 @@ fn kick_of(cluster: &str) -> Arc<Kick> {
         .clone()
 }
 
-#[allow(dead_code)] // the upstream's redirections report here (next change)
 /// A worker followed a `MOVED` or `ASK` of Redis Cluster `cluster` (`moved`: the slot's map
 /// is stale); the watcher refreshes the topology once the redirections pass the threshold.
 pub(crate) fn redirected(cluster: &str, moved: bool) {
@@ -218,21 +218,15 @@ pub(crate) fn redirected(cluster: &str, moved: bool) {
     if moved {
         k.redirects.fetch_add(1, Ordering::Relaxed);
     }
-    REDIRECTS.fetch_add(1, Ordering::Relaxed);
     k.notify.notify_one();
 }
 
-#[allow(dead_code)] // the upstream's failures report here (next change)
 /// A request to a node of Redis Cluster `cluster` failed (the node may be gone).
 pub(crate) fn failed(cluster: &str) {
     let k = kick_of(cluster);
     k.failures.fetch_add(1, Ordering::Relaxed);
     k.notify.notify_one();
 }
-
-#[allow(dead_code)] // counted by `redirected` (next change)
-/// Redirections followed (`MOVED` and `ASK`), over the process.
-pub(crate) static REDIRECTS: AtomicU64 = AtomicU64::new(0);
 
 // === the watchers ===
 
@@ -553,9 +547,11 @@ fn from_shards(f: &Frame) -> Result<Topology, String> {
                 };
                 let role = nget(b"role").and_then(text).unwrap_or_default();
                 let health = nget(b"health").and_then(text).unwrap_or(b"online");
+                // A replica that has received nothing yet says `loading`: it is a node of the
+                // shard all the same (a read it cannot serve goes to the primary).
                 if role == b"master" {
                     primary = Some(addr);
-                } else if health == b"online" {
+                } else if health != b"failed" {
                     replicas.push(addr);
                 }
             }
@@ -667,7 +663,7 @@ mod tests {
             b("nodes"),
             Frame::Array(vec![
                 node(7000, "master", "online"),
-                node(7001, "replica", "online"),
+                node(7001, "replica", "loading"),
                 node(7002, "replica", "failed"),
             ]),
         ])]);

@@ -284,6 +284,9 @@ impl Worker {
                     )))
                 })
                 .collect(),
+            (config.clusters.iter())
+                .map(|c| c.redis_cluster.as_ref().map(|_| Arc::from(c.name.as_str())))
+                .collect(),
         ));
         config
             .listeners

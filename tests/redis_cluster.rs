@@ -95,3 +95,367 @@ fn keys_are_placed_on_the_primary_that_owns_their_slot() {
         Resp::Array(Some(vec![Resp::Simple("OK".into()), Resp::Int(1)]))
     );
 }
+
+/// `CLUSTER MYID` of a node.
+fn id_of(node: SocketAddr) -> String {
+    RespConn::connect(node).call(&["CLUSTER", "MYID"]).text()
+}
+
+/// What a writer acknowledged last per key, and the errors it saw.
+type Written = (Vec<(String, u64)>, Vec<String>);
+
+/// Clients that each `SET` their own keys through `addr` in a loop, remembering every value
+/// acknowledged, until `stop`; the errors they saw.
+fn writers(
+    addr: SocketAddr,
+    n: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Written>> {
+    (0..n)
+        .map(|w| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = RespConn::connect(addr);
+                let mut last: Vec<(String, u64)> =
+                    (0..200).map(|k| (format!("w{w}:{k}"), 0)).collect();
+                let mut errors = Vec::new();
+                let mut i = 0u64;
+                let start = Instant::now();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                    && start.elapsed() < Duration::from_secs(60)
+                {
+                    i += 1;
+                    let k = (i as usize) % last.len();
+                    let key = last[k].0.clone();
+                    match c.call(&["SET", &key, &i.to_string()]) {
+                        Resp::Simple(s) if s == "OK" => last[k].1 = i,
+                        other => errors.push(format!("SET {key}: {other:?}")),
+                    }
+                    match c.call(&["GET", &key]) {
+                        Resp::Bulk(Some(v)) if v == i.to_string().as_bytes() => {}
+                        other => errors.push(format!("GET {key} after SET {i}: {other:?}")),
+                    }
+                }
+                (last, errors)
+            })
+        })
+        .collect()
+}
+
+/// `redis-cli --cluster reshard` moves 1,000 slots under load through respway: no client sees
+/// an error or a redirection, every acknowledged write is there afterwards, and respway
+/// followed MOVED and ASK.
+#[test]
+fn a_reshard_under_load_is_invisible_to_clients() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.addrs();
+    let rw = respway_process(&yaml(nodes[0]), &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = writers(rw.addr, 4, stop.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    let out = std::process::Command::new("redis-cli")
+        .args([
+            "--cluster",
+            "reshard",
+            &nodes[0].to_string(),
+            "--cluster-from",
+            &id_of(nodes[0]),
+            "--cluster-to",
+            &id_of(nodes[1]),
+            "--cluster-slots",
+            "1000",
+            "--cluster-yes",
+        ])
+        .output()
+        .expect("redis-cli");
+    assert!(
+        out.status.success(),
+        "reshard: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut errors = Vec::new();
+    let mut acked = Vec::new();
+    for h in load {
+        let (last, e) = h.join().expect("writer");
+        acked.extend(last);
+        errors.extend(e);
+    }
+    assert!(
+        errors.is_empty(),
+        "{} client-visible errors: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    for (key, v) in acked.iter().filter(|(_, v)| *v > 0) {
+        assert_eq!(c.call(&["GET", key]), Resp::bulk(v.to_string()), "{key}");
+    }
+    let moved = info_field(rw.addr, "redis_cluster_moved");
+    let ask = info_field(rw.addr, "redis_cluster_ask");
+    eprintln!(
+        "reshard of 1000 slots under load: {} acknowledged writes checked, MOVED followed {moved}, ASK followed {ask}",
+        acked.iter().filter(|(_, v)| *v > 0).count()
+    );
+    assert!(moved > 0, "the reshard was followed through MOVED");
+}
+
+/// A numeric field of `INFO proxy`.
+fn info_field(addr: SocketAddr, name: &str) -> u64 {
+    let info = RespConn::connect(addr).call(&["INFO", "proxy"]).text();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {info}"))
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+/// The slot of `key` as `node` computes it.
+fn slot_of(node: SocketAddr, key: &str) -> u16 {
+    match RespConn::connect(node).call(&["CLUSTER", "KEYSLOT", key]) {
+        Resp::Int(n) => n as u16,
+        other => panic!("KEYSLOT {other:?}"),
+    }
+}
+
+/// One key per primary of the cluster (as `node` says who owns what).
+fn key_per_primary(node: SocketAddr, primaries: &[SocketAddr]) -> Vec<String> {
+    primaries
+        .iter()
+        .map(|p| {
+            (0..10_000)
+                .map(|i| format!("f:{i}"))
+                .find(|k| RedisCluster::owner(node, slot_of(node, k)) == Some(*p))
+                .expect("a key of each primary")
+        })
+        .collect()
+}
+
+/// Writes `key` through `c` until one is acknowledged; the time it took (`None`: not within
+/// `max`).
+fn first_write(c: &mut RespConn, key: &str, max: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < max {
+        if c.call(&["SET", key, "after"]) == Resp::Simple("OK".into()) {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+/// kill -9 of a primary: its replica is promoted by the cluster, and writes to its slots
+/// through respway resume within 1 s of the promotion; the other primaries' keys see no error
+/// meanwhile.
+#[test]
+fn a_killed_primary_is_replaced_by_its_promoted_replica() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.addrs();
+    let y = yaml(nodes[0]).replace(
+        "      cluster_refresh_rate: 1s\n",
+        "      cluster_refresh_rate: 1s\n      failure_refresh_threshold: 1\n      redirect_refresh_interval: 200ms\n",
+    );
+    let rw = respway_process(&y, &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    let primaries = &nodes[..3];
+    let keys = key_per_primary(nodes[1], primaries);
+    for k in &keys {
+        assert_eq!(c.call(&["SET", k, "before"]), Resp::Simple("OK".into()));
+    }
+    // Its replica: the node whose `INFO replication` names the primary's port.
+    let victim = primaries[0];
+    let replica = (nodes[3..].iter())
+        .copied()
+        .find(|r| {
+            raw_command(*r, &["INFO", "replication"])
+                .is_ok_and(|t| t.contains(&format!("master_port:{}", victim.port())))
+        })
+        .expect("the victim's replica");
+    let _ = raw_command(replica, &["WAIT", "1", "1000"]);
+    cluster.nodes[0].kill();
+    // The other primaries' keys: no error while the cluster fails over.
+    let t0 = Instant::now();
+    let mut others_errors = 0;
+    let promoted = loop {
+        for k in &keys[1..] {
+            if c.call(&["GET", k]) != Resp::bulk("before") {
+                others_errors += 1;
+            }
+        }
+        if raw_command(replica, &["ROLE"]).is_ok_and(|t| t.contains("master")) {
+            break Instant::now();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the replica was never promoted"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let resumed = first_write(&mut c, &keys[0], Duration::from_secs(10));
+    let after = promoted.elapsed();
+    eprintln!(
+        "primary killed: promoted {:?} after the kill; writes to its slots resumed {after:?} after the promotion ({resumed:?} of tries); other slots saw {others_errors} errors",
+        promoted - t0
+    );
+    assert_eq!(others_errors, 0);
+    assert!(
+        resumed.is_some(),
+        "writes to the failed primary's slots never resumed"
+    );
+    assert!(
+        after < Duration::from_secs(1),
+        "resumed {after:?} after the promotion"
+    );
+    assert_eq!(c.call(&["GET", &keys[0]]), Resp::bulk("after"));
+}
+
+/// `CLUSTER FAILOVER` on a replica: the old primary answers MOVED, which respway follows to
+/// the new one at once; no client sees an error, every key is still there.
+#[test]
+fn a_manual_failover_is_invisible_to_clients() {
+    let cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.addrs();
+    let rw = respway_process(&yaml(nodes[0]), &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = writers(rw.addr, 4, stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let victim = nodes[0];
+    let replica = (nodes[3..].iter())
+        .copied()
+        .find(|r| {
+            raw_command(*r, &["INFO", "replication"])
+                .is_ok_and(|t| t.contains(&format!("master_port:{}", victim.port())))
+        })
+        .expect("the primary's replica");
+    assert_eq!(
+        RespConn::connect(replica).call(&["CLUSTER", "FAILOVER"]),
+        Resp::Simple("OK".into())
+    );
+    assert!(until(Duration::from_secs(10), || raw_command(
+        replica,
+        &["ROLE"]
+    )
+    .is_ok_and(|t| t.contains("master"))));
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut errors = Vec::new();
+    let mut acked = Vec::new();
+    for h in load {
+        let (last, e) = h.join().expect("writer");
+        acked.extend(last);
+        errors.extend(e);
+    }
+    assert!(
+        errors.is_empty(),
+        "{} client-visible errors: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    for (key, v) in acked.iter().filter(|(_, v)| *v > 0) {
+        assert_eq!(c.call(&["GET", key]), Resp::bulk(v.to_string()), "{key}");
+    }
+}
+
+/// A slot being moved by hand (`CLUSTER SETSLOT ... MIGRATING/IMPORTING`): a new key of it is
+/// written on the importing node through `ASK` (`ASKING` + the command), and a multi-key read
+/// whose keys are split between the two nodes is sent again after `TRYAGAIN` until the move
+/// is over (then through `MOVED`); the client sees the plain answers.
+#[test]
+fn ask_and_tryagain_during_a_slot_move_are_followed() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.addrs();
+    let rw = respway_process(&yaml(nodes[0]), &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    let (a, b) = ("{mv}:a", "{mv}:b");
+    let slot = slot_of(nodes[0], a);
+    let source = RedisCluster::owner(nodes[0], slot).expect("owner");
+    let target = if source == nodes[0] {
+        nodes[1]
+    } else {
+        nodes[0]
+    };
+    assert_eq!(c.call(&["SET", a, "1"]), Resp::Simple("OK".into()));
+    let s = slot.to_string();
+    assert_eq!(
+        RespConn::connect(target).call(&["CLUSTER", "SETSLOT", &s, "IMPORTING", &id_of(source)]),
+        Resp::Simple("OK".into())
+    );
+    assert_eq!(
+        RespConn::connect(source).call(&["CLUSTER", "SETSLOT", &s, "MIGRATING", &id_of(target)]),
+        Resp::Simple("OK".into())
+    );
+    // A new key of the migrating slot: the source answers ASK; it is written on the target.
+    let asks = info_field(rw.addr, "redis_cluster_ask");
+    assert_eq!(c.call(&["SET", b, "2"]), Resp::Simple("OK".into()));
+    assert!(info_field(rw.addr, "redis_cluster_ask") > asks);
+    let mut t = RespConn::connect(target);
+    t.call(&["ASKING"]);
+    assert_eq!(
+        t.call(&["GET", b]),
+        Resp::bulk("2"),
+        "the new key is on the importing node"
+    );
+    // Keys split between the nodes: TRYAGAIN, and again, until the move is over.
+    let mover = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(60));
+        let mut src = RespConn::connect(source);
+        let r = src.call(&[
+            "MIGRATE",
+            &target.ip().to_string(),
+            &target.port().to_string(),
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            a,
+        ]);
+        assert_eq!(r, Resp::Simple("OK".into()));
+        for n in [target, source] {
+            RespConn::connect(n).call(&[
+                "CLUSTER",
+                "SETSLOT",
+                &slot.to_string(),
+                "NODE",
+                &id_of(target),
+            ]);
+        }
+    });
+    let tries = info_field(rw.addr, "redis_cluster_tryagain");
+    assert_eq!(
+        c.call(&["MGET", a, b]),
+        Resp::Array(Some(vec![Resp::bulk("1"), Resp::bulk("2")]))
+    );
+    mover.join().expect("mover");
+    assert!(info_field(rw.addr, "redis_cluster_tryagain") > tries);
+    assert_eq!(c.call(&["GET", a]), Resp::bulk("1"));
+}
+
+/// Before any node answers, the cluster's keys get an error naming the seeds (and nothing
+/// hangs); once a node is there, it serves.
+#[test]
+fn a_cluster_whose_seeds_do_not_answer_says_so() {
+    let port = free_port();
+    let rw = respway_process(&yaml(loopback(port)), &[]);
+    let mut c = RespConn::connect(rw.addr);
+    let got = c.call(&["GET", "k"]);
+    let text = got.error().unwrap_or_default().to_string();
+    assert!(
+        text.starts_with("ERR respway: cluster main unavailable: the Redis Cluster's topology is not known yet: no node answered CLUSTER SHARDS (seeds 127.0.0.1:"),
+        "{got:?}"
+    );
+}

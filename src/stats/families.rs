@@ -699,6 +699,27 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         None,
     ),
     process(
+        "respway_redis_cluster_moved_total",
+        Counter,
+        "MOVED redirections of Redis Cluster nodes that respway followed (the command sent again to the slot's new owner).",
+        |_| crate::upstream::redirects(0),
+        "redis_cluster_moved",
+    ),
+    process(
+        "respway_redis_cluster_ask_total",
+        Counter,
+        "ASK redirections of Redis Cluster nodes that respway followed (ASKING and the command sent to the importing node).",
+        |_| crate::upstream::redirects(1),
+        "redis_cluster_ask",
+    ),
+    process(
+        "respway_redis_cluster_tryagain_total",
+        Counter,
+        "TRYAGAIN answers of Redis Cluster nodes after which respway sent the command again.",
+        |_| crate::upstream::redirects(2),
+        "redis_cluster_tryagain",
+    ),
+    process(
         "respway_upstream_stuck_connections_total",
         Counter,
         "Upstream connections replaced because requests on them stopped being answered.",

@@ -61,6 +61,8 @@ use crate::tls::{Io, TlsStream};
 mod connect;
 mod dedicated;
 mod error;
+mod future;
+mod redirect;
 mod serve;
 mod stats;
 mod task;
@@ -68,6 +70,7 @@ mod task;
 pub(crate) use connect::*;
 pub(crate) use dedicated::*;
 pub(crate) use error::*;
+pub(crate) use future::*;
 pub(crate) use serve::*;
 pub(crate) use stats::*;
 use task::*;
@@ -498,12 +501,20 @@ fn send_on(
     UpstreamFuture::failed(failed, label, deadline)
 }
 
+/// Redis Cluster redirections followed over the process: `MOVED` (0), `ASK` (1),
+/// `TRYAGAIN` (2).
+pub(crate) fn redirects(kind: usize) -> u64 {
+    redirect::REDIRECTS[kind].load(Ordering::Relaxed)
+}
+
 /// One worker's endpoint handles, `[cluster][shard][endpoint]` in model order.
 #[derive(Debug, Default)]
 pub(crate) struct Endpoints(
     pub(crate) Vec<Vec<Vec<EndpointHandle>>>,
     /// Per cluster, this worker's near cache for this configuration (`None`: no cache).
     pub(crate) Vec<Option<Arc<crate::near_cache::ClusterCache>>>,
+    /// Per cluster, its name when it is a Redis Cluster (whose redirections are followed).
+    pub(crate) Vec<Option<Arc<str>>>,
 );
 
 impl Endpoints {
@@ -611,6 +622,30 @@ impl Service<Request> for Upstream {
                 }
             };
         }
+        // A Redis Cluster: what is needed to follow a redirection (the client's frame, or a
+        // copy of the arguments when there is none).
+        let redirect = self
+            .endpoints
+            .2
+            .get(req.cluster)
+            .and_then(Option::as_ref)
+            .map(|name| {
+                let args = if req.raw.is_some() {
+                    Vec::new()
+                } else {
+                    req.args.clone()
+                };
+                Box::new(redirect::Redirect::new(
+                    self.endpoints.clone(),
+                    req.cluster,
+                    name.clone(),
+                    args,
+                    req.raw.clone(),
+                    req.flavor,
+                    self.conn,
+                    ep.clone(),
+                ))
+            });
         if endpoint != primary && req.is_read() {
             // A read sent to a replica: if the replica turns out to be unreachable, the read
             // is retried once on the primary instead of failing (the zone layer skips the
@@ -627,143 +662,13 @@ impl Service<Request> for Upstream {
                 )));
                 let mut f = ep.send_fill(req.args, req.raw, req.flavor, self.conn, deadline, fill);
                 f.fallback = fallback;
+                f.redirect = redirect;
                 return f;
             }
         }
-        ep.send_fill(req.args, req.raw, req.flavor, self.conn, deadline, fill)
-    }
-}
-
-/// Where a replica read goes again when the replica cannot be reached: the primary, the
-/// arguments, the flavor and the connection index; and a tracking client's keys.
-type Fallback = (
-    EndpointHandle,
-    Vec<Bytes>,
-    Flavor,
-    usize,
-    Option<Box<[Bytes]>>,
-);
-
-/// The keys of `req`.
-fn key_args(req: &Request) -> impl Iterator<Item = Bytes> + '_ {
-    req.keys.iter().filter_map(|i| req.args.get(i)).cloned()
-}
-
-/// The reply of one upstream request.
-#[derive(Debug)]
-pub(crate) struct UpstreamFuture {
-    state: State,
-    label: Arc<str>,
-    /// For replica reads: the primary and the request, to retry there once when the replica
-    /// cannot be reached. Boxed: every reply's future carries the field, only replica reads
-    /// fill it, and a session moves each future into its queue (at 128 bytes or less a move
-    /// is a few instructions, not a `memcpy` call).
-    fallback: Option<Box<Fallback>>,
-    /// A near-cache fill: keeps the reply when it may (boxed for the same reason).
-    fill: Option<Box<crate::near_cache::Fill>>,
-    deadline: Instant,
-}
-
-#[derive(Debug)]
-enum State {
-    /// Served by the near cache.
-    Ready(Option<Reply>),
-    /// Waiting for the connection task.
-    Waiting(oneshot::Receiver<Result<Reply, UpstreamError>>),
-    /// Already failed.
-    Failed(Option<UpstreamError>),
-}
-
-impl UpstreamFuture {
-    fn new(state: State, label: Arc<str>, deadline: Instant) -> Self {
-        UpstreamFuture {
-            state,
-            label,
-            fallback: None,
-            fill: None,
-            deadline,
-        }
-    }
-
-    fn waiting(
-        rx: oneshot::Receiver<Result<Reply, UpstreamError>>,
-        label: Arc<str>,
-        deadline: Instant,
-    ) -> Self {
-        UpstreamFuture::new(State::Waiting(rx), label, deadline)
-    }
-
-    fn ready(reply: Reply, label: Arc<str>, deadline: Instant) -> Self {
-        UpstreamFuture::new(State::Ready(Some(reply)), label, deadline)
-    }
-
-    fn failed(e: UpstreamError, label: Arc<str>, deadline: Instant) -> Self {
-        UpstreamFuture::new(State::Failed(Some(e)), label, deadline)
-    }
-}
-
-/// A replica's `-LOADING` or `-MASTERDOWN` reply (Redis's own errors, not respway's).
-fn replica_not_serving(reply: &[u8]) -> bool {
-    reply.starts_with(b"-LOADING") || reply.starts_with(b"-MASTERDOWN")
-}
-
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86400 * 365)
-}
-
-/// Redis's reply (`Ok`, errors of Redis included), or respway's own failure (`Err`, a
-/// timeout, a lost connection, ...) naming the endpoint: a holder of a dedicated connection
-/// decides by the variant whether the connection is still clean; only the session renders it.
-impl Future for UpstreamFuture {
-    type Output = Result<Reply, Failure>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        loop {
-            let result = match &mut this.state {
-                State::Waiting(rx) => match Pin::new(rx).poll(cx) {
-                    Poll::Ready(Ok(r)) => r,
-                    Poll::Ready(Err(_)) => Err(UpstreamError::Closed),
-                    Poll::Pending => return Poll::Pending,
-                },
-                State::Failed(e) => Err(e.take().unwrap_or(UpstreamError::Closed)),
-                State::Ready(r) => {
-                    return Poll::Ready(
-                        r.take()
-                            .ok_or_else(|| UpstreamError::Closed.at(this.label.clone())),
-                    )
-                }
-            };
-            if let (Some(fill), Ok(reply)) = (this.fill.take(), &result) {
-                if this.fallback.is_none() || !replica_not_serving(reply) {
-                    (*fill).done(reply);
-                }
-            }
-            // A replica read goes once to the primary when the replica cannot be reached, or
-            // answers with an error the primary would not give (it is loading its data set,
-            // or has lost its primary).
-            let again = match &result {
-                Ok(reply) => this.fallback.is_some() && replica_not_serving(reply),
-                Err(e) => e.retryable_read(),
-            };
-            if again {
-                if let Some(b) = this.fallback.take() {
-                    // The primary's reply is not what the replica's tracking follows.
-                    if let Some(fill) = this.fill.take() {
-                        fill.abandon();
-                    }
-                    let (primary, args, flavor, conn, client) = *b;
-                    if let Some(keys) = client {
-                        crate::near_cache::clients::unfollowed(keys.into_vec().into_iter());
-                    }
-                    let next = primary.send(args, flavor, conn, this.deadline);
-                    this.state = next.state;
-                    this.label = next.label;
-                    continue;
-                }
-            }
-            return Poll::Ready(result.map_err(|e| e.at(this.label.clone())));
-        }
+        let mut f = ep.send_fill(req.args, req.raw, req.flavor, self.conn, deadline, fill);
+        f.redirect = redirect;
+        f
     }
 }
 

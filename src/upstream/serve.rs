@@ -518,7 +518,7 @@ pub(super) fn enqueue(
     match &req.raw {
         Some(raw) => {
             debug_assert!(
-                {
+                req.args.is_empty() || {
                     let mut again = bytes::BytesMut::new();
                     respway_filters::resp::encode_command(&req.args, &mut again);
                     again == raw[..]

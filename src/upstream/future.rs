@@ -1,0 +1,199 @@
+//! The reply of one upstream request ([`UpstreamFuture`]): a connection task's answer, a
+//! near-cache hit, or a failure; a replica read retried once on the primary, a near-cache
+//! fill kept, and a Redis Cluster's redirections followed ([`super::redirect`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use respway_filters::error::Failure;
+use respway_filters::request::{Flavor, Reply};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{EndpointHandle, UpstreamError};
+
+/// Where a replica read goes again when the replica cannot be reached: the primary, the
+/// arguments, the flavor and the connection index; and a tracking client's keys.
+pub(super) type Fallback = (
+    EndpointHandle,
+    Vec<Bytes>,
+    Flavor,
+    usize,
+    Option<Box<[Bytes]>>,
+);
+
+/// The keys of `req`.
+pub(super) fn key_args(
+    req: &respway_filters::request::Request,
+) -> impl Iterator<Item = Bytes> + '_ {
+    req.keys.iter().filter_map(|i| req.args.get(i)).cloned()
+}
+
+/// The reply of one upstream request.
+#[derive(Debug)]
+pub(crate) struct UpstreamFuture {
+    state: State,
+    label: Arc<str>,
+    /// For replica reads: the primary and the request, to retry there once when the replica
+    /// cannot be reached. Boxed: every reply's future carries the field, only replica reads
+    /// fill it, and a session moves each future into its queue (at 128 bytes or less a move
+    /// is a few instructions, not a `memcpy` call).
+    pub(super) fallback: Option<Box<Fallback>>,
+    /// A near-cache fill: keeps the reply when it may (boxed for the same reason).
+    pub(super) fill: Option<Box<crate::near_cache::Fill>>,
+    /// A command to a Redis Cluster: what follows its redirections (boxed likewise).
+    pub(super) redirect: Option<Box<super::redirect::Redirect>>,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Served by the near cache.
+    Ready(Option<Reply>),
+    /// Waiting for the connection task.
+    Waiting(oneshot::Receiver<Result<Reply, UpstreamError>>),
+    /// Already failed.
+    Failed(Option<UpstreamError>),
+    /// A Redis Cluster's `TRYAGAIN`: sent again once this pause is over.
+    Later(Pin<Box<tokio::time::Sleep>>),
+}
+
+impl UpstreamFuture {
+    fn new(state: State, label: Arc<str>, deadline: Instant) -> Self {
+        UpstreamFuture {
+            state,
+            label,
+            fallback: None,
+            fill: None,
+            redirect: None,
+            deadline,
+        }
+    }
+
+    pub(super) fn waiting(
+        rx: oneshot::Receiver<Result<Reply, UpstreamError>>,
+        label: Arc<str>,
+        deadline: Instant,
+    ) -> Self {
+        UpstreamFuture::new(State::Waiting(rx), label, deadline)
+    }
+
+    pub(super) fn ready(reply: Reply, label: Arc<str>, deadline: Instant) -> Self {
+        UpstreamFuture::new(State::Ready(Some(reply)), label, deadline)
+    }
+
+    pub(super) fn failed(e: UpstreamError, label: Arc<str>, deadline: Instant) -> Self {
+        UpstreamFuture::new(State::Failed(Some(e)), label, deadline)
+    }
+}
+
+/// A replica's `-LOADING` or `-MASTERDOWN` reply (Redis's own errors, not respway's).
+pub(super) fn replica_not_serving(reply: &[u8]) -> bool {
+    reply.starts_with(b"-LOADING") || reply.starts_with(b"-MASTERDOWN")
+}
+
+pub(super) fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
+}
+
+/// Redis's reply (`Ok`, errors of Redis included), or respway's own failure (`Err`, a
+/// timeout, a lost connection, ...) naming the endpoint: a holder of a dedicated connection
+/// decides by the variant whether the connection is still clean; only the session renders it.
+impl Future for UpstreamFuture {
+    type Output = Result<Reply, Failure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            let result = match &mut this.state {
+                State::Waiting(rx) => match Pin::new(rx).poll(cx) {
+                    Poll::Ready(Ok(r)) => r,
+                    Poll::Ready(Err(_)) => Err(UpstreamError::Closed),
+                    Poll::Pending => return Poll::Pending,
+                },
+                State::Failed(e) => Err(e.take().unwrap_or(UpstreamError::Closed)),
+                State::Ready(r) => {
+                    return Poll::Ready(
+                        r.take()
+                            .ok_or_else(|| UpstreamError::Closed.at(this.label.clone())),
+                    )
+                }
+                State::Later(sleep) => {
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let next = match this.redirect.as_deref_mut() {
+                        Some(r) => r.again(this.deadline),
+                        None => UpstreamFuture::failed(
+                            UpstreamError::Closed,
+                            this.label.clone(),
+                            this.deadline,
+                        ),
+                    };
+                    this.state = next.state;
+                    this.label = next.label;
+                    continue;
+                }
+            };
+            // A Redis Cluster's redirection: the command goes again (a near-cache fill or a
+            // tracking client's read is not what the other node's reply is).
+            if let (Some(r), Ok(reply)) = (this.redirect.as_deref_mut(), &result) {
+                use super::redirect::Follow;
+                let follow = r.follow(reply, this.deadline);
+                if !matches!(follow, Follow::Answer) {
+                    if let Some(fill) = this.fill.take() {
+                        fill.abandon();
+                    }
+                    match follow {
+                        Follow::Sent(next) => {
+                            this.state = next.state;
+                            this.label = next.label;
+                        }
+                        Follow::Later(pause) => {
+                            this.state = State::Later(Box::pin(tokio::time::sleep(pause)));
+                        }
+                        Follow::Fail(e) => this.state = State::Failed(Some(e)),
+                        Follow::Answer => {}
+                    }
+                    continue;
+                }
+            }
+            if let (Some(r), Err(_)) = (this.redirect.as_deref(), &result) {
+                crate::redis_cluster::failed(&r.name);
+            }
+            if let (Some(fill), Ok(reply)) = (this.fill.take(), &result) {
+                if this.fallback.is_none() || !replica_not_serving(reply) {
+                    (*fill).done(reply);
+                }
+            }
+            // A replica read goes once to the primary when the replica cannot be reached, or
+            // answers with an error the primary would not give (it is loading its data set,
+            // or has lost its primary).
+            let again = match &result {
+                Ok(reply) => this.fallback.is_some() && replica_not_serving(reply),
+                Err(e) => e.retryable_read(),
+            };
+            if again {
+                if let Some(b) = this.fallback.take() {
+                    // The primary's reply is not what the replica's tracking follows.
+                    if let Some(fill) = this.fill.take() {
+                        fill.abandon();
+                    }
+                    let (primary, args, flavor, conn, client) = *b;
+                    if let Some(keys) = client {
+                        crate::near_cache::clients::unfollowed(keys.into_vec().into_iter());
+                    }
+                    let next = primary.send(args, flavor, conn, this.deadline);
+                    this.state = next.state;
+                    this.label = next.label;
+                    continue;
+                }
+            }
+            return Poll::Ready(result.map_err(|e| e.at(this.label.clone())));
+        }
+    }
+}

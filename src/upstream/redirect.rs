@@ -1,0 +1,213 @@
+//! A Redis Cluster's redirections, followed for the client (who speaks plain Redis and never
+//! sees one):
+//! - `-MOVED <slot> <addr>`: the slot has another owner. The command goes once more, to that
+//!   node when this worker has it among the cluster's endpoints; the redirection is counted
+//!   towards a topology refresh (`redis_cluster::redirected`), after which the slot's keys
+//!   go to the new owner directly.
+//! - `-ASK <slot> <addr>`: the slot is being moved and this key is already on the importing
+//!   node: `ASKING` and the command go there, in one piece on one connection; the map is not
+//!   changed.
+//! - `-TRYAGAIN`: a multi-key command whose keys are split between the two nodes of a slot
+//!   being moved: sent again to the first node after a short pause (10 ms, then 20, 40, ...).
+//!
+//! At most [`MAX_HOPS`] redirections per command; a redirection to a node this worker does not
+//! have (a node that joined since the last refresh) fails the command with an error naming it
+//! and asks for a refresh at once. Commands answered by a redirection are not run anywhere else
+//! first: only the node that answered the redirection saw them, and it did not run them.
+//! Redirections are followed for commands on the shared connections; transactions, blocking
+//! commands and pub/sub on a slot being moved get the node's error.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use respway_filters::request::Flavor;
+use tokio::time::Instant;
+
+use super::{send_on, EndpointHandle, Endpoints, UpstreamError, UpstreamFuture};
+
+/// Redirections followed for one command at most.
+pub(crate) const MAX_HOPS: u8 = 5;
+
+/// `ASKING`, encoded: what precedes a command sent after `-ASK`.
+const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+
+/// What a command to a Redis Cluster keeps to be sent again.
+#[derive(Debug)]
+pub(crate) struct Redirect {
+    endpoints: Arc<Endpoints>,
+    cluster: usize,
+    /// The cluster's name (its refresh is asked by it).
+    pub(super) name: Arc<str>,
+    args: Vec<Bytes>,
+    /// The client's frame when there was one (then `args` is empty: the frame is sent).
+    raw: Option<Bytes>,
+    flavor: Flavor,
+    conn: usize,
+    /// Where it went first (`TRYAGAIN` goes there again).
+    origin: EndpointHandle,
+    hops: u8,
+}
+
+/// What to do with a reply.
+pub(super) enum Follow {
+    /// It is the answer.
+    Answer,
+    /// Sent again: this is the new reply.
+    Sent(UpstreamFuture),
+    /// Send again to where it went first after this pause.
+    Later(Duration),
+    /// Give up with this error.
+    Fail(UpstreamError),
+}
+
+impl Redirect {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        endpoints: Arc<Endpoints>,
+        cluster: usize,
+        name: Arc<str>,
+        args: Vec<Bytes>,
+        raw: Option<Bytes>,
+        flavor: Flavor,
+        conn: usize,
+        origin: EndpointHandle,
+    ) -> Redirect {
+        Redirect {
+            endpoints,
+            cluster,
+            name,
+            args,
+            raw,
+            flavor,
+            conn,
+            origin,
+            hops: 0,
+        }
+    }
+
+    /// What `reply` asks for.
+    pub(super) fn follow(&mut self, reply: &[u8], deadline: Instant) -> Follow {
+        if reply.first() != Some(&b'-') {
+            return Follow::Answer;
+        }
+        let (kind, target) = match parse(reply) {
+            Some(r) => r,
+            None => return Follow::Answer,
+        };
+        self.hops += 1;
+        if self.hops > MAX_HOPS {
+            return Follow::Fail(UpstreamError::Unavailable(
+                format!(
+                    "Redis Cluster redirected the command {MAX_HOPS} times (last: {})",
+                    String::from_utf8_lossy(reply.strip_suffix(b"\r\n").unwrap_or(reply))
+                )
+                .into(),
+            ));
+        }
+        REDIRECTS[kind as usize].fetch_add(1, Ordering::Relaxed);
+        match kind {
+            Kind::TryAgain => Follow::Later(Duration::from_millis(10 << (self.hops - 1).min(4))),
+            Kind::Moved | Kind::Ask => {
+                crate::redis_cluster::redirected(&self.name, kind == Kind::Moved);
+                let Some(ep) = self.find(target) else {
+                    crate::redis_cluster::redirected(&self.name, true);
+                    return Follow::Fail(UpstreamError::Unavailable(
+                        format!(
+                            "Redis Cluster moved the key's slot to {target}, which the sidecar \
+                             does not know yet (the topology is being refreshed)"
+                        )
+                        .into(),
+                    ));
+                };
+                Follow::Sent(self.send(&ep, kind == Kind::Ask, deadline))
+            }
+        }
+    }
+
+    /// Sends the command again to where it went first.
+    pub(super) fn again(&mut self, deadline: Instant) -> UpstreamFuture {
+        let ep = self.origin.clone();
+        self.send(&ep, false, deadline)
+    }
+
+    fn send(&self, ep: &EndpointHandle, asking: bool, deadline: Instant) -> UpstreamFuture {
+        let label = ep.label().clone();
+        let Some(conns) = ep.shared(self.flavor) else {
+            return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
+        };
+        let pre = asking.then(|| (Bytes::from_static(ASKING), 1, Arc::default()));
+        crate::stats::bump(&ep.inner.requests, 1);
+        send_on(
+            &conns[self.conn % conns.len()],
+            self.args.clone(),
+            self.raw.clone(),
+            deadline,
+            label,
+            &ep.inner.stats,
+            ep.inner.cfg.max_queue,
+            pre,
+        )
+    }
+
+    /// This worker's handle of the cluster's node at `addr` (a primary first).
+    fn find(&self, addr: std::net::SocketAddr) -> Option<EndpointHandle> {
+        let shards = self.endpoints.0.get(self.cluster)?;
+        shards
+            .iter()
+            .flat_map(|s| s.first())
+            .chain(shards.iter().flat_map(|s| s.iter().skip(1)))
+            .find(|h| h.config().address == addr)
+            .cloned()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Moved = 0,
+    Ask = 1,
+    TryAgain = 2,
+}
+
+/// Redirections followed, by kind (`MOVED`, `ASK`, `TRYAGAIN`), over the process.
+pub(crate) static REDIRECTS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+
+/// A redirection error: its kind and target (`TRYAGAIN` has none: the unspecified address).
+fn parse(reply: &[u8]) -> Option<(Kind, std::net::SocketAddr)> {
+    let text = std::str::from_utf8(reply.get(1..)?).ok()?.trim_end();
+    let mut words = text.split(' ');
+    let kind = match words.next()? {
+        "MOVED" => Kind::Moved,
+        "ASK" => Kind::Ask,
+        "TRYAGAIN" => return Some((Kind::TryAgain, respway_filters::model::NO_ENDPOINT)),
+        _ => return None,
+    };
+    let _slot: u16 = words.next()?.parse().ok()?;
+    let addr = words.next()?;
+    // `:port` alone: the node that answered, on another port (a node that does not know its
+    // own address).
+    let addr = addr.parse().ok()?;
+    Some((kind, addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirections_are_recognised() {
+        let a: std::net::SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        assert_eq!(
+            parse(b"-MOVED 3999 127.0.0.1:7001\r\n"),
+            Some((Kind::Moved, a))
+        );
+        assert_eq!(parse(b"-ASK 12 127.0.0.1:7001\r\n"), Some((Kind::Ask, a)));
+        assert_eq!(
+            parse(b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n").map(|(k, _)| k),
+            Some(Kind::TryAgain)
+        );
+        assert_eq!(parse(b"-ERR MOVED 1 2\r\n"), None);
+        assert_eq!(parse(b"-MOVED x 127.0.0.1:7001\r\n"), None);
+    }
+}
