@@ -459,3 +459,62 @@ fn a_cluster_whose_seeds_do_not_answer_says_so() {
         "{got:?}"
     );
 }
+
+/// Blocking commands, sharded pub/sub and replica reads go to the node that owns the key's
+/// (or the shard channel's) slot: `BLPOP` is woken by a push through respway, `SSUBSCRIBE`
+/// hears an `SPUBLISH` through respway, and with `read_policy: prefer_replica` reads are
+/// served by replicas (which were sent `READONLY`).
+#[test]
+fn blocking_sharded_pubsub_and_replica_reads_follow_the_slot() {
+    let cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.addrs();
+    let y = yaml(nodes[0]).replace(
+        "    connect_timeout: 500ms\n",
+        "    connect_timeout: 500ms\n    read_policy: prefer_replica\n",
+    );
+    let rw = respway_process(&y, &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    // BLPOP on a key of each primary, woken through respway.
+    let keys = key_per_primary(nodes[0], &nodes[..3]);
+    for k in &keys {
+        let mut b = RespConn::connect(rw.addr);
+        b.send(&["BLPOP", k, "5"]);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(c.call(&["RPUSH", k, "x"]), Resp::Int(1));
+        assert_eq!(
+            b.read().expect("BLPOP reply"),
+            Resp::Array(Some(vec![Resp::bulk(k), Resp::bulk("x")]))
+        );
+    }
+    // Sharded pub/sub on the channel's slot.
+    let mut sub = RespConn::connect(rw.addr);
+    let confirm = sub.call(&["SSUBSCRIBE", "orders:{7}"]);
+    assert!(matches!(confirm, Resp::Array(Some(_))), "{confirm:?}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(c.call(&["SPUBLISH", "orders:{7}", "hello"]), Resp::Int(1));
+    assert_eq!(
+        sub.read().expect("message"),
+        Resp::Array(Some(vec![
+            Resp::bulk("smessage"),
+            Resp::bulk("orders:{7}"),
+            Resp::bulk("hello")
+        ]))
+    );
+    // Replica reads: the replicas serve GETs (once they have the data).
+    for k in &keys {
+        assert_eq!(c.call(&["SET", k, "v"]), Resp::Simple("OK".into()));
+    }
+    let replica_gets = || -> u64 {
+        nodes[3..]
+            .iter()
+            .map(|r| commandstat(*r, "get"))
+            .sum::<u64>()
+    };
+    let before = replica_gets();
+    assert!(until(Duration::from_secs(5), || {
+        keys.iter().all(|k| c.call(&["GET", k]) == Resp::bulk("v")) && replica_gets() > before
+    }));
+}
