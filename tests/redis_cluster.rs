@@ -518,3 +518,21 @@ fn blocking_sharded_pubsub_and_replica_reads_follow_the_slot() {
         keys.iter().all(|k| c.call(&["GET", k]) == Resp::bulk("v")) && replica_gets() > before
     }));
 }
+
+/// A Redis Cluster has database 0 only: a client's `SELECT 1` is refused by respway (no
+/// connection is opened with a `SELECT` the nodes would refuse).
+#[test]
+fn select_on_a_redis_cluster_is_refused_by_respway() {
+    let cluster = RedisCluster::start(3, 0);
+    let rw = respway_process(&yaml(cluster.addrs()[0]), &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    assert_eq!(
+        c.call(&["SELECT", "1"]),
+        Resp::Error("ERR DB index is out of range".into())
+    );
+    assert_eq!(c.call(&["SELECT", "0"]), Resp::Simple("OK".into()));
+    assert_eq!(c.call(&["GET", "probe"]), Resp::bulk("1"));
+}

@@ -63,6 +63,7 @@ fn redis_clusters_read_as_envoys_redis_cluster_type() {
     );
     assert_eq!(a.hash, HashPolicy::Crc16Slots);
     assert_eq!(a.hashtag, Some(HashTag::default()));
+    assert_eq!(a.databases, 1, "database 0 only");
     assert_eq!(
         a.shards.len(),
         1,
@@ -97,6 +98,7 @@ clusters:
   - name: b
     hash: { policy: maglev }
     db: 2
+    databases: 4
     redis_cluster: { seeds: ["127.0.0.1:7000", "127.0.0.1:7000", nowhere], cluster_refresh_rate: 0s, refresh: 1s }
     shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
   - name: c
@@ -112,6 +114,7 @@ clusters:
         r#"cluster "b": shards: a redis_cluster's shards are discovered from its seeds: give no shards"#,
         r#"cluster "b": hash: a redis_cluster places keys by Redis Cluster's slots (crc16_slots)"#,
         r#"cluster "b": db: a redis_cluster has database 0 only"#,
+        r#"cluster "b": databases: a redis_cluster has database 0 only (databases: 1)"#,
         r#"cluster "c": redis_cluster: expected a mapping, got a boolean"#,
     ] {
         assert!(e.contains(want), "missing {want:?} in:\n{e}");

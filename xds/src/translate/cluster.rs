@@ -121,6 +121,15 @@ pub(super) fn translate(
     let hot_keys = hot_keys(cx, &options_at, &options.hot_keys);
     let near_cache = super::near_cache::near_cache(cx, &options_at, options.near_cache.as_ref());
     let databases = match options.databases {
+        // A Redis Cluster has database 0 only (a client's SELECT n is refused by respway).
+        0 | 1 if redis => 1,
+        _ if redis => {
+            cx.err(
+                join(&options_at, "databases"),
+                "a Redis Cluster has database 0 only (databases: 1)",
+            );
+            1
+        }
         0 => DEFAULT_DATABASES,
         n => at_most(cx, &options_at, "databases", n, common::MAX_DATABASES),
     };

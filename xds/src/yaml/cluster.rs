@@ -221,6 +221,12 @@ pub(super) fn cluster(
             if m.get("db").is_some_and(|_| db != 0) {
                 cx.err("db", "a redis_cluster has database 0 only");
             }
+            if m.get("databases").is_some_and(|_| databases != 1) {
+                cx.err(
+                    "databases",
+                    "a redis_cluster has database 0 only (databases: 1)",
+                );
+            }
             (None, Vec::new())
         }
         None => {
@@ -265,7 +271,7 @@ pub(super) fn cluster(
             db,
             connections_per_endpoint: saturate(connections_per_endpoint),
             max_queue_per_connection: saturate(max_queue_per_connection),
-            databases,
+            databases: if redis.is_some() { 1 } else { databases },
             dedicated_connections: saturate(dedicated_connections),
             hashtag: Some(hashtag),
             read_policy: read_policy as i32,
