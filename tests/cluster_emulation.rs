@@ -8,6 +8,7 @@
 //! - redis-py's `RedisCluster` and ioredis's `Cluster` (pinned in `tests/clients/`) run
 //!   `py_cluster.py` / `ioredis_cluster.mjs` through one sidecar, then through two sidecar
 //!   processes that announce each other (the slots split over them).
+//!   `py_cluster.py` also runs against a real three-node Redis Cluster, which checks the script.
 //! - Without emulation `CLUSTER` stays refused, and `RedisCluster` does not start.
 
 mod support;
@@ -502,4 +503,60 @@ fn redis_py_cluster_does_not_start_without_emulation() {
     let want = "refused RedisClusterException: Redis Cluster cannot be connected. Please provide \
                 at least one reachable node: Cluster mode is not enabled on this node";
     assert!(out.contains(want), "{out}");
+}
+
+/// A real three-node Redis Cluster on loopback (`redis-cli --cluster create`), once every
+/// node says `cluster_state:ok` and knows the three.
+fn real_cluster() -> Vec<Proc> {
+    let nodes: Vec<Proc> = (0..3)
+        .map(|_| {
+            redis_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+        })
+        .collect();
+    let mut args = vec!["--cluster".to_string(), "create".to_string()];
+    args.extend(nodes.iter().map(|n| n.addr.to_string()));
+    args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+    let out = std::process::Command::new("redis-cli")
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("redis-cli must be installed");
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster create: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let start = Instant::now();
+    for n in &nodes {
+        let mut c = RespConn::connect(n.addr);
+        loop {
+            let info = c.call(&["CLUSTER", "INFO"]).text();
+            if info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3") {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the real cluster never settled: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    nodes
+}
+
+/// The script itself, against a real Redis Cluster: what it expects is what Redis Cluster
+/// does.
+#[test]
+fn redis_py_cluster_script_against_a_real_cluster() {
+    require_redis_py();
+    let nodes = real_cluster();
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
+    for proto in ["default", "2"] {
+        run_client("python3", "py_cluster.py", &addrs, &["--protocol", proto]);
+    }
 }
