@@ -306,3 +306,118 @@ pub(crate) fn mode(listener: &Listener) -> &'static str {
         None => "standalone",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use respway_filters::model::{ClusterEmulation, ListenerTls};
+    use respway_filters::resp::parse_reply;
+
+    use super::*;
+
+    /// A listener on 127.0.0.1:6380 announcing `announce`, with TLS when `tls`.
+    fn listener(announce: &[&str], tls: bool) -> Listener {
+        let mut l = respway_xds::default_config().listeners.remove(0);
+        l.cluster_emulation = Some(ClusterEmulation {
+            announce: announce.iter().map(|a| a.parse().unwrap()).collect(),
+        });
+        l.tls = tls.then(|| ListenerTls {
+            cert: "c.pem".into(),
+            key: "k.pem".into(),
+            client_ca: None,
+            require_client_cert: false,
+        });
+        l
+    }
+
+    fn call(l: &Listener, local: &str, args: &[&str], resp3: bool) -> Frame {
+        let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();
+        let cmd = respway_filters::command::lookup(&args[0])
+            .unwrap()
+            .resolve(&args);
+        let reply = answer(cmd, &args, l, Some(local.parse().unwrap()), resp3);
+        parse_reply(&reply).unwrap()
+    }
+
+    fn text(f: &Frame) -> String {
+        match f {
+            Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn three_nodes_split_the_slots_as_redis_cli_does_and_each_is_myself_at_its_address() {
+        let announce = ["10.0.0.5:6379", "10.0.0.6:6379", "10.0.0.7:6379"];
+        let l = listener(&announce, false);
+        let nodes = text(&call(&l, "10.0.0.6:6379", &["CLUSTER", "NODES"], false));
+        let lines: Vec<Vec<&str>> = nodes.lines().map(|l| l.split(' ').collect()).collect();
+        let want = [
+            ("10.0.0.5:6379@0", "master", "1", "0-5460"),
+            ("10.0.0.6:6379@0", "myself,master", "2", "5461-10922"),
+            ("10.0.0.7:6379@0", "master", "3", "10923-16383"),
+        ];
+        for (l, w) in lines.iter().zip(want) {
+            assert_eq!((l[1], l[2], l[6], l[8]), w, "{nodes}");
+        }
+        let info = text(&call(&l, "10.0.0.6:6379", &["CLUSTER", "INFO"], false));
+        assert!(
+            info.contains("cluster_size:3\r\ncluster_current_epoch:3\r\ncluster_my_epoch:2\r\n")
+        );
+        let id = text(&call(&l, "10.0.0.6:6379", &["CLUSTER", "MYID"], false));
+        assert_eq!(id, lines[1][0]);
+        assert_eq!(id, hex_id("node", "10.0.0.6:6379".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_connection_to_an_address_not_announced_has_no_myself() {
+        let l = listener(&["10.0.0.5:6379", "10.0.0.6:6379"], false);
+        let local = "127.0.0.1:6380";
+        let nodes = text(&call(&l, local, &["CLUSTER", "NODES"], false));
+        assert!(!nodes.contains("myself"), "{nodes}");
+        let info = text(&call(&l, local, &["CLUSTER", "INFO"], false));
+        assert!(info.contains("cluster_my_epoch:0\r\n"), "{info}");
+        let id = text(&call(&l, local, &["CLUSTER", "MYID"], false));
+        assert_eq!(id, hex_id("node", local.parse().unwrap()));
+        assert!(!nodes.contains(&id));
+    }
+
+    #[test]
+    fn ipv6_nodes_are_shown_as_redis_shows_them() {
+        let l = listener(&["[fd00::6]:6379"], false);
+        let local = "[fd00::6]:6379";
+        let nodes = text(&call(&l, local, &["CLUSTER", "NODES"], false));
+        assert!(nodes.contains(" fd00::6:6379@0 myself,master "), "{nodes}");
+        let Frame::Array(slots) = call(&l, local, &["CLUSTER", "SLOTS"], false) else {
+            panic!()
+        };
+        let Frame::Array(range) = &slots[0] else {
+            panic!()
+        };
+        let Frame::Array(node) = &range[2] else {
+            panic!()
+        };
+        assert_eq!(text(&node[0]), "fd00::6");
+        assert_eq!(node[1], Frame::Integer(6379));
+    }
+
+    #[test]
+    fn a_tls_listener_shows_its_port_as_tls_port() {
+        for (tls, key) in [(false, "port"), (true, "tls-port")] {
+            let l = listener(&[], tls);
+            let Frame::Array(shards) = call(&l, "127.0.0.1:6380", &["CLUSTER", "SHARDS"], true)
+            else {
+                panic!()
+            };
+            let Frame::Map(shard) = &shards[0] else {
+                panic!()
+            };
+            let Frame::Array(nodes) = &shard[1].1 else {
+                panic!()
+            };
+            let Frame::Map(node) = &nodes[0] else {
+                panic!()
+            };
+            assert_eq!(node[1], (Frame::bulk(key), Frame::Integer(6380)));
+        }
+    }
+}

@@ -560,3 +560,31 @@ fn redis_py_cluster_script_against_a_real_cluster() {
         run_client("python3", "py_cluster.py", &addrs, &["--protocol", proto]);
     }
 }
+
+/// A configuration change turns emulation on and off for the commands after it, on
+/// connections already open.
+#[test]
+fn a_config_change_turns_emulation_on_and_off() {
+    let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let addrs: Vec<_> = shards.iter().map(|s| s.addr).collect();
+    let off = sharded_yaml(&addrs, "{ policy: crc16_slots }", true);
+    let on = off.replacen(
+        "    op_timeout: 2s\n",
+        "    op_timeout: 2s\n    cluster_emulation: true\n",
+        1,
+    );
+    let config = |yaml: &str| {
+        respway_xds::translate(&respway_xds::parse_yaml(yaml).expect("yaml")).expect("config")
+    };
+    let rw = respway(&off, 1);
+    let server = rw.server.as_ref().expect("server");
+    let mut c = RespConn::connect(rw.addr);
+    let refused = Some("ERR command 'CLUSTER' is not supported by respway");
+    assert_eq!(c.call(&["CLUSTER", "MYID"]).error(), refused);
+    server.apply(config(&on)).expect("apply");
+    let slots = c.call(&["CLUSTER", "SLOTS"]);
+    assert!(!slots.is_error(), "{slots:?}");
+    assert!(is_node_id(&c.call(&["CLUSTER", "MYID"]).text()));
+    server.apply(config(&off)).expect("apply");
+    assert_eq!(c.call(&["CLUSTER", "MYID"]).error(), refused);
+}
