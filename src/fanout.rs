@@ -136,7 +136,7 @@ pub(crate) fn info_with_keyspace(
             .filter_map(|r| r.ok().filter(|r| !is_error(r)))
             .collect();
         let mut s = text;
-        s.push_str(&crate::local::sum_keyspace(&ok));
+        s.push_str(&sum_keyspace(&ok));
         let mut out = BytesMut::new();
         Frame::text(resp3, s.as_bytes()).encode(&mut out);
         Ok(out.freeze())
@@ -226,4 +226,44 @@ fn script_exists(replies: &[Reply]) -> Answer {
             .collect(),
     );
     Ok(frame.to_bytes())
+}
+
+/// Adds up the `# Keyspace` sections of the shards' `INFO keyspace` replies
+/// (`db0:keys=3,expires=0,avg_ttl=0`): keys and expires summed, avg_ttl the largest.
+fn sum_keyspace(replies: &[Reply]) -> String {
+    let mut dbs: std::collections::BTreeMap<u32, (u64, u64, u64)> = Default::default();
+    for r in replies {
+        let Ok(frame) = respway_filters::resp::parse_reply(r) else {
+            continue;
+        };
+        let text = match frame {
+            Frame::Bulk(b) => b,
+            Frame::Verbatim(b) => b.slice(4.min(b.len())..),
+            _ => continue,
+        };
+        for line in String::from_utf8_lossy(&text).lines() {
+            let Some((db, rest)) = line.split_once(':') else {
+                continue;
+            };
+            let Some(n) = db.strip_prefix("db").and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let e = dbs.entry(n).or_default();
+            for kv in rest.split(',') {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, "0"));
+                let v: u64 = v.trim().parse().unwrap_or(0);
+                match k {
+                    "keys" => e.0 += v,
+                    "expires" => e.1 += v,
+                    "avg_ttl" => e.2 = e.2.max(v),
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut s = String::from("# Keyspace\r\n");
+    for (db, (k, e, t)) in dbs {
+        s.push_str(&format!("db{db}:keys={k},expires={e},avg_ttl={t}\r\n"));
+    }
+    s
 }

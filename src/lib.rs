@@ -28,6 +28,8 @@
 //! - `spare`: read and write buffers handed from one idle session to the next;
 //! - `acl`: a listener's users compiled once, the session's user, failed-`AUTH` rate limit;
 //! - `local`: commands the proxy answers itself (PING, HELLO, AUTH, SELECT, CLIENT, INFO, ...);
+//! - `cluster_emulation`: `CLUSTER SLOTS`, `SHARDS`, `NODES`, ... of a listener that answers as
+//!   a Redis Cluster owning every slot, for cluster-aware clients;
 //! - `stack`: where each kind of command goes (`handler`), and the layer order of the chain
 //!   for commands routed by key;
 //! - `tx`: transactions pinned to one shard;
@@ -64,6 +66,7 @@ mod acl;
 pub mod admin;
 mod blocking;
 pub mod bootstrap;
+mod cluster_emulation;
 mod conn;
 mod fanout;
 mod health;

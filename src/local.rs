@@ -2,7 +2,8 @@
 //! SETNAME/GETNAME/ID/INFO/LIST/SETINFO/NO-EVICT/NO-TOUCH/TRACKING off, INFO (with a proxy
 //! section; the keyspace section is summed over the shards by the session), AUTH (when a
 //! downstream password or ACL users are configured), ACL WHOAMI/LIST/USERS, RESET,
-//! READONLY/READWRITE and TIME. COMMAND is
+//! READONLY/READWRITE and TIME (`CLUSTER` and `ASKING` of an emulating listener: in
+//! `cluster_emulation.rs`). COMMAND is
 //! forwarded to a shard (its reply describes the same Redis the command table came from).
 //! Every reply is in the client's protocol (RESP2, or RESP3 after `HELLO 3`).
 
@@ -322,7 +323,7 @@ fn hello(
             ),
             (s("proto"), Frame::Integer(proto)),
             (s("id"), Frame::Integer(state.id as i64)),
-            (s("mode"), s("standalone")),
+            (s("mode"), s(crate::cluster_emulation::mode(listener))),
             (s("role"), s("master")),
             (s("modules"), Frame::Array(vec![])),
         ],
@@ -666,8 +667,9 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
     let mut s = String::with_capacity(512);
     if wants("server") {
         s.push_str(&format!(
-            "# Server\r\nredis_version:{}\r\nredis_mode:standalone\r\n",
-            listener.resp.advertised_version
+            "# Server\r\nredis_version:{}\r\nredis_mode:{}\r\n",
+            listener.resp.advertised_version,
+            crate::cluster_emulation::mode(listener)
         ));
         s.push_str(&format!("process_id:{}\r\n", std::process::id()));
         mark_start();
@@ -696,6 +698,10 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
     }
     if wants("replication") {
         s.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
+    }
+    // Only an emulating listener says it is a cluster (as a cluster node's INFO does).
+    if wants("cluster") && listener.cluster_emulation.is_some() {
+        s.push_str("# Cluster\r\ncluster_enabled:1\r\n");
     }
     if wants("proxy") {
         s.push_str("# Proxy\r\nproxy:respway\r\n");
@@ -752,44 +758,4 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
         return Local::InfoWithKeyspace(s);
     }
     Local::Reply(encode(&Frame::text(resp3, s.as_bytes())))
-}
-
-/// Adds up the `# Keyspace` sections of the shards' `INFO keyspace` replies
-/// (`db0:keys=3,expires=0,avg_ttl=0`): keys and expires summed, avg_ttl the largest.
-pub(crate) fn sum_keyspace(replies: &[Reply]) -> String {
-    let mut dbs: std::collections::BTreeMap<u32, (u64, u64, u64)> = Default::default();
-    for r in replies {
-        let Ok(frame) = respway_filters::resp::parse_reply(r) else {
-            continue;
-        };
-        let text = match frame {
-            Frame::Bulk(b) => b,
-            Frame::Verbatim(b) => b.slice(4.min(b.len())..),
-            _ => continue,
-        };
-        for line in String::from_utf8_lossy(&text).lines() {
-            let Some((db, rest)) = line.split_once(':') else {
-                continue;
-            };
-            let Some(n) = db.strip_prefix("db").and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            let e = dbs.entry(n).or_default();
-            for kv in rest.split(',') {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, "0"));
-                let v: u64 = v.trim().parse().unwrap_or(0);
-                match k {
-                    "keys" => e.0 += v,
-                    "expires" => e.1 += v,
-                    "avg_ttl" => e.2 = e.2.max(v),
-                    _ => {}
-                }
-            }
-        }
-    }
-    let mut s = String::from("# Keyspace\r\n");
-    for (db, (k, e, t)) in dbs {
-        s.push_str(&format!("db{db}:keys={k},expires={e},avg_ttl={t}\r\n"));
-    }
-    s
 }

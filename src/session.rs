@@ -33,14 +33,21 @@ pub(crate) struct SessionState {
     pub(crate) lib: (Option<Bytes>, Option<Bytes>),
     /// The client's address.
     pub(crate) peer: Option<std::net::SocketAddr>,
+    /// The connection's local address (the node a cluster emulation without announced
+    /// addresses shows).
+    pub(crate) local: Option<std::net::SocketAddr>,
     /// `CLIENT TRACKING on`: what the client follows, and its announcements.
     pub(crate) tracking: Option<Box<crate::near_cache::clients::ClientTracking>>,
 }
 
 impl SessionState {
-    /// State of a new connection on a listener with `acl`: authenticated as `default` when
-    /// there is no ACL or its `default` user has `nopass`.
-    pub(crate) fn new(acl: Option<&Acl>, peer: Option<std::net::SocketAddr>) -> Self {
+    /// State of a new connection on a listener with `acl`, from `peer` to `local`:
+    /// authenticated as `default` when there is no ACL or its `default` user has `nopass`.
+    pub(crate) fn new(
+        acl: Option<&Acl>,
+        peer: Option<std::net::SocketAddr>,
+        local: Option<std::net::SocketAddr>,
+    ) -> Self {
         let mut s = SessionState {
             authenticated: false,
             user: None,
@@ -52,6 +59,7 @@ impl SessionState {
             db: 0,
             lib: (None, None),
             peer,
+            local,
             tracking: None,
         };
         s.start_as_default(acl);

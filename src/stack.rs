@@ -18,7 +18,8 @@
 //! | `SCRIPT LOAD`, `FUNCTION LOAD`, `SCRIPT KILL`, ... | [`Handler::Fanout`]: key-less fan-out (`fanout.rs`) |
 //! | `PING`, `AUTH`, `HELLO`, `CLIENT ...`, `INFO`, `SELECT`, ... | [`Handler::Local`]: answered by the proxy (`local.rs`) |
 //! | `ACL ...` | [`Handler::Acl`]: the listener's users (`local.rs`) |
-//! | `CONFIG`, `SWAPDB`, `MONITOR`, ... | [`Handler::Unsupported`]: refused |
+//! | `CLUSTER ...`, `ASKING` on a listener with `cluster_emulation` ([`emulated`]) | answered by the proxy as a Redis Cluster owning every slot (`cluster_emulation.rs`) |
+//! | `CONFIG`, `SWAPDB`, `MONITOR`, `CLUSTER ...` (without emulation), ... | [`Handler::Unsupported`]: refused |
 //!
 //! Keys are placed by one module (`respway_filters::place`) for all of them.
 //!
@@ -174,6 +175,12 @@ pub(crate) fn handler(cmd: &CommandInfo, in_multi: bool) -> Handler {
         }
         CommandClass::Unsupported => Handler::Unsupported,
     }
+}
+
+/// Whether `cmd`, which [`handler`] refuses, is answered instead by the listener's cluster
+/// emulation (`CLUSTER ...` and `ASKING` when the listener has one).
+pub(crate) fn emulated(cmd: &CommandInfo, listener: &respway_filters::model::Listener) -> bool {
+    listener.cluster_emulation.is_some() && crate::cluster_emulation::handles(cmd)
 }
 
 /// `WAIT` and `WAITAOF` (served by `wait.rs`), which the command table classes as blocking.

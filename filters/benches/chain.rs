@@ -150,6 +150,7 @@ fn main_cluster() -> Cluster {
 fn listener(routes: RouteTable) -> Listener {
     Listener {
         observe: Default::default(),
+        cluster_emulation: None,
         tls: None,
         name: "main".to_owned(),
         address: addr(6380),

@@ -550,7 +550,12 @@ REDIS_72_EXTRAS = [
         "answered locally: `LIB-NAME`/`LIB-VER` kept for `CLIENT INFO` (resolved by the "
         "`CLIENT` container)",
     ),
-    ("cluster|myshardid", "Unsupported", "refused, as the rest of `CLUSTER`"),
+    (
+        "cluster|myshardid",
+        "Unsupported",
+        "refused, as the rest of `CLUSTER`; with the listener's `cluster_emulation`: answered "
+        "locally, this sidecar's shard id",
+    ),
 ]
 
 # Commands Redis 7.2 added that respway serves, so they belong in the generated table too:
@@ -667,6 +672,26 @@ KEYSPACE_PHRASE = {
     "Flush": "every primary, when the listener's `admin_commands` allows it",
 }
 
+# What a listener with `cluster_emulation` answers instead of refusing (src/cluster_emulation.rs);
+# the other CLUSTER subcommands stay refused, with respway's reason.
+CLUSTER_EMULATED = {
+    "asking": "`+OK`",
+    "cluster": "see its subcommands",
+    "cluster|slots": "answered locally: the announced sidecars (or this one) owning every slot",
+    "cluster|shards": "answered locally: a shard per node, each a healthy primary",
+    "cluster|nodes": "answered locally: a line per node, this sidecar `myself`",
+    "cluster|info": "answered locally: `cluster_state:ok`, every slot assigned",
+    "cluster|keyslot": "answered locally: Redis's CRC16 slot, with `{hashtags}`",
+    "cluster|myid": "answered locally: this sidecar's node id (derived from its address)",
+    "cluster|replicas": "answered locally: none (every node is a primary)",
+    "cluster|slaves": "answered locally: none (every node is a primary)",
+    "cluster|links": "answered locally: none (no cluster bus)",
+    "cluster|help": "answered locally: the subcommands answered",
+    "cluster|countkeysinslot": "refused by name (the shards keep no slots)",
+    "cluster|getkeysinslot": "refused by name (the shards keep no slots)",
+}
+CLUSTER_NOT_EMULATED = "refused by name (it would change a cluster)"
+
 SCRIPTS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
 
 # Unsupported today, planned: nothing (issue 12 built pub/sub, blocking and keyspace).
@@ -739,7 +764,8 @@ CLASS_DOC = [
     (
         "Unsupported",
         "refused with `-ERR command 'X' is not supported by respway` (X as the client sent "
-        "it); the connection stays open. The last column gives the generator's reason.",
+        "it); the connection stays open. The last column gives the generator's reason. "
+        "`CLUSTER` and `ASKING` are answered instead by a listener with `cluster_emulation`.",
     ),
 ]
 
@@ -768,6 +794,9 @@ SORT_PATTERNS = (
 def describe(c: Cmd) -> str:
     """One phrase: what respway does with `c` at runtime."""
     phrase = describe_class(c)
+    if c.name == "asking" or c.name == "cluster" or c.name.startswith("cluster|"):
+        emulated = CLUSTER_EMULATED.get(c.name, CLUSTER_NOT_EMULATED)
+        phrase += f"; with the listener's `cluster_emulation`: {emulated}"
     if c.name in ("sort", "sort_ro"):
         phrase += SORT_PATTERNS
     return phrase

@@ -58,6 +58,17 @@ pub struct Listener {
     pub tls: Option<ListenerTls>,
     /// What the listener's slow log and hot-key detection keep.
     pub observe: Observe,
+    /// Answer as a Redis Cluster owning every slot (`CLUSTER SLOTS`, ...), for cluster-aware
+    /// clients; `None`: `CLUSTER` is refused.
+    pub cluster_emulation: Option<ClusterEmulation>,
+}
+
+/// A listener's cluster emulation: the nodes it announces, the 16384 slots split evenly over
+/// them in order (empty: one node, the local address of the client's connection).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct ClusterEmulation {
+    /// The sidecar addresses announced as the cluster's nodes.
+    pub announce: Vec<SocketAddr>,
 }
 
 /// A listener's slow log and hot-key detection; `None` takes the process's setting (the

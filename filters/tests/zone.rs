@@ -121,6 +121,7 @@ fn routing(zone: Option<&str>) -> Arc<Routing> {
     let config = Config {
         listeners: vec![Listener {
             observe: Default::default(),
+            cluster_emulation: None,
             tls: None,
             name: "main".to_string(),
             address: "127.0.0.1:6380".parse().unwrap(),

@@ -151,6 +151,15 @@ impl Session {
             }
             Handler::PubSub(kind) => self.dispatch_pubsub(kind, args, live),
             Handler::Acl => Pending::Ready(local::acl(&args, &self.state, parts.acl.as_deref())),
+            Handler::Unsupported if stack::emulated(cmd, &parts.listener) => {
+                Pending::Ready(crate::cluster_emulation::answer(
+                    cmd,
+                    &args,
+                    &parts.listener,
+                    self.state.local,
+                    self.state.resp3,
+                ))
+            }
             Handler::Unsupported => {
                 ctx.stats.unsupported.inc();
                 Pending::Ready(error_reply(&format!(

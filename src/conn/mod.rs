@@ -173,6 +173,7 @@ enum Lane {
 pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usize) {
     let _ = stream.tcp().set_nodelay(true);
     let peer = stream.tcp().peer_addr().ok();
+    let local = stream.tcp().local_addr().ok();
     let mut live = Live::load(&ctx.slot, seq);
     let listener = live.parts.listener.clone();
     let mut s = Session {
@@ -184,7 +185,7 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
         pending: VecDeque::new(),
         timer: Box::pin(tokio::time::sleep_until(Instant::now())),
         timer_armed: false,
-        state: SessionState::new(live.parts.acl.as_deref(), peer),
+        state: SessionState::new(live.parts.acl.as_deref(), peer, local),
         closing: false,
         eof: false,
         draining: false,

@@ -620,6 +620,36 @@ pub(crate) fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// A cluster emulation's `announce` list, parsed: the addresses, and each entry's problem (its
+/// index and the reason): not an IP address and port, one no client can connect to (an
+/// unspecified IP or port 0), or one listed before.
+pub(crate) fn announce_addresses(list: &[String]) -> (Vec<SocketAddr>, Vec<(usize, String)>) {
+    // Each address read, with its index in the list.
+    let mut out: Vec<(usize, SocketAddr)> = Vec::new();
+    let mut problems = Vec::new();
+    for (i, s) in list.iter().enumerate() {
+        let a = match parse_socket_addr(s) {
+            Ok(a) => a,
+            Err(e) => {
+                problems.push((i, e));
+                continue;
+            }
+        };
+        if a.ip().is_unspecified() || a.port() == 0 {
+            problems.push((
+                i,
+                format!(
+                    "{a} is not an address clients can connect to (give the sidecar's IP and port)"
+                ),
+            ));
+        } else if let Some((first, _)) = out.iter().find(|(_, b)| *b == a) {
+            problems.push((i, format!("duplicate address {a} (also announce[{first}])")));
+        }
+        out.push((i, a));
+    }
+    (out.into_iter().map(|(_, a)| a).collect(), problems)
+}
+
 /// The rules of a user defined without `rules`: every permission, as Redis's `default` user.
 pub(crate) const DEFAULT_USER_RULES: &[&str] = &["allcommands", "allkeys", "allchannels"];
 

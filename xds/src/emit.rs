@@ -181,6 +181,9 @@ fn listener(l: &Listener, config: &Config) -> PbListener {
             ProtocolMode::Resp3 => rw::Protocol::Resp3,
         } as i32,
         advertised_redis_version: l.resp.advertised_version.clone(),
+        cluster_emulation: l.cluster_emulation.as_ref().map(|e| rw::ClusterEmulation {
+            announce: e.announce.iter().map(ToString::to_string).collect(),
+        }),
         users: l
             .users
             .iter()

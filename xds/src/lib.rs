@@ -241,6 +241,7 @@ pub fn default_config() -> Config {
             limits: Limits::default(),
             tls: None,
             observe: Default::default(),
+            cluster_emulation: None,
         }],
         clusters: vec![model::Cluster {
             tls: None,

@@ -1750,3 +1750,61 @@ cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.m
 cluster "main": typed_extension_protocol_options["respway.cluster"].near_cache.max_entry_bytes: 104857600 is more than max_bytes 67108864 (the default)"#
     );
 }
+
+#[test]
+fn cluster_emulation_translates_and_its_errors_name_the_field() {
+    let at = r#"listener "main": filter_chains[0].filters[0].typed_config.cluster_emulation"#;
+    let mut r = base();
+    // Unset: off.
+    assert_eq!(translate(&r).unwrap().listeners[0].cluster_emulation, None);
+    // Set without addresses: one node, the connection's local address.
+    edit_settings(&mut r, |s| {
+        s.cluster_emulation = Some(rw::ClusterEmulation::default())
+    });
+    let config = translate(&r).unwrap();
+    assert_eq!(
+        config.listeners[0].cluster_emulation,
+        Some(respway_filters::model::ClusterEmulation::default())
+    );
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+    edit_settings(&mut r, |s| {
+        s.cluster_emulation = Some(rw::ClusterEmulation {
+            announce: vec!["10.0.0.5:6379".into(), "[fd00::6]:6379".into()],
+        })
+    });
+    let config = translate(&r).unwrap();
+    let announce = &config.listeners[0]
+        .cluster_emulation
+        .as_ref()
+        .unwrap()
+        .announce;
+    assert_eq!(
+        announce,
+        &[
+            "10.0.0.5:6379".parse().unwrap(),
+            "[fd00::6]:6379".parse().unwrap()
+        ]
+    );
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+
+    edit_settings(&mut r, |s| {
+        s.cluster_emulation = Some(rw::ClusterEmulation {
+            announce: vec![
+                "10.0.0.5:6379".into(),
+                "sidecar:6379".into(),
+                "0.0.0.0:6379".into(),
+                "10.0.0.5:6379".into(),
+                "10.0.0.6:0".into(),
+            ],
+        })
+    });
+    assert_eq!(
+        errors(&r),
+        format!(
+            "{at}.announce[1]: invalid socket address \"sidecar:6379\": use an IP address, host names are not resolved
+{at}.announce[2]: 0.0.0.0:6379 is not an address clients can connect to (give the sidecar's IP and port)
+{at}.announce[3]: duplicate address 10.0.0.5:6379 (also announce[0])
+{at}.announce[4]: 10.0.0.6:0 is not an address clients can connect to (give the sidecar's IP and port)"
+        )
+    );
+}

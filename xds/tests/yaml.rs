@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    ClientLimits, Cluster, Config, Endpoint, HashPolicy, HashTag, HotKeyRead, HotKeyRule, KeyHash,
-    Listener, MirrorMode, MirrorPolicy, PrefixRoute, ProtocolMode, ReadPolicy, RespSettings,
-    RingHashFunction, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback,
+    ClientLimits, Cluster, ClusterEmulation, Config, Endpoint, HashPolicy, HashTag, HotKeyRead,
+    HotKeyRule, KeyHash, Listener, MirrorMode, MirrorPolicy, PrefixRoute, ProtocolMode, ReadPolicy,
+    RespSettings, RingHashFunction, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback,
 };
 use respway_xds::{default_config, load_file, parse_yaml, to_resources, translate};
 
@@ -101,6 +101,7 @@ fn full_example_model() -> Config {
         zone: None,
         listeners: vec![Listener {
             observe: Default::default(),
+            cluster_emulation: None,
             tls: None,
             name: "main".into(),
             address: "127.0.0.1:6380".parse().unwrap(),
@@ -474,7 +475,7 @@ clusters:
 "#;
     assert_eq!(
         errors(text),
-        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, allow_restricted_scripts, admin_commands, keys_max, pubsub_buffer_limit, slowlog_threshold, slowlog_max_len, hot_key_sample, protocol, advertised_redis_version, downstream_auth_password, users, limits, routes, tls)
+        r#"listener "main": adress: unknown field (expected one of: name, address, op_timeout, max_pending_per_client, client_buffer_limit, client_buffer_hard_limit, client_stall_timeout, max_auth_failures, allow_keyless_scripts, allow_restricted_scripts, admin_commands, keys_max, pubsub_buffer_limit, slowlog_threshold, slowlog_max_len, hot_key_sample, protocol, advertised_redis_version, cluster_emulation, downstream_auth_password, users, limits, routes, tls)
 listener "main": op_timeout: must be greater than 0
 listener "main": routes.catch_all: unknown cluster "mian"
 listener "main": routes.prefixes[0].cluster: unknown cluster "profile"
@@ -1598,5 +1599,86 @@ cluster "e": near_cache: expected a mapping, got a boolean
 cluster "f": near_cache.max_bytes: expected a size (an integer or a string such as "64mb"), got a list
 cluster "f": near_cache.max_entry_bytes: invalid size "99999999999gb" (expected an integer of bytes, or an integer and a unit: kb, mb or gb (powers of 1024), k, m or g (powers of 1000), e.g. "64mb")
 cluster "f": near_cache.hot_reads_per_sec: expected an unsigned integer, got a string"#
+    );
+}
+
+#[test]
+fn cluster_emulation() {
+    let text = r#"
+listeners:
+  - name: one
+    cluster_emulation: true
+    routes: { catch_all: a }
+  - name: two
+    address: 127.0.0.1:6381
+    cluster_emulation:
+      announce: ["10.0.0.5:6379", "10.0.0.6:6379"]
+    routes: { catch_all: a }
+  - name: off
+    address: 127.0.0.1:6382
+    cluster_emulation: false
+    routes: { catch_all: a }
+  - name: unset
+    address: 127.0.0.1:6383
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+"#;
+    let config = load(text);
+    let emulation: Vec<_> = config
+        .listeners
+        .iter()
+        .map(|l| l.cluster_emulation.clone())
+        .collect();
+    assert_eq!(
+        emulation,
+        [
+            Some(ClusterEmulation::default()),
+            Some(ClusterEmulation {
+                announce: vec![
+                    "10.0.0.5:6379".parse().unwrap(),
+                    "10.0.0.6:6379".parse().unwrap()
+                ],
+            }),
+            None,
+            None,
+        ]
+    );
+    // The resources carry every value: translating them again gives the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+}
+
+#[test]
+fn cluster_emulation_errors() {
+    let text = r#"
+listeners:
+  - name: l
+    cluster_emulation: yes please
+    routes: { catch_all: a }
+  - name: m
+    address: 127.0.0.1:6381
+    cluster_emulation: { announce: ["10.0.0.5:6379", "10.0.0.5:6379", "host:6379", 7] }
+    routes: { catch_all: a }
+  - name: n
+    address: 127.0.0.1:6382
+    cluster_emulation: { anounce: [] }
+    routes: { catch_all: a }
+  - name: o
+    address: 127.0.0.1:6383
+    cluster_emulation: { announce: "0.0.0.0:6379" }
+    routes: { catch_all: a }
+clusters:
+  - name: a
+    shards: [{ endpoints: [{ address: 127.0.0.1:7001 }] }]
+"#;
+    assert_eq!(
+        errors(text),
+        r#"listener "l": cluster_emulation: expected true, false or a mapping with announce, got a string
+listener "m": cluster_emulation.announce[3]: expected a string, got a number
+listener "m": cluster_emulation.announce[1]: duplicate address 10.0.0.5:6379 (also announce[0])
+listener "m": cluster_emulation.announce[2]: invalid socket address "host:6379": use an IP address, host names are not resolved
+listener "n": cluster_emulation.anounce: unknown field (expected one of: announce)
+listener "o": cluster_emulation.announce: 0.0.0.0:6379 is not an address clients can connect to (give the sidecar's IP and port)"#
     );
 }

@@ -67,6 +67,7 @@ pub fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>) -> Cluster {
 pub fn routing_of(routes: RouteTable, clusters: Vec<Cluster>, zone: Option<&str>) -> Arc<Routing> {
     let listener = Listener {
         observe: Default::default(),
+        cluster_emulation: None,
         tls: None,
         name: "l".to_string(),
         address: "127.0.0.1:6380".parse().unwrap(),

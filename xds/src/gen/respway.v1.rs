@@ -545,6 +545,12 @@ pub struct ListenerSettings {
     /// command are allowed either way).
     #[prost(bool, tag = "18")]
     pub allow_restricted_scripts: bool,
+    /// Answer as a Redis Cluster that owns every slot, for cluster-aware clients (redis-py
+    /// `RedisCluster`, ioredis `Cluster`, go-redis `ClusterClient`, JedisCluster): `CLUSTER SLOTS`,
+    /// `SHARDS`, `NODES`, `INFO`, `KEYSLOT`, `MYID`, `MYSHARDID` are answered by the proxy, which
+    /// still routes every key itself. Unset: `CLUSTER` is refused.
+    #[prost(message, optional, tag = "19")]
+    pub cluster_emulation: ::core::option::Option<ClusterEmulation>,
 }
 impl ::prost::Name for ListenerSettings {
     const NAME: &'static str = "ListenerSettings";
@@ -554,6 +560,25 @@ impl ::prost::Name for ListenerSettings {
     }
     fn type_url() -> ::prost::alloc::string::String {
         "type.googleapis.com/respway.v1.ListenerSettings".into()
+    }
+}
+/// A listener's cluster emulation.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ClusterEmulation {
+    /// The sidecar addresses ("IP:port", unique) announced as the cluster's nodes, the 16384
+    /// slots split evenly over them in this order. Empty: one node, the local address of each
+    /// client's connection.
+    #[prost(string, repeated, tag = "1")]
+    pub announce: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+impl ::prost::Name for ClusterEmulation {
+    const NAME: &'static str = "ClusterEmulation";
+    const PACKAGE: &'static str = "respway.v1";
+    fn full_name() -> ::prost::alloc::string::String {
+        "respway.v1.ClusterEmulation".into()
+    }
+    fn type_url() -> ::prost::alloc::string::String {
+        "type.googleapis.com/respway.v1.ClusterEmulation".into()
     }
 }
 /// One ACL user.

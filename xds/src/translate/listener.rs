@@ -15,8 +15,8 @@ use envoy_types::pb::envoy::extensions::filters::network::redis_proxy::v3::{
 use prost::Name;
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    AclUser, ClientLimits, Listener, MirrorPolicy, Observe, ProtocolMode, ReadPolicy, RespSettings,
-    RouteTable, ZoneFallback,
+    AclUser, ClientLimits, ClusterEmulation, Listener, MirrorPolicy, Observe, ProtocolMode,
+    ReadPolicy, RespSettings, RouteTable, ZoneFallback,
 };
 
 use super::routes::{check_mirrors, mirror_modes, routes};
@@ -322,6 +322,7 @@ pub(super) fn translate(
     let mut limits = Limits::default();
     let mut client = ClientLimits::default();
     let mut observe = Observe::default();
+    let mut cluster_emulation = None;
     let mut resp = RespSettings {
         protocol: envoy_protocol,
         ..RespSettings::default()
@@ -352,6 +353,10 @@ pub(super) fn translate(
         }
         client = client_limits(cx, at, s);
         observe = observe_settings(cx, at, s);
+        cluster_emulation = s
+            .cluster_emulation
+            .as_ref()
+            .map(|e| emulation(cx, &join(at, "cluster_emulation"), e));
         resp_settings(cx, at, s, &mut resp);
         if s.max_pending_per_client != 0 {
             max_pending = s.max_pending_per_client as usize;
@@ -383,6 +388,7 @@ pub(super) fn translate(
             client,
             limits,
             observe,
+            cluster_emulation,
         },
         enable_hashtagging,
         read_policy,
@@ -421,6 +427,15 @@ fn observe_settings(cx: &mut Cx, at: &str, s: &ListenerSettings) -> Observe {
         slowlog_max_len,
         hot_key_sample,
     }
+}
+
+/// `ListenerSettings.cluster_emulation` (at `at`): each announced address parsed, none twice.
+fn emulation(cx: &mut Cx, at: &str, e: &rw::ClusterEmulation) -> ClusterEmulation {
+    let (announce, problems) = common::announce_addresses(&e.announce);
+    for (i, reason) in problems {
+        cx.err(index(&join(at, "announce"), i), reason);
+    }
+    ClusterEmulation { announce }
 }
 
 /// `ListenerSettings.users` (at `at`); problems across users are checked by the caller.

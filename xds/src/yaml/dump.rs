@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use respway_filters::codec_limits::Limits;
 use respway_filters::model::{
-    AclUser, ClientLimits, Cluster, Config, EndpointAuth, HashPolicy, HashTag, HealthCheck,
-    HotKeyRead, Listener, MirrorMode, MirrorPolicy, NearCache, ReadPolicy, RedisClusterSource,
-    RespSettings, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback, DEFAULT_DATABASES,
-    DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
+    AclUser, ClientLimits, Cluster, ClusterEmulation, Config, EndpointAuth, HashPolicy, HashTag,
+    HealthCheck, HotKeyRead, Listener, MirrorMode, MirrorPolicy, NearCache, ReadPolicy,
+    RedisClusterSource, RespSettings, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback,
+    DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
 
@@ -226,6 +226,12 @@ impl Writer {
         m.some("slowlog_max_len", o.slowlog_max_len.map(num));
         m.some("hot_key_sample", o.hot_key_sample.map(num));
         resp_settings(&mut m, &l.resp);
+        let emulation = l.cluster_emulation.as_ref();
+        m.set(
+            "cluster_emulation",
+            emulation.map_or(Value::Bool(false), cluster_emulation),
+            emulation.is_none(),
+        );
         m.some(
             "downstream_auth_password",
             l.downstream_password.as_ref().map(|_| REDACTED),
@@ -752,6 +758,17 @@ fn resp_settings(m: &mut Map, r: &RespSettings) {
         r.advertised_version.as_str(),
         r.advertised_version == d.advertised_version,
     );
+}
+
+/// The listener's `cluster_emulation`: `true` when it announces no address.
+fn cluster_emulation(e: &ClusterEmulation) -> Value {
+    if e.announce.is_empty() {
+        return Value::Bool(true);
+    }
+    let announce = e.announce.iter().map(|a| a.to_string().into()).collect();
+    let mut m = Mapping::new();
+    m.insert("announce".into(), Value::Sequence(announce));
+    Value::Mapping(m)
 }
 
 /// Which of `auth` is for `address`.

@@ -53,6 +53,7 @@ pub(super) const LISTENER_KEYS: &[&str] = &[
     "hot_key_sample",
     "protocol",
     "advertised_redis_version",
+    "cluster_emulation",
     "downstream_auth_password",
     "users",
     "limits",
@@ -77,6 +78,7 @@ const USER_KEYS: &[&str] = &[
     "rules",
     "read_only",
 ];
+const EMULATION_KEYS: &[&str] = &["announce"];
 const LISTENER_TLS_KEYS: &[&str] = &["cert", "key", "client_ca", "require_client_cert"];
 
 /// Where the translation finds respway's `ListenerSettings` and Envoy's `RedisProxy`.
@@ -154,6 +156,7 @@ pub(super) fn listener(
     let slowlog_threshold = m.duration_or_zero(cx, "slowlog_threshold");
     let slowlog_max_len = m.uint(cx, "slowlog_max_len", u64::MAX);
     let hot_key_sample = m.uint(cx, "hot_key_sample", u64::from(u32::MAX));
+    let cluster_emulation = cluster_emulation(cx, o, &m);
 
     // Hashtags are per cluster in respway (`ClusterOptions.hashtag`, always written), so the
     // listener-wide Envoy flag only summarizes: on when any routed cluster uses a hashtag.
@@ -203,6 +206,7 @@ pub(super) fn listener(
         } as i32,
         advertised_redis_version: advertised,
         users,
+        cluster_emulation,
     };
     Some(crate::emit::listener_resource(
         name, address, tls, settings, redis,
@@ -217,6 +221,42 @@ fn routed_clusters(pr: &PrefixRoutes) -> impl Iterator<Item = &String> {
         .flat_map(|r| {
             std::iter::once(&r.cluster).chain(r.request_mirror_policy.iter().map(|m| &m.cluster))
         })
+}
+
+/// `cluster_emulation: true` (one node: the address each client connected to), `false`, or
+/// `{ announce: [IP:port, ...] }`; the addresses are checked by the translation.
+fn cluster_emulation(cx: &mut Cx, o: &mut Origins, m: &Map<'_>) -> Option<rw::ClusterEmulation> {
+    let key = "cluster_emulation";
+    let at = m.at(key);
+    o.note(format!("{S}.{key}"), &at);
+    match m.get(key)? {
+        Value::Bool(true) => Some(rw::ClusterEmulation::default()),
+        Value::Bool(false) => None,
+        v @ Value::Mapping(_) => {
+            let e = Map::new(cx, v, &at, EMULATION_KEYS)?;
+            let listed = e.get("announce").is_some_and(Value::is_sequence);
+            o.note(format!("{S}.{key}.announce"), e.at("announce"));
+            let announce = e.strings(cx, "announce");
+            for i in 0..announce.len() {
+                let yaml = match listed {
+                    true => index(&e.at("announce"), i),
+                    false => e.at("announce"),
+                };
+                o.note(format!("{S}.{key}.announce[{i}]"), yaml);
+            }
+            Some(rw::ClusterEmulation { announce })
+        }
+        other => {
+            cx.err(
+                at,
+                format!(
+                    "expected true, false or a mapping with announce, got {}",
+                    super::value::kind(other)
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// The listener's ACL `users`, as `ListenerSettings.users`: plaintext passwords are hashed

@@ -30,6 +30,7 @@ listeners:
     hot_key_sample: 0
     protocol: resp2
     advertised_redis_version: "7.2"
+    cluster_emulation: { announce: ["10.0.0.5:7000", "[fd00::6]:7000"] }
     downstream_auth_password: client-secret
     limits: { max_bulk_len: 16777216, max_multibulk_len: 65536, max_inline_len: 16384 }
     tls: { cert: /etc/respway/cert.pem, key: /etc/respway/key.pem, client_ca: /etc/respway/ca.pem, require_client_cert: true }
@@ -53,6 +54,7 @@ listeners:
     address: "[::1]:7001"
     slowlog_threshold: 1500us
     hot_key_sample: 7
+    cluster_emulation: true
     users:
       - { name: default, nopass: true, rules: "~public:* +@read" }
       - { name: app, password: [app-secret-1, app-secret-2], rules: ["~app:*", "+@all", "-flushall"] }
@@ -204,6 +206,8 @@ fn a_dump_uses_the_files_keys_and_units() {
         "slowlog_threshold: 1500us\n",
         "protocol: resp2\n",
         "advertised_redis_version: '7.2'\n",
+        "cluster_emulation:\n    announce:\n    - 10.0.0.5:7000\n    - '[fd00::6]:7000'\n",
+        "cluster_emulation: true\n",
         "policy: crc16_slots\n",
         "function: murmur_hash_2\n",
         "key_hash: md5\n",
