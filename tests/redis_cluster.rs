@@ -536,3 +536,33 @@ fn select_on_a_redis_cluster_is_refused_by_respway() {
     assert_eq!(c.call(&["SELECT", "0"]), Resp::Simple("OK".into()));
     assert_eq!(c.call(&["GET", "probe"]), Resp::bulk("1"));
 }
+
+/// Cluster-aware clients through respway's cluster emulation, over a real Redis Cluster
+/// upstream: redis-py `RedisCluster` and ioredis `Cluster` see one node owning every slot (the
+/// sidecar) and run their scenarios (pipelines, MGET over many slots, a transaction on a
+/// hashtag, pub/sub, 1,000 keys) while respway places every key on the cluster's own nodes.
+#[test]
+fn cluster_aware_clients_through_the_emulation_over_a_redis_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let y = yaml(cluster.addrs()[0]).replace(
+        "    op_timeout: 2s\n",
+        "    op_timeout: 2s\n    cluster_emulation: true\n",
+    );
+    let rw = respway_process(&y, &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    let addr = rw.addr.to_string();
+    for (program, script) in [
+        ("python3", "py_cluster.py"),
+        ("node", "ioredis_cluster.mjs"),
+    ] {
+        let (ok, out) = run_bounded(program, &[script, "--addr", &addr]);
+        eprintln!("{script}:\n{out}");
+        assert!(ok, "{script} over a Redis Cluster failed:\n{out}");
+    }
+    // The keys are on the cluster's nodes, each on its slot's owner.
+    let total: u64 = cluster.addrs().iter().map(|n| dbsize(*n)).sum();
+    assert!(total >= 1000, "{total} keys on the cluster's nodes");
+}
