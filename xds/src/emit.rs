@@ -56,7 +56,7 @@ use envoy_types::util::pack_any;
 use respway_filters::model::{
     Cluster, Config, HashPolicy, HealthCheck, HotKeyRead, KeyHash, Listener, ListenerTls,
     MirrorMode, MirrorPolicy, NearCache, NearCacheAdmit, NearCacheMode, ProtocolMode, ReadPolicy,
-    RedisClusterSource, RingHashFunction, Role, UpstreamTls, ZoneFallback,
+    RingHashFunction, Role, UpstreamTls, ZoneFallback,
 };
 use std::net::SocketAddr;
 
@@ -247,7 +247,7 @@ fn cluster(c: &Cluster) -> PbCluster {
         c.tls.as_ref().map(cluster_tls),
     );
     match &c.redis_cluster {
-        Some(src) => redis_cluster_type(&mut out, src),
+        Some(src) => crate::redis_cluster::redis_cluster_type(&mut out, src),
         None => placement(&mut out, &c.hash),
     }
     if c.auth.is_some() || !c.endpoint_auth.is_empty() {
@@ -730,50 +730,6 @@ pub(crate) fn placement(out: &mut PbCluster, hash: &HashPolicy) {
             out.load_balancing_policy = shard_hashing(Policy::Crc16Slots(Crc16Slots {}));
         }
     }
-}
-
-/// Makes `out` a Redis Cluster as Envoy says one: `cluster_type: envoy.clusters.redis` with
-/// `RedisClusterConfig` (every setting written), `lb_policy: CLUSTER_PROVIDED`, and the seeds
-/// as its inline `load_assignment` (no EDS).
-pub(crate) fn redis_cluster_type(out: &mut PbCluster, src: &RedisClusterSource) {
-    use envoy_types::pb::envoy::config::cluster::v3::cluster::CustomClusterType;
-    use envoy_types::pb::envoy::extensions::clusters::redis::v3::RedisClusterConfig;
-    out.cluster_discovery_type = Some(ClusterDiscoveryType::ClusterType(CustomClusterType {
-        name: names::REDIS_CLUSTER_TYPE.to_string(),
-        typed_config: Some(pack_any(RedisClusterConfig {
-            cluster_refresh_rate: Some(duration(src.cluster_refresh_rate)),
-            cluster_refresh_timeout: Some(duration(src.cluster_refresh_timeout)),
-            redirect_refresh_interval: Some(duration(src.redirect_refresh_interval)),
-            redirect_refresh_threshold: Some(UInt32Value {
-                value: src.redirect_refresh_threshold,
-            }),
-            failure_refresh_threshold: src.failure_refresh_threshold,
-            host_degraded_refresh_threshold: src.host_degraded_refresh_threshold,
-            ..Default::default()
-        })),
-    }));
-    out.eds_cluster_config = None;
-    out.lb_policy = LbPolicy::ClusterProvided as i32;
-    out.lb_config = None;
-    out.load_balancing_policy = None;
-    out.load_assignment = Some(ClusterLoadAssignment {
-        cluster_name: out.name.clone(),
-        endpoints: vec![LocalityLbEndpoints {
-            lb_endpoints: src
-                .seeds
-                .iter()
-                .map(|a| LbEndpoint {
-                    host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
-                        address: Some(socket(*a)),
-                        ..Default::default()
-                    })),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
 }
 
 /// An EDS cluster resource whose endpoints come over ADS (what both the YAML reader and

@@ -42,6 +42,8 @@
 //! - `emit`: a model written out as Envoy resources ([`to_resources`]), which the management
 //!   server serves from its merged resource files;
 //! - `translate`: Envoy resources validated into the model ([`translate`]);
+//! - `redis_cluster`: a Redis Cluster as Envoy's resources say one (`cluster_type:
+//!   envoy.clusters.redis`, its seeds inline), written by both `yaml` and `emit`;
 //! - `common`: defaults, names and checks both sources share, so a rule is written once;
 //! - `error`: configuration errors naming resource, field path and reason ([`ConfigErrors`]);
 //! - [`pb`]: the protobuf types: Envoy's v3 API and respway's extension messages;
@@ -77,6 +79,7 @@ mod error;
 pub mod names;
 pub mod nutcracker;
 pub mod pb;
+mod redis_cluster;
 pub mod reshard;
 pub mod secure;
 pub mod server;

@@ -241,7 +241,7 @@ pub(super) fn cluster(
 
     let mut out = eds_cluster(name.clone(), connect_timeout, tls);
     match &redis {
-        Some(src) => crate::emit::redis_cluster_type(&mut out, src),
+        Some(src) => crate::redis_cluster::redis_cluster_type(&mut out, src),
         None => placement(&mut out, &hash),
     }
     out.health_checks = health_check.iter().map(health_check_pb).collect();
