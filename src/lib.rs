@@ -45,6 +45,8 @@
 //!   of their own and swapped in by compiling the configuration again;
 //! - `redis_cluster`: the shards of Redis Clusters (slots, primaries, replicas) discovered
 //!   from seed nodes and followed the same way;
+//! - `watchers`: the side threads of those two: a task per master or cluster the current
+//!   configuration names;
 //! - `queue`: the request queue between a worker's sessions and one connection task;
 //! - `health`: active health checks of endpoints (`PING` or `EXISTS drain_key`, and `ROLE`),
 //!   on a thread of their own, their state shared with the workers through atomics;
@@ -90,6 +92,7 @@ mod tls;
 mod tx;
 mod upstream;
 mod wait;
+mod watchers;
 mod worker;
 pub mod xds;
 
@@ -404,7 +407,8 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     let (stop, stop_rx) = watch::channel(Stop::Run);
     // Sentinel-managed shards: their first answers are awaited (a little) so that the first
     // clients find the primaries known.
-    sentinel::start(
+    watchers::start::<sentinel::Masters>(
+        "respway-sentinel",
         ConfigHandle {
             shared: shared.clone(),
         },
@@ -416,7 +420,8 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         },
     )?;
     // Redis Clusters: the first topology is awaited (a little) for the same reason.
-    redis_cluster::start(
+    watchers::start::<redis_cluster::Clusters>(
+        "respway-cluster",
         ConfigHandle {
             shared: shared.clone(),
         },

@@ -23,17 +23,15 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use respway_filters::model::{Config, Endpoint, RedisClusterSource, Role, Shard, NO_ENDPOINT};
 use respway_filters::resp::Frame;
-use tokio::sync::{watch, Notify};
-use tokio::task::JoinSet;
+use tokio::sync::Notify;
 
 use crate::sentinel::Link;
 use crate::upstream::EndpointConfig;
-use crate::worker::Stop;
 use crate::ConfigHandle;
 
 /// Slots of a Redis Cluster.
@@ -282,65 +280,30 @@ fn wanted(handle: &ConfigHandle) -> HashMap<Key, Reach> {
     out
 }
 
-/// Starts the discovery thread: it watches the Redis Clusters of every configuration applied
-/// through `handle` until `stop` says to stop. Returns once the first refresh of the current
-/// configuration's clusters is over (answered, or `wait` passed).
-pub(crate) fn start(
-    handle: ConfigHandle,
-    stop: watch::Receiver<Stop>,
-    wait: Duration,
-) -> std::io::Result<()> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    crate::side_thread("respway-cluster", move || run(handle, stop, ready_tx))?;
-    let _ = ready_rx.recv_timeout(wait);
-    Ok(())
-}
+/// The Redis Cluster watchers: one per cluster a configuration names (see the module above).
+pub(crate) struct Clusters;
 
-async fn run(
-    handle: ConfigHandle,
-    mut stop: watch::Receiver<Stop>,
-    ready: std::sync::mpsc::Sender<()>,
-) {
-    let mut changed = handle.subscribe();
-    let mut watchers: HashMap<Key, (RedisClusterSource, tokio::task::AbortHandle)> = HashMap::new();
-    let mut tasks = JoinSet::new();
-    let mut ready = Some(ready);
-    loop {
-        let wanted = wanted(&handle);
-        watchers.retain(|k, (src, h)| {
-            let keep = wanted.get(k).is_some_and(|r| r.src == *src);
-            if !keep {
-                h.abort();
-                handle.cluster_discovery().forget(k);
-            }
-            keep
-        });
-        let mut first = Vec::new();
-        for (k, reach) in wanted {
-            if watchers.contains_key(&k) {
-                continue;
-            }
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            first.push(rx);
-            let src = reach.src.clone();
-            let h = tasks.spawn(watch_cluster(handle.clone(), k.clone(), reach, tx));
-            watchers.insert(k, (src, h));
-        }
-        if let Some(r) = ready.take() {
-            for rx in first {
-                let _ = rx.await;
-            }
-            let _ = r.send(());
-        }
-        tokio::select! {
-            r = changed.changed() => if r.is_err() { return },
-            r = stop.changed() => {
-                if r.is_err() || *stop.borrow() != Stop::Run {
-                    return;
-                }
-            }
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-        }
+impl crate::watchers::Watch for Clusters {
+    /// The cluster and its settings: a change of either starts a new watcher.
+    type Key = (Key, RedisClusterSource);
+    type Value = EndpointConfig;
+    fn wanted(handle: &ConfigHandle) -> HashMap<Self::Key, EndpointConfig> {
+        wanted(handle)
+            .into_iter()
+            .map(|(k, r)| ((k, r.src), r.cfg))
+            .collect()
+    }
+    fn watch(
+        handle: ConfigHandle,
+        key: Self::Key,
+        cfg: EndpointConfig,
+        first: tokio::sync::oneshot::Sender<()>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (key, src) = key;
+        watch_cluster(handle, key, Reach { src, cfg }, first)
+    }
+    fn forget(handle: &ConfigHandle, key: &Self::Key) {
+        handle.cluster_discovery().forget(&key.0);
     }
 }
 

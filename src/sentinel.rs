@@ -36,11 +36,10 @@ use respway_filters::codec_limits::Limits;
 use respway_filters::model::{Config, Endpoint, Role, NO_ENDPOINT};
 use respway_filters::resp::{encode_command, parse_reply, Frame, ReplyScanner};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::upstream::{connect_plain, Conn, EndpointConfig};
-use crate::worker::Stop;
 use crate::ConfigHandle;
 
 /// How often every Sentinel is asked, whatever they publish.
@@ -236,71 +235,25 @@ fn wanted(handle: &ConfigHandle) -> HashMap<(Key, Vec<EndpointConfig>), String> 
     out
 }
 
-/// Starts the discovery thread: it watches the masters of every configuration applied
-/// through `handle` until `stop` says to stop. Returns once the first round for the masters
-/// of the current configuration is over (answered, or `wait` passed).
-pub(crate) fn start(
-    handle: ConfigHandle,
-    stop: watch::Receiver<Stop>,
-    wait: Duration,
-) -> std::io::Result<()> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    crate::side_thread("respway-sentinel", move || run(handle, stop, ready_tx))?;
-    let _ = ready_rx.recv_timeout(wait);
-    Ok(())
-}
+/// The Sentinel watchers: one per master a configuration names (see the module above).
+pub(crate) struct Masters;
 
-async fn run(
-    handle: ConfigHandle,
-    mut stop: watch::Receiver<Stop>,
-    ready: std::sync::mpsc::Sender<()>,
-) {
-    let mut changed = handle.subscribe();
-    let mut watchers: HashMap<(Key, Vec<EndpointConfig>), tokio::task::AbortHandle> =
-        HashMap::new();
-    let mut tasks = JoinSet::new();
-    let mut ready = Some(ready);
-    loop {
-        let wanted = wanted(&handle);
-        watchers.retain(|k, h| {
-            let keep = wanted.contains_key(k);
-            if !keep {
-                h.abort();
-                handle.discovery().forget(&k.0);
-            }
-            keep
-        });
-        let mut first = Vec::new();
-        for (k, what) in wanted {
-            if watchers.contains_key(&k) {
-                continue;
-            }
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            first.push(rx);
-            let h = tasks.spawn(watch_master(
-                handle.clone(),
-                k.0.clone(),
-                k.1.clone(),
-                what,
-                tx,
-            ));
-            watchers.insert(k, h);
-        }
-        if let Some(r) = ready.take() {
-            for rx in first {
-                let _ = rx.await;
-            }
-            let _ = r.send(());
-        }
-        tokio::select! {
-            r = changed.changed() => if r.is_err() { return },
-            r = stop.changed() => {
-                if r.is_err() || *stop.borrow() != Stop::Run {
-                    return;
-                }
-            }
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-        }
+impl crate::watchers::Watch for Masters {
+    type Key = (Key, Vec<EndpointConfig>);
+    type Value = String;
+    fn wanted(handle: &ConfigHandle) -> HashMap<Self::Key, String> {
+        wanted(handle)
+    }
+    fn watch(
+        handle: ConfigHandle,
+        key: Self::Key,
+        what: String,
+        first: tokio::sync::oneshot::Sender<()>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        watch_master(handle, key.0, key.1, what, first)
+    }
+    fn forget(handle: &ConfigHandle, key: &Self::Key) {
+        handle.discovery().forget(&key.0);
     }
 }
 

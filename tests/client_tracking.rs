@@ -318,37 +318,33 @@ fn tracking_options_follow_redis() {
     assert_eq!(text, "flags on bcast redirect 0 prefixes ctb:");
 }
 
-/// redis-py's client-side cache (`protocol=3`, `cache_config`) through the sidecar: repeated
-/// reads are answered by the client's cache, and a write by another client of the shard is
-/// seen once the sidecar's announcement arrives.
-#[test]
-fn redis_py_client_side_caching_sees_invalidations() {
+/// Runs a client script (`tests/clients/`) against a sidecar with a tracked near cache over
+/// one shard: `--addr` the sidecar, `--shard` the shard behind it.
+fn client_side_caching(program: &str, script: &str) {
     let shard = redis();
     let rw = respway_process(&yaml(&[shard.addr], Some("{ mode: tracked }")), &[]);
     trackers_up(rw.addr, 1);
     let shard_addr = shard.addr.to_string();
     let rw_addr = rw.addr.to_string();
     let (ok, out) = run_bounded(
-        "python3",
-        &["py_csc.py", "--addr", &rw_addr, "--shard", &shard_addr],
+        program,
+        &[script, "--addr", &rw_addr, "--shard", &shard_addr],
     );
     eprintln!("{out}");
-    assert!(ok, "py_csc.py failed:\n{out}");
+    assert!(ok, "{script} failed:\n{out}");
+}
+
+/// redis-py's client-side cache (`protocol=3`, `cache_config`) through the sidecar: repeated
+/// reads are answered by the client's cache, and a write by another client of the shard is
+/// seen once the sidecar's announcement arrives.
+#[test]
+fn redis_py_client_side_caching_sees_invalidations() {
+    client_side_caching("python3", "py_csc.py");
 }
 
 /// node-redis's client-side cache (`RESP: 3`, `clientSideCache`) through the sidecar: the
 /// same scenarios as redis-py's.
 #[test]
 fn node_redis_client_side_caching_sees_invalidations() {
-    let shard = redis();
-    let rw = respway_process(&yaml(&[shard.addr], Some("{ mode: tracked }")), &[]);
-    trackers_up(rw.addr, 1);
-    let shard_addr = shard.addr.to_string();
-    let rw_addr = rw.addr.to_string();
-    let (ok, out) = run_bounded(
-        "node",
-        &["node_csc.mjs", "--addr", &rw_addr, "--shard", &shard_addr],
-    );
-    eprintln!("{out}");
-    assert!(ok, "node_csc.mjs failed:\n{out}");
+    client_side_caching("node", "node_csc.mjs");
 }

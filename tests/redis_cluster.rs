@@ -142,6 +142,34 @@ fn writers(
         .collect()
 }
 
+/// Stops the writers, and checks that none saw an error and that every write they had
+/// acknowledged last is there (read through `c`); how many were checked.
+fn stop_and_check(
+    load: Vec<std::thread::JoinHandle<Written>>,
+    stop: &std::sync::atomic::AtomicBool,
+    c: &mut RespConn,
+) -> usize {
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut errors = Vec::new();
+    let mut acked = Vec::new();
+    for h in load {
+        let (last, e) = h.join().expect("writer");
+        acked.extend(last);
+        errors.extend(e);
+    }
+    assert!(
+        errors.is_empty(),
+        "{} client-visible errors: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    let acked: Vec<_> = acked.into_iter().filter(|(_, v)| *v > 0).collect();
+    for (key, v) in &acked {
+        assert_eq!(c.call(&["GET", key]), Resp::bulk(v.to_string()), "{key}");
+    }
+    acked.len()
+}
+
 /// `redis-cli --cluster reshard` moves 1,000 slots under load through respway: no client sees
 /// an error or a redirection, every acknowledged write is there afterwards, and respway
 /// followed MOVED and ASK.
@@ -178,28 +206,12 @@ fn a_reshard_under_load_is_invisible_to_clients() {
         String::from_utf8_lossy(&out.stdout)
     );
     std::thread::sleep(Duration::from_millis(1500));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut errors = Vec::new();
-    let mut acked = Vec::new();
-    for h in load {
-        let (last, e) = h.join().expect("writer");
-        acked.extend(last);
-        errors.extend(e);
-    }
-    assert!(
-        errors.is_empty(),
-        "{} client-visible errors: {:?}",
-        errors.len(),
-        &errors[..errors.len().min(5)]
-    );
-    for (key, v) in acked.iter().filter(|(_, v)| *v > 0) {
-        assert_eq!(c.call(&["GET", key]), Resp::bulk(v.to_string()), "{key}");
-    }
+    let acked = stop_and_check(load, &stop, &mut c);
     let moved = info_field(rw.addr, "redis_cluster_moved");
     let ask = info_field(rw.addr, "redis_cluster_ask");
     eprintln!(
         "reshard of 1000 slots under load: {} acknowledged writes checked, MOVED followed {moved}, ASK followed {ask}",
-        acked.iter().filter(|(_, v)| *v > 0).count()
+        acked
     );
     assert!(moved > 0, "the reshard was followed through MOVED");
 }
@@ -349,23 +361,8 @@ fn a_manual_failover_is_invisible_to_clients() {
     )
     .is_ok_and(|t| t.contains("master"))));
     std::thread::sleep(Duration::from_millis(1500));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut errors = Vec::new();
-    let mut acked = Vec::new();
-    for h in load {
-        let (last, e) = h.join().expect("writer");
-        acked.extend(last);
-        errors.extend(e);
-    }
-    assert!(
-        errors.is_empty(),
-        "{} client-visible errors: {:?}",
-        errors.len(),
-        &errors[..errors.len().min(5)]
-    );
-    for (key, v) in acked.iter().filter(|(_, v)| *v > 0) {
-        assert_eq!(c.call(&["GET", key]), Resp::bulk(v.to_string()), "{key}");
-    }
+    let acked = stop_and_check(load, &stop, &mut c);
+    eprintln!("manual failover under load: {acked} acknowledged writes checked");
 }
 
 /// A slot being moved by hand (`CLUSTER SETSLOT ... MIGRATING/IMPORTING`): a new key of it is
