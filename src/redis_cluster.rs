@@ -53,21 +53,15 @@ pub(crate) struct Part {
 /// What the nodes say of one Redis Cluster: its shards, sorted by first slot.
 pub(crate) type Topology = Vec<Part>;
 
-/// How a Redis Cluster's discovery is doing, for `/clusters` and the metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Status {
-    /// Refreshes asked, and those that changed the topology.
-    pub(crate) refreshes: u64,
-    pub(crate) changes: u64,
-    /// Shards known now.
-    pub(crate) shards: usize,
-}
+/// Topology refreshes answered, and those that changed a topology, over the process (for
+/// `INFO` and the metrics).
+pub(crate) static REFRESHES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static CHANGES: AtomicU64 = AtomicU64::new(0);
 
 /// What is known of every watched Redis Cluster; read when a configuration is compiled.
 #[derive(Debug, Default)]
 pub(crate) struct Discovery {
     found: Mutex<HashMap<Key, Topology>>,
-    status: Mutex<HashMap<String, Status>>,
 }
 
 fn key_of(name: &str, src: &RedisClusterSource) -> Key {
@@ -93,14 +87,11 @@ impl Discovery {
     /// Records `t` for `key`; true when it changed.
     fn set(&self, key: &Key, t: Topology) -> bool {
         let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
-        let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        let s = status.entry(key.0.clone()).or_default();
-        s.refreshes += 1;
-        s.shards = t.len();
+        REFRESHES.fetch_add(1, Ordering::Relaxed);
         if found.get(key) == Some(&t) {
             return false;
         }
-        s.changes += 1;
+        CHANGES.fetch_add(1, Ordering::Relaxed);
         found.insert(key.clone(), t);
         true
     }

@@ -214,6 +214,10 @@ fn a_reshard_under_load_is_invisible_to_clients() {
         acked
     );
     assert!(moved > 0, "the reshard was followed through MOVED");
+    assert!(
+        info_field(rw.addr, "redis_cluster_topology_changes") >= 2,
+        "the first topology and the resharded one"
+    );
 }
 
 /// A numeric field of `INFO proxy`.

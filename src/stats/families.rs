@@ -699,6 +699,20 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         None,
     ),
     process(
+        "respway_redis_cluster_refreshes_total",
+        Counter,
+        "Redis Cluster topology refreshes a node answered (CLUSTER SHARDS or CLUSTER SLOTS).",
+        |_| crate::redis_cluster::REFRESHES.load(std::sync::atomic::Ordering::Relaxed),
+        "redis_cluster_refreshes",
+    ),
+    process(
+        "respway_redis_cluster_topology_changes_total",
+        Counter,
+        "Redis Cluster topology refreshes that found a change (slots moved, a failover, a node added or gone), each swapped in as a configuration change.",
+        |_| crate::redis_cluster::CHANGES.load(std::sync::atomic::Ordering::Relaxed),
+        "redis_cluster_topology_changes",
+    ),
+    process(
         "respway_redis_cluster_moved_total",
         Counter,
         "MOVED redirections of Redis Cluster nodes that respway followed (the command sent again to the slot's new owner).",
