@@ -182,6 +182,8 @@ pub(crate) fn missing(shard: &str, src: &RedisClusterSource) -> String {
 struct Kick {
     redirects: AtomicU64,
     failures: AtomicU64,
+    /// A `MOVED` named a node the sidecar does not know: refresh now, whatever the interval.
+    urgent: std::sync::atomic::AtomicBool,
     notify: Notify,
 }
 
@@ -194,6 +196,7 @@ fn kick_of(cluster: &str) -> Arc<Kick> {
             Arc::new(Kick {
                 redirects: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
+                urgent: std::sync::atomic::AtomicBool::new(false),
                 notify: Notify::new(),
             })
         })
@@ -207,6 +210,14 @@ pub(crate) fn redirected(cluster: &str, moved: bool) {
     if moved {
         k.redirects.fetch_add(1, Ordering::Relaxed);
     }
+    k.notify.notify_one();
+}
+
+/// A `MOVED` of Redis Cluster `cluster` named a node the sidecar does not know (a node that
+/// joined since the last refresh): the watcher refreshes at once.
+pub(crate) fn unknown_node(cluster: &str) {
+    let k = kick_of(cluster);
+    k.urgent.store(true, Ordering::Release);
     k.notify.notify_one();
 }
 
@@ -352,6 +363,9 @@ async fn watch_cluster(
             tokio::select! {
                 _ = tokio::time::sleep_until(next.into()) => break,
                 _ = kick.notify.notified() => {}
+            }
+            if kick.urgent.swap(false, Ordering::AcqRel) {
+                break;
             }
             let redirects = kick.redirects.load(Ordering::Relaxed);
             let failures = kick.failures.load(Ordering::Relaxed);

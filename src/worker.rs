@@ -288,6 +288,7 @@ impl Worker {
                 .map(|c| c.redis_cluster.as_ref().map(|_| Arc::from(c.name.as_str())))
                 .collect(),
         ));
+        crate::upstream::set_latest(&endpoints);
         config
             .listeners
             .iter()

@@ -501,6 +501,22 @@ fn send_on(
     UpstreamFuture::failed(failed, label, deadline)
 }
 
+thread_local! {
+    /// This worker's endpoints of the newest configuration it built (a Redis Cluster's
+    /// redirection to a node that joined looks there: see `redirect`).
+    static LATEST: std::cell::RefCell<Option<Arc<Endpoints>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Records `e` as this worker's newest endpoints.
+pub(crate) fn set_latest(e: &Arc<Endpoints>) {
+    LATEST.with(|l| *l.borrow_mut() = Some(e.clone()));
+}
+
+/// This worker's newest endpoints.
+fn latest() -> Option<Arc<Endpoints>> {
+    LATEST.with(|l| l.borrow().clone())
+}
+
 /// Redis Cluster redirections followed over the process: `MOVED` (0), `ASK` (1),
 /// `TRYAGAIN` (2).
 pub(crate) fn redirects(kind: usize) -> u64 {

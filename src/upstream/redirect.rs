@@ -10,9 +10,10 @@
 //! - `-TRYAGAIN`: a multi-key command whose keys are split between the two nodes of a slot
 //!   being moved: sent again to the first node after a short pause (10 ms, then 20, 40, ...).
 //!
-//! At most [`MAX_HOPS`] redirections per command; a redirection to a node this worker does not
-//! have (a node that joined since the last refresh) fails the command with an error naming it
-//! and asks for a refresh at once. Commands answered by a redirection are not run anywhere else
+//! At most [`MAX_HOPS`] redirections per command. A `MOVED` to a node this worker does not have
+//! (a node that joined since the last refresh) has the topology refreshed at once, and the
+//! command goes there after a pause once the worker has the node (else to where it went first,
+//! again); after the last hop it fails with an error naming the node. Commands answered by a redirection are not run anywhere else
 //! first: only the node that answered the redirection saw them, and it did not run them.
 //! Redirections are followed for commands on the shared connections; transactions, blocking
 //! commands and pub/sub on a slot being moved get the node's error.
@@ -48,6 +49,9 @@ pub(crate) struct Redirect {
     /// Where it went first (`TRYAGAIN` goes there again).
     origin: EndpointHandle,
     hops: u8,
+    /// A `MOVED` to a node this worker had no handle of: looked up again (in the worker's
+    /// newest endpoints) after the pause.
+    moved_to: Option<std::net::SocketAddr>,
 }
 
 /// What to do with a reply.
@@ -84,6 +88,7 @@ impl Redirect {
             conn,
             origin,
             hops: 0,
+            moved_to: None,
         }
     }
 
@@ -111,24 +116,35 @@ impl Redirect {
             Kind::TryAgain => Follow::Later(Duration::from_millis(10 << (self.hops - 1).min(4))),
             Kind::Moved | Kind::Ask => {
                 crate::redis_cluster::redirected(&self.name, kind == Kind::Moved);
-                let Some(ep) = self.find(target) else {
-                    crate::redis_cluster::redirected(&self.name, true);
-                    return Follow::Fail(UpstreamError::Unavailable(
+                match self.find(target) {
+                    Some(ep) => Follow::Sent(self.send(&ep, kind == Kind::Ask, deadline)),
+                    // A node that joined since the last refresh: the topology is refreshed at
+                    // once, and the command goes to the node once this worker has it (or, after
+                    // the pause, to where it went first again).
+                    None if self.hops < MAX_HOPS => {
+                        crate::redis_cluster::unknown_node(&self.name);
+                        self.moved_to = Some(target);
+                        Follow::Later(Duration::from_millis(10 << (self.hops - 1).min(4)))
+                    }
+                    None => Follow::Fail(UpstreamError::Unavailable(
                         format!(
                             "Redis Cluster moved the key's slot to {target}, which the sidecar \
                              does not know yet (the topology is being refreshed)"
                         )
                         .into(),
-                    ));
-                };
-                Follow::Sent(self.send(&ep, kind == Kind::Ask, deadline))
+                    )),
+                }
             }
         }
     }
 
-    /// Sends the command again to where it went first.
+    /// Sends the command again after a pause: to the node a `MOVED` named if this worker has it
+    /// now, else to where it went first.
     pub(super) fn again(&mut self, deadline: Instant) -> UpstreamFuture {
-        let ep = self.origin.clone();
+        let ep = match self.moved_to.take().and_then(|t| self.find(t)) {
+            Some(ep) => ep,
+            None => self.origin.clone(),
+        };
         self.send(&ep, false, deadline)
     }
 
@@ -151,15 +167,31 @@ impl Redirect {
         )
     }
 
-    /// This worker's handle of the cluster's node at `addr` (a primary first).
+    /// This worker's handle of the cluster's node at `addr` (a primary first): in the
+    /// endpoints the command was routed with, else in the worker's newest ones.
     fn find(&self, addr: std::net::SocketAddr) -> Option<EndpointHandle> {
-        let shards = self.endpoints.0.get(self.cluster)?;
-        shards
+        let in_cluster = |shards: &[Vec<EndpointHandle>]| {
+            shards
+                .iter()
+                .flat_map(|s| s.first())
+                .chain(shards.iter().flat_map(|s| s.iter().skip(1)))
+                .find(|h| h.config().address == addr)
+                .cloned()
+        };
+        if let Some(h) = self
+            .endpoints
+            .0
+            .get(self.cluster)
+            .and_then(|s| in_cluster(s))
+        {
+            return Some(h);
+        }
+        let latest = super::latest()?;
+        let i = latest
+            .2
             .iter()
-            .flat_map(|s| s.first())
-            .chain(shards.iter().flat_map(|s| s.iter().skip(1)))
-            .find(|h| h.config().address == addr)
-            .cloned()
+            .position(|n| n.as_deref() == Some(&*self.name))?;
+        in_cluster(latest.0.get(i)?)
     }
 }
 

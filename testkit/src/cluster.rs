@@ -58,6 +58,31 @@ impl RedisCluster {
         c
     }
 
+    /// Starts one more node and joins it to the cluster as a primary without slots
+    /// (`redis-cli --cluster add-node`); its address.
+    pub fn add_node(&mut self) -> SocketAddr {
+        let p = redis_with(NODE_ARGS);
+        let addr = p.addr;
+        self.nodes.push(p);
+        let out = Command::new("redis-cli")
+            .args([
+                "--cluster",
+                "add-node",
+                &addr.to_string(),
+                &self.nodes[0].addr.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster add-node failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        self.wait_ok(Duration::from_secs(30));
+        addr
+    }
+
     /// Every node's address.
     pub fn addrs(&self) -> Vec<SocketAddr> {
         self.nodes.iter().map(|p| p.addr).collect()
