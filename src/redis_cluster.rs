@@ -191,6 +191,10 @@ static KICKS: LazyLock<Mutex<HashMap<String, Arc<Kick>>>> = LazyLock::new(Mutex:
 
 fn kick_of(cluster: &str) -> Arc<Kick> {
     let mut k = KICKS.lock().unwrap_or_else(|e| e.into_inner());
+    // Looked up first: a failure or redirection of a known cluster allocates nothing.
+    if let Some(kick) = k.get(cluster) {
+        return kick.clone();
+    }
     k.entry(cluster.to_string())
         .or_insert_with(|| {
             Arc::new(Kick {

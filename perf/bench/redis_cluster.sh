@@ -39,30 +39,12 @@ clusters:
   - name: c
     redis_cluster: { seeds: ["127.0.0.1:7611"] }
 EOF
-cat >$D/px.conf <<EOF
-Name bench-predixy
-Bind 127.0.0.1:7696
-WorkerThreads 1
-ClientTimeout 0
-Log $D/predixy.log
-LogVerbSample 0
-LogDebugSample 0
-LogInfoSample 10000
-LogNoticeSample 1
-LogWarnSample 1
-LogErrorSample 1
-Authority {
-    Auth {
-        Mode write
-    }
-}
-ClusterServerPool {
-    RefreshInterval 1
-    Servers {
-$(printf '        + 127.0.0.1:%s\n' "${NODES[@]}")
-    }
-}
-EOF
+{
+  predixy_head $D 7696
+  printf 'ClusterServerPool {\n    RefreshInterval 1\n    Servers {\n'
+  printf '        + 127.0.0.1:%s\n' "${NODES[@]}"
+  printf '    }\n}\n'
+} >$D/px.conf
 "$RW" --config $D/rw.yaml --workers 1 2>$D/rw.log & rw=$!
 "$PX" $D/px.conf >$D/px.out 2>&1 & px=$!
 for port in 7695 7696; do
@@ -70,14 +52,9 @@ for port in 7695 7696; do
 done
 redis-benchmark --cluster -p 7611 -t set -n 200000 -r 100000 -d 64 -q >/dev/null 2>&1
 tck=$(getconf CLK_TCK)
-MGET=(MGET)
-for i in $(seq 10); do MGET+=(key:__rand_int__); done
 one() { # TEST P NAME PID PORT
   local t=$1 p=$2 name=$3 pid=$4 port=$5 s0=0 s1=0 rps args=()
-  case $t in
-    set | get) args=(-t $t) ;;
-    mget10) args=("${MGET[@]}") ;;
-  esac
+  read -r -a args <<<"$(bench_args $t)"
   [ "$name" = cluster ] && args=(--cluster "${args[@]}")
   [ -n "$pid" ] && s0=$(cpu_ticks $pid)
   rps=$(redis-benchmark -p $port -n $N -P $p -c 50 -d 64 -r 100000 -q "${args[@]}" 2>/dev/null \
@@ -88,8 +65,8 @@ one() { # TEST P NAME PID PORT
 }
 for r in $(seq $ROUNDS); do
   for p in 1 16; do
-    for t in set get mget10; do
-      if [ $t != mget10 ]; then one $t $p cluster "" 7611; fi
+    for t in set get mget; do
+      if [ $t != mget ]; then one $t $p cluster "" 7611; fi
       one $t $p respway $rw 7695
       one $t $p predixy $px 7696
     done
@@ -98,7 +75,7 @@ done | tee $D/out
 echo "medians: test pipeline target req/s proxy-µs-per-request (cluster: redis-benchmark --cluster, no proxy)"
 med() { sort -n | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'; }
 for p in 1 16; do
-  for t in set get mget10; do
+  for t in set get mget; do
     for name in cluster respway predixy; do
       grep -q "^$t $p $name " $D/out || continue
       printf "%-6s P%-3s %-8s %s %s\n" $t $p $name \

@@ -67,17 +67,15 @@ user_ticks() { awk '{print $14}' "/proc/$1/stat"; }
 # cpu_per_million T0 T1 N: CPU seconds per million requests from two cpu_ticks readings.
 cpu_per_million() { echo "($2 - $1) / $(getconf CLK_TCK) / ($3 / 1000000)" | bc -l; }
 
-# predixy_conf DIR PORT SHARD_PORT...: a predixy config listening on PORT with one worker
-# thread over plain instances: a standalone pool of one group per shard (crc16, modula), its
-# write mode needing an authority block; its log in DIR.
-predixy_conf() {
-  local dir=$1 port=$2 p i=0; shift 2
+# predixy_head DIR PORT: the start of a predixy config listening on PORT with one worker
+# thread, its log in DIR, and the authority block its write mode needs (a pool follows).
+predixy_head() {
   cat <<EOF
 Name bench-predixy
-Bind 127.0.0.1:$port
+Bind 127.0.0.1:$2
 WorkerThreads 1
 ClientTimeout 0
-Log $dir/predixy.log
+Log $1/predixy.log
 LogVerbSample 0
 LogDebugSample 0
 LogInfoSample 10000
@@ -89,6 +87,15 @@ Authority {
         Mode write
     }
 }
+EOF
+}
+
+# predixy_conf DIR PORT SHARD_PORT...: a predixy config over plain instances: a standalone
+# pool of one group per shard (crc16, modula).
+predixy_conf() {
+  local dir=$1 port=$2 p i=0; shift 2
+  predixy_head "$dir" "$port"
+  cat <<EOF
 StandaloneServerPool {
     Hash crc16
     Distribution modula
