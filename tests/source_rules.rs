@@ -59,7 +59,7 @@ fn nothing_decides_by_matching_respways_own_error_text() {
 }
 
 /// A failure (`respway_filters::error::Failure`) becomes RESP bytes in one place: the
-/// session (`src/conn/`), where the reply is written. Everything between the upstream and
+/// session (`src/session/conn/`), where the reply is written. Everything between the upstream and
 /// the session passes the typed failure on.
 #[test]
 fn failures_become_bytes_only_where_the_session_writes_the_reply() {
@@ -68,7 +68,7 @@ fn failures_become_bytes_only_where_the_session_writes_the_reply() {
     for dir in ["src", "filters/src"] {
         rust_files(&root.join(dir), &mut files);
     }
-    let session = root.join("src/conn");
+    let session = root.join("src/session/conn");
     let mut found = Vec::new();
     for f in files.iter().filter(|f| !f.starts_with(&session)) {
         let text = std::fs::read_to_string(f).expect("read");

@@ -1,10 +1,10 @@
 //! What the filter chain costs per request, with no sockets: the same layer stack as
-//! `src/stack.rs` (PrefixRoute → Mirror → HotKey → MultiKey → Hash → Zone) over a trivial
+//! `src/stack/mod.rs` (PrefixRoute → Mirror → HotKey → MultiKey → Hash → Zone) over a trivial
 //! inner service that answers at once with a ready future, driven the way a session drives
 //! it under `redis-benchmark -P 16`: 16 `GET`s are called one after the other, then their 16
 //! futures are polled (with a no-op waker; no runtime).
 //!
-//! The claim being measured (see the issue and `src/stack.rs`): a route with no hot-key rule,
+//! The claim being measured (see the issue and `src/stack/mod.rs`): a route with no hot-key rule,
 //! no mirror and the primary read policy pays (almost) nothing for the layers it does not
 //! use. Groups:
 //!
@@ -384,7 +384,7 @@ struct Stack<S> {
     hot: Arc<HotKeyStats>,
 }
 
-/// The stack of `src/stack.rs` (`build` over `shadow`), same layers, same order, over `inner`.
+/// The stack of `src/stack/mod.rs` (`build` over `shadow`), same layers, same order, over `inner`.
 fn stack<U>(
     routing: &Arc<Routing>,
     inner: U,
@@ -639,7 +639,7 @@ where
     }
 
     /// Decode → lookup → keys → request → chain for every command in `buf`, then poll the
-    /// replies in order (as the session in `src/conn/` does, minus the socket I/O and the reply write).
+    /// replies in order (as the session in `src/session/conn/` does, minus the socket I/O and the reply write).
     fn pipeline(&mut self, mut buf: BytesMut) -> usize {
         let mut cx = Context::from_waker(Waker::noop());
         while let Some(args) = self.dec.decode(&mut buf).expect("valid") {

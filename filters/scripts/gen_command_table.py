@@ -119,7 +119,7 @@ FANOUT = {
     "function|kill": "Kill",
 }
 
-# Blocking commands: each runs on a dedicated connection (src/blocking.rs). XREAD and
+# Blocking commands: each runs on a dedicated connection (src/session/blocking.rs). XREAD and
 # XREADGROUP block only with BLOCK; without it they are forwarded as usual.
 BLOCKING = {
     "blpop", "brpop", "blmove", "brpoplpush", "blmpop", "bzpopmin", "bzpopmax", "bzmpop",
@@ -127,7 +127,7 @@ BLOCKING = {
 }
 
 # WAIT / WAITAOF: blocking too (the session orders them the same way), but sent to every
-# primary of every routed cluster, each on a dedicated connection (src/wait.rs).
+# primary of every routed cluster, each on a dedicated connection (src/session/wait.rs).
 WAIT = {"wait", "waitaof"}
 
 # Pub/sub (src/pubsub.rs).
@@ -147,7 +147,7 @@ PUBSUB = {
     "pubsub|numpat": "NumPat",
 }
 
-# Keyspace-wide commands, over every shard of the catch-all cluster (src/keyspace.rs).
+# Keyspace-wide commands, over every shard of the catch-all cluster (src/session/keyspace.rs).
 KEYSPACE = {
     "scan": "Scan",
     "keys": "Keys",
@@ -531,8 +531,8 @@ def classify(c: Cmd) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------------
-# COMMANDS.md: what respway does with every command (the phrases mirror src/local.rs,
-# src/conn.rs, src/fanout.rs, src/tx.rs and filters/src/multi_key.rs; keep them in step)
+# COMMANDS.md: what respway does with every command (the phrases mirror src/session/local.rs,
+# src/session/conn/mod.rs, src/session/fanout.rs, src/session/tx.rs and filters/src/multi_key.rs; keep them in step)
 # ---------------------------------------------------------------------------------------
 
 # Commands Redis 7.2 added that a 7.0 server does not list, so they are not in the
@@ -579,7 +579,7 @@ def add_72_commands(data: dict) -> None:
     data["hand_added"] = [raw[0] for raw in added]
 
 
-# CLIENT subcommands that `fn client` (src/local.rs) answers; the others are refused.
+# CLIENT subcommands that `fn client` (src/session/local.rs) answers; the others are refused.
 CLIENT_LOCAL = {
     "client|getname": "answered locally: this client's name",
     "client|id": "answered locally: this client's id",
@@ -672,7 +672,7 @@ KEYSPACE_PHRASE = {
     "Flush": "every primary, when the listener's `admin_commands` allows it",
 }
 
-# What a listener with `cluster_emulation` answers instead of refusing (src/cluster_emulation.rs);
+# What a listener with `cluster_emulation` answers instead of refusing (src/session/cluster_emulation.rs);
 # the other CLUSTER subcommands stay refused, with respway's reason.
 CLUSTER_EMULATED = {
     "asking": "`+OK`",
@@ -782,7 +782,7 @@ def class_kind(cls: str) -> str:
     return cls.split("(", 1)[1].rstrip(")").split("::")[-1]
 
 
-# SORT / SORT_RO: BY and GET patterns read keys on the sorted key's shard (src/conn.rs,
+# SORT / SORT_RO: BY and GET patterns read keys on the sorted key's shard (src/session/conn/mod.rs,
 # filters/src/sort_patterns.rs).
 SORT_PATTERNS = (
     "; a `BY`/`GET` pattern whose keys may be on another shard is refused as Redis Cluster "

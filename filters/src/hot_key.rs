@@ -35,7 +35,7 @@
 //!   each other at once (hot writes of keys with different homes, from any two clients)
 //!   wait for each other until `MIGRATE`'s timeout: measured, 16 of 20 crossing `MIGRATE`s
 //!   failed, each after its full 1 s timeout. The sidecar's copy pass, which runs one
-//!   `MIGRATE` at a time, still uses it (`src/hotcopy.rs`).
+//!   `MIGRATE` at a time, still uses it (`src/cache/hotcopy.rs`).
 //! - a **read** goes to one shard, chosen by the rule's [`HotKeyRead`]: round-robin, random,
 //!   or round-robin over the shards with an endpoint in the sidecar's zone (all shards when
 //!   none has one). The choice is per client connection, so no counter is shared between

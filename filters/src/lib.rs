@@ -30,7 +30,7 @@
 //! - [`hash`]: shard pickers (Envoy maglev and ring hash, twemproxy ketama/modula, slots);
 //! - [`sort_patterns`]: the keys `SORT ... BY / GET` patterns form, which must share a shard.
 //!
-//! The layers of the chain, in the order `src/stack.rs` stacks them
+//! The layers of the chain, in the order `src/stack/mod.rs` stacks them
 //! - [`prefix_route`]: picks the cluster from the key's prefix;
 //! - [`mirror`]: request mirroring and the online-migration modes of a route;
 //! - [`moving`]: move mode, keys moved to their new owner (`MIGRATE`) before a command;

@@ -391,7 +391,7 @@ impl Default for RedisClusterSource {
     }
 }
 
-/// A per-worker cache of a cluster's read replies (see `src/near_cache/mod.rs`).
+/// A per-worker cache of a cluster's read replies (see `src/cache/near_cache/mod.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NearCache {
     /// How entries learn that their key changed.

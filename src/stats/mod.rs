@@ -17,9 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 mod commands;
 mod families;
+pub mod hotkeys;
 mod info;
 mod registry;
 mod scrape;
+pub mod slowlog;
 
 pub(crate) use commands::*;
 pub(crate) use families::*;
@@ -96,9 +98,9 @@ pub(crate) struct ListenerStats {
     /// Per-command calls, errors and latency.
     pub(crate) cmds: CommandStats,
     /// Hot-key detection.
-    pub(crate) hot: crate::hotkeys::Tracker,
+    pub(crate) hot: crate::stats::hotkeys::Tracker,
     /// Slow commands.
-    pub(crate) slow: crate::slowlog::SlowLog,
+    pub(crate) slow: crate::stats::slowlog::SlowLog,
 }
 
 /// Which sockets an `accept` failed on (for [`accept_failed`]).

@@ -68,13 +68,13 @@ pub(crate) struct Registry {
     /// Each worker's upstream counters.
     upstream: Mutex<Vec<Arc<UpstreamStats>>>,
     /// Every worker's `admit: hot` sets, by cluster name.
-    hot_sets: Mutex<Vec<(String, std::sync::Weak<crate::near_cache::HotSet>)>>,
+    hot_sets: Mutex<Vec<(String, std::sync::Weak<crate::cache::near_cache::HotSet>)>>,
     /// Every worker's near-cache counters, by cluster name.
-    caches: Mutex<Vec<(String, Arc<crate::near_cache::CacheStats>)>>,
+    caches: Mutex<Vec<(String, Arc<crate::cache::near_cache::CacheStats>)>>,
     /// Each worker's current chain parts per listener (for endpoint health).
     slots: Mutex<Vec<Arc<crate::stack::ListenerSlot>>>,
     /// The copy passes of hot-key rules (`INFO hotkeys`, metrics).
-    pub(crate) copies: Arc<crate::hotcopy::Copies>,
+    pub(crate) copies: Arc<crate::cache::hotcopy::Copies>,
 }
 
 /// One endpoint as the workers see it (see [`Registry::endpoint_health`]).
@@ -108,7 +108,7 @@ pub(crate) struct EndpointView {
     /// failed attempts.
     pub down: Option<crate::upstream::Down>,
     /// What the active health check says (`None`: its cluster has no `health_check`).
-    pub check: Option<crate::health::CheckView>,
+    pub check: Option<crate::discovery::health::CheckView>,
 }
 
 /// Upstream counters summed over workers.
@@ -195,11 +195,11 @@ impl Registry {
                 s.hot.add_into(&mut merged);
             }
         }
-        crate::hotkeys::top(merged, n)
+        crate::stats::hotkeys::top(merged, n)
     }
 
     /// The slow log of `listener` over every worker, newest first, at most `n` entries.
-    pub(crate) fn slowlog(&self, listener: &str, n: usize) -> Vec<crate::slowlog::Entry> {
+    pub(crate) fn slowlog(&self, listener: &str, n: usize) -> Vec<crate::stats::slowlog::Entry> {
         let w = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         let mut all = Vec::new();
         for (_, s) in w.iter().filter(|(l, _)| l == listener) {
@@ -392,7 +392,7 @@ impl Registry {
                         }
                         v.ejections += st.ejections();
                         if v.check.is_none() {
-                            v.check = h.check().map(crate::health::EndpointCheck::view);
+                            v.check = h.check().map(crate::discovery::health::EndpointCheck::view);
                         }
                         let (open, inflight) = st.open();
                         v.connections += open;
@@ -428,7 +428,7 @@ impl Registry {
     /// Registers a worker's upstream counters.
     /// Adds one worker's `admit: hot` set of cluster `name` (held until its configuration is
     /// replaced).
-    pub(crate) fn add_hot_set(&self, name: &str, h: &Arc<crate::near_cache::HotSet>) {
+    pub(crate) fn add_hot_set(&self, name: &str, h: &Arc<crate::cache::near_cache::HotSet>) {
         let mut all = self.hot_sets.lock().unwrap_or_else(|e| e.into_inner());
         all.retain(|(_, w)| w.strong_count() > 0);
         all.push((name.to_string(), Arc::downgrade(h)));
@@ -451,7 +451,7 @@ impl Registry {
     }
 
     /// Adds one worker's near-cache counters of cluster `name`.
-    pub(crate) fn add_cache(&self, name: &str, s: Arc<crate::near_cache::CacheStats>) {
+    pub(crate) fn add_cache(&self, name: &str, s: Arc<crate::cache::near_cache::CacheStats>) {
         self.caches
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -462,12 +462,12 @@ impl Registry {
     pub(crate) fn cache_totals(
         &self,
         clusters: &[&str],
-    ) -> Vec<(String, crate::near_cache::CacheTotals)> {
+    ) -> Vec<(String, crate::cache::near_cache::CacheTotals)> {
         let all = self.caches.lock().unwrap_or_else(|e| e.into_inner());
         clusters
             .iter()
             .map(|&c| {
-                let mut t = crate::near_cache::CacheTotals::default();
+                let mut t = crate::cache::near_cache::CacheTotals::default();
                 for (_, s) in all.iter().filter(|(n, _)| n == c) {
                     t.add(s);
                 }

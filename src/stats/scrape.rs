@@ -13,8 +13,8 @@ use super::{
     accept_errors, AcceptSocket, CmdTotals, EndpointView, Registry, Totals, UpstreamTotals,
     ACCEPT_REASONS, COMMAND_FAMILIES,
 };
+use crate::runtime::Snapshot;
 use crate::upstream::ErrorKind;
-use crate::Snapshot;
 
 /// Keys per cluster exported as metrics.
 const HOTKEYS_METRICS: usize = 5;
@@ -70,7 +70,7 @@ pub(crate) struct Scrape {
     /// The hottest keys per cluster.
     pub(crate) hot_keys: Vec<(String, Vec<(Bytes, u64)>)>,
     /// The copy pass of every hot-key rule: (cluster, prefix, progress).
-    pub(crate) hot_copies: Vec<(String, String, crate::hotcopy::Progress)>,
+    pub(crate) hot_copies: Vec<(String, String, crate::cache::hotcopy::Progress)>,
     /// The configuration served (for its certificates).
     pub(crate) snapshot: Arc<Snapshot>,
     /// Configuration changes by source, when the process counts them.
@@ -78,9 +78,9 @@ pub(crate) struct Scrape {
     /// What /proc says of the process (Linux).
     pub(crate) os: Option<ProcessStats>,
     /// Sentinel-managed shards, (cluster, shard), with their master's status.
-    pub(crate) sentinels: Vec<([String; 2], String, crate::sentinel::Status)>,
+    pub(crate) sentinels: Vec<([String; 2], String, crate::discovery::sentinel::Status)>,
     /// Near-cache counters of the clusters with a cache.
-    pub(crate) near_cache: Vec<(String, crate::near_cache::CacheTotals)>,
+    pub(crate) near_cache: Vec<(String, crate::cache::near_cache::CacheTotals)>,
 }
 
 impl Scrape {
@@ -90,7 +90,7 @@ impl Scrape {
         snapshot: Arc<Snapshot>,
         workers: usize,
         config_changes: Option<BTreeMap<&'static str, ChangeCounts>>,
-        discovery: &crate::sentinel::Discovery,
+        discovery: &crate::discovery::sentinel::Discovery,
     ) -> Scrape {
         let listeners = registry
             .listener_names()
@@ -215,7 +215,7 @@ pub(super) fn certificate_expiry(s: &Scrape, out: &mut Sink<'_>) -> bool {
 }
 
 /// The near-cache families: one series per cluster with a cache, of the field `I` of
-/// [`crate::near_cache::CacheTotals::fields`].
+/// [`crate::cache::near_cache::CacheTotals::fields`].
 pub(super) fn near_cache<const I: usize>(s: &Scrape, out: &mut Sink<'_>) -> bool {
     for (c, t) in &s.near_cache {
         out(&[("cluster", c.as_str())], Value::Int(t.fields()[I].1));
@@ -443,7 +443,7 @@ pub(super) fn hot_key_read_fallbacks(s: &Scrape, out: &mut Sink<'_>) -> bool {
 
 /// `respway_hot_key_copy_state`: 1 for each rule's current state, 0 for the others.
 pub(super) fn hot_key_copy_state(s: &Scrape, out: &mut Sink<'_>) -> bool {
-    use crate::hotcopy::State;
+    use crate::cache::hotcopy::State;
     for (cluster, prefix, p) in &s.hot_copies {
         for state in [State::Copying, State::Done, State::Failed] {
             let labels = [

@@ -105,29 +105,27 @@ pub(super) async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<Conn
         return Err(e.to_string().into());
     }
     let left = cfg.connect_timeout.saturating_sub(started.elapsed());
-    let attempt =
-        async {
-            match &cfg.tls {
-                None => {
-                    let mut s = stream;
-                    hello(&mut s, cfg, flavor).await?;
-                    Ok::<Conn, String>(Conn::Plain(s))
-                }
-                Some(t) => {
-                    let name = respway_tls::server_name(
-                        t.settings.server_name.as_deref(),
-                        &cfg.address.ip().to_string(),
-                    )
-                    .map_err(|e| format!("TLS: {e}"))?;
-                    let mut s =
-                        t.tls.connector().connect(name, stream).await.map_err(|e| {
-                            format!("TLS handshake failed: {}", crate::tls::reason(&e))
-                        })?;
-                    hello(&mut s, cfg, flavor).await?;
-                    Ok(Conn::Tls(Box::new(s)))
-                }
+    let attempt = async {
+        match &cfg.tls {
+            None => {
+                let mut s = stream;
+                hello(&mut s, cfg, flavor).await?;
+                Ok::<Conn, String>(Conn::Plain(s))
             }
-        };
+            Some(t) => {
+                let name = respway_tls::server_name(
+                    t.settings.server_name.as_deref(),
+                    &cfg.address.ip().to_string(),
+                )
+                .map_err(|e| format!("TLS: {e}"))?;
+                let mut s = t.tls.connector().connect(name, stream).await.map_err(|e| {
+                    format!("TLS handshake failed: {}", crate::net::tls::reason(&e))
+                })?;
+                hello(&mut s, cfg, flavor).await?;
+                Ok(Conn::Tls(Box::new(s)))
+            }
+        }
+    };
     match tokio::time::timeout(left, attempt).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(ConnectError {

@@ -44,7 +44,7 @@ pub(crate) struct UpstreamFuture {
     /// is a few instructions, not a `memcpy` call).
     pub(super) fallback: Option<Box<Fallback>>,
     /// A near-cache fill: keeps the reply when it may (boxed for the same reason).
-    pub(super) fill: Option<Box<crate::near_cache::Fill>>,
+    pub(super) fill: Option<Box<crate::cache::near_cache::Fill>>,
     /// A command to a Redis Cluster: what follows its redirections (boxed likewise).
     pub(super) redirect: Option<Box<super::redirect::Redirect>>,
     deadline: Instant,
@@ -163,7 +163,7 @@ impl Future for UpstreamFuture {
                 }
             }
             if let (Some(r), Err(_)) = (this.redirect.as_deref(), &result) {
-                crate::redis_cluster::failed(&r.name);
+                crate::discovery::redis_cluster::failed(&r.name);
             }
             if let (Some(fill), Ok(reply)) = (this.fill.take(), &result) {
                 if this.fallback.is_none() || !replica_not_serving(reply) {
@@ -185,7 +185,7 @@ impl Future for UpstreamFuture {
                     }
                     let (primary, args, flavor, conn, client) = *b;
                     if let Some(keys) = client {
-                        crate::near_cache::clients::unfollowed(keys.into_vec().into_iter());
+                        crate::cache::near_cache::clients::unfollowed(keys.into_vec().into_iter());
                     }
                     let next = primary.send(args, flavor, conn, this.deadline);
                     this.state = next.state;

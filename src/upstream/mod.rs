@@ -42,7 +42,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::queue;
 use bytes::{Bytes, BytesMut};
 use respway_filters::codec_limits::Limits;
 use respway_filters::error::Failure;
@@ -55,13 +54,14 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tower::Service;
 
-use crate::outq::OutQueue;
-use crate::tls::{Io, TlsStream};
+use crate::net::outq::OutQueue;
+use crate::net::tls::{Io, TlsStream};
 
 mod connect;
 mod dedicated;
 mod error;
 mod future;
+pub(crate) mod queue;
 mod redirect;
 mod serve;
 mod stats;
@@ -135,7 +135,7 @@ pub(crate) struct EndpointConfig {
     /// Requests that may wait in one connection's queue.
     pub(crate) max_queue: usize,
     /// TLS to the endpoint (`None`: plaintext).
-    pub(crate) tls: Option<crate::tls::UpstreamTlsConfig>,
+    pub(crate) tls: Option<crate::net::tls::UpstreamTlsConfig>,
     /// For the placeholder address [`respway_filters::model::NO_ENDPOINT`]: why there is no
     /// endpoint (`None`: an EDS cluster whose endpoints did not arrive).
     pub(crate) missing: Option<Arc<str>>,
@@ -187,10 +187,10 @@ struct EndpointInner {
     /// How long the endpoint took per request, write to reply (all its connections).
     latency: Arc<crate::stats::Latency>,
     /// The active health check's state (`None`: its cluster has no `health_check`).
-    check: Option<Arc<crate::health::EndpointCheck>>,
+    check: Option<Arc<crate::discovery::health::EndpointCheck>>,
     /// The near cache's tracker of this endpoint in this worker (`None`: its cluster's cache
     /// needs none, or it has no cache).
-    tracker: Option<Arc<crate::near_cache::Tracker>>,
+    tracker: Option<Arc<crate::cache::near_cache::Tracker>>,
 }
 
 #[derive(Debug, Default)]
@@ -212,10 +212,10 @@ impl EndpointHandle {
         cfg: EndpointConfig,
         n: usize,
         stats: Arc<UpstreamStats>,
-        check: Option<Arc<crate::health::EndpointCheck>>,
+        check: Option<Arc<crate::discovery::health::EndpointCheck>>,
         follow: Option<(
-            crate::near_cache::Follow,
-            Arc<crate::near_cache::CacheStats>,
+            crate::cache::near_cache::Follow,
+            Arc<crate::cache::near_cache::CacheStats>,
         )>,
     ) -> EndpointHandle {
         let flavors = (0..2 * cfg.databases.clamp(1, 256) as usize)
@@ -223,8 +223,8 @@ impl EndpointHandle {
             .collect();
         let stats = Arc::new(EndpointStats::new(stats));
         let tracker = follow.map(|(follow, cache_stats)| {
-            let t = Arc::new(crate::near_cache::Tracker::default());
-            tokio::spawn(crate::near_cache::run_tracker(
+            let t = Arc::new(crate::cache::near_cache::Tracker::default());
+            tokio::spawn(crate::cache::near_cache::run_tracker(
                 cfg.clone(),
                 follow,
                 t.clone(),
@@ -256,7 +256,7 @@ impl EndpointHandle {
     }
 
     /// The active health check's state, when its cluster has one.
-    pub(crate) fn check(&self) -> Option<&crate::health::EndpointCheck> {
+    pub(crate) fn check(&self) -> Option<&crate::discovery::health::EndpointCheck> {
         self.inner.check.as_deref()
     }
 
@@ -271,7 +271,7 @@ impl EndpointHandle {
     }
 
     /// The near cache's tracker of this endpoint, when its cluster's cache has one.
-    pub(crate) fn tracker(&self) -> Option<&crate::near_cache::Tracker> {
+    pub(crate) fn tracker(&self) -> Option<&crate::cache::near_cache::Tracker> {
         self.inner.tracker.as_deref()
     }
 
@@ -354,7 +354,7 @@ impl EndpointHandle {
         flavor: Flavor,
         conn: usize,
         deadline: Instant,
-        mut fill: Option<Box<crate::near_cache::Fill>>,
+        mut fill: Option<Box<crate::cache::near_cache::Fill>>,
     ) -> UpstreamFuture {
         let label = self.inner.cfg.label.clone();
         let Some(conns) = self.shared(flavor) else {
@@ -371,16 +371,20 @@ impl EndpointHandle {
                 .tracking
                 .get_or_init(|| (0..conns.len()).map(|_| Arc::default()).collect());
             let state: &Arc<AtomicU64> = &states[i];
-            let want = crate::near_cache::tracking_state(id, self.connects());
+            let want = crate::cache::near_cache::tracking_state(id, self.connects());
             fill.track = Some((state.clone(), want));
             Some(if state.swap(want, Ordering::AcqRel) != want {
                 // The redirect goes with the read, in one piece, on whichever connection
                 // writes it: the read is followed even if that connection is a new one.
                 fill.redirected = true;
-                (crate::near_cache::redirect_frame(id), 2, state.clone())
+                (
+                    crate::cache::near_cache::redirect_frame(id),
+                    2,
+                    state.clone(),
+                )
             } else {
                 (
-                    Bytes::from_static(crate::near_cache::CACHING_YES),
+                    Bytes::from_static(crate::cache::near_cache::CACHING_YES),
                     1,
                     state.clone(),
                 )
@@ -528,7 +532,7 @@ pub(crate) fn redirects(kind: usize) -> u64 {
 pub(crate) struct Endpoints(
     pub(crate) Vec<Vec<Vec<EndpointHandle>>>,
     /// Per cluster, this worker's near cache for this configuration (`None`: no cache).
-    pub(crate) Vec<Option<Arc<crate::near_cache::ClusterCache>>>,
+    pub(crate) Vec<Option<Arc<crate::cache::near_cache::ClusterCache>>>,
     /// Per cluster, its name when it is a Redis Cluster (whose redirections are followed).
     pub(crate) Vec<Option<Arc<str>>>,
 );
@@ -552,7 +556,7 @@ impl HealthView for Endpoints {
         self.get(cluster, shard, endpoint).is_some_and(|h| {
             h.is_healthy()
                 && h.check()
-                    .is_none_or(crate::health::EndpointCheck::in_rotation)
+                    .is_none_or(crate::discovery::health::EndpointCheck::in_rotation)
         })
     }
 }
@@ -618,14 +622,14 @@ impl Service<Request> for Upstream {
         let cache = self.endpoints.1.get(req.cluster).and_then(Option::as_ref);
         if let Some(cache) = cache {
             match cache.lookup(&req, ep) {
-                crate::near_cache::Lookup::Pass => {}
-                crate::near_cache::Lookup::Hit(reply) => {
+                crate::cache::near_cache::Lookup::Pass => {}
+                crate::cache::near_cache::Lookup::Hit(reply) => {
                     if req.flavor.track && !cache.hits_are_followed() {
-                        crate::near_cache::clients::unfollowed(key_args(&req));
+                        crate::cache::near_cache::clients::unfollowed(key_args(&req));
                     }
                     return UpstreamFuture::ready(reply, ep.label().clone(), deadline);
                 }
-                crate::near_cache::Lookup::Fill(f) => fill = Some(f),
+                crate::cache::near_cache::Lookup::Fill(f) => fill = Some(f),
             }
         }
         // A tracking client's read: Redis follows its keys, or they are announced.
@@ -633,7 +637,7 @@ impl Service<Request> for Upstream {
             fill = match cache {
                 Some(cache) => cache.follow_for_client(&req, ep, fill),
                 None => {
-                    crate::near_cache::clients::unfollowed(key_args(&req));
+                    crate::cache::near_cache::clients::unfollowed(key_args(&req));
                     None
                 }
             };

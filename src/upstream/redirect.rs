@@ -115,14 +115,14 @@ impl Redirect {
         match kind {
             Kind::TryAgain => Follow::Later(Duration::from_millis(10 << (self.hops - 1).min(4))),
             Kind::Moved | Kind::Ask => {
-                crate::redis_cluster::redirected(&self.name, kind == Kind::Moved);
+                crate::discovery::redis_cluster::redirected(&self.name, kind == Kind::Moved);
                 match self.find(target) {
                     Some(ep) => Follow::Sent(self.send(&ep, kind == Kind::Ask, deadline)),
                     // A node that joined since the last refresh: the topology is refreshed at
                     // once, and the command goes to the node once this worker has it (or, after
                     // the pause, to where it went first again).
                     None if self.hops < MAX_HOPS => {
-                        crate::redis_cluster::unknown_node(&self.name);
+                        crate::discovery::redis_cluster::unknown_node(&self.name);
                         self.moved_to = Some(target);
                         Follow::Later(Duration::from_millis(10 << (self.hops - 1).min(4)))
                     }

@@ -67,7 +67,7 @@ impl<'a, S: Io> LiveConn<'a, S> {
     ) -> Self {
         let slow = (
             stream.tcp().peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
-            crate::slowlog::upstream_min(),
+            crate::stats::slowlog::upstream_min(),
         );
         LiveConn {
             stream,
@@ -412,7 +412,7 @@ pub(super) fn read_replies(
                     }) => {
                         let us = run.add(sent);
                         if us >= note_min {
-                            crate::slowlog::note_upstream(&reply, now, endpoint, us);
+                            crate::stats::slowlog::note_upstream(&reply, now, endpoint, us);
                         }
                         let _ = tx.send(Ok(reply));
                     }

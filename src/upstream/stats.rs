@@ -227,7 +227,7 @@ impl Drop for OpenConnection<'_> {
         self.stats.cache_epoch.fetch_add(1, Ordering::AcqRel);
         // What tracking clients read over it is no longer followed by Redis.
         if self.shared {
-            crate::near_cache::clients::flush(0);
+            crate::cache::near_cache::clients::flush(0);
         }
     }
 }

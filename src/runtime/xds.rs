@@ -19,9 +19,9 @@ use respway_xds::client::{AdsClientConfig, ClientStatus};
 use respway_xds::secure::{ClientTlsRef, RELOAD_PERIOD};
 use tokio::sync::{oneshot, watch};
 
-use crate::admin::ConfigEvents;
-use crate::bootstrap::Bootstrap;
-use crate::ConfigHandle;
+use crate::runtime::admin::ConfigEvents;
+use crate::runtime::bootstrap::Bootstrap;
+use crate::runtime::ConfigHandle;
 
 /// The ADS client configuration of `bootstrap` with the sidecar's `zone`, or `None` without
 /// management servers. Loads the bootstrap's TLS files (and watches them for changes).

@@ -46,7 +46,7 @@ use respway_filters::resp::{parse_reply, Frame};
 use respway_filters::routing::Routing;
 use tokio::time::Instant;
 
-use crate::fanout::BoxReply;
+use crate::session::fanout::BoxReply;
 use crate::stack::Parts;
 use crate::upstream::UpstreamFuture;
 

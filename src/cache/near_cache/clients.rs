@@ -38,7 +38,7 @@ use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::Frame;
 
 use super::{key_hash, Prehashed};
-use crate::session::SessionState;
+use crate::session::state::SessionState;
 
 fn ok() -> Reply {
     Bytes::from_static(b"+OK\r\n")

@@ -43,6 +43,8 @@
 //! A route with no mirror, no hot-key rule and the primary read policy pays one branch in
 //! each of the mirror, hot-key and zone layers.
 
+pub(crate) mod acl;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -100,7 +102,7 @@ pub(crate) struct Parts {
     /// Databases a client may `SELECT` (the smallest `databases` of the routed clusters).
     pub(crate) databases: u32,
     /// The listener's ACL users (`None`: no users and no password: nothing to check).
-    pub(crate) acl: Option<Arc<crate::acl::Acl>>,
+    pub(crate) acl: Option<Arc<crate::stack::acl::Acl>>,
     /// The version of the configuration these parts were built from (the first is 1).
     pub(crate) config_version: u64,
     /// The listener's TLS (`None`: plaintext); new connections take the current one.
@@ -180,7 +182,7 @@ pub(crate) fn handler(cmd: &CommandInfo, in_multi: bool) -> Handler {
 /// Whether `cmd`, which [`handler`] refuses, is answered instead by the listener's cluster
 /// emulation (`CLUSTER ...` and `ASKING` when the listener has one).
 pub(crate) fn emulated(cmd: &CommandInfo, listener: &respway_filters::model::Listener) -> bool {
-    listener.cluster_emulation.is_some() && crate::cluster_emulation::handles(cmd)
+    listener.cluster_emulation.is_some() && crate::session::cluster_emulation::handles(cmd)
 }
 
 /// `WAIT` and `WAITAOF` (served by `wait.rs`), which the command table classes as blocking.

@@ -15,9 +15,9 @@ use respway_filters::model::Listener;
 use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::{write_integer, Frame};
 
-use crate::acl::Acl;
-use crate::listener::ListenerCtx;
-use crate::session::SessionState;
+use crate::session::listener::ListenerCtx;
+use crate::session::state::SessionState;
+use crate::stack::acl::Acl;
 use crate::stats;
 
 /// What a local command does.
@@ -172,7 +172,7 @@ fn after_auth(
         Some(delay) => {
             if ctx.stats.auth_tarpitted.get() == 0 {
                 tracing::warn!(
-                    rate = crate::acl::FAILURES_PER_SECOND,
+                    rate = crate::stack::acl::FAILURES_PER_SECOND,
                     delay_ms = delay.as_millis() as u64,
                     "failed AUTH attempts past the rate: their replies are delayed (tarpit)"
                 );
@@ -235,7 +235,7 @@ pub(crate) fn acl(args: &[Bytes], state: &SessionState, acl: Option<&Acl>) -> Re
         (b"whoami", 2) => bulk(state.user_name().as_bytes()),
         (b"list", 2) => lines(match acl {
             Some(a) => a.list(),
-            None => vec![crate::acl::unrestricted_default_line()],
+            None => vec![crate::stack::acl::unrestricted_default_line()],
         }),
         (b"users", 2) => lines(match acl {
             Some(a) => a.names().iter().map(|n| n.to_string()).collect(),
@@ -323,7 +323,10 @@ fn hello(
             ),
             (s("proto"), Frame::Integer(proto)),
             (s("id"), Frame::Integer(state.id as i64)),
-            (s("mode"), s(crate::cluster_emulation::mode(listener))),
+            (
+                s("mode"),
+                s(crate::session::cluster_emulation::mode(listener)),
+            ),
             (s("role"), s("master")),
             (s("modules"), Frame::Array(vec![])),
         ],
@@ -531,10 +534,10 @@ fn client(args: &[Bytes], state: &mut SessionState) -> Reply {
             b"on" | b"off" => ok(),
             _ => error_reply("ERR syntax error"),
         },
-        (b"tracking", n) if n >= 3 => crate::near_cache::clients::tracking(args, state),
-        (b"caching", 3) => crate::near_cache::clients::caching(&args[2], state),
-        (b"trackinginfo", 2) => crate::near_cache::clients::info(state),
-        (b"getredir", 2) => crate::near_cache::clients::getredir(state),
+        (b"tracking", n) if n >= 3 => crate::cache::near_cache::clients::tracking(args, state),
+        (b"caching", 3) => crate::cache::near_cache::clients::caching(&args[2], state),
+        (b"trackinginfo", 2) => crate::cache::near_cache::clients::info(state),
+        (b"getredir", 2) => crate::cache::near_cache::clients::getredir(state),
         (b"id", 2) => {
             let mut out = BytesMut::with_capacity(24);
             write_integer(&mut out, b':', state.id as i64);
@@ -669,7 +672,7 @@ fn info(args: &[Bytes], ctx: &ListenerCtx, listener: &Listener, resp3: bool) -> 
         s.push_str(&format!(
             "# Server\r\nredis_version:{}\r\nredis_mode:{}\r\n",
             listener.resp.advertised_version,
-            crate::cluster_emulation::mode(listener)
+            crate::session::cluster_emulation::mode(listener)
         ));
         s.push_str(&format!("process_id:{}\r\n", std::process::id()));
         mark_start();

@@ -27,7 +27,7 @@ impl Session {
         reply: &[u8],
         first: FirstArg,
     ) {
-        let upstream = crate::slowlog::take_upstream(reply, started(live, backstop));
+        let upstream = crate::stats::slowlog::take_upstream(reply, started(live, backstop));
         self.log_slow(ctx, live, idx, us, first, upstream);
     }
 
@@ -57,11 +57,11 @@ impl Session {
                 c.shards.get(p.shard).map_or("?", |s| s.name.as_str())
             ))
         });
-        ctx.stats.slow.push(crate::slowlog::Entry {
+        ctx.stats.slow.push(crate::stats::slowlog::Entry {
             id: 0,
             time: 0,
             duration_us: us,
-            args: crate::slowlog::kept_args(name, first.as_ref()),
+            args: crate::stats::slowlog::kept_args(name, first.as_ref()),
             client: self.state.peer,
             name: self.state.name.clone(),
             target,
@@ -88,11 +88,11 @@ impl Session {
         if let Err(refused) = self.admit(cmd, &args, live) {
             return Pending::Ready(refused);
         }
-        if crate::near_cache::active() {
+        if crate::cache::near_cache::active() {
             let keys = self.keys_found.is_ok().then_some(self.keys.as_slice());
-            self.touch = crate::near_cache::dispatched(cmd, &args, keys);
+            self.touch = crate::cache::near_cache::dispatched(cmd, &args, keys);
         }
-        if crate::near_cache::clients::any() {
+        if crate::cache::near_cache::clients::any() {
             self.client_tracking(cmd, &args, in_multi);
         }
         // SORT's BY and GET patterns read keys on the sorted key's shard: refused when the
@@ -128,14 +128,17 @@ impl Session {
             }
             Handler::Keyspace(kind) => {
                 let (deadline, backstop) = times(live);
-                let fut = crate::keyspace::call(kind, args, parts, flavor, live.conn, deadline);
+                let fut =
+                    crate::session::keyspace::call(kind, args, parts, flavor, live.conn, deadline);
                 Pending::other(fut, backstop)
             }
             Handler::Wait => {
                 let op_timeout = parts.listener.op_timeout;
-                match crate::wait::call(cmd, args, parts, flavor, op_timeout) {
-                    crate::wait::Call::Wait { fut, backstop } => Pending::other(fut, backstop),
-                    crate::wait::Call::Refused(r) => Pending::Ready(r.to_reply()),
+                match crate::session::wait::call(cmd, args, parts, flavor, op_timeout) {
+                    crate::session::wait::Call::Wait { fut, backstop } => {
+                        Pending::other(fut, backstop)
+                    }
+                    crate::session::wait::Call::Refused(r) => Pending::Ready(r.to_reply()),
                 }
             }
             Handler::Blocking => {
@@ -143,16 +146,22 @@ impl Session {
                     return Pending::Ready(error_reply(&format!("ERR {e}")));
                 }
                 let op_timeout = parts.listener.op_timeout;
-                match crate::blocking::call(cmd, args, &self.keys, parts, flavor, op_timeout) {
-                    crate::blocking::Call::Forward(args) => self.forward(cmd, args, live, ctx),
-                    crate::blocking::Call::Wait { fut, backstop } => Pending::other(fut, backstop),
-                    crate::blocking::Call::Refused(r) => Pending::Ready(r.to_reply()),
+                match crate::session::blocking::call(
+                    cmd, args, &self.keys, parts, flavor, op_timeout,
+                ) {
+                    crate::session::blocking::Call::Forward(args) => {
+                        self.forward(cmd, args, live, ctx)
+                    }
+                    crate::session::blocking::Call::Wait { fut, backstop } => {
+                        Pending::other(fut, backstop)
+                    }
+                    crate::session::blocking::Call::Refused(r) => Pending::Ready(r.to_reply()),
                 }
             }
             Handler::PubSub(kind) => self.dispatch_pubsub(kind, args, live),
             Handler::Acl => Pending::Ready(local::acl(&args, &self.state, parts.acl.as_deref())),
             Handler::Unsupported if stack::emulated(cmd, &parts.listener) => {
-                Pending::Ready(crate::cluster_emulation::answer(
+                Pending::Ready(crate::session::cluster_emulation::answer(
                     cmd,
                     &args,
                     &parts.listener,
@@ -218,7 +227,7 @@ impl Session {
                     });
             if let Err(d) = checked {
                 self.mark_dirty();
-                return Err(crate::acl::denied(d, self.state.user_name(), cmd));
+                return Err(crate::stack::acl::denied(d, self.state.user_name(), cmd));
             }
         }
         if live.parts.listener.resp.protocol == ProtocolMode::Resp3
@@ -430,7 +439,7 @@ impl Session {
             deadline: backstop,
             idx: 0,
             first: FirstArg::NONE,
-            touch: crate::near_cache::Touch::None,
+            touch: crate::cache::near_cache::Touch::None,
         }
     }
 
@@ -446,7 +455,7 @@ impl Session {
     ) {
         let keys = self.keys_found.is_ok().then_some(self.keys.as_slice());
         if cmd.flags & command::READONLY == 0 {
-            crate::near_cache::clients::written(cmd, args, keys, self.state.id);
+            crate::cache::near_cache::clients::written(cmd, args, keys, self.state.id);
         }
         self.track_next = false;
         if let Some(t) = self.state.tracking.as_deref_mut() {

@@ -46,7 +46,7 @@ use respway_filters::request::{Flavor, Reply};
 use respway_filters::resp::{parse_reply, Frame};
 use tokio::time::Instant;
 
-use crate::fanout::BoxReply;
+use crate::session::fanout::BoxReply;
 use crate::stack::Parts;
 
 /// Sent before the client's command on each connection: a command that propagates to the

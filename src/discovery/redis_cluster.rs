@@ -7,7 +7,7 @@
 //! every `cluster_refresh_rate` and when the workers report redirections or failures past
 //! the thresholds ([`redirected`], at most once per `redirect_refresh_interval`). When the
 //! answer changes, it records it and has the configuration compiled again
-//! ([`crate::ConfigHandle::rediscover`]): the cluster's shards become the topology's (one per
+//! ([`crate::runtime::ConfigHandle::rediscover`]): the cluster's shards become the topology's (one per
 //! primary, named by its address, with its slot ranges and its replicas not marked failed;
 //! slots no node
 //! serves go to a shard `unassigned` whose keys get an error), and the workers swap them in
@@ -30,9 +30,9 @@ use respway_filters::model::{Config, Endpoint, RedisClusterSource, Role, Shard, 
 use respway_filters::resp::Frame;
 use tokio::sync::Notify;
 
-use crate::sentinel::Link;
+use crate::discovery::sentinel::Link;
+use crate::runtime::ConfigHandle;
 use crate::upstream::EndpointConfig;
-use crate::ConfigHandle;
 
 /// Slots of a Redis Cluster.
 const SLOTS: u32 = 16384;
@@ -289,7 +289,7 @@ fn wanted(handle: &ConfigHandle) -> HashMap<Key, Reach> {
 /// The Redis Cluster watchers: one per cluster a configuration names (see the module above).
 pub(crate) struct Clusters;
 
-impl crate::watchers::Watch for Clusters {
+impl crate::discovery::watchers::Watch for Clusters {
     /// The cluster and its settings: a change of either starts a new watcher.
     type Key = (Key, RedisClusterSource);
     type Value = EndpointConfig;

@@ -30,7 +30,7 @@ pub(crate) struct ListenerCtx {
     /// Wakes every session when draining starts.
     pub(crate) drain: tokio::sync::Notify,
     /// Failed `AUTH` attempts per client address (shared by every listener and worker).
-    pub(crate) auth_limiter: Arc<crate::acl::AuthTarpit>,
+    pub(crate) auth_limiter: Arc<crate::stack::acl::AuthTarpit>,
 }
 
 /// Binds every listener; an error names the listener and the address.

@@ -8,7 +8,7 @@
 //! - it asks every Sentinel (`SENTINEL MASTER`, `SENTINEL REPLICAS`) at once, and every
 //!   second as a backstop;
 //! - when the answer changes, it records it and has the configuration compiled again
-//!   ([`crate::ConfigHandle::rediscover`]): the workers swap the shard's endpoints as for any
+//!   ([`crate::runtime::ConfigHandle::rediscover`]): the workers swap the shard's endpoints as for any
 //!   configuration change, without dropping a request. New commands go to the new primary;
 //!   commands already sent to the old one are answered by it or fail (a lost connection),
 //!   and are never sent again; the pools of a node that left the shard, or changed role, are
@@ -39,8 +39,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use crate::runtime::ConfigHandle;
 use crate::upstream::{connect_plain, Conn, EndpointConfig};
-use crate::ConfigHandle;
 
 /// How often every Sentinel is asked, whatever they publish.
 const POLL: Duration = Duration::from_secs(1);
@@ -238,7 +238,7 @@ fn wanted(handle: &ConfigHandle) -> HashMap<(Key, Vec<EndpointConfig>), String> 
 /// The Sentinel watchers: one per master a configuration names (see the module above).
 pub(crate) struct Masters;
 
-impl crate::watchers::Watch for Masters {
+impl crate::discovery::watchers::Watch for Masters {
     type Key = (Key, Vec<EndpointConfig>);
     type Value = String;
     fn wanted(handle: &ConfigHandle) -> HashMap<Self::Key, String> {

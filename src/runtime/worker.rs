@@ -14,12 +14,15 @@ use respway_filters::model::{Cluster, Endpoint, Role, Shard};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::listener::{bind_all, AcceptBackoff, ListenerCtx};
+use crate::runtime::{Shared, Snapshot};
+use crate::session::conn;
+use crate::session::listener::{bind_all, AcceptBackoff, ListenerCtx};
+use crate::stack;
 use crate::stack::ListenerSlot;
 use crate::stats::AcceptSocket;
+use crate::stats::{hotkeys, slowlog};
 use crate::stats::{ListenerStats, Registry};
 use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints, UpstreamStats};
-use crate::{conn, hotkeys, slowlog, stack, Shared, Snapshot};
 
 /// What the workers are told to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +46,7 @@ type PoolKey = (
     usize,
     bool,
     bool,
-    Option<crate::near_cache::Follow>,
+    Option<crate::cache::near_cache::Follow>,
 );
 
 pub(crate) struct Worker {
@@ -61,7 +64,7 @@ pub(crate) struct Worker {
     /// Slow-log threshold (µs) and length.
     pub(crate) slowlog: (u64, usize),
     /// Near-cache counters per cluster name (kept across config changes).
-    pub(crate) cache_stats: HashMap<String, Arc<crate::near_cache::CacheStats>>,
+    pub(crate) cache_stats: HashMap<String, Arc<crate::cache::near_cache::CacheStats>>,
 }
 
 impl Worker {
@@ -191,7 +194,7 @@ impl Worker {
             .filter(|&(_, _, len)| len > 0)
             .map(|(_, t, _)| t)
             .min();
-        crate::slowlog::set_upstream_min(min);
+        crate::stats::slowlog::set_upstream_min(min);
     }
 
     /// Builds this worker's chain parts for every listener of `snapshot`: endpoint handles
@@ -205,8 +208,10 @@ impl Worker {
         let config = &snapshot.config;
         let mut old = std::mem::take(&mut self.pools);
         let certs = &snapshot.certs;
-        crate::near_cache::set_active(config.clusters.iter().any(|c| c.near_cache.is_some()));
-        let cache_stats: Vec<Option<Arc<crate::near_cache::CacheStats>>> = config
+        crate::cache::near_cache::set_active(
+            config.clusters.iter().any(|c| c.near_cache.is_some()),
+        );
+        let cache_stats: Vec<Option<Arc<crate::cache::near_cache::CacheStats>>> = config
             .clusters
             .iter()
             .map(|c| {
@@ -215,7 +220,7 @@ impl Worker {
                     self.cache_stats
                         .entry(c.name.clone())
                         .or_insert_with(|| {
-                            let s = Arc::<crate::near_cache::CacheStats>::default();
+                            let s = Arc::<crate::cache::near_cache::CacheStats>::default();
                             registry.add_cache(&c.name, s.clone());
                             s
                         })
@@ -231,7 +236,7 @@ impl Worker {
                 c.connections_per_endpoint,
                 e.role == Role::Primary,
                 c.health_check.is_some(),
-                crate::near_cache::Follow::of(c.near_cache.as_ref()),
+                crate::cache::near_cache::Follow::of(c.near_cache.as_ref()),
             );
             let shared = &self.shared;
             let h = old
@@ -271,7 +276,7 @@ impl Worker {
                     let (nc, stats) = (c.near_cache.as_ref()?, stats.clone()?);
                     let hot =
                         (nc.admit == respway_filters::model::NearCacheAdmit::Hot).then(|| {
-                            let h = Arc::new(crate::near_cache::HotSet::new(
+                            let h = Arc::new(crate::cache::near_cache::HotSet::new(
                                 nc.hot_reads_per_sec,
                                 self.workers,
                                 stats.clone(),
@@ -279,7 +284,7 @@ impl Worker {
                             self.registry.add_hot_set(&c.name, &h);
                             h
                         });
-                    Some(Arc::new(crate::near_cache::ClusterCache::new(
+                    Some(Arc::new(crate::cache::near_cache::ClusterCache::new(
                         nc, stats, hot,
                     )))
                 })
@@ -383,7 +388,7 @@ pub(crate) fn endpoint_config(
     c: &Cluster,
     s: &Shard,
     address: SocketAddr,
-    tls: Option<crate::tls::UpstreamTlsConfig>,
+    tls: Option<crate::net::tls::UpstreamTlsConfig>,
 ) -> EndpointConfig {
     let shard = &s.name;
     let placeholder = address == respway_filters::model::NO_ENDPOINT;
@@ -404,7 +409,7 @@ pub(crate) fn endpoint_config(
                 .into(),
             ),
             (_, Some(src)) if placeholder => {
-                Some(crate::redis_cluster::missing(&s.name, src).into())
+                Some(crate::discovery::redis_cluster::missing(&s.name, src).into())
             }
             _ => None,
         },
@@ -488,7 +493,7 @@ const PLAINTEXT_REFUSED: &[u8] = b"-ERR this port speaks TLS\r\n";
 /// session: the size difference between variants costs nothing worth a box.)
 #[allow(clippy::large_enum_variant)]
 enum Shake {
-    Tls(crate::tls::TlsStream),
+    Tls(crate::net::tls::TlsStream),
     /// The client's first byte looks like RESP (`*` or an inline command's letter): it is
     /// told, after the bounded handshake, that the port speaks TLS.
     Plaintext(tokio::net::TcpStream),
@@ -522,11 +527,11 @@ async fn tls_handshake(
     match tls.acceptor().accept(stream).await {
         Ok(s) => {
             let (tcp, conn) = s.into_inner();
-            Shake::Tls(crate::tls::TlsStream::new(tcp, conn))
+            Shake::Tls(crate::net::tls::TlsStream::new(tcp, conn))
         }
         Err(e) => {
             ctx.stats.tls_handshake_failures.inc();
-            tracing::info!(%peer, reason = %crate::tls::reason(&e), "TLS handshake failed");
+            tracing::info!(%peer, reason = %crate::net::tls::reason(&e), "TLS handshake failed");
             Shake::Failed
         }
     }

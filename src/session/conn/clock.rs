@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 
 use super::{Live, BACKSTOP};
-use crate::listener::ListenerCtx;
+use crate::session::listener::ListenerCtx;
 use crate::stats;
 use respway_filters::request::is_error;
 

@@ -6,7 +6,7 @@
 //! - `GET /stats`: per listener and command, calls, errors and latency percentiles
 //!   (p50/p90/p99/p99.9/p99.99/max), human-readable.
 //! - `GET /hotkeys`: the hottest keys per cluster (hot-key detection, see
-//!   [`crate::hotkeys`]): `cluster NAME` lines, then `COUNT KEY` lines, hottest first.
+//!   [`crate::stats::hotkeys`]): `cluster NAME` lines, then `COUNT KEY` lines, hottest first.
 //! - `GET /slowlog`: the slow log of every listener, newest first: one line per command with
 //!   its id, time, duration, cluster/shard, client, and the command with its first argument.
 //! - `GET /clusters`: every cluster, shard and endpoint of the configuration served, with
@@ -50,10 +50,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 
-use crate::listener::AcceptBackoff;
+use crate::runtime::ConfigHandle;
+use crate::session::listener::AcceptBackoff;
 use crate::stats::AcceptSocket;
 use crate::stats::{ChangeCounts, Registry};
-use crate::ConfigHandle;
 
 mod exposition;
 
@@ -168,7 +168,7 @@ struct State {
 pub fn start(
     addr: SocketAddr,
     allow_non_loopback: bool,
-    server: &crate::Server,
+    server: &crate::runtime::Server,
 ) -> io::Result<Admin> {
     start_with(addr, allow_non_loopback, server, Hooks::default())
 }
@@ -180,7 +180,7 @@ pub fn start(
 pub fn start_with(
     addr: SocketAddr,
     allow_non_loopback: bool,
-    server: &crate::Server,
+    server: &crate::runtime::Server,
     hooks: Hooks,
 ) -> io::Result<Admin> {
     if !addr.ip().is_loopback() && !allow_non_loopback {
@@ -203,7 +203,7 @@ pub fn start_with(
         hooks,
     };
     let (stop, stop_rx) = watch::channel(false);
-    let thread = crate::side_thread("respway-admin", move || async move {
+    let thread = crate::runtime::side_thread("respway-admin", move || async move {
         match TcpListener::from_std(std_listener) {
             Ok(l) => serve(l, state, stop_rx).await,
             Err(e) => tracing::error!(error = %e, "admin listener"),
@@ -396,7 +396,7 @@ async fn handle(
                 let _ = writeln!(o, "listener {l}");
                 for e in state.registry.slowlog(&l, usize::MAX) {
                     let args: Vec<String> =
-                        e.args.iter().map(|a| crate::hotkeys::quote(a)).collect();
+                        e.args.iter().map(|a| crate::stats::hotkeys::quote(a)).collect();
                     let _ = writeln!(
                         o,
                         "id={} time={} duration_us={} target={} endpoint={} upstream_us={} \
@@ -413,7 +413,7 @@ async fn handle(
                         e.client.map_or("-".to_string(), |a| a.to_string()),
                         e.name
                             .as_deref()
-                            .map_or("-".to_string(), crate::hotkeys::quote),
+                            .map_or("-".to_string(), crate::stats::hotkeys::quote),
                         args.join(" ")
                     );
                 }
@@ -425,7 +425,7 @@ async fn handle(
             for (cluster, keys) in state.registry.hot_keys(None, HOTKEYS_SHOWN) {
                 let _ = writeln!(o, "cluster {cluster}");
                 for (k, n) in keys {
-                    let _ = writeln!(o, "{n} {}", crate::hotkeys::quote(&k));
+                    let _ = writeln!(o, "{n} {}", crate::stats::hotkeys::quote(&k));
                 }
             }
             text(StatusCode::OK, plain, o)
@@ -435,7 +435,7 @@ async fn handle(
             for (cluster, keys) in state.registry.near_cache_hot_keys() {
                 let _ = writeln!(o, "cluster {cluster}");
                 for k in keys {
-                    let _ = writeln!(o, "{}", crate::hotkeys::quote(&k));
+                    let _ = writeln!(o, "{}", crate::stats::hotkeys::quote(&k));
                 }
             }
             text(StatusCode::OK, plain, o)

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::worker::Stop;
-use crate::ConfigHandle;
+use crate::runtime::worker::Stop;
+use crate::runtime::ConfigHandle;
 
 /// What a kind of watcher needs: what the configuration names (`wanted`), how to follow one
 /// (`watch`, which says on its `oneshot` when its first round is over), and what to forget
@@ -41,7 +41,7 @@ pub(crate) fn start<W: Watch>(
     wait: Duration,
 ) -> std::io::Result<()> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    crate::side_thread(name, move || run::<W>(handle, stop, ready_tx))?;
+    crate::runtime::side_thread(name, move || run::<W>(handle, stop, ready_tx))?;
     let _ = ready_rx.recv_timeout(wait);
     Ok(())
 }

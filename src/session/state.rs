@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::acl::{Acl, User};
+use crate::stack::acl::{Acl, User};
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -37,7 +37,7 @@ pub(crate) struct SessionState {
     /// addresses shows).
     pub(crate) local: Option<std::net::SocketAddr>,
     /// `CLIENT TRACKING on`: what the client follows, and its announcements.
-    pub(crate) tracking: Option<Box<crate::near_cache::clients::ClientTracking>>,
+    pub(crate) tracking: Option<Box<crate::cache::near_cache::clients::ClientTracking>>,
 }
 
 impl SessionState {

@@ -39,7 +39,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::fanout::BoxReply;
+use crate::session::fanout::BoxReply;
 use crate::stack::Parts;
 use crate::upstream::{EndpointConfig, EndpointHandle, UpstreamFuture};
 use respway_filters::error::{Answer, Failure};

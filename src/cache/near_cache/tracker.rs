@@ -101,7 +101,7 @@ async fn track(
     epoch: &AtomicU64,
     stats: &CacheStats,
 ) -> String {
-    let mut link = match crate::sentinel::Link::open(cfg).await {
+    let mut link = match crate::discovery::sentinel::Link::open(cfg).await {
         Ok(l) => l,
         Err(e) => return e,
     };
@@ -186,7 +186,7 @@ async fn track(
 }
 
 /// Sends one command on a link and waits for its reply.
-async fn ask(link: &mut crate::sentinel::Link, cmd: &[&[u8]]) -> Result<Frame, String> {
+async fn ask(link: &mut crate::discovery::sentinel::Link, cmd: &[&[u8]]) -> Result<Frame, String> {
     link.send(&[cmd]).await?;
     tokio::time::timeout(Duration::from_secs(2), link.next())
         .await

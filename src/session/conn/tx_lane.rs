@@ -1,6 +1,6 @@
 //! The transaction lane: `MULTI` / `EXEC` / `DISCARD` / `WATCH` / `UNWATCH` and every command
 //! queued inside `MULTI`, on the dedicated connection the transaction is pinned to (see
-//! `crate::tx`).
+//! `crate::session::tx`).
 
 use std::time::Duration;
 
@@ -301,7 +301,7 @@ impl Session {
         // Move mode: this command's keys whose owner changes move now; EXEC waits for them.
         if let (Some(from), Some((to, _)), Ok(())) = (from, here, self.keys_found) {
             let flavor = self.state.flavor();
-            let moves = crate::blocking::moves(
+            let moves = crate::session::blocking::moves(
                 &live.parts,
                 &args,
                 &self.keys,

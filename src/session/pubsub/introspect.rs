@@ -12,7 +12,7 @@ use crate::upstream::UpstreamFuture;
 pub(super) fn channels(futs: Vec<UpstreamFuture>) -> Outcome {
     Outcome::Wait {
         fut: merged(async move {
-            let replies = crate::fanout::join_ok(futs).await?;
+            let replies = crate::session::fanout::join_ok(futs).await?;
             let mut seen = HashSet::new();
             let mut all = Vec::new();
             for r in &replies {
@@ -34,7 +34,7 @@ pub(super) fn channels(futs: Vec<UpstreamFuture>) -> Outcome {
 pub(super) fn numsub(futs: Vec<UpstreamFuture>, names: Vec<bytes::Bytes>) -> Outcome {
     Outcome::Wait {
         fut: merged(async move {
-            let replies = crate::fanout::join_ok(futs).await?;
+            let replies = crate::session::fanout::join_ok(futs).await?;
             let mut counts = vec![0i64; names.len()];
             for r in &replies {
                 let it = items(r)?;
@@ -65,7 +65,7 @@ pub(super) fn numsub(futs: Vec<UpstreamFuture>, names: Vec<bytes::Bytes>) -> Out
 pub(super) fn numpat(futs: Vec<UpstreamFuture>) -> Outcome {
     Outcome::Wait {
         fut: merged(async move {
-            let replies = crate::fanout::join_ok(futs).await?;
+            let replies = crate::session::fanout::join_ok(futs).await?;
             let mut max = 0;
             for r in &replies {
                 if let Ok(Frame::Integer(n)) = parse_reply(r) {

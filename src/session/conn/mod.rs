@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::near_cache::Touch;
+use crate::cache::near_cache::Touch;
 use bytes::{Bytes, BytesMut};
 use respway_filters::acl::Denied;
 use respway_filters::command::{self, CommandClass, ProxyCommand};
@@ -39,18 +39,18 @@ use respway_filters::resp::RequestDecoder;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
-use crate::fanout::{self, BoxReply};
-use crate::listener::ListenerCtx;
-use crate::session::SessionState;
+use crate::session::fanout::{self, BoxReply};
+use crate::session::listener::ListenerCtx;
+use crate::session::state::SessionState;
 
-use crate::local::{self, Local};
-use crate::outq::OutQueue;
-use crate::pubsub;
-use crate::slowlog::FirstArg;
-use crate::spare;
+use crate::net::outq::OutQueue;
+use crate::net::spare;
+use crate::net::tls::Io;
+use crate::session::local::{self, Local};
+use crate::session::pubsub;
+use crate::session::tx::{self, Pinned, Tx};
 use crate::stack::{self, Chain, ChainFuture, Handler, ListenerSlot, Parts};
-use crate::tls::Io;
-use crate::tx::{self, Pinned, Tx};
+use crate::stats::slowlog::FirstArg;
 
 const READ_CHUNK: usize = 16 * 1024;
 /// How long past its upstream deadline (and `op_timeout` more) a request may wait before the
@@ -719,7 +719,7 @@ impl Session {
                     self.frame = None;
                     let index = crate::stats::index_of(top);
                     let mut touch = std::mem::take(&mut self.touch);
-                    if crate::near_cache::active() {
+                    if crate::cache::near_cache::active() {
                         if self.tx.as_ref().is_some_and(|t| t.multi) {
                             // Queued by MULTI: marked again when EXEC is answered.
                             self.tx_touch.merge(touch.clone());
