@@ -33,6 +33,7 @@
 //! The layers of the chain, in the order `src/stack/mod.rs` stacks them
 //! - [`prefix_route`]: picks the cluster from the key's prefix;
 //! - [`mirror`]: request mirroring and the online-migration modes of a route;
+//! - [`mirror_stats`]: the counters mirroring and move mode record;
 //! - [`moving`]: move mode, keys moved to their new owner (`MIGRATE`) before a command;
 //! - [`hot_key`]: keys under a hot prefix written to every shard, read from one;
 //! - [`multi_key`]: MGET/MSET/DEL/... split into one sub-command per shard and merged;
@@ -50,6 +51,7 @@ pub mod hash;
 pub mod hash_layer;
 pub mod hot_key;
 pub mod mirror;
+pub mod mirror_stats;
 pub mod model;
 pub mod moving;
 pub mod multi_key;

@@ -53,7 +53,7 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -63,15 +63,14 @@ use tower::{Layer, Service};
 
 use crate::command::CommandClass;
 use crate::error::{Failure, Kind};
+pub use crate::mirror_stats::{MirrorCounts, MirrorStats, MoveOutcome};
 use crate::model::MirrorMode;
 use crate::moving::{Held, MoveFuture, Moved, Moving};
 use crate::place::Refusal;
 use crate::request::{Reply, Request};
 use crate::routing::Routing;
 
-/// The refusal of a write on a read-only route (without the leading `-` and CRLF).
-pub const READ_ONLY: &str =
-    "ERR respway: route is read-only (migration cut-over), writes are refused";
+pub use crate::place::READ_ONLY;
 
 /// `fraction_ppm` meaning "every eligible command".
 const ALL_PPM: u32 = 1_000_000;
@@ -369,151 +368,5 @@ where
                 .map_or_else(|| Failure::new(Kind::PolledTwice), Failure::from))),
             ResponseFuture::Move(f) => Pin::new(f).poll(cx),
         }
-    }
-}
-
-// === impl MirrorStats ===
-
-/// Mirror counters of one worker, per cluster receiving copies (indexed like
-/// `Routing::clusters`).
-#[derive(Debug)]
-pub struct MirrorStats {
-    clusters: Vec<Counters>,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    mirrored: AtomicU64,
-    dropped: AtomicU64,
-    failed: AtomicU64,
-    applied: AtomicU64,
-    moved: AtomicU64,
-    absent: AtomicU64,
-    move_failed: AtomicU64,
-}
-
-/// What one `MIGRATE` of move mode did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MoveOutcome {
-    /// `+OK`: keys moved.
-    Moved,
-    /// `+NOKEY`: none of its keys was on the old shard.
-    Absent,
-    /// An error reply or no reply: the command was not run.
-    Failed,
-}
-
-/// The mirror counters of one cluster, read at one moment (or summed over workers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MirrorCounts {
-    /// Copies queued for this cluster.
-    pub mirrored: u64,
-    /// Copies dropped because the queue was full.
-    pub dropped: u64,
-    /// Queued copies that failed upstream (error reply or no reply), as the sink's consumer
-    /// reported them.
-    pub failed: u64,
-    /// Queued copies that the other cluster answered without an error: with `failed`, the
-    /// copies done; `mirrored - applied - failed` are still queued or in flight.
-    pub applied: u64,
-    /// Move mode, with this cluster receiving: `MIGRATE`s that moved keys (`+OK`).
-    pub moved: u64,
-    /// `MIGRATE`s that found none of their keys on the old shard (`+NOKEY`: moved already, or
-    /// no such key).
-    pub absent: u64,
-    /// `MIGRATE`s that failed (an error reply, or no reply): their commands were not run.
-    pub move_failed: u64,
-}
-
-impl MirrorStats {
-    /// Zeroed counters for `n_clusters` clusters.
-    pub fn new(n_clusters: usize) -> Self {
-        MirrorStats {
-            clusters: (0..n_clusters).map(|_| Counters::default()).collect(),
-        }
-    }
-
-    /// Counts a queued copy for `cluster` that failed; called by the sink's consumer. An
-    /// out-of-range `cluster` is ignored.
-    pub fn record_failed(&self, cluster: usize) {
-        if let Some(c) = self.clusters.get(cluster) {
-            c.failed.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Counts a queued copy for `cluster` that the other cluster answered without an error;
-    /// called by the sink's consumer.
-    pub fn record_applied(&self, cluster: usize) {
-        if let Some(c) = self.clusters.get(cluster) {
-            c.applied.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Counts the outcome of one `MIGRATE` of move mode into `cluster`.
-    pub fn record_move(&self, cluster: usize, outcome: MoveOutcome) {
-        if let Some(c) = self.clusters.get(cluster) {
-            match outcome {
-                MoveOutcome::Moved => &c.moved,
-                MoveOutcome::Absent => &c.absent,
-                MoveOutcome::Failed => &c.move_failed,
-            }
-            .fetch_add(1, Relaxed);
-        }
-    }
-
-    /// The counters now, indexed by cluster.
-    pub fn snapshot(&self) -> Vec<MirrorCounts> {
-        self.clusters
-            .iter()
-            .map(|c| MirrorCounts {
-                mirrored: c.mirrored.load(Relaxed),
-                dropped: c.dropped.load(Relaxed),
-                failed: c.failed.load(Relaxed),
-                applied: c.applied.load(Relaxed),
-                moved: c.moved.load(Relaxed),
-                absent: c.absent.load(Relaxed),
-                move_failed: c.move_failed.load(Relaxed),
-            })
-            .collect()
-    }
-
-    fn mirrored(&self, cluster: usize) {
-        if let Some(c) = self.clusters.get(cluster) {
-            c.mirrored.fetch_add(1, Relaxed);
-        }
-    }
-
-    fn dropped(&self, cluster: usize) {
-        if let Some(c) = self.clusters.get(cluster) {
-            c.dropped.fetch_add(1, Relaxed);
-        }
-    }
-}
-
-impl MirrorCounts {
-    /// Adds up the snapshots of several workers, cluster by cluster (a shorter snapshot
-    /// counts as zeros for the clusters it lacks).
-    pub fn sum<'a>(snapshots: impl IntoIterator<Item = &'a [MirrorCounts]>) -> Vec<MirrorCounts> {
-        let mut out: Vec<MirrorCounts> = Vec::new();
-        for snap in snapshots {
-            if out.len() < snap.len() {
-                out.resize(snap.len(), MirrorCounts::default());
-            }
-            for (t, s) in out.iter_mut().zip(snap) {
-                t.add(s);
-            }
-        }
-        out
-    }
-
-    /// Adds `o`'s counts to these.
-    pub fn add(&mut self, o: &MirrorCounts) {
-        self.mirrored += o.mirrored;
-        self.dropped += o.dropped;
-        self.failed += o.failed;
-        self.applied += o.applied;
-        self.moved += o.moved;
-        self.absent += o.absent;
-        self.move_failed += o.move_failed;
     }
 }

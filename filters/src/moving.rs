@@ -43,15 +43,11 @@ use tower::Service;
 
 use crate::error::{Failure, Kind};
 use crate::fanout::Join;
-use crate::mirror::{MirrorStats, MoveOutcome};
+use crate::mirror_stats::{MirrorStats, MoveOutcome};
 use crate::request::{is_error, Keys, Reply, Request};
 use crate::routing::Routing;
 
-/// The refusal of a command naming a key whose owner changes, on a route in `prepare_move`
-/// (without the leading `-` and CRLF).
-pub const ABOUT_TO_MOVE: &str = "TRYAGAIN respway: a key of this command is about to move to \
-     another shard (the migration is starting: not every sidecar moves keys yet); the command \
-     was not run, retry";
+pub use crate::place::ABOUT_TO_MOVE;
 
 /// `MIGRATE`'s timeout (ms) when the request carries no deadline.
 const DEFAULT_TIMEOUT_MS: u64 = 1_000;

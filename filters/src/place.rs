@@ -20,6 +20,16 @@ use bytes::Bytes;
 use crate::request::{error_reply, Reply};
 use crate::routing::{RouteId, Routing};
 
+/// The refusal of a write on a read-only route (without the leading `-` and CRLF).
+pub const READ_ONLY: &str =
+    "ERR respway: route is read-only (migration cut-over), writes are refused";
+
+/// The refusal of a command naming a key whose owner changes, on a route in `prepare_move`
+/// (without the leading `-` and CRLF).
+pub const ABOUT_TO_MOVE: &str = "TRYAGAIN respway: a key of this command is about to move to \
+     another shard (the migration is starting: not every sidecar moves keys yet); the command \
+     was not run, retry";
+
 /// The reply to a command (or transaction, or blocking command) whose keys hash to more than
 /// one shard: Redis Cluster's text, which clients already know.
 pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
@@ -105,8 +115,8 @@ impl fmt::Display for Refusal {
                 f.write_str("ERR wrong number of arguments for 'watch' command")
             }
             Refusal::Keys(e) => write!(f, "ERR {e}"),
-            Refusal::ReadOnly => f.write_str(crate::mirror::READ_ONLY),
-            Refusal::AboutToMove => f.write_str(crate::moving::ABOUT_TO_MOVE),
+            Refusal::ReadOnly => f.write_str(READ_ONLY),
+            Refusal::AboutToMove => f.write_str(ABOUT_TO_MOVE),
             Refusal::HotKeyOneCopy(key) => write!(
                 f,
                 "ERR respway: hot key {} is stored on every shard, and this write would reach \

@@ -741,5 +741,27 @@ pub(crate) fn read_password_env(name: &str) -> Result<String, String> {
     }
 }
 
+/// An Envoy socket address.
+pub(crate) fn socket(addr: SocketAddr) -> envoy_types::pb::envoy::config::core::v3::Address {
+    use envoy_types::pb::envoy::config::core::v3::{
+        address, socket_address, Address, SocketAddress,
+    };
+    Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: addr.ip().to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(addr.port().into())),
+            ..Default::default()
+        })),
+    }
+}
+
+/// A protobuf duration.
+pub(crate) fn duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
+    envoy_types::pb::google::protobuf::Duration {
+        seconds: d.as_secs().try_into().unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -22,9 +22,9 @@ use envoy_types::pb::envoy::config::core::v3::health_check::{
 use envoy_types::pb::envoy::config::core::v3::transport_socket;
 use envoy_types::pb::envoy::config::core::v3::HealthCheck as PbHealthCheck;
 use envoy_types::pb::envoy::config::core::v3::{
-    address, config_source::ConfigSourceSpecifier, data_source, socket_address, Address,
-    AggregatedConfigSource, ApiVersion, ConfigSource, DataSource, Locality, Metadata,
-    RuntimeFractionalPercent, SocketAddress, TransportSocket, TypedExtensionConfig,
+    config_source::ConfigSourceSpecifier, data_source, AggregatedConfigSource, ApiVersion,
+    ConfigSource, DataSource, Locality, Metadata, RuntimeFractionalPercent, TransportSocket,
+    TypedExtensionConfig,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint as PbEndpoint, LbEndpoint,
@@ -49,8 +49,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 };
 use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
 use envoy_types::pb::google::protobuf::{
-    value::Kind, BoolValue, Duration as PbDuration, ListValue, Struct, UInt32Value, UInt64Value,
-    Value,
+    value::Kind, BoolValue, ListValue, Struct, UInt32Value, UInt64Value, Value,
 };
 use envoy_types::util::pack_any;
 use respway_filters::model::{
@@ -61,6 +60,7 @@ use respway_filters::model::{
 use std::net::SocketAddr;
 
 use crate::common;
+pub(crate) use crate::common::{duration, socket};
 use crate::names;
 use crate::pb::respway::v1 as rw;
 use crate::Resources;
@@ -626,23 +626,6 @@ pub(crate) fn key_hash_pb(k: KeyHash) -> rw::KeyHash {
         KeyHash::Crc32a => rw::KeyHash::Crc32a,
         KeyHash::OneAtATime => rw::KeyHash::OneAtATime,
         KeyHash::Murmur => rw::KeyHash::Murmur,
-    }
-}
-
-pub(crate) fn socket(addr: SocketAddr) -> Address {
-    Address {
-        address: Some(address::Address::SocketAddress(SocketAddress {
-            address: addr.ip().to_string(),
-            port_specifier: Some(socket_address::PortSpecifier::PortValue(addr.port().into())),
-            ..Default::default()
-        })),
-    }
-}
-
-pub(crate) fn duration(d: std::time::Duration) -> PbDuration {
-    PbDuration {
-        seconds: d.as_secs().try_into().unwrap_or(i64::MAX),
-        nanos: d.subsec_nanos() as i32,
     }
 }
 

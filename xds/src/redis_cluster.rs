@@ -10,7 +10,7 @@ use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 use respway_filters::model::RedisClusterSource;
 
-use crate::emit::{duration, socket};
+use crate::common::{duration, socket};
 use crate::names;
 
 /// Makes `out` a Redis Cluster as Envoy says one: `cluster_type: envoy.clusters.redis` with

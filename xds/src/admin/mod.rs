@@ -41,10 +41,11 @@ use crate::secure::{tls_incoming, AcceptBackoff};
 use crate::server::Server;
 
 pub mod client;
-pub(crate) mod state;
 
+pub use crate::server::admin_state::{
+    AdminLimits, AdminStats, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+};
 pub use client::{apply, fetch_status, AdminAuth, AdminError};
-pub use state::{AdminLimits, AdminStats, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 
 /// The largest `POST /apply` body accepted.
 const MAX_APPLY_BODY: usize = 16 << 20;

@@ -49,8 +49,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
-use crate::admin::state::{AdminLimits, AdminState, AdminStats};
 use crate::secure::{PeerInfo, Security};
+use admin_state::{AdminLimits, AdminState, AdminStats};
 
 use crate::cache::{Cache, FileState, NodeSnapshot, ResourceType, Snapshot, TypeResources};
 
@@ -191,6 +191,7 @@ impl Drop for AbortOnDrop {
     }
 }
 
+pub(crate) mod admin_state;
 mod ads;
 mod status;
 
