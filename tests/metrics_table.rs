@@ -1,7 +1,7 @@
 //! The table of metric families (`respway::admin::family_docs`) against what a running
-//! respway shows and what the README says: every family is in `/metrics` with its type and
-//! only its labels, every `INFO` field the table declares is in `INFO`, and the README's
-//! metrics table names exactly the table's families.
+//! respway shows and what the documentation says: every family is in `/metrics` with its type
+//! and only its labels, every `INFO` field the table declares is in `INFO`, and the metrics
+//! table of `docs/operations-and-metrics.md` names exactly the table's families.
 
 mod support;
 
@@ -105,14 +105,21 @@ fn every_info_field_of_the_table_is_in_info() {
     assert!(declared >= 20, "{declared} INFO fields declared");
 }
 
-/// The rows of the README's metrics table (after "Metrics (`respway_*`"): the backticked
+/// The page that documents the metrics, under its `### Metrics` heading.
+const METRICS_PAGE: &str = "docs/operations-and-metrics.md";
+
+/// The rows of the documented metrics table (after "Metrics (`respway_*`"): the backticked
 /// names of the first column and of the last.
-fn readme_metric_rows() -> Vec<(Vec<String>, Vec<String>)> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let start = readme
-        .find("Metrics (`respway_*`")
-        .expect("README has a metrics table");
+fn documented_metric_rows() -> Vec<(Vec<String>, Vec<String>)> {
+    let page = std::fs::read_to_string(format!("{}/{METRICS_PAGE}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|e| panic!("{METRICS_PAGE}: {e}"));
+    let heading = page
+        .find("\n### Metrics\n")
+        .unwrap_or_else(|| panic!("{METRICS_PAGE} has no \"### Metrics\" heading"));
+    let start = heading
+        + page[heading..]
+            .find("Metrics (`respway_*`")
+            .unwrap_or_else(|| panic!("{METRICS_PAGE} has no metrics table"));
     let ticked = |cell: &str| -> Vec<String> {
         cell.split('`')
             .skip(1)
@@ -120,7 +127,7 @@ fn readme_metric_rows() -> Vec<(Vec<String>, Vec<String>)> {
             .map(str::to_string)
             .collect()
     };
-    readme[start..]
+    page[start..]
         .lines()
         .skip_while(|l| !l.starts_with('|'))
         .take_while(|l| l.starts_with('|'))
@@ -131,7 +138,7 @@ fn readme_metric_rows() -> Vec<(Vec<String>, Vec<String>)> {
             for n in &names {
                 assert!(
                     n.starts_with("respway_") || n.starts_with("process_"),
-                    "README metrics table: `{n}` is not a full metric name (row {row})"
+                    "{METRICS_PAGE}'s metrics table: `{n}` is not a full metric name (row {row})"
                 );
             }
             (names, ticked(cells.last().copied().unwrap_or_default()))
@@ -139,19 +146,19 @@ fn readme_metric_rows() -> Vec<(Vec<String>, Vec<String>)> {
         .collect()
 }
 
-/// The README's metrics table names every family of the table, and nothing else; a row that
-/// names `INFO` fields names those of its families, in the same order.
+/// The documented metrics table names every family of the table, and nothing else; a row
+/// that names `INFO` fields names those of its families, in the same order.
 #[test]
-fn readme_names_exactly_the_tables_families() {
+fn documented_metrics_are_exactly_the_tables_families() {
     let docs = respway::admin::family_docs();
-    let rows = readme_metric_rows();
-    let readme: BTreeSet<String> = rows.iter().flat_map(|(n, _)| n.clone()).collect();
+    let rows = documented_metric_rows();
+    let page: BTreeSet<String> = rows.iter().flat_map(|(n, _)| n.clone()).collect();
     let table: BTreeSet<String> = docs.iter().map(|f| f.name.to_string()).collect();
-    let missing: Vec<_> = table.difference(&readme).collect();
-    let extra: Vec<_> = readme.difference(&table).collect();
+    let missing: Vec<_> = table.difference(&page).collect();
+    let extra: Vec<_> = page.difference(&table).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "README's metrics table lacks {missing:?} and names {extra:?}, which /metrics does not have"
+        "{METRICS_PAGE}'s metrics table lacks {missing:?} and names {extra:?}, which /metrics does not have"
     );
     let all_fields: BTreeSet<&String> = docs.iter().flat_map(|f| &f.info_fields).collect();
     for (names, what) in &rows {
@@ -166,7 +173,7 @@ fn readme_names_exactly_the_tables_families() {
             .collect();
         assert_eq!(
             said, theirs,
-            "README's row for {names:?} names other INFO fields"
+            "{METRICS_PAGE}'s row for {names:?} names other INFO fields"
         );
     }
 }

@@ -713,7 +713,7 @@ fn reshard_under_load(n_old: usize, n_new: usize) {
 }
 
 /// Copy mode between two separate clusters (2 ketama shards to 3 others) under the same load
-/// through two sidecars, with the cut-over the README gives: dual_write (the old cluster
+/// through two sidecars, with the cut-over docs/migration-and-resharding.md gives: dual_write (the old cluster
 /// answers) → backfill (`--repair`, killed mid-way and run again) while the load runs → a write pause (`read_only`) until
 /// every copy is applied → a last `--repair --prune`, which finds the clusters equal (and
 /// deletes what a killed backfill resurrected) → the new

@@ -318,7 +318,7 @@ fn first_segments(after: &str) -> Vec<String> {
 }
 
 /// The names a path reaches from the crate root in `code` (a file `depth` modules below the
-/// root: 1 for `src/x.rs` and `src/x/mod.rs`, 2 for `src/x/y.rs`): `crate::NAME` and
+/// root: 1 for a top-level `M.rs` or `M/mod.rs`, 2 for `M/N.rs`): `crate::NAME` and
 /// `super::…::NAME` with enough `super`s to reach the root.
 fn root_names(code: &str, depth: usize) -> Vec<String> {
     let b = code.as_bytes();

@@ -559,7 +559,7 @@ async fn an_unknown_nonce_is_not_an_ack() {
 
 #[tokio::test]
 async fn the_full_example_is_served_as_is() {
-    // xds/examples/full.yaml, the README's full example, copied unchanged into a resource
+    // xds/examples/full.yaml, the full example of docs/configuration.md, copied unchanged into a resource
     // directory: loaded, served, and what a client gets is the file's model.
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/full.yaml");
     let dir = tempfile::tempdir().expect("dir");

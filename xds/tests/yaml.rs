@@ -710,42 +710,61 @@ clusters:
     );
 }
 
-#[test]
-fn schema_doc_examples_are_the_real_ones() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let doc = std::fs::read_to_string(root.join("SCHEMA.md")).unwrap();
-    let blocks: Vec<&str> = doc
-        .split("```yaml\n")
+/// The ```yaml blocks of a document of the repository (a path from the repository's root).
+fn yaml_blocks(rel: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    doc.split("```yaml\n")
         .skip(1)
-        .map(|b| b.split("```").next().unwrap())
-        .collect();
+        .map(|b| b.split("```").next().unwrap().to_string())
+        .collect()
+}
+
+/// The documentation's examples are the real ones: the configuration reference's full example
+/// is `examples/full.yaml`, its smallest file is the built-in configuration and its node
+/// example sets the zone; Getting started's first file is that smallest file; the README's
+/// example loads.
+#[test]
+fn doc_examples_are_the_real_ones() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let reference = "docs/configuration.md";
+    let doc = std::fs::read_to_string(root.join("..").join(reference)).unwrap();
+    let full = doc
+        .split("\n## Full example\n")
+        .nth(1)
+        .and_then(|s| s.split("```yaml\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .unwrap_or_else(|| panic!("{reference}: no yaml block under \"## Full example\""));
     let file = std::fs::read_to_string(root.join("examples/full.yaml")).unwrap();
     // The file's leading comment is not in the document's copy.
     let body = &file[file.find("\nlisteners:").unwrap() + 1..];
     assert_eq!(
-        blocks[0], body,
-        "SCHEMA.md's full example differs from examples/full.yaml"
-    );
-    assert_eq!(load(blocks[1]), default_config());
-    // The README's copy too.
-    let readme = std::fs::read_to_string(root.join("../README.md")).unwrap();
-    let full = readme
-        .split("### Full example")
-        .nth(1)
-        .and_then(|s| s.split("```yaml\n").nth(1))
-        .and_then(|s| s.split("```").next())
-        .unwrap();
-    assert_eq!(
         full, body,
-        "README.md's full example differs from examples/full.yaml"
+        "{reference}'s full example differs from examples/full.yaml"
     );
+    let blocks = yaml_blocks(reference);
+    assert_eq!(blocks[0], body);
+    let smallest = &blocks[1];
+    assert_eq!(load(smallest), default_config());
     // The node example is a sidecar's file's.
     let node = blocks
         .iter()
         .find(|b| b.starts_with("node:"))
         .expect("a node example");
-    let with_node = format!("{node}{}", blocks[1]);
+    let with_node = format!("{node}{smallest}");
     assert_eq!(load(&with_node).zone.as_deref(), Some("z1"));
+
+    let first = yaml_blocks("docs/getting-started.md");
+    assert_eq!(
+        &first[0], smallest,
+        "docs/getting-started.md's first configuration is not the reference's smallest file"
+    );
+
+    let readme = yaml_blocks("README.md");
+    assert_eq!(readme.len(), 1, "the README has one configuration example");
+    let config = load(&readme[0]);
+    assert_eq!(config.listeners.len(), 1);
+    assert_eq!(config.clusters.len(), 2);
 }
 
 #[test]
