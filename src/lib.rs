@@ -25,12 +25,14 @@
 //!   active health checks, and the side-thread loop that follows them;
 //! - `upstream`: pooled, pipelined connections to the shards, dedicated ones, the request
 //!   queue, redirections;
+//! - `lifecycle`: the stop signal of workers and side threads, the side-thread spawner;
 //! - `net`: bytes on sockets: TLS streams and configurations, output queues, spare buffers;
 //! - `stats`: counters, latency histograms, the registry that sums them over workers, the
 //!   table of metric families, the slow log and hot-key detection.
 
 mod cache;
 mod discovery;
+mod lifecycle;
 mod net;
 mod runtime;
 mod session;

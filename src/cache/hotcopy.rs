@@ -37,7 +37,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::runtime::worker::Stop;
+use crate::lifecycle::Stop;
 use crate::runtime::{Shared, Snapshot};
 use crate::upstream::Conn;
 
@@ -192,7 +192,7 @@ pub(crate) fn start(
     first_wait: Duration,
 ) -> std::io::Result<()> {
     let copies = shared.copies.clone();
-    crate::runtime::side_thread("respway-hotcopy", move || run(shared, stop))?;
+    crate::lifecycle::side_thread("respway-hotcopy", move || run(shared, stop))?;
     let until = std::time::Instant::now() + first_wait;
     while !copies.all_done() && std::time::Instant::now() < until {
         std::thread::sleep(Duration::from_millis(5));
@@ -385,7 +385,7 @@ async fn pass(snap: &Snapshot, ci: usize, prefix: &[u8], work: Work<'_>) -> Resu
         let Some(addr) = route.shards.get(i).and_then(|r| r.primary_address) else {
             return Err(format!("shard {}: no primary known", s.name));
         };
-        let cfg = crate::runtime::worker::endpoint_config(c, s, addr, snap.certs.upstream(ci));
+        let cfg = crate::discovery::endpoints::endpoint_config(c, s, addr, snap.certs.upstream(ci));
         // Connections are kept between passes (one per shard primary and database), so
         // rules added and removed again and again do not open new ones.
         let link_key = (c.name.clone(), addr, c.db);

@@ -35,7 +35,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::runtime::worker::Stop;
+use crate::lifecycle::Stop;
 use crate::runtime::Shared;
 use crate::upstream::{Conn, EndpointConfig};
 
@@ -266,7 +266,7 @@ struct Task {
 
 /// Starts the checker thread; it ends when `stop` leaves [`Stop::Run`].
 pub(crate) fn start(shared: Arc<Shared>, stop: watch::Receiver<Stop>) -> std::io::Result<()> {
-    crate::runtime::side_thread("respway-health", move || run(shared, stop))?;
+    crate::lifecycle::side_thread("respway-health", move || run(shared, stop))?;
     Ok(())
 }
 
@@ -297,7 +297,8 @@ fn reconcile(shared: &Shared, tasks: &mut HashMap<(String, SocketAddr), Task>) {
                 if e.address == respway_filters::model::NO_ENDPOINT {
                     continue;
                 }
-                let cfg = crate::runtime::worker::endpoint_config(c, s, e.address, tls.clone());
+                let cfg =
+                    crate::discovery::endpoints::endpoint_config(c, s, e.address, tls.clone());
                 want.insert(
                     (c.name.clone(), e.address),
                     Target {

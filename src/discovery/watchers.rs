@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::runtime::worker::Stop;
+use crate::lifecycle::Stop;
 use crate::runtime::ConfigHandle;
 
 /// What a kind of watcher needs: what the configuration names (`wanted`), how to follow one
@@ -41,7 +41,7 @@ pub(crate) fn start<W: Watch>(
     wait: Duration,
 ) -> std::io::Result<()> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    crate::runtime::side_thread(name, move || run::<W>(handle, stop, ready_tx))?;
+    crate::lifecycle::side_thread(name, move || run::<W>(handle, stop, ready_tx))?;
     let _ = ready_rx.recv_timeout(wait);
     Ok(())
 }

@@ -203,7 +203,7 @@ pub fn start_with(
         hooks,
     };
     let (stop, stop_rx) = watch::channel(false);
-    let thread = crate::runtime::side_thread("respway-admin", move || async move {
+    let thread = crate::lifecycle::side_thread("respway-admin", move || async move {
         match TcpListener::from_std(std_listener) {
             Ok(l) => serve(l, state, stop_rx).await,
             Err(e) => tracing::error!(error = %e, "admin listener"),

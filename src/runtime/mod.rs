@@ -277,27 +277,6 @@ fn compile(
     })
 }
 
-/// Runs `task` on a thread of its own named `name`, on a current-thread runtime (the admin
-/// endpoint, Sentinel discovery, health checks: work kept off the workers).
-pub(crate) fn side_thread<F, Fut>(name: &str, task: F) -> io::Result<JoinHandle<()>>
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    let what = name.to_string();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt.block_on(task()),
-                Err(e) => tracing::error!(thread = %what, error = %e, "cannot build its runtime"),
-            }
-        })
-}
-
 /// Starts the data plane for `config`.
 ///
 /// # Errors

@@ -7,13 +7,14 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use respway_filters::hot_key::HotKeyStats;
 use respway_filters::mirror::MirrorStats;
 use respway_filters::model::{Cluster, Endpoint, Role, Shard};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::discovery::endpoints::endpoint_config;
+pub(crate) use crate::lifecycle::Stop;
 use crate::runtime::{Shared, Snapshot};
 use crate::session::conn;
 use crate::session::listener::{bind_all, AcceptBackoff, ListenerCtx};
@@ -23,17 +24,6 @@ use crate::stats::AcceptSocket;
 use crate::stats::{hotkeys, slowlog};
 use crate::stats::{ListenerStats, Registry};
 use crate::upstream::{EndpointConfig, EndpointHandle, Endpoints, UpstreamStats};
-
-/// What the workers are told to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stop {
-    /// Serve.
-    Run,
-    /// Drain for at most this long, then stop.
-    Drain(std::time::Duration),
-    /// Stop now.
-    Now,
-}
 
 /// Identifies a pool: the same endpoint in the same cluster with the same settings and role
 /// (a primary demoted to replica, as in a Sentinel failover, gets new connections: those that
@@ -381,56 +371,6 @@ async fn drain(
         );
     } else {
         tracing::info!(worker, "drained: every session answered and closed");
-    }
-}
-
-pub(crate) fn endpoint_config(
-    c: &Cluster,
-    s: &Shard,
-    address: SocketAddr,
-    tls: Option<crate::net::tls::UpstreamTlsConfig>,
-) -> EndpointConfig {
-    let shard = &s.name;
-    let placeholder = address == respway_filters::model::NO_ENDPOINT;
-    EndpointConfig {
-        tls,
-        address,
-        label: match &s.sentinel {
-            Some(_) if placeholder => format!("shard {shard}").into(),
-            None if placeholder => format!("cluster {}", c.name).into(),
-            _ => format!("shard {shard} ({address})").into(),
-        },
-        missing: match (&s.sentinel, &c.redis_cluster) {
-            (Some(src), _) if placeholder => Some(
-                format!(
-                    "no primary known: no Sentinel has named one for master {:?} yet",
-                    src.master
-                )
-                .into(),
-            ),
-            (_, Some(src)) if placeholder => {
-                Some(crate::discovery::redis_cluster::missing(&s.name, src).into())
-            }
-            _ => None,
-        },
-        // A Redis Cluster replica serves reads only after READONLY.
-        readonly: c.redis_cluster.is_some()
-            && s.endpoints
-                .iter()
-                .any(|e| e.address == address && e.role == Role::Replica),
-        connect_timeout: c.connect_timeout,
-        auth: c.auth_for(address).map(|a| {
-            let mut v = Vec::new();
-            if let Some(u) = &a.username {
-                v.push(Bytes::from(u.clone()));
-            }
-            v.push(Bytes::from(a.password.clone()));
-            v
-        }),
-        db: c.db,
-        databases: c.databases,
-        dedicated: c.dedicated_connections,
-        max_queue: c.max_queue_per_connection,
     }
 }
 

@@ -24,11 +24,6 @@ use respway_filters::model::{HashTag, Listener};
 use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::Frame;
 
-/// Whether `cmd` is one the emulation answers (refused on a listener without it).
-pub(crate) fn handles(cmd: &CommandInfo) -> bool {
-    cmd.name == "asking" || cmd.name == "cluster" || cmd.name.starts_with("cluster|")
-}
-
 /// One node of the emulated cluster.
 struct Node {
     addr: SocketAddr,

@@ -534,10 +534,10 @@ fn client(args: &[Bytes], state: &mut SessionState) -> Reply {
             b"on" | b"off" => ok(),
             _ => error_reply("ERR syntax error"),
         },
-        (b"tracking", n) if n >= 3 => crate::cache::near_cache::clients::tracking(args, state),
-        (b"caching", 3) => crate::cache::near_cache::clients::caching(&args[2], state),
-        (b"trackinginfo", 2) => crate::cache::near_cache::clients::info(state),
-        (b"getredir", 2) => crate::cache::near_cache::clients::getredir(state),
+        (b"tracking", n) if n >= 3 => crate::session::tracking::tracking(args, state),
+        (b"caching", 3) => crate::session::tracking::caching(&args[2], state),
+        (b"trackinginfo", 2) => crate::session::tracking::info(state),
+        (b"getredir", 2) => crate::session::tracking::getredir(state),
         (b"id", 2) => {
             let mut out = BytesMut::with_capacity(24);
             write_integer(&mut out, b':', state.id as i64);

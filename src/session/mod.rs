@@ -8,6 +8,8 @@
 //! - `local`: commands the proxy answers itself (PING, HELLO, AUTH, SELECT, CLIENT, INFO, ...);
 //! - `cluster_emulation`: `CLUSTER SLOTS`, `SHARDS`, `NODES`, ... of a listener that answers as
 //!   a Redis Cluster, for cluster-aware clients;
+//! - `tracking`: `CLIENT TRACKING`, `CACHING`, `TRACKINGINFO`, `GETREDIR` (the registry of
+//!   tracking sessions is the cache's);
 //! - `tx`: transactions pinned to one shard;
 //! - `blocking`: blocking commands (`BLPOP`, `XREAD BLOCK`, ...) on dedicated connections;
 //! - `wait`: `WAIT` / `WAITAOF` on dedicated connections;
@@ -24,5 +26,6 @@ pub(crate) mod listener;
 pub(crate) mod local;
 pub(crate) mod pubsub;
 pub(crate) mod state;
+pub(crate) mod tracking;
 pub(crate) mod tx;
 pub(crate) mod wait;

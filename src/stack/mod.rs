@@ -182,7 +182,7 @@ pub(crate) fn handler(cmd: &CommandInfo, in_multi: bool) -> Handler {
 /// Whether `cmd`, which [`handler`] refuses, is answered instead by the listener's cluster
 /// emulation (`CLUSTER ...` and `ASKING` when the listener has one).
 pub(crate) fn emulated(cmd: &CommandInfo, listener: &respway_filters::model::Listener) -> bool {
-    listener.cluster_emulation.is_some() && crate::session::cluster_emulation::handles(cmd)
+    listener.cluster_emulation.is_some() && cluster_command(cmd)
 }
 
 /// `WAIT` and `WAITAOF` (served by `wait.rs`), which the command table classes as blocking.
@@ -302,4 +302,9 @@ pub(crate) async fn run_mirror(
             }
         }
     }
+}
+
+/// Whether `cmd` is one cluster emulation answers (refused on a listener without it).
+pub(crate) fn cluster_command(cmd: &CommandInfo) -> bool {
+    cmd.name == "asking" || cmd.name == "cluster" || cmd.name.starts_with("cluster|")
 }
