@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 
 use crate::discovery::sentinel::Link;
 use crate::runtime::ConfigHandle;
-use crate::upstream::EndpointConfig;
+use crate::upstream::{EndpointConfig, RedisCluster, TopologyHints};
 
 /// Slots of a Redis Cluster.
 const SLOTS: u32 = 16384;
@@ -179,6 +179,7 @@ pub(crate) fn missing(shard: &str, src: &RedisClusterSource) -> String {
 // === redirections reported by the workers ===
 
 /// Per cluster name: redirections seen, and the watcher's wake-up.
+#[derive(Debug)]
 struct Kick {
     redirects: AtomicU64,
     failures: AtomicU64,
@@ -207,29 +208,34 @@ fn kick_of(cluster: &str) -> Arc<Kick> {
         .clone()
 }
 
-/// A worker followed a `MOVED` or `ASK` of Redis Cluster `cluster` (`moved`: the slot's map
-/// is stale); the watcher refreshes the topology once the redirections pass the threshold.
-pub(crate) fn redirected(cluster: &str, moved: bool) {
-    let k = kick_of(cluster);
-    if moved {
-        k.redirects.fetch_add(1, Ordering::Relaxed);
+/// The handle a worker's upstream gets for Redis Cluster `cluster`: its name and the kick
+/// of its watcher, found once per configuration (not per redirection).
+pub(crate) fn handle(cluster: &str) -> RedisCluster {
+    RedisCluster {
+        name: Arc::from(cluster),
+        topology: kick_of(cluster),
     }
-    k.notify.notify_one();
 }
 
-/// A `MOVED` of Redis Cluster `cluster` named a node the sidecar does not know (a node that
-/// joined since the last refresh): the watcher refreshes at once.
-pub(crate) fn unknown_node(cluster: &str) {
-    let k = kick_of(cluster);
-    k.urgent.store(true, Ordering::Release);
-    k.notify.notify_one();
-}
+/// The watcher refreshes the topology once the redirections pass the threshold, at once for
+/// an unknown node.
+impl TopologyHints for Kick {
+    fn redirected(&self, moved: bool) {
+        if moved {
+            self.redirects.fetch_add(1, Ordering::Relaxed);
+        }
+        self.notify.notify_one();
+    }
 
-/// A request to a node of Redis Cluster `cluster` failed (the node may be gone).
-pub(crate) fn failed(cluster: &str) {
-    let k = kick_of(cluster);
-    k.failures.fetch_add(1, Ordering::Relaxed);
-    k.notify.notify_one();
+    fn unknown_node(&self) {
+        self.urgent.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    fn failed(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.notify.notify_one();
+    }
 }
 
 // === the watchers ===

@@ -280,7 +280,11 @@ impl Worker {
                 })
                 .collect(),
             (config.clusters.iter())
-                .map(|c| c.redis_cluster.as_ref().map(|_| Arc::from(c.name.as_str())))
+                .map(|c| {
+                    c.redis_cluster
+                        .as_ref()
+                        .map(|_| crate::discovery::redis_cluster::handle(&c.name))
+                })
                 .collect(),
         ));
         crate::upstream::set_latest(&endpoints);

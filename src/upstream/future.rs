@@ -163,7 +163,7 @@ impl Future for UpstreamFuture {
                 }
             }
             if let (Some(r), Err(_)) = (this.redirect.as_deref(), &result) {
-                crate::discovery::redis_cluster::failed(&r.name);
+                r.topology().failed();
             }
             if let (Some(fill), Ok(reply)) = (this.fill.take(), &result) {
                 if this.fallback.is_none() || !replica_not_serving(reply) {

@@ -71,6 +71,7 @@ pub(crate) use connect::*;
 pub(crate) use dedicated::*;
 pub(crate) use error::*;
 pub(crate) use future::*;
+pub(crate) use redirect::{RedisCluster, TopologyHints};
 pub(crate) use serve::*;
 pub(crate) use stats::*;
 use task::*;
@@ -533,8 +534,9 @@ pub(crate) struct Endpoints(
     pub(crate) Vec<Vec<Vec<EndpointHandle>>>,
     /// Per cluster, this worker's near cache for this configuration (`None`: no cache).
     pub(crate) Vec<Option<Arc<crate::cache::near_cache::ClusterCache>>>,
-    /// Per cluster, its name when it is a Redis Cluster (whose redirections are followed).
-    pub(crate) Vec<Option<Arc<str>>>,
+    /// Per cluster, when it is a Redis Cluster (whose redirections are followed): its name
+    /// and where its topology hints go.
+    pub(crate) Vec<Option<redirect::RedisCluster>>,
 );
 
 impl Endpoints {
@@ -649,7 +651,7 @@ impl Service<Request> for Upstream {
             .2
             .get(req.cluster)
             .and_then(Option::as_ref)
-            .map(|name| {
+            .map(|c| {
                 let args = if req.raw.is_some() {
                     Vec::new()
                 } else {
@@ -658,7 +660,7 @@ impl Service<Request> for Upstream {
                 Box::new(redirect::Redirect::new(
                     self.endpoints.clone(),
                     req.cluster,
-                    name.clone(),
+                    c.name.clone(),
                     args,
                     req.raw.clone(),
                     req.flavor,

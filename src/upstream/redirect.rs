@@ -2,7 +2,7 @@
 //! sees one):
 //! - `-MOVED <slot> <addr>`: the slot has another owner. The command goes once more, to that
 //!   node when this worker has it among the cluster's endpoints; the redirection is counted
-//!   towards a topology refresh (`redis_cluster::redirected`), after which the slot's keys
+//!   towards a topology refresh ([`TopologyHints::redirected`]), after which the slot's keys
 //!   go to the new owner directly.
 //! - `-ASK <slot> <addr>`: the slot is being moved and this key is already on the importing
 //!   node: `ASKING` and the command go there, in one piece on one connection; the map is not
@@ -33,6 +33,25 @@ pub(crate) const MAX_HOPS: u8 = 5;
 
 /// `ASKING`, encoded: what precedes a command sent after `-ASK`.
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+
+/// What the upstream tells whoever follows a Redis Cluster's topology (discovery's watcher of
+/// the cluster implements it; the upstream is handed one per Redis Cluster and knows no
+/// watcher).
+pub(crate) trait TopologyHints: Send + Sync + std::fmt::Debug {
+    /// A `MOVED` (`moved`) or `ASK` was followed: a `MOVED` says the slot map is stale.
+    fn redirected(&self, moved: bool);
+    /// A `MOVED` named a node this sidecar does not know: refresh now.
+    fn unknown_node(&self);
+    /// A request to a node failed (the node may be gone).
+    fn failed(&self);
+}
+
+/// A Redis Cluster of a worker's endpoints: its name and where its topology hints go.
+#[derive(Debug, Clone)]
+pub(crate) struct RedisCluster {
+    pub(crate) name: Arc<str>,
+    pub(crate) topology: Arc<dyn TopologyHints>,
+}
 
 /// What a command to a Redis Cluster keeps to be sent again.
 #[derive(Debug)]
@@ -67,6 +86,14 @@ pub(super) enum Follow {
 }
 
 impl Redirect {
+    /// Where this cluster's topology hints go (looked up only when there is one to give).
+    pub(super) fn topology(&self) -> &dyn TopologyHints {
+        match self.endpoints.2.get(self.cluster) {
+            Some(Some(c)) => &*c.topology,
+            _ => &NoTopology,
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         endpoints: Arc<Endpoints>,
@@ -115,14 +142,14 @@ impl Redirect {
         match kind {
             Kind::TryAgain => Follow::Later(Duration::from_millis(10 << (self.hops - 1).min(4))),
             Kind::Moved | Kind::Ask => {
-                crate::discovery::redis_cluster::redirected(&self.name, kind == Kind::Moved);
+                self.topology().redirected(kind == Kind::Moved);
                 match self.find(target) {
                     Some(ep) => Follow::Sent(self.send(&ep, kind == Kind::Ask, deadline)),
                     // A node that joined since the last refresh: the topology is refreshed at
                     // once, and the command goes to the node once this worker has it (or, after
                     // the pause, to where it went first again).
                     None if self.hops < MAX_HOPS => {
-                        crate::discovery::redis_cluster::unknown_node(&self.name);
+                        self.topology().unknown_node();
                         self.moved_to = Some(target);
                         Follow::Later(Duration::from_millis(10 << (self.hops - 1).min(4)))
                     }
@@ -190,7 +217,7 @@ impl Redirect {
         let i = latest
             .2
             .iter()
-            .position(|n| n.as_deref() == Some(&*self.name))?;
+            .position(|n| n.as_ref().is_some_and(|n| *n.name == *self.name))?;
         in_cluster(latest.0.get(i)?)
     }
 }
@@ -242,4 +269,14 @@ mod tests {
         assert_eq!(parse(b"-ERR MOVED 1 2\r\n"), None);
         assert_eq!(parse(b"-MOVED x 127.0.0.1:7001\r\n"), None);
     }
+}
+
+/// Hints nobody follows (a cluster no longer a Redis Cluster in these endpoints).
+#[derive(Debug)]
+struct NoTopology;
+
+impl TopologyHints for NoTopology {
+    fn redirected(&self, _: bool) {}
+    fn unknown_node(&self) {}
+    fn failed(&self) {}
 }
