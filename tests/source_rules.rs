@@ -571,7 +571,6 @@ const KNOWN_UP: &[(&str, &str)] = &[
     ("stats", "stack"),
     ("stats", "upstream"),
     ("upstream", "cache"),
-    ("upstream", "discovery"),
 ];
 
 #[test]

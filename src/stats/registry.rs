@@ -108,7 +108,7 @@ pub(crate) struct EndpointView {
     /// failed attempts.
     pub down: Option<crate::upstream::Down>,
     /// What the active health check says (`None`: its cluster has no `health_check`).
-    pub check: Option<crate::discovery::health::CheckView>,
+    pub check: Option<crate::upstream::check::CheckView>,
 }
 
 /// Upstream counters summed over workers.
@@ -392,7 +392,7 @@ impl Registry {
                         }
                         v.ejections += st.ejections();
                         if v.check.is_none() {
-                            v.check = h.check().map(crate::discovery::health::EndpointCheck::view);
+                            v.check = h.check().map(crate::upstream::check::EndpointCheck::view);
                         }
                         let (open, inflight) = st.open();
                         v.connections += open;

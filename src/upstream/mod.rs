@@ -57,6 +57,7 @@ use tower::Service;
 use crate::net::outq::OutQueue;
 use crate::net::tls::{Io, TlsStream};
 
+pub(crate) mod check;
 mod connect;
 mod dedicated;
 mod error;
@@ -188,7 +189,7 @@ struct EndpointInner {
     /// How long the endpoint took per request, write to reply (all its connections).
     latency: Arc<crate::stats::Latency>,
     /// The active health check's state (`None`: its cluster has no `health_check`).
-    check: Option<Arc<crate::discovery::health::EndpointCheck>>,
+    check: Option<Arc<check::EndpointCheck>>,
     /// The near cache's tracker of this endpoint in this worker (`None`: its cluster's cache
     /// needs none, or it has no cache).
     tracker: Option<Arc<crate::cache::near_cache::Tracker>>,
@@ -213,7 +214,7 @@ impl EndpointHandle {
         cfg: EndpointConfig,
         n: usize,
         stats: Arc<UpstreamStats>,
-        check: Option<Arc<crate::discovery::health::EndpointCheck>>,
+        check: Option<Arc<check::EndpointCheck>>,
         follow: Option<(
             crate::cache::near_cache::Follow,
             Arc<crate::cache::near_cache::CacheStats>,
@@ -257,7 +258,7 @@ impl EndpointHandle {
     }
 
     /// The active health check's state, when its cluster has one.
-    pub(crate) fn check(&self) -> Option<&crate::discovery::health::EndpointCheck> {
+    pub(crate) fn check(&self) -> Option<&check::EndpointCheck> {
         self.inner.check.as_deref()
     }
 
@@ -556,9 +557,7 @@ impl Endpoints {
 impl HealthView for Endpoints {
     fn healthy(&self, cluster: usize, shard: usize, endpoint: usize) -> bool {
         self.get(cluster, shard, endpoint).is_some_and(|h| {
-            h.is_healthy()
-                && h.check()
-                    .is_none_or(crate::discovery::health::EndpointCheck::in_rotation)
+            h.is_healthy() && h.check().is_none_or(check::EndpointCheck::in_rotation)
         })
     }
 }
