@@ -37,8 +37,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::discovery::{Handle, Serving};
 use crate::lifecycle::Stop;
-use crate::runtime::{Shared, Snapshot};
 use crate::upstream::Conn;
 
 /// Keys copied (or deleted) per second by one pass, at most.
@@ -187,11 +187,15 @@ impl Copies {
 /// configuration (so the first clients read spread when the keyspace is small); it ends when
 /// `stop` leaves [`Stop::Run`].
 pub(crate) fn start(
-    shared: Arc<Shared>,
+    running: Handle,
+    copies: Arc<Copies>,
     stop: watch::Receiver<Stop>,
     first_wait: Duration,
 ) -> std::io::Result<()> {
-    let copies = shared.copies.clone();
+    let shared = Arc::new(Shared {
+        running,
+        copies: copies.clone(),
+    });
     crate::lifecycle::side_thread("respway-hotcopy", move || run(shared, stop))?;
     let until = std::time::Instant::now() + first_wait;
     while !copies.all_done() && std::time::Instant::now() < until {
@@ -200,11 +204,18 @@ pub(crate) fn start(
     Ok(())
 }
 
+/// What the copy thread holds: the running sidecar (as discovery sees it) and the passes'
+/// state, which the compiled rules read too.
+struct Shared {
+    running: Handle,
+    copies: Arc<Copies>,
+}
+
 /// A rule of one cluster, as the thread tracks it.
 type Rule = (String, Vec<u8>);
 
 async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<Stop>) {
-    let mut changed = shared.changed.subscribe();
+    let mut changed = shared.running.subscribe();
     let mut copying: HashMap<RuleKey, tokio::task::JoinHandle<()>> = HashMap::new();
     let mut deleting: HashMap<Rule, tokio::task::JoinHandle<()>> = HashMap::new();
     let mut before: HashSet<Rule> = HashSet::new();
@@ -228,8 +239,8 @@ fn reconcile(
     deleting: &mut HashMap<Rule, tokio::task::JoinHandle<()>>,
     before: &HashSet<Rule>,
 ) -> HashSet<Rule> {
-    let snap = shared.current.load_full();
-    let Some(routing) = snap.routings.first() else {
+    let snap = shared.running.serving();
+    let Some(routing) = snap.first_routing() else {
         return HashSet::new();
     };
     let clusters = routing.clusters.clone();
@@ -286,9 +297,9 @@ fn reconcile(
 }
 
 /// The current snapshot and the index of cluster `name` in it (`None`: the cluster is gone).
-fn current(shared: &Shared, name: &str) -> Option<(Arc<Snapshot>, usize)> {
-    let snap = shared.current.load_full();
-    let ci = snap.config.clusters.iter().position(|c| c.name == name)?;
+fn current(shared: &Shared, name: &str) -> Option<(Arc<dyn Serving>, usize)> {
+    let snap = shared.running.serving();
+    let ci = snap.config().clusters.iter().position(|c| c.name == name)?;
     Some((snap, ci))
 }
 
@@ -303,7 +314,7 @@ async fn copy_rule(shared: Arc<Shared>, cluster: String, prefix: Vec<u8>, state:
         };
         state.set(State::Copying);
         state.keys.store(0, Ordering::Relaxed);
-        match pass(&snap, ci, &prefix, Work::Copy(&state)).await {
+        match pass(&*snap, ci, &prefix, Work::Copy(&state)).await {
             Ok(()) => {
                 state
                     .error
@@ -344,7 +355,7 @@ async fn uncopy_rule(shared: Arc<Shared>, cluster: String, prefix: Vec<u8>) {
         let Some((snap, ci)) = current(&shared, &cluster) else {
             return;
         };
-        match pass(&snap, ci, &prefix, Work::Delete).await {
+        match pass(&*snap, ci, &prefix, Work::Delete).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(
@@ -371,10 +382,10 @@ enum Work<'a> {
 }
 
 /// One pass over every shard of cluster `ci` for the keys under `prefix`.
-async fn pass(snap: &Snapshot, ci: usize, prefix: &[u8], work: Work<'_>) -> Result<(), String> {
+async fn pass(snap: &dyn Serving, ci: usize, prefix: &[u8], work: Work<'_>) -> Result<(), String> {
     let (Some(c), Some(route)) = (
-        snap.config.clusters.get(ci),
-        snap.routings.first().and_then(|r| r.clusters.get(ci)),
+        snap.config().clusters.get(ci),
+        snap.first_routing().and_then(|r| r.clusters.get(ci)),
     ) else {
         return Ok(());
     };
@@ -385,7 +396,7 @@ async fn pass(snap: &Snapshot, ci: usize, prefix: &[u8], work: Work<'_>) -> Resu
         let Some(addr) = route.shards.get(i).and_then(|r| r.primary_address) else {
             return Err(format!("shard {}: no primary known", s.name));
         };
-        let cfg = crate::discovery::endpoints::endpoint_config(c, s, addr, snap.certs.upstream(ci));
+        let cfg = crate::discovery::endpoints::endpoint_config(c, s, addr, snap.upstream_tls(ci));
         // Connections are kept between passes (one per shard primary and database), so
         // rules added and removed again and again do not open new ones.
         let link_key = (c.name.clone(), addr, c.db);

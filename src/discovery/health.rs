@@ -35,8 +35,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::discovery::Handle;
 use crate::lifecycle::Stop;
-use crate::runtime::Shared;
 use crate::upstream::check::{EndpointCheck, DRAINING, HEALTHY, UNHEALTHY};
 use crate::upstream::{Conn, EndpointConfig};
 
@@ -169,13 +169,13 @@ struct Task {
 }
 
 /// Starts the checker thread; it ends when `stop` leaves [`Stop::Run`].
-pub(crate) fn start(shared: Arc<Shared>, stop: watch::Receiver<Stop>) -> std::io::Result<()> {
+pub(crate) fn start(shared: Handle, stop: watch::Receiver<Stop>) -> std::io::Result<()> {
     crate::lifecycle::side_thread("respway-health", move || run(shared, stop))?;
     Ok(())
 }
 
-async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<Stop>) {
-    let mut changed = shared.changed.subscribe();
+async fn run(shared: Handle, mut stop: watch::Receiver<Stop>) {
+    let mut changed = shared.subscribe();
     let mut tasks: HashMap<(String, SocketAddr), Task> = HashMap::new();
     loop {
         reconcile(&shared, &mut tasks);
@@ -190,12 +190,12 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<Stop>) {
 }
 
 /// Starts and stops tasks to match the current snapshot.
-fn reconcile(shared: &Shared, tasks: &mut HashMap<(String, SocketAddr), Task>) {
-    let snap = shared.current.load_full();
+fn reconcile(shared: &Handle, tasks: &mut HashMap<(String, SocketAddr), Task>) {
+    let snap = shared.serving();
     let mut want: HashMap<(String, SocketAddr), Target> = HashMap::new();
-    for (ci, c) in snap.config.clusters.iter().enumerate() {
+    for (ci, c) in snap.config().clusters.iter().enumerate() {
         let Some(hc) = &c.health_check else { continue };
-        let tls = snap.certs.upstream(ci);
+        let tls = snap.upstream_tls(ci);
         for s in &c.shards {
             for e in &s.endpoints {
                 if e.address == respway_filters::model::NO_ENDPOINT {
@@ -225,7 +225,7 @@ fn reconcile(shared: &Shared, tasks: &mut HashMap<(String, SocketAddr), Task>) {
         if tasks.contains_key(&k) {
             continue;
         }
-        let check = shared.checks.get(&k.0, k.1);
+        let check = shared.checks().get(&k.0, k.1);
         check.configured_as(target.role);
         let handle = tokio::spawn(check_loop(check, target.clone()));
         tasks.insert(k, Task { target, handle });

@@ -16,3 +16,44 @@ pub(crate) mod health;
 pub(crate) mod redis_cluster;
 pub(crate) mod sentinel;
 pub(crate) mod watchers;
+
+use std::sync::Arc;
+
+use respway_filters::model::Config;
+use respway_filters::routing::Routing;
+use tokio::sync::watch;
+
+use crate::net::tls::UpstreamTlsConfig;
+
+/// One configuration now serving, as discovery and the side threads see it (the runtime's
+/// compiled snapshot implements it).
+pub(crate) trait Serving: Send + Sync {
+    /// The model.
+    fn config(&self) -> &Arc<Config>;
+    /// The TLS settings to the shards of cluster `cluster` (`None`: plain TCP).
+    fn upstream_tls(&self, cluster: usize) -> Option<UpstreamTlsConfig>;
+    /// The routing table of the first listener.
+    fn first_routing(&self) -> Option<&Arc<Routing>>;
+}
+
+/// What discovery and the side threads may see of the running sidecar and ask of it: the
+/// configuration now serving, a signal at each change, the state discovery keeps there, and
+/// "compile the configuration again with what was found". The runtime implements it;
+/// nothing below the runtime sees the runtime itself.
+pub(crate) trait Running: Send + Sync + std::fmt::Debug + 'static {
+    /// The configuration now serving.
+    fn serving(&self) -> Arc<dyn Serving>;
+    /// Hears of each configuration published.
+    fn subscribe(&self) -> watch::Receiver<u64>;
+    /// Compiles the configuration again with what discovery found and publishes it.
+    fn republish(&self) -> Result<u64, String>;
+    /// The primaries and replicas of Sentinel-managed shards, as last found.
+    fn sentinels(&self) -> &sentinel::Discovery;
+    /// The shards of Redis Clusters, as last found.
+    fn redis_clusters(&self) -> &redis_cluster::Discovery;
+    /// Active health-check state per endpoint.
+    fn checks(&self) -> &health::Checks;
+}
+
+/// How discovery and the side threads hold the running sidecar.
+pub(crate) type Handle = Arc<dyn Running>;

@@ -7,7 +7,7 @@
 //! every `cluster_refresh_rate` and when the workers report redirections or failures past
 //! the thresholds ([`redirected`], at most once per `redirect_refresh_interval`). When the
 //! answer changes, it records it and has the configuration compiled again
-//! ([`crate::runtime::ConfigHandle::rediscover`]): the cluster's shards become the topology's (one per
+//! ([`crate::discovery::Running::republish`]): the cluster's shards become the topology's (one per
 //! primary, named by its address, with its slot ranges and its replicas not marked failed;
 //! slots no node
 //! serves go to a shard `unassigned` whose keys get an error), and the workers swap them in
@@ -31,7 +31,7 @@ use respway_filters::resp::Frame;
 use tokio::sync::Notify;
 
 use crate::discovery::sentinel::Link;
-use crate::runtime::ConfigHandle;
+use crate::discovery::Handle;
 use crate::upstream::{EndpointConfig, RedisCluster, TopologyHints};
 
 /// Slots of a Redis Cluster.
@@ -253,10 +253,10 @@ struct Reach {
     cfg: EndpointConfig,
 }
 
-fn wanted(handle: &ConfigHandle) -> HashMap<Key, Reach> {
-    let snapshot = handle.current();
+fn wanted(handle: &Handle) -> HashMap<Key, Reach> {
+    let snapshot = handle.serving();
     let mut out = HashMap::new();
-    for (ci, c) in snapshot.config.clusters.iter().enumerate() {
+    for (ci, c) in snapshot.config().clusters.iter().enumerate() {
         let Some(src) = &c.redis_cluster else {
             continue;
         };
@@ -277,7 +277,7 @@ fn wanted(handle: &ConfigHandle) -> HashMap<Key, Reach> {
             databases: 1,
             dedicated: 0,
             max_queue: 1,
-            tls: snapshot.certs.upstream(ci),
+            tls: snapshot.upstream_tls(ci),
             missing: None,
             readonly: false,
         };
@@ -299,14 +299,14 @@ impl crate::discovery::watchers::Watch for Clusters {
     /// The cluster and its settings: a change of either starts a new watcher.
     type Key = (Key, RedisClusterSource);
     type Value = EndpointConfig;
-    fn wanted(handle: &ConfigHandle) -> HashMap<Self::Key, EndpointConfig> {
+    fn wanted(handle: &Handle) -> HashMap<Self::Key, EndpointConfig> {
         wanted(handle)
             .into_iter()
             .map(|(k, r)| ((k, r.src), r.cfg))
             .collect()
     }
     fn watch(
-        handle: ConfigHandle,
+        handle: Handle,
         key: Self::Key,
         cfg: EndpointConfig,
         first: tokio::sync::oneshot::Sender<()>,
@@ -314,15 +314,15 @@ impl crate::discovery::watchers::Watch for Clusters {
         let (key, src) = key;
         watch_cluster(handle, key, Reach { src, cfg }, first)
     }
-    fn forget(handle: &ConfigHandle, key: &Self::Key) {
-        handle.cluster_discovery().forget(&key.0);
+    fn forget(handle: &Handle, key: &Self::Key) {
+        handle.redis_clusters().forget(&key.0);
     }
 }
 
 /// One Redis Cluster: refreshes its topology at once, every `cluster_refresh_rate`, and when
 /// redirections or failures pass their thresholds.
 async fn watch_cluster(
-    handle: ConfigHandle,
+    handle: Handle,
     key: Key,
     reach: Reach,
     first: tokio::sync::oneshot::Sender<()>,
@@ -350,9 +350,9 @@ async fn watch_cluster(
                     }
                 }
                 known = nodes;
-                if handle.cluster_discovery().set(&key, t.clone()) {
+                if handle.redis_clusters().set(&key, t.clone()) {
                     tracing::info!(cluster = %key.0, shards = t.len(), "Redis Cluster: topology changed");
-                    if let Err(e) = handle.rediscover() {
+                    if let Err(e) = handle.republish() {
                         tracing::error!(error = %e, "Redis Cluster: the configuration with the new topology was refused");
                     }
                 }

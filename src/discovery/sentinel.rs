@@ -8,7 +8,7 @@
 //! - it asks every Sentinel (`SENTINEL MASTER`, `SENTINEL REPLICAS`) at once, and every
 //!   second as a backstop;
 //! - when the answer changes, it records it and has the configuration compiled again
-//!   ([`crate::runtime::ConfigHandle::rediscover`]): the workers swap the shard's endpoints as for any
+//!   ([`crate::discovery::Running::republish`]): the workers swap the shard's endpoints as for any
 //!   configuration change, without dropping a request. New commands go to the new primary;
 //!   commands already sent to the old one are answered by it or fail (a lost connection),
 //!   and are never sent again; the pools of a node that left the shard, or changed role, are
@@ -39,7 +39,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use crate::runtime::ConfigHandle;
+use crate::discovery::Handle;
 use crate::upstream::{connect_plain, Conn, EndpointConfig};
 
 /// How often every Sentinel is asked, whatever they publish.
@@ -193,13 +193,13 @@ pub(crate) fn any(config: &Config) -> bool {
 
 /// The masters `config` names, each with how its Sentinels are reached (their own
 /// credentials, the cluster's TLS and connect timeout).
-fn wanted(handle: &ConfigHandle) -> HashMap<(Key, Vec<EndpointConfig>), String> {
-    let snapshot = handle.current();
+fn wanted(handle: &Handle) -> HashMap<(Key, Vec<EndpointConfig>), String> {
+    let snapshot = handle.serving();
     let mut out = HashMap::new();
-    for (ci, c) in snapshot.config.clusters.iter().enumerate() {
+    for (ci, c) in snapshot.config().clusters.iter().enumerate() {
         for s in &c.shards {
             let Some(src) = &s.sentinel else { continue };
-            let tls = snapshot.certs.upstream(ci);
+            let tls = snapshot.upstream_tls(ci);
             let cfgs = src
                 .sentinels
                 .iter()
@@ -241,26 +241,26 @@ pub(crate) struct Masters;
 impl crate::discovery::watchers::Watch for Masters {
     type Key = (Key, Vec<EndpointConfig>);
     type Value = String;
-    fn wanted(handle: &ConfigHandle) -> HashMap<Self::Key, String> {
+    fn wanted(handle: &Handle) -> HashMap<Self::Key, String> {
         wanted(handle)
     }
     fn watch(
-        handle: ConfigHandle,
+        handle: Handle,
         key: Self::Key,
         what: String,
         first: tokio::sync::oneshot::Sender<()>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         watch_master(handle, key.0, key.1, what, first)
     }
-    fn forget(handle: &ConfigHandle, key: &Self::Key) {
-        handle.discovery().forget(&key.0);
+    fn forget(handle: &Handle, key: &Self::Key) {
+        handle.sentinels().forget(&key.0);
     }
 }
 
 /// One master: subscribes on each of its Sentinels and asks them all, at once and then on
 /// each event and each [`POLL`]; `first` hears when the first round is over.
 async fn watch_master(
-    handle: ConfigHandle,
+    handle: Handle,
     key: Key,
     sentinels: Vec<EndpointConfig>,
     what: String,
@@ -290,14 +290,14 @@ async fn watch_master(
             }
         }
         let winner = decide(&ok);
-        let before = handle.discovery().get(&key);
+        let before = handle.sentinels().get(&key);
         let changed = matches!((&before, &winner), (Some(b), Some(w)) if b.primary != w.primary);
         let epoch = winner.as_ref().map_or(0, |w| w.epoch);
-        (handle.discovery()).round(&key, ok.len(), sentinels.len(), changed, epoch);
+        (handle.sentinels()).round(&key, ok.len(), sentinels.len(), changed, epoch);
         match winner {
             Some(found) => {
                 silent = false;
-                if handle.discovery().set(&key, found.clone()) {
+                if handle.sentinels().set(&key, found.clone()) {
                     match before {
                         Some(b) if b.primary != found.primary => tracing::warn!(
                             %what, master = %key.0, from = %b.primary, to = %found.primary,
@@ -313,7 +313,7 @@ async fn watch_master(
                             "Sentinel: primary found"
                         ),
                     }
-                    if let Err(e) = handle.rediscover() {
+                    if let Err(e) = handle.republish() {
                         tracing::error!(error = %e, "Sentinel: the configuration with the new endpoints was refused");
                     }
                 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::task::{AbortHandle, JoinSet};
 
+use crate::discovery::Handle;
 use crate::lifecycle::Stop;
-use crate::runtime::ConfigHandle;
 
 /// What a kind of watcher needs: what the configuration names (`wanted`), how to follow one
 /// (`watch`, which says on its `oneshot` when its first round is over), and what to forget
@@ -21,14 +21,14 @@ pub(crate) trait Watch: Send + 'static {
     type Key: Hash + Eq + Clone + Send + 'static;
     /// What the watcher needs besides its key.
     type Value: Send + 'static;
-    fn wanted(handle: &ConfigHandle) -> HashMap<Self::Key, Self::Value>;
+    fn wanted(handle: &Handle) -> HashMap<Self::Key, Self::Value>;
     fn watch(
-        handle: ConfigHandle,
+        handle: Handle,
         key: Self::Key,
         value: Self::Value,
         first: oneshot::Sender<()>,
     ) -> impl Future<Output = ()> + Send + 'static;
-    fn forget(handle: &ConfigHandle, key: &Self::Key);
+    fn forget(handle: &Handle, key: &Self::Key);
 }
 
 /// Starts the thread `name` keeping the watchers of `W` for every configuration applied
@@ -36,7 +36,7 @@ pub(crate) trait Watch: Send + 'static {
 /// of the current configuration is over (or `wait` passed).
 pub(crate) fn start<W: Watch>(
     name: &str,
-    handle: ConfigHandle,
+    handle: Handle,
     stop: watch::Receiver<Stop>,
     wait: Duration,
 ) -> std::io::Result<()> {
@@ -47,7 +47,7 @@ pub(crate) fn start<W: Watch>(
 }
 
 async fn run<W: Watch>(
-    handle: ConfigHandle,
+    handle: Handle,
     mut stop: watch::Receiver<Stop>,
     ready: std::sync::mpsc::Sender<()>,
 ) {

@@ -277,6 +277,48 @@ fn compile(
     })
 }
 
+/// The compiled snapshot, as discovery and the side threads see it.
+impl crate::discovery::Serving for Snapshot {
+    fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
+    fn upstream_tls(&self, cluster: usize) -> Option<crate::net::tls::UpstreamTlsConfig> {
+        self.certs.upstream(cluster)
+    }
+
+    fn first_routing(&self) -> Option<&Arc<Routing>> {
+        self.routings.first()
+    }
+}
+
+/// The narrow handle discovery and the side threads get instead of the runtime itself.
+impl crate::discovery::Running for ConfigHandle {
+    fn serving(&self) -> Arc<dyn crate::discovery::Serving> {
+        self.current()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        ConfigHandle::subscribe(self)
+    }
+
+    fn republish(&self) -> Result<u64, String> {
+        self.rediscover()
+    }
+
+    fn sentinels(&self) -> &crate::discovery::sentinel::Discovery {
+        self.discovery()
+    }
+
+    fn redis_clusters(&self) -> &crate::discovery::redis_cluster::Discovery {
+        self.cluster_discovery()
+    }
+
+    fn checks(&self) -> &crate::discovery::health::Checks {
+        &self.shared.checks
+    }
+}
+
 /// Starts the data plane for `config`.
 ///
 /// # Errors
@@ -308,11 +350,12 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     let (stop, stop_rx) = watch::channel(Stop::Run);
     // Sentinel-managed shards: their first answers are awaited (a little) so that the first
     // clients find the primaries known.
+    let running: crate::discovery::Handle = Arc::new(ConfigHandle {
+        shared: shared.clone(),
+    });
     crate::discovery::watchers::start::<crate::discovery::sentinel::Masters>(
         "respway-sentinel",
-        ConfigHandle {
-            shared: shared.clone(),
-        },
+        running.clone(),
         stop_rx.clone(),
         if with_sentinels {
             SENTINEL_FIRST_WAIT
@@ -323,9 +366,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     // Redis Clusters: the first topology is awaited (a little) for the same reason.
     crate::discovery::watchers::start::<crate::discovery::redis_cluster::Clusters>(
         "respway-cluster",
-        ConfigHandle {
-            shared: shared.clone(),
-        },
+        running.clone(),
         stop_rx.clone(),
         if with_redis_clusters {
             SENTINEL_FIRST_WAIT
@@ -343,10 +384,15 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         .map(|l| (l.name.clone(), l.address))
         .collect();
     crate::session::listener::check_free(&named)?;
-    crate::discovery::health::start(shared.clone(), stop_rx.clone())?;
+    crate::discovery::health::start(running.clone(), stop_rx.clone())?;
     // Hot-key rules copy the keys that exist under them; the first clients wait (a little)
     // for it, so that reads spread from the start over a small keyspace.
-    crate::cache::hotcopy::start(shared.clone(), stop_rx.clone(), HOT_COPY_FIRST_WAIT)?;
+    crate::cache::hotcopy::start(
+        running,
+        shared.copies.clone(),
+        stop_rx.clone(),
+        HOT_COPY_FIRST_WAIT,
+    )?;
     let mut threads = Vec::with_capacity(workers);
     // Worker 0 binds first (resolving port 0); the others bind the same addresses with
     // SO_REUSEPORT so the kernel spreads connections over them.
