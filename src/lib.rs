@@ -11,8 +11,9 @@
 //!   endpoints that remain; sessions pick the new parts up before their next request, and
 //!   requests in flight finish on the chain they started with.
 //!
-//! The folders, as floors from the top down (a folder imports only folders below it; the
-//! module-graph test in `tests/source_rules.rs` keeps it so):
+//! The folders, as floors from the top down (a folder imports only folders below it, but
+//! for one arrow still listed as running up, upstream to the near cache; the module-graph
+//! test in `tests/source_rules.rs` keeps it so, see `ARCHITECTURE.md`):
 //! - `runtime`: bootstrap, the workers and their lifecycle, the side threads, xDS wiring, the
 //!   admin HTTP endpoint, [`Server`] and its hot swaps;
 //! - `session`: one client connection (decode, dispatch, replies in order, backpressure) and
@@ -25,10 +26,11 @@
 //!   active health checks, and the side-thread loop that follows them;
 //! - `upstream`: pooled, pipelined connections to the shards, dedicated ones, the request
 //!   queue, redirections;
-//! - `lifecycle`: the stop signal of workers and side threads, the side-thread spawner;
-//! - `net`: bytes on sockets: TLS streams and configurations, output queues, spare buffers;
 //! - `stats`: counters, latency histograms, the registry that sums them over workers, the
-//!   table of metric families, the slow log and hot-key detection.
+//!   table of metric families, the slow log and hot-key detection (it imports no feature:
+//!   features register the sources it sums);
+//! - `lifecycle`: the stop signal of workers and side threads, the side-thread spawner;
+//! - `net`: bytes on sockets: TLS streams and configurations, output queues, spare buffers.
 
 mod cache;
 mod discovery;

@@ -549,9 +549,9 @@ fn no_import_circles_between_the_modules_of_a_crate() {
 /// knows no feature; the cache, discovery and the chain are beside or above it; the session
 /// uses the chain; the runtime (workers, side threads, admin, xDS wiring) is on top.
 const FLOORS: &[&str] = &[
-    "stats",
-    "lifecycle",
     "net",
+    "lifecycle",
+    "stats",
     "upstream",
     "discovery",
     "cache",
@@ -562,14 +562,7 @@ const FLOORS: &[&str] = &[
 
 /// Arrows of `src/` that still run up a floor, each to be removed (issue 42). The test fails
 /// on an arrow up that is not here, and on one here that is gone (so the list only shrinks).
-const KNOWN_UP: &[(&str, &str)] = &[
-    ("stats", "cache"),
-    ("stats", "discovery"),
-    ("stats", "runtime"),
-    ("stats", "stack"),
-    ("stats", "upstream"),
-    ("upstream", "cache"),
-];
+const KNOWN_UP: &[(&str, &str)] = &[("upstream", "cache")];
 
 #[test]
 fn src_folders_import_only_the_floors_below_them() {

@@ -79,34 +79,7 @@ pub(crate) struct RuleCopy {
     error: Mutex<String>,
 }
 
-/// Where a rule's pass is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum State {
-    /// Running (reads stay on the home shards).
-    Copying,
-    /// Finished: reads spread.
-    Done,
-    /// The last attempt failed; it is retried (reads stay on the home shards).
-    Failed,
-}
-
-impl State {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            State::Copying => "copying",
-            State::Done => "done",
-            State::Failed => "failed",
-        }
-    }
-}
-
-/// What `INFO hotkeys` and the metrics show of a rule's pass.
-#[derive(Debug, Clone)]
-pub(crate) struct Progress {
-    pub(crate) state: State,
-    pub(crate) keys: u64,
-    pub(crate) error: String,
-}
+pub(crate) use crate::stats::{CopyProgress as Progress, CopyState as State};
 
 impl RuleCopy {
     fn set(&self, state: State) {
@@ -130,6 +103,17 @@ impl RuleCopy {
             keys: self.keys.load(Ordering::Relaxed),
             error: self.error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }
+    }
+}
+
+/// What `INFO hotkeys` and the metrics read of the passes.
+impl crate::stats::CopySource for Copies {
+    fn progress(&self, cluster: &str, prefix: &str) -> Option<Progress> {
+        Copies::progress(self, cluster, prefix)
+    }
+
+    fn all(&self) -> Vec<(String, String, Progress)> {
+        Copies::all(self)
     }
 }
 

@@ -55,8 +55,9 @@ pub(crate) type Topology = Vec<Part>;
 
 /// Topology refreshes answered, and those that changed a topology, over the process (for
 /// `INFO` and the metrics).
-pub(crate) static REFRESHES: AtomicU64 = AtomicU64::new(0);
-pub(crate) static CHANGES: AtomicU64 = AtomicU64::new(0);
+use crate::stats::process::{
+    REDIS_CLUSTER_CHANGES as CHANGES, REDIS_CLUSTER_REFRESHES as REFRESHES,
+};
 
 /// What is known of every watched Redis Cluster; read when a configuration is compiled.
 #[derive(Debug, Default)]

@@ -75,17 +75,7 @@ pub(crate) struct Found {
     pub(crate) epoch: u64,
 }
 
-/// How a master's Sentinels are doing, for `/clusters` and `/metrics`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Status {
-    /// Sentinels that answered the last round, of how many.
-    pub(crate) answering: usize,
-    pub(crate) sentinels: usize,
-    /// Times the primary changed after the first was found.
-    pub(crate) primary_changes: u64,
-    /// The `config-epoch` of the last answer that won.
-    pub(crate) epoch: u64,
-}
+pub(crate) use crate::stats::SentinelStatus as Status;
 
 /// What is known of every watched master; read when a configuration is compiled.
 #[derive(Debug, Default)]

@@ -637,7 +637,7 @@ fn for_each_endpoint(
         &crate::stats::EndpointView,
     ),
 ) {
-    crate::stats::each_endpoint(&state.config.current(), &state.registry, f);
+    crate::stats::each_endpoint(&*state.config.current(), &state.registry, f);
 }
 
 /// `/stats`: one table per listener.

@@ -277,6 +277,21 @@ fn compile(
     })
 }
 
+/// The compiled snapshot, as a scrape reports on it.
+impl crate::stats::Served for Snapshot {
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn certs(&self) -> &crate::net::tls::Certs {
+        &self.certs
+    }
+}
+
 /// The compiled snapshot, as discovery and the side threads see it.
 impl crate::discovery::Serving for Snapshot {
     fn config(&self) -> &Arc<Config> {
@@ -333,7 +348,9 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     crate::session::local::mark_start();
     let workers = opts.workers.max(1);
     let registry = Arc::new(Registry::default());
-    let snapshot = compile(config.clone(), 1, None, &registry.copies).map_err(io::Error::other)?;
+    let copies = Arc::new(crate::cache::hotcopy::Copies::default());
+    registry.set_copies(copies.clone());
+    let snapshot = compile(config.clone(), 1, None, &copies).map_err(io::Error::other)?;
     let with_sentinels = crate::discovery::sentinel::any(&config);
     let with_redis_clusters = crate::discovery::redis_cluster::any(&config);
     let (changed, _) = watch::channel(1);
@@ -345,7 +362,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         cluster_discovery: crate::discovery::redis_cluster::Discovery::default(),
         auth_limiter: Arc::default(),
         checks: crate::discovery::health::Checks::default(),
-        copies: registry.copies.clone(),
+        copies,
     });
     let (stop, stop_rx) = watch::channel(Stop::Run);
     // Sentinel-managed shards: their first answers are awaited (a little) so that the first

@@ -271,7 +271,8 @@ impl Worker {
                                 self.workers,
                                 stats.clone(),
                             ));
-                            self.registry.add_hot_set(&c.name, &h);
+                            let source: Arc<dyn crate::stats::HotKeysSource> = h.clone();
+                            self.registry.add_hot_set(&c.name, &source);
                             h
                         });
                     Some(Arc::new(crate::cache::near_cache::ClusterCache::new(

@@ -609,7 +609,7 @@ fn info_filters(
         s.push_str("# Hotkeys\r\n");
         for r in ctx.registry.hot_key_rule_totals(index) {
             let reads: Vec<String> = r.reads_per_shard.iter().map(u64::to_string).collect();
-            let copy = ctx.registry.copies.progress(&r.cluster, &r.prefix);
+            let copy = ctx.registry.copy_progress(&r.cluster, &r.prefix);
             s.push_str(&format!(
                 "hotkey_{}_{}:fanned_out_writes={},partial_failures={},reads_per_shard={},read_fallbacks={},copy_retries={},copies_dropped={},copy={},copied_keys={}\r\n",
                 r.cluster,

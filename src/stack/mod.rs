@@ -218,6 +218,24 @@ impl ListenerSlot {
     }
 }
 
+/// The registry sums a slot's endpoints: listeners of one worker share its endpoint
+/// handles, counted once.
+impl crate::stats::EndpointSource for ListenerSlot {
+    fn add_views(
+        &self,
+        seen: &mut Vec<usize>,
+        out: &mut Vec<Vec<Vec<crate::stats::EndpointView>>>,
+    ) {
+        let parts = self.parts.load();
+        let key = Arc::as_ptr(&parts.endpoints) as usize;
+        if seen.contains(&key) {
+            return;
+        }
+        seen.push(key);
+        parts.endpoints.add_views(out);
+    }
+}
+
 /// Builds the chain below the mirror layer; `conn` picks the upstream connection to each
 /// endpoint for everything this chain sends (see [`Upstream::new`]).
 pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {

@@ -17,18 +17,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 mod commands;
 mod families;
+mod features;
 pub mod hotkeys;
 mod info;
+pub(crate) mod process;
 mod registry;
 mod scrape;
 pub mod slowlog;
+mod upstream;
 
 pub(crate) use commands::*;
 pub(crate) use families::*;
+pub(crate) use features::*;
 pub(crate) use info::write_info;
 pub use info::{family_docs, FamilyDoc};
 pub(crate) use registry::*;
 pub(crate) use scrape::*;
+pub(crate) use upstream::*;
 
 /// Adds `n` to a counter that only one thread writes (a worker's own): a plain load and
 /// store, not a locked read-modify-write, since no other writer can interleave; readers on

@@ -10,7 +10,7 @@ use respway_filters::hot_key::{HotKeyRuleStats, HotKeyStats};
 use respway_filters::mirror::{MirrorCounts, MirrorStats};
 
 use super::{CmdTotals, CommandStats, ListenerStats, PIPELINE_BUCKETS};
-use crate::upstream::{ErrorKind, UpstreamStats};
+use super::{ErrorKind, UpstreamStats};
 
 /// One worker's mirror and hot-key counters for one listener.
 pub(crate) type FilterStats = (Arc<MirrorStats>, Arc<HotKeyStats>);
@@ -68,13 +68,22 @@ pub(crate) struct Registry {
     /// Each worker's upstream counters.
     upstream: Mutex<Vec<Arc<UpstreamStats>>>,
     /// Every worker's `admit: hot` sets, by cluster name.
-    hot_sets: Mutex<Vec<(String, std::sync::Weak<crate::cache::near_cache::HotSet>)>>,
+    hot_sets: Mutex<Vec<(String, std::sync::Weak<dyn super::HotKeysSource>)>>,
     /// Every worker's near-cache counters, by cluster name.
-    caches: Mutex<Vec<(String, Arc<crate::cache::near_cache::CacheStats>)>>,
+    caches: Mutex<Vec<(String, Arc<super::CacheStats>)>>,
     /// Each worker's current chain parts per listener (for endpoint health).
-    slots: Mutex<Vec<Arc<crate::stack::ListenerSlot>>>,
+    slots: Mutex<Vec<Arc<dyn EndpointSource>>>,
     /// The copy passes of hot-key rules (`INFO hotkeys`, metrics).
-    pub(crate) copies: Arc<crate::cache::hotcopy::Copies>,
+    copies: std::sync::OnceLock<Arc<dyn super::CopySource>>,
+}
+
+/// A worker's endpoints as the registry sums them (a listener's configuration slot): the
+/// registry knows no endpoint handle, it asks its sources.
+pub(crate) trait EndpointSource: Send + Sync + std::fmt::Debug {
+    /// Adds the view of each endpoint `[cluster][shard][endpoint]` into `out` (grown as
+    /// needed), unless the set it holds now is in `seen` (sources that share one set of
+    /// endpoints are counted once); then adds the set to `seen`.
+    fn add_views(&self, seen: &mut Vec<usize>, out: &mut Vec<Vec<Vec<EndpointView>>>);
 }
 
 /// One endpoint as the workers see it (see [`Registry::endpoint_health`]).
@@ -102,13 +111,13 @@ pub(crate) struct EndpointView {
     pub connect_failures: u64,
     /// Failed requests by kind (indexed like [`ErrorKind::ALL`]).
     pub errors: [u64; 8],
-    /// Times a worker took it out (see [`crate::upstream::EndpointStats`]).
+    /// Times a worker took it out (the upstream's passive outlier rule).
     pub ejections: u64,
     /// While some worker has it out: the earliest `since`, the latest reason, the most
     /// failed attempts.
-    pub down: Option<crate::upstream::Down>,
+    pub down: Option<super::Down>,
     /// What the active health check says (`None`: its cluster has no `health_check`).
-    pub check: Option<crate::upstream::check::CheckView>,
+    pub check: Option<super::CheckView>,
 }
 
 /// Upstream counters summed over workers.
@@ -347,7 +356,7 @@ impl Registry {
     }
 
     /// Registers a worker's configuration slot of one listener.
-    pub(crate) fn add_slot(&self, slot: Arc<crate::stack::ListenerSlot>) {
+    pub(crate) fn add_slot(&self, slot: Arc<dyn EndpointSource>) {
         self.slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -361,74 +370,30 @@ impl Registry {
         let mut out: Vec<Vec<Vec<EndpointView>>> = Vec::new();
         let mut seen = Vec::new();
         for slot in slots.iter() {
-            let parts = slot.parts.load();
-            // Listeners of one worker share its endpoint handles: count each set once.
-            let key = Arc::as_ptr(&parts.endpoints) as usize;
-            if seen.contains(&key) {
-                continue;
-            }
-            seen.push(key);
-            for (c, shards) in parts.endpoints.0.iter().enumerate() {
-                if out.len() <= c {
-                    out.resize_with(c + 1, Vec::new);
-                }
-                for (s, eps) in shards.iter().enumerate() {
-                    if out[c].len() <= s {
-                        out[c].resize_with(s + 1, Vec::new);
-                    }
-                    for (e, h) in eps.iter().enumerate() {
-                        if out[c][s].len() <= e {
-                            out[c][s].resize(e + 1, EndpointView::default());
-                        }
-                        let v = &mut out[c][s][e];
-                        v.healthy_workers += usize::from(h.is_healthy());
-                        v.workers += 1;
-                        v.dedicated += h.dedicated_open();
-                        v.requests += h.requests();
-                        v.queued += h.queued();
-                        let st = h.stats();
-                        for (n, k) in v.errors.iter_mut().zip(ErrorKind::ALL) {
-                            *n += st.errors(k);
-                        }
-                        v.ejections += st.ejections();
-                        if v.check.is_none() {
-                            v.check = h.check().map(crate::upstream::check::EndpointCheck::view);
-                        }
-                        let (open, inflight) = st.open();
-                        v.connections += open;
-                        v.inflight += inflight;
-                        let (connects, failures) = st.connects();
-                        v.connects += connects;
-                        v.connect_failures += failures;
-                        if let Some(d) = st.down() {
-                            v.down = Some(match v.down.take() {
-                                None => d,
-                                Some(o) => crate::upstream::Down {
-                                    since: o.since.min(d.since),
-                                    reason: if d.since >= o.since {
-                                        d.reason
-                                    } else {
-                                        o.reason
-                                    },
-                                    failures: o.failures.max(d.failures),
-                                },
-                            });
-                        }
-                        h.add_latency(
-                            v.latency
-                                .get_or_insert_with(|| CmdTotals::empty("upstream")),
-                        );
-                    }
-                }
-            }
+            slot.add_views(&mut seen, &mut out);
         }
         out
+    }
+
+    /// Where the copy passes of hot-key rules are read (set once, at start).
+    pub(crate) fn set_copies(&self, copies: Arc<dyn super::CopySource>) {
+        let _ = self.copies.set(copies);
+    }
+
+    /// The copy pass of the rule `prefix` of cluster `cluster`, if it has one.
+    pub(crate) fn copy_progress(&self, cluster: &str, prefix: &str) -> Option<super::CopyProgress> {
+        self.copies.get()?.progress(cluster, prefix)
+    }
+
+    /// Every rule's copy pass: (cluster, prefix, progress).
+    pub(crate) fn copies(&self) -> Vec<(String, String, super::CopyProgress)> {
+        self.copies.get().map(|c| c.all()).unwrap_or_default()
     }
 
     /// Registers a worker's upstream counters.
     /// Adds one worker's `admit: hot` set of cluster `name` (held until its configuration is
     /// replaced).
-    pub(crate) fn add_hot_set(&self, name: &str, h: &Arc<crate::cache::near_cache::HotSet>) {
+    pub(crate) fn add_hot_set(&self, name: &str, h: &Arc<dyn super::HotKeysSource>) {
         let mut all = self.hot_sets.lock().unwrap_or_else(|e| e.into_inner());
         all.retain(|(_, w)| w.strong_count() > 0);
         all.push((name.to_string(), Arc::downgrade(h)));
@@ -451,7 +416,7 @@ impl Registry {
     }
 
     /// Adds one worker's near-cache counters of cluster `name`.
-    pub(crate) fn add_cache(&self, name: &str, s: Arc<crate::cache::near_cache::CacheStats>) {
+    pub(crate) fn add_cache(&self, name: &str, s: Arc<super::CacheStats>) {
         self.caches
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -459,15 +424,12 @@ impl Registry {
     }
 
     /// Near-cache counters per cluster in `clusters` (summed over workers), in that order.
-    pub(crate) fn cache_totals(
-        &self,
-        clusters: &[&str],
-    ) -> Vec<(String, crate::cache::near_cache::CacheTotals)> {
+    pub(crate) fn cache_totals(&self, clusters: &[&str]) -> Vec<(String, super::CacheTotals)> {
         let all = self.caches.lock().unwrap_or_else(|e| e.into_inner());
         clusters
             .iter()
             .map(|&c| {
-                let mut t = crate::cache::near_cache::CacheTotals::default();
+                let mut t = super::CacheTotals::default();
                 for (_, s) in all.iter().filter(|(n, _)| n == c) {
                     t.add(s);
                 }

@@ -9,12 +9,11 @@ use bytes::Bytes;
 use respway_filters::hot_key::HotKeyRuleStats;
 use respway_filters::mirror::MirrorCounts;
 
+use super::ErrorKind;
 use super::{
     accept_errors, AcceptSocket, CmdTotals, EndpointView, Registry, Totals, UpstreamTotals,
     ACCEPT_REASONS, COMMAND_FAMILIES,
 };
-use crate::runtime::Snapshot;
-use crate::upstream::ErrorKind;
 
 /// Keys per cluster exported as metrics.
 const HOTKEYS_METRICS: usize = 5;
@@ -58,6 +57,16 @@ pub(crate) struct ListenerScrape {
     pub(crate) hot_rules: Vec<HotKeyRuleStats>,
 }
 
+/// The configuration a scrape reports on (the runtime's compiled snapshot implements it).
+pub(crate) trait Served: Send + Sync + std::fmt::Debug {
+    /// Increases by one with every applied configuration.
+    fn version(&self) -> u64;
+    /// The model.
+    fn config(&self) -> &respway_filters::model::Config;
+    /// The TLS configurations loaded per listener and cluster.
+    fn certs(&self) -> &crate::net::tls::Certs;
+}
+
 /// Everything one scrape reads, gathered once.
 #[derive(Debug)]
 pub(crate) struct Scrape {
@@ -70,27 +79,27 @@ pub(crate) struct Scrape {
     /// The hottest keys per cluster.
     pub(crate) hot_keys: Vec<(String, Vec<(Bytes, u64)>)>,
     /// The copy pass of every hot-key rule: (cluster, prefix, progress).
-    pub(crate) hot_copies: Vec<(String, String, crate::cache::hotcopy::Progress)>,
+    pub(crate) hot_copies: Vec<(String, String, super::CopyProgress)>,
     /// The configuration served (for its certificates).
-    pub(crate) snapshot: Arc<Snapshot>,
+    pub(crate) snapshot: Arc<dyn Served>,
     /// Configuration changes by source, when the process counts them.
     pub(crate) config_changes: Option<BTreeMap<&'static str, ChangeCounts>>,
     /// What /proc says of the process (Linux).
     pub(crate) os: Option<ProcessStats>,
     /// Sentinel-managed shards, (cluster, shard), with their master's status.
-    pub(crate) sentinels: Vec<([String; 2], String, crate::discovery::sentinel::Status)>,
+    pub(crate) sentinels: Vec<([String; 2], String, super::SentinelStatus)>,
     /// Near-cache counters of the clusters with a cache.
-    pub(crate) near_cache: Vec<(String, crate::cache::near_cache::CacheTotals)>,
+    pub(crate) near_cache: Vec<(String, super::CacheTotals)>,
 }
 
 impl Scrape {
     /// Reads `registry` and `snapshot` once.
     pub(crate) fn gather(
         registry: &Registry,
-        snapshot: Arc<Snapshot>,
+        snapshot: Arc<dyn Served>,
         workers: usize,
         config_changes: Option<BTreeMap<&'static str, ChangeCounts>>,
-        discovery: &crate::discovery::sentinel::Discovery,
+        sentinels: Vec<([String; 2], String, super::SentinelStatus)>,
     ) -> Scrape {
         let listeners = registry
             .listener_names()
@@ -105,25 +114,25 @@ impl Scrape {
             })
             .collect();
         let mut endpoints = Vec::new();
-        each_endpoint(&snapshot, registry, |c, s, e, v| {
+        each_endpoint(&*snapshot, registry, |c, s, e, v| {
             let labels = [c.name.clone(), s.name.clone(), e.address.to_string()];
             endpoints.push((labels, v.clone()));
         });
         Scrape {
             process: Process {
                 workers: workers as u64,
-                config_version: snapshot.version,
+                config_version: snapshot.version(),
                 totals: registry.totals(),
                 upstream: registry.upstream_totals(),
             },
             listeners,
             endpoints,
             hot_keys: registry.hot_keys(None, HOTKEYS_METRICS),
-            hot_copies: registry.copies.all(),
-            sentinels: discovery.statuses(&snapshot.config),
+            hot_copies: registry.copies(),
+            sentinels,
             near_cache: registry.cache_totals(
                 &snapshot
-                    .config
+                    .config()
                     .clusters
                     .iter()
                     .filter(|c| c.near_cache.is_some())
@@ -139,7 +148,7 @@ impl Scrape {
 
 /// Calls `f` with every endpoint of `snap` and its view summed over workers.
 pub(crate) fn each_endpoint(
-    snap: &Snapshot,
+    snap: &dyn Served,
     registry: &Registry,
     mut f: impl FnMut(
         &respway_filters::model::Cluster,
@@ -150,7 +159,7 @@ pub(crate) fn each_endpoint(
 ) {
     let health = registry.endpoint_health();
     let none = EndpointView::default();
-    for (ci, c) in snap.config.clusters.iter().enumerate() {
+    for (ci, c) in snap.config().clusters.iter().enumerate() {
         for (si, s) in c.shards.iter().enumerate() {
             for (ei, e) in s.endpoints.iter().enumerate() {
                 let v = health
@@ -194,16 +203,16 @@ pub(super) fn build_info(_: &Scrape, out: &mut Sink<'_>) -> bool {
 pub(super) fn certificate_expiry(s: &Scrape, out: &mut Sink<'_>) -> bool {
     let snap = &s.snapshot;
     let listeners = snap
-        .config
+        .config()
         .listeners
         .iter()
-        .zip(&snap.certs.listeners)
+        .zip(&snap.certs().listeners)
         .filter_map(|(l, t)| Some(("listener", &l.name, t.as_ref()?.1.expiry())));
     let clusters = snap
-        .config
+        .config()
         .clusters
         .iter()
-        .zip(&snap.certs.clusters)
+        .zip(&snap.certs().clusters)
         .filter_map(|(c, t)| Some(("cluster", &c.name, t.as_ref()?.1.expiry())));
     for (kind, name, expiry) in listeners.chain(clusters) {
         for e in expiry {
@@ -443,7 +452,7 @@ pub(super) fn hot_key_read_fallbacks(s: &Scrape, out: &mut Sink<'_>) -> bool {
 
 /// `respway_hot_key_copy_state`: 1 for each rule's current state, 0 for the others.
 pub(super) fn hot_key_copy_state(s: &Scrape, out: &mut Sink<'_>) -> bool {
-    use crate::cache::hotcopy::State;
+    use super::CopyState as State;
     for (cluster, prefix, p) in &s.hot_copies {
         for state in [State::Copying, State::Done, State::Failed] {
             let labels = [

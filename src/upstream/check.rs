@@ -6,6 +6,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
+pub(crate) use crate::stats::CheckView;
+
 pub(crate) const HEALTHY: u8 = 0;
 pub(crate) const UNHEALTHY: u8 = 1;
 pub(crate) const DRAINING: u8 = 2;
@@ -32,19 +34,6 @@ pub(crate) struct EndpointCheck {
 pub(crate) struct Detail {
     pub(crate) last_error: String,
     pub(crate) replica_of: String,
-}
-
-/// One endpoint's check state as shown (`/clusters`, `/metrics`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CheckView {
-    /// `healthy`, `unhealthy`, `draining` or `demoted`.
-    pub(crate) state: &'static str,
-    /// In read rotation by the check.
-    pub(crate) in_rotation: bool,
-    /// Times the state changed.
-    pub(crate) transitions: u64,
-    /// The last failure's text (empty: none yet).
-    pub(crate) last_error: String,
 }
 
 impl EndpointCheck {

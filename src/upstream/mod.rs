@@ -68,6 +68,7 @@ mod serve;
 mod stats;
 mod task;
 
+pub(crate) use crate::stats::{Down, UpstreamStats};
 pub(crate) use connect::*;
 pub(crate) use dedicated::*;
 pub(crate) use error::*;
@@ -523,12 +524,6 @@ fn latest() -> Option<Arc<Endpoints>> {
     LATEST.with(|l| l.borrow().clone())
 }
 
-/// Redis Cluster redirections followed over the process: `MOVED` (0), `ASK` (1),
-/// `TRYAGAIN` (2).
-pub(crate) fn redirects(kind: usize) -> u64 {
-    redirect::REDIRECTS[kind].load(Ordering::Relaxed)
-}
-
 /// One worker's endpoint handles, `[cluster][shard][endpoint]` in model order.
 #[derive(Debug, Default)]
 pub(crate) struct Endpoints(
@@ -541,6 +536,65 @@ pub(crate) struct Endpoints(
 );
 
 impl Endpoints {
+    /// Adds this worker's view of each endpoint `[cluster][shard][endpoint]` into `out`
+    /// (grown as needed): what the registry sums over workers.
+    pub(crate) fn add_views(&self, out: &mut Vec<Vec<Vec<crate::stats::EndpointView>>>) {
+        use crate::stats::{CmdTotals, EndpointView};
+        for (c, shards) in self.0.iter().enumerate() {
+            if out.len() <= c {
+                out.resize_with(c + 1, Vec::new);
+            }
+            for (s, eps) in shards.iter().enumerate() {
+                if out[c].len() <= s {
+                    out[c].resize_with(s + 1, Vec::new);
+                }
+                for (e, h) in eps.iter().enumerate() {
+                    if out[c][s].len() <= e {
+                        out[c][s].resize(e + 1, EndpointView::default());
+                    }
+                    let v = &mut out[c][s][e];
+                    v.healthy_workers += usize::from(h.is_healthy());
+                    v.workers += 1;
+                    v.dedicated += h.dedicated_open();
+                    v.requests += h.requests();
+                    v.queued += h.queued();
+                    let st = h.stats();
+                    for (n, k) in v.errors.iter_mut().zip(ErrorKind::ALL) {
+                        *n += st.errors(k);
+                    }
+                    v.ejections += st.ejections();
+                    if v.check.is_none() {
+                        v.check = h.check().map(check::EndpointCheck::view);
+                    }
+                    let (open, inflight) = st.open();
+                    v.connections += open;
+                    v.inflight += inflight;
+                    let (connects, failures) = st.connects();
+                    v.connects += connects;
+                    v.connect_failures += failures;
+                    if let Some(d) = st.down() {
+                        v.down = Some(match v.down.take() {
+                            None => d,
+                            Some(o) => Down {
+                                since: o.since.min(d.since),
+                                reason: if d.since >= o.since {
+                                    d.reason
+                                } else {
+                                    o.reason
+                                },
+                                failures: o.failures.max(d.failures),
+                            },
+                        });
+                    }
+                    h.add_latency(
+                        v.latency
+                            .get_or_insert_with(|| CmdTotals::empty("upstream")),
+                    );
+                }
+            }
+        }
+    }
+
     /// The handle of one endpoint.
     pub(crate) fn get(
         &self,

@@ -18,7 +18,7 @@
 //! Redirections are followed for commands on the shared connections; transactions, blocking
 //! commands and pub/sub on a slot being moved get the node's error.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,7 +230,7 @@ enum Kind {
 }
 
 /// Redirections followed, by kind (`MOVED`, `ASK`, `TRYAGAIN`), over the process.
-pub(crate) static REDIRECTS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+pub(crate) use crate::stats::process::REDIS_CLUSTER_REDIRECTS as REDIRECTS;
 
 /// A redirection error: its kind and target (`TRYAGAIN` has none: the unspecified address).
 fn parse(reply: &[u8]) -> Option<(Kind, std::net::SocketAddr)> {

@@ -2,31 +2,6 @@
 
 use super::*;
 
-/// One worker's upstream counters (kept across configuration changes).
-#[derive(Debug, Default)]
-pub(crate) struct UpstreamStats {
-    pub(super) errors: [AtomicU64; 8],
-    /// Connections opened (first connects and reconnects).
-    pub(crate) connects: AtomicU64,
-    /// Connect attempts that failed.
-    pub(crate) connect_failures: AtomicU64,
-    /// Connections closed because requests on them stopped being answered.
-    pub(crate) stuck: AtomicU64,
-    /// Connections closed because the peer broke the protocol.
-    pub(crate) protocol_errors: AtomicU64,
-}
-
-impl UpstreamStats {
-    /// Counts one error of `kind`.
-    pub(crate) fn count(&self, kind: ErrorKind) {
-        self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
-    }
-    /// Errors of `kind` so far.
-    pub(crate) fn errors(&self, kind: ErrorKind) -> u64 {
-        self.errors[kind as usize].load(Ordering::Relaxed)
-    }
-}
-
 /// One worker's counters and health of one endpoint: written by the endpoint's connection
 /// tasks (on the worker's thread, so the atomics are uncontended), read by the worker's zone
 /// layer and by the admin endpoint. An endpoint is *out* (respway's passive outlier rule)
@@ -54,17 +29,6 @@ pub(crate) struct EndpointStats {
     /// `near_cache`: Redis sends no invalidation for what a closed connection read), and by
     /// the endpoint's near-cache tracker.
     pub(crate) cache_epoch: Arc<AtomicU64>,
-}
-
-/// Why and since when an endpoint is out (see [`EndpointStats`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Down {
-    /// When it went out.
-    pub(crate) since: std::time::SystemTime,
-    /// The last failure.
-    pub(crate) reason: Arc<str>,
-    /// Failed attempts since it went out.
-    pub(crate) failures: u64,
 }
 
 impl EndpointStats {

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::Proc;
+use crate::process::{free_port, Proc};
 use crate::resp::{raw_command, RespConn};
 use crate::servers::redis_with;
 
@@ -29,12 +29,24 @@ pub const NODE_ARGS: &[&str] = &[
     "no",
 ];
 
+/// One cluster node, its bus port (`--cluster-port`) chosen like its port, below the
+/// kernel's ephemeral range: by default the bus is the port + 10000, which lands in that
+/// range, where any outgoing connection of the machine can hold it (the node then exits and
+/// the start fails after its attempts: seen in full test runs as "could not start
+/// redis-server").
+fn node() -> Proc {
+    let bus = free_port().to_string();
+    let mut args = NODE_ARGS.to_vec();
+    args.extend(["--cluster-port", &bus]);
+    redis_with(&args)
+}
+
 impl RedisCluster {
     /// Starts the nodes, creates the cluster, and waits (30 s at most) until every node says
     /// `cluster_state:ok` and every replica is linked to its primary.
     pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
         let n = primaries * (1 + replicas);
-        let nodes: Vec<Proc> = (0..n).map(|_| redis_with(NODE_ARGS)).collect();
+        let nodes: Vec<Proc> = (0..n).map(|_| node()).collect();
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(nodes.iter().map(|p| p.addr.to_string()));
         args.extend([
@@ -61,7 +73,7 @@ impl RedisCluster {
     /// Starts one more node and joins it to the cluster as a primary without slots
     /// (`redis-cli --cluster add-node`); its address.
     pub fn add_node(&mut self) -> SocketAddr {
-        let p = redis_with(NODE_ARGS);
+        let p = node();
         let addr = p.addr;
         self.nodes.push(p);
         let out = Command::new("redis-cli")

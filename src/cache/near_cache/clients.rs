@@ -25,7 +25,7 @@
 
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 
@@ -98,18 +98,14 @@ fn bucket(hash: u64) -> usize {
 /// Every tracking session of the process.
 static SESSIONS: LazyLock<ArcSwap<Vec<Arc<Inbox>>>> = LazyLock::new(ArcSwap::default);
 /// How many there are (publishers look at nothing else while there are none).
-static COUNT: AtomicUsize = AtomicUsize::new(0);
+use crate::stats::process::TRACKING_SESSIONS as COUNT;
 
 /// Keys announced, flushes announced, and reads announced at once because nothing upstream
 /// follows them (process-wide, for `INFO` and the metrics).
-pub(crate) static ANNOUNCED_KEYS: AtomicU64 = AtomicU64::new(0);
-pub(crate) static ANNOUNCED_FLUSHES: AtomicU64 = AtomicU64::new(0);
-pub(crate) static UNFOLLOWED_READS: AtomicU64 = AtomicU64::new(0);
-
-/// Tracking sessions now.
-pub(crate) fn sessions() -> usize {
-    COUNT.load(Ordering::Relaxed)
-}
+use crate::stats::process::{
+    TRACKING_ANNOUNCED_FLUSHES as ANNOUNCED_FLUSHES, TRACKING_ANNOUNCED_KEYS as ANNOUNCED_KEYS,
+    TRACKING_UNFOLLOWED_READS as UNFOLLOWED_READS,
+};
 
 /// True while some session tracks.
 #[inline(always)]

@@ -102,3 +102,10 @@ impl HotSet {
         h.admitted.values().map(|(k, _)| k.clone()).collect()
     }
 }
+
+/// What the registry reads of a worker's hot set.
+impl crate::stats::HotKeysSource for HotSet {
+    fn keys(&self) -> Vec<Bytes> {
+        HotSet::keys(self)
+    }
+}

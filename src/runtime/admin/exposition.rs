@@ -21,13 +21,9 @@ fn label(v: &str) -> String {
 /// The Prometheus text exposition.
 pub(super) fn metrics(state: &State) -> String {
     let changes = state.hooks.config_events.as_ref().map(|e| e.counts());
-    let scrape = Scrape::gather(
-        &state.registry,
-        state.config.current(),
-        state.workers,
-        changes,
-        state.config.discovery(),
-    );
+    let snapshot = state.config.current();
+    let sentinels = state.config.discovery().statuses(&snapshot.config);
+    let scrape = Scrape::gather(&state.registry, snapshot, state.workers, changes, sentinels);
     let bounds = latency_bounds();
     let mut o = String::with_capacity(16 * 1024);
     for f in FAMILIES {
