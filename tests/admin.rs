@@ -3,12 +3,10 @@
 //! the shards, /healthz, and the loopback rule; file descriptors: the admin endpoint's
 //! connection cap and header timeout, RLIMIT_NOFILE raised at start, EMFILE on accept.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn with_admin(yaml: &str) -> (Respway, respway::admin::Admin) {
     let rw = respway(yaml, 2);
@@ -395,6 +393,8 @@ fn prometheus_scrapes_respway() {
 /// /hotkeys, in /metrics, and through `respway hotkeys --admin`.
 #[test]
 fn hot_key_detection_finds_the_zipf_heads() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     use rand::{Rng, SeedableRng};
     let (_shards, addrs) = three_shards();
     let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
@@ -490,6 +490,8 @@ fn hot_key_detection_finds_the_zipf_heads() {
 /// are not; SLOWLOG LEN and RESET work.
 #[test]
 fn slow_log_names_the_shard_of_a_slow_command() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let (_shards, addrs) = three_shards();
     let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
     let resources = respway_xds::parse_yaml(&yaml).expect("yaml");
@@ -659,6 +661,8 @@ fn config_dump_shows_the_served_config_without_secrets() {
 /// parts than there were versions; this test does not force that.)
 #[test]
 fn info_config_version_is_the_applied_version() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let (_shards, addrs) = three_shards();
     let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
     let resources = respway_xds::parse_yaml(&yaml).expect("yaml");
@@ -771,6 +775,8 @@ fn upstream_errors_and_outliers_are_shown_per_endpoint() {
 /// push slow commands are logged (at most `slowlog_max_len`) and hot keys found.
 #[test]
 fn slow_log_and_hot_key_settings_follow_the_config() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let (_shards, addrs) = three_shards();
     let yaml = |extra: &str| {
         sharded_yaml(&addrs, "{ policy: maglev }", true).replace(
@@ -1081,6 +1087,8 @@ fn accept_out_of_descriptors_backs_off_and_is_counted() {
 /// parameter is a 400 naming it.
 #[test]
 fn config_dump_renders_the_model_served_without_a_file() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let (_shards, addrs) = three_shards();
     let mut config = respway_xds::default_config();
     config.listeners[0].address = "127.0.0.1:0".parse().unwrap();

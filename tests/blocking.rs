@@ -3,13 +3,11 @@
 //! leaves while blocked, CROSSSLOT and the dedicated-connection bound, many blocked clients
 //! beside a busy one, and XREAD without BLOCK.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// Three shards and the YAML of a listener over them (`edit` changes the YAML).
 fn shards_and_yaml(edit: impl Fn(String) -> String) -> (Vec<Proc>, Vec<SocketAddr>, String) {
@@ -204,7 +202,7 @@ fn a_client_that_leaves_while_blocked_frees_its_connection_and_pops_nothing() {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        // The figure (`cargo test --test blocking leaves -- --nocapture`), polled every 1 ms.
+        // The figure (`cargo test --test it leaves_while_blocked -- --nocapture`), polled every 1 ms.
         eprintln!(
             "round {round}: upstream released {:?} after the client left",
             start.elapsed()

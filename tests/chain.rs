@@ -1,12 +1,10 @@
 //! End-to-end tests of the filter chain against real redis-server processes: prefix routes,
 //! hot-key fan-out, request mirroring and migration modes, zone-local replica reads.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn get(c: &mut redis::Connection, k: &str) -> Option<String> {
     redis::cmd("GET").arg(k).query(c).unwrap()

@@ -1,12 +1,10 @@
 //! The binary's command line: `--version` with the commit, `--check`'s summary, log formats
 //! (JSON lines; no ANSI colour when stderr is not a terminal), `--admin` and its loopback rule.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::process::Command;
 
-use support::*;
+use crate::support::*;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_respway"))

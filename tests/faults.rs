@@ -2,13 +2,11 @@
 //! misbehave on demand), respway, and clients that record every acknowledged write and read
 //! all of them back afterwards. Every test asserts "0 acknowledged writes lost".
 
-mod support;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// Reads `key` from whichever shard holds it (a key lives on exactly one).
 fn read_back(shards: &[SocketAddr], key: &str) -> Option<String> {
@@ -837,6 +835,8 @@ fn start_edge(address: &str, shard: SocketAddr) -> std::io::Result<respway::Serv
 /// A listener that cannot bind says which listener and which address.
 #[test]
 fn a_bind_failure_names_the_listener_and_address() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
     let shard = redis();
@@ -854,6 +854,8 @@ fn a_bind_failure_names_the_listener_and_address() {
 /// about another process is only for an address in use.
 #[test]
 fn an_address_not_on_this_host_is_refused_without_the_in_use_hint() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let shard = redis();
     // 192.0.2.0/24 is TEST-NET-1: documentation only, never assigned to a host.
     let err = start_edge("192.0.2.1:7000", shard.addr).expect_err("not this host's");

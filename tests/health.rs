@@ -6,12 +6,10 @@
 //! The "replicas" here are standalone servers holding a value of their own under the key the
 //! tests read, so every reply says which endpoint answered it.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// Checks every 100 ms, 200 ms timeout, out after 2 failures, back after 2 passes.
 const CHECK: &str = "{ interval: 100ms, timeout: 200ms, unhealthy_threshold: 2, healthy_threshold: 2, drain_key: maint }";

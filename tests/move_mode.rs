@@ -2,13 +2,11 @@
 //! while keys move, and the proof under load that nothing is lost, applied twice or read
 //! out of order.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::support::*;
 use respway_filters::hash::{cluster_picker, ShardPicker};
-use support::*;
 
 fn shard(name: &str, addr: SocketAddr) -> String {
     format!(

@@ -3,12 +3,10 @@
 //! cluster's changes followed (resharding with `MOVED`/`ASK`, failovers), against real
 //! `redis-server --cluster-enabled yes` nodes joined by `redis-cli --cluster create`.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// One listener over Redis Cluster `main` discovered from `seed`, refreshed every second.
 fn yaml(seed: SocketAddr) -> String {

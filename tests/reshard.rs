@@ -4,17 +4,15 @@
 //! move of keys written before; the same with the tool killed while the mover runs, then
 //! resumed; and the gate: a sidecar that is not connected, or NACKs, stops the phase.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use respway_filters::hash::ShardPicker;
 use respway_filters::routing::Routing;
-use support::*;
 
 const TOKEN: &str = "reshard-test-token";
 

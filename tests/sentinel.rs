@@ -3,14 +3,12 @@
 //! through respway while the primary is killed or switched by `SENTINEL FAILOVER`, and while
 //! the Sentinels stop answering.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// A primary, its replica, three Sentinels watching them as `m0`, and a plain shard.
 struct Rig {

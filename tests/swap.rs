@@ -2,12 +2,10 @@
 //! endpoints that remain are reused, an invalid configuration is refused and the last good
 //! one keeps serving.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 fn yaml(shards: &[SocketAddr], shadow: SocketAddr, step: usize) -> String {
     churn_yaml("127.0.0.1:0", shards, shadow, step)

@@ -2,12 +2,10 @@
 //! CROSSSLOT that applies nothing, WATCH conflicts, a client that leaves mid-transaction, and
 //! a steady rate of transactions that opens no new upstream connection.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn three_shards() -> (Vec<Proc>, Vec<SocketAddr>, Respway) {
     let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();

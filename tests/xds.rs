@@ -2,13 +2,11 @@
 //! that points at `respway-xds`'s ADS server (run in this process through its library, on
 //! loopback), while clients keep a bounded load going.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn resources(port: u16, shards: &[SocketAddr], shadow: SocketAddr, step: usize) -> String {
     churn_yaml(&format!("127.0.0.1:{port}"), shards, shadow, step)
@@ -557,6 +555,8 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
 /// resource file reaches it through the same feed.
 #[test]
 fn the_xds_feed_starts_and_updates_an_in_process_server() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let shards: Vec<Proc> = (0..2).map(|_| redis()).collect();
     let shadow = redis();
     let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();

@@ -15,6 +15,8 @@ use respway_perf::workload::{generate_pools, kind_names, Cmd, Workload};
 use respway_perf::Control;
 use respway_testkit::{redis, FakeMode, FakeShard, Resp, RespConn};
 
+use crate::support::starting_children;
+
 /// A capture as `redis-cli MONITOR` prints it: quoting, binary escapes, several clients, a
 /// Lua line (skipped: the EVAL would run it), a SUBSCRIBE (never replayed).
 const CAPTURE: &str = r#"OK
@@ -71,6 +73,8 @@ fn check_replayed(r: SocketAddr) {
 
 #[test]
 fn monitor_capture_replays_as_fast_as_possible() {
+    // Starts redis-server children, which compare's tests may not see.
+    let _children = starting_children();
     let t = read_monitor(CAPTURE.as_bytes(), &ReadOptions::default()).unwrap();
     assert_eq!(t.events.len(), 10);
     assert_eq!(t.clients, 3);
@@ -101,6 +105,8 @@ fn monitor_capture_replays_as_fast_as_possible() {
 
 #[test]
 fn monitor_capture_replays_with_its_timing_via_the_trace_format() {
+    // Starts redis-server children, which compare's tests may not see.
+    let _children = starting_children();
     // MONITOR text -> respway trace -> read back -> timed replay at 10x.
     let t = read_monitor(CAPTURE.as_bytes(), &ReadOptions::default()).unwrap();
     let mut text = Vec::new();
@@ -131,6 +137,8 @@ fn monitor_capture_replays_with_its_timing_via_the_trace_format() {
 
 #[test]
 fn live_recording_replays_onto_another_server() {
+    // Starts redis-server children, which compare's tests may not see.
+    let _children = starting_children();
     let src = redis();
     let dst = redis();
     let addr = src.addr;
@@ -190,6 +198,8 @@ fn live_recording_replays_onto_another_server() {
 
 #[test]
 fn generated_traffic_runs_closed_and_open_loop_without_errors() {
+    // Starts redis-server children, which compare's tests may not see.
+    let _children = starting_children();
     let r = redis();
     let w = Workload {
         keyspace: 1000,
