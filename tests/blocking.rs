@@ -154,7 +154,7 @@ fn the_commands_own_timeout_is_honoured_not_op_timeout() {
     assert_eq!(c.call(&["BLPOP", "{e}k", "0.2"]), Resp::Array(None));
     let took = start.elapsed();
     assert!(took >= Duration::from_millis(150), "nil after {took:?}");
-    assert!(took < Duration::from_secs(5), "nil after {took:?}");
+    assert!(took < slack(Duration::from_secs(5)), "nil after {took:?}");
 
     let start = Instant::now();
     assert_eq!(
@@ -196,7 +196,7 @@ fn a_client_that_leaves_while_blocked_frees_its_connection_and_pops_nothing() {
         let start = Instant::now();
         while blocked(&addrs, "blpop") > 0 {
             assert!(
-                start.elapsed() < Duration::from_secs(1),
+                start.elapsed() < slack(Duration::from_secs(1)),
                 "round {round}: the upstream connection is still blocked after {:?}",
                 start.elapsed()
             );
@@ -308,9 +308,11 @@ fn blocked_clients_do_not_hold_up_other_clients() {
         let (k, v) = (format!("busy{i}"), format!("v{i}"));
         assert_eq!(c.call(&["SET", &k, &v]), Resp::Simple("OK".into()));
         assert_eq!(c.call(&["GET", &k]), Resp::bulk(&v));
+        // Were they queued behind the blocked ones, the BLPOPs (8 s) would be over below.
         assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "only {i} SET/GET pairs in 5 s"
+            start.elapsed() < slack(Duration::from_secs(5)),
+            "only {i} SET/GET pairs in {:?}",
+            start.elapsed()
         );
     }
     assert!(blocked(&addrs, "blpop") > 0, "still blocked meanwhile");

@@ -210,6 +210,7 @@ fn admin_changes_the_log_level_and_drains() {
     wait_port(admin, "admin");
     // At info, a client leaving logs nothing; at debug it does.
     drop(RespConn::connect(rw.addr));
+    // Time for a log line to show, which none may at info.
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(
         !rw.log().contains("client connection ended"),

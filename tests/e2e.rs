@@ -483,7 +483,7 @@ fn a_killed_shard_fails_only_its_keys() {
     }
     assert!(ok > 100 && failed > 30, "ok {ok} failed {failed}");
     assert!(
-        start.elapsed() < Duration::from_secs(30),
+        start.elapsed() < slack(Duration::from_secs(30)),
         "a dead shard must not hang clients"
     );
     // The client connection is still fine.

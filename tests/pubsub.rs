@@ -153,7 +153,13 @@ fn resp2_subscriber_mode_is_exact() {
     assert_eq!(c.call(&["RESET"]), Resp::Simple("RESET".into()));
     assert_eq!(c.call(&["GET", "k"]), Resp::bulk("v"));
     // The unsubscribed channels are gone upstream too.
-    std::thread::sleep(Duration::from_millis(100));
+    let numsub = |s: SocketAddr| match RespConn::connect(s).call(&["PUBSUB", "NUMSUB", "news"]) {
+        Resp::Array(Some(v)) => v[1].clone(),
+        r => panic!("NUMSUB: {r:?}"),
+    };
+    wait_until(Duration::from_secs(5), "news unsubscribed upstream", || {
+        addrs.iter().all(|&s| numsub(s) == Resp::Int(0))
+    });
     for s in &addrs {
         let Resp::Array(Some(v)) = RespConn::connect(*s).call(&["PUBSUB", "NUMSUB", "news"]) else {
             panic!("NUMSUB")

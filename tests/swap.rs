@@ -49,6 +49,7 @@ fn config_swaps_under_load_fail_no_request() {
     bad.listeners[0].routes.catch_all = Some("nope".into());
     let err = server.apply(bad).unwrap_err();
     assert!(err.contains("nope"), "{err}");
+    // The load keeps running on the last good configuration for a while.
     std::thread::sleep(Duration::from_millis(200));
     let n = load.finish();
     assert!(n > 200, "only {n} round trips");

@@ -495,6 +495,7 @@ fn certificate_rotation_under_load_drops_nothing() {
             })
         })
         .collect();
+    // Load before the rotation, and after it (the timeline of the scenario).
     std::thread::sleep(Duration::from_millis(300));
     // A new certificate from the same CA (more names, so the files' sizes change too),
     // written over the listener's files.
