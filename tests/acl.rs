@@ -2,12 +2,10 @@
 //! raw RESP and `redis` crate clients. Every refusal is checked for its exact error and, on
 //! the shard itself, for the write that must not have happened.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 const NOPERM_KEY: &str = "NOPERM No permissions to access a key";
 const NOAUTH: &str = "NOAUTH Authentication required.";

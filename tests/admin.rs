@@ -3,12 +3,10 @@
 //! the shards, /healthz, and the loopback rule; file descriptors: the admin endpoint's
 //! connection cap and header timeout, RLIMIT_NOFILE raised at start, EMFILE on accept.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn with_admin(yaml: &str) -> (Respway, respway::admin::Admin) {
     let rw = respway(yaml, 2);
@@ -399,6 +397,8 @@ fn prometheus_scrapes_respway() {
 /// /hotkeys, in /metrics, and through `respway hotkeys --admin`.
 #[test]
 fn hot_key_detection_finds_the_zipf_heads() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     use rand::{Rng, SeedableRng};
     let (_shards, addrs) = three_shards();
     let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
@@ -494,6 +494,8 @@ fn hot_key_detection_finds_the_zipf_heads() {
 /// are not; SLOWLOG LEN and RESET work.
 #[test]
 fn slow_log_names_the_shard_of_a_slow_command() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let (_shards, addrs) = three_shards();
     let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
     let resources = respway_xds::parse_yaml(&yaml).expect("yaml");
@@ -663,6 +665,8 @@ fn config_dump_shows_the_served_config_without_secrets() {
 /// parts than there were versions; this test does not force that.)
 #[test]
 fn info_config_version_is_the_applied_version() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let (_shards, addrs) = three_shards();
     let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
     let resources = respway_xds::parse_yaml(&yaml).expect("yaml");
@@ -775,6 +779,8 @@ fn upstream_errors_and_outliers_are_shown_per_endpoint() {
 /// push slow commands are logged (at most `slowlog_max_len`) and hot keys found.
 #[test]
 fn slow_log_and_hot_key_settings_follow_the_config() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let (_shards, addrs) = three_shards();
     let yaml = |extra: &str| {
         sharded_yaml(&addrs, "{ policy: maglev }", true).replace(
@@ -956,6 +962,8 @@ fn idle_admin_connections_are_capped_and_timed_out() {
     let (status, body) = metrics.join().expect("GET /metrics");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("respway_workers 1"), "{body}");
+    // Not stretched by slack(): past the header timeout (10 s) it would also pass were /metrics
+    // served only once the idle connections are closed.
     assert!(
         start.elapsed() < Duration::from_secs(5),
         "/metrics waited {:?} behind idle connections",
@@ -1041,6 +1049,7 @@ fn accept_out_of_descriptors_backs_off_and_is_counted() {
     });
     let pid = rw.proc.pid();
     let before = cpu_time(pid);
+    // The interval the CPU time is measured over (time passing is the test).
     std::thread::sleep(Duration::from_secs(2));
     let used = cpu_time(pid) - before;
     eprintln!("CPU used over 2 s while out of descriptors: {used:?}");
@@ -1085,6 +1094,8 @@ fn accept_out_of_descriptors_backs_off_and_is_counted() {
 /// parameter is a 400 naming it.
 #[test]
 fn config_dump_renders_the_model_served_without_a_file() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let (_shards, addrs) = three_shards();
     let mut config = respway_xds::default_config();
     config.listeners[0].address = "127.0.0.1:0".parse().unwrap();

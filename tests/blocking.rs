@@ -3,13 +3,11 @@
 //! leaves while blocked, CROSSSLOT and the dedicated-connection bound, many blocked clients
 //! beside a busy one, and XREAD without BLOCK.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// Three shards and the YAML of a listener over them (`edit` changes the YAML).
 fn shards_and_yaml(edit: impl Fn(String) -> String) -> (Vec<Proc>, Vec<SocketAddr>, String) {
@@ -156,7 +154,7 @@ fn the_commands_own_timeout_is_honoured_not_op_timeout() {
     assert_eq!(c.call(&["BLPOP", "{e}k", "0.2"]), Resp::Array(None));
     let took = start.elapsed();
     assert!(took >= Duration::from_millis(150), "nil after {took:?}");
-    assert!(took < Duration::from_secs(5), "nil after {took:?}");
+    assert!(took < slack(Duration::from_secs(5)), "nil after {took:?}");
 
     let start = Instant::now();
     assert_eq!(
@@ -198,13 +196,13 @@ fn a_client_that_leaves_while_blocked_frees_its_connection_and_pops_nothing() {
         let start = Instant::now();
         while blocked(&addrs, "blpop") > 0 {
             assert!(
-                start.elapsed() < Duration::from_secs(1),
+                start.elapsed() < slack(Duration::from_secs(1)),
                 "round {round}: the upstream connection is still blocked after {:?}",
                 start.elapsed()
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        // The figure (`cargo test --test blocking leaves -- --nocapture`), polled every 1 ms.
+        // The figure (`cargo test --test it leaves_while_blocked -- --nocapture`), polled every 1 ms.
         eprintln!(
             "round {round}: upstream released {:?} after the client left",
             start.elapsed()
@@ -310,9 +308,11 @@ fn blocked_clients_do_not_hold_up_other_clients() {
         let (k, v) = (format!("busy{i}"), format!("v{i}"));
         assert_eq!(c.call(&["SET", &k, &v]), Resp::Simple("OK".into()));
         assert_eq!(c.call(&["GET", &k]), Resp::bulk(&v));
+        // Were they queued behind the blocked ones, the BLPOPs (8 s) would be over below.
         assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "only {i} SET/GET pairs in 5 s"
+            start.elapsed() < slack(Duration::from_secs(5)),
+            "only {i} SET/GET pairs in {:?}",
+            start.elapsed()
         );
     }
     assert!(blocked(&addrs, "blpop") > 0, "still blocked meanwhile");

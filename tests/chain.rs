@@ -1,12 +1,10 @@
 //! End-to-end tests of the filter chain against real redis-server processes: prefix routes,
 //! hot-key fan-out, request mirroring and migration modes, zone-local replica reads.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn get(c: &mut redis::Connection, k: &str) -> Option<String> {
     redis::cmd("GET").arg(k).query(c).unwrap()
@@ -550,6 +548,7 @@ fn migration_steps_change_online_with_sighup() {
     });
     let has = |a: &[SocketAddr], k: &str| a.iter().any(|x| get(&mut sync_client(*x), k).is_some());
     set(&mut c, "f", "6");
+    // Time for a copy to reach the new cluster, which none may.
     std::thread::sleep(Duration::from_millis(100));
     assert!(has(&old_a, "d") && has(&old_a, "f"));
     assert!(
@@ -559,7 +558,9 @@ fn migration_steps_change_online_with_sighup() {
     // An invalid file is refused; the last good configuration keeps serving.
     std::fs::write(&path, "listeners: [").unwrap();
     proc_.signal("-HUP");
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for("the bad file refused", || {
+        proc_.log().contains("reload refused")
+    });
     set(&mut c, "e", "5");
     assert_eq!(get(&mut c, "e").as_deref(), Some("5"));
     drop(proc_);
@@ -651,12 +652,26 @@ fn dual_write_over_shared_shards_applies_each_write_once() {
                 .unwrap();
         }
     }
-    // Every copy sent has run once the mirror's queue is empty; give the last ones time.
+    // Every copy queued has run once each is answered (applied) or failed.
     wait_for("the mirror to send its copies", || {
         let info: String = redis::cmd("INFO").arg("mirror").query(&mut c).unwrap();
         info.contains("mirror_new:mirrored=")
     });
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for("every copy answered", || {
+        let info: String = redis::cmd("INFO").arg("mirror").query(&mut c).unwrap();
+        let line = info
+            .lines()
+            .find_map(|l| l.strip_prefix("mirror_new:"))
+            .unwrap_or_default()
+            .to_string();
+        let field = |name: &str| -> u64 {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+        };
+        field("applied") + field("failed") == field("mirrored")
+    });
     let mut on_new_only = 0;
     for (s, addr) in a.iter().enumerate() {
         let mut d = sync_client(*addr);

@@ -1,12 +1,10 @@
 //! The binary's command line: `--version` with the commit, `--check`'s summary, log formats
 //! (JSON lines; no ANSI colour when stderr is not a terminal), `--admin` and its loopback rule.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::process::Command;
 
-use support::*;
+use crate::support::*;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_respway"))
@@ -212,6 +210,7 @@ fn admin_changes_the_log_level_and_drains() {
     wait_port(admin, "admin");
     // At info, a client leaving logs nothing; at debug it does.
     drop(RespConn::connect(rw.addr));
+    // Time for a log line to show, which none may at info.
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(
         !rw.log().contains("client connection ended"),

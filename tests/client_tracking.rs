@@ -7,12 +7,10 @@
 //! Each sidecar is a process of its own: a flush announced by one test's sidecar must not
 //! reach another test's sessions (the announcements are process-wide, as a sidecar is).
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// One listener (advertising Redis 7.4, which redis-py's cache asks for) over one cluster
 /// `main` of `shards`, with `near_cache` (a YAML mapping) when given.

@@ -10,9 +10,7 @@
 //! The libraries are installed by `tests/clients/setup.sh` (CI runs it); a test whose library
 //! is missing fails and says so rather than skipping.
 
-mod support;
-
-use support::*;
+use crate::support::*;
 
 /// The hash tags the scripts use for a transaction over several shards (`CROSS_TAGS` in
 /// `py_client.py` and `common.mjs`): with `crc16_slots` over 3 shards each is on its own shard.

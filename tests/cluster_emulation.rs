@@ -11,12 +11,10 @@
 //!   `py_cluster.py` also runs against a real three-node Redis Cluster, which checks the script.
 //! - Without emulation `CLUSTER` stays refused, and `RedisCluster` does not start.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// Keys whose slot is compared with a real Redis Cluster's: plain, tagged, empty and odd tags.
 const KEYS: &[&str] = &[

@@ -3,12 +3,10 @@
 //! must be stoppable through respway), and the argument errors of PING and FCALL. Each reply
 //! is compared with a plain redis-server's.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn three_shards() -> (Vec<Proc>, Vec<SocketAddr>, Respway) {
     // A script is BUSY to others after 100 ms (Redis's default is 5 s).

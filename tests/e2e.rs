@@ -1,15 +1,13 @@
 //! End-to-end tests: real redis-server shards, respway in-process, real clients (the `redis`
 //! crate, raw sockets, redis-cli, redis-benchmark, nutcracker).
 
-mod support;
-
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use redis::Value;
-use support::*;
 
 fn three_shards() -> Vec<Proc> {
     (0..3).map(|_| redis()).collect()
@@ -485,7 +483,7 @@ fn a_killed_shard_fails_only_its_keys() {
     }
     assert!(ok > 100 && failed > 30, "ok {ok} failed {failed}");
     assert!(
-        start.elapsed() < Duration::from_secs(30),
+        start.elapsed() < slack(Duration::from_secs(30)),
         "a dead shard must not hang clients"
     );
     // The client connection is still fine.
@@ -1056,6 +1054,8 @@ fn nested_replies_arriving_in_tiny_reads_are_delivered_intact() {
 /// part of the first one's clients.
 #[test]
 fn an_address_in_use_is_refused_not_shared() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let shard = redis();
     let first = respway(&sharded_yaml(&[shard.addr], "{ policy: maglev }", true), 2);
     let yaml = sharded_yaml(&[shard.addr], "{ policy: maglev }", true)

@@ -1,11 +1,9 @@
 //! The example scenarios under `examples/` that run in a few seconds, run as they are.
 
-mod support;
-
 use std::path::Path;
 use std::process::Command;
 
-use support::respway_xds_bin;
+use crate::support::respway_xds_bin;
 
 /// `examples/xds/run.sh`: respway-xds and two sidecars over local redis-server shards; a route
 /// change and a mirror toggle reach both, checked with redis-cli by the script itself.

@@ -6,12 +6,10 @@
 //! The "replicas" here are standalone servers holding a value of their own under the key the
 //! tests read, so every reply says which endpoint answered it.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// Checks every 100 ms, 200 ms timeout, out after 2 failures, back after 2 passes.
 const CHECK: &str = "{ interval: 100ms, timeout: 200ms, unhealthy_threshold: 2, healthy_threshold: 2, drain_key: maint }";
@@ -66,17 +64,32 @@ fn reads_reach(c: &mut RespConn, want: &str) -> bool {
 fn a_frozen_replica_leaves_read_rotation_and_comes_back() {
     let (primary, replica) = pair(&[]);
     let rw = respway(&checked(primary.addr, replica.addr), 1);
+    let server = rw.server.as_ref().expect("server");
+    let admin =
+        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, server).expect("admin");
     let mut c = RespConn::connect(rw.addr);
     assert!(reads_reach(&mut c, "replica"), "reads go to the replica");
 
     let before = commandstat(replica.addr, "get");
     replica.signal("-STOP");
-    // 2 failures of 200 ms each, 100 ms apart, and a margin.
-    std::thread::sleep(Duration::from_millis(1200));
+    // 2 failures of 200 ms each, 100 ms apart (about 600 ms): the check takes it out.
+    let endpoint = replica.addr.to_string();
+    wait_until(
+        Duration::from_secs(10),
+        "the frozen replica marked unhealthy",
+        || {
+            http_get(admin.local_addr(), "/clusters")
+                .1
+                .lines()
+                .any(|l| l.contains(&endpoint) && l.contains("check=unhealthy"))
+        },
+    );
     let started = Instant::now();
     for _ in 0..20 {
         assert_eq!(c.call(&["GET", "k"]), Resp::bulk("primary"));
     }
+    // Not stretched by slack(): one read sent to the frozen replica waits out the op timeout
+    // (1 s) alone, which is what this tells apart.
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "no read waited on the frozen replica: {:?}",
@@ -146,7 +159,8 @@ fn a_drain_key_takes_a_replica_out_and_back() {
     let mut r = RespConn::connect(replica.addr);
     r.call(&["SET", "maint", "1"]);
     assert!(reads_reach(&mut c, "primary"), "drained");
-    // One check (100 ms) took it out: from now on, no read reaches it.
+    // One check (100 ms) took it out: from now on, no read reaches it. The pause lets a check
+    // under way end (no state shows it) before the replica's GETs are counted.
     std::thread::sleep(Duration::from_millis(100));
     let before = commandstat(replica.addr, "get");
     for _ in 0..20 {
@@ -255,6 +269,7 @@ fn clusters_without_a_health_check_show_none() {
     assert!(reads_reach(&mut c, "replica"));
     let (_, body) = http_get(admin.local_addr(), "/clusters");
     assert!(!body.contains("check="), "{body}");
+    // Three check intervals' worth of time: none is sent (nothing to wait for).
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(commandstat(replica.addr, "role"), 0, "no ROLE was sent");
 }
@@ -319,23 +334,31 @@ fn checks_follow_the_configuration_served() {
     let rw = respway(&checked(primary.addr, old.addr), 1);
     let mut c = RespConn::connect(rw.addr);
     assert!(reads_reach(&mut c, "replica"));
+    let server = rw.server.as_ref().expect("server");
+    let admin =
+        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, server).expect("admin");
     // The primary drains: reads go to the replica (the primary is only the last resort).
     RespConn::connect(primary.addr).call(&["SET", "maint", "1"]);
-    std::thread::sleep(Duration::from_millis(300));
+    let endpoint = primary.addr.to_string();
+    wait_until(Duration::from_secs(10), "the primary draining", || {
+        http_get(admin.local_addr(), "/clusters")
+            .1
+            .lines()
+            .any(|l| l.contains(&endpoint) && l.contains("check=draining"))
+    });
 
     let config = |replica: SocketAddr| {
         respway_xds::translate(&respway_xds::parse_yaml(&checked(primary.addr, replica)).unwrap())
             .unwrap()
     };
-    let server = rw.server.as_ref().expect("server");
-    let admin =
-        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, server).expect("admin");
     server.apply(config(new.addr)).expect("push");
     assert!(reads_reach(&mut c, "new"), "the new replica serves reads");
     assert!(
         until(Duration::from_secs(5), || commandstat(new.addr, "role") > 2),
         "the new replica is checked"
     );
+    // A check of the removed endpoint already under way may still land; then five check
+    // intervals pass without one (time passing is what shows it).
     std::thread::sleep(Duration::from_millis(300));
     let left = commandstat(old.addr, "role");
     std::thread::sleep(Duration::from_millis(500));

@@ -3,12 +3,10 @@
 //! key's home shard) and are copied from there, and removing the rule deletes the copies.
 //! Real redis-server processes; every wait is a bounded loop.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 const KEYS: usize = 200;
 

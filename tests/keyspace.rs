@@ -3,13 +3,11 @@
 //! scan), KEYS and its `keys_max` guard, DBSIZE, RANDOMKEY, FLUSHDB / FLUSHALL behind
 //! `admin_commands`, hot keys listed once, prefix routes with `remove_prefix`, RESP3.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// One listener (with `listener` settings added) over `shards`, catch-all cluster `main`
 /// (with `cluster` settings added).

@@ -2,13 +2,11 @@
 //! while keys move, and the proof under load that nothing is lost, applied twice or read
 //! out of order.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::support::*;
 use respway_filters::hash::{cluster_picker, ShardPicker};
-use support::*;
 
 fn shard(name: &str, addr: SocketAddr) -> String {
     format!(
@@ -629,6 +627,7 @@ impl Run {
 
     /// Stops the load: the models, the register history, the refusals and the commands run.
     fn finish(self) -> Outcome {
+        // A last pause of load after the last push, then the load stops.
         std::thread::sleep(Duration::from_millis(300));
         self.stop.store(true, Relaxed);
         let mut models = BTreeMap::new();
@@ -701,6 +700,7 @@ fn reshard_under_load(n_old: usize, n_new: usize) {
     let preloaded = run.preloaded;
     run.push(&prepare);
     run.push(&moving);
+    // A pause of load with the move configuration served, before the mover runs.
     std::thread::sleep(Duration::from_millis(300));
     let (code, summary) = compare(&moving, &["--move", "--rate", "200000"]);
     assert_eq!(code, Some(0), "mover: {summary}");
@@ -762,6 +762,7 @@ fn copy_mode_between_clusters_under_load_loses_nothing() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("run respway-compare");
+    // Killed mid-way: the backfill runs 700 ms (it takes longer at 3,000 keys/s).
     std::thread::sleep(Duration::from_millis(700));
     child.kill().expect("kill the backfill");
     assert!(child.wait().unwrap().code().is_none(), "killed mid-way");
@@ -1011,7 +1012,7 @@ fn scripts_and_blocking_commands_move_their_keys() {
             .query::<Option<(String, String)>>(&mut b)
             .unwrap()
     });
-    std::thread::sleep(Duration::from_millis(200));
+    wait_blocked(a, "blpop", 1);
     let _: i64 = redis::cmd("RPUSH").arg(w).arg("z").query(&mut c).unwrap();
     assert_eq!(blocked.join().unwrap().map(|p| p.1).as_deref(), Some("z"));
 }

@@ -6,14 +6,12 @@
 //! The placement test starts real redis-server shards and nutcracker, then the `respway`
 //! binary on the same file; every process is stopped when the test ends, also when it fails.
 
-mod support;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use support::*;
+use crate::support::*;
 
 /// Keys written per pool.
 const KEYS: usize = 5_000;

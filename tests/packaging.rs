@@ -5,16 +5,14 @@
 //! Prometheus config parses (and passes `promtool check config`); the Dockerfile's shape and
 //! CMD flags match the binary. Nothing here builds the image or talks to a cluster.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use serde_yaml_ng::Value;
-use support::*;
 
 /// A file of the repository.
 fn repo_file(rel: &str) -> String {
@@ -263,6 +261,8 @@ fn respway_with_traffic() -> (Vec<Proc>, respway::Server, respway::admin::Admin)
 /// histogram's `_bucket`, `_sum` and `_count` are sample names of their own).
 #[test]
 fn every_dashboard_metric_is_exposed() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let names: BTreeSet<String> = dashboard_exprs()
         .iter()
         .flat_map(|e| metric_names(e))
@@ -349,6 +349,8 @@ fn promtool_check_config() {
 /// prometheus.yml passes `promtool check config`.
 #[test]
 fn prometheus_evaluates_every_dashboard_query() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     assert!(
         have("prometheus") && have("promtool"),
         "prometheus is not installed (apt-get install prometheus; .ci/run does)"
@@ -1061,7 +1063,7 @@ fn dockerfile_is_multi_stage_non_root_and_runs_respway() {
 }
 
 /// Builds the image. Not run by default (it needs a Docker daemon and the network for the
-/// base images and crates, which CI does not have): `cargo test --test packaging -- --ignored`
+/// base images and crates, which CI does not have): `cargo test --test it packaging:: -- --ignored`
 /// on a machine with both.
 #[test]
 #[ignore = "needs a Docker daemon and network access"]

@@ -3,12 +3,10 @@
 //! cluster's changes followed (resharding with `MOVED`/`ASK`, failovers), against real
 //! `redis-server --cluster-enabled yes` nodes joined by `redis-cli --cluster create`.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// One listener over Redis Cluster `main` discovered from `seed`, refreshed every second.
 fn yaml(seed: SocketAddr) -> String {
@@ -184,6 +182,7 @@ fn a_reshard_under_load_is_invisible_to_clients() {
         == Resp::Simple("OK".into())));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = writers(rw.addr, 4, stop.clone());
+    // Load before the reshard, and after it (the timeline of the scenario).
     std::thread::sleep(Duration::from_millis(500));
     let out = std::process::Command::new("redis-cli")
         .args([
@@ -326,8 +325,9 @@ fn a_killed_primary_is_replaced_by_its_promoted_replica() {
         resumed.is_some(),
         "writes to the failed primary's slots never resumed"
     );
+    // 1 s, times the slack factor (a loaded machine delays the refresh, not the design).
     assert!(
-        after < Duration::from_secs(1),
+        after < slack(Duration::from_secs(1)),
         "resumed {after:?} after the promotion"
     );
     assert_eq!(c.call(&["GET", &keys[0]]), Resp::bulk("after"));
@@ -346,6 +346,7 @@ fn a_manual_failover_is_invisible_to_clients() {
         == Resp::Simple("OK".into())));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = writers(rw.addr, 4, stop.clone());
+    // Load before the failover, and after it (the timeline of the scenario).
     std::thread::sleep(Duration::from_millis(300));
     let victim = nodes[0];
     let replica = (nodes[3..].iter())
@@ -413,6 +414,7 @@ fn ask_and_tryagain_during_a_slot_move_are_followed() {
     );
     // Keys split between the nodes: TRYAGAIN, and again, until the move is over.
     let mover = std::thread::spawn(move || {
+        // The TRYAGAIN window: the move starts 60 ms after the command.
         std::thread::sleep(Duration::from_millis(60));
         let mut src = RespConn::connect(source);
         let r = src.call(&[
@@ -483,7 +485,7 @@ fn blocking_sharded_pubsub_and_replica_reads_follow_the_slot() {
     for k in &keys {
         let mut b = RespConn::connect(rw.addr);
         b.send(&["BLPOP", k, "5"]);
-        std::thread::sleep(Duration::from_millis(100));
+        wait_blocked(&nodes, "blpop", 1);
         assert_eq!(c.call(&["RPUSH", k, "x"]), Resp::Int(1));
         assert_eq!(
             b.read().expect("BLPOP reply"),
@@ -494,7 +496,16 @@ fn blocking_sharded_pubsub_and_replica_reads_follow_the_slot() {
     let mut sub = RespConn::connect(rw.addr);
     let confirm = sub.call(&["SSUBSCRIBE", "orders:{7}"]);
     assert!(matches!(confirm, Resp::Array(Some(_))), "{confirm:?}");
-    std::thread::sleep(Duration::from_millis(100));
+    wait_until(
+        Duration::from_secs(5),
+        "the sharded subscription upstream",
+        || {
+            nodes.iter().any(|&n| {
+                RespConn::connect(n).call(&["PUBSUB", "SHARDNUMSUB", "orders:{7}"])
+                    == Resp::Array(Some(vec![Resp::bulk("orders:{7}"), Resp::Int(1)]))
+            })
+        },
+    );
     assert_eq!(c.call(&["SPUBLISH", "orders:{7}", "hello"]), Resp::Int(1));
     assert_eq!(
         sub.read().expect("message"),
@@ -583,6 +594,7 @@ fn a_reshard_to_a_new_node_under_load_is_invisible_to_clients() {
         == Resp::Simple("OK".into())));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = writers(rw.addr, 4, stop.clone());
+    // Load before the new node joins, and after the reshard (the timeline of the scenario).
     std::thread::sleep(Duration::from_millis(300));
     let new = cluster.add_node();
     let out = std::process::Command::new("redis-cli")

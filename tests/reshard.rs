@@ -4,17 +4,15 @@
 //! move of keys written before; the same with the tool killed while the mover runs, then
 //! resumed; and the gate: a sidecar that is not connected, or NACKs, stops the phase.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use respway_filters::hash::ShardPicker;
 use respway_filters::routing::Routing;
-use support::*;
 
 const TOKEN: &str = "reshard-test-token";
 
@@ -417,6 +415,7 @@ fn reshard_killed_while_moving_resumes_to_the_same_end() {
         assert!(Instant::now() < deadline, "the mover never started: {st}");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Killed while moving: the mover runs 1.5 s first (the timeline of the scenario).
     std::thread::sleep(Duration::from_millis(1500));
     child.kill().unwrap();
     let _ = child.wait();
@@ -488,6 +487,7 @@ fn a_sidecar_not_connected_or_nacking_stops_the_phase_before_any_key_moves() {
     let started = Instant::now();
     let out = env.reshard(&args);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // Not stretched by slack(): the ACK timeout (20 s) is what a NACK must not wait for.
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "a NACK stops at once"
@@ -521,6 +521,7 @@ fn reshard_paused_then_aborted_ends_with_every_key_back_on_the_old_cluster() {
         assert!(Instant::now() < deadline, "the mover never started: {st}");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Paused while moving: the mover runs 1 s first (the timeline of the scenario).
     std::thread::sleep(Duration::from_millis(1000));
     let path = state.to_str().unwrap();
     let paused = env.reshard(&["pause", "--state", path]);

@@ -3,16 +3,14 @@
 //! respway merged it (MGET, DEL, EXISTS, SCRIPT EXISTS) or made it (CLIENT GETNAME, errors).
 //! Also per-client databases (SELECT) and the protocol switch inside one session.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use crate::support::*;
 use bytes::BytesMut;
 use respway_filters::codec_limits::Limits;
 use respway_filters::resp::reply_len;
-use support::*;
 
 /// A raw connection that returns each reply's exact bytes.
 struct Raw {

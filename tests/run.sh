@@ -5,6 +5,8 @@
 # libraries (tests/clients/setup.sh), then runs `cargo test --workspace`.
 #   tests/run.sh              install what is missing, then test
 #   tests/run.sh --deps-only  install what is missing, no tests (.ci/run uses it)
+# RESPWAY_TEST_SLACK=N multiplies the tests' timed upper bounds by N instead of 3 (a slower or
+# busier machine; respway-testkit's timing module).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -2,12 +2,10 @@
 //! endpoints that remain are reused, an invalid configuration is refused and the last good
 //! one keeps serving.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 fn yaml(shards: &[SocketAddr], shadow: SocketAddr, step: usize) -> String {
     churn_yaml("127.0.0.1:0", shards, shadow, step)
@@ -51,6 +49,7 @@ fn config_swaps_under_load_fail_no_request() {
     bad.listeners[0].routes.catch_all = Some("nope".into());
     let err = server.apply(bad).unwrap_err();
     assert!(err.contains("nope"), "{err}");
+    // The load keeps running on the last good configuration for a while.
     std::thread::sleep(Duration::from_millis(200));
     let n = load.finish();
     assert!(n > 200, "only {n} round trips");

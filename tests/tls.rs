@@ -4,8 +4,6 @@
 //! without a certificate get, TLS to the shards with every kind of upstream connection, and
 //! a certificate rotation under load, and the expiry warnings and metric.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use respway_tls::rustls::pki_types::ServerName;
 use respway_tls::rustls::{ClientConnection, StreamOwned};
 use respway_tls::ClientFiles;
-use support::*;
 
 /// A RESP client over rustls (blocking, with read timeouts).
 struct TlsConn {
@@ -497,6 +495,7 @@ fn certificate_rotation_under_load_drops_nothing() {
             })
         })
         .collect();
+    // Load before the rotation, and after it (the timeline of the scenario).
     std::thread::sleep(Duration::from_millis(300));
     // A new certificate from the same CA (more names, so the files' sizes change too),
     // written over the listener's files.

@@ -2,12 +2,10 @@
 //! CROSSSLOT that applies nothing, WATCH conflicts, a client that leaves mid-transaction, and
 //! a steady rate of transactions that opens no new upstream connection.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn three_shards() -> (Vec<Proc>, Vec<SocketAddr>, Respway) {
     let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();
@@ -239,6 +237,7 @@ fn client_leaving_mid_transaction_applies_nothing() {
         &[vec!["MULTI"], vec!["SET", "{h}a", "0"], vec!["EXEC"]],
     );
     assert_eq!(ok[2], Resp::Array(Some(vec![Resp::Simple("OK".into())])));
+    // Settle: the warm-up's connection is in the pool (no state to wait on) before counting.
     std::thread::sleep(Duration::from_millis(200));
     let before = connections_received(&mut shard);
     for i in 0..20 {
@@ -250,6 +249,7 @@ fn client_leaving_mid_transaction_applies_nothing() {
         drop(c);
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Time for an abandoned EXEC to run, which none may.
     std::thread::sleep(Duration::from_millis(200));
     let mut c = RespConn::connect(rw.addr);
     assert_eq!(
@@ -318,6 +318,7 @@ fn steady_transactions_open_no_new_upstream_connections() {
     let (_shards, addrs, rw) = three_shards();
     let mut shard = RespConn::connect(addrs[shard_of(rw.addr, &addrs, "{rate}probe")]);
     let warm = transaction_load(rw.addr, 4, 250, 1);
+    // Settle: the warm-up's connections are in the pool (no state to wait on) before counting.
     std::thread::sleep(Duration::from_millis(200));
     let before = connections_received(&mut shard);
     let done = transaction_load(rw.addr, 4, 250, 10);
@@ -424,6 +425,7 @@ fn exec_on_a_broken_dedicated_connection_is_a_lost_connection() {
     assert_eq!(c.call(&["SET", "{t}a", "1"]), Resp::Simple("QUEUED".into()));
     // Every other client of the shard (respway's connections) is cut.
     RespConn::connect(addrs[i]).call(&["CLIENT", "KILL", "TYPE", "normal"]);
+    // Time for respway to see the cut (it shows nowhere) before EXEC.
     std::thread::sleep(Duration::from_millis(100));
     let r = c.call(&["EXEC"]);
     let e = r.error().unwrap_or_else(|| panic!("EXEC: {r:?}"));

@@ -5,12 +5,10 @@
 //! server, MULTI and subscriber mode, shards without replicas, mirror clusters left out, the
 //! dedicated-connection bound, pattern subscribers not seeing the nudge, and redis-py.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// A primary and its replica.
 struct Shard {

@@ -2,13 +2,11 @@
 //! that points at `respway-xds`'s ADS server (run in this process through its library, on
 //! loopback), while clients keep a bounded load going.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn resources(port: u16, shards: &[SocketAddr], shadow: SocketAddr, step: usize) -> String {
     churn_yaml(&format!("127.0.0.1:{port}"), shards, shadow, step)
@@ -153,11 +151,13 @@ fn xds_edits_under_load_fail_no_request() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(nack.message.contains("listeners"), "{}", nack.message);
+    // Load runs on after the NACK: the last good configuration keeps serving.
     std::thread::sleep(Duration::from_millis(300));
 
     // 3. The management server goes away during load, then comes back on the same port; the
     //    sidecar keeps serving, reconnects and takes the next version.
     mgmt.stop();
+    // The management server stays away for a second under load: the fault itself.
     std::thread::sleep(Duration::from_millis(1000));
     save(&res, "main.yaml", &resources(port, &addrs, shadow.addr, 5));
     let mgmt = MgmtProc::start(&res, grpc);
@@ -270,6 +270,7 @@ fn sidecar_fails_over_between_two_management_servers_under_load() {
     let acked_on_first = versions(mgmt[0].as_ref().unwrap());
 
     let load = set_get_load(respway.addr, 4, Duration::from_secs(60));
+    // Load before the active server goes away (the timeline of the scenario).
     std::thread::sleep(Duration::from_millis(500));
 
     // The active server goes away under load: the sidecar moves to the other one at once, which
@@ -280,7 +281,10 @@ fn sidecar_fails_over_between_two_management_servers_under_load() {
     wait_acked(other, "sidecar-1", 1);
     let took = killed.elapsed();
     eprintln!("xDS failover: ACKed on the other server {took:?} after the first one stopped");
-    assert!(took < Duration::from_secs(5), "failover took {took:?}");
+    assert!(
+        took < slack(Duration::from_secs(5)),
+        "failover took {took:?}"
+    );
     assert_eq!(versions(other), acked_on_first, "the same versions");
     assert_eq!(
         xds_applies(admin),
@@ -314,6 +318,7 @@ fn sidecar_fails_over_between_two_management_servers_under_load() {
 
     // The first server comes back: the sidecar stays where it is (no flapping back).
     let back = MgmtProc::start(&res, grpc[0]);
+    // Time for a move back to show, which none may.
     std::thread::sleep(Duration::from_millis(1000));
     assert!(!connected(&back, "sidecar-1"));
     assert!(connected(mgmt[1].as_ref().unwrap(), "sidecar-1"));
@@ -557,6 +562,8 @@ fn secrets_reach_a_sidecar_over_mtls_only_with_its_own_certificate() {
 /// resource file reaches it through the same feed.
 #[test]
 fn the_xds_feed_starts_and_updates_an_in_process_server() {
+    // respway::start: this test's sidecar shares the process (see sharing_process).
+    let _sharing = sharing_process();
     let shards: Vec<Proc> = (0..2).map(|_| redis()).collect();
     let shadow = redis();
     let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();

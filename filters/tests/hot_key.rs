@@ -1,8 +1,6 @@
 //! Layer contract of `HotKeyLayer`, driven by hand (`poll_ready` / `call` / `poll`) over a
 //! mock inner service that records what it got and answers scripted replies.
 
-mod support;
-
 use respway_filters::error::Failure;
 use std::future::Future;
 use std::pin::Pin;
@@ -14,24 +12,24 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use tower::{Layer, Service, ServiceExt};
 
+use crate::support::{noop_cx, ok, request, routing_of, send, Mock};
 use respway_filters::hot_key::{HotKey, HotKeyLayer, HotKeyRuleStats, HotKeyStats};
 use respway_filters::model::{
     Cluster, HashPolicy, HotKeyRead, HotKeyRule, PrefixRoute, RouteTable, Shard,
 };
 use respway_filters::request::{Reply, Request};
 use respway_filters::routing::Routing;
-use support::{noop_cx, ok, request, routing_of, send, Mock};
 
 // === fixtures ===
 
 fn shard(name: &str, port: u16, zone: &str) -> Shard {
-    support::shard(name, port, Some(zone))
+    crate::support::shard(name, port, Some(zone))
 }
 
 fn cluster(name: &str, hash: HashPolicy, shards: Vec<Shard>, hot_keys: Vec<HotKeyRule>) -> Cluster {
     Cluster {
         hot_keys,
-        ..support::cluster(name, hash, shards)
+        ..crate::support::cluster(name, hash, shards)
     }
 }
 

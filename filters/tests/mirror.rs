@@ -1,13 +1,12 @@
 //! Layer contract of `MirrorLayer`, driven by hand (`poll_ready` / `call` / `poll`) over a
 //! mock inner service and a mock sink that both record what they got.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tower::{Layer, Service, ServiceExt};
 
+use crate::support::{request, routing_of, send, shard, Mock};
 use respway_filters::mirror::{
     Mirror, MirrorCounts, MirrorLayer, MirrorSink, MirrorStats, READ_ONLY,
 };
@@ -16,7 +15,6 @@ use respway_filters::model::{
 };
 use respway_filters::request::{error_reply, Reply, Request};
 use respway_filters::routing::Routing;
-use support::{request, routing_of, send, shard, Mock};
 
 // === fixtures ===
 
@@ -27,7 +25,7 @@ fn cluster(name: &str, hash: HashPolicy, n: u16, port: u16) -> Cluster {
     let shards = (0..n)
         .map(|i| shard(&format!("{name}-{i}"), port + i, None))
         .collect();
-    support::cluster(name, hash, shards)
+    crate::support::cluster(name, hash, shards)
 }
 
 fn policy(mode: MirrorMode, include_reads: bool, fraction_ppm: u32) -> MirrorPolicy {

@@ -1,16 +1,14 @@
 //! Placement (`respway_filters::place`): one key's shard, a request's cluster, and the one
 //! shard of a transaction or blocking command, with one typed refusal per reason.
 
-mod support;
-
 use bytes::Bytes;
 
+use crate::support::{cluster, routing_of, shard};
 use respway_filters::model::{
     HashPolicy, HotKeyRead, HotKeyRule, MirrorMode, MirrorPolicy, PrefixRoute, RouteTable,
 };
 use respway_filters::place::{Purpose, Refusal, CROSSSLOT};
 use respway_filters::routing::{RouteId, Routing};
-use support::{cluster, routing_of, shard};
 
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())

@@ -1,13 +1,11 @@
 //! `SORT` / `SORT_RO` patterns: which may form keys away from the sorted key's shard.
 
-mod support;
-
 use bytes::Bytes;
 
+use crate::support::{cluster, routing_of, shard};
 use respway_filters::model::{Cluster, HashPolicy, HashTag, PrefixRoute, RouteTable};
 use respway_filters::routing::Routing;
 use respway_filters::sort_patterns::{check, BY_DENIED, GET_DENIED};
-use support::{cluster, routing_of, shard};
 
 fn catch_all(c: &str) -> RouteTable {
     RouteTable {

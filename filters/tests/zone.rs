@@ -2,13 +2,12 @@
 //! service that records the endpoint each request was given, and a mock health view whose
 //! failing set the test changes between calls.
 
-mod support;
-
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{ok, Mock};
 use bytes::Bytes;
 use respway_filters::codec_limits::Limits;
 use respway_filters::command;
@@ -19,7 +18,6 @@ use respway_filters::model::{
 use respway_filters::request::Request;
 use respway_filters::routing::Routing;
 use respway_filters::zone::{AllHealthy, HealthView, Zone, ZoneLayer};
-use support::{ok, Mock};
 use tower::{Layer, Service, ServiceExt};
 
 // --- fixtures ---------------------------------------------------------------------------

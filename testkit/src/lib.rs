@@ -27,6 +27,11 @@
 //! - [`certs`] — [`Pki`], a test CA issuing server and client certificates (also expired) as
 //!   PEM files.
 //!
+//! Time
+//! - [`timing`] — [`wait_until`] / [`poll_until`] (a condition polled with a deadline, instead
+//!   of a fixed sleep) and [`slack`] (a timed upper bound times [`slack_factor`]: 3, or
+//!   `RESPWAY_TEST_SLACK`).
+//!
 //! Everything here panics on failure, with a message naming what failed: it is test code.
 //! It depends on nothing but `std` and rcgen (the certificates' issuer) — not on `respway` (whose tests use it) and not on
 //! `respway-filters`, so replies are checked with a parser that is not the code under test.
@@ -38,6 +43,7 @@ pub mod http;
 pub mod process;
 pub mod resp;
 pub mod servers;
+pub mod timing;
 
 pub use certs::{CertFiles, Pki};
 pub use cluster::RedisCluster;
@@ -49,3 +55,4 @@ pub use servers::{
     nutcracker, nutcracker_bin, redis, redis_on, redis_on_with, redis_starting_on, redis_with,
     sentinel_on,
 };
+pub use timing::{poll_until, slack, slack_factor, wait_until};

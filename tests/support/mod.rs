@@ -5,9 +5,11 @@
 
 #![allow(dead_code)]
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use respway_testkit::*;
@@ -60,6 +62,9 @@ pub fn sync_client(addr: SocketAddr) -> redis::Connection {
 pub struct Respway {
     pub server: Option<respway::Server>,
     pub addr: SocketAddr,
+    /// Held while the server runs: no [`alone_in_process`] test runs meanwhile. Dropped
+    /// after the server is shut down ([`Drop`] of `Respway` runs before its fields').
+    _sharing: SharingProcess,
 }
 
 impl Drop for Respway {
@@ -77,6 +82,7 @@ pub fn respway(yaml: &str, workers: usize) -> Respway {
 
 /// Starts respway from YAML text, as a sidecar in `zone` (like `--zone`).
 pub fn respway_in_zone(yaml: &str, workers: usize, zone: Option<&str>) -> Respway {
+    let sharing = sharing_process();
     let resources = respway_xds::parse_yaml(yaml).unwrap_or_else(|e| panic!("bad test yaml: {e}"));
     let mut config =
         respway_xds::translate(&resources).unwrap_or_else(|e| panic!("bad test config: {e}"));
@@ -95,6 +101,7 @@ pub fn respway_in_zone(yaml: &str, workers: usize, zone: Option<&str>) -> Respwa
     Respway {
         server: Some(server),
         addr,
+        _sharing: sharing,
     }
 }
 
@@ -427,4 +434,106 @@ pub fn spawn_call(addr: SocketAddr, args: &[&str]) -> std::thread::JoinHandle<Re
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         c.call(&a)
     })
+}
+
+// === respway's process-wide state: tests that need this process's sidecars to themselves ===
+//
+// Every test file of this package but four is a module of one test binary (tests/it.rs), so
+// the sidecars that tests start in-process ([`respway`], or `respway::start` directly) run in
+// one process with those of every other file. Some of respway's state is per process, as a
+// sidecar is one process: the near cache's key stamps and flush count (a write through any
+// sidecar of the process ends every near cache's entries of that key's stamp; a key-less
+// write such as FLUSHDB or a script without keys ends all of them). A test that counts what
+// its in-process near cache serves therefore takes [`alone_in_process`]: it waits until no
+// other test has an in-process sidecar running and keeps others from starting one until it
+// ends. Tests that start sidecars in-process hold [`sharing_process`] for as long as they run
+// ([`respway`] takes it itself; a test calling `respway::start` directly takes it first).
+// Sidecars started as processes ([`respway_process`]) share nothing and take neither.
+
+/// Sidecars running in-process now, and whether a test holds the process alone.
+struct Sharing {
+    sidecars: usize,
+    alone: bool,
+}
+
+static SHARING: Mutex<Sharing> = Mutex::new(Sharing {
+    sidecars: 0,
+    alone: false,
+});
+static SHARING_CHANGED: Condvar = Condvar::new();
+
+thread_local! {
+    /// This thread runs a test that holds [`alone_in_process`]: its own sidecars do not wait.
+    static ALONE_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+fn sharing() -> std::sync::MutexGuard<'static, Sharing> {
+    SHARING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An in-process sidecar's share of the process ([`sharing_process`]); released on drop.
+pub struct SharingProcess {
+    counted: bool,
+}
+
+/// Waits while a test holds the process alone, then counts one in-process sidecar until the
+/// returned value is dropped. Hold it for as long as the sidecar runs. Waiting only for a test
+/// that holds the process alone (never for one that waits to): a test may start several
+/// sidecars, from several threads, without a deadlock.
+pub fn sharing_process() -> SharingProcess {
+    if ALONE_HERE.with(Cell::get) {
+        return SharingProcess { counted: false };
+    }
+    let mut s = sharing();
+    while s.alone {
+        s = SHARING_CHANGED
+            .wait(s)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    s.sidecars += 1;
+    SharingProcess { counted: true }
+}
+
+impl Drop for SharingProcess {
+    fn drop(&mut self) {
+        if self.counted {
+            let mut s = sharing();
+            s.sidecars -= 1;
+            if s.sidecars == 0 {
+                SHARING_CHANGED.notify_all();
+            }
+        }
+    }
+}
+
+/// The process to this test alone ([`sharing_process`]), until the returned value is dropped:
+/// take it first in the test, keep it to the end, and start the test's in-process sidecars
+/// from the test's own thread.
+pub struct AloneInProcess {
+    /// Not `Send`: released on the thread that marked itself.
+    _here: std::marker::PhantomData<*const ()>,
+}
+
+/// Waits until no other test has an in-process sidecar running and none holds the process
+/// alone, then keeps them from starting one until the returned value is dropped.
+pub fn alone_in_process() -> AloneInProcess {
+    let mut s = sharing();
+    while s.alone || s.sidecars > 0 {
+        s = SHARING_CHANGED
+            .wait(s)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    s.alone = true;
+    ALONE_HERE.with(|a| a.set(true));
+    AloneInProcess {
+        _here: std::marker::PhantomData,
+    }
+}
+
+impl Drop for AloneInProcess {
+    fn drop(&mut self) {
+        ALONE_HERE.with(|a| a.set(false));
+        sharing().alone = false;
+        SHARING_CHANGED.notify_all();
+    }
 }

@@ -38,8 +38,20 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-/// How long any single wait may take before the test fails.
-const WAIT: Duration = Duration::from_secs(10);
+use respway_testkit::slack;
+
+/// How long any single wait may take before the test fails: 10 s, times the slack factor
+/// (it outlasts [`warm_timeout`], which is stretched too).
+fn wait() -> Duration {
+    slack(Duration::from_secs(10))
+}
+
+/// The client library's warm timeout here: 2 s, times the slack factor, as is the bound that
+/// tells a change applied at once from one held until this timeout (in
+/// `a_warming_cluster_holds_only_what_depends_on_it`).
+fn warm_timeout() -> Duration {
+    slack(Duration::from_secs(2))
+}
 
 fn base(endpoint: &str) -> String {
     format!(
@@ -140,7 +152,7 @@ impl Running {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        tokio::time::timeout(WAIT, &mut self.task)
+        tokio::time::timeout(wait(), &mut self.task)
             .await
             .expect("server stops in time")
             .expect("server task")
@@ -184,9 +196,9 @@ fn content_versions(r: &Resources) -> [String; 3] {
     ]
 }
 
-/// Waits until `check` holds, polling; fails after [`WAIT`].
+/// Waits until `check` holds, polling; fails after [`wait`].
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
+    let deadline = Instant::now() + wait();
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -249,7 +261,7 @@ impl Raw {
     }
 
     async fn recv(&mut self) -> DiscoveryResponse {
-        self.recv_within(WAIT).await.expect("a response in time")
+        self.recv_within(wait()).await.expect("a response in time")
     }
 
     async fn recv_within(&mut self, d: Duration) -> Option<DiscoveryResponse> {
@@ -626,7 +638,7 @@ async fn an_invalid_file_is_reported_and_not_pushed() {
 
     std::fs::write(&file, base("127.0.0.1:99999")).expect("write");
     let admin = server.admin.to_string();
-    let deadline = Instant::now() + WAIT;
+    let deadline = Instant::now() + wait();
     let status = loop {
         let s = admin::fetch_status(&admin, &auth()).await.expect("status");
         if s.files.iter().any(|f| !f.ok) {
@@ -730,7 +742,7 @@ fn run_lib_on(servers: Vec<String>, node: &str, zone: Option<&str>, fail: FailFn
     cfg.zone = zone.map(str::to_string);
     cfg.backoff_min = Duration::from_millis(20);
     cfg.backoff_max = Duration::from_millis(200);
-    cfg.warm_timeout = Duration::from_secs(2);
+    cfg.warm_timeout = warm_timeout();
     let (tx, rx) = watch::channel(ClientStatus::default());
     let applied = Arc::new(Mutex::new(Vec::new()));
     let log = applied.clone();
@@ -754,7 +766,7 @@ fn run_lib_on(servers: Vec<String>, node: &str, zone: Option<&str>, fail: FailFn
 
 impl Lib {
     async fn until(&mut self, what: &str, check: impl Fn(&ClientStatus) -> bool) -> ClientStatus {
-        let result = tokio::time::timeout(WAIT, self.status.wait_for(check))
+        let result = tokio::time::timeout(wait(), self.status.wait_for(check))
             .await
             .map(|r| r.map(|s| s.clone()));
         match result {
@@ -1016,6 +1028,7 @@ async fn client_fails_over_to_the_next_server_and_stays_there() {
 
     // The first server comes back: the client stays on b.
     let a = start_on(dir.path(), a_addr).await;
+    // Time for a move back to show, which none may.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(a.node("twin").is_none(), "no moving back");
     assert_eq!(lib.status.borrow().server.as_deref(), Some(b_url.as_str()));
@@ -1244,7 +1257,7 @@ impl Script {
 
     /// The next request, checked against the strict rule (see `violations`).
     async fn recv(&mut self) -> DiscoveryRequest {
-        let r = tokio::time::timeout(WAIT, self.requests.recv())
+        let r = tokio::time::timeout(wait(), self.requests.recv())
             .await
             .expect("a request in time")
             .expect("open");
@@ -1381,6 +1394,7 @@ async fn client_nacks_an_invalid_resource_naming_the_field() {
         .await;
     let eds_req = script.next(ResourceType::Endpoint).await;
     assert_eq!(eds_req.resource_names, ["cache"]);
+    // Time for an apply to show, which none may until the endpoints come.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(lib.applied().is_empty(), "not warm without the endpoints");
     let eds = script
@@ -1409,8 +1423,8 @@ async fn client_nacks_an_invalid_resource_naming_the_field() {
 }
 
 /// Issue 26, item 7: CDS is ACKed at once; the server never sends the assignment, so after
-/// warm_timeout (2 s here) the cluster is used with no endpoints (one at `NO_ENDPOINT`) and the
-/// listener routing to it applies and is ACKed.
+/// warm_timeout (2 s here, times the slack factor) the cluster is used with no endpoints (one
+/// at `NO_ENDPOINT`) and the listener routing to it applies and is ACKed.
 #[tokio::test]
 async fn an_update_that_never_warms_applies_with_no_endpoints_after_the_timeout() {
     let mut script = scripted().await;
@@ -1638,8 +1652,9 @@ async fn a_warming_cluster_holds_only_what_depends_on_it() {
         )
         .await;
     lib.until("main's change", |s| s.applies == 2).await;
+    // 1.5 s, times the slack factor: under the warm timeout (2 s, times the same factor).
     assert!(
-        started.elapsed() < Duration::from_millis(1500),
+        started.elapsed() < slack(Duration::from_millis(1500)),
         "{:?}",
         started.elapsed()
     );
@@ -1651,8 +1666,8 @@ async fn a_warming_cluster_holds_only_what_depends_on_it() {
         "the waiting listener is not applied"
     );
     assert_eq!(config.listeners[0].op_timeout, Duration::from_millis(77));
-    // After warm_timeout (2 s here) `slow` is used with no endpoints: the waiting listener
-    // applies and LDS is ACKed.
+    // After warm_timeout (2 s here, times the slack factor) `slow` is used with no endpoints:
+    // the waiting listener applies and LDS is ACKed.
     let answers = script.answers_to(&[cds, lds]).await;
     for a in &answers {
         assert_eq!((a.version_info.as_str(), &a.error_detail), ("v2", &None));

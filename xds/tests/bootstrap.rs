@@ -18,11 +18,13 @@ fn generated_code_is_fresh() {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("respway-xds-bootstrap");
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).expect("create temp dir");
+    let mut config = prost_build::Config::new();
     if std::env::var_os("PROTOC").is_none() && Path::new("/usr/bin/protoc").exists() {
-        // This is the only test in its binary, so no other thread reads the environment.
-        std::env::set_var("PROTOC", "/usr/bin/protoc");
+        // Given to prost-build, not set in the environment: the other tests of this binary
+        // run in this process at the same time.
+        config.protoc_executable("/usr/bin/protoc");
     }
-    prost_build::Config::new()
+    config
         .out_dir(&out)
         .enable_type_names()
         .type_name_domain(["."], "type.googleapis.com")
@@ -42,7 +44,7 @@ fn generated_code_is_fresh() {
         }
         panic!(
             "src/gen/respway.v1.rs is stale: it differs from what proto/respway/v1/*.proto \
-             generates; run `RESPWAY_BLESS=1 cargo test -p respway-xds --test bootstrap` and \
+             generates; run `RESPWAY_BLESS=1 cargo test -p respway-xds --test it generated_code_is_fresh` and \
              commit the result"
         );
     }

@@ -157,7 +157,7 @@ fn the_examples_read_into_the_pinned_resources() {
         assert!(
             got == want,
             "{file}: the resources differ from {}; if the change is meant, run \
-             `RESPWAY_BLESS=1 cargo test -p respway-xds --test golden`",
+             `RESPWAY_BLESS=1 cargo test -p respway-xds --test it golden::`",
             golden.display()
         );
     }
