@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Two respway builds over one local shard, A/B: SET and GET -c 50 -P 16 -d 64 -r 100000, N
+# Two respway builds over one local shard, A/B: SET and GET -c 50 -P P -d 64 -r 100000, N
 # requests per run, interleaved rounds (old, new, new, old); medians of req/s and of the proxy's
 # CPU per request (user + system, /proc). Ports: shard 7631, OLD 7632, NEW 7633 (--workers 1).
-#   perf/bench/ab_plain.sh OLD_BIN NEW_BIN ROUNDS N
+#   perf/bench/ab_plain.sh OLD_BIN NEW_BIN ROUNDS N [P]      (P: pipeline depth, default 16)
 set -euo pipefail
-OLD=$1; NEW=$2; ROUNDS=$3; N=$4
+OLD=$1; NEW=$2; ROUNDS=$3; N=$4; P=${5:-16}
 . "$(dirname "$0")/shards.sh"
 require_free 7631 7632 7633
 D=$(mktemp -d)
@@ -18,7 +18,7 @@ for port in 7632 7633; do for i in $(seq 100); do redis-cli -p $port set warm 1 
 tck=$(getconf CLK_TCK)
 one() { local t=$1 name=$2 pid=$3 port=$4 s0 s1 rps
   s0=$(cpu_ticks $pid)
-  rps=$(redis-benchmark -p $port -t $t -n $N -P 16 -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -oE ': [0-9.]+ requests per second' | tail -1 | awk '{print $2}')
+  rps=$(redis-benchmark -p $port -t $t -n $N -P $P -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -oE ': [0-9.]+ requests per second' | tail -1 | awk '{print $2}')
   s1=$(cpu_ticks $pid)
   echo "$t $name $rps $s0 $s1" | awk -v t=$tck -v n=$N '{printf "%s %s %.0f %.3f\n", $1, $2, $3, ($5 - $4) / t / n * 1e6}'
 }
