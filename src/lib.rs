@@ -11,9 +11,8 @@
 //!   endpoints that remain; sessions pick the new parts up before their next request, and
 //!   requests in flight finish on the chain they started with.
 //!
-//! The folders, as floors from the top down (a folder imports only folders below it, but
-//! for one arrow still listed as running up, upstream to the near cache; the module-graph
-//! test in `tests/source_rules.rs` keeps it so, see `ARCHITECTURE.md`):
+//! The folders, as floors from the top down (a folder imports only folders below it; the
+//! module-graph test in `tests/source_rules.rs` keeps it so, see `ARCHITECTURE.md`):
 //! - `runtime`: bootstrap, the workers and their lifecycle, the side threads, xDS wiring, the
 //!   admin HTTP endpoint, [`Server`] and its hot swaps;
 //! - `session`: one client connection (decode, dispatch, replies in order, backpressure) and
@@ -21,7 +20,8 @@
 //!   blocking commands, `WAIT`, keyspace-wide commands, pub/sub, cluster emulation;
 //! - `stack`: the chain for one configuration snapshot, and where each kind of command goes;
 //!   the listener's ACL users;
-//! - `cache`: the near cache, client tracking's registry, hot-key copies;
+//! - `cache`: the near cache (a service of the chain in front of the upstream), client
+//!   tracking's registry, hot-key copies;
 //! - `discovery`: which endpoints exist and are usable: Sentinel, Redis Cluster topologies,
 //!   active health checks, and the side-thread loop that follows them;
 //! - `upstream`: pooled, pipelined connections to the shards, dedicated ones, the request

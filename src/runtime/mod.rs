@@ -347,6 +347,8 @@ pub fn check_files(config: &Config) -> Vec<String> {
 pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     crate::session::local::mark_start();
     let workers = opts.workers.max(1);
+    // A closed shared connection: tracking clients are told every key may have changed.
+    crate::upstream::on_shared_close(|| crate::cache::near_cache::clients::flush(0));
     let registry = Arc::new(Registry::default());
     let copies = Arc::new(crate::cache::hotcopy::Copies::default());
     registry.set_copies(copies.clone());

@@ -235,29 +235,30 @@ impl Worker {
                 .unwrap_or_else(|| {
                     let check = key.4.then(|| shared.checks.get(&c.name, e.address));
                     let follow = key.5.clone().zip(cache_stats[ci].clone());
-                    EndpointHandle::spawn(
+                    let h = EndpointHandle::spawn(
                         key.1.clone(),
                         key.2,
                         self.upstream_stats.clone(),
                         check,
-                        follow,
-                    )
+                    );
+                    // The near cache's tracker of the endpoint, kept beside its pools.
+                    if let Some((follow, cache_stats)) = follow {
+                        let t = Arc::new(crate::cache::near_cache::Tracker::default());
+                        tokio::spawn(crate::cache::near_cache::run_tracker(
+                            key.1.clone(),
+                            follow,
+                            t.clone(),
+                            h.cache_epoch_counter().clone(),
+                            cache_stats,
+                        ));
+                        h.set_companion(t);
+                    }
+                    h
                 });
             self.pools.insert(key, h.clone());
             h
         };
-        let endpoints = Arc::new(Endpoints(
-            config
-                .clusters
-                .iter()
-                .enumerate()
-                .map(|(ci, c)| {
-                    c.shards
-                        .iter()
-                        .map(|s| s.endpoints.iter().map(|e| handle(ci, c, s, e)).collect())
-                        .collect()
-                })
-                .collect(),
+        let caches: Arc<Vec<_>> = Arc::new(
             config
                 .clusters
                 .iter()
@@ -278,6 +279,19 @@ impl Worker {
                     Some(Arc::new(crate::cache::near_cache::ClusterCache::new(
                         nc, stats, hot,
                     )))
+                })
+                .collect(),
+        );
+        let endpoints = Arc::new(Endpoints(
+            config
+                .clusters
+                .iter()
+                .enumerate()
+                .map(|(ci, c)| {
+                    c.shards
+                        .iter()
+                        .map(|s| s.endpoints.iter().map(|e| handle(ci, c, s, e)).collect())
+                        .collect()
                 })
                 .collect(),
             (config.clusters.iter())
@@ -312,6 +326,7 @@ impl Worker {
                     moved: Arc::default(),
                     routing: routing.clone(),
                     endpoints: endpoints.clone(),
+                    caches: caches.clone(),
                     mirror: Arc::new(queue),
                     databases: routing
                         .routed_clusters()

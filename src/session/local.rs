@@ -643,7 +643,7 @@ fn info_near_cache(s: &mut String, ctx: &ListenerCtx) {
         .routing
         .clusters
         .iter()
-        .zip(parts.endpoints.1.iter())
+        .zip(parts.caches.iter())
         .filter(|(_, cache)| cache.is_some())
         .map(|(c, _)| c.name.as_str())
         .collect();

@@ -38,12 +38,17 @@
 //! 5. `hash` — picks the shard of single-key requests; skips requests already pinned.
 //! 6. `zone` — picks the endpoint in the shard: writes to the primary, reads by the cluster's
 //!    read policy, skipping unhealthy endpoints. Needs the shard, so it runs after hashing.
-//! 7. `upstream` — sends to that endpoint over this worker's pooled connections.
+//! 7. `near_cache` — a cluster with a near cache answers a read it holds, and sends a miss
+//!    with its fill riding along; a cluster without one (and a session that does not track)
+//!    passes straight through.
+//! 8. `upstream` — sends to that endpoint over this worker's pooled connections.
 //!
 //! A route with no mirror, no hot-key rule and the primary read policy pays one branch in
 //! each of the mirror, hot-key and zone layers.
 
 pub(crate) mod acl;
+
+use crate::cache::near_cache::NearCache;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -69,7 +74,7 @@ use tower::{Service, ServiceBuilder};
 use crate::upstream::{Endpoints, Upstream};
 
 /// The part of the chain below mirroring: also what mirrored copies go through.
-pub(crate) type Shadow = HotKey<MultiKey<Hash<Zone<Upstream>>>>;
+pub(crate) type Shadow = HotKey<MultiKey<Hash<Zone<NearCache>>>>;
 
 /// The whole chain for one connection.
 pub(crate) type Chain = PrefixRoute<Mirror<Shadow>>;
@@ -91,6 +96,8 @@ pub(crate) struct Parts {
     pub(crate) routing: Arc<Routing>,
     /// This worker's endpoint handles (also the health view).
     pub(crate) endpoints: Arc<Endpoints>,
+    /// Per cluster, this worker's near cache for this configuration (`None`: no cache).
+    pub(crate) caches: Arc<Vec<Option<Arc<crate::cache::near_cache::ClusterCache>>>>,
     /// Where mirrored copies go.
     pub(crate) mirror: Arc<dyn MirrorSink>,
     /// Mirror counters (this worker).
@@ -245,10 +252,9 @@ pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
         .layer(MultiKeyLayer::new(p.routing.clone()))
         .layer(HashLayer::new(p.routing.clone()))
         .layer(ZoneLayer::new(p.routing.clone(), health))
-        .service(Upstream::new(
-            p.endpoints.clone(),
-            conn,
-            p.listener.op_timeout,
+        .service(NearCache::new(
+            Upstream::new(p.endpoints.clone(), conn, p.listener.op_timeout),
+            p.caches.clone(),
         ))
 }
 

@@ -23,15 +23,8 @@ pub(super) type Fallback = (
     Vec<Bytes>,
     Flavor,
     usize,
-    Option<Box<[Bytes]>>,
+    Option<Box<dyn super::Rider>>,
 );
-
-/// The keys of `req`.
-pub(super) fn key_args(
-    req: &respway_filters::request::Request,
-) -> impl Iterator<Item = Bytes> + '_ {
-    req.keys.iter().filter_map(|i| req.args.get(i)).cloned()
-}
 
 /// The reply of one upstream request.
 #[derive(Debug)]
@@ -43,8 +36,9 @@ pub(crate) struct UpstreamFuture {
     /// fill it, and a session moves each future into its queue (at 128 bytes or less a move
     /// is a few instructions, not a `memcpy` call).
     pub(super) fallback: Option<Box<Fallback>>,
-    /// A near-cache fill: keeps the reply when it may (boxed for the same reason).
-    pub(super) fill: Option<Box<crate::cache::near_cache::Fill>>,
+    /// What rides with the request (a near-cache fill): told of the reply (boxed for the same
+    /// reason).
+    pub(super) fill: Option<Box<dyn super::Rider>>,
     /// A command to a Redis Cluster: what follows its redirections (boxed likewise).
     pub(super) redirect: Option<Box<super::redirect::Redirect>>,
     deadline: Instant,
@@ -82,7 +76,7 @@ impl UpstreamFuture {
         UpstreamFuture::new(State::Waiting(rx), label, deadline)
     }
 
-    pub(super) fn ready(reply: Reply, label: Arc<str>, deadline: Instant) -> Self {
+    pub(crate) fn ready(reply: Reply, label: Arc<str>, deadline: Instant) -> Self {
         UpstreamFuture::new(State::Ready(Some(reply)), label, deadline)
     }
 
@@ -167,7 +161,7 @@ impl Future for UpstreamFuture {
             }
             if let (Some(fill), Ok(reply)) = (this.fill.take(), &result) {
                 if this.fallback.is_none() || !replica_not_serving(reply) {
-                    (*fill).done(reply);
+                    fill.done(reply);
                 }
             }
             // A replica read goes once to the primary when the replica cannot be reached, or
@@ -183,9 +177,9 @@ impl Future for UpstreamFuture {
                     if let Some(fill) = this.fill.take() {
                         fill.abandon();
                     }
-                    let (primary, args, flavor, conn, client) = *b;
-                    if let Some(keys) = client {
-                        crate::cache::near_cache::clients::unfollowed(keys.into_vec().into_iter());
+                    let (primary, args, flavor, conn, on_fallback) = *b;
+                    if let Some(r) = on_fallback {
+                        r.abandon();
                     }
                     let next = primary.send(args, flavor, conn, this.deadline);
                     this.state = next.state;

@@ -64,6 +64,7 @@ mod error;
 mod future;
 pub(crate) mod queue;
 mod redirect;
+mod rider;
 mod serve;
 mod stats;
 mod task;
@@ -74,6 +75,7 @@ pub(crate) use dedicated::*;
 pub(crate) use error::*;
 pub(crate) use future::*;
 pub(crate) use redirect::{RedisCluster, TopologyHints};
+pub(crate) use rider::Rider;
 pub(crate) use serve::*;
 pub(crate) use stats::*;
 use task::*;
@@ -191,9 +193,9 @@ struct EndpointInner {
     latency: Arc<crate::stats::Latency>,
     /// The active health check's state (`None`: its cluster has no `health_check`).
     check: Option<Arc<check::EndpointCheck>>,
-    /// The near cache's tracker of this endpoint in this worker (`None`: its cluster's cache
-    /// needs none, or it has no cache).
-    tracker: Option<Arc<crate::cache::near_cache::Tracker>>,
+    /// What a feature keeps beside this worker's pools of the endpoint (the near cache's
+    /// tracker), set once by whoever builds the handle.
+    companion: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 #[derive(Debug, Default)]
@@ -202,9 +204,9 @@ struct FlavorPools {
     /// Dedicated connections between two transactions (one worker's sessions only; taken
     /// when a transaction starts and given back when it ends).
     idle: Mutex<Vec<queue::Sender<UpstreamRequest>>>,
-    /// Per shared connection, its near-cache tracking state (`near_cache::tracking_state`,
-    /// 0: none), made on the first fill.
-    tracking: OnceLock<Box<[Arc<AtomicU64>]>>,
+    /// Per shared connection, a slot its riders keep (the near cache's tracking state, 0:
+    /// none), made on the first rider that wants one.
+    slots: OnceLock<Box<[Arc<AtomicU64>]>>,
 }
 
 impl EndpointHandle {
@@ -216,26 +218,11 @@ impl EndpointHandle {
         n: usize,
         stats: Arc<UpstreamStats>,
         check: Option<Arc<check::EndpointCheck>>,
-        follow: Option<(
-            crate::cache::near_cache::Follow,
-            Arc<crate::cache::near_cache::CacheStats>,
-        )>,
     ) -> EndpointHandle {
         let flavors = (0..2 * cfg.databases.clamp(1, 256) as usize)
             .map(|_| FlavorPools::default())
             .collect();
         let stats = Arc::new(EndpointStats::new(stats));
-        let tracker = follow.map(|(follow, cache_stats)| {
-            let t = Arc::new(crate::cache::near_cache::Tracker::default());
-            tokio::spawn(crate::cache::near_cache::run_tracker(
-                cfg.clone(),
-                follow,
-                t.clone(),
-                stats.cache_epoch.clone(),
-                cache_stats,
-            ));
-            t
-        });
         let h = EndpointHandle {
             inner: Arc::new(EndpointInner {
                 cfg,
@@ -246,7 +233,7 @@ impl EndpointHandle {
                 requests: AtomicU64::new(0),
                 latency: Arc::default(),
                 check,
-                tracker,
+                companion: OnceLock::new(),
             }),
         };
         h.shared(Flavor::default());
@@ -273,9 +260,19 @@ impl EndpointHandle {
         Arc::as_ptr(&self.inner) as u64
     }
 
-    /// The near cache's tracker of this endpoint, when its cluster's cache has one.
-    pub(crate) fn tracker(&self) -> Option<&crate::cache::near_cache::Tracker> {
-        self.inner.tracker.as_deref()
+    /// What a feature keeps beside this worker's pools of the endpoint, if it set one.
+    pub(crate) fn companion(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.inner.companion.get().map(|c| &**c)
+    }
+
+    /// Sets what a feature keeps beside the pools (once; a second is dropped).
+    pub(crate) fn set_companion(&self, c: Arc<dyn std::any::Any + Send + Sync>) {
+        let _ = self.inner.companion.set(c);
+    }
+
+    /// The counter [`cache_epoch`](Self::cache_epoch) reads, for whoever else bumps it.
+    pub(crate) fn cache_epoch_counter(&self) -> &Arc<AtomicU64> {
+        &self.inner.stats.cache_epoch
     }
 
     /// Bumped whenever this worker's near-cache entries from this endpoint must end (a
@@ -348,8 +345,8 @@ impl EndpointHandle {
         self.send_fill(args, raw, flavor, conn, deadline, None)
     }
 
-    /// [`send_frame`](Self::send_frame), and for a near-cache fill, its tracking commands
-    /// written just before the request and the reply kept by `fill` when it may be.
+    /// [`send_frame`](Self::send_frame) with a [`Rider`]: the frames it writes just before
+    /// the request, and its reply told to it.
     pub(crate) fn send_fill(
         &self,
         args: Vec<Bytes>,
@@ -357,41 +354,21 @@ impl EndpointHandle {
         flavor: Flavor,
         conn: usize,
         deadline: Instant,
-        mut fill: Option<Box<crate::cache::near_cache::Fill>>,
+        mut fill: Option<Box<dyn Rider>>,
     ) -> UpstreamFuture {
         let label = self.inner.cfg.label.clone();
         let Some(conns) = self.shared(flavor) else {
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
         let i = conn % conns.len();
-        // `tracked` mode: the connection redirects its invalidations to the tracker (`OPTIN`)
-        // from the first fill after it (or the tracker) was opened on, which the state says;
-        // every fill asks for its key to be tracked (`CLIENT CACHING yes`).
-        let pre = fill.as_mut().and_then(|fill| {
-            let id = fill.tracker?;
-            let states = self
+        let pre = fill.as_mut().filter(|r| r.wants_slot()).and_then(|r| {
+            let slots = self
                 .pools(flavor)?
-                .tracking
+                .slots
                 .get_or_init(|| (0..conns.len()).map(|_| Arc::default()).collect());
-            let state: &Arc<AtomicU64> = &states[i];
-            let want = crate::cache::near_cache::tracking_state(id, self.connects());
-            fill.track = Some((state.clone(), want));
-            Some(if state.swap(want, Ordering::AcqRel) != want {
-                // The redirect goes with the read, in one piece, on whichever connection
-                // writes it: the read is followed even if that connection is a new one.
-                fill.redirected = true;
-                (
-                    crate::cache::near_cache::redirect_frame(id),
-                    2,
-                    state.clone(),
-                )
-            } else {
-                (
-                    Bytes::from_static(crate::cache::near_cache::CACHING_YES),
-                    1,
-                    state.clone(),
-                )
-            })
+            let slot: &Arc<AtomicU64> = &slots[i];
+            let (frame, n) = r.before(slot, self.connects())?;
+            Some((frame, n, slot.clone()))
         });
         crate::stats::bump(&self.inner.requests, 1);
         let mut f = send_on(
@@ -528,8 +505,6 @@ fn latest() -> Option<Arc<Endpoints>> {
 #[derive(Debug, Default)]
 pub(crate) struct Endpoints(
     pub(crate) Vec<Vec<Vec<EndpointHandle>>>,
-    /// Per cluster, this worker's near cache for this configuration (`None`: no cache).
-    pub(crate) Vec<Option<Arc<crate::cache::near_cache::ClusterCache>>>,
     /// Per cluster, when it is a Redis Cluster (whose redirections are followed): its name
     /// and where its topology hints go.
     pub(crate) Vec<Option<redirect::RedisCluster>>,
@@ -652,6 +627,37 @@ impl Service<Request> for Upstream {
     }
 
     fn call(&mut self, req: Request) -> UpstreamFuture {
+        self.call_riding(req, None, None)
+    }
+}
+
+impl Upstream {
+    /// The endpoint `req` goes to (the zone layer chose it, or the shard's primary), and
+    /// whether it is a replica the read falls back from.
+    pub(crate) fn endpoint_of(&self, req: &Request) -> Option<(&EndpointHandle, bool)> {
+        let shard = req.shard_index().unwrap_or(0);
+        let primary = usize::from(req.primary);
+        let endpoint = req.endpoint.map_or(primary, usize::from);
+        let ep = self.endpoints.get(req.cluster, shard, endpoint)?;
+        Some((ep, endpoint != primary && req.is_read()))
+    }
+
+    /// When `req` stops waiting for its reply.
+    pub(crate) fn deadline_of(&self, req: &Request) -> Instant {
+        match req.deadline {
+            Some(d) => Instant::from_std(d),
+            None => Instant::now() + self.default_timeout,
+        }
+    }
+
+    /// Sends `req` with what rides along: `fill` is told of the reply (or abandoned), and
+    /// `on_fallback` is abandoned when a replica read goes to the primary instead.
+    pub(crate) fn call_riding(
+        &mut self,
+        req: Request,
+        fill: Option<Box<dyn Rider>>,
+        on_fallback: Option<Box<dyn Rider>>,
+    ) -> UpstreamFuture {
         let shard = req.shard_index().unwrap_or(0);
         // Both set by the zone layer, which looked the primary up.
         let primary = usize::from(req.primary);
@@ -660,10 +666,7 @@ impl Service<Request> for Upstream {
             let deadline = Instant::now();
             return UpstreamFuture::failed(UpstreamError::NoShard, Arc::from(""), deadline);
         };
-        let deadline = match req.deadline {
-            Some(d) => Instant::from_std(d),
-            None => Instant::now() + self.default_timeout,
-        };
+        let deadline = self.deadline_of(&req);
         if endpoint == primary {
             // A configured primary that answers ROLE as a replica takes no writes (one
             // atomic load per request to a primary, on clusters with a health check only).
@@ -673,35 +676,11 @@ impl Service<Request> for Upstream {
                 return UpstreamFuture::failed(e, ep.label().clone(), deadline);
             }
         }
-        let mut fill = None;
-        let cache = self.endpoints.1.get(req.cluster).and_then(Option::as_ref);
-        if let Some(cache) = cache {
-            match cache.lookup(&req, ep) {
-                crate::cache::near_cache::Lookup::Pass => {}
-                crate::cache::near_cache::Lookup::Hit(reply) => {
-                    if req.flavor.track && !cache.hits_are_followed() {
-                        crate::cache::near_cache::clients::unfollowed(key_args(&req));
-                    }
-                    return UpstreamFuture::ready(reply, ep.label().clone(), deadline);
-                }
-                crate::cache::near_cache::Lookup::Fill(f) => fill = Some(f),
-            }
-        }
-        // A tracking client's read: Redis follows its keys, or they are announced.
-        if req.flavor.track && req.is_read() {
-            fill = match cache {
-                Some(cache) => cache.follow_for_client(&req, ep, fill),
-                None => {
-                    crate::cache::near_cache::clients::unfollowed(key_args(&req));
-                    None
-                }
-            };
-        }
         // A Redis Cluster: what is needed to follow a redirection (the client's frame, or a
         // copy of the arguments when there is none).
         let redirect = self
             .endpoints
-            .2
+            .1
             .get(req.cluster)
             .and_then(Option::as_ref)
             .map(|c| {
@@ -732,8 +711,7 @@ impl Service<Request> for Upstream {
                     req.args.clone(),
                     req.flavor,
                     self.conn,
-                    // A tracking client's keys, announced if the primary answers instead.
-                    req.flavor.track.then(|| key_args(&req).collect()),
+                    on_fallback,
                 )));
                 let mut f = ep.send_fill(req.args, req.raw, req.flavor, self.conn, deadline, fill);
                 f.fallback = fallback;

@@ -88,7 +88,7 @@ pub(super) enum Follow {
 impl Redirect {
     /// Where this cluster's topology hints go (looked up only when there is one to give).
     pub(super) fn topology(&self) -> &dyn TopologyHints {
-        match self.endpoints.2.get(self.cluster) {
+        match self.endpoints.1.get(self.cluster) {
             Some(Some(c)) => &*c.topology,
             _ => &NoTopology,
         }
@@ -215,7 +215,7 @@ impl Redirect {
         }
         let latest = super::latest()?;
         let i = latest
-            .2
+            .1
             .iter()
             .position(|n| n.as_ref().is_some_and(|n| *n.name == *self.name))?;
         in_cluster(latest.0.get(i)?)

@@ -184,14 +184,25 @@ impl<'a> OpenConnection<'a> {
     }
 }
 
+/// Called when a shared connection closes, set once by whoever must hear of it (the near
+/// cache's client tracking: Redis forgets what was read over a closed connection).
+static ON_SHARED_CLOSE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets what a closed shared connection calls (once per process; a second is dropped).
+pub(crate) fn on_shared_close(f: fn()) {
+    let _ = ON_SHARED_CLOSE.set(f);
+}
+
 impl Drop for OpenConnection<'_> {
     fn drop(&mut self) {
         self.inflight(0);
         self.stats.open.fetch_sub(1, Ordering::Relaxed);
         self.stats.cache_epoch.fetch_add(1, Ordering::AcqRel);
-        // What tracking clients read over it is no longer followed by Redis.
+        // What was read over it is no longer followed by Redis (client tracking hears of it).
         if self.shared {
-            crate::cache::near_cache::clients::flush(0);
+            if let Some(f) = ON_SHARED_CLOSE.get() {
+                f();
+            }
         }
     }
 }

@@ -287,7 +287,7 @@ impl ClusterCache {
     fn tracker(&self, ep: &EndpointHandle) -> Result<Option<u64>, ()> {
         match self.mode {
             NearCacheMode::Ttl => Ok(None),
-            _ => ep.tracker().and_then(|t| t.id()).map(Some).ok_or(()),
+            _ => tracker_of(ep).and_then(|t| t.id()).map(Some).ok_or(()),
         }
     }
 
@@ -679,6 +679,44 @@ fn entry_hash(
         h = xxhash_rust::xxh3::xxh3_64_with_seed(a, h);
     }
     h
+}
+
+/// The near cache's tracker of `ep` in this worker, when its cluster's cache has one (kept
+/// beside the endpoint's pools).
+pub(crate) fn tracker_of(ep: &EndpointHandle) -> Option<&super::Tracker> {
+    ep.companion()?.downcast_ref::<super::Tracker>()
+}
+
+/// A fill rides with its read: in `tracked` mode the connection redirects its invalidations
+/// to the tracker (`OPTIN`) from the first fill after it (or the tracker) was opened on,
+/// which the connection's slot says; every fill asks for its key to be tracked
+/// (`CLIENT CACHING yes`).
+impl crate::upstream::Rider for Fill {
+    fn wants_slot(&self) -> bool {
+        self.tracker.is_some()
+    }
+
+    fn before(&mut self, slot: &Arc<AtomicU64>, connects: u64) -> Option<(Bytes, u8)> {
+        let id = self.tracker?;
+        let want = tracking_state(id, connects);
+        self.track = Some((slot.clone(), want));
+        Some(if slot.swap(want, Ordering::AcqRel) != want {
+            // The redirect goes with the read, in one piece, on whichever connection writes
+            // it: the read is followed even if that connection is a new one.
+            self.redirected = true;
+            (redirect_frame(id), 2)
+        } else {
+            (Bytes::from_static(CACHING_YES), 1)
+        })
+    }
+
+    fn done(self: Box<Self>, reply: &Bytes) {
+        Fill::done(*self, reply);
+    }
+
+    fn abandon(self: Box<Self>) {
+        Fill::abandon(*self);
+    }
 }
 
 #[cfg(test)]

@@ -59,10 +59,12 @@ use respway_filters::command::{CommandInfo, READONLY, WRITE};
 pub(crate) mod clients;
 mod entries;
 mod hot;
+mod layer;
 mod tracker;
 
 pub(crate) use entries::*;
 pub(crate) use hot::*;
+pub(crate) use layer::NearCache;
 pub(crate) use tracker::*;
 
 /// Key stamps per process.
