@@ -176,7 +176,7 @@ pub(crate) fn start(
     stop: watch::Receiver<Stop>,
     first_wait: Duration,
 ) -> std::io::Result<()> {
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(CopyThread {
         running,
         copies: copies.clone(),
     });
@@ -190,7 +190,7 @@ pub(crate) fn start(
 
 /// What the copy thread holds: the running sidecar (as discovery sees it) and the passes'
 /// state, which the compiled rules read too.
-struct Shared {
+struct CopyThread {
     running: Handle,
     copies: Arc<Copies>,
 }
@@ -198,7 +198,7 @@ struct Shared {
 /// A rule of one cluster, as the thread tracks it.
 type Rule = (String, Vec<u8>);
 
-async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<Stop>) {
+async fn run(shared: Arc<CopyThread>, mut stop: watch::Receiver<Stop>) {
     let mut changed = shared.running.subscribe();
     let mut copying: HashMap<RuleKey, tokio::task::JoinHandle<()>> = HashMap::new();
     let mut deleting: HashMap<Rule, tokio::task::JoinHandle<()>> = HashMap::new();
@@ -218,7 +218,7 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<Stop>) {
 /// Starts the passes of the current configuration's new rules, deletes the copies of the
 /// rules it removed, and forgets the state of rules it no longer has. Returns its rules.
 fn reconcile(
-    shared: &Arc<Shared>,
+    shared: &Arc<CopyThread>,
     copying: &mut HashMap<RuleKey, tokio::task::JoinHandle<()>>,
     deleting: &mut HashMap<Rule, tokio::task::JoinHandle<()>>,
     before: &HashSet<Rule>,
@@ -281,7 +281,7 @@ fn reconcile(
 }
 
 /// The current snapshot and the index of cluster `name` in it (`None`: the cluster is gone).
-fn current(shared: &Shared, name: &str) -> Option<(Arc<dyn Serving>, usize)> {
+fn current(shared: &CopyThread, name: &str) -> Option<(Arc<dyn Serving>, usize)> {
     let snap = shared.running.serving();
     let ci = snap.config().clusters.iter().position(|c| c.name == name)?;
     Some((snap, ci))
@@ -289,7 +289,12 @@ fn current(shared: &Shared, name: &str) -> Option<(Arc<dyn Serving>, usize)> {
 
 /// Runs the pass of rule `prefix` of cluster `cluster` until one succeeds; each attempt uses
 /// the configuration served then (a failover may have named new primaries).
-async fn copy_rule(shared: Arc<Shared>, cluster: String, prefix: Vec<u8>, state: Arc<RuleCopy>) {
+async fn copy_rule(
+    shared: Arc<CopyThread>,
+    cluster: String,
+    prefix: Vec<u8>,
+    state: Arc<RuleCopy>,
+) {
     let mut backoff = RETRY_FIRST;
     let what = String::from_utf8_lossy(&prefix).into_owned();
     loop {
@@ -333,7 +338,7 @@ async fn copy_rule(shared: Arc<Shared>, cluster: String, prefix: Vec<u8>, state:
 
 /// Deletes the copies of the removed rule `prefix` of cluster `cluster`, retrying until it
 /// succeeds (or a push brings the rule back, which aborts it).
-async fn uncopy_rule(shared: Arc<Shared>, cluster: String, prefix: Vec<u8>) {
+async fn uncopy_rule(shared: Arc<CopyThread>, cluster: String, prefix: Vec<u8>) {
     let mut backoff = RETRY_FIRST;
     loop {
         let Some((snap, ci)) = current(&shared, &cluster) else {

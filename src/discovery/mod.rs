@@ -19,17 +19,15 @@ pub(crate) mod watchers;
 
 use std::sync::Arc;
 
-use respway_filters::model::Config;
 use respway_filters::routing::Routing;
 use tokio::sync::watch;
 
 use crate::net::tls::UpstreamTlsConfig;
 
-/// One configuration now serving, as discovery and the side threads see it (the runtime's
-/// compiled snapshot implements it).
-pub(crate) trait Serving: Send + Sync {
-    /// The model.
-    fn config(&self) -> &Arc<Config>;
+/// One configuration now serving, as discovery and the side threads see it: what a scrape
+/// sees of it (its model among them), and more (the runtime's compiled snapshot implements
+/// it).
+pub(crate) trait Serving: crate::stats::Served {
     /// The TLS settings to the shards of cluster `cluster` (`None`: plain TCP).
     fn upstream_tls(&self, cluster: usize) -> Option<UpstreamTlsConfig>;
     /// The routing table of the first listener.

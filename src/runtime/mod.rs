@@ -294,10 +294,6 @@ impl crate::stats::Served for Snapshot {
 
 /// The compiled snapshot, as discovery and the side threads see it.
 impl crate::discovery::Serving for Snapshot {
-    fn config(&self) -> &Arc<Config> {
-        &self.config
-    }
-
     fn upstream_tls(&self, cluster: usize) -> Option<crate::net::tls::UpstreamTlsConfig> {
         self.certs.upstream(cluster)
     }

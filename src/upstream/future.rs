@@ -157,7 +157,9 @@ impl Future for UpstreamFuture {
                 }
             }
             if let (Some(r), Err(_)) = (this.redirect.as_deref(), &result) {
-                r.topology().failed();
+                if let Some(t) = r.topology() {
+                    t.failed();
+                }
             }
             if let (Some(fill), Ok(reply)) = (this.fill.take(), &result) {
                 if this.fallback.is_none() || !replica_not_serving(reply) {

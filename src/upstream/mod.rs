@@ -354,14 +354,14 @@ impl EndpointHandle {
         flavor: Flavor,
         conn: usize,
         deadline: Instant,
-        mut fill: Option<Box<dyn Rider>>,
+        mut rider: Option<Box<dyn Rider>>,
     ) -> UpstreamFuture {
         let label = self.inner.cfg.label.clone();
         let Some(conns) = self.shared(flavor) else {
             return UpstreamFuture::failed(UpstreamError::NoShard, label, deadline);
         };
         let i = conn % conns.len();
-        let pre = fill.as_mut().filter(|r| r.wants_slot()).and_then(|r| {
+        let pre = rider.as_mut().filter(|r| r.wants_slot()).and_then(|r| {
             let slots = self
                 .pools(flavor)?
                 .slots
@@ -381,7 +381,7 @@ impl EndpointHandle {
             self.inner.cfg.max_queue,
             pre,
         );
-        f.fill = fill;
+        f.fill = rider;
         f
     }
 

@@ -86,12 +86,10 @@ pub(super) enum Follow {
 }
 
 impl Redirect {
-    /// Where this cluster's topology hints go (looked up only when there is one to give).
-    pub(super) fn topology(&self) -> &dyn TopologyHints {
-        match self.endpoints.1.get(self.cluster) {
-            Some(Some(c)) => &*c.topology,
-            _ => &NoTopology,
-        }
+    /// Where this cluster's topology hints go (looked up only when there is one to give; a
+    /// `Redirect` exists only for a Redis Cluster, so there always is).
+    pub(super) fn topology(&self) -> Option<&dyn TopologyHints> {
+        Some(&*self.endpoints.1.get(self.cluster)?.as_ref()?.topology)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -142,14 +140,18 @@ impl Redirect {
         match kind {
             Kind::TryAgain => Follow::Later(Duration::from_millis(10 << (self.hops - 1).min(4))),
             Kind::Moved | Kind::Ask => {
-                self.topology().redirected(kind == Kind::Moved);
+                if let Some(t) = self.topology() {
+                    t.redirected(kind == Kind::Moved);
+                }
                 match self.find(target) {
                     Some(ep) => Follow::Sent(self.send(&ep, kind == Kind::Ask, deadline)),
                     // A node that joined since the last refresh: the topology is refreshed at
                     // once, and the command goes to the node once this worker has it (or, after
                     // the pause, to where it went first again).
                     None if self.hops < MAX_HOPS => {
-                        self.topology().unknown_node();
+                        if let Some(t) = self.topology() {
+                            t.unknown_node();
+                        }
                         self.moved_to = Some(target);
                         Follow::Later(Duration::from_millis(10 << (self.hops - 1).min(4)))
                     }
@@ -269,14 +271,4 @@ mod tests {
         assert_eq!(parse(b"-ERR MOVED 1 2\r\n"), None);
         assert_eq!(parse(b"-MOVED x 127.0.0.1:7001\r\n"), None);
     }
-}
-
-/// Hints nobody follows (a cluster no longer a Redis Cluster in these endpoints).
-#[derive(Debug)]
-struct NoTopology;
-
-impl TopologyHints for NoTopology {
-    fn redirected(&self, _: bool) {}
-    fn unknown_node(&self) {}
-    fn failed(&self) {}
 }
