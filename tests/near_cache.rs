@@ -831,3 +831,53 @@ fn hot_keys_and_the_cache_agree() {
     }
     assert!(counter(rw.addr, "hits") > 0, "{:?}", counters(rw.addr));
 }
+
+/// A prefix route that removes its prefix, to a cluster with a cache: the shard (and the
+/// cache) see the key without the prefix, and a write through respway is still seen by the
+/// very next read (`ttl` mode: nothing but the sidecar's own marks ends the entry).
+#[test]
+fn a_write_under_a_removed_prefix_ends_its_entry() {
+    let _alone = alone_in_process();
+    let main = redis();
+    let cached = redis();
+    let y = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    op_timeout: 2s\n    routes:\n      catch_all: main\n      prefixes:\n        - {{ prefix: \"p:\", cluster: cached, remove_prefix: true }}\nclusters:\n  - name: main\n    hashtag: null\n    connect_timeout: 500ms\n    shards:\n      - name: s0\n        endpoints:\n          - {{ address: \"{}\", role: primary }}\n  - name: cached\n    hashtag: null\n    connect_timeout: 500ms\n    near_cache: {{ mode: ttl, max_age: 60s }}\n    shards:\n      - name: s0\n        endpoints:\n          - {{ address: \"{}\", role: primary }}\n",
+        main.addr, cached.addr
+    );
+    let rw = respway(&y, 1);
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(
+        c.call(&["SET", "p:awuarpeie", "v1"]),
+        Resp::Simple("OK".into())
+    );
+    for _ in 0..3 {
+        assert_eq!(c.call(&["GET", "p:awuarpeie"]), Resp::bulk("v1"));
+    }
+    let gets = commandstat(cached.addr, "get");
+    assert_eq!(c.call(&["GET", "p:awuarpeie"]), Resp::bulk("v1"));
+    assert_eq!(commandstat(cached.addr, "get"), gets, "served by the cache");
+    assert_eq!(
+        RespConn::connect(cached.addr).call(&["GET", "awuarpeie"]),
+        Resp::bulk("v1"),
+        "the shard holds the key without its prefix"
+    );
+    assert_eq!(
+        c.call(&["SET", "p:awuarpeie", "v2"]),
+        Resp::Simple("OK".into())
+    );
+    assert_eq!(
+        c.call(&["GET", "p:awuarpeie"]),
+        Resp::bulk("v2"),
+        "read your write"
+    );
+    assert_eq!(c.call(&["INCR", "p:awuarpeie:n"]), Resp::Int(1));
+    for _ in 0..3 {
+        assert_eq!(c.call(&["GET", "p:awuarpeie:n"]), Resp::bulk("1"));
+    }
+    assert_eq!(c.call(&["INCR", "p:awuarpeie:n"]), Resp::Int(2));
+    assert_eq!(
+        c.call(&["GET", "p:awuarpeie:n"]),
+        Resp::bulk("2"),
+        "read your write"
+    );
+}

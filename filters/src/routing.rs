@@ -338,6 +338,27 @@ impl Routing {
         r.map(|r| r.mirrors.as_slice()).unwrap_or(&[])
     }
 
+    /// Every route of this listener, catch-all first then prefix routes in their order, with
+    /// the clusters it sends a write to (its own, then its mirrors') and whether it removes
+    /// its prefix. For what is decided once per configuration, not per request.
+    pub fn routes(&self) -> Vec<(RouteId, Vec<usize>, bool)> {
+        let targets = |r: &CompiledRoute| {
+            std::iter::once(r.cluster)
+                .chain(r.mirrors.iter().map(|m| m.cluster))
+                .collect()
+        };
+        let catch_all = self
+            .catch_all
+            .iter()
+            .map(|r| (RouteId::CatchAll, targets(r), r.remove_prefix));
+        let prefixes = self
+            .prefixes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (RouteId::Prefix(i as u16), targets(r), r.remove_prefix));
+        catch_all.chain(prefixes).collect()
+    }
+
     /// Every cluster a route of this listener (or one of its mirrors) sends to: the catch-all
     /// first, then in route order, each once.
     pub fn routed_clusters(&self) -> Vec<usize> {

@@ -198,9 +198,7 @@ impl Worker {
         let config = &snapshot.config;
         let mut old = std::mem::take(&mut self.pools);
         let certs = &snapshot.certs;
-        crate::cache::near_cache::set_active(
-            config.clusters.iter().any(|c| c.near_cache.is_some()),
-        );
+        let marking = crate::cache::near_cache::marking_clusters(config);
         let cache_stats: Vec<Option<Arc<crate::cache::near_cache::CacheStats>>> = config
             .clusters
             .iter()
@@ -327,6 +325,7 @@ impl Worker {
                     routing: routing.clone(),
                     endpoints: endpoints.clone(),
                     caches: caches.clone(),
+                    marks: crate::cache::near_cache::Marks::new(routing, &marking),
                     mirror: Arc::new(queue),
                     databases: routing
                         .routed_clusters()

@@ -98,6 +98,8 @@ pub(crate) struct Parts {
     pub(crate) endpoints: Arc<Endpoints>,
     /// Per cluster, this worker's near cache for this configuration (`None`: no cache).
     pub(crate) caches: Arc<Vec<Option<Arc<crate::cache::near_cache::ClusterCache>>>>,
+    /// Which of the listener's writes mark the near caches' key stamps (`None`: none do).
+    pub(crate) marks: Option<Arc<crate::cache::near_cache::Marks>>,
     /// Where mirrored copies go.
     pub(crate) mirror: Arc<dyn MirrorSink>,
     /// Mirror counters (this worker).

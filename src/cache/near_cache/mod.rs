@@ -15,11 +15,13 @@
 //! An entry records, when its fill was sent, three counters; it is served only while all
 //! three still hold those values, and for at most `max_age`:
 //!
-//! - the **stamp of its key** ([`STAMPS`], one of 65,536 per process, by key hash): bumped by
-//!   every command that may write the key through this sidecar, when it is dispatched and
-//!   again when its reply reaches the client (so a fill that read the old value before the
-//!   write ran is not served after the write's reply: read-your-writes within the sidecar),
-//!   and by every invalidation Redis sends to a tracker;
+//! - the **stamp of its key** ([`STAMPS`], one of 65,536 per process, by the hash of the key
+//!   as its cluster stores it): bumped by every command that may write the key through this
+//!   sidecar, when it is dispatched and again when its reply reaches the client (so a fill
+//!   that read the old value before the write ran is not served after the write's reply:
+//!   read-your-writes within the sidecar), and by every invalidation Redis sends to a
+//!   tracker. Only writes routed to a cluster with a cache, or sharing a Redis with one, are
+//!   looked at ([`Marks`]): the others pay nothing;
 //! - the **flush generation** ([`FLUSHES`]): bumped by key-less writes through this sidecar
 //!   (`FLUSHDB`, `FLUSHALL`, a script without keys);
 //! - the **epoch of the endpoint** it was filled from, in this worker: bumped when any of the
@@ -50,11 +52,16 @@
 //! [`TRACKER_MISSES`] answers is dropped. While an endpoint has no tracker, its entries are not
 //! served and nothing is filled from it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use respway_filters::command::{CommandInfo, READONLY, WRITE};
+use respway_filters::model::{Cluster, Config};
+use respway_filters::routing::{RouteId, Routing};
 
 pub(crate) mod clients;
 mod entries;
@@ -76,9 +83,6 @@ pub(super) static STAMPS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLO
 /// Bumped by key-less writes (every entry of every cluster ends).
 pub(super) static FLUSHES: AtomicU64 = AtomicU64::new(0);
 
-/// True once a configuration with a near cache was applied: sessions skip the stamps before.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-
 /// How often a tracker sends `PING`.
 pub(crate) const TRACKER_PING: Duration = Duration::from_secs(2);
 /// Unanswered pings after which a tracker is dropped.
@@ -87,20 +91,89 @@ pub(crate) const TRACKER_MISSES: u32 = 3;
 /// entry fields).
 pub(crate) const ENTRY_OVERHEAD: usize = 160;
 
-/// Turns the sessions' stamp bumps on once a configuration has a cache. They stay on after
-/// (a push that removes the cache while another server of the process, or an entry of the
-/// old configuration still in flight, has one must not lose a write's bump; the cost is a
-/// hash and an atomic add per write).
-pub(crate) fn set_active(on: bool) {
-    if on {
-        ACTIVE.store(true, Ordering::Relaxed);
+/// Which writes of one listener mark key stamps: those whose route sends them to a cluster
+/// that has a near cache, or that shares a Redis with one, in this configuration or any
+/// applied before in this process (see [`marking_clusters`]). Built once per configuration
+/// and worker; a listener none of whose routes reach such a cluster has none, and its
+/// sessions pay nothing for the caches of others.
+#[derive(Debug)]
+pub(crate) struct Marks {
+    /// Per route ([`RouteId`]: the catch-all, then the prefix routes): its writes mark.
+    catch_all: bool,
+    prefixes: Box<[bool]>,
+    /// Every route marks and none removes its prefix: a key's stamp is its own, found
+    /// without looking its route up.
+    every_key: bool,
+}
+
+impl Marks {
+    /// The marks of `routing`'s routes, given which clusters mark (`None`: no route marks).
+    pub(crate) fn new(routing: &Routing, marking: &[bool]) -> Option<Arc<Marks>> {
+        let routes = routing.routes();
+        let marks = |targets: &[usize]| targets.iter().any(|&c| marking.get(c) == Some(&true));
+        if !routes.iter().any(|(_, t, _)| marks(t)) {
+            return None;
+        }
+        let mut m = Marks {
+            catch_all: false,
+            prefixes: vec![false; routes.len()].into_boxed_slice(),
+            every_key: routes.iter().all(|(_, t, strip)| marks(t) && !strip),
+        };
+        for (id, targets, _) in &routes {
+            match id {
+                RouteId::CatchAll => m.catch_all = marks(targets),
+                RouteId::Prefix(i) => m.prefixes[usize::from(*i)] = marks(targets),
+            }
+        }
+        Some(Arc::new(m))
+    }
+
+    fn of(&self, route: RouteId) -> bool {
+        match route {
+            RouteId::CatchAll => self.catch_all,
+            RouteId::Prefix(i) => self.prefixes.get(usize::from(i)) == Some(&true),
+        }
+    }
+
+    /// The stamp slot of `key`, as its cluster and its near cache name it (without the
+    /// prefix its route removes), when a write of it marks.
+    #[inline]
+    fn slot(&self, routing: &Routing, key: &[u8]) -> Option<u32> {
+        if self.every_key {
+            return Some(slot_of(key_hash(key)) as u32);
+        }
+        let m = routing.route(key)?;
+        self.of(m.route)
+            .then(|| slot_of(key_hash(&key[m.strip.min(key.len())..])) as u32)
     }
 }
 
-/// True once some cluster has had a near cache.
-#[inline(always)]
-pub(crate) fn active() -> bool {
-    ACTIVE.load(Ordering::Relaxed)
+/// Clusters (and Redis addresses) that have had a near cache in this process.
+static EVER_CACHED: Mutex<(BTreeSet<String>, BTreeSet<SocketAddr>)> =
+    Mutex::new((BTreeSet::new(), BTreeSet::new()));
+
+/// Per cluster of `config`, whether writes sent to it mark key stamps: it has a near cache,
+/// or it had one in a configuration applied before in this process (an entry of the old
+/// configuration may still be served by a session that has not picked the new one up), or it
+/// shares a Redis with a cluster that has or had one (a write through it changes that
+/// cluster's keys). Called once per configuration and worker.
+pub(crate) fn marking_clusters(config: &Config) -> Vec<bool> {
+    let addresses = |c: &Cluster| {
+        c.shards
+            .iter()
+            .flat_map(|s| s.endpoints.iter().map(|e| e.address))
+            .collect::<Vec<_>>()
+    };
+    let mut ever = EVER_CACHED.lock().unwrap_or_else(|e| e.into_inner());
+    for c in config.clusters.iter().filter(|c| c.near_cache.is_some()) {
+        ever.0.insert(c.name.clone());
+        ever.1.extend(addresses(c));
+    }
+    config
+        .clusters
+        .iter()
+        .map(|c| ever.0.contains(&c.name) || addresses(c).iter().any(|a| ever.1.contains(a)))
+        .collect()
 }
 
 pub(super) fn key_hash(key: &[u8]) -> u64 {
@@ -170,16 +243,24 @@ impl Touch {
     }
 }
 
-/// Called for every command a session dispatches while a cache is active: a command that
-/// may write marks its keys (or, without keys, every entry) now, and returns them to be
-/// marked again when its reply goes out.
-pub(crate) fn dispatched(cmd: &CommandInfo, args: &[Bytes], keys: Option<&[usize]>) -> Touch {
+/// Called for every command a session dispatches on a listener with [`Marks`]: a command
+/// that may write marks the stamps of its keys that go to a cache (or, without keys, every
+/// entry) now, and returns them to be marked again when its reply goes out.
+pub(crate) fn dispatched(
+    marks: &Marks,
+    routing: &Routing,
+    cmd: &CommandInfo,
+    args: &[Bytes],
+    keys: Option<&[usize]>,
+) -> Touch {
     if cmd.flags & READONLY != 0 {
         return Touch::None;
     }
     match keys.filter(|k| !k.is_empty()) {
         Some(&[i]) => {
-            let slot = args.get(i).map_or(0, |k| slot_of(key_hash(k))) as u32;
+            let Some(slot) = args.get(i).and_then(|k| marks.slot(routing, k)) else {
+                return Touch::None;
+            };
             STAMPS[slot as usize].fetch_add(1, Ordering::AcqRel);
             Touch::One(slot)
         }
@@ -187,8 +268,11 @@ pub(crate) fn dispatched(cmd: &CommandInfo, args: &[Bytes], keys: Option<&[usize
             let slots: Box<[u32]> = keys
                 .iter()
                 .filter_map(|&i| args.get(i))
-                .map(|k| slot_of(key_hash(k)) as u32)
+                .filter_map(|k| marks.slot(routing, k))
                 .collect();
+            if slots.is_empty() {
+                return Touch::None;
+            }
             for &i in slots.iter() {
                 STAMPS[i as usize].fetch_add(1, Ordering::AcqRel);
             }
@@ -288,28 +372,78 @@ mod tests {
         ])));
     }
 
+    /// Two clusters: `plain` (the catch-all) and `cached` (a near cache, behind a prefix
+    /// route that removes its prefix `c:`), each on its own address.
+    fn two_clusters() -> (Config, Routing) {
+        let yaml = "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes:\n      \
+            catch_all: plain\n      prefixes:\n        - { prefix: \"c:\", cluster: cached, \
+            remove_prefix: true }\nclusters:\n  - name: plain\n    shards:\n      - name: s\n\
+            \x20       endpoints: [{ address: \"127.0.0.1:7901\" }]\n  - name: cached\n    \
+            near_cache: { mode: ttl }\n    shards:\n      - name: s\n        endpoints: \
+            [{ address: \"127.0.0.1:7902\" }]\n";
+        let config =
+            respway_xds::translate(&respway_xds::parse_yaml(yaml).expect("yaml")).expect("config");
+        let routing = Routing::build(&config, &config.listeners[0]).expect("routing");
+        (config, routing)
+    }
+
     #[test]
-    fn a_write_marks_its_keys_and_a_keyless_write_everything() {
+    fn a_write_marks_its_cached_keys_and_a_keyless_write_everything() {
+        let (config, routing) = two_clusters();
+        let marking = marking_clusters(&config);
+        assert_eq!(marking, [false, true]);
+        let marks = Marks::new(&routing, &marking).expect("a route marks");
         let table = respway_filters::command::lookup(b"set").expect("set");
-        let args = [b("set"), b("stamp-test-key"), b("v")];
+        // The cache knows the key as its cluster stores it: without the prefix.
+        let args = [b("set"), b("c:stamp-test-key"), b("v")];
         let slot = slot_of(key_hash(b"stamp-test-key"));
         let before = STAMPS[slot].load(Ordering::Acquire);
-        let touch = dispatched(table, &args, Some(&[1]));
+        let touch = dispatched(&marks, &routing, table, &args, Some(&[1]));
         assert_eq!(STAMPS[slot].load(Ordering::Acquire), before + 1);
         touch.again();
         assert_eq!(STAMPS[slot].load(Ordering::Acquire), before + 2);
+        // A write to the cluster without a cache marks nothing.
+        let plain = [b("set"), b("stamp-test-key"), b("v")];
+        assert!(matches!(
+            dispatched(&marks, &routing, table, &plain, Some(&[1])),
+            Touch::None
+        ));
+        let mset = respway_filters::command::lookup(b"mset").expect("mset");
+        let both = [b("mset"), b("stamp-test-key"), b("v"), b("c:k2"), b("v")];
+        match dispatched(&marks, &routing, mset, &both, Some(&[1, 3])) {
+            Touch::Slots(s) => assert_eq!(&*s, [slot_of(key_hash(b"k2")) as u32]),
+            t => panic!("{t:?}"),
+        }
         let get = respway_filters::command::lookup(b"get").expect("get");
         assert!(matches!(
-            dispatched(get, &[b("get"), b("stamp-test-key")], Some(&[1])),
+            dispatched(
+                &marks,
+                &routing,
+                get,
+                &[b("get"), b("c:stamp-test-key")],
+                Some(&[1])
+            ),
             Touch::None
         ));
         let flushdb = respway_filters::command::lookup(b"flushdb").expect("flushdb");
         let flushes = FLUSHES.load(Ordering::Acquire);
         assert!(matches!(
-            dispatched(flushdb, &[b("flushdb")], Some(&[])),
+            dispatched(&marks, &routing, flushdb, &[b("flushdb")], Some(&[])),
             Touch::All
         ));
         assert!(FLUSHES.load(Ordering::Acquire) > flushes);
+    }
+
+    #[test]
+    fn a_cluster_sharing_a_redis_with_a_cache_marks_and_a_removed_cache_still_does() {
+        let (config, _) = two_clusters();
+        let mut shared = config.clone();
+        shared.clusters[0].shards[0].endpoints[0].address =
+            shared.clusters[1].shards[0].endpoints[0].address;
+        assert_eq!(marking_clusters(&shared), [true, true]);
+        let mut removed = config.clone();
+        removed.clusters[1].near_cache = None;
+        assert_eq!(marking_clusters(&removed), [false, true]);
     }
 
     #[test]

@@ -88,12 +88,19 @@ impl Session {
         if let Err(refused) = self.admit(cmd, &args, live) {
             return Pending::Ready(refused);
         }
-        if crate::cache::near_cache::active() {
+        if let Some(marks) = live.parts.marks.as_deref() {
             let keys = self.keys_found.is_ok().then_some(self.keys.as_slice());
-            self.touch = crate::cache::near_cache::dispatched(cmd, &args, keys);
+            self.touch =
+                crate::cache::near_cache::dispatched(marks, &live.parts.routing, cmd, &args, keys);
         }
-        if crate::cache::near_cache::clients::any() {
+        // Client tracking: other sessions' writes are announced to the tracking ones; a
+        // session's own tracking follows its commands. A read of a session that does not
+        // track costs nothing.
+        if self.state.tracking.is_some() || self.track_next {
             self.client_tracking(cmd, &args, in_multi);
+        } else if cmd.flags & command::READONLY == 0 && crate::cache::near_cache::clients::any() {
+            let keys = self.keys_found.is_ok().then_some(self.keys.as_slice());
+            crate::cache::near_cache::clients::written(cmd, &args, keys, self.state.id);
         }
         // SORT's BY and GET patterns read keys on the sorted key's shard: refused when the
         // keys they form may live elsewhere (they would read as missing), as Redis Cluster

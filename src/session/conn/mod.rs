@@ -719,7 +719,7 @@ impl Session {
                     self.frame = None;
                     let index = crate::stats::index_of(top);
                     let mut touch = std::mem::take(&mut self.touch);
-                    if crate::cache::near_cache::active() {
+                    if !matches!(touch, Touch::None) || !matches!(self.tx_touch, Touch::None) {
                         if self.tx.as_ref().is_some_and(|t| t.multi) {
                             // Queued by MULTI: marked again when EXEC is answered.
                             self.tx_touch.merge(touch.clone());
