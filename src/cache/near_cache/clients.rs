@@ -20,8 +20,9 @@
 //! keys past [`MAX_KEYS`].
 //!
 //! Publishers find the sessions through one list swapped on change ([`SESSIONS`]: read
-//! without a lock); each session's inbox counts its followed keys per hash bucket, so a
-//! write of a key nobody follows wakes nobody.
+//! without a lock); each session's inbox counts its followed keys per hash bucket, and
+//! [`FOLLOWED`] counts them for all sessions together, so a write of a key nobody follows
+//! looks at no session and wakes nobody.
 
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
@@ -107,6 +108,13 @@ use crate::stats::process::{
     TRACKING_UNFOLLOWED_READS as UNFOLLOWED_READS,
 };
 
+/// Per hash bucket, how many keys of it the tracking sessions follow (all of them: the sum
+/// of their interests): a write of a key in a bucket no one follows stops here, without
+/// looking at the sessions.
+static FOLLOWED: [AtomicU32; BUCKETS] = [const { AtomicU32::new(0) }; BUCKETS];
+/// Tracking sessions in `BCAST` mode (they follow prefixes, not keys: every write looks).
+static BCASTS: AtomicUsize = AtomicUsize::new(0);
+
 /// True while some session tracks.
 #[inline(always)]
 pub(crate) fn any() -> bool {
@@ -120,6 +128,9 @@ pub(crate) fn changed(key: &Bytes, origin: u64) {
         return;
     }
     let hash = key_hash(key);
+    if FOLLOWED[bucket(hash)].load(Ordering::Acquire) == 0 && BCASTS.load(Ordering::Acquire) == 0 {
+        return;
+    }
     for s in SESSIONS.load().iter() {
         if s.id != origin && s.wants(key, hash) {
             s.send(Msg::Key(key.clone()));
@@ -209,6 +220,9 @@ impl ClientTracking {
             v.push(inbox.clone());
             v
         });
+        if opts.bcast {
+            BCASTS.fetch_add(1, Ordering::AcqRel);
+        }
         COUNT.fetch_add(1, Ordering::AcqRel);
         Box::new(ClientTracking {
             opts,
@@ -236,6 +250,7 @@ impl ClientTracking {
         let h = key_hash(key);
         if self.keys.insert(h) {
             self.inbox.interest[bucket(h)].fetch_add(1, Ordering::AcqRel);
+            FOLLOWED[bucket(h)].fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -245,6 +260,7 @@ impl ClientTracking {
         let had = self.keys.remove(&h);
         if had {
             self.inbox.interest[bucket(h)].fetch_sub(1, Ordering::AcqRel);
+            FOLLOWED[bucket(h)].fetch_sub(1, Ordering::AcqRel);
         }
         had
     }
@@ -260,6 +276,9 @@ impl ClientTracking {
     }
 
     fn unfollow_all(&mut self) {
+        for &h in &self.keys {
+            FOLLOWED[bucket(h)].fetch_sub(1, Ordering::AcqRel);
+        }
         self.keys.clear();
         for b in self.inbox.interest.iter() {
             b.store(0, Ordering::Release);
@@ -405,6 +424,12 @@ impl Drop for ClientTracking {
                 .cloned()
                 .collect::<Vec<_>>()
         });
+        for &h in &self.keys {
+            FOLLOWED[bucket(h)].fetch_sub(1, Ordering::AcqRel);
+        }
+        if self.inbox.bcast {
+            BCASTS.fetch_sub(1, Ordering::AcqRel);
+        }
         COUNT.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -442,5 +467,30 @@ mod tests {
             b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$2\r\nbc\r\n"
         );
         assert_eq!(&flush_push()[..], b">2\r\n$10\r\ninvalidate\r\n_\r\n");
+    }
+
+    /// The count of all sessions' followed keys per bucket follows a session's keys in and
+    /// out (followed, unfollowed, flushed, session gone), so that a write looks at the
+    /// sessions exactly when one may follow its key.
+    #[test]
+    fn followed_buckets_count_every_sessions_keys() {
+        let at = |k: &str| FOLLOWED[bucket(key_hash(k.as_bytes()))].load(Ordering::Acquire);
+        let keys = ["fbcesk:a", "fbcesk:b", "fbcesk:c"];
+        let before: Vec<u32> = keys.iter().map(|k| at(k)).collect();
+        let now = || keys.iter().map(|k| at(k)).collect::<Vec<u32>>();
+        let plus = |d: [u32; 3]| before.iter().zip(d).map(|(b, d)| b + d).collect::<Vec<_>>();
+        let mut t = ClientTracking::start(u64::MAX - 7, Options::default());
+        t.follow(keys[0].as_bytes());
+        t.follow(keys[0].as_bytes());
+        t.follow(keys[1].as_bytes());
+        assert_eq!(now(), plus([1, 1, 0]));
+        assert!(t.unfollow(keys[0].as_bytes()));
+        assert_eq!(now(), plus([0, 1, 0]));
+        t.follow(keys[2].as_bytes());
+        t.unfollow_all();
+        assert_eq!(now(), plus([0, 0, 0]));
+        t.follow(keys[1].as_bytes());
+        drop(t);
+        assert_eq!(now(), plus([0, 0, 0]));
     }
 }

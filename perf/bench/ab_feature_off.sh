@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A feature that is off costs nothing: one respway build, two processes side by side over the
+# same local shard (7641), A/B. OFF (port 7643): one cluster `c`, no near cache. ON (port
+# 7644): the same cluster `c` as the catch-all, plus a prefix route `nc:` to a second cluster
+# `nc` (its own shard, 7642) with a tracked near cache, and one client connected to ON with
+# CLIENT TRACKING on (RESP3) that has read a key. redis-benchmark's SET and GET (-c 50 -P P
+# -d 64 -r 100000, keys outside `nc:`) go to `c` on both; interleaved rounds (off, on, on,
+# off); medians of req/s and of the proxy's CPU per request (user + system, /proc), --workers 1.
+#   perf/bench/ab_feature_off.sh BIN ROUNDS N [P]      (P: pipeline depth, default 16)
+set -euo pipefail
+BIN=$1; ROUNDS=$2; N=$3; P=${4:-16}
+. "$(dirname "$0")/shards.sh"
+require_free 7641 7642 7643 7644
+D=$(mktemp -d)
+start_shards $D 7641 7642
+shards_yaml 7643 "" 7641 >$D/off.yaml
+cat >$D/on.yaml <<YAML
+listeners:
+  - name: main
+    address: "127.0.0.1:7644"
+    routes:
+      catch_all: c
+      prefixes: [{ prefix: "nc:", cluster: nc }]
+clusters:
+  - name: c
+    shards: [{ name: s0, endpoints: [{ address: "127.0.0.1:7641" }] }]
+  - name: nc
+    near_cache: { mode: tracked }
+    shards: [{ name: s0, endpoints: [{ address: "127.0.0.1:7642" }] }]
+YAML
+"$BIN" --config $D/off.yaml --workers 1 2>$D/off.log & off=$!
+"$BIN" --config $D/on.yaml --workers 1 2>$D/on.log & on=$!
+mkfifo $D/tracking
+trap 'kill $off $on $tracker 2>/dev/null || true; stop_shards $D 7641 7642; rm -rf $D' EXIT
+for port in 7643 7644; do for i in $(seq 100); do redis-cli -p $port set warm 1 2>/dev/null | grep -q OK && break; sleep 0.1; done; done
+# The tracking client: RESP3, tracking on, one read under the cached prefix, then idle
+# (connected) until the script ends.
+redis-cli -3 -p 7644 <$D/tracking >$D/tracking.out 2>&1 & tracker=$!
+exec 4>$D/tracking
+printf 'CLIENT TRACKING on\nSET nc:k v\nGET nc:k\n' >&4
+for i in $(seq 50); do grep -q '^v' $D/tracking.out 2>/dev/null && break; sleep 0.1; done
+grep -q '^OK' $D/tracking.out || { echo "tracking client: $(cat $D/tracking.out)" >&2; exit 1; }
+tck=$(getconf CLK_TCK)
+one() { local t=$1 name=$2 pid=$3 port=$4 s0 s1 rps
+  s0=$(cpu_ticks $pid)
+  rps=$(redis-benchmark -p $port -t $t -n $N -P $P -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -oE ': [0-9.]+ requests per second' | tail -1 | awk '{print $2}')
+  s1=$(cpu_ticks $pid)
+  echo "$t $name $rps $s0 $s1" | awk -v t=$tck -v n=$N '{printf "%s %s %.0f %.3f\n", $1, $2, $3, ($5 - $4) / t / n * 1e6}'
+}
+for r in $(seq $ROUNDS); do
+  for t in set get; do one $t off $off 7643; one $t on $on 7644; one $t on $on 7644; one $t off $off 7643; done
+done | tee $D/out
+kill -0 $tracker 2>/dev/null || { echo "the tracking client left early" >&2; exit 1; }
+med() { sort -n | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'; }
+for t in set get; do for name in off on; do
+  printf "%-4s %-4s %s %s\n" $t $name "$(grep "^$t $name " $D/out | awk '{print $3}' | med)" "$(grep "^$t $name " $D/out | awk '{print $4}' | med)"
+done; done
