@@ -1,7 +1,7 @@
 //! Control connections: the sidecar's own connections to a Redis server, beside the pools,
 //! driven by their owner one command (or one pipeline) at a time. Sentinel discovery, Redis
-//! Cluster topology refreshes and the near cache's trackers each keep one (or a few) per
-//! server.
+//! Cluster topology refreshes, the near cache's trackers, hot-key copy passes and health
+//! checks each keep one (or a few) per server.
 //!
 //! A [`Control`] is opened and prepared as the pools open theirs ([`connect_plain`]: TCP or
 //! TLS, `AUTH`, `SELECT`, `READONLY` and a `PING`, as the endpoint's configuration says,
@@ -51,6 +51,15 @@ impl Control {
             encode_command(c, &mut self.wbuf);
         }
         self.write().await
+    }
+
+    /// Sends one command and reads the next frame (its reply, on a connection that has no
+    /// pushed messages).
+    pub(crate) async fn call<B: AsRef<[u8]>>(&mut self, args: &[B]) -> Result<Frame, String> {
+        self.wbuf.clear();
+        encode_command(args, &mut self.wbuf);
+        self.write().await?;
+        self.next().await
     }
 
     /// The next reply or pushed message (a subscriber's `message`, a RESP3 push). Cancel
