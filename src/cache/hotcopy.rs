@@ -28,18 +28,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use respway_filters::codec_limits::Limits;
+use bytes::Bytes;
 use respway_filters::hot_key::copy_command;
-use respway_filters::resp::{encode_command, parse_reply, reply_len, Frame};
+use respway_filters::resp::Frame;
 use respway_filters::routing::ClusterRoute;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::discovery::{Handle, Serving};
 use crate::lifecycle::Stop;
-use crate::upstream::Conn;
+use crate::upstream::Control;
 
 /// Keys copied (or deleted) per second by one pass, at most.
 pub(crate) const KEYS_PER_SEC: u64 = 1_000;
@@ -391,24 +389,26 @@ async fn pass(snap: &dyn Serving, ci: usize, prefix: &[u8], work: Work<'_>) -> R
         let link_key = (c.name.clone(), addr, c.db);
         let mut conn = match LINKS.with(|l| l.borrow_mut().remove(&link_key)) {
             Some(l) => l,
-            None => Link::connect(&cfg)
+            None => Control::open(&cfg)
                 .await
                 .map_err(|e| format!("shard {}: {e}", s.name))?,
         };
         let result: Result<(), String> = async {
         let mut cursor = Bytes::from_static(b"0");
         loop {
-            let reply = conn
-                .call(&[
+            let reply = call(
+                &mut conn,
+                &[
                     &b"SCAN"[..],
                     &cursor,
                     b"MATCH",
                     &pattern,
                     b"COUNT",
                     SCAN_COUNT.as_bytes(),
-                ])
-                .await
-                .map_err(|e| format!("shard {}: SCAN: {e}", s.name))?;
+                ],
+            )
+            .await
+            .map_err(|e| format!("shard {}: SCAN: {e}", s.name))?;
             let (next, keys) = scan_reply(reply).map_err(|e| format!("shard {}: {e}", s.name))?;
             let keys: Vec<Bytes> = match work {
                 Work::Copy(_) => keys
@@ -435,13 +435,13 @@ async fn pass(snap: &dyn Serving, ci: usize, prefix: &[u8], work: Work<'_>) -> R
                                     c.shards[t].name
                                 ));
                             };
-                            let mut answer = conn.call(&args).await;
+                            let mut answer = call(&mut conn, &args).await;
                             for _ in 1..MIGRATE_ATTEMPTS {
                                 if !matches!(&answer, Ok(Frame::Error(e)) if e.starts_with(b"IOERR"))
                                 {
                                     break;
                                 }
-                                answer = conn.call(&args).await;
+                                answer = call(&mut conn, &args).await;
                             }
                             match answer {
                                 Ok(Frame::Simple(_)) => {}
@@ -467,7 +467,7 @@ async fn pass(snap: &dyn Serving, ci: usize, prefix: &[u8], work: Work<'_>) -> R
                     Work::Delete => {
                         let mut args = vec![Bytes::from_static(b"DEL")];
                         args.extend(keys.iter().cloned());
-                        match conn.call(&args).await {
+                        match call(&mut conn, &args).await {
                             Ok(Frame::Error(e) | Frame::BlobError(e)) => {
                                 return Err(format!(
                                     "shard {}: DEL: {}",
@@ -507,7 +507,7 @@ type LinkKey = (String, std::net::SocketAddr, u32);
 
 thread_local! {
     /// The copy thread's idle connections (its tasks all run on its one thread).
-    static LINKS: std::cell::RefCell<HashMap<LinkKey, Link>> = std::cell::RefCell::default();
+    static LINKS: std::cell::RefCell<HashMap<LinkKey, Control>> = std::cell::RefCell::default();
 }
 
 /// `SCAN`'s `MATCH` pattern for the keys starting with `prefix`: its glob characters escaped,
@@ -548,58 +548,11 @@ fn scan_reply(f: Frame) -> Result<(Bytes, Vec<Bytes>), String> {
     }
 }
 
-type Stream = Box<dyn Io>;
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
-/// One connection of a pass, one command at a time.
-struct Link {
-    stream: Stream,
-    buf: BytesMut,
-}
-
-impl Link {
-    async fn connect(cfg: &crate::upstream::EndpointConfig) -> Result<Link, String> {
-        let stream: Stream = match crate::upstream::connect_plain(cfg).await? {
-            Conn::Plain(s) => Box::new(s),
-            Conn::Tls(s) => Box::new(*s),
-        };
-        Ok(Link {
-            stream,
-            buf: BytesMut::with_capacity(4096),
-        })
-    }
-
-    async fn call<B: AsRef<[u8]>>(&mut self, args: &[B]) -> Result<Frame, String> {
-        match tokio::time::timeout(COMMAND_TIMEOUT, self.roundtrip(args)).await {
-            Ok(r) => r,
-            Err(_) => Err(format!("no answer within {COMMAND_TIMEOUT:?}")),
-        }
-    }
-
-    async fn roundtrip<B: AsRef<[u8]>>(&mut self, args: &[B]) -> Result<Frame, String> {
-        let mut out = BytesMut::new();
-        encode_command(args, &mut out);
-        self.stream
-            .write_all(&out)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.stream.flush().await.map_err(|e| e.to_string())?;
-        loop {
-            if let Some(n) = reply_len(&self.buf, &Limits::default()).map_err(|e| e.to_string())? {
-                let b = self.buf.split_to(n).freeze();
-                return parse_reply(&b).map_err(|e| e.to_string());
-            }
-            if self
-                .stream
-                .read_buf(&mut self.buf)
-                .await
-                .map_err(|e| e.to_string())?
-                == 0
-            {
-                return Err("connection closed".into());
-            }
-        }
+/// One command of a pass on `conn`, answered within [`COMMAND_TIMEOUT`].
+async fn call<B: AsRef<[u8]>>(conn: &mut Control, args: &[B]) -> Result<Frame, String> {
+    match tokio::time::timeout(COMMAND_TIMEOUT, conn.call(args)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {COMMAND_TIMEOUT:?}")),
     }
 }
 

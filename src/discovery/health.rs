@@ -27,18 +27,15 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
-use respway_filters::codec_limits::Limits;
 use respway_filters::model::{HealthCheck, Role};
-use respway_filters::resp::{encode_command, parse_reply, reply_len, Frame};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use respway_filters::resp::Frame;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::discovery::Handle;
 use crate::lifecycle::Stop;
 use crate::upstream::check::{EndpointCheck, DRAINING, HEALTHY, UNHEALTHY};
-use crate::upstream::{Conn, EndpointConfig};
+use crate::upstream::{Control, EndpointConfig};
 
 /// What the checks write beside the verdict the upstream reads.
 impl EndpointCheck {
@@ -235,7 +232,7 @@ fn reconcile(shared: &Handle, tasks: &mut HashMap<(String, SocketAddr), Task>) {
 /// Checks one endpoint every `interval` until aborted.
 async fn check_loop(check: Arc<EndpointCheck>, t: Target) {
     let label = t.cfg.label.clone();
-    let mut conn: Option<Stream> = None;
+    let mut conn: Option<Control> = None;
     loop {
         let started = Instant::now();
         let result = match tokio::time::timeout(t.hc.timeout, probe(&mut conn, &t)).await {
@@ -256,53 +253,26 @@ async fn check_loop(check: Arc<EndpointCheck>, t: Target) {
     }
 }
 
-type Stream = Box<dyn Io>;
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
 /// One check: (the drain key exists, what `ROLE` said), or why it failed.
-async fn probe(conn: &mut Option<Stream>, t: &Target) -> Result<(bool, Said), String> {
-    if conn.is_none() {
-        let c = crate::upstream::connect_plain(&t.cfg).await?;
-        *conn = Some(match c {
-            Conn::Plain(s) => Box::new(s),
-            Conn::Tls(s) => Box::new(*s),
-        });
-    }
-    let Some(s) = conn.as_mut() else {
-        return Err("not connected".into());
+async fn probe(conn: &mut Option<Control>, t: &Target) -> Result<(bool, Said), String> {
+    let c = match conn {
+        Some(c) => c,
+        None => conn.insert(Control::open(&t.cfg).await?),
     };
-    let mut out = BytesMut::new();
-    match &t.hc.drain_key {
-        Some(k) => encode_command(&[&b"EXISTS"[..], k.as_bytes()], &mut out),
-        None => encode_command(&[&b"PING"[..]], &mut out),
-    }
-    encode_command(&[&b"ROLE"[..]], &mut out);
-    s.write_all(&out).await.map_err(|e| e.to_string())?;
-    s.flush().await.map_err(|e| e.to_string())?;
-    let mut buf = BytesMut::with_capacity(512);
-    let mut replies = Vec::with_capacity(2);
-    while replies.len() < 2 {
-        while replies.len() < 2 {
-            match reply_len(&buf, &Limits::default()).map_err(|e| e.to_string())? {
-                Some(n) => {
-                    let b: Bytes = buf.split_to(n).freeze();
-                    replies.push(parse_reply(&b).map_err(|e| e.to_string())?);
-                }
-                None => break,
-            }
-        }
-        if replies.len() < 2 && s.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-            return Err("connection closed".into());
-        }
-    }
+    let check: &[&[u8]] = match &t.hc.drain_key {
+        Some(k) => &[b"EXISTS", k.as_bytes()],
+        None => &[b"PING"],
+    };
+    c.send(&[check, &[b"ROLE"]]).await?;
+    let check = c.next().await?;
+    let said = c.next().await?;
     // The check's own reply decides; `ROLE` refused (an upstream user without the
     // permission, a renamed command) only leaves the role unchecked.
-    if let Frame::Error(e) | Frame::BlobError(e) = &replies[0] {
+    if let Frame::Error(e) | Frame::BlobError(e) = &check {
         return Err(String::from_utf8_lossy(e).into_owned());
     }
-    let draining = matches!(replies[0], Frame::Integer(n) if n > 0);
-    Ok((draining, role(&replies[1])))
+    let draining = matches!(check, Frame::Integer(n) if n > 0);
+    Ok((draining, role(&said)))
 }
 
 /// `ROLE`'s reply: `master ...`, or `slave HOST PORT ...`.
@@ -325,6 +295,7 @@ fn role(f: &Frame) -> Said {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     #[test]
     fn thresholds_and_drain() {

@@ -30,9 +30,8 @@ use respway_filters::model::{Config, Endpoint, RedisClusterSource, Role, Shard, 
 use respway_filters::resp::Frame;
 use tokio::sync::Notify;
 
-use crate::discovery::sentinel::Link;
 use crate::discovery::Handle;
-use crate::upstream::{EndpointConfig, RedisCluster, TopologyHints};
+use crate::upstream::{Control, EndpointConfig, RedisCluster, TopologyHints};
 
 /// Slots of a Redis Cluster.
 const SLOTS: u32 = 16384;
@@ -331,7 +330,7 @@ async fn watch_cluster(
     let src = &reach.src;
     let kick = kick_of(&key.0);
     let mut known: Vec<SocketAddr> = src.seeds.clone();
-    let mut link: Option<(SocketAddr, Link)> = None;
+    let mut link: Option<(SocketAddr, Control)> = None;
     let mut first = Some(first);
     let mut quiet = false;
     loop {
@@ -399,7 +398,7 @@ async fn watch_cluster(
 async fn ask_any(
     reach: &Reach,
     nodes: &[SocketAddr],
-    link: &mut Option<(SocketAddr, Link)>,
+    link: &mut Option<(SocketAddr, Control)>,
 ) -> Result<Topology, String> {
     let mut order: Vec<SocketAddr> = Vec::with_capacity(nodes.len());
     if let Some((a, _)) = link {
@@ -413,13 +412,13 @@ async fn ask_any(
     let mut last = String::from("no node to ask");
     for addr in order {
         let round = async {
-            if link.as_ref().is_none_or(|(a, _)| *a != addr) {
-                let mut cfg = reach.cfg.clone();
-                cfg.address = addr;
-                *link = Some((addr, Link::open(&cfg).await?));
-            }
-            let Some((_, l)) = link.as_mut() else {
-                return Err("no connection".to_string());
+            let l = match link {
+                Some((a, l)) if *a == addr => l,
+                _ => {
+                    let mut cfg = reach.cfg.clone();
+                    cfg.address = addr;
+                    &mut link.insert((addr, Control::open(&cfg).await?)).1
+                }
             };
             topology(l).await
         };
@@ -439,7 +438,7 @@ async fn ask_any(
 }
 
 /// `CLUSTER SHARDS`, else (`-ERR unknown subcommand`) `CLUSTER SLOTS`, on one node.
-async fn topology(l: &mut Link) -> Result<Topology, String> {
+async fn topology(l: &mut Control) -> Result<Topology, String> {
     l.send(&[&[b"CLUSTER", b"SHARDS"]]).await?;
     match l.next().await? {
         Frame::Error(e) if e.starts_with(b"ERR unknown subcommand") => {

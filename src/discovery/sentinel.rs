@@ -31,16 +31,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use respway_filters::codec_limits::Limits;
+use bytes::Bytes;
 use respway_filters::model::{Config, Endpoint, Role, NO_ENDPOINT};
-use respway_filters::resp::{encode_command, parse_reply, Frame, ReplyScanner};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use respway_filters::resp::Frame;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::discovery::Handle;
-use crate::upstream::{connect_plain, Conn, EndpointConfig};
+use crate::upstream::{Control, EndpointConfig};
 
 /// How often every Sentinel is asked, whatever they publish.
 const POLL: Duration = Duration::from_secs(1);
@@ -261,7 +259,7 @@ async fn watch_master(
     for cfg in &sentinels {
         subs.spawn(subscribe(cfg.clone(), key.0.clone(), kick.clone()));
     }
-    let mut links: Vec<Option<Link>> = sentinels.iter().map(|_| None).collect();
+    let mut links: Vec<Option<Control>> = sentinels.iter().map(|_| None).collect();
     let mut first = Some(first);
     let mut silent = false;
     loop {
@@ -365,82 +363,17 @@ fn decide(answers: &[(SocketAddr, Answer)]) -> Option<Found> {
     })
 }
 
-/// A connection to a Sentinel with its read buffer.
-pub(crate) struct Link {
-    rd: Box<dyn AsyncRead + Unpin + Send>,
-    wr: Box<dyn AsyncWrite + Unpin + Send>,
-    rbuf: BytesMut,
-    scanner: ReplyScanner,
-}
-
-impl Link {
-    pub(crate) async fn open(cfg: &EndpointConfig) -> Result<Link, String> {
-        let (rd, wr): (
-            Box<dyn AsyncRead + Unpin + Send>,
-            Box<dyn AsyncWrite + Unpin + Send>,
-        ) = match connect_plain(cfg).await? {
-            Conn::Plain(s) => {
-                let (r, w) = s.into_split();
-                (Box::new(r), Box::new(w))
-            }
-            Conn::Tls(s) => {
-                let (r, w) = tokio::io::split(*s);
-                (Box::new(r), Box::new(w))
-            }
-        };
-        Ok(Link {
-            rd,
-            wr,
-            rbuf: BytesMut::with_capacity(4096),
-            scanner: ReplyScanner::new(),
-        })
-    }
-
-    pub(crate) async fn send(&mut self, commands: &[&[&[u8]]]) -> Result<(), String> {
-        let mut out = BytesMut::new();
-        for c in commands {
-            encode_command(c, &mut out);
-        }
-        self.wr.write_all(&out).await.map_err(|e| e.to_string())?;
-        self.wr.flush().await.map_err(|e| e.to_string())
-    }
-
-    /// The next reply (or pushed message).
-    pub(crate) async fn next(&mut self) -> Result<Frame, String> {
-        loop {
-            match self.scanner.scan(&self.rbuf, &Limits::REPLIES) {
-                Ok(Some(n)) => {
-                    let frame = self.rbuf.split_to(n).freeze();
-                    return parse_reply(&frame).map_err(|e| e.0);
-                }
-                Ok(None) => {}
-                Err(e) => return Err(e.0),
-            }
-            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
-                self.rbuf.reserve(4096);
-            }
-            match self.rd.read_buf(&mut self.rbuf).await {
-                Ok(0) => return Err("connection closed by the server".into()),
-                Ok(_) => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-    }
-}
-
 /// Asks one Sentinel about `master` on its link (opened when there is none; dropped when the
 /// round fails, to be opened again next round).
 async fn ask(
     cfg: &EndpointConfig,
-    link: &mut Option<Link>,
+    link: &mut Option<Control>,
     master: &str,
 ) -> Result<Answer, String> {
     let round = async {
-        if link.is_none() {
-            *link = Some(Link::open(cfg).await?);
-        }
-        let Some(l) = link.as_mut() else {
-            return Err("no connection".to_string());
+        let l = match link {
+            Some(l) => l,
+            None => link.insert(Control::open(cfg).await?),
         };
         let m = master.as_bytes();
         l.send(&[&[b"SENTINEL", b"MASTER", m], &[b"SENTINEL", b"REPLICAS", m]])
@@ -550,7 +483,7 @@ async fn subscribe(cfg: EndpointConfig, master: String, kick: Arc<Notify>) {
         // The link that subscribed, when one did (the backoff starts over after it).
         let mut subscribed = false;
         let lost: Result<std::convert::Infallible, String> = async {
-            let mut link = Link::open(&cfg).await?;
+            let mut link = Control::open(&cfg).await?;
             let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
             args.extend(EVENTS.iter().map(|e| e.as_bytes()));
             link.send(&[&args]).await?;

@@ -59,6 +59,7 @@ use crate::net::tls::{Io, TlsStream};
 
 pub(crate) mod check;
 mod connect;
+mod control;
 mod dedicated;
 mod error;
 mod future;
@@ -71,6 +72,7 @@ mod task;
 
 pub(crate) use crate::stats::{Down, UpstreamStats};
 pub(crate) use connect::*;
+pub(crate) use control::Control;
 pub(crate) use dedicated::*;
 pub(crate) use error::*;
 pub(crate) use future::*;

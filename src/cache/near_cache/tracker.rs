@@ -10,7 +10,7 @@ use respway_filters::model::{NearCache, NearCacheMode};
 use respway_filters::resp::Frame;
 
 use super::{bump, invalidate, CacheStats, TRACKER_MISSES, TRACKER_PING};
-use crate::upstream::EndpointConfig;
+use crate::upstream::{Control, EndpointConfig};
 
 /// One worker's tracker of one endpoint: its connection's `CLIENT ID` while it is up.
 #[derive(Debug, Default)]
@@ -101,7 +101,7 @@ async fn track(
     epoch: &AtomicU64,
     stats: &CacheStats,
 ) -> String {
-    let mut link = match crate::discovery::sentinel::Link::open(cfg).await {
+    let mut link = match Control::open(cfg).await {
         Ok(l) => l,
         Err(e) => return e,
     };
@@ -186,7 +186,7 @@ async fn track(
 }
 
 /// Sends one command on a link and waits for its reply.
-async fn ask(link: &mut crate::discovery::sentinel::Link, cmd: &[&[u8]]) -> Result<Frame, String> {
+async fn ask(link: &mut Control, cmd: &[&[u8]]) -> Result<Frame, String> {
     link.send(&[cmd]).await?;
     tokio::time::timeout(Duration::from_secs(2), link.next())
         .await
