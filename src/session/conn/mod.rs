@@ -109,9 +109,11 @@ impl Live {
 
 mod clock;
 mod dispatch;
+mod handler;
 mod tx_lane;
 
 use clock::{backstop, batch_now, record, started, Batch, TurnClock};
+use handler::{Handle, HandlerCall};
 
 enum Pending {
     Ready(Reply),
