@@ -34,7 +34,7 @@ use respway_filters::request::Flavor;
 use respway_filters::routing::Routing;
 use tokio::time::Instant;
 
-use crate::session::fanout::BoxReply;
+use crate::session::scatter::BoxReply;
 use crate::stack::Parts;
 use crate::upstream::UpstreamFuture;
 

@@ -7,8 +7,8 @@
 //! These go over the session's shared connections of its protocol and database, like its
 //! other commands, so they stay in order with them.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::collections::BTreeMap;
+use std::ops::ControlFlow::{self, Break, Continue};
 
 use bytes::{Bytes, BytesMut};
 use respway_filters::command::FanoutKind;
@@ -17,11 +17,9 @@ use respway_filters::request::{is_error, Flavor, Reply};
 use respway_filters::resp::{parse_reply, Frame};
 use tokio::time::Instant;
 
+use crate::session::scatter::{self, BoxReply, Order};
 use crate::stack::Parts;
-use crate::upstream::UpstreamFuture;
-
-/// A reply computed by a future of its own.
-pub(crate) type BoxReply = Pin<Box<dyn Future<Output = Answer> + Send>>;
+use crate::upstream::EndpointHandle;
 
 /// Sends `args` to the endpoints `kind` names and merges the replies.
 pub(crate) fn call(
@@ -42,17 +40,26 @@ pub(crate) fn call(
     if kind == FanoutKind::Kill {
         return kill(args, parts, flavor, deadline);
     }
-    let futs = targets(parts, replicas_too, &args, flavor, conn, deadline);
-    Box::pin(async move {
-        let replies = match join_ok(futs).await {
-            Ok(r) => r,
-            Err(e) => return e,
-        };
-        match kind {
-            FanoutKind::ScriptExists => script_exists(&replies),
-            _ => Ok(replies[0].clone()),
-        }
-    })
+    let asked = endpoints(parts, replicas_too)
+        .map(|ep| ((), ep.send(args.clone(), flavor, conn, deadline)));
+    match kind {
+        FanoutKind::ScriptExists => scatter::gather_ok(
+            asked,
+            None,
+            |all, _, r| script_exists(all, &r),
+            |all| Ok(script_exists_reply(all)),
+        ),
+        // The endpoints agree: the first one's reply.
+        _ => scatter::gather_ok(
+            asked,
+            None,
+            |first, _, r| {
+                first.get_or_insert(r);
+                Continue(())
+            },
+            |first| first.ok_or_else(|| Failure::new(Kind::NoTarget)),
+        ),
+    }
 }
 
 /// Sends `args` to the first primary of the catch-all (or first routed) cluster.
@@ -77,48 +84,32 @@ pub(crate) fn one(
 /// `OK` when one endpoint killed a script (Redis Cluster's `one_succeeded`); else the first
 /// error other than `NOTBUSY`, else `NOTBUSY`.
 fn kill(args: Vec<Bytes>, parts: &Parts, flavor: Flavor, deadline: Instant) -> BoxReply {
-    let mut asks = Vec::new();
-    for c in parts.routing.routed_clusters() {
-        let Some(shards) = parts.endpoints.0.get(c) else {
-            continue;
-        };
-        for ep in shards.iter().flatten() {
-            match ep.take_dedicated(flavor) {
-                Ok(conn) => {
-                    let reply = conn.send(args.clone(), deadline);
-                    asks.push(Ok((conn, reply)));
-                }
-                Err(e) => asks.push(Err(e.at(ep.label().clone()))),
+    let asked = endpoints(parts, true)
+        .map(|ep| ((), scatter::dedicated(ep, flavor, args.clone(), deadline)));
+    // Every answer is awaited; the first of the best rank is the reply: 0 a success, 1 an
+    // error other than NOTBUSY, 2 NOTBUSY.
+    scatter::gather(
+        Order::Targets,
+        asked,
+        None,
+        |best: &mut Option<(u8, Answer)>, _, r| {
+            let notbusy = matches!(&r, Ok(r) if r.starts_with(b"-NOTBUSY"));
+            let rank = match (failed(&r), notbusy) {
+                (false, _) => 0,
+                (true, false) => 1,
+                (true, true) => 2,
+            };
+            if best.as_ref().is_none_or(|(b, _)| rank < *b) {
+                *best = Some((rank, r));
             }
-        }
-    }
-    Box::pin(async move {
-        let mut replies = Vec::with_capacity(asks.len());
-        for ask in asks {
-            replies.push(match ask {
-                // Answered by Redis: nothing is left in flight on the connection.
-                Ok((conn, reply)) => {
-                    let r = reply.await;
-                    if r.is_ok() {
-                        conn.give_back();
-                    }
-                    r
-                }
-                Err(e) => Err(e),
-            });
-        }
-        let notbusy = |r: &Answer| matches!(r, Ok(r) if r.starts_with(b"-NOTBUSY"));
-        replies
-            .iter()
-            .find(|r| !failed(r))
-            .or_else(|| replies.iter().find(|r| !notbusy(r)))
-            .or_else(|| replies.first())
-            .cloned()
-            .unwrap_or_else(|| Err(Failure::new(Kind::NoTarget)))
-    })
+            Continue(())
+        },
+        |best| best.map_or_else(|| Err(Failure::new(Kind::NoTarget)), |(_, r)| r),
+    )
 }
 
-/// `INFO` with the proxy's sections (`text`) and the shards' keyspace summed.
+/// `INFO` with the proxy's sections (`text`) and the shards' keyspace summed (a shard that
+/// fails is left out).
 pub(crate) fn info_with_keyspace(
     text: String,
     resp3: bool,
@@ -127,140 +118,120 @@ pub(crate) fn info_with_keyspace(
     conn: usize,
     deadline: Instant,
 ) -> BoxReply {
-    let args = vec![Bytes::from_static(b"INFO"), Bytes::from_static(b"keyspace")];
-    let futs = targets(parts, false, &args, flavor, conn, deadline);
-    Box::pin(async move {
-        let replies = join(futs).await;
-        let ok: Vec<Reply> = replies
-            .into_iter()
-            .filter_map(|r| r.ok().filter(|r| !is_error(r)))
-            .collect();
-        let mut s = text;
-        s.push_str(&sum_keyspace(&ok));
-        let mut out = BytesMut::new();
-        Frame::text(resp3, s.as_bytes()).encode(&mut out);
-        Ok(out.freeze())
-    })
-}
-
-fn targets(
-    parts: &Parts,
-    replicas_too: bool,
-    args: &[Bytes],
-    flavor: Flavor,
-    conn: usize,
-    deadline: Instant,
-) -> Vec<UpstreamFuture> {
-    let mut futs = Vec::new();
-    for c in parts.routing.routed_clusters() {
-        let Some(shards) = parts.endpoints.0.get(c) else {
-            continue;
-        };
-        for (s, eps) in shards.iter().enumerate() {
-            let primary = parts.primary_index(c, s);
-            for (e, ep) in eps.iter().enumerate() {
-                if replicas_too || e == primary {
-                    futs.push(ep.send(args.to_vec(), flavor, conn, deadline));
+    let args = [Bytes::from_static(b"INFO"), Bytes::from_static(b"keyspace")];
+    let asked =
+        endpoints(parts, false).map(|ep| ((), ep.send(args.to_vec(), flavor, conn, deadline)));
+    scatter::gather(
+        Order::Targets,
+        asked,
+        BTreeMap::new(),
+        |dbs, _, r| {
+            if let Ok(r) = &r {
+                if !is_error(r) {
+                    add_keyspace(dbs, r);
                 }
             }
-        }
-    }
-    futs
+            Continue(())
+        },
+        move |dbs| {
+            let mut s = text;
+            s.push_str(&keyspace_section(dbs));
+            let mut out = BytesMut::new();
+            Frame::text(resp3, s.as_bytes()).encode(&mut out);
+            Ok(out.freeze())
+        },
+    )
 }
 
-/// Every reply, or the answer for the client: the first failure or Redis error among them
-/// (or "no shard" when there is none).
-pub(crate) async fn join_ok(futs: Vec<UpstreamFuture>) -> Result<Vec<Reply>, Answer> {
-    if futs.is_empty() {
-        return Err(Err(Failure::new(Kind::NoTarget)));
-    }
-    let mut out = Vec::with_capacity(futs.len());
-    let mut first_failed = None;
-    for r in join(futs).await {
-        match r {
-            Ok(r) if !is_error(&r) => out.push(r),
-            failed => {
-                first_failed.get_or_insert(failed);
-            }
-        }
-    }
-    match first_failed {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
-}
-
-async fn join(futs: Vec<UpstreamFuture>) -> Vec<Answer> {
-    let mut out = Vec::with_capacity(futs.len());
-    for f in futs {
-        out.push(f.await);
-    }
-    out
-}
-
-/// 1 for a script only where every endpoint has it.
-fn script_exists(replies: &[Reply]) -> Answer {
-    let mut all: Option<Vec<i64>> = None;
-    for r in replies {
-        let Ok(Frame::Array(items)) = parse_reply(r) else {
-            return Err(Failure::message(
-                "ERR respway: unexpected SCRIPT EXISTS reply from a shard",
-            ));
-        };
-        let v: Vec<i64> = items
-            .iter()
-            .map(|f| match f {
-                Frame::Integer(n) => *n,
-                _ => 0,
+/// Every endpoint of every routed cluster (primaries only unless `replicas_too`), in
+/// (cluster, shard, endpoint) order.
+fn endpoints(parts: &Parts, replicas_too: bool) -> impl Iterator<Item = &EndpointHandle> {
+    parts
+        .routing
+        .routed_clusters()
+        .into_iter()
+        .filter_map(|c| Some((c, parts.endpoints.0.get(c)?)))
+        .flat_map(move |(c, shards)| {
+            shards.iter().enumerate().flat_map(move |(s, eps)| {
+                let primary = parts.primary_index(c, s);
+                eps.iter()
+                    .enumerate()
+                    .filter(move |(e, _)| replicas_too || *e == primary)
+                    .map(|(_, ep)| ep)
             })
-            .collect();
-        all = Some(match all {
-            None => v,
-            Some(a) => a.iter().zip(&v).map(|(x, y)| x & y).collect(),
-        });
-    }
+        })
+}
+
+/// Folds one endpoint's `SCRIPT EXISTS` reply: 1 for a script only where every endpoint
+/// has it.
+fn script_exists(all: &mut Option<Vec<i64>>, r: &Reply) -> ControlFlow<Answer> {
+    let Ok(Frame::Array(items)) = parse_reply(r) else {
+        return Break(Err(Failure::message(
+            "ERR respway: unexpected SCRIPT EXISTS reply from a shard",
+        )));
+    };
+    let v: Vec<i64> = items
+        .iter()
+        .map(|f| match f {
+            Frame::Integer(n) => *n,
+            _ => 0,
+        })
+        .collect();
+    *all = Some(match all.take() {
+        None => v,
+        Some(a) => a.iter().zip(&v).map(|(x, y)| x & y).collect(),
+    });
+    Continue(())
+}
+
+/// The `SCRIPT EXISTS` reply folded by [`script_exists`].
+fn script_exists_reply(all: Option<Vec<i64>>) -> Reply {
     let frame = Frame::Array(
         all.unwrap_or_default()
             .into_iter()
             .map(Frame::Integer)
             .collect(),
     );
-    Ok(frame.to_bytes())
+    frame.to_bytes()
 }
 
-/// Adds up the `# Keyspace` sections of the shards' `INFO keyspace` replies
+/// A database's keys, expires and avg_ttl, summed over the shards.
+type KeyspaceSums = BTreeMap<u32, (u64, u64, u64)>;
+
+/// Adds the `# Keyspace` section of a shard's `INFO keyspace` reply
 /// (`db0:keys=3,expires=0,avg_ttl=0`): keys and expires summed, avg_ttl the largest.
-fn sum_keyspace(replies: &[Reply]) -> String {
-    let mut dbs: std::collections::BTreeMap<u32, (u64, u64, u64)> = Default::default();
-    for r in replies {
-        let Ok(frame) = respway_filters::resp::parse_reply(r) else {
+fn add_keyspace(dbs: &mut KeyspaceSums, r: &Reply) {
+    let Ok(frame) = parse_reply(r) else {
+        return;
+    };
+    let text = match frame {
+        Frame::Bulk(b) => b,
+        Frame::Verbatim(b) => b.slice(4.min(b.len())..),
+        _ => return,
+    };
+    for line in String::from_utf8_lossy(&text).lines() {
+        let Some((db, rest)) = line.split_once(':') else {
             continue;
         };
-        let text = match frame {
-            Frame::Bulk(b) => b,
-            Frame::Verbatim(b) => b.slice(4.min(b.len())..),
-            _ => continue,
+        let Some(n) = db.strip_prefix("db").and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
         };
-        for line in String::from_utf8_lossy(&text).lines() {
-            let Some((db, rest)) = line.split_once(':') else {
-                continue;
-            };
-            let Some(n) = db.strip_prefix("db").and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            let e = dbs.entry(n).or_default();
-            for kv in rest.split(',') {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, "0"));
-                let v: u64 = v.trim().parse().unwrap_or(0);
-                match k {
-                    "keys" => e.0 += v,
-                    "expires" => e.1 += v,
-                    "avg_ttl" => e.2 = e.2.max(v),
-                    _ => {}
-                }
+        let e = dbs.entry(n).or_default();
+        for kv in rest.split(',') {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, "0"));
+            let v: u64 = v.trim().parse().unwrap_or(0);
+            match k {
+                "keys" => e.0 += v,
+                "expires" => e.1 += v,
+                "avg_ttl" => e.2 = e.2.max(v),
+                _ => {}
             }
         }
     }
+}
+
+/// The summed `# Keyspace` section.
+fn keyspace_section(dbs: KeyspaceSums) -> String {
     let mut s = String::from("# Keyspace\r\n");
     for (db, (k, e, t)) in dbs {
         s.push_str(&format!("db{db}:keys={k},expires={e},avg_ttl={t}\r\n"));

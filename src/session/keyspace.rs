@@ -35,7 +35,7 @@
 //! - **Hot keys** are stored on every shard of their cluster. Each is listed once: from the
 //!   shard the cluster's picker maps it to (where the key would live if it were not hot).
 
-use std::sync::Arc;
+use std::ops::ControlFlow::{Break, Continue};
 
 use bytes::{Bytes, BytesMut};
 use rand::Rng;
@@ -46,9 +46,8 @@ use respway_filters::resp::{parse_reply, Frame};
 use respway_filters::routing::Routing;
 use tokio::time::Instant;
 
-use crate::session::fanout::BoxReply;
+use crate::session::scatter::{self, BoxReply, Order, Sent};
 use crate::stack::Parts;
-use crate::upstream::UpstreamFuture;
 
 /// Bits of the proxy's SCAN cursor that hold the shard's position.
 const SHARD_BITS: u32 = 16;
@@ -125,7 +124,8 @@ fn shards(parts: &Parts) -> Vec<Shard> {
     out
 }
 
-/// Queues `args` on one shard's primary; `None` when this worker has no handle for it.
+/// Queues `args` on one shard's primary; when this worker has no handle for it, the answer
+/// is an error naming the shard.
 fn send(
     parts: &Parts,
     s: &Shard,
@@ -133,18 +133,12 @@ fn send(
     flavor: Flavor,
     conn: usize,
     deadline: Instant,
-) -> Option<UpstreamFuture> {
-    let ep = parts.endpoints.get(s.cluster, s.shard, s.primary)?;
-    Some(ep.send(args, flavor, conn, deadline))
-}
-
-/// Awaits a queued request; an absent one is an error naming the shard.
-async fn answer(f: Option<UpstreamFuture>, routing: &Routing, s: &Shard) -> Answer {
-    match f {
-        Some(f) => f.await,
-        None => Err(Failure::message(format!(
+) -> Sent {
+    match parts.endpoints.get(s.cluster, s.shard, s.primary) {
+        Some(ep) => Sent::Left(ep.send(args, flavor, conn, deadline)),
+        None => scatter::unsent(Failure::message(format!(
             "ERR respway: no connection to shard {}",
-            shard_name(routing, s)
+            shard_name(&parts.routing, s)
         ))),
     }
 }
@@ -364,8 +358,7 @@ fn scan(
             let next = match scan_args(&args, matches.as_deref(), s, sc) {
                 None => 0,
                 Some((a, local)) => {
-                    let f = send(&parts, s, a, flavor, conn, deadline);
-                    let r = answer(f, &parts.routing, s).await;
+                    let r = send(&parts, s, a, flavor, conn, deadline).await;
                     let frame = match parse(&r, "SCAN", &parts.routing, s) {
                         Ok(f) => f,
                         Err(e) => return e,
@@ -449,43 +442,44 @@ fn keys(
             "ERR wrong number of arguments for 'keys' command",
         ));
     };
-    // Queue every shard's KEYS first, so they run at once.
-    let mut asked = Vec::new();
-    for s in shards {
+    let max = parts.listener.client.keys_max;
+    let routing = parts.routing.clone();
+    // Every shard's KEYS is queued now, so they run at once.
+    let asked = shards.into_iter().filter_map(|s| {
         let (sent, local) = match narrow(&pattern, s.prefix.as_ref()) {
             Narrowed::Exact(p) => (p, None),
             Narrowed::Local => (Bytes::from_static(b"*"), Some(pattern.clone())),
-            Narrowed::Nothing => continue,
+            Narrowed::Nothing => return None,
         };
         let a = vec![args[0].clone(), sent];
         let f = send(parts, &s, a, flavor, conn, deadline);
-        asked.push((s, f, local));
-    }
-    let parts = parts.clone();
-    let max = parts.listener.client.keys_max;
-    Box::pin(async move {
-        let mut keys = Vec::new();
-        for (s, f, local) in asked {
-            let r = answer(f, &parts.routing, &s).await;
-            let items = match parse(&r, "KEYS", &parts.routing, &s) {
+        Some(((s, local), f))
+    });
+    scatter::gather(
+        Order::Targets,
+        asked,
+        Vec::new(),
+        move |keys, (s, local), r| {
+            let items = match parse(&r, "KEYS", &routing, s) {
                 Ok(Frame::Array(items) | Frame::Set(items)) => items,
-                Ok(_) => return Err(unexpected("KEYS", &parts.routing, &s)),
-                Err(e) => return e,
+                Ok(_) => return Break(Err(unexpected("KEYS", &routing, s))),
+                Err(e) => return Break(e),
             };
             let filter = KeyFilter {
-                routing: &parts.routing,
+                routing: &routing,
                 local: local.as_deref(),
             };
-            filter.push(&s, items, &mut keys);
+            filter.push(s, items, keys);
             if keys.len() > max {
-                return Err(Failure::message(format!(
+                return Break(Err(Failure::message(format!(
                     "ERR respway: KEYS matched more than {max} keys (the listener's keys_max); \
                      use SCAN"
-                )));
+                ))));
             }
-        }
-        Ok(Frame::Array(keys).to_bytes())
-    })
+            Continue(())
+        },
+        |keys| Ok(Frame::Array(keys).to_bytes()),
+    )
 }
 
 // === DBSIZE ===
@@ -498,58 +492,60 @@ fn dbsize(
     conn: usize,
     deadline: Instant,
 ) -> BoxReply {
-    let asked: Vec<_> = shards
-        .into_iter()
-        .map(|s| {
-            let f = send(parts, &s, args.clone(), flavor, conn, deadline);
-            (s, f)
-        })
-        .collect();
     let routing = parts.routing.clone();
-    Box::pin(async move {
-        let mut sum: i64 = 0;
-        for (s, f) in asked {
-            let r = answer(f, &routing, &s).await;
-            match parse(&r, "DBSIZE", &routing, &s) {
-                Ok(Frame::Integer(n)) => sum = sum.saturating_add(n),
-                Ok(_) => return Err(unexpected("DBSIZE", &routing, &s)),
-                Err(e) => return e,
+    let asked = shards.into_iter().map(|s| {
+        let f = send(parts, &s, args.clone(), flavor, conn, deadline);
+        (s, f)
+    });
+    scatter::gather(
+        Order::Targets,
+        asked,
+        0i64,
+        move |sum, s, r| match parse(&r, "DBSIZE", &routing, s) {
+            Ok(Frame::Integer(n)) => {
+                *sum = sum.saturating_add(n);
+                Continue(())
             }
-        }
-        Ok(Frame::Integer(sum).to_bytes())
-    })
+            Ok(_) => Break(Err(unexpected("DBSIZE", &routing, s))),
+            Err(e) => Break(e),
+        },
+        |sum| Ok(Frame::Integer(sum).to_bytes()),
+    )
 }
 
 // === RANDOMKEY ===
 
 fn random_key(
     args: Vec<Bytes>,
-    shards: Vec<Shard>,
+    mut shards: Vec<Shard>,
     parts: &Parts,
     flavor: Flavor,
     conn: usize,
     deadline: Instant,
 ) -> BoxReply {
+    // A random shard first, then the next ones in order.
     let start = rand::rng().random_range(0..shards.len());
+    shards.rotate_left(start);
+    let routing = parts.routing.clone();
     let parts = parts.clone();
-    Box::pin(async move {
-        let n = shards.len();
-        for i in 0..n {
-            let s = &shards[(start + i) % n];
-            let f = send(&parts, s, args.clone(), flavor, conn, deadline);
-            let r = answer(f, &parts.routing, s).await;
-            match parse(&r, "RANDOMKEY", &parts.routing, s) {
-                Ok(Frame::Null | Frame::Nil) => continue,
-                Ok(Frame::Bulk(key)) => {
-                    let named = with_prefix(s.prefix.as_ref(), key);
-                    return Ok(Frame::Bulk(named).to_bytes());
-                }
-                Ok(_) => return Err(unexpected("RANDOMKEY", &parts.routing, s)),
-                Err(e) => return e,
+    let asked = shards.into_iter().map(move |s| {
+        let f = send(&parts, &s, args.clone(), flavor, conn, deadline);
+        (s, f)
+    });
+    scatter::in_turn(
+        asked,
+        (),
+        move |_, s, r| match parse(&r, "RANDOMKEY", &routing, s) {
+            Ok(Frame::Null | Frame::Nil) => Continue(()),
+            Ok(Frame::Bulk(key)) => {
+                let named = with_prefix(s.prefix.as_ref(), key);
+                Break(Ok(Frame::Bulk(named).to_bytes()))
             }
-        }
-        Ok(Frame::null(flavor.resp3).to_bytes())
-    })
+            Ok(_) => Break(Err(unexpected("RANDOMKEY", &routing, s))),
+            Err(e) => Break(e),
+        },
+        move |()| Ok(Frame::null(flavor.resp3).to_bytes()),
+    )
 }
 
 // === FLUSHDB / FLUSHALL ===
@@ -569,28 +565,28 @@ fn flush(
              admin_commands allows it)"
         )));
     }
-    let asked: Vec<_> = shards
-        .into_iter()
-        .map(|s| {
-            let f = send(parts, &s, args.clone(), flavor, conn, deadline);
-            (s, f)
-        })
-        .collect();
-    let routing: Arc<Routing> = parts.routing.clone();
-    Box::pin(async move {
-        let mut first_err = None;
-        for (s, f) in asked {
-            let r = answer(f, &routing, &s).await;
+    let routing = parts.routing.clone();
+    let asked = shards.into_iter().map(|s| {
+        let f = send(parts, &s, args.clone(), flavor, conn, deadline);
+        (s, f)
+    });
+    // Every shard's answer is awaited; the first error is the reply.
+    scatter::gather(
+        Order::Targets,
+        asked,
+        None,
+        move |first_err, s, r| {
             if first_err.is_none() {
-                match parse(&r, "FLUSH", &routing, &s) {
+                match parse(&r, "FLUSH", &routing, s) {
                     Ok(Frame::Simple(_)) => {}
-                    Ok(_) => first_err = Some(Err(unexpected("FLUSH", &routing, &s))),
-                    Err(e) => first_err = Some(e),
+                    Ok(_) => *first_err = Some(Err(unexpected("FLUSH", &routing, s))),
+                    Err(e) => *first_err = Some(e),
                 }
             }
-        }
-        first_err.unwrap_or_else(|| Ok(Frame::ok().to_bytes()))
-    })
+            Continue(())
+        },
+        |first_err| first_err.unwrap_or_else(|| Ok(Frame::ok().to_bytes())),
+    )
 }
 
 // === glob ===

@@ -15,7 +15,9 @@
 //! - `wait`: `WAIT` / `WAITAOF` on dedicated connections;
 //! - `pubsub`: publish/subscribe across shards (one subscription link per worker and primary);
 //! - `keyspace`: `SCAN`, `KEYS`, `DBSIZE`, `RANDOMKEY`, `FLUSHDB`, `FLUSHALL` over every shard;
-//! - `fanout`: key-less commands sent to several endpoints and merged.
+//! - `fanout`: key-less commands sent to several endpoints and merged;
+//! - `scatter`: the one scatter-gather those three, pub/sub's `PUBSUB` and `WAIT` use (which
+//!   targets, what each is sent and how the answers combine are theirs).
 
 pub(crate) mod blocking;
 pub(crate) mod cluster_emulation;
@@ -25,6 +27,7 @@ pub(crate) mod keyspace;
 pub(crate) mod listener;
 pub(crate) mod local;
 pub(crate) mod pubsub;
+pub(crate) mod scatter;
 pub(crate) mod state;
 pub(crate) mod tracking;
 pub(crate) mod tx;

@@ -35,18 +35,18 @@
 //! [`Dedicated`]: crate::upstream::Dedicated
 //! [`Routing::keyspace_clusters`]: respway_filters::routing::Routing::keyspace_clusters
 
+use std::ops::ControlFlow::{Break, Continue};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use respway_filters::command::CommandInfo;
 use respway_filters::error::{Answer, Failure, Kind, UpstreamError};
 use respway_filters::request::{Flavor, Reply};
 use respway_filters::resp::{parse_reply, Frame};
 use tokio::time::Instant;
 
-use crate::session::fanout::BoxReply;
+use crate::session::scatter::{self, BoxReply, Order};
 use crate::stack::Parts;
 
 /// Sent before the client's command on each connection: a command that propagates to the
@@ -129,14 +129,13 @@ pub(crate) fn call(
     }
 
     let name = if aof { "WAITAOF" } else { "WAIT" };
-    let mut asks = FuturesUnordered::new();
-    for (conn, label) in conns {
+    let asked = conns.into_iter().map(|(conn, label)| {
         let nudge = conn.send(
             NUDGE.iter().map(|a| Bytes::from_static(a)).collect(),
             nudge_deadline,
         );
         let reply = conn.send(args.clone(), deadline);
-        asks.push(async move {
+        let one = async move {
             // On an error `conn` and `reply` are dropped: the connection is closed.
             nudged(&nudge.await.map_err(Err)?, &label, name)?;
             // Answered by Redis: nothing is left in flight or set on the connection. An
@@ -144,20 +143,25 @@ pub(crate) fn call(
             let r = reply.await.map_err(Err)?;
             conn.give_back();
             counts(&r, aof, &label, name)
-        });
-    }
+        };
+        ((), one)
+    });
     Call::Wait {
-        fut: Box::pin(async move {
-            let mut min: Option<Counts> = None;
-            while let Some(one) = asks.next().await {
-                match one {
-                    // The other shards' futures, and their connections, are dropped.
-                    Err(e) => return e,
-                    Ok(c) => min = Some(merge(min, c)),
+        // The first error to arrive is the reply at once: the other shards' futures, and
+        // their connections, are dropped.
+        fut: scatter::gather(
+            Order::Arrival,
+            asked,
+            None,
+            |min, _, one| match one {
+                Err(e) => Break(e),
+                Ok(c) => {
+                    *min = Some(merge(min.take(), c));
+                    Continue(())
                 }
-            }
-            Ok(reply_of(min.unwrap_or_default(), aof))
-        }),
+            },
+            move |min| Ok(reply_of(min.unwrap_or_default(), aof)),
+        ),
         backstop,
     }
 }

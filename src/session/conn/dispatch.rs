@@ -1,5 +1,5 @@
-//! Dispatch: where each decoded command goes (the switch is `stack::handler`), the chain for
-//! commands with keys, pub/sub, and the slow log's entries.
+//! Dispatch: where each decoded command goes (`stack::handler`, then one call: `handler.rs`),
+//! the chain for commands with keys, pub/sub, and the slow log's entries.
 
 use super::*;
 use crate::stack::Handler;
@@ -7,7 +7,7 @@ use crate::stack::Handler;
 /// The deadline of a command that goes upstream, and the session's backstop after it (the
 /// clock is read only for such commands, once per client read: [`batch_now`]).
 #[inline(always)]
-fn times(live: &Live) -> (Instant, Instant) {
+pub(super) fn times(live: &Live) -> (Instant, Instant) {
     let op_timeout = live.parts.listener.op_timeout;
     let deadline = batch_now() + op_timeout;
     (deadline, backstop(deadline, op_timeout))
@@ -69,8 +69,8 @@ impl Session {
         });
     }
 
-    /// Where a decoded command goes: admitted first ([`Self::admit`]), then sent to the
-    /// handler [`stack::handler`] names for its kind.
+    /// Where a decoded command goes: admitted first ([`Self::admit`]), then to the handler
+    /// [`stack::handler`] names for its kind (one lookup, one call: `handler.rs`).
     pub(super) fn dispatch(
         &mut self,
         cmd: Option<&'static command::CommandInfo>,
@@ -122,68 +122,14 @@ impl Session {
                 backstop,
             );
         }
-        let flavor = self.state.flavor();
-        let parts = &live.parts;
-        match stack::handler(cmd, in_multi) {
-            Handler::Chain => self.forward(cmd, args, live, ctx),
-            Handler::Transaction => self.dispatch_tx(cmd, args, live, ctx, times(live).0),
-            Handler::Local(p) => self.dispatch_local(p, cmd, args, live, ctx),
-            Handler::Fanout(kind) => {
-                let (deadline, backstop) = times(live);
-                let fut = fanout::call(kind, args, parts, flavor, live.conn, deadline);
-                Pending::other(fut, backstop)
-            }
-            Handler::Keyspace(kind) => {
-                let (deadline, backstop) = times(live);
-                let fut =
-                    crate::session::keyspace::call(kind, args, parts, flavor, live.conn, deadline);
-                Pending::other(fut, backstop)
-            }
-            Handler::Wait => {
-                let op_timeout = parts.listener.op_timeout;
-                match crate::session::wait::call(cmd, args, parts, flavor, op_timeout) {
-                    crate::session::wait::Call::Wait { fut, backstop } => {
-                        Pending::other(fut, backstop)
-                    }
-                    crate::session::wait::Call::Refused(r) => Pending::Ready(r.to_reply()),
-                }
-            }
-            Handler::Blocking => {
-                if let Err(e) = self.keys_found {
-                    return Pending::Ready(error_reply(&format!("ERR {e}")));
-                }
-                let op_timeout = parts.listener.op_timeout;
-                match crate::session::blocking::call(
-                    cmd, args, &self.keys, parts, flavor, op_timeout,
-                ) {
-                    crate::session::blocking::Call::Forward(args) => {
-                        self.forward(cmd, args, live, ctx)
-                    }
-                    crate::session::blocking::Call::Wait { fut, backstop } => {
-                        Pending::other(fut, backstop)
-                    }
-                    crate::session::blocking::Call::Refused(r) => Pending::Ready(r.to_reply()),
-                }
-            }
-            Handler::PubSub(kind) => self.dispatch_pubsub(kind, args, live),
-            Handler::Acl => Pending::Ready(local::acl(&args, &self.state, parts.acl.as_deref())),
-            Handler::Unsupported if stack::emulated(cmd, &parts.listener) => {
-                Pending::Ready(crate::session::cluster_emulation::answer(
-                    cmd,
-                    &args,
-                    &parts.listener,
-                    self.state.local,
-                    self.state.resp3,
-                ))
-            }
-            Handler::Unsupported => {
-                ctx.stats.unsupported.inc();
-                Pending::Ready(error_reply(&format!(
-                    "ERR command '{}' is not supported by respway",
-                    String::from_utf8_lossy(&args[0])
-                )))
-            }
-        }
+        let call = HandlerCall {
+            cmd,
+            args,
+            live,
+            ctx,
+            flavor: self.state.flavor(),
+        };
+        stack::handler(cmd, in_multi).handle(self, call)
     }
 
     /// The checks every command passes before it goes anywhere (or is queued in `MULTI`):
@@ -248,17 +194,17 @@ impl Session {
         Ok(())
     }
 
-    /// Commands the proxy answers itself (`local.rs`), or forwards as they are.
-    fn dispatch_local(
-        &mut self,
-        p: ProxyCommand,
-        cmd: &'static command::CommandInfo,
-        args: Vec<Bytes>,
-        live: &mut Live,
-        ctx: &ListenerCtx,
-    ) -> Pending {
+    /// Commands the proxy answers itself (`local.rs`), or forwards as they are (the handler
+    /// of [`ProxyCommand`]).
+    pub(super) fn dispatch_local(&mut self, p: ProxyCommand, c: HandlerCall<'_>) -> Pending {
+        let HandlerCall {
+            cmd,
+            args,
+            live,
+            ctx,
+            flavor,
+        } = c;
         let op_timeout = live.parts.listener.op_timeout;
-        let flavor = self.state.flavor();
         if p == ProxyCommand::Reset {
             self.tx = None;
             self.sub = None;
@@ -354,16 +300,17 @@ impl Session {
         false
     }
 
-    /// Pub/sub commands (see `pubsub.rs`).
+    /// Pub/sub commands (see `pubsub/`; the handler of [`command::PubSubKind`]).
     pub(super) fn dispatch_pubsub(
         &mut self,
         kind: command::PubSubKind,
-        args: Vec<Bytes>,
-        live: &mut Live,
+        c: HandlerCall<'_>,
     ) -> Pending {
+        let HandlerCall {
+            args, live, flavor, ..
+        } = c;
         let op_timeout = live.parts.listener.op_timeout;
         let deadline = Instant::now() + op_timeout;
-        let flavor = self.state.flavor();
         match pubsub::call(
             kind,
             args,
@@ -396,20 +343,20 @@ impl Session {
     }
 
     /// Sends a command with keys down the chain (route, mirror, hot key, split, hash, zone,
-    /// upstream).
-    pub(super) fn forward(
-        &mut self,
-        cmd: &'static command::CommandInfo,
-        args: Vec<Bytes>,
-        live: &mut Live,
-        ctx: &ListenerCtx,
-    ) -> Pending {
+    /// upstream): the handler of [`Handler::Chain`].
+    pub(super) fn forward(&mut self, c: HandlerCall<'_>) -> Pending {
+        let HandlerCall {
+            cmd,
+            args,
+            live,
+            ctx,
+            flavor,
+        } = c;
         let op_timeout = live.parts.listener.op_timeout;
         let times = || {
             let deadline = batch_now() + op_timeout;
             (deadline, backstop(deadline, op_timeout))
         };
-        let flavor = self.state.flavor();
         if let Err(e) = self.keys_found {
             return Pending::Ready(error_reply(&format!("ERR {e}")));
         }

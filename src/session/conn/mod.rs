@@ -39,8 +39,9 @@ use respway_filters::resp::RequestDecoder;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
-use crate::session::fanout::{self, BoxReply};
+use crate::session::fanout;
 use crate::session::listener::ListenerCtx;
+use crate::session::scatter::BoxReply;
 use crate::session::state::SessionState;
 
 use crate::net::outq::OutQueue;
@@ -108,9 +109,11 @@ impl Live {
 
 mod clock;
 mod dispatch;
+mod handler;
 mod tx_lane;
 
 use clock::{backstop, batch_now, record, started, Batch, TurnClock};
+use handler::{Handle, HandlerCall};
 
 enum Pending {
     Ready(Reply),

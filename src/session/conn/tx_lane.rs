@@ -70,15 +70,17 @@ impl Session {
         )
     }
 
-    /// Transaction commands, and every command while a `MULTI` is queueing.
-    pub(super) fn dispatch_tx(
-        &mut self,
-        cmd: &'static command::CommandInfo,
-        args: Vec<Bytes>,
-        live: &mut Live,
-        ctx: &ListenerCtx,
-        deadline: Instant,
-    ) -> Pending {
+    /// Transaction commands, and every command while a `MULTI` is queueing (the handler of
+    /// [`Handler::Transaction`]).
+    pub(super) fn dispatch_tx(&mut self, c: HandlerCall<'_>) -> Pending {
+        let deadline = c.times().0;
+        let HandlerCall {
+            cmd,
+            args,
+            live,
+            ctx,
+            ..
+        } = c;
         let op_timeout = live.parts.listener.op_timeout;
         let in_multi = self.tx.as_ref().is_some_and(|t| t.multi);
         match cmd.name {

@@ -39,7 +39,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::session::fanout::BoxReply;
+use crate::session::scatter::BoxReply;
 use crate::stack::Parts;
 use crate::upstream::{EndpointConfig, EndpointHandle, UpstreamFuture};
 use respway_filters::error::{Answer, Failure};
@@ -148,24 +148,17 @@ fn primary(parts: &Parts, cluster: usize, shard: usize) -> Option<&EndpointHandl
     parts.primary(cluster, shard)
 }
 
-/// Every primary of every routed cluster.
-fn all_primaries(parts: &Parts) -> Vec<&EndpointHandle> {
-    let mut v = Vec::new();
+/// Every primary of every routed cluster (those this worker has a handle of).
+fn all_primaries(parts: &Parts) -> impl Iterator<Item = &EndpointHandle> {
     // The clusters routes send channels to: a mirror's target gets no PUBLISH.
-    for c in parts
+    parts
         .routing
         .keyspace_clusters()
         .into_iter()
-        .map(|k| k.cluster)
-    {
-        let n = parts.endpoints.0.get(c).map_or(0, Vec::len);
-        for s in 0..n {
-            if let Some(ep) = primary(parts, c, s) {
-                v.push(ep);
-            }
-        }
-    }
-    v
+        .flat_map(move |k| {
+            let n = parts.endpoints.0.get(k.cluster).map_or(0, Vec::len);
+            (0..n).filter_map(move |s| primary(parts, k.cluster, s))
+        })
 }
 
 const NO_SHARD: &str = "ERR respway: no shard to send the command to";
@@ -238,8 +231,8 @@ fn subscribe(
     let mut acks = Vec::new();
     for name in &args[1..] {
         if !s.names[k.index()].contains_key(name) {
-            let eps = if k == Kind::Pattern {
-                all_primaries(parts)
+            let eps: Vec<&EndpointHandle> = if k == Kind::Pattern {
+                all_primaries(parts).collect()
             } else {
                 shard_of(parts, name)
                     .and_then(|(c, sh)| primary(parts, c, sh))
@@ -330,29 +323,15 @@ fn unsubscribe(k: Kind, args: &[Bytes], sub: &mut Option<Box<Subscriber>>, resp3
     Outcome::Ready(out.freeze())
 }
 
-/// A merge that may fail, as a reply future: the reply, or the answer it failed with.
-fn merged(
-    f: impl std::future::Future<Output = Result<Reply, Answer>> + Send + 'static,
-) -> BoxReply {
-    Box::pin(async move {
-        match f.await {
-            Ok(r) => Ok(r),
-            Err(answer) => answer,
-        }
-    })
-}
-
-fn everywhere(
-    parts: &Parts,
-    args: &[Bytes],
+/// `args` sent now to every primary of every routed cluster.
+fn everywhere<'a>(
+    parts: &'a Parts,
+    args: &'a [Bytes],
     flavor: Flavor,
     conn: usize,
     deadline: Instant,
-) -> Vec<UpstreamFuture> {
-    all_primaries(parts)
-        .into_iter()
-        .map(|ep| ep.send(args.to_vec(), flavor, conn, deadline))
-        .collect()
+) -> impl Iterator<Item = ((), UpstreamFuture)> + 'a {
+    all_primaries(parts).map(move |ep| ((), ep.send(args.to_vec(), flavor, conn, deadline)))
 }
 
 /// The elements of an array reply.
