@@ -1,7 +1,9 @@
 //! The table of metric families (`respway::admin::family_docs`) against what a running
 //! respway shows and what the documentation says: every family is in `/metrics` with its type
 //! and only its labels, every `INFO` field the table declares is in `INFO`, and the metrics
-//! table of `docs/operations-and-metrics.md` names exactly the table's families.
+//! table of `docs/operations-and-metrics.md` names exactly the table's families and is the
+//! one the table renders (`RESPWAY_BLESS=1 cargo test -p respway --test metrics_table` rewrites
+//! it after a change to the table).
 
 mod support;
 
@@ -176,4 +178,61 @@ fn documented_metrics_are_exactly_the_tables_families() {
             "{METRICS_PAGE}'s row for {names:?} names other INFO fields"
         );
     }
+}
+
+/// How the metrics table of the page is rewritten after a change to the families' table.
+const BLESS: &str =
+    "RESPWAY_BLESS=1 cargo test -p respway --test metrics_table documented_metrics_table";
+
+/// The page's metrics table as the families' table renders it, one row per family in
+/// `/metrics` order: its name, type, labels, what it counts (the help, then the page's words)
+/// and the `INFO` fields showing the same quantity.
+fn metrics_table() -> Block {
+    let dir = "docs";
+    let mut body =
+        String::from("\n| metric | type | labels | what | `INFO` |\n|---|---|---|---|---|\n");
+    for f in respway::admin::family_docs() {
+        let labels = if f.labels.is_empty() {
+            "—".to_string()
+        } else {
+            f.labels.join(", ")
+        };
+        let what = if f.doc.is_empty() {
+            f.help.to_string()
+        } else {
+            format!("{} {}", f.help, f.doc)
+        };
+        let mut info: Vec<String> = f.info_fields.iter().map(|x| format!("`{x}`")).collect();
+        if info.is_empty() {
+            info.push("—".into());
+        }
+        let mut info = info.join(", ");
+        if let Some(section) = f.info_section {
+            info.push_str(&format!(" (also `INFO {section}`)"));
+        }
+        body.push_str(&format!(
+            "| `{}` | {} | {labels} | {} | {info} |\n",
+            f.name,
+            f.kind,
+            cell(&what, dir)
+        ));
+    }
+    body.push('\n');
+    Block {
+        id: "metrics".into(),
+        note: format!("from the table of src/stats/families.rs; `{BLESS}` rewrites it"),
+        body,
+    }
+}
+
+/// The page's metrics table is the one the families' table renders, word for word.
+#[test]
+fn documented_metrics_table_is_the_generated_one() {
+    check_generated(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        METRICS_PAGE,
+        "metrics",
+        &[metrics_table()],
+        BLESS,
+    );
 }

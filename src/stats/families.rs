@@ -87,6 +87,17 @@ pub(crate) struct MetricFamily {
     pub(crate) read: Read,
     /// The `INFO` field showing the same quantity.
     pub(crate) info: Option<Info>,
+    /// What the reference page's table says after the help: label values, units, where the
+    /// feature is described (Markdown, one line, links from the repository's root:
+    /// `docs/caching.md#near-cache`, or `#anchor` within the metrics page); may be empty.
+    pub(crate) doc: &'static str,
+}
+
+impl MetricFamily {
+    /// The family with `doc` as its reference page's words after the help.
+    const fn with_doc(self, doc: &'static str) -> MetricFamily {
+        MetricFamily { doc, ..self }
+    }
 }
 
 const LISTENER: &[&str] = &["listener"];
@@ -109,6 +120,7 @@ const fn listener(
         labels: LISTENER,
         read: Read::Listener(get),
         info,
+        doc: "",
     }
 }
 
@@ -127,6 +139,7 @@ const fn endpoint(
         labels: ENDPOINT_LABELS,
         read: Read::Endpoint(get),
         info,
+        doc: "",
     }
 }
 
@@ -145,6 +158,7 @@ const fn series(
         labels,
         read: Read::Series(read),
         info: None,
+        doc: "",
     }
 }
 
@@ -163,6 +177,7 @@ const fn process(
         labels: &[],
         read: Read::Process(get),
         info: Some(proxy(field, InfoRead::Same)),
+        doc: "",
     }
 }
 
@@ -187,7 +202,9 @@ const fn os(
     help: &'static str,
     read: fn(&Scrape, &mut Sink<'_>) -> bool,
 ) -> MetricFamily {
-    series(name, kind, help, &[], read)
+    series(name, kind, help, &[], read).with_doc(
+        "A standard process metric, with the name and meaning Prometheus's client libraries give it, read from `/proc/self` at each scrape (Linux only).",
+    )
 }
 
 use Kind::{Counter, Gauge, Histogram};
@@ -200,7 +217,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "The running build: its version and the git commit it was built from (as respway --version says).",
         &["version", "commit"],
         scrape::build_info,
-    ),
+    )
+    .with_doc("Always 1."),
     process(
         "respway_config_version",
         Gauge,
@@ -251,14 +269,16 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "notAfter (Unix time) of each certificate file in use by a listener or cluster, by the setting naming it (cert, ca, client_ca); for a file of several certificates, the earliest.",
         &["listener", "cluster", "certificate"],
         scrape::certificate_expiry,
-    ),
+    )
+    .with_doc("See [TLS](docs/security.md#tls)."),
     series(
         "respway_accept_errors_total",
         Counter,
         "Failed accepts since start, process-wide, by socket (listeners: the RESP listeners; admin) and reason (emfile: out of file descriptors; enfile: the system is; other).",
         &["socket", "reason"],
         scrape::accept_failures,
-    ),
+    )
+    .with_doc("Process-wide, as descriptors run out per process; every socket and reason is listed, at 0 from the start."),
     listener(
         "respway_downstream_connections_active",
         Gauge,
@@ -343,15 +363,18 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "TLS handshakes with clients that failed or timed out.",
         |t| t.tls_handshake_failures,
         same("tls_handshake_failures"),
-    ),
+    )
+    .with_doc("See [TLS](docs/security.md#tls)."),
     listener(
         "respway_tls_plaintext_refused_total",
         Counter,
         "Plaintext clients on a TLS listener, closed.",
         |t| t.tls_plaintext_refused,
         same("tls_plaintext_connections_refused"),
-    ),
+    )
+    .with_doc("See [TLS](docs/security.md#tls)."),
     MetricFamily {
+        doc: "Buckets 1, 2, 4 … 1024: how deep clients pipeline.",
         info: Some(Info {
             field: "total_commands_processed",
             section: Some("stats"),
@@ -371,7 +394,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "Commands answered, by top-level command (unknown names as `other`) and its family (read, write, blocking, connection, other).",
         COMMAND,
         scrape::command_calls,
-    ),
+    )
+    .with_doc("The top-level command: `client|setname` counts as `client`; the families are described below the table."),
     series(
         "respway_command_errors_total",
         Counter,
@@ -392,14 +416,16 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "Time from dispatch to reply ready (respway plus upstream), by listener and command family (read, write, blocking, connection, other).",
         &["listener", "family"],
         scrape::command_duration,
-    ),
+    )
+    .with_doc("Commands answered by respway itself count 0. 4 buckets per power of two from 16 µs to ~2 s, so p50 … p99.99 read from it are within 25%."),
     series(
         "respway_config_changes_total",
         Counter,
         "Configuration changes by source (xds, file) and outcome (applied = ACK, refused = NACK: the last good configuration stays).",
         &["source", "outcome"],
         scrape::config_changes,
-    ),
+    )
+    .with_doc("Source `file` is a SIGHUP reload; every source and outcome is listed from the start, at 0."),
     series(
         "respway_config_last_change_timestamp_seconds",
         Gauge,
@@ -413,21 +439,24 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "Mirrored copies per receiving cluster: queued (mirrored), dropped (queue full), failed upstream, applied (answered without an error); over configuration pushes.",
         &["listener", "cluster", "outcome"],
         scrape::mirror_copies,
-    ),
+    )
+    .with_doc("As `INFO mirror` shows them; `mirrored - applied - failed` are still queued or in flight."),
     series(
         "respway_mirror_moves_total",
         Counter,
         "Move mode: MIGRATEs per receiving cluster that moved keys (moved), found none of them on the old shard (absent), or failed (failed: the command was not run); over configuration pushes.",
         &["listener", "cluster", "outcome"],
         scrape::mirror_moves,
-    ),
+    )
+    .with_doc("`absent`: the old shard answered `NOKEY`. As `INFO mirror`'s `moved`, `absent` and `move_failed`; see [move mode](docs/migration-and-resharding.md#move-mode)."),
     series(
         "respway_hot_key_rule_writes_total",
         Counter,
         "Writes under a hot-key rule, run on the key's home shard and copied to every other shard (outcome: all, or partial_failure when a copy failed).",
         &["listener", "cluster", "prefix", "outcome"],
         scrape::hot_key_rule_writes,
-    ),
+    )
+    .with_doc("As `INFO hotkeys` shows them, kept over configuration pushes; see [hot keys](docs/caching.md#hot-keys)."),
     series(
         "respway_hot_key_read_fallbacks_total",
         Counter,
@@ -455,28 +484,32 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "Estimated requests of the hottest keys per cluster over the last one to two minutes (hot-key detection).",
         &["cluster", "key"],
         scrape::hot_key_requests,
-    ),
+    )
+    .with_doc("The 5 hottest keys of each cluster; see [hot-key detection](#hot-key-detection)."),
     endpoint(
         "respway_upstream_requests_total",
         Counter,
         "Requests sent to each endpoint (per-shard load; counted from when its pools were created).",
         |v| Some(Value::Int(v.requests)),
         None,
-    ),
+    )
+    .with_doc("A configuration change that keeps the endpoint keeps its count."),
     endpoint(
         "respway_upstream_queued_requests",
         Gauge,
         "Requests waiting now in the queues of each endpoint's shared connections (not yet written).",
         |v| Some(Value::Int(v.queued as u64)),
         None,
-    ),
+    )
+    .with_doc("Read from the queues at scrape time."),
     endpoint(
         "respway_upstream_inflight_requests",
         Gauge,
         "Requests sent on each endpoint's connections (shared and dedicated) and not yet answered, now: the queue in the shard and on the wire (respway_upstream_queued_requests: not yet sent).",
         |v| Some(Value::Int(v.inflight)),
         None,
-    ),
+    )
+    .with_doc("Kept per connection, added into a per-worker count, summed at scrape."),
     endpoint(
         "respway_upstream_connections",
         Gauge,
@@ -493,7 +526,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
             "upstream_connects",
             InfoRead::Process(|p| p.upstream.connects),
         )),
-    ),
+    )
+    .with_doc("`INFO proxy` keeps the process total."),
     endpoint(
         "respway_upstream_connect_failures_total",
         Counter,
@@ -503,7 +537,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
             "upstream_connect_failures",
             InfoRead::Process(|p| p.upstream.connect_failures),
         )),
-    ),
+    )
+    .with_doc("`INFO proxy` keeps the process total."),
     endpoint(
         "respway_upstream_duration_seconds",
         Histogram,
@@ -512,6 +547,7 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         None,
     ),
     MetricFamily {
+        doc: "Every kind is listed for every endpoint; the kinds are those of the `INFO proxy` fields, which keep the process totals. See [Failures and limits](docs/failover-and-redis-cluster.md#failures-and-limits).",
         info: Some(proxy(
             "upstream_errors_",
             InfoRead::PerKind(scrape::upstream_errors_by_kind),
@@ -536,14 +572,16 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
             }))
         },
         None,
-    ),
+    )
+    .with_doc("See [outliers](#outliers-endpoints-out-of-rotation)."),
     endpoint(
         "respway_upstream_check_healthy",
         Gauge,
         "1 while the active health check has the endpoint in rotation, 0 while it is unhealthy or draining (endpoints of clusters with a health_check only).",
         |v| v.check.as_ref().map(|c| Value::Int(u64::from(c.in_rotation))),
         None,
-    ),
+    )
+    .with_doc("See [health checks](#health-checks)."),
     endpoint(
         "respway_upstream_check_demoted",
         Gauge,
@@ -564,7 +602,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "Reads served from the near cache (summed over workers).",
         &["cluster"],
         scrape::near_cache::<0>,
-    ),
+    )
+    .with_doc("See [near cache](docs/caching.md#near-cache)."),
     series(
         "respway_near_cache_misses_total",
         Counter,
@@ -634,7 +673,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "Bytes the near cache holds now: keys, replies and a fixed overhead per entry (every worker).",
         &["cluster"],
         scrape::near_cache::<10>,
-    ),
+    )
+    .with_doc("The overhead is 160 bytes per entry."),
     series(
         "respway_near_cache_trackers_up",
         Gauge,
@@ -655,7 +695,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "Client connections with CLIENT TRACKING on now (client-side caching through the sidecar).",
         |_| super::process::TRACKING_SESSIONS.load(std::sync::atomic::Ordering::Relaxed) as u64,
         "client_tracking_sessions",
-    ),
+    )
+    .with_doc("See [client-side caching](docs/caching.md#client-side-caching-client-tracking)."),
     process(
         "respway_client_tracking_announced_keys_total",
         Counter,
@@ -683,7 +724,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "Sentinels of a Sentinel-managed shard that answered the last round (asked every second and on each event about its master).",
         &["cluster", "shard"],
         scrape::sentinel_answering,
-    ),
+    )
+    .with_doc("See [Sentinel-managed shards](docs/failover-and-redis-cluster.md#sentinel-managed-shards)."),
     series(
         "respway_sentinel_primary_changes_total",
         Counter,
@@ -704,7 +746,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "Redis Cluster topology refreshes a node answered (CLUSTER SHARDS or CLUSTER SLOTS).",
         |_| super::process::REDIS_CLUSTER_REFRESHES.load(std::sync::atomic::Ordering::Relaxed),
         "redis_cluster_refreshes",
-    ),
+    )
+    .with_doc("See [Redis Cluster upstreams](docs/failover-and-redis-cluster.md#redis-cluster-upstreams)."),
     process(
         "respway_redis_cluster_topology_changes_total",
         Counter,
@@ -732,7 +775,8 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         "TRYAGAIN answers of Redis Cluster nodes after which respway sent the command again.",
         |_| super::process::REDIS_CLUSTER_REDIRECTS[2].load(std::sync::atomic::Ordering::Relaxed),
         "redis_cluster_tryagain",
-    ),
+    )
+    .with_doc("The command is sent again after a pause."),
     process(
         "respway_upstream_stuck_connections_total",
         Counter,
@@ -774,6 +818,7 @@ mod tests {
                 f.name
             );
             assert!(!f.help.is_empty() && !f.help.contains('\n'), "{}", f.name);
+            assert!(!f.doc.contains('\n'), "{}", f.name);
             if let Some(i) = &f.info {
                 if matches!(i.read, InfoRead::Same) {
                     assert!(

@@ -42,6 +42,11 @@ pub struct FamilyDoc {
     pub name: &'static str,
     /// `counter`, `gauge` or `histogram`.
     pub kind: &'static str,
+    /// Its `# HELP` text.
+    pub help: &'static str,
+    /// What the reference page says after the help (Markdown, links from the repository's
+    /// root); may be empty.
+    pub doc: &'static str,
     /// The label names its series may carry.
     pub labels: &'static [&'static str],
     /// The `INFO proxy` fields showing the same quantity (one per kind for a per-kind field).
@@ -65,6 +70,8 @@ pub fn family_docs() -> Vec<FamilyDoc> {
             FamilyDoc {
                 name: f.name,
                 kind: f.kind.name(),
+                help: f.help,
+                doc: f.doc,
                 labels: f.labels,
                 info_fields,
                 info_section: f.info.and_then(|i| i.section),

@@ -32,6 +32,11 @@
 //!   of a fixed sleep) and [`slack`] (a timed upper bound times [`slack_factor`]: 3, or
 //!   `RESPWAY_TEST_SLACK`).
 //!
+//! Documentation
+//! - [`generated`] — [`check_generated`]: the blocks of a page written from the code (reference
+//!   tables between marker comments), checked against what the code renders, or rewritten with
+//!   `RESPWAY_BLESS=1`.
+//!
 //! Everything here panics on failure, with a message naming what failed: it is test code.
 //! It depends on nothing but `std` and rcgen (the certificates' issuer) — not on `respway` (whose tests use it) and not on
 //! `respway-filters`, so replies are checked with a parser that is not the code under test.
@@ -39,6 +44,7 @@
 pub mod certs;
 pub mod cluster;
 pub mod fake;
+pub mod generated;
 pub mod http;
 pub mod process;
 pub mod resp;
@@ -48,6 +54,7 @@ pub mod timing;
 pub use certs::{CertFiles, Pki};
 pub use cluster::RedisCluster;
 pub use fake::{Dribble, FakeMode, FakeShard};
+pub use generated::{cell, check_generated, Block};
 pub use http::{http, http_get, url_encode};
 pub use process::{free_port, have, loopback, rss_of, wait_port, Proc, Spawn};
 pub use resp::{encode_cmd, parse_resp, raw_command, Resp, RespConn};

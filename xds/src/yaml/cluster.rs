@@ -24,6 +24,10 @@ use serde_yaml_ng::Value;
 
 use super::listener::resource_name;
 use super::origin::Origins;
+use super::reference::{
+    AUTH_KEYS, CLUSTER_KEYS, CLUSTER_TLS_KEYS, HEALTH_CHECK_KEYS, HOT_KEY_KEYS, NEAR_CACHE_KEYS,
+    POLICIES,
+};
 use super::shards::shards;
 use super::value::{kind, Map};
 use crate::common;
@@ -34,62 +38,6 @@ use crate::emit::{
 use crate::error::{join, Cx};
 use crate::names;
 use crate::pb::respway::v1 as rw;
-
-pub(super) const CLUSTER_KEYS: &[&str] = &[
-    "name",
-    "hash",
-    "hashtag",
-    "connections_per_endpoint",
-    "max_queue_per_connection",
-    "dedicated_connections",
-    "connect_timeout",
-    "auth",
-    "db",
-    "databases",
-    "read_policy",
-    "zone_fallback",
-    "hot_keys",
-    "shards",
-    "tls",
-    "health_check",
-    "near_cache",
-    "redis_cluster",
-];
-const NEAR_CACHE_KEYS: &[&str] = &[
-    "mode",
-    "prefixes",
-    "admit",
-    "max_bytes",
-    "max_entry_bytes",
-    "max_age",
-    "hot_reads_per_sec",
-];
-const HEALTH_CHECK_KEYS: &[&str] = &[
-    "interval",
-    "timeout",
-    "unhealthy_threshold",
-    "healthy_threshold",
-    "drain_key",
-];
-const HOT_KEY_KEYS: &[&str] = &["prefix", "read"];
-pub(super) const AUTH_KEYS: &[&str] = &["username", "password", "password_file", "password_env"];
-const POLICIES: &[(&str, &[&str])] = &[
-    ("maglev", &["policy", "table_size"]),
-    (
-        "ring_hash",
-        &[
-            "policy",
-            "minimum_ring_size",
-            "maximum_ring_size",
-            "function",
-        ],
-    ),
-    ("ketama", &["policy", "key_hash"]),
-    ("modula", &["policy", "key_hash"]),
-    ("crc32_slots", &["policy", "slots"]),
-    ("crc16_slots", &["policy"]),
-];
-const CLUSTER_TLS_KEYS: &[&str] = &["ca", "cert", "key", "server_name", "insecure_skip_verify"];
 
 /// Where the translation finds the options.
 fn options_at(name: &str) -> String {
@@ -597,12 +545,12 @@ fn hash_policy(cx: &mut Cx, v: &Value, path: &str) -> Option<HashPolicy> {
             return None;
         }
     };
-    let Some((_, keys)) = POLICIES.iter().find(|(n, _)| *n == policy) else {
+    let Some(keys) = POLICIES.iter().find(|p| p.name == policy).map(|p| p.known) else {
         cx.err(
             at("policy"),
             format!(
                 "unknown policy {policy:?} (expected one of: {})",
-                common::one_of(POLICIES.iter().map(|(n, _)| *n))
+                common::one_of(POLICIES.iter().map(|p| p.name))
             ),
         );
         return None;

@@ -27,59 +27,16 @@ use respway_filters::model::{ClientLimits, ProtocolMode, RespSettings};
 use serde_yaml_ng::Value;
 
 use super::origin::Origins;
+use super::reference::{
+    EMULATION_KEYS, LIMITS_KEYS, LISTENER_KEYS, LISTENER_TLS_KEYS, MIRROR_KEYS, PREFIX_KEYS,
+    ROUTES_KEYS, USER_KEYS,
+};
 use super::value::Map;
 use crate::common;
 use crate::emit::{duration, file, fractional_percent, inline, saturate};
 use crate::error::{index, join, Cx};
 use crate::names;
 use crate::pb::respway::v1 as rw;
-
-pub(super) const LISTENER_KEYS: &[&str] = &[
-    "name",
-    "address",
-    "op_timeout",
-    "max_pending_per_client",
-    "client_buffer_limit",
-    "client_buffer_hard_limit",
-    "client_stall_timeout",
-    "max_auth_failures",
-    "allow_keyless_scripts",
-    "allow_restricted_scripts",
-    "admin_commands",
-    "keys_max",
-    "pubsub_buffer_limit",
-    "slowlog_threshold",
-    "slowlog_max_len",
-    "hot_key_sample",
-    "protocol",
-    "advertised_redis_version",
-    "cluster_emulation",
-    "downstream_auth_password",
-    "users",
-    "limits",
-    "routes",
-    "tls",
-];
-const LIMITS_KEYS: &[&str] = &["max_bulk_len", "max_multibulk_len", "max_inline_len"];
-const ROUTES_KEYS: &[&str] = &[
-    "case_insensitive",
-    "catch_all",
-    "catch_all_mirrors",
-    "prefixes",
-];
-const PREFIX_KEYS: &[&str] = &["prefix", "cluster", "remove_prefix", "mirrors"];
-const MIRROR_KEYS: &[&str] = &["cluster", "mode", "primary", "include_reads", "fraction"];
-const USER_KEYS: &[&str] = &[
-    "name",
-    "enabled",
-    "password",
-    "password_sha256",
-    "nopass",
-    "rules",
-    "read_only",
-];
-const EMULATION_KEYS: &[&str] = &["announce"];
-const LISTENER_TLS_KEYS: &[&str] = &["cert", "key", "client_ca", "require_client_cert"];
 
 /// Where the translation finds respway's `ListenerSettings` and Envoy's `RedisProxy`.
 const S: &str = "filter_chains[0].filters[0].typed_config";

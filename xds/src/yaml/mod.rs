@@ -10,8 +10,10 @@
 //! ([`origin`]), so that the translation's errors are shown with the YAML's own key paths.
 //!
 //! The walk is split like `translate/`: [`listener`], [`cluster`] and [`shards`] write their
-//! resources, `value` holds the typed getters every part uses. [`dump`] is the inverse: a
-//! model written out in this schema (the sidecar's `/config_dump`).
+//! resources, `value` holds the typed getters every part uses. [`reference`] documents every
+//! key of every mapping (type, default, meaning): the known keys each mapping is checked
+//! against are its tables' names, and the documentation's key tables are rendered from it.
+//! [`dump`] is the inverse: a model written out in this schema (the sidecar's `/config_dump`).
 
 use std::collections::HashMap;
 
@@ -26,10 +28,12 @@ pub(crate) mod dump;
 mod listener;
 pub(crate) mod origin;
 mod redis_cluster;
+mod reference;
 mod shards;
 mod value;
 
 use origin::Origins;
+use reference::{FRAGMENT_TOP_KEYS, NODE_KEYS, TARGETS_KEYS, TOP_KEYS};
 use value::*;
 
 /// Which sidecars a resource file is for (its top-level `targets`).
@@ -40,11 +44,6 @@ pub struct Targets {
     /// Zones (the ADS request's `node.locality.zone`).
     pub zones: Vec<String>,
 }
-
-const TOP_KEYS: &[&str] = &["node", "listeners", "clusters"];
-const FRAGMENT_TOP_KEYS: &[&str] = &["targets", "listeners", "clusters", "node"];
-const TARGETS_KEYS: &[&str] = &["node_ids", "zones"];
-const NODE_KEYS: &[&str] = &["id", "zone"];
 
 /// Reads the sidecar's static file into resources and translates them: the resources and
 /// their model, or every error of either step in the YAML's own terms, in document order.

@@ -5,19 +5,10 @@ use respway_filters::model::RedisClusterSource;
 use serde_yaml_ng::Value;
 
 use super::origin::Origins;
+use super::reference::REDIS_CLUSTER_KEYS;
 use super::value::{kind, Map};
 use crate::common;
 use crate::error::{join, Cx};
-
-const REDIS_CLUSTER_KEYS: &[&str] = &[
-    "seeds",
-    "cluster_refresh_rate",
-    "cluster_refresh_timeout",
-    "redirect_refresh_interval",
-    "redirect_refresh_threshold",
-    "failure_refresh_threshold",
-    "host_degraded_refresh_threshold",
-];
 
 /// `redis_cluster`: the seeds and the refresh settings as written, the rest at Envoy's
 /// defaults; `None` when it is not a mapping or has errors.

@@ -17,22 +17,12 @@ use serde_yaml_ng::Value;
 
 use super::cluster::upstream_auth;
 use super::origin::Origins;
+use super::reference::{ENDPOINT_KEYS, SENTINEL_KEYS, SHARD_KEYS};
 use super::value::{kind, Map};
 use crate::common;
 use crate::emit::{place_in_zone, shard_endpoint, string, ShardValues};
 use crate::error::{index, join, Cx};
 use crate::names;
-
-const SHARD_KEYS: &[&str] = &[
-    "name",
-    "hash_key",
-    "weight",
-    "slots",
-    "endpoints",
-    "sentinel",
-];
-const SENTINEL_KEYS: &[&str] = &["master", "sentinels", "auth", "zones"];
-const ENDPOINT_KEYS: &[&str] = &["address", "role", "zone", "auth"];
 
 /// One endpoint as read.
 struct Raw {
