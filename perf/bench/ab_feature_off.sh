@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A feature that is off costs nothing: one respway build, two processes side by side over the
-# same local shard (7641), A/B. OFF (port 7643): one cluster `c`, no near cache. ON (port
-# 7644): the same cluster `c` as the catch-all, plus a prefix route `nc:` to a second cluster
-# `nc` (its own shard, 7642) with a tracked near cache, and one client connected to ON with
-# CLIENT TRACKING on (RESP3) that has read a key. redis-benchmark's SET and GET (-c 50 -P P
+# same local shards, A/B. Both: cluster `c` (shard 7641) as the catch-all and a prefix route
+# `nc:` to cluster `nc` (shard 7642). ON (port 7644): `nc` has a tracked near cache, and one
+# client is connected with CLIENT TRACKING on (RESP3) and has read `nc:k`. OFF (port 7643): no
+# cache anywhere, no tracking client. redis-benchmark's SET and GET (-c 50 -P P
 # -d 64 -r 100000, keys outside `nc:`) go to `c` on both; interleaved rounds (off, on, on,
 # off); medians of req/s and of the proxy's CPU per request (user + system, /proc), --workers 1.
 #   perf/bench/ab_feature_off.sh BIN ROUNDS N [P]      (P: pipeline depth, default 16)
@@ -13,11 +13,11 @@ BIN=$1; ROUNDS=$2; N=$3; P=${4:-16}
 require_free 7641 7642 7643 7644
 D=$(mktemp -d)
 start_shards $D 7641 7642
-shards_yaml 7643 "" 7641 >$D/off.yaml
-cat >$D/on.yaml <<YAML
+conf() { # LISTEN_PORT CACHE_LINE
+cat <<YAML
 listeners:
   - name: main
-    address: "127.0.0.1:7644"
+    address: "127.0.0.1:$1"
     routes:
       catch_all: c
       prefixes: [{ prefix: "nc:", cluster: nc }]
@@ -25,9 +25,12 @@ clusters:
   - name: c
     shards: [{ name: s0, endpoints: [{ address: "127.0.0.1:7641" }] }]
   - name: nc
-    near_cache: { mode: tracked }
+$2
     shards: [{ name: s0, endpoints: [{ address: "127.0.0.1:7642" }] }]
 YAML
+}
+conf 7643 "" >$D/off.yaml
+conf 7644 "    near_cache: { mode: tracked }" >$D/on.yaml
 "$BIN" --config $D/off.yaml --workers 1 2>$D/off.log & off=$!
 "$BIN" --config $D/on.yaml --workers 1 2>$D/on.log & on=$!
 mkfifo $D/tracking

@@ -99,8 +99,7 @@ impl Session {
         if self.state.tracking.is_some() || self.track_next {
             self.client_tracking(cmd, &args, in_multi);
         } else if cmd.flags & command::READONLY == 0 && crate::cache::near_cache::clients::any() {
-            let keys = self.keys_found.is_ok().then_some(self.keys.as_slice());
-            crate::cache::near_cache::clients::written(cmd, &args, keys, self.state.id);
+            self.announce_write(cmd, &args);
         }
         // SORT's BY and GET patterns read keys on the sorted key's shard: refused when the
         // keys they form may live elsewhere (they would read as missing), as Redis Cluster
@@ -395,6 +394,14 @@ impl Session {
             first: FirstArg::NONE,
             touch: crate::cache::near_cache::Touch::None,
         }
+    }
+
+    /// Client-side caching: a write of a session that does not track, told to the tracking
+    /// ones.
+    #[cold]
+    fn announce_write(&self, cmd: &'static command::CommandInfo, args: &[Bytes]) {
+        let keys = self.keys_found.is_ok().then_some(self.keys.as_slice());
+        crate::cache::near_cache::clients::written(cmd, args, keys, self.state.id);
     }
 
     /// Client-side caching (see `near_cache::clients`): the other tracking sessions are told
