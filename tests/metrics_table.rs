@@ -220,7 +220,7 @@ fn metrics_table() -> Block {
     body.push('\n');
     Block {
         id: "metrics".into(),
-        note: format!("from the table of src/stats/families.rs; `{BLESS}` rewrites it"),
+        note: format!("from the table of src/stats/families/table.rs; `{BLESS}` rewrites it"),
         body,
     }
 }
