@@ -946,8 +946,23 @@ fn idle_admin_connections_are_capped_and_timed_out() {
             Err(e) => panic!("admin connect {}: {e}", idle.len()),
         }
     }
-    // Give the admin thread time to accept what it will.
-    std::thread::sleep(Duration::from_millis(500));
+    // The admin thread has accepted them once it has closed all but the cap: each one past
+    // it closes the oldest open (which may have been wait_port's probe, hence one fewer).
+    let closed = |s: &std::net::TcpStream| {
+        s.set_nonblocking(true).expect("nonblocking");
+        let eof = match s.peek(&mut [0u8; 1]) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        };
+        s.set_nonblocking(false).expect("blocking");
+        eof
+    };
+    let past_cap = idle.len() - respway::admin::MAX_CONNECTIONS - 1;
+    wait_until(
+        Duration::from_secs(30),
+        "the admin thread to accept the idle connections (and close the oldest)",
+        || idle.iter().filter(|s| closed(s)).count() >= past_cap,
+    );
     let metrics = std::thread::spawn({
         let admin = rw.admin;
         move || http_get(admin, "/metrics")

@@ -619,6 +619,8 @@ fn a_client_that_never_reads_is_bounded_and_then_disconnected() {
     });
     let mut peak = 0;
     let mut other = RespConn::connect(rw.addr);
+    // For 1.5 s while the hog is held at its limit, RSS sampled and another client served
+    // every 20 ms (pacing).
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(1500) {
         peak = peak.max(rss_of(rw.child.id()));
@@ -637,8 +639,17 @@ fn a_client_that_never_reads_is_bounded_and_then_disconnected() {
         grew < 16 * 1024 * 1024 + 32 * 1024 * 1024,
         "RSS grew by {grew} bytes with a 16 MiB client buffer limit"
     );
-    // Held at the limit with nothing read for 2 s: disconnected.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Held at the limit with nothing read for 2 s: disconnected (counted once it is).
+    wait_until(
+        Duration::from_secs(30),
+        "the non-reading client's disconnection to be counted",
+        || {
+            other
+                .call(&["INFO", "proxy"])
+                .text()
+                .contains("client_output_buffer_limit_disconnections:1")
+        },
+    );
     hog.stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
@@ -1082,6 +1093,7 @@ fn order_holds_across_config_swaps_that_replace_pools() {
         .collect();
     let server = rw.server.as_ref().unwrap();
     for step in 0..40 {
+        // Pacing: a swap every 25 ms while the clients pipeline.
         std::thread::sleep(Duration::from_millis(25));
         server.apply(config(&yaml(1 + step % 3))).expect("apply");
     }

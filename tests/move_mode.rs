@@ -292,7 +292,8 @@ fn preload(c: &mut redis::Connection, i: usize, m: &mut Model, seq: &mut u64) {
 }
 
 /// One load thread: random commands of every type on its own keys, and SET/GET of the shared
-/// registers, until `stop`. Returns its model, its register history and its refusals.
+/// registers, until `stop`, each round counted on `counter`. Returns its model, its register
+/// history and its refusals.
 fn load_thread(
     addr: SocketAddr,
     t: usize,
@@ -300,6 +301,7 @@ fn load_thread(
     keys: usize,
     mut models: BTreeMap<usize, Model>,
     stop: Arc<AtomicBool>,
+    counter: ClientCounter,
 ) -> Outcome {
     let mut c = sync_client(addr);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(t as u64);
@@ -309,6 +311,7 @@ fn load_thread(
     let deadline = Instant::now() + Duration::from_secs(60);
     while !stop.load(Relaxed) && Instant::now() < deadline && done < 2_000_000 {
         done += 1;
+        counter.tick();
         seq += 1;
         if rng.random_range(0..10) < 3 {
             let register = rng.random_range(0..REGISTERS);
@@ -581,11 +584,15 @@ struct Run {
     s2: Respway,
     stop: Arc<AtomicBool>,
     load: Vec<std::thread::JoinHandle<Outcome>>,
+    /// The load threads' rounds.
+    progress: Progress,
     preloaded: Instant,
 }
 
 const KEYS: usize = 1_200;
 const THREADS: usize = 4;
+/// A pause of load ([`Run::pause`]): rounds of every load thread.
+const PAUSE_ROUNDS: u64 = 200;
 
 impl Run {
     fn start(before: &str) -> Run {
@@ -601,13 +608,15 @@ impl Run {
         }
         let preloaded = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
+        let progress = Progress::new(THREADS);
         let load = models
             .into_iter()
             .enumerate()
             .map(|(t, m)| {
                 let addr = if t % 2 == 0 { s1.addr } else { s2.addr };
                 let stop = stop.clone();
-                std::thread::spawn(move || load_thread(addr, t, THREADS, KEYS, m, stop))
+                let counter = progress.counter(t);
+                std::thread::spawn(move || load_thread(addr, t, THREADS, KEYS, m, stop, counter))
             })
             .collect();
         Run {
@@ -615,20 +624,28 @@ impl Run {
             s2,
             stop,
             load,
+            progress,
             preloaded,
         }
     }
 
+    /// A pause of load on what the sidecars serve now: every load thread runs
+    /// [`PAUSE_ROUNDS`] more rounds (however long a loaded machine takes for them).
+    fn pause(&self, what: &str) {
+        self.progress
+            .wait_each(PAUSE_ROUNDS, Duration::from_secs(60), what);
+    }
+
     /// Pushes `yaml` to both sidecars, one after the other, after a pause of load.
     fn push(&self, yaml: &str) {
-        std::thread::sleep(Duration::from_millis(300));
+        self.pause("a pause of load before a push");
         push(&[&self.s1, &self.s2], yaml);
     }
 
     /// Stops the load: the models, the register history, the refusals and the commands run.
     fn finish(self) -> Outcome {
         // A last pause of load after the last push, then the load stops.
-        std::thread::sleep(Duration::from_millis(300));
+        self.pause("a last pause of load after the last push");
         self.stop.store(true, Relaxed);
         let mut models = BTreeMap::new();
         let (mut ops, mut refused, mut done) = (Vec::new(), 0, 0);
@@ -701,7 +718,7 @@ fn reshard_under_load(n_old: usize, n_new: usize) {
     run.push(&prepare);
     run.push(&moving);
     // A pause of load with the move configuration served, before the mover runs.
-    std::thread::sleep(Duration::from_millis(300));
+    run.pause("a pause of load with the move configuration, before the mover");
     let (code, summary) = compare(&moving, &["--move", "--rate", "200000"]);
     assert_eq!(code, Some(0), "mover: {summary}");
     run.push(&yaml("new", "", &clusters));
@@ -762,7 +779,8 @@ fn copy_mode_between_clusters_under_load_loses_nothing() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("run respway-compare");
-    // Killed mid-way: the backfill runs 700 ms (it takes longer at 3,000 keys/s).
+    // Killed mid-way: the backfill runs 700 ms first (the timeline of the scenario; the whole
+    // backfill takes longer at 3,000 keys/s).
     std::thread::sleep(Duration::from_millis(700));
     child.kill().expect("kill the backfill");
     assert!(child.wait().unwrap().code().is_none(), "killed mid-way");

@@ -448,6 +448,7 @@ fn two_sidecars_and_a_direct_writer_stay_coherent() {
                         version[k] = v;
                         n += 1;
                     }
+                    // Pacing: a round of writes every 20 ms, the readers in between.
                     std::thread::sleep(Duration::from_millis(20));
                 }
             })

@@ -102,20 +102,27 @@ fn id_of(node: SocketAddr) -> String {
 /// What a writer acknowledged last per key, and the errors it saw.
 type Written = (Vec<(String, u64)>, Vec<String>);
 
+/// Keys each writer writes in turn ([`writers`]): that many of its writes write every one of
+/// them once.
+const WRITER_KEYS: u64 = 200;
+
 /// Clients that each `SET` their own keys through `addr` in a loop, remembering every value
-/// acknowledged, until `stop`; the errors they saw.
+/// acknowledged, until `stop`; the errors they saw. Each counts its SET + GET rounds in the
+/// returned [`Progress`].
 fn writers(
     addr: SocketAddr,
     n: usize,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Vec<std::thread::JoinHandle<Written>> {
-    (0..n)
+) -> (Vec<std::thread::JoinHandle<Written>>, Progress) {
+    let progress = Progress::new(n);
+    let threads = (0..n)
         .map(|w| {
             let stop = stop.clone();
+            let counter = progress.counter(w);
             std::thread::spawn(move || {
                 let mut c = RespConn::connect(addr);
                 let mut last: Vec<(String, u64)> =
-                    (0..200).map(|k| (format!("w{w}:{k}"), 0)).collect();
+                    (0..WRITER_KEYS).map(|k| (format!("w{w}:{k}"), 0)).collect();
                 let mut errors = Vec::new();
                 let mut i = 0u64;
                 let start = Instant::now();
@@ -133,11 +140,20 @@ fn writers(
                         Resp::Bulk(Some(v)) if v == i.to_string().as_bytes() => {}
                         other => errors.push(format!("GET {key} after SET {i}: {other:?}")),
                     }
+                    counter.tick();
                 }
                 (last, errors)
             })
         })
-        .collect()
+        .collect();
+    (threads, progress)
+}
+
+/// Waits (60 s at most) until every writer has written each of its keys once more: the load
+/// ran through what happened before (`what`: before a change, on the changed cluster).
+#[track_caller]
+fn wait_every_key_written(progress: &Progress, what: &str) {
+    progress.wait_each(WRITER_KEYS, Duration::from_secs(60), what);
 }
 
 /// Stops the writers, and checks that none saw an error and that every write they had
@@ -181,9 +197,9 @@ fn a_reshard_under_load_is_invisible_to_clients() {
         .call(&["SET", "probe", "1"])
         == Resp::Simple("OK".into())));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = writers(rw.addr, 4, stop.clone());
-    // Load before the reshard, and after it (the timeline of the scenario).
-    std::thread::sleep(Duration::from_millis(500));
+    let (load, progress) = writers(rw.addr, 4, stop.clone());
+    // Load before the reshard, and after it.
+    wait_every_key_written(&progress, "every key written before the reshard");
     let out = std::process::Command::new("redis-cli")
         .args([
             "--cluster",
@@ -204,7 +220,7 @@ fn a_reshard_under_load_is_invisible_to_clients() {
         "reshard: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_every_key_written(&progress, "every key written again after the reshard");
     let acked = stop_and_check(load, &stop, &mut c);
     let moved = info_field(rw.addr, "redis_cluster_moved");
     let ask = info_field(rw.addr, "redis_cluster_ask");
@@ -345,9 +361,9 @@ fn a_manual_failover_is_invisible_to_clients() {
         .call(&["SET", "probe", "1"])
         == Resp::Simple("OK".into())));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = writers(rw.addr, 4, stop.clone());
-    // Load before the failover, and after it (the timeline of the scenario).
-    std::thread::sleep(Duration::from_millis(300));
+    let (load, progress) = writers(rw.addr, 4, stop.clone());
+    // Load before the failover, and after it.
+    wait_every_key_written(&progress, "every key written before the failover");
     let victim = nodes[0];
     let replica = (nodes[3..].iter())
         .copied()
@@ -365,7 +381,14 @@ fn a_manual_failover_is_invisible_to_clients() {
         &["ROLE"]
     )
     .is_ok_and(|t| t.contains("master"))));
-    std::thread::sleep(Duration::from_millis(1500));
+    // The failover is over once the old primary serves as the new one's replica; then every
+    // key is written again, on the new primary.
+    wait_until(
+        Duration::from_secs(10),
+        "the old primary to become a replica",
+        || raw_command(victim, &["ROLE"]).is_ok_and(|t| t.contains("slave")),
+    );
+    wait_every_key_written(&progress, "every key written again after the failover");
     let acked = stop_and_check(load, &stop, &mut c);
     eprintln!("manual failover under load: {acked} acknowledged writes checked");
 }
@@ -593,9 +616,9 @@ fn a_reshard_to_a_new_node_under_load_is_invisible_to_clients() {
         .call(&["SET", "probe", "1"])
         == Resp::Simple("OK".into())));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = writers(rw.addr, 4, stop.clone());
-    // Load before the new node joins, and after the reshard (the timeline of the scenario).
-    std::thread::sleep(Duration::from_millis(300));
+    let (load, progress) = writers(rw.addr, 4, stop.clone());
+    // Load before the new node joins, and after the reshard.
+    wait_every_key_written(&progress, "every key written before the new node joins");
     let new = cluster.add_node();
     let out = std::process::Command::new("redis-cli")
         .args([
@@ -617,7 +640,7 @@ fn a_reshard_to_a_new_node_under_load_is_invisible_to_clients() {
         "reshard: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_every_key_written(&progress, "every key written again after the reshard");
     let acked = stop_and_check(load, &stop, &mut c);
     assert!(dbsize(new) > 0, "keys moved to the new node");
     eprintln!(

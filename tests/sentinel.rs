@@ -131,13 +131,15 @@ struct Seen {
 }
 
 /// Threads that each `SET` their own keys (both shards) to increasing values through
-/// respway until `stop` (bounded to 60 s).
+/// respway until `stop` (bounded to 60 s), each counting its rounds (every key of its own
+/// set once) in `progress`.
 fn load(
     rw: SocketAddr,
     keys: &[(String, usize)],
-    threads: usize,
+    progress: &Progress,
     stop: Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<Seen>> {
+    let threads = progress.clients();
     (0..threads)
         .map(|t| {
             let mine: Vec<(String, usize)> = keys
@@ -147,6 +149,7 @@ fn load(
                 .map(|(_, k)| k.clone())
                 .collect();
             let stop = stop.clone();
+            let counter = progress.counter(t);
             std::thread::spawn(move || {
                 let mut seen = Seen::default();
                 let mut c = RespConn::connect(rw);
@@ -164,6 +167,7 @@ fn load(
                             seen.acked.insert(k.clone(), (v, now));
                         }
                     }
+                    counter.tick();
                 }
                 seen
             })
@@ -252,9 +256,14 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig) -> Instant) {
         .chain(s1.iter().map(|k| (k.clone(), 1)))
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let threads = load(rw.addr, &keys, 4, stop.clone());
-    // Load before the switch, and 3 s of it after (the timeline of the scenario).
-    std::thread::sleep(Duration::from_millis(500));
+    let progress = Progress::new(4);
+    let threads = load(rw.addr, &keys, &progress, stop.clone());
+    // Load before the switch: every thread has written each of its keys a few times.
+    progress.wait_each(
+        5,
+        Duration::from_secs(30),
+        "the load to run before the switch",
+    );
     let switched = switch_watch(rig.sentinels[2].addr);
     let mark = wait_replicated(rig.primary.addr);
     let old_primary = rig.primary.addr;
@@ -272,7 +281,10 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig) -> Instant) {
         assert!(Instant::now() < deadline, "{name}: no +switch-master");
         std::thread::sleep(Duration::from_millis(10));
     };
-    std::thread::sleep(Duration::from_secs(3));
+    // The load runs on past the bound on failures after +switch-master (below) and 500 ms
+    // more: the time in which a write failing too late would show (time passing is the test).
+    let window = slack(Duration::from_secs(1)) + Duration::from_millis(500);
+    std::thread::sleep((at + window).saturating_duration_since(Instant::now()));
     stop.store(true, Ordering::Relaxed);
     let seen: Vec<Seen> = threads.into_iter().map(|t| t.join().unwrap()).collect();
 
@@ -285,7 +297,7 @@ fn failover_under_load(name: &str, switch: impl FnOnce(&mut Rig) -> Instant) {
     let last_failure = failed.iter().map(|f| f.0).max();
     if let Some(last) = last_failure {
         let after = last.saturating_duration_since(at);
-        // 1 s, times the slack factor.
+        // 1 s, times the slack factor (the load ran `window`, longer).
         assert!(
             after <= slack(Duration::from_secs(1)),
             "{name}: writes of s0 still failed {after:?} after +switch-master: {:?}",

@@ -33,11 +33,16 @@ fn config_swaps_under_load_fail_no_request() {
     let server = rw.server.as_ref().unwrap();
 
     let load = set_get_load(rw.addr, 4, Duration::from_secs(20));
-    // Let the pools connect, then count connections: swaps must not add any.
-    std::thread::sleep(Duration::from_millis(300));
+    // Let the pools connect, then count connections: swaps must not add any. Every session
+    // has used every shard after 50 round trips (50 keys over 3 shards each).
+    load.wait_round_trips(
+        50,
+        "the load's sessions to use every shard before the swaps",
+    );
     let before: Vec<u64> = addrs[..3].iter().map(|a| total_connections(*a)).collect();
     let mut version = 1;
     for step in 1..=24 {
+        // Pacing: a swap every 100 ms under the load.
         std::thread::sleep(Duration::from_millis(100));
         version = server
             .apply(config(&yaml(&addrs, shadow.addr, step)))
@@ -49,8 +54,8 @@ fn config_swaps_under_load_fail_no_request() {
     bad.listeners[0].routes.catch_all = Some("nope".into());
     let err = server.apply(bad).unwrap_err();
     assert!(err.contains("nope"), "{err}");
-    // The load keeps running on the last good configuration for a while.
-    std::thread::sleep(Duration::from_millis(200));
+    // The load keeps running on the last good configuration.
+    load.wait_round_trips(50, "round trips on the last good configuration");
     let n = load.finish();
     assert!(n > 200, "only {n} round trips");
     let after: Vec<u64> = addrs[..3].iter().map(|a| total_connections(*a)).collect();

@@ -462,9 +462,11 @@ fn certificate_rotation_under_load_drops_nothing() {
     // Clients on long-lived connections, and one that reconnects every 20 round trips.
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(AtomicU64::new(0));
+    let progress = Progress::new(3);
     let loops: Vec<_> = (0..3)
         .map(|t| {
             let (stop, failures, ca, addr) = (stop.clone(), failures.clone(), pki.ca(), rw.addr);
+            let counter = progress.counter(t);
             std::thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(60);
                 let mut c = tls_connect(addr, &ca, None).expect("connect");
@@ -490,13 +492,19 @@ fn certificate_rotation_under_load_drops_nothing() {
                         failures.fetch_add(1, Ordering::Relaxed);
                     }
                     done += 1;
+                    counter.tick();
                 }
                 done
             })
         })
         .collect();
-    // Load before the rotation, and after it (the timeline of the scenario).
-    std::thread::sleep(Duration::from_millis(300));
+    // Load before the rotation, and after it: 60 round trips per client (the reconnecting
+    // one connects 3 times in them).
+    progress.wait_each(
+        60,
+        Duration::from_secs(30),
+        "round trips before the rotation",
+    );
     // A new certificate from the same CA (more names, so the files' sizes change too),
     // written over the listener's files.
     let next = pki.issue("next", &["localhost", "127.0.0.1", "respway.test"], false);
@@ -511,7 +519,11 @@ fn certificate_rotation_under_load_drops_nothing() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    std::thread::sleep(Duration::from_millis(300));
+    progress.wait_each(
+        60,
+        Duration::from_secs(30),
+        "round trips after the rotation",
+    );
     stop.store(true, Ordering::Relaxed);
     let done: u64 = loops.into_iter().map(|l| l.join().unwrap()).sum();
     assert_ne!(

@@ -247,6 +247,8 @@ fn client_leaving_mid_transaction_applies_nothing() {
         assert_eq!(c.call(&["SET", "{h}a", &v]), Resp::Simple("QUEUED".into()));
         assert!(c.call(&["WATCH", "{h}a"]).is_error(), "WATCH inside MULTI");
         drop(c);
+        // Time for respway to clean the abandoned transaction's connection and give it back
+        // to the pool before the next client takes one (no state shows it).
         std::thread::sleep(Duration::from_millis(20));
     }
     // Time for an abandoned EXEC to run, which none may.

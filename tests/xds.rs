@@ -152,7 +152,10 @@ fn xds_edits_under_load_fail_no_request() {
     };
     assert!(nack.message.contains("listeners"), "{}", nack.message);
     // Load runs on after the NACK: the last good configuration keeps serving.
-    std::thread::sleep(Duration::from_millis(300));
+    load.wait_round_trips(
+        50,
+        "round trips on the last good configuration after the NACK",
+    );
 
     // 3. The management server goes away during load, then comes back on the same port; the
     //    sidecar keeps serving, reconnects and takes the next version.
@@ -270,8 +273,8 @@ fn sidecar_fails_over_between_two_management_servers_under_load() {
     let acked_on_first = versions(mgmt[0].as_ref().unwrap());
 
     let load = set_get_load(respway.addr, 4, Duration::from_secs(60));
-    // Load before the active server goes away (the timeline of the scenario).
-    std::thread::sleep(Duration::from_millis(500));
+    // Load before the active server goes away.
+    load.wait_round_trips(50, "the load to run before the failover");
 
     // The active server goes away under load: the sidecar moves to the other one at once, which
     // sends the same versions (content hashes), so the sidecar ACKs without re-applying.

@@ -29,8 +29,9 @@
 //!
 //! Time
 //! - [`timing`] — [`wait_until`] / [`poll_until`] (a condition polled with a deadline, instead
-//!   of a fixed sleep) and [`slack`] (a timed upper bound times [`slack_factor`]: 3, or
-//!   `RESPWAY_TEST_SLACK`).
+//!   of a fixed sleep), [`slack`] (a timed upper bound times [`slack_factor`]: 3, or
+//!   `RESPWAY_TEST_SLACK`) and [`Progress`] (what a load's clients have done, waited on
+//!   instead of sleeping while the load runs).
 //!
 //! Documentation
 //! - [`generated`] — [`check_generated`]: the blocks of a page written from the code (reference
@@ -62,4 +63,4 @@ pub use servers::{
     nutcracker, nutcracker_bin, redis, redis_on, redis_on_with, redis_starting_on, redis_with,
     sentinel_on,
 };
-pub use timing::{poll_until, slack, slack_factor, wait_until};
+pub use timing::{poll_until, slack, slack_factor, wait_until, ClientCounter, Progress};

@@ -128,14 +128,18 @@ pub fn sharded_yaml(shards: &[SocketAddr], hash: &str, hashtag: bool) -> String 
 pub struct Load {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<std::thread::JoinHandle<u64>>,
+    /// Round trips checked so far, per client.
+    progress: Progress,
 }
 
 /// Starts `clients` load threads against `addr`.
 pub fn set_get_load(addr: SocketAddr, clients: usize, max: Duration) -> Load {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let progress = Progress::new(clients);
     let threads = (0..clients)
         .map(|t| {
             let stop = stop.clone();
+            let counter = progress.counter(t);
             std::thread::spawn(move || {
                 let mut c = sync_client(addr);
                 let deadline = Instant::now() + max;
@@ -155,15 +159,28 @@ pub fn set_get_load(addr: SocketAddr, clients: usize, max: Duration) -> Load {
                     assert_eq!(ok, "OK");
                     assert_eq!(got, val, "wrong reply for {key}");
                     i += 1;
+                    counter.tick();
                 }
                 i
             })
         })
         .collect();
-    Load { stop, threads }
+    Load {
+        stop,
+        threads,
+        progress,
+    }
 }
 
 impl Load {
+    /// Waits (30 s at most) until every client has checked `n` more round trips than now:
+    /// the load has run (before a fault, through a state the test is about) however slow the
+    /// machine. Fails naming `what`, at once if a client stopped (a failed or wrong reply).
+    #[track_caller]
+    pub fn wait_round_trips(&self, n: u64, what: &str) {
+        self.progress.wait_each(n, Duration::from_secs(30), what);
+    }
+
     /// Stops the clients and returns how many round trips they made; panics if any client saw
     /// a failed or wrong reply.
     pub fn finish(self) -> u64 {
