@@ -312,12 +312,18 @@ impl Routing {
     /// `s` starts with `prefix` (ignoring ASCII case when the routes do).
     #[inline]
     fn has_prefix(&self, s: &[u8], prefix: &[u8]) -> bool {
-        s.len() >= prefix.len()
-            && if self.case_insensitive {
-                s[..prefix.len()].eq_ignore_ascii_case(prefix)
-            } else {
-                s.starts_with(prefix)
-            }
+        let Some(head) = s.get(..prefix.len()) else {
+            return false;
+        };
+        if self.case_insensitive {
+            head.eq_ignore_ascii_case(prefix)
+        } else if prefix.len() <= 16 {
+            // Route prefixes are short: compared in line, not by a call to `memcmp` (which a
+            // slice comparison is), on every request with a key.
+            head.iter().zip(prefix).all(|(a, b)| a == b)
+        } else {
+            head == prefix
+        }
     }
 
     /// The route for commands without keys.
@@ -338,25 +344,28 @@ impl Routing {
         r.map(|r| r.mirrors.as_slice()).unwrap_or(&[])
     }
 
-    /// Every route of this listener, catch-all first then prefix routes in their order, with
-    /// the clusters it sends a write to (its own, then its mirrors') and whether it removes
-    /// its prefix. For what is decided once per configuration, not per request.
-    pub fn routes(&self) -> Vec<(RouteId, Vec<usize>, bool)> {
+    /// Every route of this listener, catch-all first then prefix routes in their order: its
+    /// prefix (empty for the catch-all), the clusters it sends a write to (its own, then its
+    /// mirrors') and whether it removes its prefix. For what is decided once per
+    /// configuration, not per request.
+    pub fn routes(&self) -> Vec<(RouteId, &[u8], Vec<usize>, bool)> {
         let targets = |r: &CompiledRoute| {
             std::iter::once(r.cluster)
                 .chain(r.mirrors.iter().map(|m| m.cluster))
                 .collect()
         };
-        let catch_all = self
-            .catch_all
-            .iter()
-            .map(|r| (RouteId::CatchAll, targets(r), r.remove_prefix));
-        let prefixes = self
-            .prefixes
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (RouteId::Prefix(i as u16), targets(r), r.remove_prefix));
+        let catch_all = (self.catch_all.iter())
+            .map(|r| (RouteId::CatchAll, &[][..], targets(r), r.remove_prefix));
+        let prefixes = self.prefixes.iter().enumerate().map(|(i, r)| {
+            let id = RouteId::Prefix(i as u16);
+            (id, r.prefix.as_slice(), targets(r), r.remove_prefix)
+        });
         catch_all.chain(prefixes).collect()
+    }
+
+    /// Prefixes are matched ignoring ASCII case.
+    pub fn case_insensitive(&self) -> bool {
+        self.case_insensitive
     }
 
     /// Every cluster a route of this listener (or one of its mirrors) sends to: the catch-all

@@ -123,6 +123,7 @@ pub(crate) fn any() -> bool {
 
 /// `key` may have changed: every tracking session that follows it but `origin` (the
 /// session that wrote it, which announces it itself; 0 for none) is told.
+#[inline]
 pub(crate) fn changed(key: &Bytes, origin: u64) {
     if !any() {
         return;
@@ -131,6 +132,12 @@ pub(crate) fn changed(key: &Bytes, origin: u64) {
     if FOLLOWED[bucket(hash)].load(Ordering::Acquire) == 0 && BCASTS.load(Ordering::Acquire) == 0 {
         return;
     }
+    tell(key, hash, origin);
+}
+
+/// `key` (of `hash`) may have changed and some session may follow it.
+#[cold]
+fn tell(key: &Bytes, hash: u64, origin: u64) {
     for s in SESSIONS.load().iter() {
         if s.id != origin && s.wants(key, hash) {
             s.send(Msg::Key(key.clone()));
@@ -152,6 +159,7 @@ pub(crate) fn flush(origin: u64) {
 
 /// A write dispatched by session `origin` (its key positions in `args`; `None` when they
 /// could not be found): the other tracking sessions are told of its keys, or of every key.
+#[inline]
 pub(crate) fn written(cmd: &CommandInfo, args: &[Bytes], keys: Option<&[usize]>, origin: u64) {
     match keys.filter(|k| !k.is_empty()) {
         Some(keys) => {

@@ -104,6 +104,10 @@ pub(crate) struct Marks {
     /// Every route marks and none removes its prefix: a key's stamp is its own, found
     /// without looking its route up.
     every_key: bool,
+    /// When the catch-all does not mark: the first bytes of the prefixes of the routes that
+    /// do (a key starting with none of them is not looked up: most writes, when the cache is
+    /// on another cluster behind a prefix).
+    first_bytes: Option<Box<[bool; 256]>>,
 }
 
 impl Marks {
@@ -111,19 +115,36 @@ impl Marks {
     pub(crate) fn new(routing: &Routing, marking: &[bool]) -> Option<Arc<Marks>> {
         let routes = routing.routes();
         let marks = |targets: &[usize]| targets.iter().any(|&c| marking.get(c) == Some(&true));
-        if !routes.iter().any(|(_, t, _)| marks(t)) {
+        if !routes.iter().any(|(_, _, t, _)| marks(t)) {
             return None;
         }
         let mut m = Marks {
             catch_all: false,
             prefixes: vec![false; routes.len()].into_boxed_slice(),
-            every_key: routes.iter().all(|(_, t, strip)| marks(t) && !strip),
+            every_key: routes.iter().all(|(_, _, t, strip)| marks(t) && !strip),
+            first_bytes: None,
         };
-        for (id, targets, _) in &routes {
+        for (id, _, targets, _) in &routes {
             match id {
                 RouteId::CatchAll => m.catch_all = marks(targets),
                 RouteId::Prefix(i) => m.prefixes[usize::from(*i)] = marks(targets),
             }
+        }
+        let marking_prefixes = || {
+            (routes.iter())
+                .filter(|(id, _, t, _)| *id != RouteId::CatchAll && marks(t))
+                .map(|(_, p, _, _)| *p)
+        };
+        if !m.catch_all && marking_prefixes().all(|p| !p.is_empty()) {
+            let mut first = Box::new([false; 256]);
+            for p in marking_prefixes() {
+                first[usize::from(p[0])] = true;
+                if routing.case_insensitive() {
+                    first[usize::from(p[0].to_ascii_lowercase())] = true;
+                    first[usize::from(p[0].to_ascii_uppercase())] = true;
+                }
+            }
+            m.first_bytes = Some(first);
         }
         Some(Arc::new(m))
     }
@@ -141,6 +162,11 @@ impl Marks {
     fn slot(&self, routing: &Routing, key: &[u8]) -> Option<u32> {
         if self.every_key {
             return Some(slot_of(key_hash(key)) as u32);
+        }
+        if let Some(first) = &self.first_bytes {
+            if !first[usize::from(*key.first()?)] {
+                return None;
+            }
         }
         let m = routing.route(key)?;
         self.of(m.route)
@@ -176,6 +202,7 @@ pub(crate) fn marking_clusters(config: &Config) -> Vec<bool> {
         .collect()
 }
 
+#[inline]
 pub(super) fn key_hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
@@ -402,12 +429,14 @@ mod tests {
         assert_eq!(STAMPS[slot].load(Ordering::Acquire), before + 1);
         touch.again();
         assert_eq!(STAMPS[slot].load(Ordering::Acquire), before + 2);
-        // A write to the cluster without a cache marks nothing.
-        let plain = [b("set"), b("stamp-test-key"), b("v")];
-        assert!(matches!(
-            dispatched(&marks, &routing, table, &plain, Some(&[1])),
-            Touch::None
-        ));
+        // A write to the cluster without a cache marks nothing (whatever its first byte).
+        for key in ["stamp-test-key", "c-not-the-prefix", ""] {
+            let plain = [b("set"), b(key), b("v")];
+            assert!(matches!(
+                dispatched(&marks, &routing, table, &plain, Some(&[1])),
+                Touch::None
+            ));
+        }
         let mset = respway_filters::command::lookup(b"mset").expect("mset");
         let both = [b("mset"), b("stamp-test-key"), b("v"), b("c:k2"), b("v")];
         match dispatched(&marks, &routing, mset, &both, Some(&[1, 3])) {
