@@ -124,6 +124,22 @@ fn shards(parts: &Parts) -> Vec<Shard> {
     out
 }
 
+/// `args` to the primary of each of `shards`, as the iterator is walked: what
+/// [`scatter`]'s gatherers take.
+fn each_primary<'a, P: std::borrow::Borrow<Parts> + 'a>(
+    parts: P,
+    shards: Vec<Shard>,
+    args: Vec<Bytes>,
+    flavor: Flavor,
+    conn: usize,
+    deadline: Instant,
+) -> impl Iterator<Item = (Shard, Sent)> + 'a {
+    shards.into_iter().map(move |s| {
+        let f = send(parts.borrow(), &s, args.clone(), flavor, conn, deadline);
+        (s, f)
+    })
+}
+
 /// Queues `args` on one shard's primary; when this worker has no handle for it, the answer
 /// is an error naming the shard.
 fn send(
@@ -493,10 +509,7 @@ fn dbsize(
     deadline: Instant,
 ) -> BoxReply {
     let routing = parts.routing.clone();
-    let asked = shards.into_iter().map(|s| {
-        let f = send(parts, &s, args.clone(), flavor, conn, deadline);
-        (s, f)
-    });
+    let asked = each_primary(parts, shards, args, flavor, conn, deadline);
     scatter::gather(
         Order::Targets,
         asked,
@@ -527,11 +540,8 @@ fn random_key(
     let start = rand::rng().random_range(0..shards.len());
     shards.rotate_left(start);
     let routing = parts.routing.clone();
-    let parts = parts.clone();
-    let asked = shards.into_iter().map(move |s| {
-        let f = send(&parts, &s, args.clone(), flavor, conn, deadline);
-        (s, f)
-    });
+    // Sent one after another, as the walk asks: the iterator keeps its own parts.
+    let asked = each_primary(parts.clone(), shards, args, flavor, conn, deadline);
     scatter::in_turn(
         asked,
         (),
@@ -566,10 +576,7 @@ fn flush(
         )));
     }
     let routing = parts.routing.clone();
-    let asked = shards.into_iter().map(|s| {
-        let f = send(parts, &s, args.clone(), flavor, conn, deadline);
-        (s, f)
-    });
+    let asked = each_primary(parts, shards, args, flavor, conn, deadline);
     // Every shard's answer is awaited; the first error is the reply.
     scatter::gather(
         Order::Targets,
