@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::diff::*;
-use crate::repair::Pending;
 use crate::report::*;
 
 // === Compare ===
@@ -324,4 +323,10 @@ impl Compare {
             found,
         })
     }
+}
+
+/// A key to copy, and why (its last difference, or why its last copy failed).
+pub(super) struct Pending {
+    pub(super) key: Bytes,
+    pub(super) reason: String,
 }

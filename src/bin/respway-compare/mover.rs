@@ -14,39 +14,8 @@
 //! same way and moves nothing.
 
 use super::*;
-use crate::checkpoint::{Checkpoint, Cursor};
+use crate::checkpoint::{Checkpoint, Cursor, Moves};
 use crate::report::{quote, show_frame};
-
-/// What one `--move` run did (with a checkpoint: every run on it so far).
-#[derive(Debug, Default)]
-pub(super) struct Moves {
-    /// Keys the SCANs returned.
-    pub(super) scanned: u64,
-    /// Keys whose owner is the same Redis in both placements: left where they are.
-    pub(super) kept: u64,
-    /// Keys sent in `MIGRATE`s that answered `OK`: each moved, unless it was gone already (a
-    /// key SCAN returned twice, as it may while keys leave the shard).
-    pub(super) sent: u64,
-    /// `MIGRATE`s that found none of their keys (`NOKEY`).
-    pub(super) absent: u64,
-    /// `MIGRATE`s that failed (`BUSYKEY`: the target has one of the keys; `IOERR`, ...).
-    /// Redis moves the batch's other keys; those the target refused stay on the source.
-    pub(super) failed: u64,
-    /// Keys above `--max-key-bytes`: not sent (each counted once per run).
-    pub(super) big: u64,
-    /// `MEMORY USAGE` of the keys sent (0 when sizes are not measured).
-    pub(super) bytes: u64,
-}
-
-impl Moves {
-    /// The summary line.
-    pub(super) fn summary(&self) -> String {
-        format!(
-            "scanned {}, sent {}, kept {}, absent {}, failed {}, big {}",
-            self.scanned, self.sent, self.kept, self.absent, self.failed, self.big
-        )
-    }
-}
 
 /// The keys of one page bound for one target shard, and their `MEMORY USAGE` total.
 struct Group {

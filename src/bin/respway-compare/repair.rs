@@ -22,15 +22,9 @@
 //! reached the target meanwhile wins), so the copy does not resurrect it.
 
 use super::*;
-use crate::compare::{fetch_all, Compare};
+use crate::compare::{fetch_all, Compare, Pending};
 use crate::diff::*;
 use crate::report::*;
-
-/// A key to copy, and why (its last difference, or why its last copy failed).
-pub(super) struct Pending {
-    pub(super) key: Bytes,
-    pub(super) reason: String,
-}
 
 /// What copying one key did.
 pub(super) enum Copy {

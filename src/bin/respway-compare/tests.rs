@@ -3,7 +3,8 @@
 //! between the copy and its verification.
 
 use super::*;
-use crate::repair::{Copy, Pending};
+use crate::compare::Pending;
+use crate::repair::Copy;
 use respway_testkit::{redis, Proc, Resp, RespConn};
 
 struct Fixture {

@@ -17,16 +17,16 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 };
 use envoy_types::util::pack_any;
 use respway_filters::model::{
-    HashPolicy, HealthCheck, KeyHash, NearCache, RingHashFunction, UpstreamAuth, DEFAULT_DATABASES,
+    HashPolicy, HealthCheck, KeyHash, NearCache, RingHashFunction, DEFAULT_DATABASES,
     DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::Value;
 
+use super::auth::upstream_auth;
 use super::listener::resource_name;
 use super::origin::Origins;
 use super::reference::{
-    AUTH_KEYS, CLUSTER_KEYS, CLUSTER_TLS_KEYS, HEALTH_CHECK_KEYS, HOT_KEY_KEYS, NEAR_CACHE_KEYS,
-    POLICIES,
+    CLUSTER_KEYS, CLUSTER_TLS_KEYS, HEALTH_CHECK_KEYS, HOT_KEY_KEYS, NEAR_CACHE_KEYS, POLICIES,
 };
 use super::shards::shards;
 use super::value::{kind, Map};
@@ -229,66 +229,6 @@ pub(super) fn cluster(
         }),
     );
     Some((out, cla))
-}
-
-/// An `auth` block at `path`: `username`, and the password from exactly one of `password`,
-/// `password_file` (read now, trailing newline trimmed) and `password_env`; also the key the
-/// password came from.
-pub(super) fn upstream_auth(
-    cx: &mut Cx,
-    v: &Value,
-    path: &str,
-) -> Option<(UpstreamAuth, &'static str)> {
-    let before = cx.count();
-    let a = Map::new(cx, v, path, AUTH_KEYS)?;
-    let username = a.non_empty_string(cx, "username");
-    let sources = ["password", "password_file", "password_env"];
-    let given: Vec<&'static str> = sources
-        .iter()
-        .copied()
-        .filter(|k| a.get(k).is_some())
-        .collect();
-    let password = match given.as_slice() {
-        [] => {
-            cx.err(
-                a.at("password"),
-                "required: one of password, password_file, password_env",
-            );
-            None
-        }
-        [key] => {
-            let value = a.string(cx, key);
-            match (*key, value) {
-                (_, None) => None,
-                (_, Some(v)) if v.is_empty() => {
-                    cx.err(a.at(key), "must not be empty");
-                    None
-                }
-                ("password", Some(v)) => Some(v),
-                ("password_file", Some(f)) => common::read_password_file(&f)
-                    .map_err(|e| cx.err(a.at(key), e))
-                    .ok(),
-                (_, Some(name)) => common::read_password_env(&name)
-                    .map_err(|e| cx.err(a.at(key), e))
-                    .ok(),
-            }
-        }
-        more => {
-            cx.err(
-                a.at(more[1]),
-                format!("conflicts with {}: give the password one way", more[0]),
-            );
-            None
-        }
-    };
-    let key = given.first().copied().unwrap_or("password");
-    (cx.count() == before).then_some((
-        UpstreamAuth {
-            username,
-            password: password?,
-        },
-        key,
-    ))
 }
 
 /// `read_policy` and, for `zone_local`, its `zone_fallback`, as `ClusterOptions` says them.

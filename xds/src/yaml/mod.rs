@@ -23,6 +23,7 @@ use serde_yaml_ng::Value;
 use crate::error::{index, ConfigError, ConfigErrors, Cx};
 use crate::Resources;
 
+mod auth;
 mod cluster;
 pub(crate) mod dump;
 mod listener;

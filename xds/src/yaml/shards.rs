@@ -15,7 +15,7 @@ use envoy_types::pb::google::protobuf::value::Kind;
 use respway_filters::model::{HashPolicy, Role, UpstreamAuth};
 use serde_yaml_ng::Value;
 
-use super::cluster::upstream_auth;
+use super::auth::upstream_auth;
 use super::origin::Origins;
 use super::reference::{ENDPOINT_KEYS, SENTINEL_KEYS, SHARD_KEYS};
 use super::value::{kind, Map};
