@@ -143,6 +143,14 @@ impl Setup {
         assert_eq!(total, keys.len() as i64, "keys on all four servers");
     }
 
+    /// The cut-over: the configuration answers every command from `new`.
+    fn cut_over(&self) {
+        let yaml = std::fs::read_to_string(&self.config).expect("read config");
+        let cut = yaml.replace("routes: { catch_all: old }", "routes: { catch_all: new }");
+        assert_ne!(yaml, cut);
+        std::fs::write(&self.config, cut).expect("write config");
+    }
+
     /// Runs the binary, `old` → `new`, with these extra arguments.
     fn run(&self, extra: &[&str]) -> Output {
         self.command(extra).output().expect("run respway-compare")
@@ -505,14 +513,14 @@ fn move_plan_counts_what_would_move_and_moves_nothing() {
 
 // === --cleanup ===
 
-/// Issue 29, item 2c: copy mode's cleanup. After a copy-mode migration (`--repair` copied the
-/// keys whose owner changes to `c` and `d`), the dry run lists what it would delete and
-/// deletes nothing; a key changed on the source after the copy and a key missing on the target
-/// are listed and never deleted; `--apply` then leaves every other key only on its new owner,
-/// and the keys whose owner is the same Redis where they are. Failing before: the flag did
-/// not exist.
+/// Issue 43, item 3: copy mode's cleanup, after the cut-over (the configuration answers from
+/// `new`). The dry run lists what it would delete and deletes nothing; `--apply` deletes every
+/// key whose owner is another Redis, whatever its value: a key changed on the old side after
+/// the copy, and one deleted on the new side since, are obsolete too (writes after the
+/// cut-over go to the new side only). Keys whose owner is the same Redis stay. Before the
+/// cut-over the cleanup is refused and deletes nothing.
 #[test]
-fn cleanup_deletes_from_the_old_placement_only_keys_equal_on_their_new_owner() {
+fn cleanup_after_the_cut_over_deletes_every_obsolete_key_whatever_its_value() {
     let mut s = setup();
     s.fill(600);
     let out = s.run(&["--repair", "--rate", "100000"]);
@@ -525,40 +533,44 @@ fn cleanup_deletes_from_the_old_placement_only_keys_equal_on_their_new_owner() {
         .collect();
     let n = s.model.len() as u64;
     let (changed, missing) = (moving[0].clone(), moving[1].clone());
-    let (changed_from, missing_from) = (
-        s.old.pick(changed.as_bytes()),
-        s.old.pick(missing.as_bytes()),
-    );
+    let changed_from = s.old.pick(changed.as_bytes());
     let missing_to = s.owner(&missing);
     assert_eq!(
-        s.conns[changed_from].call(&["SET", &changed, "newer"]),
+        s.conns[changed_from].call(&["SET", &changed, "stale"]),
         Resp::Simple("OK".into())
     );
     assert_eq!(s.conns[missing_to].call(&["DEL", &missing]), Resp::Int(1));
+    s.model.remove(&missing);
     let before: Vec<i64> = (0..4).map(|i| s.dbsize(i)).collect();
 
-    let dry = s.run(&["--cleanup", "--max-mismatches", "5"]);
-    assert_eq!(
-        dry.status.code(),
-        Some(1),
-        "{}\n{}",
-        stdout(&dry),
-        stderr(&dry)
+    // Before the cut-over: refused, nothing deleted.
+    let early = s.run(&["--cleanup", "--apply"]);
+    assert_eq!(early.status.code(), Some(2), "{}", stderr(&early));
+    assert!(
+        stderr(&early).contains("--cleanup refused: listener \"main\" catch-all of ")
+            && stderr(&early).contains("still answers from \"old\""),
+        "{}",
+        stderr(&early)
     );
+    assert_eq!(before, (0..4).map(|i| s.dbsize(i)).collect::<Vec<_>>());
+
+    s.cut_over();
+    let dry = s.run(&["--cleanup", "--max-mismatches", "5"]);
+    assert!(dry.status.success(), "{}\n{}", stdout(&dry), stderr(&dry));
     assert_eq!(
         before,
         (0..4).map(|i| s.dbsize(i)).collect::<Vec<_>>(),
         "the dry run deleted"
     );
     let text = stdout(&dry);
-    let deletable = moving.len() as u64 - 2;
-    let kept = n - moving.len() as u64;
+    let deletable = moving.len() as u64;
+    let kept = n - deletable;
     assert_eq!(
         text.lines().last(),
         Some(
             format!(
-                "cleanup: scanned {n}, deletable {deletable}, kept {kept}, not_on_target 1, \
-                 differ 1, deleted 0 (dry run; --apply deletes)"
+                "cleanup: scanned {n}, deletable {deletable}, kept {kept}, deleted 0 (dry run; \
+                 --apply deletes)"
             )
             .as_str()
         ),
@@ -571,57 +583,97 @@ fn cleanup_deletes_from_the_old_placement_only_keys_equal_on_their_new_owner() {
         5,
         "{text}"
     );
-    assert!(
-        text.contains(&format!("not_on_target \"{missing}\": ")),
-        "{text}"
-    );
-    assert!(
-        text.contains(&format!("differ \"{changed}\": string: \"newer\"")),
-        "{text}"
-    );
 
     let out = s.run(&["--cleanup", "--apply", "--count", "50"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
     assert!(!text.contains("would delete"), "{text}");
     assert!(
         text.ends_with(&format!(
-            "cleanup: scanned {n}, deletable {deletable}, kept {kept}, not_on_target 1, \
-             differ 1, deleted {deletable}\n"
+            "cleanup: scanned {n}, deletable {deletable}, kept {kept}, deleted {deletable}\n"
         )),
         "{text}"
     );
-    // The two listed keys are still on their old owner, the changed one with its new value.
-    assert_eq!(
-        s.conns[changed_from].call(&["GET", &changed]),
-        Resp::bulk("newer")
-    );
-    assert_eq!(
-        s.conns[missing_from].call(&["EXISTS", &missing]),
-        Resp::Int(1)
-    );
-    // Set them right by hand; then every key is on its new owner only, as written.
-    for k in [&changed, &missing] {
-        let from = s.old.pick(k.as_bytes());
-        assert_eq!(s.conns[from].call(&["DEL", k]), Resp::Int(1));
-        s.model.remove(k);
-    }
+    // The new side is untouched (the stale value never reached it), and every key is on its
+    // new owner only.
     let changed_to = s.owner(&changed);
-    assert_eq!(s.conns[changed_to].call(&["DEL", &changed]), Resp::Int(1));
+    let (v, _) = s.model[&changed].clone();
+    assert_eq!(s.conns[changed_to].call(&["GET", &changed]), Resp::bulk(&v));
     s.assert_all_on_new_owners();
     // A second run finds nothing left to delete.
     let again = s.run(&["--cleanup", "--apply"]);
     assert!(again.status.success(), "{}", stdout(&again));
     assert_eq!(
         stdout(&again),
-        format!(
-            "cleanup: scanned {kept}, deletable 0, kept {kept}, not_on_target 0, differ 0, deleted 0\n"
-        )
+        format!("cleanup: scanned {kept}, deletable 0, kept {kept}, deleted 0\n")
     );
+}
+
+/// Issue 43, item 1: after the cut-over the old cluster is the stale side. The documented
+/// advice for a key that differs ("repair it with `--repair`, then run the cleanup again")
+/// copied old → new and lost what the new cluster took since: a counter INCRed to 2 on the new
+/// cluster went back to 1, a list RPUSHed to `[a, b]` back to `[a]`. `--repair` is refused
+/// once the configuration answers from the target, and the cleanup removes the old copies
+/// without touching the new ones.
+#[test]
+fn after_the_cut_over_repair_is_refused_and_the_cleanup_keeps_the_new_writes() {
+    let old = respway_testkit::redis_with(&[]);
+    let new = respway_testkit::redis_with(&[]);
+    let yaml = |answering: &str| {
+        format!(
+            "listeners:\n  - name: main\n    routes: {{ catch_all: {answering} }}\n\
+             clusters:\n  - name: old\n    shards:\n      - name: a\n        endpoints: \
+             [ {{ address: \"{}\", role: primary }} ]\n  - name: new\n    shards:\n      \
+             - name: a\n        endpoints: [ {{ address: \"{}\", role: primary }} ]\n",
+            old.addr, new.addr
+        )
+    };
+    let config = std::env::temp_dir().join(format!(
+        "respway-compare-cutover-{}-{}.yaml",
+        std::process::id(),
+        old.addr.port()
+    ));
+    std::fs::write(&config, yaml("new")).expect("write config");
+    let (mut o, mut n) = (RespConn::connect(old.addr), RespConn::connect(new.addr));
+    // Copied before the cut-over, then written on the new cluster only.
+    assert_eq!(o.call(&["SET", "k", "1"]), Resp::Simple("OK".into()));
+    assert_eq!(o.call(&["RPUSH", "l", "a"]), Resp::Int(1));
+    assert_eq!(n.call(&["SET", "k", "1"]), Resp::Simple("OK".into()));
+    assert_eq!(n.call(&["RPUSH", "l", "a"]), Resp::Int(1));
+    assert_eq!(n.call(&["INCR", "k"]), Resp::Int(2));
+    assert_eq!(n.call(&["RPUSH", "l", "b"]), Resp::Int(2));
+    let run = |extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_respway-compare"));
+        c.args(["--config", config.to_str().expect("utf-8 path")]);
+        c.args(["--source", "old", "--target", "new"]);
+        c.args(extra);
+        c.output().expect("run respway-compare")
+    };
+    let repair = run(&["--repair"]);
+    assert_eq!(repair.status.code(), Some(2), "{}", stderr(&repair));
+    assert!(
+        stderr(&repair).contains("--repair refused: no route of ")
+            && stderr(&repair).contains("after the cut-over \"old\" is the stale side"),
+        "{}",
+        stderr(&repair)
+    );
+    let cleanup = run(&["--cleanup", "--apply"]);
+    assert!(cleanup.status.success(), "{}", stderr(&cleanup));
+    assert_eq!(
+        stdout(&cleanup),
+        "cleanup: scanned 2, deletable 2, kept 0, deleted 2\n"
+    );
+    assert_eq!(n.call(&["GET", "k"]), Resp::bulk("2"));
+    assert_eq!(
+        n.call(&["LRANGE", "l", "0", "-1"]),
+        Resp::Array(Some(vec![Resp::bulk("a"), Resp::bulk("b")]))
+    );
+    assert_eq!(o.call(&["DBSIZE"]), Resp::Int(0));
+    // Before the cut-over the same repair runs (the old cluster answers).
+    std::fs::write(&config, yaml("old")).expect("write config");
+    assert_eq!(o.call(&["SET", "k2", "v"]), Resp::Simple("OK".into()));
+    let before = run(&["--repair"]);
+    assert!(before.status.success(), "{}", stderr(&before));
+    assert_eq!(n.call(&["GET", "k2"]), Resp::bulk("v"));
+    let _ = std::fs::remove_file(&config);
 }

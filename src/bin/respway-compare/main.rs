@@ -56,14 +56,17 @@
 //!   keep K, bytes B` (LABEL: `name (address)`), then `plan: scanned N, move M, keep K, bytes
 //!   B, big G, estimate S s` (S: whole seconds at `--rate` and `--bytes-rate`); exit 0.
 //!
-//! With `--cleanup [--apply]` it is copy mode's last step ([`cleanup`]): each source key whose
-//! owner in the target is another Redis (address or `db`) and that the target holds equal (the
-//! comparison above) is deleted from the source (`UNLINK`; without `--apply`, listed as `would
-//! delete "key"`, the first `--max-mismatches`); keys whose owner is the same Redis stay; keys
-//! missing or different on the target stay and are listed (`not_on_target "key": detail`,
-//! `differ "key": detail`, the first `--max-mismatches`). Summary: `cleanup: scanned N,
-//! deletable D, kept K, not_on_target X, differ Y, deleted 0 (dry run; --apply deletes)`, with
-//! `--apply` `... deleted D`; exit 0, or 1 when X or Y > 0. Paced by `--rate` keys scanned.
+//! With `--cleanup [--apply]` it is copy mode's last step ([`cleanup`]), after the cut-over:
+//! refused (exit 2) while a route of the configuration still answers from the source; then
+//! each source key whose owner in the target is another Redis (address or `db`) is obsolete,
+//! whatever its value, and is deleted from the source (`UNLINK`; without `--apply`, listed as
+//! `would delete "key"`, the first `--max-mismatches`); keys whose owner is the same Redis
+//! stay. Nothing is copied to the target. Summary: `cleanup: scanned N, deletable D, kept K,
+//! deleted 0 (dry run; --apply deletes)`, with `--apply` `... deleted D`; exit 0. Paced by
+//! `--rate` keys scanned.
+//!
+//! `--repair` is refused (exit 2) once no route answers from the source and one answers from
+//! the target: after the cut-over the source is the stale side.
 //!
 //! It is one-way: keys that exist only in the target are not reported (swap `--source` and
 //! `--target` to find them). On a live keyspace, SCAN may return a key twice (it is then
@@ -174,8 +177,9 @@ struct Args {
     /// bytes, and estimate the time at --rate and --bytes-rate.
     #[arg(long, requires = "move_keys", conflicts_with = "checkpoint")]
     plan: bool,
-    /// Copy mode's cleanup: delete from the source (the old placement) each key whose owner in
-    /// the target is another Redis and that the target holds equal. A dry run without --apply.
+    /// Copy mode's cleanup, after the cut-over (refused while a route answers from the
+    /// source): delete from the source each key whose owner in the target is another Redis,
+    /// whatever its value. A dry run without --apply.
     #[arg(long, conflicts_with_all = ["repair", "move_keys"])]
     cleanup: bool,
     /// With --cleanup: delete (UNLINK) instead of listing.
@@ -231,6 +235,19 @@ async fn main() -> ExitCode {
         return run_move(&args, source, target).await;
     }
     if args.cleanup {
+        // The cleanup deletes the source's keys: only once the target answers for them.
+        if let Some(route) = answering_route(&config, &args.source) {
+            eprintln!(
+                "respway-compare: --cleanup refused: {route} of {} still answers from {:?}; \
+                 the cleanup deletes {:?}'s keys once the configuration answers them from {:?} \
+                 (after the cut-over)",
+                args.config.display(),
+                args.source,
+                args.source,
+                args.target
+            );
+            return ExitCode::from(2);
+        }
         return match cmp.run_cleanup(&args, source, target).await {
             Err(e) => {
                 eprintln!("respway-compare: {e}");
@@ -238,13 +255,28 @@ async fn main() -> ExitCode {
             }
             Ok(c) => {
                 println!("{}", c.summary(args.apply));
-                if c.not_on_target + c.differ > 0 {
-                    ExitCode::from(1)
-                } else {
-                    ExitCode::SUCCESS
-                }
+                ExitCode::SUCCESS
             }
         };
+    }
+    // After the cut-over the source is the stale side: a copy to the target would overwrite
+    // the writes it took since.
+    if args.repair
+        && answering_route(&config, &args.source).is_none()
+        && answering_route(&config, &args.target).is_some()
+    {
+        eprintln!(
+            "respway-compare: --repair refused: no route of {} answers from {:?} and {:?} \
+             answers them: after the cut-over {:?} is the stale side, and copying it to {:?} \
+             would overwrite newer writes; --cleanup removes {:?}'s keys",
+            args.config.display(),
+            args.source,
+            args.target,
+            args.source,
+            args.target,
+            args.source
+        );
+        return ExitCode::from(2);
     }
     let result = cmp.run(&args, source, target).await;
     cmp.report.finish();
@@ -260,6 +292,40 @@ async fn main() -> ExitCode {
         Ok(()) if !cmp.report.repairing && cmp.report.bad_keys > 0 => ExitCode::from(1),
         Ok(()) => ExitCode::SUCCESS,
     }
+}
+
+/// The first route of `config` that answers commands from cluster `name` (described as
+/// `listener "L" route "P"` or `... catch-all`): a route whose own cluster it is, unless one
+/// of its mirrors answers instead (new-first dual write, move), or a mirror of a route that
+/// answers instead of the route's cluster. `None`: no command is answered from it.
+fn answering_route(config: &respway_filters::model::Config, name: &str) -> Option<String> {
+    use respway_filters::model::MirrorMode;
+    let takes_over = |m: &respway_filters::model::MirrorPolicy| {
+        matches!(
+            m.mode,
+            MirrorMode::DualWrite {
+                target_is_primary: true
+            } | MirrorMode::Move
+        )
+    };
+    for l in &config.listeners {
+        let t = &l.routes;
+        let catch_all = (t.catch_all.iter()).map(|c| (c.as_str(), &t.catch_all_mirrors, None));
+        let prefixes = (t.routes.iter()).map(|r| (r.cluster.as_str(), &r.mirrors, Some(&r.prefix)));
+        for (cluster, mirrors, prefix) in catch_all.chain(prefixes) {
+            let answering = match mirrors.iter().find(|m| takes_over(m)) {
+                Some(m) => m.cluster.as_str(),
+                None => cluster,
+            };
+            if answering == name {
+                return Some(match prefix {
+                    Some(p) => format!("listener {:?} route {p:?}", l.name),
+                    None => format!("listener {:?} catch-all", l.name),
+                });
+            }
+        }
+    }
+    None
 }
 
 /// `--move` (and `--plan`): from the checkpoint when there is one.
