@@ -261,8 +261,22 @@ fn move_resumes_from_its_checkpoint_after_being_killed() {
         "20",
         "--checkpoint",
         cp_arg,
+        "--progress",
     ]);
     assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    // Issue 43, item 6: the resumed run's progress counts since the checkpoint began
+    // (`sent`), and apart, what this run sent (`run_sent`: what its keys/s is made of).
+    let err = stderr(&out);
+    let last = err
+        .lines()
+        .rfind(|l| l.starts_with("progress "))
+        .unwrap_or_else(|| panic!("no progress line: {err}"));
+    assert_eq!(
+        field(last, "run_sent") + sent_before,
+        field(last, "sent"),
+        "{last}"
+    );
+    assert!(last.ends_with(" done=1"), "{last}");
     assert!(
         stderr(&out).contains(&format!("resuming from --checkpoint {cp_arg}: 1 of 2")),
         "{}",
@@ -374,6 +388,12 @@ fn move_leaves_keys_above_max_key_bytes_and_reports_progress() {
     assert_eq!(field(last, "scanned"), field(&summary, "scanned"), "{last}");
     assert!(field(last, "bytes") >= moved * 16, "{last}");
     assert!(last.contains(" shard=2/2 elapsed_ms="), "{last}");
+    // One run from the start: it sent every key itself; the last line says it is done.
+    assert_eq!(field(last, "run_sent"), moved, "{last}");
+    assert!(last.ends_with(" done=1"), "{last}");
+    assert!(!progress[..progress.len() - 1]
+        .iter()
+        .any(|l| l.contains("done=")));
     assert!(
         progress[0].starts_with("progress scanned=")
             && progress[0].contains(" kept=")

@@ -146,6 +146,9 @@ impl Compare {
 
     /// Waits until `work` keys may be done at `--rate` keys per second on average.
     pub(super) async fn pace(&self) {
+        if self.rate == 0 {
+            return; // --rate 0: no limit
+        }
         let due = Duration::from_secs_f64(self.work as f64 / self.rate as f64);
         sleep_until(self.started + due).await;
     }

@@ -47,9 +47,11 @@
 //! - `--max-key-bytes N` (default 8 MiB, 0: no bound): a larger key is not moved, it is
 //!   listed on stderr as `big "key": N bytes, not moved` (`MIGRATE` blocks the source shard
 //!   while it serializes a key).
-//! - `--progress`: every second and at the end, on stderr, `progress scanned=N sent=S kept=K
-//!   absent=A failed=F big=B bytes=BYTES shard=I/NSHARDS elapsed_ms=MS` (I: the source shard
-//!   walked, from 1; bytes: `MEMORY USAGE` of the keys sent).
+//! - `--progress`: every second (when a counter moved) and at the end, on stderr, `progress
+//!   scanned=N sent=S kept=K absent=A failed=F big=B bytes=BYTES shard=I/NSHARDS elapsed_ms=MS
+//!   run_sent=R` (I: the source shard walked, from 1; bytes: `MEMORY USAGE` of the keys sent;
+//!   R: keys this run sent, the others counting since the checkpoint began), the last with
+//!   ` done=1`.
 //! - Its summary (stdout): `scanned N, sent S, kept K, absent A, failed F, big B`; exit 0, or 1
 //!   when F or B > 0.
 //! - `--plan`: moves nothing; prints per source shard `plan shard LABEL: scanned N, move M,
@@ -125,8 +127,9 @@ struct Args {
     /// How many mismatches to print (all are counted).
     #[arg(long, default_value_t = 20)]
     max_mismatches: usize,
-    /// Most keys compared per second, on average.
-    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Most keys per second, on average: keys scanned plus keys copied (a compare, --repair,
+    /// --cleanup), or keys sent in MIGRATEs (--move). 0: no limit.
+    #[arg(long, default_value_t = 5000)]
     rate: u64,
     /// Collections with more elements than this are compared by size only.
     #[arg(long, default_value_t = 1000)]

@@ -56,6 +56,8 @@ struct Mover<'a> {
     bytes_sent: u64,
     /// With `--progress`: when the next progress line is due.
     next_progress: Option<Instant>,
+    /// The counts of the last progress line printed (the last line is not printed twice).
+    last_progress: Option<(u64, u64, u64, u64, u64, u64, usize)>,
     /// The source shard walked now.
     shard: usize,
     /// When the checkpoint was last written.
@@ -83,6 +85,7 @@ pub(super) async fn run(
         keys_sent: 0,
         bytes_sent: 0,
         next_progress: args.progress.then(|| started + PROGRESS_EVERY),
+        last_progress: None,
         shard: 0,
         saved: None,
         big_seen: HashSet::new(),
@@ -116,9 +119,11 @@ pub(super) async fn run(
             total.add(&tally);
         }
     }
-    mv.progress_line();
+    // The last line: every source shard walked (`done=1`), unless the last one printed
+    // already said all there is.
+    mv.progress_end();
     if args.plan {
-        let secs = |n: u64, rate: Option<u64>| rate.map_or(0, |r| n.div_ceil(r));
+        let secs = |n: u64, rate: Option<u64>| rate.filter(|r| *r > 0).map_or(0, |r| n.div_ceil(r));
         let estimate = secs(total.moving, Some(args.rate)).max(secs(total.bytes, args.bytes_rate));
         println!(
             "plan: scanned {}, move {}, keep {}, bytes {}, big {}, estimate {estimate} s",
@@ -281,7 +286,11 @@ impl Mover<'_> {
     /// Waits until the keys and bytes sent may have been sent at `--rate` keys and
     /// `--bytes-rate` bytes per second on average; prints progress lines meanwhile.
     async fn pace(&mut self) {
-        let keys = self.keys_sent as f64 / self.args.rate as f64;
+        // --rate 0: no limit on keys.
+        let keys = match self.args.rate {
+            0 => 0.0,
+            r => self.keys_sent as f64 / r as f64,
+        };
         let bytes = self
             .args
             .bytes_rate
@@ -307,14 +316,32 @@ impl Mover<'_> {
         }
     }
 
-    /// With `--progress`: `progress scanned=N sent=S ... shard=I/NSHARDS elapsed_ms=MS`.
-    fn progress_line(&self) {
+    /// With `--progress`: `progress scanned=N sent=S kept=K absent=A failed=F big=B bytes=BYTES
+    /// shard=I/NSHARDS elapsed_ms=MS run_sent=R[ done=1]` (counts since the checkpoint began;
+    /// `run_sent`: keys this run sent, in `elapsed_ms`; `done=1` on the last line, once every
+    /// source shard is walked).
+    fn progress_line(&mut self) {
+        self.print_progress(false);
+    }
+
+    fn progress_end(&mut self) {
+        self.print_progress(true);
+    }
+
+    fn print_progress(&mut self, done: bool) {
         if !self.args.progress {
             return;
         }
         let m = &self.cp.moves;
+        let counts = (
+            m.scanned, m.sent, m.kept, m.absent, m.failed, m.big, self.shard,
+        );
+        if self.last_progress == Some(counts) && !done {
+            return;
+        }
+        self.last_progress = Some(counts);
         eprintln!(
-            "progress scanned={} sent={} kept={} absent={} failed={} big={} bytes={} shard={}/{} elapsed_ms={}",
+            "progress scanned={} sent={} kept={} absent={} failed={} big={} bytes={} shard={}/{} elapsed_ms={} run_sent={}{}",
             m.scanned,
             m.sent,
             m.kept,
@@ -324,7 +351,9 @@ impl Mover<'_> {
             m.bytes,
             self.shard + 1,
             self.source.conns.len(),
-            self.started.elapsed().as_millis()
+            self.started.elapsed().as_millis(),
+            self.keys_sent,
+            if done { " done=1" } else { "" }
         );
     }
 }

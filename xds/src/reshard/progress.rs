@@ -25,6 +25,12 @@ pub struct Progress {
     pub shard: String,
     /// Since the mover started.
     pub elapsed_ms: u64,
+    /// Keys this run of the mover sent, in `elapsed_ms` (`sent` counts since the checkpoint
+    /// began, runs before a kill included); `None` from a mover that does not say.
+    pub run_sent: Option<u64>,
+    /// The last line: every source shard walked (the keys the sidecars moved themselves were
+    /// never the mover's to send, so `sent` may stay below the plan).
+    pub done: bool,
 }
 
 /// `key=value` fields after `word`, by name.
@@ -77,30 +83,46 @@ impl Progress {
                 .map(|(_, v)| (*v).to_string())
                 .unwrap_or_default(),
             elapsed_ms: num("elapsed_ms"),
+            run_sent: (f.iter())
+                .find(|(n, _)| *n == "run_sent")
+                .and_then(|(_, v)| v.parse().ok()),
+            done: num("done") == 1,
         })
     }
 
-    /// Keys sent per second so far.
+    /// Keys sent per second by this run of the mover.
     pub fn rate(&self) -> u64 {
-        (self.sent * 1000).checked_div(self.elapsed_ms).unwrap_or(0)
+        let sent = self.run_sent.unwrap_or(self.sent);
+        (sent * 1000).checked_div(self.elapsed_ms).unwrap_or(0)
     }
 
     /// Seconds left at the rate so far, when the plan says how many keys move.
     pub fn eta_s(&self, plan: Option<&PlanFigures>) -> Option<u64> {
         let plan = plan.filter(|p| p.keys > 0)?;
+        if self.done {
+            return Some(0);
+        }
         let rate = self.rate();
         (rate > 0).then(|| plan.keys.saturating_sub(self.sent).div_ceil(rate))
     }
 
-    /// The share of the plan's keys sent, in percent (at most 100).
+    /// The share of the plan's keys sent, in percent (at most 100; 100 once done).
     pub fn percent(&self, plan: Option<&PlanFigures>) -> Option<u64> {
         let plan = plan.filter(|p| p.keys > 0)?;
+        if self.done {
+            return Some(100);
+        }
         Some((self.sent * 100 / plan.keys).min(100))
     }
 
     /// The figures after the bar: keys, bytes, rate, ETA, errors.
     fn figures(&self, plan: Option<&PlanFigures>) -> String {
         let keys = match plan.filter(|p| p.keys > 0) {
+            Some(p) if self.done && self.sent < p.keys => format!(
+                "{}/{} keys (the others moved by the sidecars, or gone)",
+                thousands(self.sent),
+                thousands(p.keys)
+            ),
             Some(p) => format!("{}/{} keys", thousands(self.sent), thousands(p.keys)),
             None => format!("{} keys", thousands(self.sent)),
         };
@@ -206,6 +228,37 @@ pub fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 43, item 6: after a resume the rate counts this run's keys only (`sent` counts
+    /// the keys sent before the kill too); the last line ends at 100% though the sidecars
+    /// moved some of the plan's keys themselves.
+    #[test]
+    fn a_resumed_run_rates_its_own_keys_and_the_last_line_says_100() {
+        let plan = PlanFigures {
+            keys: 10_000,
+            bytes: 0,
+            estimate_s: 2,
+        };
+        let resumed = Progress::parse(
+            "progress scanned=9000 sent=4000 kept=4000 absent=0 failed=0 big=0 bytes=0 shard=2/2 elapsed_ms=1000 run_sent=800",
+        )
+        .unwrap();
+        assert_eq!(resumed.rate(), 800);
+        assert_eq!(resumed.eta_s(Some(&plan)), Some(8));
+        let last = Progress::parse(
+            "progress scanned=18000 sent=9000 kept=9000 absent=0 failed=0 big=0 bytes=0 shard=2/2 elapsed_ms=2000 run_sent=5800 done=1",
+        )
+        .unwrap();
+        assert_eq!(last.percent(Some(&plan)), Some(100));
+        assert_eq!(last.eta_s(Some(&plan)), Some(0));
+        assert!(
+            last.line(Some(&plan)).starts_with(
+                "moving (100%): 9,000/10,000 keys (the others moved by the sidecars, or gone)"
+            ),
+            "{}",
+            last.line(Some(&plan))
+        );
+    }
 
     #[test]
     fn progress_lines_become_a_bar_with_rate_and_eta() {

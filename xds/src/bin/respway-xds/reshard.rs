@@ -41,7 +41,8 @@ pub(crate) enum Reshard {
         /// The state file (written after every step).
         #[arg(long)]
         state: PathBuf,
-        /// The mover's keys per second.
+        /// The mover's keys sent per second at most (default: no limit, the mover's own
+        /// speed).
         #[arg(long)]
         rate: Option<u64>,
         /// The mover's bytes per second.
