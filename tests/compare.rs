@@ -370,10 +370,10 @@ fn compare_usage_and_config_errors_exit_2() {
         "{}",
         stderr(&out)
     );
-    // clap: a missing argument, a bad number.
+    // clap: a missing argument, a bad number (`--rate 0` is no limit since issue 43).
     assert_eq!(run(&["--config", config]).status.code(), Some(2));
     let out = run(&[
-        "--config", config, "--source", "src", "--target", "dst", "--rate", "0",
+        "--config", config, "--source", "src", "--target", "dst", "--rate", "-1",
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stdout(&out).is_empty());

@@ -459,6 +459,31 @@ fn a_sidecar_not_connected_or_nacking_stops_the_phase_before_any_key_moves() {
     );
     let total: u64 = env.shards.iter().map(|s| dbsize(s.addr)).sum();
     assert_eq!(dbsize(env.shards[0].addr), total, "no key moved");
+    // Issue 43, item 4: phase 1 is rolled back, so sidecar-1, which ACKed prepare_move, serves
+    // every key again instead of refusing those that would move (TRYAGAIN) until someone
+    // runs resume or abort; the stop says so.
+    let mut c = RespConn::connect(SocketAddr::from(([127, 0, 0, 1], env.ports[0])));
+    wait_until(
+        slack(Duration::from_secs(5)),
+        "sidecar-1 to serve every key again (no TRYAGAIN)",
+        || {
+            !(0..KEYS).any(|i| {
+                matches!(c.call(&["TYPE", &key(i)]), Resp::Error(e) if e.starts_with("TRYAGAIN"))
+            })
+        },
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("phase 1/4 rolled back: the original files pushed again"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stderr.contains("phase 1 was rolled back (version ")
+            && stderr.contains("`respway-xds reshard resume` pushes phase 1 again"),
+        "{}",
+        text(&out)
+    );
     let status = env.reshard(&["status", "--state", state.to_str().unwrap()]);
     let st = String::from_utf8_lossy(&status.stdout);
     assert!(

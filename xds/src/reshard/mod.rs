@@ -340,9 +340,24 @@ async fn phases(
             }
             Phase::PreparePushed | Phase::MovePushed | Phase::FinalPushed => {
                 let v = st.applied.last().map_or(0, |a| a.version);
-                let n = acks::wait(&st.admin, auth, v, timeout, &st.ignore_nodes)
-                    .await
-                    .map_err(|e| Stop::Failed(e.to_string()))?;
+                let acked = acks::wait(&st.admin, auth, v, timeout, &st.ignore_nodes).await;
+                let n = match acked {
+                    Ok(n) => n,
+                    // Phase 1 not ACKed by every sidecar: those that did refuse every command
+                    // on a moving key, and nothing has moved, so the push is taken back.
+                    Err(e) if st.phase == Phase::PreparePushed && !st.aborting => {
+                        return Err(roll_back_prepare(
+                            st,
+                            auth,
+                            &route.to_string(),
+                            &from,
+                            &e.to_string(),
+                            out,
+                        )
+                        .await);
+                    }
+                    Err(e) => return Err(Stop::Failed(e.to_string())),
+                };
                 if let Some(a) = st.applied.last_mut() {
                     a.acked = true;
                 }
@@ -401,6 +416,45 @@ async fn phases(
             }
         }
         st.save(path).map_err(Stop::Failed)?;
+    }
+}
+
+/// Phase 1's gate failed (`why`): the files are served again as they were (the route on
+/// `from`, no mirror), so the sidecars that ACKed `prepare_move` stop refusing the commands on
+/// the keys that would move; the reshard goes back to its plan (`resume` pushes phase 1
+/// again). The stop says so, or, when the files cannot be served again, that the sidecars
+/// that ACKed still refuse those commands and what to run.
+async fn roll_back_prepare(
+    st: &mut State,
+    auth: &AdminAuth,
+    route: &str,
+    from: &str,
+    why: &str,
+    out: &mut Out,
+) -> Stop {
+    let texts = st
+        .files
+        .iter()
+        .map(|f| (f.name.clone(), f.original.clone()))
+        .collect();
+    match apply(st, auth, "roll back prepare", texts).await {
+        Ok(v) => {
+            st.phase = Phase::Planned;
+            out.say(&format!(
+                "phase 1/4 rolled back: the original files pushed again ({route} on {from}, no \
+                 mirror), serving version {v}; no sidecar refuses commands for this reshard"
+            ));
+            Stop::Failed(format!(
+                "{why}\nphase 1 was rolled back (version {v}: {route} on {from}, no mirror); \
+                 once every sidecar is connected and takes the configuration, `respway-xds \
+                 reshard resume` pushes phase 1 again"
+            ))
+        }
+        Err(Stop::Failed(e) | Stop::Usage(e)) => Stop::Failed(format!(
+            "{why}\nthe roll back of phase 1 failed ({e}): the sidecars that ACKed \
+             prepare_move refuse (TRYAGAIN) every command on a key moving off {from} until \
+             `respway-xds reshard abort` or `resume` runs"
+        )),
     }
 }
 
