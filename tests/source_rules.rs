@@ -639,3 +639,7 @@ fn the_module_graph_reader_reads_only_paths() {
     assert_eq!(root_names(&code, 2), ["b", "c", "g", "i"]);
     assert_eq!(root_names(&code, 3), ["b", "c", "i"]);
 }
+
+/// Circles between the files of one folder.
+#[path = "source_rules/folders.rs"]
+mod folders;
