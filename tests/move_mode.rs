@@ -812,6 +812,34 @@ fn copy_mode_between_clusters_under_load_loses_nothing() {
     let (models, ops, refused, done) = run.finish();
     eprintln!("copy mode: {done} commands, {refused} refused (read_only), backfill: {first}");
     verify(&a[2..], &pn, &models, &ops, preloaded);
+    // The docs' last step, after the cut-over: `--repair` is refused (the old cluster is the
+    // stale side), the cleanup's dry run deletes nothing, `--apply` empties the old cluster,
+    // and the new one is left as it was.
+    let last = yaml("new", "", &clusters);
+    let (code, out) = compare(&last, &["--repair"]);
+    assert_eq!(code, Some(2), "{out}");
+    let old_keys = |a: &[SocketAddr]| -> i64 {
+        a.iter()
+            .map(|x| {
+                redis::cmd("DBSIZE")
+                    .query::<i64>(&mut sync_client(*x))
+                    .unwrap()
+            })
+            .sum()
+    };
+    let before = old_keys(&a[..2]);
+    assert!(before > 0);
+    let (code, out) = compare(&last, &["--cleanup"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(old_keys(&a[..2]), before, "the dry run deleted: {out}");
+    let (code, out) = compare(&last, &["--cleanup", "--apply"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains(&format!("deletable {before}, kept 0, deleted {before}")),
+        "{out}"
+    );
+    assert_eq!(old_keys(&a[..2]), 0, "{out}");
+    verify(&a[2..], &pn, &models, &ops, preloaded);
 }
 
 /// Checks the end of a migration under load: every key of `models` is on its owner in the
