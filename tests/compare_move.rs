@@ -563,12 +563,34 @@ fn cleanup_after_the_cut_over_deletes_every_obsolete_key_whatever_its_value() {
     s.model.remove(&missing);
     let before: Vec<i64> = (0..4).map(|i| s.dbsize(i)).collect();
 
+    // During move mode (keys not yet moved are still on the old side), or while the old
+    // cluster still gets dual-write copies: refused, nothing deleted.
+    for mirror in [
+        "{ cluster: new, mode: move }",
+        "{ cluster: new, mode: dual_write, primary: mirror }",
+    ] {
+        let yaml = std::fs::read_to_string(&s.config).expect("read config");
+        let during = yaml.replace(
+            "routes: { catch_all: old }",
+            &format!("routes: {{ catch_all: old, catch_all_mirrors: [ {mirror} ] }}"),
+        );
+        assert_ne!(yaml, during);
+        std::fs::write(&s.config, &during).expect("write config");
+        let out = s.run(&["--cleanup", "--apply"]);
+        std::fs::write(&s.config, &yaml).expect("write config");
+        assert_eq!(out.status.code(), Some(2), "{mirror}: {}", stderr(&out));
+        assert_eq!(
+            before,
+            (0..4).map(|i| s.dbsize(i)).collect::<Vec<_>>(),
+            "{mirror}"
+        );
+    }
     // Before the cut-over: refused, nothing deleted.
     let early = s.run(&["--cleanup", "--apply"]);
     assert_eq!(early.status.code(), Some(2), "{}", stderr(&early));
     assert!(
         stderr(&early).contains("--cleanup refused: listener \"main\" catch-all of ")
-            && stderr(&early).contains("still answers from \"old\""),
+            && stderr(&early).contains("still sends commands to \"old\""),
         "{}",
         stderr(&early)
     );

@@ -1,6 +1,6 @@
-//! `--cleanup`: copy mode's last step. Once the configuration answers every command of the
-//! source's keys from the target (the cut-over: [`crate::answering_route`] finds no route that
-//! answers from the source), the source's copies are obsolete whatever their value: writes
+//! `--cleanup`: copy mode's last step. Once the configuration sends nothing to the source (the
+//! cut-over done and its mirror dropped: [`crate::sending_route`] finds no route that uses
+//! it), the source's copies are obsolete whatever their value: writes
 //! after the cut-over went to the target only. This walks every source shard (SCAN, paced by
 //! `--rate`) and deletes (`UNLINK`) each key whose owner in the target is another Redis
 //! (another primary address, or another database; a key whose owner is the same Redis is the

@@ -59,7 +59,8 @@
 //!   B, big G, estimate S s` (S: whole seconds at `--rate` and `--bytes-rate`); exit 0.
 //!
 //! With `--cleanup [--apply]` it is copy mode's last step ([`cleanup`]), after the cut-over:
-//! refused (exit 2) while a route of the configuration still answers from the source; then
+//! refused (exit 2) while a route of the configuration still sends commands to the source (as
+//! its cluster, or through a mirror that is not `forward`); then
 //! each source key whose owner in the target is another Redis (address or `db`) is obsolete,
 //! whatever its value, and is deleted from the source (`UNLINK`; without `--apply`, listed as
 //! `would delete "key"`, the first `--max-mismatches`); keys whose owner is the same Redis
@@ -238,12 +239,14 @@ async fn main() -> ExitCode {
         return run_move(&args, source, target).await;
     }
     if args.cleanup {
-        // The cleanup deletes the source's keys: only once the target answers for them.
-        if let Some(route) = answering_route(&config, &args.source) {
+        // The cleanup deletes the source's keys: only once nothing is sent to it (after
+        // the cut-over, dual write off: a move's keys not yet moved, or copies kept for a
+        // rollback, are still the source's).
+        if let Some(route) = sending_route(&config, &args.source) {
             eprintln!(
-                "respway-compare: --cleanup refused: {route} of {} still answers from {:?}; \
-                 the cleanup deletes {:?}'s keys once the configuration answers them from {:?} \
-                 (after the cut-over)",
+                "respway-compare: --cleanup refused: {route} of {} still sends commands to \
+                 {:?}; the cleanup deletes {:?}'s keys once the configuration sends them only \
+                 to {:?} (after the cut-over, with no mirror to the source)",
                 args.config.display(),
                 args.source,
                 args.source,
@@ -297,38 +300,60 @@ async fn main() -> ExitCode {
     }
 }
 
-/// The first route of `config` that answers commands from cluster `name` (described as
-/// `listener "L" route "P"` or `... catch-all`): a route whose own cluster it is, unless one
-/// of its mirrors answers instead (new-first dual write, move), or a mirror of a route that
-/// answers instead of the route's cluster. `None`: no command is answered from it.
+/// Every route of `config` (described as `listener "L" route "P"` or `... catch-all`) with its
+/// cluster and mirrors.
+fn routes(
+    config: &respway_filters::model::Config,
+) -> impl Iterator<Item = (String, &str, &[respway_filters::model::MirrorPolicy])> {
+    config.listeners.iter().flat_map(|l| {
+        let t = &l.routes;
+        let catch_all = (t.catch_all.iter()).map(move |c| {
+            let what = format!("listener {:?} catch-all", l.name);
+            (what, c.as_str(), t.catch_all_mirrors.as_slice())
+        });
+        let prefixes = t.routes.iter().map(move |r| {
+            let what = format!("listener {:?} route {:?}", l.name, r.prefix);
+            (what, r.cluster.as_str(), r.mirrors.as_slice())
+        });
+        catch_all.chain(prefixes)
+    })
+}
+
+/// The first route of `config` that answers commands from cluster `name`: its own cluster,
+/// unless a new-first dual write answers from the mirror instead; a mirror that answers
+/// (new-first dual write; move, whose moved keys are read there, as the route's cluster still
+/// answers for those not moved). `None`: no command is answered from it.
 fn answering_route(config: &respway_filters::model::Config, name: &str) -> Option<String> {
     use respway_filters::model::MirrorMode;
-    let takes_over = |m: &respway_filters::model::MirrorPolicy| {
-        matches!(
-            m.mode,
-            MirrorMode::DualWrite {
-                target_is_primary: true
-            } | MirrorMode::Move
-        )
-    };
-    for l in &config.listeners {
-        let t = &l.routes;
-        let catch_all = (t.catch_all.iter()).map(|c| (c.as_str(), &t.catch_all_mirrors, None));
-        let prefixes = (t.routes.iter()).map(|r| (r.cluster.as_str(), &r.mirrors, Some(&r.prefix)));
-        for (cluster, mirrors, prefix) in catch_all.chain(prefixes) {
-            let answering = match mirrors.iter().find(|m| takes_over(m)) {
-                Some(m) => m.cluster.as_str(),
-                None => cluster,
-            };
-            if answering == name {
-                return Some(match prefix {
-                    Some(p) => format!("listener {:?} route {p:?}", l.name),
-                    None => format!("listener {:?} catch-all", l.name),
-                });
+    let new_first = |m: &respway_filters::model::MirrorPolicy| {
+        m.mode
+            == MirrorMode::DualWrite {
+                target_is_primary: true,
             }
-        }
-    }
-    None
+    };
+    routes(config)
+        .find(|(_, cluster, mirrors)| {
+            (*cluster == name && !mirrors.iter().any(new_first))
+                || mirrors
+                    .iter()
+                    .any(|m| m.cluster == name && (new_first(m) || m.mode == MirrorMode::Move))
+        })
+        .map(|(what, _, _)| what)
+}
+
+/// The first route of `config` that sends any command to cluster `name`: as its cluster, or
+/// as a mirror that is not `forward` (copies, a move, a read-only window). `None`: nothing
+/// is sent to it, so what it holds is nobody's.
+fn sending_route(config: &respway_filters::model::Config, name: &str) -> Option<String> {
+    use respway_filters::model::MirrorMode;
+    routes(config)
+        .find(|(_, cluster, mirrors)| {
+            *cluster == name
+                || mirrors
+                    .iter()
+                    .any(|m| m.cluster == name && m.mode != MirrorMode::Forward)
+        })
+        .map(|(what, _, _)| what)
 }
 
 /// `--move` (and `--plan`): from the checkpoint when there is one.
