@@ -43,18 +43,8 @@ exec 4>$D/tracking
 printf 'CLIENT TRACKING on\nSET nc:k v\nGET nc:k\n' >&4
 for i in $(seq 50); do grep -q '^v' $D/tracking.out 2>/dev/null && break; sleep 0.1; done
 grep -q '^OK' $D/tracking.out || { echo "tracking client: $(cat $D/tracking.out)" >&2; exit 1; }
-tck=$(getconf CLK_TCK)
-one() { local t=$1 name=$2 pid=$3 port=$4 s0 s1 rps
-  s0=$(cpu_ticks $pid)
-  rps=$(redis-benchmark -p $port -t $t -n $N -P $P -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -oE ': [0-9.]+ requests per second' | tail -1 | awk '{print $2}')
-  s1=$(cpu_ticks $pid)
-  echo "$t $name $rps $s0 $s1" | awk -v t=$tck -v n=$N '{printf "%s %s %.0f %.3f\n", $1, $2, $3, ($5 - $4) / t / n * 1e6}'
-}
 for r in $(seq $ROUNDS); do
-  for t in set get; do one $t off $off 7643; one $t on $on 7644; one $t on $on 7644; one $t off $off 7643; done
+  for t in set get; do ab_one $t off $off 7643; ab_one $t on $on 7644; ab_one $t on $on 7644; ab_one $t off $off 7643; done
 done | tee $D/out
 kill -0 $tracker 2>/dev/null || { echo "the tracking client left early" >&2; exit 1; }
-med() { sort -n | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'; }
-for t in set get; do for name in off on; do
-  printf "%-4s %-4s %s %s\n" $t $name "$(grep "^$t $name " $D/out | awk '{print $3}' | med)" "$(grep "^$t $name " $D/out | awk '{print $4}' | med)"
-done; done
+ab_medians $D/out off on

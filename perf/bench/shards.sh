@@ -121,3 +121,22 @@ bench_args() {
     *) echo -t "$1" ;;
   esac
 }
+
+# ab_one T NAME PID PORT: one redis-benchmark run of T (set or get; -c 50 -d 64 -r 100000,
+# $N requests, pipeline $P) against PORT, printed as "T NAME req/s µs-of-PID's-CPU-per-request"
+# (user + system, /proc). The A/B scripts' measurement.
+ab_one() { local t=$1 name=$2 pid=$3 port=$4 s0 s1 rps
+  s0=$(cpu_ticks $pid)
+  rps=$(redis-benchmark -p $port -t $t -n $N -P $P -c 50 -d 64 -r 100000 -q 2>/dev/null | tr '\r' '\n' | grep -oE ': [0-9.]+ requests per second' | tail -1 | awk '{print $2}')
+  s1=$(cpu_ticks $pid)
+  echo "$t $name $rps $s0 $s1" | awk -v t=$(getconf CLK_TCK) -v n=$N '{printf "%s %s %.0f %.3f\n", $1, $2, $3, ($5 - $4) / t / n * 1e6}'
+}
+
+# ab_medians FILE NAME...: per command (set, get) and NAME, the medians of FILE's ab_one lines:
+# "T NAME req/s µs-per-request".
+ab_medians() { local file=$1 t name; shift
+  med() { sort -n | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'; }
+  for t in set get; do for name in "$@"; do
+    printf "%-4s %-4s %s %s\n" $t $name "$(grep "^$t $name " $file | awk '{print $3}' | med)" "$(grep "^$t $name " $file | awk '{print $4}' | med)"
+  done; done
+}
