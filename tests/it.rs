@@ -24,6 +24,7 @@ mod clients;
 mod cluster_emulation;
 mod compare;
 mod compare_move;
+mod compare_scope;
 mod compat;
 mod e2e;
 mod examples;

@@ -10,19 +10,24 @@
 //! respway-compare move checkpoint 1
 //! source old
 //! target new
+//! scope prefix "p:", skip "p:x:"
 //! counters scanned=N sent=S kept=K absent=A failed=F big=B bytes=BYTES
 //! shard 127.0.0.1:7001 done
 //! shard 127.0.0.1:7002 cursor 1234
 //! ```
 //!
-//! one `shard` line per source shard, in order, with its primary's address and its SCAN cursor
-//! (the page to read next; `0` before the first) or `done`. A run that finds the file resumes
-//! from it when it names the same source and target clusters with the same shard addresses:
+//! the `scope` line only with `--prefix` or `--skip-prefix` (the keys the walk looks at, as
+//! [`Scope::describe`] writes them), one `shard` line per source shard, in order, with its
+//! primary's address and its SCAN cursor (the page to read next; `0` before the first) or
+//! `done`. A run that finds the file resumes from it when it names the same source and target
+//! clusters with the same shard addresses and the same scope (a cursor of another scope's walk
+//! has skipped keys of this one):
 //! finished shards are skipped, the others continue from their cursor, the counters continue.
 //! A page interrupted between two batches is read again (its keys already moved are gone
 //! from it; the others are counted again, as SCAN may return a key twice anyway).
 
 use super::*;
+use crate::scope::Scope;
 
 /// The first line: what the file is, and the version of its format.
 const HEADER: &str = "respway-compare move checkpoint 1";
@@ -43,18 +48,26 @@ pub(super) struct Checkpoint {
     pub(super) path: Option<PathBuf>,
     source: String,
     target: String,
+    /// [`Scope::describe`] of the walk's scope (empty: every key).
+    scope: String,
     /// Each source shard's primary address and where its walk is.
     pub(super) shards: Vec<(SocketAddr, Cursor)>,
     pub(super) moves: Moves,
 }
 
 impl Checkpoint {
-    /// The state at the start of a walk over `source`'s shards.
-    pub(super) fn fresh(path: Option<PathBuf>, source: &Cluster, target: &Cluster) -> Checkpoint {
+    /// The state at the start of a walk over `source`'s shards, of the keys in `scope`.
+    pub(super) fn fresh(
+        path: Option<PathBuf>,
+        source: &Cluster,
+        target: &Cluster,
+        scope: &Scope,
+    ) -> Checkpoint {
         Checkpoint {
             path,
             source: source.name.clone(),
             target: target.name.clone(),
+            scope: scope.describe(),
             shards: source
                 .shards
                 .iter()
@@ -65,11 +78,13 @@ impl Checkpoint {
     }
 
     /// Reads `path` if it exists: `Ok(None)` when it does not, an error (usage: exit 2) when it
-    /// cannot be read or names other clusters or shards than `source` and `target`.
+    /// cannot be read or names other clusters or shards than `source` and `target`, or
+    /// another scope than `scope`.
     pub(super) fn load(
         path: &Path,
         source: &Cluster,
         target: &Cluster,
+        scope: &Scope,
     ) -> Result<Option<Checkpoint>, String> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
@@ -83,6 +98,22 @@ impl Checkpoint {
                 "it is the checkpoint of --source {} --target {}, not --source {} --target {} \
                  (remove it to start over)",
                 cp.source, cp.target, source.name, target.name
+            )));
+        }
+        let scope = scope.describe();
+        if cp.scope != scope {
+            let show = |s: &str| {
+                if s.is_empty() {
+                    "every key".to_string()
+                } else {
+                    s.to_string()
+                }
+            };
+            return Err(bad(&format!(
+                "it is the checkpoint of a walk over {}, not over {} (--prefix, --skip-prefix, \
+                 --ignore-case; remove it to start over)",
+                show(&cp.scope),
+                show(&scope)
             )));
         }
         let addrs: Vec<SocketAddr> = source.shards.iter().map(|s| s.primary().address).collect();
@@ -105,10 +136,14 @@ impl Checkpoint {
             return Ok(());
         };
         let m = &self.moves;
-        let mut text = format!(
-            "{HEADER}\nsource {}\ntarget {}\ncounters scanned={} sent={} kept={} absent={} \
-             failed={} big={} bytes={}\n",
-            self.source, self.target, m.scanned, m.sent, m.kept, m.absent, m.failed, m.big, m.bytes
+        let mut text = format!("{HEADER}\nsource {}\ntarget {}\n", self.source, self.target);
+        if !self.scope.is_empty() {
+            let _ = writeln!(text, "scope {}", self.scope);
+        }
+        let _ = writeln!(
+            text,
+            "counters scanned={} sent={} kept={} absent={} failed={} big={} bytes={}",
+            m.scanned, m.sent, m.kept, m.absent, m.failed, m.big, m.bytes
         );
         for (addr, cursor) in &self.shards {
             match cursor {
@@ -136,13 +171,13 @@ fn list(addrs: &[SocketAddr]) -> String {
 
 /// Reads the file's text.
 fn parse(path: &Path, text: &str) -> Result<Checkpoint, String> {
-    let mut lines = text.lines();
+    let mut lines = text.lines().peekable();
     if lines.next() != Some(HEADER) {
         return Err(format!(
             "not a mover checkpoint (its first line is not \"{HEADER}\")"
         ));
     }
-    let mut field = |name: &str| {
+    let field = |lines: &mut std::iter::Peekable<std::str::Lines<'_>>, name: &str| {
         lines
             .next()
             .and_then(|l| l.strip_prefix(name))
@@ -150,9 +185,15 @@ fn parse(path: &Path, text: &str) -> Result<Checkpoint, String> {
             .map(str::to_string)
             .ok_or_else(|| format!("no \"{name}\" line"))
     };
-    let source = field("source")?;
-    let target = field("target")?;
-    let counters = field("counters")?;
+    let source = field(&mut lines, "source")?;
+    let target = field(&mut lines, "target")?;
+    // Written only for a scoped walk (and absent from the files of before it).
+    let scope = if lines.peek().is_some_and(|l| l.starts_with("scope ")) {
+        field(&mut lines, "scope")?
+    } else {
+        String::new()
+    };
+    let counters = field(&mut lines, "counters")?;
     let mut moves = Moves::default();
     for pair in counters.split(' ') {
         let (name, value) = pair.split_once('=').ok_or("a counter without =")?;
@@ -192,6 +233,7 @@ fn parse(path: &Path, text: &str) -> Result<Checkpoint, String> {
         path: Some(path.to_path_buf()),
         source,
         target,
+        scope,
         shards,
         moves,
     })

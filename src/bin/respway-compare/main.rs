@@ -7,6 +7,7 @@
 //! ```text
 //! respway-compare --config respway.yaml --source old --target new [--rate 5000] [--limit N]
 //!     [--ttl-tolerance 1000] [--repair [--repair-rounds 3] [--prune]]
+//!     [--prefix P] [--skip-prefix P]... [--ignore-case] [--keys FILE]
 //! respway-compare ... --move [...]        (move mode's background mover, below)
 //! respway-compare ... --cleanup [--apply] (copy mode's cleanup, below)
 //! ```
@@ -32,6 +33,28 @@
 //! - Paces itself to at most `--rate` keys per second on average (keys scanned plus keys
 //!   copied).
 //!
+//! The scope, in every mode (compare, `--repair`, `--prune`, `--move`, `--plan`, `--cleanup`;
+//! [`scope`]): with `--prefix P` (at most one) only the keys that start with P are looked at,
+//! the SCANs asking for `MATCH <P>*` (P glob-escaped: `*`, `?`, `[`, `]`, `\` behind a
+//! backslash) so that the shards skip the others; with `--skip-prefix P` (repeatable) the
+//! keys that start with any such P are left out after the SCAN; `--ignore-case` matches both
+//! ignoring ASCII case (a listener's `case_insensitive: true`). A key out of scope is not
+//! counted as scanned, compared, copied, moved or deleted: `--prune`'s walk of the target and
+//! the cleanup's of the source look at the keys in scope only too. `respway-xds reshard`
+//! passes the route's prefix, and the longer prefixes of the listener's other routes, so that
+//! the keys of other routes on the same cluster stay where they are.
+//!
+//! With `--keys FILE` (with a compare or `--repair [--prune]`, not with `--move`, `--cleanup`
+//! or `--limit`; [`listed`]) the source is not SCANned: the keys FILE lists are checked, one
+//! per line, hex-encoded in either case (an empty line is skipped; a line that is not hex:
+//! exit 2, naming its number; `-`: stdin). Those in scope are grouped by their source shard
+//! and compared (repaired) in pages of `--count`, each as a SCAN page is, paced by `--rate`;
+//! a listed key on neither side counts as scanned and gone from the source. With `--prune`
+//! no target shard is walked: each listed key its source owner lacks is deleted (`UNLINK`)
+//! from its target owner (`pruned N`). Copy mode's write pause checks this way only the keys
+//! written since dual write began, which the sidecars report hex-encoded. The summary and
+//! exit codes are a compare's (a repair's).
+//!
 //! With `--move` it does not compare: it is move mode's background mover ([`mover`]),
 //! which MIGRATEs every source key whose owner in the target is another Redis:
 //!
@@ -42,7 +65,7 @@
 //!
 //! - `--checkpoint FILE`: its state is written to FILE (after batches and pages, at most every
 //!   200 ms, and when a shard is done), and a run that finds FILE resumes from it ([`checkpoint`]); FILE of another
-//!   `--source`/`--target`: exit 2.
+//!   `--source`/`--target`, or of another scope: exit 2.
 //! - `--bytes-rate N`: also at most N bytes (the keys' `MEMORY USAGE`) sent per second.
 //! - `--max-key-bytes N` (default 8 MiB, 0: no bound): a larger key is not moved, it is
 //!   listed on stderr as `big "key": N bytes, not moved` (`MIGRATE` blocks the source shard
@@ -189,6 +212,23 @@ struct Args {
     /// With --cleanup: delete (UNLINK) instead of listing.
     #[arg(long, requires = "cleanup")]
     apply: bool,
+    /// Only keys that start with P (in every mode): the SCANs ask for `MATCH <P>*`; other keys
+    /// are not counted, compared, copied, moved or deleted.
+    #[arg(long, value_name = "P")]
+    prefix: Option<String>,
+    /// Leave out the keys that start with P (repeatable; in every mode): e.g. the longer
+    /// prefixes of other routes, whose keys are theirs.
+    #[arg(long, value_name = "P")]
+    skip_prefix: Vec<String>,
+    /// --prefix and --skip-prefix match ignoring ASCII case (a listener's
+    /// `case_insensitive: true`).
+    #[arg(long)]
+    ignore_case: bool,
+    /// Instead of SCANning the source, compare (or --repair) the keys listed in FILE: one per
+    /// line, hex-encoded (empty lines skipped); `-`: stdin. With --prune: each listed key its
+    /// source owner lacks is deleted from the target, and no target shard is walked.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["move_keys", "cleanup", "limit"])]
+    keys: Option<PathBuf>,
 }
 
 /// How long one read or write to a shard may make no progress.
@@ -225,6 +265,24 @@ async fn main() -> ExitCode {
             }
             return ExitCode::from(2);
         }
+    };
+    let scope = Arc::new(Scope::new(
+        args.prefix.as_deref(),
+        &args.skip_prefix,
+        args.ignore_case,
+    ));
+    if !scope.is_all() {
+        eprintln!("keys in scope: {}", scope.describe());
+    }
+    let (source, target) = (source.scoped(scope.clone()), target.scoped(scope));
+    // The listed keys are read before anything connects: a bad line is a usage error.
+    let listed = match args.keys.as_deref().map(listed::read) {
+        Some(Ok(keys)) => Some(keys),
+        Some(Err(e)) => {
+            eprintln!("respway-compare: {e}");
+            return ExitCode::from(2);
+        }
+        None => None,
     };
     let mut cmp = Compare {
         report: Report::new(args.max_mismatches, args.repair),
@@ -284,7 +342,10 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let result = cmp.run(&args, source, target).await;
+    let result = match listed {
+        Some(keys) => cmp.run_listed(&args, keys, source, target).await,
+        None => cmp.run(&args, source, target).await,
+    };
     cmp.report.finish();
     if args.prune && result.is_ok() {
         println!("pruned {}", cmp.report.pruned);
@@ -359,7 +420,8 @@ fn sending_route(config: &respway_filters::model::Config, name: &str) -> Option<
 /// `--move` (and `--plan`): from the checkpoint when there is one.
 async fn run_move(args: &Args, source: Plan, target: Plan) -> ExitCode {
     let saved = match &args.checkpoint {
-        Some(path) => match Checkpoint::load(path, &source.cluster, &target.cluster) {
+        Some(path) => match Checkpoint::load(path, &source.cluster, &target.cluster, &source.scope)
+        {
             Ok(saved) => saved,
             Err(e) => {
                 eprintln!("respway-compare: {e}");
@@ -382,7 +444,12 @@ async fn run_move(args: &Args, source: Plan, target: Plan) -> ExitCode {
             );
             cp
         }
-        None => Checkpoint::fresh(args.checkpoint.clone(), &source.cluster, &target.cluster),
+        None => Checkpoint::fresh(
+            args.checkpoint.clone(),
+            &source.cluster,
+            &target.cluster,
+            &source.scope,
+        ),
     };
     match mover::run(args, source, target, cp).await {
         Err(e) => {
@@ -405,15 +472,18 @@ mod checkpoint;
 mod cleanup;
 mod compare;
 mod diff;
+mod listed;
 mod mover;
 mod prune;
 mod repair;
 mod report;
+mod scope;
 mod side;
 
 use checkpoint::{Checkpoint, Cursor};
 use compare::Compare;
 use report::Report;
+use scope::Scope;
 use side::{Plan, Side};
 
 #[cfg(test)]

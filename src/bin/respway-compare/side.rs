@@ -2,20 +2,25 @@
 
 use super::*;
 use crate::report::show_frame;
+use crate::scope::Scope;
 
 // === Side ===
 
-/// One cluster: its picker and a connection to each shard's primary.
+/// One cluster: its picker, the keys its walks look at and a connection to each shard's
+/// primary.
 pub(super) struct Side {
     pub(super) cluster: Cluster,
     pub(super) picker: Arc<dyn ShardPicker>,
+    /// The keys [`Side::scan`] returns (`--prefix`, `--skip-prefix`).
+    pub(super) scope: Arc<Scope>,
     pub(super) conns: Vec<Conn>,
 }
 
-/// A side before it is connected: the cluster and its picker.
+/// A side before it is connected: the cluster, its picker and the scope.
 pub(super) struct Plan {
     pub(super) cluster: Cluster,
     pub(super) picker: Arc<dyn ShardPicker>,
+    pub(super) scope: Arc<Scope>,
 }
 
 impl Plan {
@@ -33,7 +38,13 @@ impl Plan {
         Ok(Plan {
             cluster: cluster.clone(),
             picker,
+            scope: Arc::default(),
         })
+    }
+
+    /// The same side, its walks limited to `scope`.
+    pub(super) fn scoped(self, scope: Arc<Scope>) -> Plan {
+        Plan { scope, ..self }
     }
 
     /// Connects to every shard primary.
@@ -58,6 +69,7 @@ impl Plan {
         Ok(Side {
             cluster: self.cluster,
             picker: self.picker,
+            scope: self.scope,
             conns,
         })
     }
@@ -70,26 +82,31 @@ impl Side {
         format!("{} ({})", s.name, s.primary().address)
     }
 
-    /// Sends each command to its shard (pipelined per shard) and returns the replies in the
-    /// order of `cmds`.
-    /// One `SCAN cursor COUNT count` page of shard `shard`: the next cursor and the keys.
+    /// One `SCAN cursor [MATCH pattern] COUNT count` page of shard `shard`: the next cursor
+    /// and the keys in scope (the pattern of `--prefix` lets the server skip most others; the
+    /// rest are left out here).
     pub(super) async fn scan(
         &mut self,
         shard: usize,
         cursor: &Bytes,
         count: &Bytes,
     ) -> Result<(Bytes, Vec<Bytes>), String> {
-        let scan = vec![
-            Bytes::from_static(b"SCAN"),
-            cursor.clone(),
-            Bytes::from_static(b"COUNT"),
-            count.clone(),
-        ];
+        let mut scan = vec![Bytes::from_static(b"SCAN"), cursor.clone()];
+        if let Some(pattern) = self.scope.pattern() {
+            scan.extend([Bytes::from_static(b"MATCH"), pattern]);
+        }
+        scan.extend([Bytes::from_static(b"COUNT"), count.clone()]);
         let reply = self.run(&[(shard, scan)]).await?;
-        crate::diff::scan_reply(reply.into_iter().next())
-            .map_err(|e| format!("SCAN on {}: {e}", self.shard_label(shard)))
+        let (next, mut keys) = crate::diff::scan_reply(reply.into_iter().next())
+            .map_err(|e| format!("SCAN on {}: {e}", self.shard_label(shard)))?;
+        if !self.scope.is_all() {
+            keys.retain(|k| self.scope.contains(k));
+        }
+        Ok((next, keys))
     }
 
+    /// Sends each command to its shard (pipelined per shard) and returns the replies in the
+    /// order of `cmds`.
     pub(super) async fn run(&mut self, cmds: &[(usize, Vec<Bytes>)]) -> Result<Vec<Frame>, String> {
         let mut out: Vec<Option<Frame>> = (0..cmds.len()).map(|_| None).collect();
         for (shard, conn) in self.conns.iter_mut().enumerate() {
