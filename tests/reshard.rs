@@ -46,15 +46,23 @@ fn clusters_yaml(old: &[SocketAddr], new: &[SocketAddr]) -> String {
     )
 }
 
-fn listener_yaml(zone: &str, port: u16) -> String {
+/// The listener's routes in most tests: everything on `old`.
+const CATCH_ALL: &str = "{ catch_all: old }";
+
+fn listener_yaml(zone: &str, port: u16, routes: &str) -> String {
     format!(
-        "targets: {{ zones: [{zone}] }}\nlisteners:\n  - name: main\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: old }}\n"
+        "targets: {{ zones: [{zone}] }}\nlisteners:\n  - name: main\n    address: 127.0.0.1:{port}\n    routes: {routes}\n"
     )
 }
 
 impl Env {
     /// `n_old` shards for `old`, `n_new` (the same first ones, then more) for `new`.
     fn start(n_old: usize, n_new: usize) -> Env {
+        Env::start_routes(n_old, n_new, CATCH_ALL)
+    }
+
+    /// [`Env::start`] with the listener's `routes` (YAML).
+    fn start_routes(n_old: usize, n_new: usize, routes: &str) -> Env {
         let shards: Vec<Proc> = (0..n_new).map(|_| redis()).collect();
         let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
         let work = std::env::temp_dir().join(format!(
@@ -68,8 +76,8 @@ impl Env {
         let ports = vec![free_port(), free_port()];
         let files = [
             ("clusters.yaml", clusters_yaml(&addrs[..n_old], &addrs)),
-            ("zone-z1.yaml", listener_yaml("z1", ports[0])),
-            ("zone-z2.yaml", listener_yaml("z2", ports[1])),
+            ("zone-z1.yaml", listener_yaml("z1", ports[0], routes)),
+            ("zone-z2.yaml", listener_yaml("z2", ports[1], routes)),
         ];
         for (name, text) in &files {
             // The operator's copies (what `reshard --file` reads) and the served ones.
@@ -501,7 +509,7 @@ fn a_sidecar_not_connected_or_nacking_stops_the_phase_before_any_key_moves() {
     env.start_sidecar(1);
     let extra = format!(
         "{}  - name: extra\n    address: 127.0.0.1:{}\n    routes: {{ catch_all: old }}\n",
-        listener_yaml("z2", env.ports[1]),
+        listener_yaml("z2", env.ports[1], CATCH_ALL),
         free_port()
     );
     std::fs::write(env.file("zone-z2.yaml"), &extra).unwrap();
@@ -583,4 +591,158 @@ fn reshard_paused_then_aborted_ends_with_every_key_back_on_the_old_cluster() {
         let lds = &n.types[respway_xds::LISTENER_TYPE_URL];
         assert!(n.generation == s.version && lds.acked == lds.sent, "{n:?}");
     }
+}
+
+/// Issue: the mover walks every key of `--from`, so moving a prefix route also moved the keys
+/// of the listener's other routes on the same cluster (here the catch-all's) to `--to`, where
+/// their route does not look: they vanished for clients. The reshard of `p:` now passes the
+/// mover `--prefix p:` (and `--skip-prefix` for the longer prefixes of other routes: `p:x:`):
+/// every `p:` key ends on its owner in `new`, every other key stays on its owner in `old`, and
+/// both sidecars read all of them. Failing before: the catch-all's keys whose owner in `new`
+/// is another shard were moved there, and the sidecars answered nil for them.
+#[test]
+fn reshard_of_a_prefix_route_moves_its_keys_only() {
+    let routes = "{ catch_all: old, prefixes: [ { prefix: \"p:\", cluster: old }, \
+                  { prefix: \"p:x:\", cluster: old } ] }";
+    let env = Env::start_routes(2, 4, routes);
+    // The route's keys, the catch-all's, and those of the longer prefix route `p:x:`.
+    let keys: Vec<String> = (0..300)
+        .map(|i| match i % 3 {
+            0 => format!("p:{i}"),
+            1 => format!("k:{i}"),
+            _ => format!("p:x:{i}"),
+        })
+        .collect();
+    let mut conns: Vec<RespConn> = env
+        .shards
+        .iter()
+        .map(|s| RespConn::connect(s.addr))
+        .collect();
+    for k in &keys {
+        let c = &mut conns[env.old.pick(k.as_bytes())];
+        assert_eq!(
+            c.call(&["SET", k, &format!("v-{k}")]),
+            Resp::Simple("OK".into())
+        );
+    }
+    let state = env.work.join("state.json");
+    let args = env.start_args(&state, &["--route", "p:", "--yes"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = env.reshard(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    let total: u64 = env.shards.iter().map(|s| dbsize(s.addr)).sum();
+    assert_eq!(total, keys.len() as u64, "none lost, none doubled");
+    let mut left = 0;
+    for k in &keys {
+        let picker = if is_route_key(k) { &env.new } else { &env.old };
+        let owner = picker.pick(k.as_bytes());
+        let there = conns[owner].get(k);
+        left += usize::from(there.is_none());
+        assert_eq!(
+            there,
+            Some(format!("v-{k}").into_bytes()),
+            "{k} on shard {owner}"
+        );
+    }
+    assert_eq!(left, 0);
+    for s in env.sidecars.iter().flatten() {
+        let mut c = RespConn::connect(s.addr);
+        for k in &keys {
+            assert_eq!(
+                c.get(k),
+                Some(format!("v-{k}").into_bytes()),
+                "{k} through {}",
+                s.addr
+            );
+        }
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("--move --rate 0 --prefix=p: --skip-prefix=p:x: --checkpoint "),
+        "the mover's scope\n{}",
+        text(&out)
+    );
+    assert!(
+        stdout.contains(
+            "scope: the mover moves only the keys starting with \"p:\", not with \"p:x:\""
+        ),
+        "{}",
+        text(&out)
+    );
+    let moved = keys.iter().filter(|k| is_route_key(k)).count();
+    assert!(
+        stdout.contains(&format!("plan: scanned {moved}, ")),
+        "the plan counts the route's keys only\n{}",
+        text(&out)
+    );
+    for z in ["zone-z1.yaml", "zone-z2.yaml"] {
+        let served = std::fs::read_to_string(env.work.join("res").join(z)).unwrap();
+        assert!(served.contains("catch_all: old"), "{z}:\n{served}");
+        assert!(!served.contains("mirrors"), "{z}:\n{served}");
+    }
+}
+
+/// The keys of route `p:` (not those of `p:x:`).
+fn is_route_key(k: &str) -> bool {
+    k.starts_with("p:") && !k.starts_with("p:x:")
+}
+
+/// A route with `remove_prefix: true` keeps its keys without the prefix on its cluster: the
+/// mover could not tell them from other routes' keys, so `reshard start` refuses it (exit 2)
+/// before anything is pushed or planned (no server is needed to find out).
+#[test]
+fn reshard_of_a_route_that_removes_its_prefix_is_refused() {
+    let work = std::env::temp_dir().join(format!("respway-reshard-strip-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let file = work.join("res.yaml");
+    std::fs::write(
+        &file,
+        "listeners:\n  - name: main\n    address: 127.0.0.1:1\n    routes:\n      catch_all: old\n      \
+         prefixes: [ { prefix: \"s:\", cluster: old, remove_prefix: true } ]\n\
+         clusters:\n  - name: old\n    shards: [ { endpoints: [ { address: 127.0.0.1:2 } ] } ]\n\
+         \x20 - name: new\n    shards: [ { endpoints: [ { address: 127.0.0.1:3 } ] } ]\n",
+    )
+    .unwrap();
+    let state = work.join("state.json");
+    let run = |extra: &[&str]| {
+        let out = Command::new(respway_xds_bin())
+            .args(["reshard", "start", "--admin", "127.0.0.1:1"])
+            .env_remove("RESPWAY_XDS_ADMIN_TOKEN_FILE")
+            .args([
+                "--listener",
+                "main",
+                "--from",
+                "old",
+                "--to",
+                "new",
+                "--yes",
+            ])
+            .arg("--file")
+            .arg(&file)
+            .arg("--state")
+            .arg(&state)
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run respway-xds reshard");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--route", "s:"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("listener \"main\" prefix \"s:\" has remove_prefix: true"),
+        "{err}"
+    );
+    // The catch-all shares `old` with it: its keys there cannot be told apart either.
+    let (code, err) = run(&[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("prefix \"s:\" has remove_prefix: true"),
+        "{err}"
+    );
+    assert!(!state.exists(), "nothing started");
+    let _ = std::fs::remove_dir_all(&work);
 }

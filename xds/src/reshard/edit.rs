@@ -88,7 +88,10 @@ pub fn has_listener(text: &str, name: &str) -> bool {
 }
 
 /// Checks that the route exists in `text`, sends to `from` and has no mirror (move mode must
-/// be a route's only mirror), and that `to` is another cluster.
+/// be a route's only mirror), and that `to` is another cluster; and that the mover can tell
+/// the route's keys from the other routes' ([`scope`]): neither the route nor another prefix
+/// route of the listener on `from` or `to` has `remove_prefix: true` (such a route keeps its
+/// keys without the prefix, so no prefix sets them apart).
 ///
 /// # Errors
 /// What is wrong, naming the route.
@@ -97,6 +100,31 @@ pub fn check_start(text: &str, r: &RouteRef, from: &str, to: &str) -> Result<(),
         return Err(format!("--from and --to are both {from:?}"));
     }
     let mut doc = parse(text)?;
+    if let Some(table) = listener_routes(&doc, &r.listener) {
+        for p in &table.prefixes {
+            let q = RouteRef {
+                listener: r.listener.clone(),
+                prefix: Some(p.prefix.clone()),
+            };
+            if !p.remove_prefix {
+                continue;
+            }
+            if r.prefix.as_deref() == Some(p.prefix.as_str()) {
+                return Err(format!(
+                    "{q} has remove_prefix: true: its keys are stored on its cluster without the \
+                     prefix, so the mover cannot tell them from the other routes' keys there; \
+                     a reshard moves a route whose keys keep their prefix (or the catch-all)"
+                ));
+            }
+            if let Some(shared) = [from, to].into_iter().find(|c| p.cluster == *c) {
+                return Err(format!(
+                    "{q} has remove_prefix: true and sends to {shared:?}: its keys are stored \
+                     there without the prefix, so the mover of {r} cannot tell them from that \
+                     route's keys and would move them too"
+                ));
+            }
+        }
+    }
     let route = route_mut(&mut doc, r)?;
     let (cluster, mirrors) = keys(r);
     let now = route.get(key(cluster)).and_then(Value::as_str);
@@ -148,6 +176,178 @@ pub fn with_route(
         }
     }
     write(&doc)
+}
+
+/// The keys of one route on its clusters, as far as the mover can tell them apart: what
+/// `respway-compare` is told with `--prefix`, `--skip-prefix` and `--ignore-case` ([`scope`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// The route's prefix; `None` for the catch-all (every key, less `skip`).
+    pub prefix: Option<String>,
+    /// The prefixes of the listener's other routes whose keys would otherwise be in scope:
+    /// for a prefix route the longer ones that start with it, for the catch-all every one.
+    pub skip: Vec<String>,
+    /// The listener matches prefixes ignoring ASCII case (`case_insensitive: true`).
+    pub ignore_case: bool,
+}
+
+impl Scope {
+    /// Whether every key of the cluster is the route's (no flag to pass).
+    pub fn is_all(&self) -> bool {
+        self.prefix.is_none() && self.skip.is_empty()
+    }
+
+    /// The flags of `respway-compare` (`--prefix=P`, `--skip-prefix=Q`..., `--ignore-case`);
+    /// none for every key. In the `=` form, so that a prefix starting with `-` is a value.
+    pub fn args(&self) -> Vec<String> {
+        let mut a: Vec<String> = self
+            .prefix
+            .iter()
+            .map(|p| format!("--prefix={p}"))
+            .collect();
+        a.extend(self.skip.iter().map(|q| format!("--skip-prefix={q}")));
+        if self.ignore_case && !self.is_all() {
+            a.push("--ignore-case".to_string());
+        }
+        a
+    }
+
+    /// `the keys starting with "p:", not with "p:x:"` (or `... with none of "p:", "q:"` for
+    /// the catch-all, `every key`), for messages.
+    pub fn describe(&self) -> String {
+        let skip: Vec<String> = self.skip.iter().map(|q| format!("{q:?}")).collect();
+        let mut s = match (&self.prefix, skip.is_empty()) {
+            (None, true) => return "every key".to_string(),
+            (Some(p), true) => format!("the keys starting with {p:?}"),
+            (Some(p), false) => {
+                format!(
+                    "the keys starting with {p:?}, not with {}",
+                    skip.join(" or ")
+                )
+            }
+            (None, false) => format!("the keys starting with none of {}", skip.join(", ")),
+        };
+        if self.ignore_case {
+            s.push_str(" (ignoring case)");
+        }
+        s
+    }
+}
+
+/// One prefix route of a listener, as [`scope`] and [`check_start`] read it.
+struct PrefixRoute {
+    prefix: String,
+    cluster: String,
+    remove_prefix: bool,
+}
+
+/// A listener's `routes` as far as the scope needs them.
+struct RouteTable {
+    case_insensitive: bool,
+    prefixes: Vec<PrefixRoute>,
+}
+
+/// The routes of listener `name` in `doc`, or `None` when the file does not define it.
+fn listener_routes(doc: &Mapping, name: &str) -> Option<RouteTable> {
+    let listener = doc
+        .get(key("listeners"))
+        .and_then(Value::as_sequence)?
+        .iter()
+        .find(|l| l.get("name").and_then(Value::as_str) == Some(name))?;
+    let routes = listener.get("routes");
+    let prefixes = routes
+        .and_then(|r| r.get("prefixes"))
+        .and_then(Value::as_sequence)
+        .map(|ps| {
+            ps.iter()
+                .filter_map(|p| {
+                    Some(PrefixRoute {
+                        prefix: p.get("prefix").and_then(Value::as_str)?.to_string(),
+                        cluster: p
+                            .get("cluster")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                        remove_prefix: p
+                            .get("remove_prefix")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(false),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(RouteTable {
+        case_insensitive: routes
+            .and_then(|r| r.get("case_insensitive"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        prefixes,
+    })
+}
+
+/// The scope of route `r` in the files `texts` (those that define its listener are read): the
+/// keys the mover may touch on the route's clusters, when other routes of the listener send to
+/// the same clusters. A key goes to the route whose prefix is its longest match, else to the
+/// catch-all: so the keys of prefix route P are those that start with P and with none of the
+/// longer prefixes that start with P; the catch-all's, those that start with no prefix of a
+/// route. (Other listeners' keys on the same clusters cannot be told apart.)
+///
+/// # Errors
+/// A file is not YAML, no file defines the listener, or the route has `remove_prefix: true`
+/// (its keys are stored without the prefix: no scope sets them apart).
+pub fn scope(texts: &[&str], r: &RouteRef) -> Result<Scope, String> {
+    let mut tables = Vec::new();
+    for text in texts {
+        if let Some(t) = listener_routes(&parse(text)?, &r.listener) {
+            tables.push(t);
+        }
+    }
+    if tables.is_empty() {
+        return Err(format!("no file defines listener {:?}", r.listener));
+    }
+    let ignore_case = tables.iter().any(|t| t.case_insensitive);
+    let starts = |key: &str, p: &str| {
+        key.len() >= p.len()
+            && if ignore_case {
+                key.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes())
+            } else {
+                key.as_bytes()[..p.len()] == *p.as_bytes()
+            }
+    };
+    let routes = tables.iter().flat_map(|t| &t.prefixes);
+    if let Some(p) = routes.clone().find(|p| {
+        r.prefix
+            .as_deref()
+            .is_some_and(|own| own == p.prefix && p.remove_prefix)
+    }) {
+        return Err(format!(
+            "{r} has remove_prefix: true: its keys are stored on {:?} without the prefix, so \
+             no scope sets them apart",
+            p.cluster
+        ));
+    }
+    // The other routes' prefixes in scope, shortest first; one that starts with another
+    // already skipped adds nothing.
+    let mut others: Vec<&str> = routes
+        .map(|p| p.prefix.as_str())
+        .filter(|q| match r.prefix.as_deref() {
+            Some(own) => q.len() > own.len() && starts(q, own),
+            None => true,
+        })
+        .collect();
+    others.sort_by_key(|q| (q.len(), *q));
+    let mut skip: Vec<String> = Vec::new();
+    for q in others {
+        if !skip.iter().any(|s| starts(q, s)) {
+            skip.push(q.to_string());
+        }
+    }
+    Ok(Scope {
+        prefix: r.prefix.clone(),
+        skip,
+        ignore_case,
+    })
 }
 
 /// A static configuration for the mover: the files' clusters `from` and `to` as they are, and
@@ -285,6 +485,123 @@ clusters:
         assert!(check_start(&moving, &catch_all(), "old", "new")
             .unwrap_err()
             .contains("has mirrors already"));
+    }
+
+    /// The keys of a route are those of its prefix less the longer prefixes of other routes
+    /// (the longest match wins); the catch-all's, those of no prefix. Redundant skips (a
+    /// prefix under one already skipped) and the same route in two files count once.
+    #[test]
+    fn the_scope_of_a_route_leaves_out_the_other_routes_keys() {
+        let text = "
+listeners:
+  - name: main
+    routes:
+      catch_all: old
+      prefixes:
+        - { prefix: 'p:', cluster: old }
+        - { prefix: 'p:x:', cluster: old }
+        - { prefix: 'p:x:y:', cluster: other }
+        - { prefix: 'p', cluster: old }
+        - { prefix: 'q:', cluster: other }
+  - name: side
+    routes: { catch_all: old, prefixes: [ { prefix: 'p:z:', cluster: old } ] }
+";
+        let route = |p: Option<&str>| RouteRef {
+            listener: "main".into(),
+            prefix: p.map(str::to_string),
+        };
+        let s = scope(&[RES, text], &route(Some("p:"))).unwrap();
+        assert_eq!(
+            s,
+            Scope {
+                prefix: Some("p:".into()),
+                skip: vec!["p:x:".into()],
+                ignore_case: false
+            }
+        );
+        assert_eq!(s.args(), ["--prefix=p:", "--skip-prefix=p:x:"]);
+        assert_eq!(
+            s.describe(),
+            "the keys starting with \"p:\", not with \"p:x:\""
+        );
+        let s = scope(&[text], &route(Some("p"))).unwrap();
+        assert_eq!(s.skip, ["p:"]);
+        let s = scope(&[text], &route(Some("p:x:y:"))).unwrap();
+        assert!(s.skip.is_empty());
+        assert_eq!(s.args(), ["--prefix=p:x:y:"]);
+        let s = scope(&[text, text], &route(None)).unwrap();
+        assert_eq!(s.prefix, None);
+        assert_eq!(s.skip, ["p", "q:"]);
+        assert_eq!(s.describe(), "the keys starting with none of \"p\", \"q:\"");
+        // Only prefix routes: the catch-all's scope is every key.
+        let all = scope(
+            &["listeners: [ { name: main, routes: { catch_all: old } } ]"],
+            &route(None),
+        )
+        .unwrap();
+        assert!(all.is_all() && all.args().is_empty());
+        assert_eq!(all.describe(), "every key");
+        // A case-insensitive listener: so are the prefixes.
+        let ci = "listeners: [ { name: main, routes: { case_insensitive: true, catch_all: old, \
+                  prefixes: [ { prefix: 'P:', cluster: old }, { prefix: 'p:X:', cluster: old } ] } } ]";
+        let s = scope(&[ci], &route(Some("P:"))).unwrap();
+        assert_eq!(
+            s.args(),
+            ["--prefix=P:", "--skip-prefix=p:X:", "--ignore-case"]
+        );
+        assert!(scope(
+            &[RES],
+            &RouteRef {
+                listener: "nope".into(),
+                prefix: None
+            }
+        )
+        .unwrap_err()
+        .contains("no file defines listener \"nope\""));
+    }
+
+    /// A route that removes its prefix cannot be scoped; nor can the keys of a route moved on a
+    /// cluster that such a route uses too.
+    #[test]
+    fn a_route_that_removes_its_prefix_is_refused() {
+        let text = "
+listeners:
+  - name: main
+    routes:
+      catch_all: old
+      prefixes:
+        - { prefix: 's:', cluster: old, remove_prefix: true }
+        - { prefix: 'p:', cluster: old }
+        - { prefix: 't:', cluster: third, remove_prefix: true }
+clusters: []
+";
+        let route = |p: Option<&str>| RouteRef {
+            listener: "main".into(),
+            prefix: p.map(str::to_string),
+        };
+        let err = check_start(text, &route(Some("s:")), "old", "new").unwrap_err();
+        assert!(
+            err.starts_with("listener \"main\" prefix \"s:\" has remove_prefix: true: its keys"),
+            "{err}"
+        );
+        assert!(scope(&[text], &route(Some("s:"))).is_err());
+        for r in [route(None), route(Some("p:"))] {
+            let err = check_start(text, &r, "old", "new").unwrap_err();
+            assert!(
+                err.starts_with(
+                    "listener \"main\" prefix \"s:\" has remove_prefix: true and sends to \"old\""
+                ),
+                "{err}"
+            );
+        }
+        // On another cluster than --from and --to, it shares no key with the move.
+        let other = text.replace("'s:', cluster: old", "'s:', cluster: third");
+        check_start(&other, &route(Some("p:")), "old", "new").unwrap();
+        let err = check_start(&other, &route(Some("p:")), "third", "new").unwrap_err();
+        assert!(
+            err.contains("has remove_prefix: true and sends to \"third\""),
+            "{err}"
+        );
     }
 
     #[test]

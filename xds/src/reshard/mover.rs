@@ -1,6 +1,9 @@
 //! The background mover as a child process: `respway-compare --move`, found next to this
 //! executable or on `PATH`. Its optional flags (`--plan`, `--checkpoint`, `--progress`,
-//! `--bytes-rate`) are passed only when its `--help` lists them.
+//! `--bytes-rate`) are passed only when its `--help` lists them. The mover walks every key of
+//! `--from`: when other routes of the listener send there too, it is told the route's scope
+//! ([`edit::scope`]: `--prefix`, `--skip-prefix`, `--ignore-case`), and a mover without those
+//! flags is not run (it would move the other routes' keys out of their reach).
 
 use std::io::{IsTerminal as _, Write as _};
 use std::os::unix::process::ExitStatusExt as _;
@@ -10,6 +13,7 @@ use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
+use super::edit;
 use super::progress::{self, Progress};
 use super::state::{self, PlanFigures, State};
 use super::Out;
@@ -31,6 +35,9 @@ pub struct Flags {
     progress: bool,
     bytes_rate: bool,
     max_key_bytes: bool,
+    prefix: bool,
+    skip_prefix: bool,
+    ignore_case: bool,
 }
 
 impl Flags {
@@ -53,12 +60,29 @@ impl Flags {
             progress: has("--progress"),
             bytes_rate: has("--bytes-rate"),
             max_key_bytes: has("--max-key-bytes"),
+            prefix: has("--prefix"),
+            skip_prefix: has("--skip-prefix"),
+            ignore_case: has("--ignore-case"),
         })
     }
 }
 
-/// The mover's arguments for the current direction of `st`.
-fn args(st: &State, path: &Path, flags: Flags) -> Vec<String> {
+/// The scope of the route `st` moves, read from its files as they were when the reshard
+/// started (both directions move the same keys).
+///
+/// # Errors
+/// A file cannot be read as YAML or does not scope the route ([`edit::scope`]).
+fn scope(st: &State) -> Result<edit::Scope, String> {
+    let texts: Vec<&str> = st.files.iter().map(|f| f.original.as_str()).collect();
+    edit::scope(&texts, &st.route_ref())
+}
+
+/// The mover's arguments for the current direction of `st`: `--plan` instead of
+/// `--checkpoint` when `plan` (the plan moves nothing and must not start a checkpoint).
+///
+/// # Errors
+/// The route has a scope ([`scope`]) and this mover cannot be told it.
+fn args(st: &State, path: &Path, flags: Flags, plan: bool) -> Result<Vec<String>, String> {
     let (from, to) = st.direction();
     let mut a = vec![
         "--config".to_string(),
@@ -78,20 +102,42 @@ fn args(st: &State, path: &Path, flags: Flags) -> Vec<String> {
     if let (Some(b), true) = (st.max_key_bytes, flags.max_key_bytes) {
         a.extend(["--max-key-bytes".to_string(), b.to_string()]);
     }
-    if flags.checkpoint {
+    let scope = scope(st)?;
+    for (flag, needed, has) in [
+        ("--prefix", scope.prefix.is_some(), flags.prefix),
+        ("--skip-prefix", !scope.skip.is_empty(), flags.skip_prefix),
+        (
+            "--ignore-case",
+            scope.ignore_case && !scope.is_all(),
+            flags.ignore_case,
+        ),
+    ] {
+        if needed && !has {
+            return Err(format!(
+                "the mover has no {flag}: it would move every key of {from:?}, the keys of the \
+                 other routes of listener {:?} too, where those routes do not read them; \
+                 install the respway-compare of this respway-xds",
+                st.listener
+            ));
+        }
+    }
+    a.extend(scope.args());
+    if plan {
+        a.push("--plan".to_string());
+    } else if flags.checkpoint {
         a.extend([
             "--checkpoint".to_string(),
             state::checkpoint(path, st.aborting).display().to_string(),
         ]);
     }
-    a
+    Ok(a)
 }
 
 /// Runs the mover with `--plan`, printing its table; its figures, or `None` when this mover
 /// has no `--plan`.
 ///
 /// # Errors
-/// The mover failed.
+/// The mover failed, or cannot be told the route's scope.
 pub async fn plan(
     program: &Path,
     flags: Flags,
@@ -99,17 +145,19 @@ pub async fn plan(
     path: &Path,
     out: &mut Out,
 ) -> Result<Option<PlanFigures>, String> {
+    // Before anything is pushed: a mover that cannot be told the route's scope never runs.
+    let a = args(st, path, flags, true)?;
+    let scope = scope(st)?;
+    if !scope.is_all() {
+        out.say(&format!(
+            "scope: the mover moves only {} (the other routes' keys stay where they are)",
+            scope.describe()
+        ));
+    }
     if !flags.plan {
         out.say("plan: this respway-compare has no --plan; no figures before the move");
         return Ok(None);
     }
-    let mut a = args(st, path, flags);
-    a.retain(|x| x != "--move");
-    // The plan moves nothing and must not start a checkpoint.
-    if let Some(i) = a.iter().position(|x| x == "--checkpoint") {
-        a.drain(i..i + 2);
-    }
-    a.extend(["--move".to_string(), "--plan".to_string()]);
     let output = Command::new(program)
         .args(&a)
         .stdin(Stdio::null())
@@ -156,7 +204,7 @@ pub async fn run(
     path: &Path,
     out: &mut Out,
 ) -> Result<Ended, String> {
-    let mut a = args(st, path, flags);
+    let mut a = args(st, path, flags, false)?;
     if flags.progress {
         a.push("--progress".to_string());
     }

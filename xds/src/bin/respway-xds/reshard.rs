@@ -29,7 +29,10 @@ pub(crate) enum Reshard {
         /// The route's listener.
         #[arg(long)]
         listener: String,
-        /// The route's prefix (default: the catch-all route).
+        /// The route's prefix (default: the catch-all route). The mover moves the route's keys
+        /// only: those of its prefix but of no longer prefix of another route (the catch-all:
+        /// of no prefix route). Refused for a route with `remove_prefix: true`, and while such
+        /// a route uses --from or --to.
         #[arg(long)]
         route: Option<String>,
         /// The cluster the keys leave.
