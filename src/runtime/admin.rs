@@ -18,6 +18,16 @@
 //!   ([`respway_xds::config_dump`]: the schema's keys and units, `# version: N` first, secrets
 //!   shown as `<redacted>`); `?include_defaults` shows the settings at their default too,
 //!   `?format=json` gives the same tree as JSON (`{"version": N, "config": ..., "notes": [...]}`).
+//! - `GET /mirror`: per cluster receiving mirrored copies, the copies' counters summed over
+//!   listeners, workers and configurations (as `INFO mirror`), and when `dual_write` policies
+//!   send it write copies, its record of the keys they touched
+//!   ([`respway_filters::write_record`]): `cluster NAME mirrored=N applied=N failed=N
+//!   dropped=N`, then ` record=ID keys=N overflowed=0|1 incomplete=0|1 cursor=CURSOR` (see
+//!   `mirror::counts`).
+//! - `GET /mirror/keys?cluster=NAME[&since=CURSOR]`: the keys of that record written past
+//!   `since` (all without it), hex-encoded one per line after a `record ID cursor CURSOR
+//!   overflowed 0|1 incomplete 0|1` line; 404 without a record, 409 when `since` is of a
+//!   replaced record, 400 for a malformed cursor (see `mirror::keys`).
 //! - `GET /healthz`: 200 while the process serves.
 //! - `POST /logging?level=LEVEL`: changes the log filter (`debug`, `info,respway=trace`, ...)
 //!   when the process gave a way to ([`Hooks`]).
@@ -56,6 +66,7 @@ use crate::stats::AcceptSocket;
 use crate::stats::{ChangeCounts, Registry};
 
 mod exposition;
+mod mirror;
 
 pub use crate::stats::{family_docs, FamilyDoc};
 
@@ -350,6 +361,11 @@ async fn handle(
             ),
         },
         (&Method::GET, "/clusters") => text(StatusCode::OK, plain, clusters(&state)),
+        (&Method::GET, "/mirror") => text(StatusCode::OK, plain, mirror::counts(&state)),
+        (&Method::GET, "/mirror/keys") => {
+            let (status, body) = mirror::keys(&state, req.uri().query().unwrap_or(""));
+            text(status, plain, body)
+        }
         (&Method::GET, "/config_dump") => {
             let (mut json, mut defaults, mut unknown) = (false, false, Vec::new());
             for param in req.uri().query().unwrap_or("").split('&') {
@@ -460,7 +476,8 @@ async fn handle(
             StatusCode::NOT_FOUND,
             plain,
             "not found; try GET /metrics, /stats, /ready, /hotkeys, /nearcache/hot, /slowlog, /clusters, \
-             /config_dump, /healthz or POST /logging?level=LEVEL, /drain\n"
+             /config_dump, /mirror, /mirror/keys?cluster=NAME, /healthz or POST \
+             /logging?level=LEVEL, /drain\n"
                 .into(),
         ),
     })
