@@ -300,3 +300,116 @@ fn new_first_copies_are_recorded_for_the_routes_cluster() {
 fn admin_addr(a: &respway::admin::Admin) -> SocketAddr {
     a.local_addr()
 }
+
+/// A sidecar fed by `respway-xds serve`, with no static resources and `--admin 127.0.0.1:0`:
+/// the address its admin endpoint bound (the port resolved) reaches the management server in
+/// `node.metadata` and shows as the node's `admin` in `GET /status`, raw and through the CLI
+/// client's parser; `--admin-advertise` names another address instead.
+#[test]
+fn the_sidecars_admin_address_shows_in_the_xds_status() {
+    let shard = redis();
+    let work = std::env::temp_dir().join(format!(
+        "respway-mirror-record-{}-{}",
+        std::process::id(),
+        shard.addr.port()
+    ));
+    let res = work.join("res");
+    std::fs::create_dir_all(&res).unwrap();
+    let ports = [free_port(), free_port()];
+    for (i, port) in ports.iter().enumerate() {
+        std::fs::write(
+            res.join(format!("zone-z{i}.yaml")),
+            format!(
+                "targets: {{ zones: [z{i}] }}\nlisteners:\n  - name: main\n    address: 127.0.0.1:{port}\n    routes: {{ catch_all: c }}\n"
+            ),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        res.join("clusters.yaml"),
+        format!(
+            "clusters:\n  - name: c\n    shards:\n      - endpoints: [ {{ address: \"{}\" }} ]\n",
+            shard.addr
+        ),
+    )
+    .unwrap();
+    let (grpc, xds_admin) = (free_port(), loopback(free_port()));
+    let _xds = Spawn::new(respway_xds_bin())
+        .args(["serve", "--resources", res.to_str().unwrap()])
+        .args(["--listen", &format!("127.0.0.1:{grpc}")])
+        .args(["--admin", &xds_admin.to_string(), "--poll-ms", "50"])
+        .on_port(grpc)
+        .start();
+    wait_port(xds_admin, "respway-xds admin");
+    let advertised = "10.1.2.3:9901";
+    let sidecars: Vec<Proc> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let boot = work.join(format!("bootstrap-{i}.yaml"));
+            std::fs::write(
+                &boot,
+                format!(
+                    "node: {{ id: sidecar-{i}, zone: z{i} }}\nxds: {{ server: \"http://127.0.0.1:{grpc}\" }}\n"
+                ),
+            )
+            .unwrap();
+            let mut args = vec![
+                "--bootstrap".to_string(),
+                boot.display().to_string(),
+                "--workers".into(),
+                "1".into(),
+                "--admin".into(),
+                "127.0.0.1:0".into(),
+            ];
+            if i == 1 {
+                args.extend(["--admin-advertise".into(), advertised.into()]);
+            }
+            Spawn::new(env!("CARGO_BIN_EXE_respway"))
+                .args(args)
+                .env("RUST_LOG", "warn")
+                .on_port(*port)
+                .start()
+        })
+        .collect();
+    let admin_of = |json: &serde_json::Value, id: &str| -> Option<String> {
+        json["nodes"]
+            .as_array()?
+            .iter()
+            .find(|n| n["id"] == id)?
+            .get("admin")?
+            .as_str()
+            .map(str::to_string)
+    };
+    let mut json = serde_json::Value::Null;
+    wait_for("both sidecars to show in /status", || {
+        let (status, body) = http_get(xds_admin, "/status");
+        assert_eq!(status, 200, "{body}");
+        json = serde_json::from_str(&body).expect("JSON");
+        admin_of(&json, "sidecar-0").is_some() && admin_of(&json, "sidecar-1").is_some()
+    });
+    // The bound address: the port resolved, and the sidecar's admin endpoint answers there.
+    let bound: SocketAddr = admin_of(&json, "sidecar-0")
+        .unwrap()
+        .parse()
+        .expect("IP:port");
+    assert!(bound.ip().is_loopback() && bound.port() != 0, "{bound}");
+    assert_eq!(http_get(bound, "/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(admin_of(&json, "sidecar-1").as_deref(), Some(advertised));
+    // The CLI client's parser reads it too.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let status = rt
+        .block_on(respway_xds::admin::fetch_status(
+            &xds_admin.to_string(),
+            &Default::default(),
+        ))
+        .expect("GET /status");
+    let node = |id: &str| status.nodes.iter().find(|n| n.id == id).expect("node");
+    assert_eq!(node("sidecar-0").admin, Some(bound.to_string()));
+    assert_eq!(node("sidecar-1").admin.as_deref(), Some(advertised));
+    drop(sidecars);
+    let _ = std::fs::remove_dir_all(&work);
+}

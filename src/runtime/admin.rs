@@ -194,6 +194,24 @@ pub fn start_with(
     server: &crate::runtime::Server,
     hooks: Hooks,
 ) -> io::Result<Admin> {
+    bind(addr, allow_non_loopback)?.serve(server, hooks)
+}
+
+/// The admin endpoint's socket, bound (its address known, port 0 resolved) and not served
+/// yet: the sidecar binds it before it starts, so that it can name the address to the xDS
+/// server (`node.metadata`) before there is a server to serve. Connections wait in the
+/// socket's backlog until [`AdminSocket::serve`].
+#[derive(Debug)]
+pub struct AdminSocket {
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+}
+
+/// Binds the admin endpoint's address, as [`start`] does, without serving it yet.
+///
+/// # Errors
+/// As [`start`].
+pub fn bind(addr: SocketAddr, allow_non_loopback: bool) -> io::Result<AdminSocket> {
     if !addr.ip().is_loopback() && !allow_non_loopback {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -203,29 +221,46 @@ pub fn start_with(
             ),
         ));
     }
-    let std_listener = std::net::TcpListener::bind(addr)
+    let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| io::Error::new(e.kind(), format!("admin address {addr}: {e}")))?;
-    std_listener.set_nonblocking(true)?;
-    let bound = std_listener.local_addr()?;
-    let state = State {
-        registry: server.registry().clone(),
-        config: server.config_handle(),
-        workers: server.workers(),
-        hooks,
-    };
-    let (stop, stop_rx) = watch::channel(false);
-    let thread = crate::lifecycle::side_thread("respway-admin", move || async move {
-        match TcpListener::from_std(std_listener) {
-            Ok(l) => serve(l, state, stop_rx).await,
-            Err(e) => tracing::error!(error = %e, "admin listener"),
-        }
-    })?;
-    tracing::info!(address = %bound, "admin endpoint listening");
-    Ok(Admin {
-        addr: bound,
-        stop: Some(stop),
-        thread: Some(thread),
-    })
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    Ok(AdminSocket { listener, addr })
+}
+
+impl AdminSocket {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves the admin endpoint of `server` on this socket, with what `POST /logging` and
+    /// `POST /drain` do.
+    ///
+    /// # Errors
+    /// The admin thread cannot be started.
+    pub fn serve(self, server: &crate::runtime::Server, hooks: Hooks) -> io::Result<Admin> {
+        let (std_listener, bound) = (self.listener, self.addr);
+        let state = State {
+            registry: server.registry().clone(),
+            config: server.config_handle(),
+            workers: server.workers(),
+            hooks,
+        };
+        let (stop, stop_rx) = watch::channel(false);
+        let thread = crate::lifecycle::side_thread("respway-admin", move || async move {
+            match TcpListener::from_std(std_listener) {
+                Ok(l) => serve(l, state, stop_rx).await,
+                Err(e) => tracing::error!(error = %e, "admin listener"),
+            }
+        })?;
+        tracing::info!(address = %bound, "admin endpoint listening");
+        Ok(Admin {
+            addr: bound,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
 }
 
 /// Admin connections open at once; past this, the oldest is closed to make room for the new
