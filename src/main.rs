@@ -154,6 +154,11 @@ struct Args {
     /// Let --admin bind a non-loopback address (the admin endpoint has no authentication).
     #[arg(long)]
     admin_allow_non_loopback: bool,
+    /// The admin endpoint's address as others reach it, sent to the xDS management server in
+    /// `node.metadata` (`respway_admin`) instead of the bound one (which is useless to them
+    /// when --admin binds 0.0.0.0).
+    #[arg(long, value_name = "IP:PORT", requires = "admin")]
+    admin_advertise: Option<std::net::SocketAddr>,
     /// Hot-key detection takes one key in this many (0 turns it off); see /hotkeys.
     #[arg(long, default_value_t = respway::hotkeys::DEFAULT_SAMPLE)]
     hot_key_sample: u64,
@@ -320,9 +325,30 @@ async fn run(
     // the server's config handle once the server runs. Without static resources the first
     // configuration it receives starts the server.
     let config_events = Arc::new(respway::admin::ConfigEvents::default());
+    // The admin endpoint is bound first (served once the server runs), so that the xDS client
+    // names its real address (port 0 resolved) to the management server from its first stream.
+    let admin_socket = match args.admin {
+        Some(addr) => match respway::admin::bind(addr, args.admin_allow_non_loopback) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("respway: --admin: {e}");
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
+    let advertised = admin_socket
+        .as_ref()
+        .map(|s| args.admin_advertise.unwrap_or(s.local_addr()));
+    if let Some(a) = advertised.filter(|a| a.ip().is_unspecified()) {
+        tracing::warn!(admin = %a, "the admin endpoint is named to the xDS server by an unspecified address; pass --admin-advertise IP:PORT");
+    }
     let xds_cfg = match bootstrap.as_ref() {
         Some(b) => match respway::xds::client_config(b, zone.clone()) {
-            Ok(c) => c,
+            Ok(c) => c.map(|mut c| {
+                c.admin = advertised.map(|a| a.to_string());
+                c
+            }),
             Err(e) => {
                 eprintln!("respway: {e}");
                 return ExitCode::from(2);
@@ -373,17 +399,15 @@ async fn run(
             Arc::new(move || n.notify_one())
         }),
     };
-    let _admin = match args.admin {
-        Some(addr) => {
-            match respway::admin::start_with(addr, args.admin_allow_non_loopback, &server, hooks) {
-                Ok(a) => Some(a),
-                Err(e) => {
-                    eprintln!("respway: --admin: {e}");
-                    server.shutdown();
-                    return ExitCode::from(1);
-                }
+    let _admin = match admin_socket {
+        Some(socket) => match socket.serve(&server, hooks) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                eprintln!("respway: --admin: {e}");
+                server.shutdown();
+                return ExitCode::from(1);
             }
-        }
+        },
         None => None,
     };
     // Static resources are served first; xDS updates (if configured) follow. (The client

@@ -35,6 +35,8 @@
 //! - [`mirror`]: request mirroring and the online-migration modes of a route;
 //! - [`mirror_stats`]: the counters mirroring and move mode record;
 //! - [`moving`]: move mode, keys moved to their new owner (`MIGRATE`) before a command;
+//! - [`write_record`]: the keys dual-write copies touched, per receiving cluster (what a
+//!   copy-mode migration re-checks);
 //! - [`hot_key`]: keys under a hot prefix written to every shard, read from one;
 //! - [`multi_key`]: MGET/MSET/DEL/... split into one sub-command per shard and merged;
 //! - [`hash_layer`]: picks the shard with the cluster's picker;
@@ -61,4 +63,5 @@ pub mod request;
 pub mod resp;
 pub mod routing;
 pub mod sort_patterns;
+pub mod write_record;
 pub mod zone;

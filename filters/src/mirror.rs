@@ -39,6 +39,12 @@
 //! [`CommandClass::Unsupported`]) are neither mirrored nor refused; every data command is,
 //! with or without keys.
 //!
+//! Where a write copy is made (queued, or dropped because the queue is full), its keys are
+//! recorded in this worker's part of the receiving cluster's
+//! [`WriteRecord`](crate::write_record::WriteRecord) ([`MirrorLayer::with_records`]), so that
+//! a copy-mode migration can re-check only the keys written since dual write began. Copied
+//! reads are not recorded; a route with no `dual_write` policy never gets there.
+//!
 //! # Invariants
 //!
 //! Mirrored sends never change the reply the client sees, never reorder it and never slow it
@@ -69,6 +75,7 @@ use crate::moving::{Held, MoveFuture, Moved, Moving};
 use crate::place::Refusal;
 use crate::request::{Reply, Request};
 use crate::routing::Routing;
+use crate::write_record::RecordParts;
 
 pub use crate::place::READ_ONLY;
 
@@ -89,6 +96,7 @@ pub struct MirrorLayer {
     sink: Arc<dyn MirrorSink>,
     stats: Arc<MirrorStats>,
     moved: Arc<Moved>,
+    records: RecordParts,
 }
 
 impl MirrorLayer {
@@ -107,20 +115,31 @@ impl MirrorLayer {
             sink,
             stats,
             moved,
+            records: RecordParts::default(),
         }
+    }
+
+    /// Records the keys of every write copy in `records`: per cluster (indexed like
+    /// `routing.clusters`), the worker's part of the record of the copies that cluster
+    /// receives (`None`: no record; without this, nothing is recorded).
+    pub fn with_records(mut self, records: RecordParts) -> Self {
+        self.records = records;
+        self
     }
 }
 
 impl<S> Layer<S> for MirrorLayer {
     type Service = Mirror<S>;
     fn layer(&self, inner: S) -> Mirror<S> {
-        Mirror::new(
+        let mut m = Mirror::new(
             inner,
             self.routing.clone(),
             self.sink.clone(),
             self.stats.clone(),
             self.moved.clone(),
-        )
+        );
+        m.records = self.records.clone();
+        m
     }
 }
 
@@ -137,6 +156,8 @@ pub struct Mirror<S> {
     held: Held,
     /// The worker's memory of keys seen moved.
     moved: Arc<Moved>,
+    /// Per receiving cluster, the worker's part of its record of write copies.
+    records: RecordParts,
 }
 
 // === impl Mirror ===
@@ -158,6 +179,7 @@ impl<S> Mirror<S> {
             rng: None,
             held: Held::default(),
             moved,
+            records: RecordParts::default(),
         }
     }
 
@@ -251,6 +273,12 @@ impl<S> Mirror<S> {
             if m.shares_primaries && self.same_redis(req, answering, to) {
                 // The write itself reaches this Redis: a copy would run it twice.
                 continue;
+            }
+            if !read {
+                // A write copy, queued or dropped below: its keys differ on `to` until it runs.
+                if let Some(Some(part)) = self.records.get(to) {
+                    part.record(req);
+                }
             }
             let mut copy = req.clone();
             copy.cluster = to;

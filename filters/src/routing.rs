@@ -434,6 +434,40 @@ impl Routing {
         matches!((at(a, sa), at(b, sb)), (Some(x), Some(y)) if x == y)
     }
 
+    /// The clusters this listener's `dual_write` policies send write copies to, each once, in
+    /// route order: an old-first policy's mirror cluster, a new-first policy's route cluster
+    /// (the first `target_is_primary` policy of a route; a further one acts as old-first), as
+    /// [`crate::mirror`] applies them. A route whose policies include `read_only`, `move` or
+    /// `prepare_move` copies no write (they are refused, or moved instead). Each such cluster
+    /// has a [`crate::write_record::WriteRecord`].
+    pub fn write_copy_targets(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for r in self.catch_all.iter().chain(&self.prefixes) {
+            let copies_no_write = r.mirrors.iter().any(|m| {
+                matches!(
+                    m.mode,
+                    MirrorMode::ReadOnly | MirrorMode::Move | MirrorMode::PrepareMove
+                )
+            });
+            if copies_no_write {
+                continue;
+            }
+            let mut retargeted = false;
+            for m in &r.mirrors {
+                let MirrorMode::DualWrite { target_is_primary } = m.mode else {
+                    continue;
+                };
+                let new_first = target_is_primary && !retargeted;
+                retargeted |= new_first;
+                let to = if new_first { r.cluster } else { m.cluster };
+                if !out.contains(&to) {
+                    out.push(to);
+                }
+            }
+        }
+        out
+    }
+
     /// True when some route has a mirror policy that is not `Forward`.
     pub fn has_mirrors(&self) -> bool {
         self.prefixes

@@ -15,6 +15,7 @@ use respway_filters::model::{
 };
 use respway_filters::request::{error_reply, Reply, Request};
 use respway_filters::routing::Routing;
+use respway_filters::write_record::{Cursor, WriteRecord};
 
 // === fixtures ===
 
@@ -501,4 +502,127 @@ fn a_hot_key_written_with_other_keys_on_the_primary_side_is_not_copied() {
     send(&mut svc, request(&routing, &["SET", "HIGH_FREQ_a", "1"]));
     assert_eq!(inner.seen().len(), 1);
     assert_eq!(sink.got().len(), 1);
+}
+
+// === the record of write copies ===
+
+/// [`setup`], with a record (one worker) for every cluster that receives write copies.
+fn setup_recorded(capacity: usize) -> (Setup, Vec<Option<Arc<WriteRecord>>>) {
+    let mut t = setup(capacity);
+    let targets = t.routing.write_copy_targets();
+    let records: Vec<Option<Arc<WriteRecord>>> = (0..t.routing.clusters.len())
+        .map(|c| targets.contains(&c).then(|| Arc::new(WriteRecord::new(1))))
+        .collect();
+    let parts: Vec<_> = records
+        .iter()
+        .map(|r| r.as_ref().and_then(|r| r.part(0)))
+        .collect();
+    t.svc = MirrorLayer::new(
+        t.routing.clone(),
+        t.sink.clone(),
+        t.stats.clone(),
+        Arc::default(),
+    )
+    .with_records(parts.into())
+    .layer(t.inner.clone());
+    (t, records)
+}
+
+/// The keys a record holds, sorted.
+fn recorded(r: &WriteRecord) -> Vec<String> {
+    let mut keys: Vec<String> = r
+        .keys_since(None)
+        .expect("read")
+        .keys
+        .iter()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Old-first copies go to `new` and new-first ones to `old`: both clusters get a record, and
+/// each copy's keys land in its receiving cluster's.
+#[test]
+fn write_copies_are_recorded_by_receiving_cluster() {
+    let (mut t, records) = setup_recorded(100);
+    let mut targets = t.routing.write_copy_targets();
+    targets.sort();
+    assert_eq!(targets, [OLD, NEW]);
+    t.send(&["SET", "dw:a", "1"]);
+    t.send(&["MSET", "dw:b", "1", "dw:c", "2"]);
+    t.send(&["SET", "np:d", "1"]);
+    t.send(&["SET", "dw:a", "2"]);
+    let (old, new) = (
+        records[OLD].as_ref().unwrap(),
+        records[NEW].as_ref().unwrap(),
+    );
+    assert_eq!(recorded(new), ["dw:a", "dw:b", "dw:c"]);
+    assert_eq!(recorded(old), ["np:d"]);
+    // Three writes copied to `new`: its cursor is at 3, and `dw:a` (the last) is past 2.
+    let view = new.view();
+    assert_eq!(view.cursor.seqs, [3]);
+    assert_eq!(view.keys, 3);
+    let at_2 = Cursor {
+        id: new.id(),
+        seqs: vec![2],
+    };
+    let since = new.keys_since(Some(&at_2)).expect("read").keys;
+    assert_eq!(since, [Box::from(&b"dw:a"[..])]);
+}
+
+/// Copied reads, sampled-out writes, routes without a dual write and read-only routes record
+/// nothing; a copy dropped by a full queue is recorded (its key differs on `new`); a write
+/// copy without keys marks the record incomplete.
+#[test]
+fn only_write_copies_are_recorded_and_dropped_ones_too() {
+    // Room for the copied read and one write copy.
+    let (mut t, records) = setup_recorded(2);
+    let new = records[NEW].as_ref().unwrap();
+    t.send(&["GET", "dwr:r"]);
+    t.send(&["SET", "zero:z", "1"]);
+    t.send(&["SET", "plain", "1"]);
+    t.send(&["SET", "fw:f", "1"]);
+    t.send(&["GET", "ro:x"]);
+    t.send(&["SET", "ro:x", "1"]);
+    assert!(recorded(new).is_empty());
+    assert_eq!(new.view().cursor.seqs, [0]);
+    // The queue has room for one more copy: the second is dropped, and still recorded.
+    t.send(&["SET", "dw:queued", "1"]);
+    t.send(&["SET", "dw:dropped", "1"]);
+    assert_eq!(t.stats.snapshot()[NEW].dropped, 1);
+    assert_eq!(recorded(new), ["dw:dropped", "dw:queued"]);
+    assert!(!new.view().incomplete);
+    let mut script = request(&t.routing, &["EVAL", "return 1", "0"]);
+    script.route = t.routing.route(b"dw:").unwrap().route;
+    t.send_req(script);
+    let view = new.view();
+    assert!(view.incomplete, "a keyless write copy cannot be listed");
+    assert!(!view.overflowed);
+}
+
+/// A route with `read_only` or `move` copies no write, so its mirror cluster gets no record.
+#[test]
+fn read_only_and_move_routes_receive_no_record() {
+    for mode in [
+        MirrorMode::ReadOnly,
+        MirrorMode::Move,
+        MirrorMode::PrepareMove,
+        MirrorMode::Forward,
+    ] {
+        let routes = RouteTable {
+            catch_all: Some("old".to_string()),
+            catch_all_mirrors: vec![policy(mode, true, 1_000_000)],
+            ..Default::default()
+        };
+        let routing = routing_of(
+            routes,
+            vec![
+                cluster("old", HashPolicy::Crc16Slots, 1, 7000),
+                cluster("new", HashPolicy::Crc16Slots, 1, 7100),
+            ],
+            None,
+        );
+        assert!(routing.write_copy_targets().is_empty(), "{mode:?}");
+    }
 }

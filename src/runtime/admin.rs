@@ -18,6 +18,16 @@
 //!   ([`respway_xds::config_dump`]: the schema's keys and units, `# version: N` first, secrets
 //!   shown as `<redacted>`); `?include_defaults` shows the settings at their default too,
 //!   `?format=json` gives the same tree as JSON (`{"version": N, "config": ..., "notes": [...]}`).
+//! - `GET /mirror`: per cluster receiving mirrored copies, the copies' counters summed over
+//!   listeners, workers and configurations (as `INFO mirror`), and when `dual_write` policies
+//!   send it write copies, its record of the keys they touched
+//!   ([`respway_filters::write_record`]): `cluster NAME mirrored=N applied=N failed=N
+//!   dropped=N`, then ` record=ID keys=N overflowed=0|1 incomplete=0|1 cursor=CURSOR` (see
+//!   `mirror::counts`).
+//! - `GET /mirror/keys?cluster=NAME[&since=CURSOR]`: the keys of that record written past
+//!   `since` (all without it), hex-encoded one per line after a `record ID cursor CURSOR
+//!   overflowed 0|1 incomplete 0|1` line; 404 without a record, 409 when `since` is of a
+//!   replaced record, 400 for a malformed cursor (see `mirror::keys`).
 //! - `GET /healthz`: 200 while the process serves.
 //! - `POST /logging?level=LEVEL`: changes the log filter (`debug`, `info,respway=trace`, ...)
 //!   when the process gave a way to ([`Hooks`]).
@@ -56,6 +66,7 @@ use crate::stats::AcceptSocket;
 use crate::stats::{ChangeCounts, Registry};
 
 mod exposition;
+mod mirror;
 
 pub use crate::stats::{family_docs, FamilyDoc};
 
@@ -183,6 +194,24 @@ pub fn start_with(
     server: &crate::runtime::Server,
     hooks: Hooks,
 ) -> io::Result<Admin> {
+    bind(addr, allow_non_loopback)?.serve(server, hooks)
+}
+
+/// The admin endpoint's socket, bound (its address known, port 0 resolved) and not served
+/// yet: the sidecar binds it before it starts, so that it can name the address to the xDS
+/// server (`node.metadata`) before there is a server to serve. Connections wait in the
+/// socket's backlog until [`AdminSocket::serve`].
+#[derive(Debug)]
+pub struct AdminSocket {
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+}
+
+/// Binds the admin endpoint's address, as [`start`] does, without serving it yet.
+///
+/// # Errors
+/// As [`start`].
+pub fn bind(addr: SocketAddr, allow_non_loopback: bool) -> io::Result<AdminSocket> {
     if !addr.ip().is_loopback() && !allow_non_loopback {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -192,29 +221,46 @@ pub fn start_with(
             ),
         ));
     }
-    let std_listener = std::net::TcpListener::bind(addr)
+    let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| io::Error::new(e.kind(), format!("admin address {addr}: {e}")))?;
-    std_listener.set_nonblocking(true)?;
-    let bound = std_listener.local_addr()?;
-    let state = State {
-        registry: server.registry().clone(),
-        config: server.config_handle(),
-        workers: server.workers(),
-        hooks,
-    };
-    let (stop, stop_rx) = watch::channel(false);
-    let thread = crate::lifecycle::side_thread("respway-admin", move || async move {
-        match TcpListener::from_std(std_listener) {
-            Ok(l) => serve(l, state, stop_rx).await,
-            Err(e) => tracing::error!(error = %e, "admin listener"),
-        }
-    })?;
-    tracing::info!(address = %bound, "admin endpoint listening");
-    Ok(Admin {
-        addr: bound,
-        stop: Some(stop),
-        thread: Some(thread),
-    })
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    Ok(AdminSocket { listener, addr })
+}
+
+impl AdminSocket {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves the admin endpoint of `server` on this socket, with what `POST /logging` and
+    /// `POST /drain` do.
+    ///
+    /// # Errors
+    /// The admin thread cannot be started.
+    pub fn serve(self, server: &crate::runtime::Server, hooks: Hooks) -> io::Result<Admin> {
+        let (std_listener, bound) = (self.listener, self.addr);
+        let state = State {
+            registry: server.registry().clone(),
+            config: server.config_handle(),
+            workers: server.workers(),
+            hooks,
+        };
+        let (stop, stop_rx) = watch::channel(false);
+        let thread = crate::lifecycle::side_thread("respway-admin", move || async move {
+            match TcpListener::from_std(std_listener) {
+                Ok(l) => serve(l, state, stop_rx).await,
+                Err(e) => tracing::error!(error = %e, "admin listener"),
+            }
+        })?;
+        tracing::info!(address = %bound, "admin endpoint listening");
+        Ok(Admin {
+            addr: bound,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
 }
 
 /// Admin connections open at once; past this, the oldest is closed to make room for the new
@@ -350,6 +396,11 @@ async fn handle(
             ),
         },
         (&Method::GET, "/clusters") => text(StatusCode::OK, plain, clusters(&state)),
+        (&Method::GET, "/mirror") => text(StatusCode::OK, plain, mirror::counts(&state)),
+        (&Method::GET, "/mirror/keys") => {
+            let (status, body) = mirror::keys(&state, req.uri().query().unwrap_or(""));
+            text(status, plain, body)
+        }
         (&Method::GET, "/config_dump") => {
             let (mut json, mut defaults, mut unknown) = (false, false, Vec::new());
             for param in req.uri().query().unwrap_or("").split('&') {
@@ -460,7 +511,8 @@ async fn handle(
             StatusCode::NOT_FOUND,
             plain,
             "not found; try GET /metrics, /stats, /ready, /hotkeys, /nearcache/hot, /slowlog, /clusters, \
-             /config_dump, /healthz or POST /logging?level=LEVEL, /drain\n"
+             /config_dump, /mirror, /mirror/keys?cluster=NAME, /healthz or POST \
+             /logging?level=LEVEL, /drain\n"
                 .into(),
         ),
     })

@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use respway_filters::model::Config;
 use respway_filters::routing::Routing;
+use respway_filters::write_record::WriteRecord;
 use tokio::sync::watch;
 
 use crate::runtime::worker::{Stop, Worker};
@@ -73,6 +74,11 @@ pub(crate) struct Snapshot {
     pub(crate) acls: Vec<Option<Arc<crate::stack::acl::Acl>>>,
     /// Loaded TLS configurations per listener and cluster.
     pub(crate) certs: crate::net::tls::Certs,
+    /// Per cluster (indexed like `config.clusters`), the record of the keys the write copies
+    /// it receives touched (`None`: no `dual_write` policy sends it write copies). The same
+    /// record is carried from snapshot to snapshot while some policy keeps sending it copies
+    /// ([`write_records`]); each worker's parts hold its part.
+    pub(crate) records: Arc<Vec<Option<Arc<WriteRecord>>>>,
 }
 
 /// What every worker shares: the current snapshot and a way to hear of the next one.
@@ -94,6 +100,8 @@ pub(crate) struct Shared {
     pub(crate) checks: crate::discovery::health::Checks,
     /// The copy passes of hot-key rules, whose flags each compiled rule gets.
     pub(crate) copies: Arc<crate::cache::hotcopy::Copies>,
+    /// Worker threads (each record of write copies has one part per worker).
+    pub(crate) workers: usize,
 }
 
 impl Shared {
@@ -146,7 +154,7 @@ impl ConfigHandle {
         }
         let version = old.version + 1;
         let resolved = self.shared.resolve(config.clone());
-        let snapshot = compile(resolved, version, Some(&old), &self.shared.copies)?;
+        let snapshot = compile(resolved, version, Some(&old), &self.shared)?;
         *base = config;
         self.shared.current.store(Arc::new(snapshot));
         self.shared.changed.send_replace(version);
@@ -160,7 +168,7 @@ impl ConfigHandle {
         let old = self.shared.current.load_full();
         let version = old.version + 1;
         let resolved = self.shared.resolve(base.clone());
-        let snapshot = compile(resolved, version, Some(&old), &self.shared.copies)?;
+        let snapshot = compile(resolved, version, Some(&old), &self.shared)?;
         self.shared.current.store(Arc::new(snapshot));
         self.shared.changed.send_replace(version);
         Ok(version)
@@ -245,12 +253,23 @@ impl Server {
     }
 }
 
-/// Compiles `config`; TLS configurations of `old` whose settings did not change are reused.
+/// Compiles `config`; TLS configurations of `old` whose settings did not change are reused,
+/// and so are its records of write copies for the clusters that still receive some.
 fn compile(
     config: Config,
     version: u64,
     old: Option<&Snapshot>,
+    shared: &Shared,
+) -> Result<Snapshot, String> {
+    compile_with(config, version, old, &shared.copies, shared.workers)
+}
+
+fn compile_with(
+    config: Config,
+    version: u64,
+    old: Option<&Snapshot>,
     copies: &crate::cache::hotcopy::Copies,
+    workers: usize,
 ) -> Result<Snapshot, String> {
     // Clusters (maglev tables, rings) are compiled once and shared by every listener.
     let mut clusters = Routing::compile_clusters(&config)?;
@@ -268,13 +287,48 @@ fn compile(
         .map(crate::stack::acl::Acl::build)
         .collect();
     let certs = crate::net::tls::Certs::build(&config, old.map(|o| &o.certs))?;
+    let records = write_records(&config, &routings, old, workers);
     Ok(Snapshot {
         version,
         config: Arc::new(config),
         routings,
         acls,
         certs,
+        records,
     })
+}
+
+/// Per cluster of `config`, the record of the write copies it receives: for a cluster some
+/// `dual_write` policy of some listener sends write copies to
+/// ([`Routing::write_copy_targets`]), `old`'s record of the cluster of that name when it had
+/// one (the same id and keys: a reader's cursor stays good across the push), else a new one
+/// (a new id); `None` for the others, whose record, if any, is dropped (sessions still on an
+/// older configuration record into it until they move, unread).
+fn write_records(
+    config: &Config,
+    routings: &[Arc<Routing>],
+    old: Option<&Snapshot>,
+    workers: usize,
+) -> Arc<Vec<Option<Arc<WriteRecord>>>> {
+    let mut targets = vec![false; config.clusters.len()];
+    for c in routings.iter().flat_map(|r| r.write_copy_targets()) {
+        if let Some(t) = targets.get_mut(c) {
+            *t = true;
+        }
+    }
+    let kept = |name: &str| {
+        let old = old?;
+        let i = old.config.clusters.iter().position(|c| c.name == name)?;
+        old.records.get(i)?.clone()
+    };
+    Arc::new(
+        (config.clusters.iter().zip(targets))
+            .map(|(c, receives)| {
+                receives
+                    .then(|| kept(&c.name).unwrap_or_else(|| Arc::new(WriteRecord::new(workers))))
+            })
+            .collect(),
+    )
 }
 
 /// The compiled snapshot, as a scrape reports on it.
@@ -348,7 +402,8 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
     let registry = Arc::new(Registry::default());
     let copies = Arc::new(crate::cache::hotcopy::Copies::default());
     registry.set_copies(copies.clone());
-    let snapshot = compile(config.clone(), 1, None, &copies).map_err(io::Error::other)?;
+    let snapshot =
+        compile_with(config.clone(), 1, None, &copies, workers).map_err(io::Error::other)?;
     let with_sentinels = crate::discovery::sentinel::any(&config);
     let with_redis_clusters = crate::discovery::redis_cluster::any(&config);
     let (changed, _) = watch::channel(1);
@@ -361,6 +416,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         auth_limiter: Arc::default(),
         checks: crate::discovery::health::Checks::default(),
         copies,
+        workers,
     });
     let (stop, stop_rx) = watch::channel(Stop::Run);
     // Sentinel-managed shards: their first answers are awaited (a little) so that the first
@@ -474,11 +530,39 @@ mod tests {
         let yaml = "listeners:\n  - name: a\n    address: 127.0.0.1:7001\n    routes: { catch_all: c }\n  - name: b\n    address: 127.0.0.1:7002\n    routes: { catch_all: c }\nclusters:\n  - name: c\n    shards:\n      - endpoints: [ { address: \"127.0.0.1:6379\" } ]\n";
         let config =
             respway_xds::translate(&respway_xds::parse_yaml(yaml).expect("yaml")).expect("config");
-        let snap = compile(config, 1, None, &Default::default()).expect("compiles");
+        let snap = compile_with(config, 1, None, &Default::default(), 1).expect("compiles");
         assert_eq!(snap.routings.len(), 2);
         assert!(Arc::ptr_eq(
             &snap.routings[0].clusters,
             &snap.routings[1].clusters
         ));
+    }
+
+    /// A record of write copies is kept from snapshot to snapshot while a `dual_write` still
+    /// sends its cluster copies (whichever listener's), dropped when none does, and a new one
+    /// (another id) starts with the next dual write.
+    #[test]
+    fn records_of_write_copies_live_while_a_dual_write_sends_copies() {
+        let yaml = |mode: &str| {
+            format!(
+                "listeners:\n  - name: a\n    address: 127.0.0.1:7001\n    routes:\n      catch_all: old\n      catch_all_mirrors: [ {{ cluster: new, mode: {mode} }} ]\nclusters:\n  - name: old\n    shards:\n      - endpoints: [ {{ address: \"127.0.0.1:6379\" }} ]\n  - name: new\n    shards:\n      - endpoints: [ {{ address: \"127.0.0.1:6380\" }} ]\n"
+            )
+        };
+        let compile = |mode: &str, old: Option<&Snapshot>| {
+            let config =
+                respway_xds::translate(&respway_xds::parse_yaml(&yaml(mode)).expect("yaml"))
+                    .expect("config");
+            compile_with(config, 1, old, &Default::default(), 2).expect("compiles")
+        };
+        let first = compile("dual_write", None);
+        assert!(first.records[0].is_none(), "old receives no copies");
+        let record = first.records[1].clone().expect("new receives them");
+        assert!(record.part(1).is_some() && record.part(2).is_none());
+        let kept = compile("dual_write", Some(&first));
+        assert!(Arc::ptr_eq(kept.records[1].as_ref().unwrap(), &record));
+        let none = compile("read_only", Some(&kept));
+        assert!(none.records.iter().all(Option::is_none));
+        let again = compile("dual_write", Some(&none));
+        assert_ne!(again.records[1].as_ref().unwrap().id(), record.id());
     }
 }

@@ -301,6 +301,14 @@ impl Worker {
                 .collect(),
         ));
         crate::upstream::set_latest(&endpoints);
+        // This worker's part of each record of write copies (the same records as the last
+        // configuration's while their clusters still receive copies, see
+        // `runtime::write_records`), shared by its listeners.
+        let records: respway_filters::write_record::RecordParts = snapshot
+            .records
+            .iter()
+            .map(|r| r.as_ref().and_then(|r| r.part(self.id)))
+            .collect();
         config
             .listeners
             .iter()
@@ -322,6 +330,7 @@ impl Worker {
                     mirror_stats: Arc::new(MirrorStats::new(routing.clusters.len())),
                     hot_key_stats: Arc::new(HotKeyStats::new(routing)),
                     moved: Arc::default(),
+                    records: records.clone(),
                     routing: routing.clone(),
                     endpoints: endpoints.clone(),
                     caches: caches.clone(),

@@ -22,7 +22,9 @@
 //! - `DBSIZE` sums every shard's count (a hot key counts once per shard: it is stored there).
 //! - `RANDOMKEY` asks a random shard, then the next ones in order while they answer nil.
 //! - `FLUSHDB` / `FLUSHALL` go to every shard when the listener's `admin_commands` allows them;
-//!   otherwise they are refused before anything is sent.
+//!   otherwise they are refused before anything is sent. Not being copied to a `dual_write`
+//!   mirror, one that runs marks every record of write copies incomplete
+//!   (`respway_filters::write_record`).
 //!
 //! Two things change the keys listed:
 //!
@@ -574,6 +576,12 @@ fn flush(
             "ERR respway: {name} is refused: it would empty every shard (the listener's \
              admin_commands allows it)"
         )));
+    }
+    // It empties the routes' clusters and is copied nowhere: during a dual write the two sides
+    // now differ in keys no record of write copies names, so each record says it is incomplete
+    // (its reader falls back to a full comparison).
+    for part in parts.records.iter().flatten() {
+        part.mark_incomplete();
     }
     let routing = parts.routing.clone();
     let asked = each_primary(parts, shards, args, flavor, conn, deadline);

@@ -108,6 +108,9 @@ pub(crate) struct Parts {
     pub(crate) hot_key_stats: Arc<HotKeyStats>,
     /// Keys this worker has seen moved in move mode (no `MIGRATE` is sent for them again).
     pub(crate) moved: Arc<respway_filters::moving::Moved>,
+    /// Per cluster, this worker's part of the record of the write copies it receives
+    /// (`None`: no `dual_write` sends it copies), which the mirror layer records into.
+    pub(crate) records: respway_filters::write_record::RecordParts,
     /// Databases a client may `SELECT` (the smallest `databases` of the routed clusters).
     pub(crate) databases: u32,
     /// The listener's ACL users (`None`: no users and no password: nothing to check).
@@ -266,12 +269,15 @@ pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
 pub(crate) fn build(p: &Parts, conn: usize) -> Chain {
     ServiceBuilder::new()
         .layer(PrefixRouteLayer::new(p.routing.clone()))
-        .layer(MirrorLayer::new(
-            p.routing.clone(),
-            p.mirror.clone(),
-            p.mirror_stats.clone(),
-            p.moved.clone(),
-        ))
+        .layer(
+            MirrorLayer::new(
+                p.routing.clone(),
+                p.mirror.clone(),
+                p.mirror_stats.clone(),
+                p.moved.clone(),
+            )
+            .with_records(p.records.clone()),
+        )
         .service(shadow(p, conn))
 }
 

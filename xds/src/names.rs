@@ -17,6 +17,11 @@ pub const SHARD_HASHING_POLICY: &str = "respway.shard_hashing";
 /// The endpoint `filter_metadata` namespace holding `shard`, `shard_index`, `role` and `slots`.
 pub const METADATA_NAMESPACE: &str = "respway";
 
+/// The `node.metadata` field in which a sidecar names its admin endpoint (`IP:port`, a
+/// string), for tools that ask every sidecar (its mirrored copies and their record of keys:
+/// `GET /mirror`); the management server shows it as the node's `admin` in `GET /status`.
+pub const NODE_ADMIN_METADATA: &str = "respway_admin";
+
 /// Envoy's load-balancer metadata namespace; respway reads its `hash_key`.
 pub const ENVOY_LB_NAMESPACE: &str = "envoy.lb";
 

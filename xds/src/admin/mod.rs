@@ -3,9 +3,10 @@
 //!
 //! - `GET /status`: [`ServerStatus`](crate::server::ServerStatus) as JSON: the served version, each resource file's state,
 //!   the merged snapshots' errors and the node classes served nothing, per node id: zone,
-//!   connected, and per type URL the last version sent, the last version the node ACKed, and
-//!   its last NACK (version, nonce, error); the latest refused ADS streams (by peer and
-//!   certificate); this port's connections and both ports' failed accepts.
+//!   connected, the sidecar's admin endpoint (`admin`, from its `node.metadata`), and per type
+//!   URL the last version sent, the last version the node ACKed, and its last NACK (version,
+//!   nonce, error); the latest refused ADS streams (by peer and certificate); this port's
+//!   connections and both ports' failed accepts.
 //! - `POST /apply?name=FILE.yaml` with a YAML body: validates it as resource file `FILE.yaml`
 //!   (alone and merged with the directory), writes it into the directory atomically (temp file
 //!   and rename) and loads it at once. `200 {"version": N}` with the served version, or

@@ -129,6 +129,10 @@ pub struct AdsClientConfig {
     /// frozen, or cut off without a reset) is so left at most `keepalive_interval +
     /// keepalive_timeout` after its last frame.
     pub keepalive_timeout: Duration,
+    /// The sidecar's admin endpoint (`IP:port`), sent as the `node.metadata` string field
+    /// [`NODE_ADMIN_METADATA`](crate::names::NODE_ADMIN_METADATA) so that the server (its
+    /// `GET /status`) can tell tools where to ask each sidecar; `None`: no such field.
+    pub admin: Option<String>,
 }
 
 impl AdsClientConfig {
@@ -153,6 +157,7 @@ impl AdsClientConfig {
             tls: None,
             keepalive_interval: KEEPALIVE_INTERVAL,
             keepalive_timeout: KEEPALIVE_TIMEOUT,
+            admin: None,
         }
     }
 }

@@ -77,6 +77,20 @@ pub(super) struct State {
     pub(super) received: bool,
 }
 
+/// `node.metadata` naming the sidecar's admin endpoint `admin`.
+fn node_admin_metadata(admin: &str) -> envoy_types::pb::google::protobuf::Struct {
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+    Struct {
+        fields: [(
+            crate::names::NODE_ADMIN_METADATA.to_string(),
+            Value {
+                kind: Some(Kind::StringValue(admin.to_string())),
+            },
+        )]
+        .into(),
+    }
+}
+
 impl State {
     pub(super) fn new(cfg: &AdsClientConfig, status: Option<watch::Sender<ClientStatus>>) -> State {
         let node = Node {
@@ -87,6 +101,7 @@ impl State {
                 ..Default::default()
             }),
             user_agent_name: "respway".to_string(),
+            metadata: cfg.admin.as_ref().map(|a| node_admin_metadata(a)),
             ..Default::default()
         };
         State {
@@ -729,5 +744,27 @@ pub(super) fn decode<T: Message + Default>(
         Ok(out)
     } else {
         Err(ConfigErrors(errors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The admin address travels as the `node.metadata` string `respway_admin`; without one
+    /// the node has no metadata.
+    #[test]
+    fn the_node_names_the_admin_endpoint_in_its_metadata() {
+        use envoy_types::pb::google::protobuf::value::Kind;
+        let mut cfg = AdsClientConfig::new("a", "n");
+        assert_eq!(State::new(&cfg, None).node.metadata, None);
+        cfg.admin = Some("127.0.0.1:9901".into());
+        let meta = State::new(&cfg, None).node.metadata.expect("metadata");
+        assert_eq!(
+            meta.fields
+                .get(crate::names::NODE_ADMIN_METADATA)
+                .and_then(|v| v.kind.clone()),
+            Some(Kind::StringValue("127.0.0.1:9901".into()))
+        );
     }
 }

@@ -145,6 +145,7 @@ mod tests {
             unserved: None,
             generation,
             types: BTreeMap::from([(LISTENER_TYPE_URL.to_string(), lds)]),
+            admin: None,
         }
     }
 

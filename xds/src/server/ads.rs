@@ -228,6 +228,18 @@ impl AdsStream {
                 .as_ref()
                 .map(|l| l.zone.clone())
                 .filter(|z| !z.is_empty());
+            // A respway sidecar names its admin endpoint in `node.metadata` (tools find it in
+            // `GET /status`).
+            let admin = node
+                .metadata
+                .as_ref()
+                .and_then(|m| m.fields.get(crate::names::NODE_ADMIN_METADATA))
+                .and_then(|v| match &v.kind {
+                    Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) => {
+                        Some(s.clone()).filter(|s| !s.is_empty())
+                    }
+                    _ => None,
+                });
             self.node = Some((node.id.clone(), zone.clone()));
             // A stream refused at once never shows on the row of the node it claimed to be.
             let snap = snapshots.borrow().clone();
@@ -235,9 +247,10 @@ impl AdsStream {
             if let Some(status) = self.denied.take() {
                 return Err(status);
             }
-            self.registry.connect(&node.id, zone.as_deref());
+            self.registry
+                .connect(&node.id, zone.as_deref(), admin.as_deref());
             self.registered = true;
-            tracing::debug!(stream = self.id, node = %node.id, zone = ?zone, "ADS stream opened");
+            tracing::debug!(stream = self.id, node = %node.id, zone = ?zone, admin = ?admin, "ADS stream opened");
         }
         let node_id = self.node.as_ref().map(|n| n.0.clone()).unwrap_or_default();
         let Some(t) = ResourceType::from_type_url(&req.type_url) else {

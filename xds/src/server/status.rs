@@ -86,6 +86,11 @@ pub struct NodeStatus {
     pub generation: u64,
     /// Per type URL.
     pub types: BTreeMap<String, TypeStatus>,
+    /// The sidecar's admin endpoint (`IP:port`), as its last opened stream named it in
+    /// `node.metadata` ([`NODE_ADMIN_METADATA`](crate::names::NODE_ADMIN_METADATA)); `None`
+    /// (left out of the JSON) when it named none: no admin endpoint, or not a respway sidecar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
 }
 
 /// One node's state for one resource type. ACKs and NACKs are tracked apart: a NACKed
@@ -119,6 +124,7 @@ pub struct Nack {
 #[derive(Debug, Default)]
 pub(super) struct NodeEntry {
     pub(super) zone: Option<String>,
+    pub(super) admin: Option<String>,
     pub(super) streams: u32,
     pub(super) generation: u64,
     pub(super) types: [TypeStatus; 3],
@@ -136,10 +142,11 @@ impl Registry {
         self.nodes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(super) fn connect(&self, id: &str, zone: Option<&str>) {
+    pub(super) fn connect(&self, id: &str, zone: Option<&str>, admin: Option<&str>) {
         let mut nodes = self.lock();
         let e = nodes.entry(id.to_string()).or_default();
         e.zone = zone.map(str::to_string);
+        e.admin = admin.map(str::to_string);
         e.streams += 1;
     }
 
@@ -190,6 +197,7 @@ impl Registry {
                     .into_iter()
                     .map(|t| (t.type_url().to_string(), e.types[t.index()].clone()))
                     .collect(),
+                admin: e.admin.clone(),
             })
             .collect()
     }

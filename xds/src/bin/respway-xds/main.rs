@@ -616,6 +616,7 @@ mod tests {
                 unserved: None,
                 generation: 3,
                 types,
+                admin: None,
             }],
         };
         assert_eq!(
