@@ -41,6 +41,7 @@ mod packaging;
 mod pubsub;
 mod redis_cluster;
 mod reshard;
+mod reshard_copy;
 mod resp3;
 mod sentinel;
 mod swap;

@@ -209,7 +209,7 @@ use rand::{Rng, SeedableRng};
 
 /// What one load thread expects of the keys it owns (`i` ≡ its number modulo the threads).
 #[derive(Debug, Default, Clone)]
-struct Model {
+pub(crate) struct Model {
     counter: i64,
     list: Vec<u64>,
     hash: i64,
@@ -223,7 +223,7 @@ struct Model {
 
 /// One SET or GET of a shared register, timed.
 #[derive(Debug, Clone)]
-struct Op {
+pub(crate) struct Op {
     register: usize,
     write: bool,
     value: Option<String>,
@@ -231,7 +231,7 @@ struct Op {
     end: Instant,
 }
 
-const REGISTERS: usize = 16;
+pub(crate) const REGISTERS: usize = 16;
 const TTL_MS: u64 = 1_000_000;
 
 fn ok_or_refused<T: redis::FromRedisValue>(
@@ -252,7 +252,7 @@ fn ok_or_refused<T: redis::FromRedisValue>(
 }
 
 /// Writes the keys of index `i` as the preload does, into `m`.
-fn preload(c: &mut redis::Connection, i: usize, m: &mut Model, seq: &mut u64) {
+pub(crate) fn preload(c: &mut redis::Connection, i: usize, m: &mut Model, seq: &mut u64) {
     let mut p = redis::pipe();
     for _ in 0..3 {
         *seq += 1;
@@ -294,7 +294,7 @@ fn preload(c: &mut redis::Connection, i: usize, m: &mut Model, seq: &mut u64) {
 /// One load thread: random commands of every type on its own keys, and SET/GET of the shared
 /// registers, until `stop`, each round counted on `counter`. Returns its model, its register
 /// history and its refusals.
-fn load_thread(
+pub(crate) fn load_thread(
     addr: SocketAddr,
     t: usize,
     threads: usize,
@@ -575,7 +575,7 @@ fn push(sidecars: &[&Respway], yaml: &str) {
 
 /// What a load thread ends with: its models, its register history, its refusals and the
 /// commands it ran.
-type Outcome = (BTreeMap<usize, Model>, Vec<Op>, u64, u64);
+pub(crate) type Outcome = (BTreeMap<usize, Model>, Vec<Op>, u64, u64);
 
 /// Two sidecars (2 workers each) on `before`, `KEYS` indices preloaded through the first,
 /// and `THREADS` load threads split over both, running until [`Run::finish`].
@@ -846,7 +846,7 @@ fn copy_mode_between_clusters_under_load_loses_nothing() {
 /// final cluster (shards `a`, picker `pn`) and on no other shard of it, equal to the model
 /// (counters and lists exact, TTLs within 1 s), no other key is there, and the registers'
 /// history is linearizable.
-fn verify(
+pub(crate) fn verify(
     a: &[SocketAddr],
     pn: &Arc<dyn ShardPicker>,
     models: &BTreeMap<usize, Model>,

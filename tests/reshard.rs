@@ -205,7 +205,7 @@ fn write_static(work: &Path, clusters: &str) -> PathBuf {
     p
 }
 
-fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
+pub(crate) fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
     let deadline = Instant::now() + limit;
     loop {
         if child.try_wait().expect("wait").is_some() {
@@ -224,7 +224,7 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
     }
 }
 
-fn text(o: &Output) -> String {
+pub(crate) fn text(o: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}stderr:\n{}",
         o.status.code(),

@@ -468,6 +468,21 @@ impl Routing {
         out
     }
 
+    /// The clusters this listener's `read_only` policies name (copy mode's write pause: the
+    /// route's writes refused while the copies to that cluster drain): a record of the write
+    /// copies they received is kept over such a configuration, though no write is copied.
+    pub fn paused_copy_targets(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for r in self.catch_all.iter().chain(&self.prefixes) {
+            for m in &r.mirrors {
+                if m.mode == MirrorMode::ReadOnly && !out.contains(&m.cluster) {
+                    out.push(m.cluster);
+                }
+            }
+        }
+        out
+    }
+
     /// True when some route has a mirror policy that is not `Forward`.
     pub fn has_mirrors(&self) -> bool {
         self.prefixes

@@ -302,8 +302,10 @@ fn compile_with(
 /// `dual_write` policy of some listener sends write copies to
 /// ([`Routing::write_copy_targets`]), `old`'s record of the cluster of that name when it had
 /// one (the same id and keys: a reader's cursor stays good across the push), else a new one
-/// (a new id); `None` for the others, whose record, if any, is dropped (sessions still on an
-/// older configuration record into it until they move, unread).
+/// (a new id); a cluster some `read_only` policy names (copy mode's write pause,
+/// [`Routing::paused_copy_targets`]) keeps `old`'s record, unchanged, so the pause can read
+/// the keys written before it; `None` for the others, whose record, if any, is dropped
+/// (sessions still on an older configuration record into it until they move, unread).
 fn write_records(
     config: &Config,
     routings: &[Arc<Routing>],
@@ -316,16 +318,27 @@ fn write_records(
             *t = true;
         }
     }
+    let mut paused = vec![false; config.clusters.len()];
+    for c in routings.iter().flat_map(|r| r.paused_copy_targets()) {
+        if let Some(t) = paused.get_mut(c) {
+            *t = true;
+        }
+    }
     let kept = |name: &str| {
         let old = old?;
         let i = old.config.clusters.iter().position(|c| c.name == name)?;
         old.records.get(i)?.clone()
     };
     Arc::new(
-        (config.clusters.iter().zip(targets))
-            .map(|(c, receives)| {
-                receives
-                    .then(|| kept(&c.name).unwrap_or_else(|| Arc::new(WriteRecord::new(workers))))
+        (config.clusters.iter().zip(targets).zip(paused))
+            .map(|((c, receives), paused)| {
+                if receives {
+                    Some(kept(&c.name).unwrap_or_else(|| Arc::new(WriteRecord::new(workers))))
+                } else if paused {
+                    kept(&c.name)
+                } else {
+                    None
+                }
             })
             .collect(),
     )
@@ -539,8 +552,9 @@ mod tests {
     }
 
     /// A record of write copies is kept from snapshot to snapshot while a `dual_write` still
-    /// sends its cluster copies (whichever listener's), dropped when none does, and a new one
-    /// (another id) starts with the next dual write.
+    /// sends its cluster copies (whichever listener's) or a `read_only` policy names it (the
+    /// write pause), dropped when none does, and a new one (another id) starts with the next
+    /// dual write.
     #[test]
     fn records_of_write_copies_live_while_a_dual_write_sends_copies() {
         let yaml = |mode: &str| {
@@ -560,7 +574,15 @@ mod tests {
         assert!(record.part(1).is_some() && record.part(2).is_none());
         let kept = compile("dual_write", Some(&first));
         assert!(Arc::ptr_eq(kept.records[1].as_ref().unwrap(), &record));
-        let none = compile("read_only", Some(&kept));
+        // Copy mode's write pause: no write is copied, the record is kept for the pause to
+        // read; a read_only policy never starts one.
+        let paused = compile("read_only", Some(&kept));
+        assert!(Arc::ptr_eq(paused.records[1].as_ref().unwrap(), &record));
+        assert!(compile("read_only", None)
+            .records
+            .iter()
+            .all(Option::is_none));
+        let none = compile("forward", Some(&paused));
         assert!(none.records.iter().all(Option::is_none));
         let again = compile("dual_write", Some(&none));
         assert_ne!(again.records[1].as_ref().unwrap().id(), record.id());

@@ -21,9 +21,11 @@
 //! - `progress`: the mover's lines read back, and the progress bar.
 
 mod acks;
+mod copy;
 mod edit;
 mod mover;
 mod progress;
+mod sidecars;
 mod state;
 mod verbs;
 
@@ -33,7 +35,7 @@ use std::time::Duration;
 
 use crate::admin::{self, AdminAuth, AdminError};
 pub use edit::RouteRef;
-pub use state::{Phase, State};
+pub use state::{CopyPhase, Mode, Phase, State};
 pub use verbs::{abort, pause, status};
 
 /// Where the command writes: results on stdout, the mover's complaints on stderr.
@@ -100,6 +102,10 @@ pub struct Start {
     pub ack_timeout: Duration,
     /// Nodes not waited for.
     pub ignore_nodes: Vec<String>,
+    /// Move mode or copy mode.
+    pub mode: Mode,
+    /// Copy mode: stop once writes resumed on `to` (see [`state::CopyState::hold`]).
+    pub hold: bool,
 }
 
 /// `reshard start`: a new reshard, or the one STATE records (when it is the same one).
@@ -111,6 +117,7 @@ pub async fn start(a: Start, out: &mut Out) -> Result<Outcome, Stop> {
         let st = State::load(&a.state).map_err(Stop::Usage)?;
         let same = st.from == a.from
             && st.to == a.to
+            && st.mode == a.mode
             && st.listener == a.route.listener
             && st.route == a.route.prefix;
         if !same {
@@ -125,7 +132,7 @@ pub async fn start(a: Start, out: &mut Out) -> Result<Outcome, Stop> {
         out.say(&format!(
             "resuming from {}: phase {}",
             a.state.display(),
-            st.phase.describe()
+            st.describe()
         ));
         return drive(st, &a.state, &a.auth, out).await;
     }
@@ -184,17 +191,26 @@ pub async fn start(a: Start, out: &mut Out) -> Result<Outcome, Stop> {
         progress: None,
         summary: None,
         stopped: None,
+        mode: a.mode,
+        copy: state::CopyState {
+            hold: a.hold,
+            ..Default::default()
+        },
     };
     let program = mover::program();
     let flags = mover::Flags::probe(&program).await.map_err(Stop::Usage)?;
     out.say(&format!(
-        "phase 0/4: plan of the move of {} from {} to {}",
-        a.route, a.from, a.to
+        "phase 0/{}: plan of the {} of {} from {} to {}",
+        if a.mode == Mode::Copy { 7 } else { 4 },
+        if a.mode == Mode::Copy { "copy" } else { "move" },
+        a.route,
+        a.from,
+        a.to
     ));
     st.plan = mover::plan(&program, flags, &st, &a.state, out)
         .await
         .map_err(Stop::Failed)?;
-    if !a.yes && !confirm().await? {
+    if !a.yes && !confirm(a.mode).await? {
         return Err(Stop::Usage("not started: nothing was pushed".to_string()));
     }
     st.save(&a.state).map_err(Stop::Failed)?;
@@ -202,7 +218,7 @@ pub async fn start(a: Start, out: &mut Out) -> Result<Outcome, Stop> {
 }
 
 /// Asks on the terminal whether to go on.
-async fn confirm() -> Result<bool, Stop> {
+async fn confirm(mode: Mode) -> Result<bool, Stop> {
     use std::io::IsTerminal as _;
     if !std::io::stdin().is_terminal() {
         return Err(Stop::Usage(
@@ -212,7 +228,12 @@ async fn confirm() -> Result<bool, Stop> {
     let mut o = std::io::stdout().lock();
     let _ = write!(
         o,
-        "go on (push prepare_move, then move mode, to every sidecar)? [y/N] "
+        "go on ({}, to every sidecar)? [y/N] ",
+        if mode == Mode::Copy {
+            "push dual write, backfill, pause writes briefly, cut over, clean up"
+        } else {
+            "push prepare_move, then move mode"
+        }
     );
     let _ = o.flush();
     drop(o);
@@ -231,11 +252,15 @@ async fn confirm() -> Result<bool, Stop> {
 /// # Errors
 /// See [`Stop`].
 pub async fn resume(path: &Path, auth: &AdminAuth, out: &mut Out) -> Result<Outcome, Stop> {
-    let st = State::load(path).map_err(Stop::Usage)?;
+    let mut st = State::load(path).map_err(Stop::Usage)?;
+    // `--hold` stopped the run there: `resume` goes on to the end.
+    if st.copy.phase == CopyPhase::ResumeAcked {
+        st.copy.hold = false;
+    }
     out.say(&format!(
         "resuming from {}: phase {}{}",
         path.display(),
-        st.phase.describe(),
+        st.describe(),
         if st.aborting { " (aborting)" } else { "" }
     ));
     drive(st, path, auth, out).await
@@ -271,8 +296,12 @@ async fn drive(
         Phase::FinalPushed => Phase::Moved,
         p => p,
     };
+    st.copy.phase = copy::rerun_from(st.copy.phase);
     st.save(path).map_err(Stop::Failed)?;
-    let result = phases(&mut st, path, auth, out).await;
+    let result = match st.mode {
+        Mode::Move => phases(&mut st, path, auth, out).await,
+        Mode::Copy => copy::phases(&mut st, path, auth, out).await,
+    };
     st.driver_pid = None;
     if let Err(Stop::Failed(why) | Stop::Usage(why)) = &result {
         st.stopped = Some(why.clone());

@@ -72,7 +72,7 @@ impl Flags {
 ///
 /// # Errors
 /// A file cannot be read as YAML or does not scope the route ([`edit::scope`]).
-fn scope(st: &State) -> Result<edit::Scope, String> {
+pub(super) fn scope(st: &State) -> Result<edit::Scope, String> {
     let texts: Vec<&str> = st.files.iter().map(|f| f.original.as_str()).collect();
     edit::scope(&texts, &st.route_ref())
 }

@@ -47,6 +47,120 @@ impl Phase {
     }
 }
 
+/// How a reshard moves the keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Move mode: `prepare_move`, `move` and the mover (`MIGRATE` between the shards).
+    #[default]
+    Move,
+    /// Copy mode: dual write, a backfill, a short write pause, the cut-over and the cleanup
+    /// ([`super::copy`]).
+    Copy,
+}
+
+/// Copy mode's step reached ([`super::copy`]); an abort before the cut-over jumps to the
+/// restore, after it runs the steps again in the other direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CopyPhase {
+    /// Nothing pushed yet.
+    #[default]
+    Planned,
+    /// Dual write applied (the route on `from`, copies to `to`); not yet ACKed by all.
+    DualPushed,
+    /// Every sidecar copies its writes to `to`: the backfill may run.
+    DualAcked,
+    /// The backfill ended: every key it saw is equal on both sides.
+    Backfilled,
+    /// The keys written during the backfill were checked again (catch-up rounds).
+    CaughtUp,
+    /// The write pause applied (writes refused, reads from `from`); not yet ACKed by all.
+    PausePushed,
+    /// Every sidecar refuses writes: the copies drain, then the written keys are checked.
+    PauseAcked,
+    /// Both sides equal, writes still refused: the cut-over may be pushed.
+    Checked,
+    /// The route on `to` (writes still refused); not yet ACKed by all.
+    SwitchPushed,
+    /// Every sidecar reads from `to`.
+    SwitchAcked,
+    /// Writes resumed on `to`, copied to `from` for a rollback; not yet ACKed by all.
+    ResumePushed,
+    /// The pause is over on every sidecar.
+    ResumeAcked,
+    /// The final configuration (or, aborting, the original files) applied.
+    FinalPushed,
+    /// Every sidecar holds it: the cleanup may run.
+    FinalAcked,
+    /// The cleanup ended.
+    Done,
+}
+
+impl CopyPhase {
+    /// How `status` names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CopyPhase::Planned => "0/7 planned (nothing pushed yet)",
+            CopyPhase::DualPushed => "1/7 dual write pushed, waiting for every sidecar's ACK",
+            CopyPhase::DualAcked => "2/7 every sidecar in dual write; backfilling",
+            CopyPhase::Backfilled => "3/7 backfilled; checking the keys written meanwhile",
+            CopyPhase::CaughtUp => "3/7 caught up; the write pause not pushed yet",
+            CopyPhase::PausePushed => "4/7 write pause pushed, waiting for every sidecar's ACK",
+            CopyPhase::PauseAcked => "4/7 writes paused; draining the copies and checking",
+            CopyPhase::Checked => "4/7 writes paused, both sides equal; cut-over not pushed yet",
+            CopyPhase::SwitchPushed => "5/7 cut-over pushed (writes paused), waiting for ACKs",
+            CopyPhase::SwitchAcked => "5/7 every sidecar reads from the new side; writes paused",
+            CopyPhase::ResumePushed => "5/7 writes resumed on the new side, waiting for ACKs",
+            CopyPhase::ResumeAcked => "6/7 writes on the new side; final configuration not pushed",
+            CopyPhase::FinalPushed => "6/7 final configuration pushed, waiting for ACKs",
+            CopyPhase::FinalAcked => "7/7 every sidecar on the new side; cleaning up",
+            CopyPhase::Done => "done",
+        }
+    }
+}
+
+/// Where one sidecar's record of the keys its copies wrote stood (its admin endpoint's
+/// `/mirror/keys`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordMark {
+    /// The sidecar's admin address.
+    pub admin: String,
+    /// The record's id: another id means the record was replaced (a restarted sidecar).
+    pub id: String,
+    /// The cursor the keys were checked up to; `None`: none yet (from the record's start).
+    pub cursor: Option<String>,
+}
+
+/// What copy mode keeps between steps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CopyState {
+    /// The step reached.
+    pub phase: CopyPhase,
+    /// Per node, its record of the keys copied to the side receiving copies now.
+    #[serde(default)]
+    pub records: std::collections::BTreeMap<String, RecordMark>,
+    /// The records taken when writes resumed on the new side (copies to the old side): an
+    /// abort after the cut-over checks their keys.
+    #[serde(default)]
+    pub reverse_records: std::collections::BTreeMap<String, RecordMark>,
+    /// A record could not be used (overflowed, replaced, a keyless write, a node without
+    /// one): the pause compares the whole keyspace instead of the written keys.
+    #[serde(default)]
+    pub full_pass: bool,
+    /// When the write pause was pushed (ms since the epoch).
+    #[serde(default)]
+    pub pause_started_ms: Option<u64>,
+    /// How long the last write pause lasted, in ms (from its push to every sidecar's ACK
+    /// of the resumed writes).
+    #[serde(default)]
+    pub pause_ms: Option<u64>,
+    /// `--hold`: stop once writes resumed on the new side (still copied to the old one, so
+    /// an abort can go back) until `resume` pushes the final configuration.
+    #[serde(default)]
+    pub hold: bool,
+}
+
 /// One configuration applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
@@ -136,9 +250,23 @@ pub struct State {
     /// Why the last run stopped before the end.
     #[serde(default)]
     pub stopped: Option<String>,
+    /// Move mode or copy mode.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Copy mode's steps.
+    #[serde(default)]
+    pub copy: CopyState,
 }
 
 impl State {
+    /// The step reached, as `status` names it.
+    pub fn describe(&self) -> &'static str {
+        match self.mode {
+            Mode::Move => self.phase.describe(),
+            Mode::Copy => self.copy.phase.describe(),
+        }
+    }
+
     /// The route this reshard moves.
     pub fn route_ref(&self) -> RouteRef {
         RouteRef {
@@ -219,6 +347,17 @@ pub fn checkpoint(path: &Path, aborting: bool) -> PathBuf {
 /// The mover's configuration.
 pub fn mover_config(path: &Path) -> PathBuf {
     sibling(path, ".mover.yaml")
+}
+
+/// The keys copy mode checks again (hex, one per line).
+pub fn keys_file(path: &Path) -> PathBuf {
+    sibling(path, ".keys")
+}
+
+/// The configuration copy mode's respway-compare runs read: both clusters, the route on
+/// the side that answers at that step.
+pub fn compare_config(path: &Path) -> PathBuf {
+    sibling(path, ".compare.yaml")
 }
 
 /// The marker `pause` leaves for the driver: stop after the current step.

@@ -65,7 +65,10 @@ pub async fn status(path: &Path, auth: &AdminAuth, out: &mut Out) -> Result<(), 
             ""
         }
     ));
-    out.say(&format!("phase {}", st.phase.describe()));
+    out.say(&format!("phase {}", st.describe()));
+    if let Some(ms) = st.copy.pause_ms {
+        out.say(&format!("write pause: {ms} ms"));
+    }
     for a in &st.applied {
         out.say(&format!(
             "applied {}: version {}{}",
@@ -134,7 +137,7 @@ pub async fn pause(path: &Path, out: &mut Out) -> Result<(), Stop> {
             "paused: the run (pid {pid}) stops after its current step"
         ));
     } else {
-        out.say(&format!("nothing runs; phase {}", st.phase.describe()));
+        out.say(&format!("nothing runs; phase {}", st.describe()));
     }
     if let Some(pid) = driver {
         gone(pid, "respway-xds", Duration::from_secs(60)).await;
@@ -156,6 +159,14 @@ pub async fn abort(path: &Path, auth: &AdminAuth, out: &mut Out) -> Result<Outco
     let st = State::load(path).map_err(Stop::Usage)?;
     if st.aborting {
         return drive(st, path, auth, out).await;
+    }
+    if st.mode == state::Mode::Copy {
+        if st.driver_pid.is_some_and(|p| alive(p, "respway-xds")) || st.mover_pid.is_some() {
+            pause(path, out).await?;
+        }
+        let st = State::load(path).map_err(Stop::Usage)?;
+        let _ = std::fs::remove_file(state::pause_marker(path));
+        return super::copy::abort(st, path, auth, out).await;
     }
     let route = st.route_ref();
     if matches!(st.phase, Phase::Done) {

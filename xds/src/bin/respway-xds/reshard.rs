@@ -64,6 +64,15 @@ pub(crate) enum Reshard {
         /// A node id not waited for (a sidecar gone for good); repeatable.
         #[arg(long)]
         ignore_node: Vec<String>,
+        /// Copy mode (to another deployment: dual write, backfill, a short write pause,
+        /// cut-over, cleanup) instead of move mode (MIGRATE between shards that reach each
+        /// other).
+        #[arg(long, conflicts_with_all = ["bytes_rate", "max_key_bytes"])]
+        copy: bool,
+        /// With --copy: stop once writes resumed on --to (still copied to --from, so `abort`
+        /// can go back); `resume` then pushes the final configuration and cleans up.
+        #[arg(long, requires = "copy")]
+        hold: bool,
         #[command(flatten)]
         client: AdminClient,
     },
@@ -115,6 +124,8 @@ pub(crate) async fn run(action: Reshard) -> ExitCode {
             yes,
             ack_timeout,
             ignore_node,
+            copy,
+            hold,
             client,
         } => match auth(&client) {
             Ok(auth) => {
@@ -135,6 +146,12 @@ pub(crate) async fn run(action: Reshard) -> ExitCode {
                     yes,
                     ack_timeout: Duration::from_secs(ack_timeout),
                     ignore_nodes: ignore_node,
+                    hold,
+                    mode: if copy {
+                        reshard::Mode::Copy
+                    } else {
+                        reshard::Mode::Move
+                    },
                 };
                 reshard::start(start, &mut out).await
             }
