@@ -487,3 +487,53 @@ fn listed_keys_are_the_only_ones_compared_repaired_and_pruned() {
         assert_eq!(out.status.code(), Some(2), "{other:?}: {}", text(&out));
     }
 }
+
+/// A prefix moved to `new` while the catch-all stays on `old` (one business domain moved out
+/// of a shared cluster): the cleanup of that prefix deletes its keys from `old` though the
+/// catch-all still sends other keys there, and leaves the others; a cleanup of every key is
+/// still refused, and so is the prefix's while its own route still sends to `old`. Failing
+/// before: any route sending to `old` refused every cleanup (exit 2).
+#[test]
+fn a_prefix_is_cleaned_up_while_other_routes_still_use_the_source() {
+    let mut s = setup();
+    for i in 0..10 {
+        s.set_old(&format!("p:{i}"), "moved");
+        s.set_new(&format!("p:{i}"), "moved");
+        s.set_old(&format!("q:{i}"), "stays");
+    }
+    let yaml = std::fs::read_to_string(&s.config).expect("read config");
+    let routes = |p_on: &str| {
+        yaml.replace(
+            "routes: { catch_all: old }",
+            &format!(
+                "routes: {{ catch_all: old, prefixes: [ {{ prefix: \"p:\", cluster: {p_on} }} ] }}"
+            ),
+        )
+    };
+    // The prefix still on `old`: refused.
+    std::fs::write(&s.config, routes("old")).expect("write config");
+    let out = s.run(&["--cleanup", "--apply", "--prefix", "p:"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("--cleanup refused: listener \"main\" route \"p:\""),
+        "{}",
+        text(&out)
+    );
+    // Cut over: the prefix's keys go, the catch-all's stay.
+    std::fs::write(&s.config, routes("new")).expect("write config");
+    let out = s.run(&["--cleanup", "--apply"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "every key: refused: {}",
+        text(&out)
+    );
+    let out = s.run(&["--cleanup", "--apply", "--prefix", "p:"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        line(&out, "cleanup: "),
+        "cleanup: scanned 10, deletable 10, kept 0, deleted 10"
+    );
+    assert_eq!(s.count(0..2), 10, "the catch-all's keys stay on old");
+    assert_eq!(s.at_old("q:3").get("q:3"), Some(b"stays".to_vec()));
+}

@@ -43,6 +43,11 @@ fn shards_yaml(addrs: &[SocketAddr]) -> String {
 
 impl Env {
     fn start() -> Env {
+        Env::start_with("{ catch_all: old }")
+    }
+
+    /// With the listener's `routes` as given (on `old`).
+    fn start_with(routes: &str) -> Env {
         let shards: Vec<Proc> = (0..5).map(|_| redis()).collect();
         let a: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
         let work = std::env::temp_dir().join(format!(
@@ -63,7 +68,7 @@ impl Env {
         let listener = |zone: &str, port: u16| {
             format!(
                 "targets: {{ zones: [{zone}] }}\nlisteners:\n  - name: main\n    address: \
-                 127.0.0.1:{port}\n    routes: {{ catch_all: old }}\n"
+                 127.0.0.1:{port}\n    routes: {routes}\n"
             )
         };
         let files = [
@@ -143,6 +148,11 @@ impl Env {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         cmd
+    }
+
+    /// `reshard VERB --state STATE`.
+    fn verb(&self, verb: &str, state: &std::path::Path) -> Output {
+        self.run(&[verb.into(), "--state".into(), state.display().to_string()])
     }
 
     fn run(&self, args: &[String]) -> Output {
@@ -368,13 +378,13 @@ fn reshard_copy_aborted_before_the_cut_over_keeps_every_write_on_the_old_cluster
         .expect("start");
     wait_phase(&state, &mut child, "dual_acked", true);
     load.rounds(100, "load during the backfill");
-    let out = env.run(&[
-        "abort".into(),
-        "--state".into(),
-        state.display().to_string(),
-    ]);
+    // `pause` stops the backfill and the run (exit 3); `abort` then goes back.
+    let out = env.verb("pause", &state);
     assert!(out.status.success(), "{}", text(&out));
-    let _ = child.wait();
+    let run = wait_bounded(child, slack(Duration::from_secs(60)));
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run));
+    let out = env.verb("abort", &state);
+    assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         stdout.contains(
@@ -407,11 +417,15 @@ fn reshard_copy_aborted_after_the_cut_over_brings_every_write_back() {
         text(&out)
     );
     load.rounds(200, "load on the new side");
-    let out = env.run(&[
-        "abort".into(),
-        "--state".into(),
-        state.display().to_string(),
-    ]);
+    let status = env.verb("status", &state);
+    let st = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        st.contains("phase 6/7 writes on the new side; final configuration not pushed")
+            && st.contains("write pause: "),
+        "{}",
+        text(&status)
+    );
+    let out = env.verb("abort", &state);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
@@ -431,4 +445,111 @@ fn reshard_copy_aborted_after_the_cut_over_brings_every_write_back() {
     verify(&a[..2], &env.old, &models, &ops, preloaded);
     let new_keys: u64 = a[2..].iter().map(|x| dbsize(*x)).sum();
     assert_eq!(new_keys, 0, "copies left on new");
+}
+
+/// The ad system's story: one prefix of a shared cluster copied to a cluster of its own by
+/// `reshard --copy --route ads:`, under a load of increments through both sidecars on keys of
+/// the prefix and outside it: the prefix's counters end on `new`, exact (each acknowledged
+/// increment counted once), none left on `old`; the other keys never leave `old`.
+#[test]
+fn reshard_copy_of_a_prefix_moves_only_its_keys_under_load() {
+    const N: usize = 300;
+    let env =
+        Env::start_with("{ catch_all: old, prefixes: [ { prefix: \"ads:\", cluster: old } ] }");
+    let mut c = sync_client(env.sidecars[0].addr);
+    for i in 0..N {
+        let _: () = redis::pipe()
+            .cmd("SET")
+            .arg(format!("ads:{i}"))
+            .arg(0)
+            .cmd("SET")
+            .arg(format!("other:{i}"))
+            .arg(0)
+            .query(&mut c)
+            .unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::new(2);
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            let addr = env.sidecars[t].addr;
+            let (stop, counter) = (stop.clone(), progress.counter(t));
+            std::thread::spawn(move || {
+                use rand::{Rng, SeedableRng};
+                let mut c = sync_client(addr);
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(t as u64);
+                let mut acked = vec![[0i64; 2]; N];
+                let deadline = Instant::now() + Duration::from_secs(90);
+                let mut done = 0u64;
+                while !stop.load(Relaxed) && Instant::now() < deadline && done < 2_000_000 {
+                    done += 1;
+                    counter.tick();
+                    let (i, side) = (rng.random_range(0..N), rng.random_range(0..2));
+                    let key = format!("{}:{i}", ["ads", "other"][side]);
+                    match redis::cmd("INCR").arg(&key).query::<i64>(&mut c) {
+                        Ok(_) => acked[i][side] += 1,
+                        Err(e) if e.to_string().contains("read-only") => {}
+                        Err(e) => panic!("INCR {key}: {e}"),
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    progress.wait_each(100, Duration::from_secs(60), "load before the reshard");
+    let state = env.work.join("state.json");
+    let out = env.run(&env.start_args(&state, &["--route", "ads:"]));
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        stdout.contains(
+            "done: listener \"main\" prefix \"ads:\" is on new, every key copied, none left on old"
+        ),
+        "{}",
+        text(&out)
+    );
+    progress.wait_each(100, Duration::from_secs(60), "load after the reshard");
+    stop.store(true, Relaxed);
+    let mut model = vec![[0i64; 2]; N];
+    for h in threads {
+        for (m, a) in model
+            .iter_mut()
+            .zip(h.join().expect("a load thread failed"))
+        {
+            m[0] += a[0];
+            m[1] += a[1];
+        }
+    }
+    let a = env.addrs();
+    let mut wrong = Vec::new();
+    for (i, m) in model.iter().enumerate() {
+        let sides = [(&env.new, &a[2..], &a[..2]), (&env.old, &a[..2], &a[2..])];
+        for (side, (picker, shards, others)) in sides.into_iter().enumerate() {
+            let key = format!("{}:{i}", ["ads", "other"][side]);
+            let owner = shards[picker.pick(key.as_bytes())];
+            let v: Option<i64> = redis::cmd("GET")
+                .arg(&key)
+                .query(&mut sync_client(owner))
+                .unwrap();
+            if v != Some(m[side]) {
+                wrong.push(format!("{key}: {v:?}, model {}", m[side]));
+            }
+            for x in others {
+                let n: i64 = redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query(&mut sync_client(*x))
+                    .unwrap();
+                if n != 0 {
+                    wrong.push(format!("{key} also on {x}"));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} wrong, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+    assert_eq!(env.old_keys(), N as u64, "old holds the other keys only");
 }

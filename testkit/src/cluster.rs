@@ -92,6 +92,22 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         self.wait_ok(Duration::from_secs(30));
+        // Gossip introduces the new node to the others one by one: until each knows it, a
+        // slot move to it fails there with `ERR Unknown node`.
+        let id = raw_command(addr, &["CLUSTER", "MYID"]).expect("CLUSTER MYID");
+        // A bulk string: `$40`, then the id.
+        let id = id.lines().nth(1).unwrap_or_default().trim().to_string();
+        assert_eq!(id.len(), 40, "CLUSTER MYID of {addr}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.nodes.iter().all(|p| {
+            raw_command(p.addr, &["CLUSTER", "NODES"]).is_ok_and(|t| t.contains(id.as_str()))
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "not every node knows the new node {addr} after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         addr
     }
 

@@ -82,8 +82,9 @@
 //!   B, big G, estimate S s` (S: whole seconds at `--rate` and `--bytes-rate`); exit 0.
 //!
 //! With `--cleanup [--apply]` it is copy mode's last step ([`cleanup`]), after the cut-over:
-//! refused (exit 2) while a route of the configuration still sends commands to the source (as
-//! its cluster, or through a mirror that is not `forward`); then
+//! refused (exit 2) while a route of the configuration that may handle a key of the scope
+//! still sends commands to the source (as its cluster, or through a mirror that is not
+//! `forward`); then
 //! each source key whose owner in the target is another Redis (address or `db`) is obsolete,
 //! whatever its value, and is deleted from the source (`UNLINK`; without `--apply`, listed as
 //! `would delete "key"`, the first `--max-mismatches`); keys whose owner is the same Redis
@@ -274,7 +275,7 @@ async fn main() -> ExitCode {
     if !scope.is_all() {
         eprintln!("keys in scope: {}", scope.describe());
     }
-    let (source, target) = (source.scoped(scope.clone()), target.scoped(scope));
+    let (source, target) = (source.scoped(scope.clone()), target.scoped(scope.clone()));
     // The listed keys are read before anything connects: a bad line is a usage error.
     let listed = match args.keys.as_deref().map(listed::read) {
         Some(Ok(keys)) => Some(keys),
@@ -300,7 +301,7 @@ async fn main() -> ExitCode {
         // The cleanup deletes the source's keys: only once nothing is sent to it (after
         // the cut-over, dual write off: a move's keys not yet moved, or copies kept for a
         // rollback, are still the source's).
-        if let Some(route) = sending_route(&config, &args.source) {
+        if let Some(route) = sending_route(&config, &scope, &args.source) {
             eprintln!(
                 "respway-compare: --cleanup refused: {route} of {} still sends commands to \
                  {:?}; the cleanup deletes {:?}'s keys once the configuration sends them only \
@@ -326,8 +327,8 @@ async fn main() -> ExitCode {
     // After the cut-over the source is the stale side: a copy to the target would overwrite
     // the writes it took since.
     if args.repair
-        && answering_route(&config, &args.source).is_none()
-        && answering_route(&config, &args.target).is_some()
+        && answering_route(&config, &scope, &args.source).is_none()
+        && answering_route(&config, &scope, &args.target).is_some()
     {
         eprintln!(
             "respway-compare: --repair refused: no route of {} answers from {:?} and {:?} \
@@ -362,20 +363,49 @@ async fn main() -> ExitCode {
 }
 
 /// Every route of `config` (described as `listener "L" route "P"` or `... catch-all`) with its
-/// cluster and mirrors.
-fn routes(
-    config: &respway_filters::model::Config,
-) -> impl Iterator<Item = (String, &str, &[respway_filters::model::MirrorPolicy])> {
-    config.listeners.iter().flat_map(|l| {
+/// cluster and mirrors that may handle a key of `scope`: a prefix route whose keys are not all
+/// skipped and meet the scope's prefix (one starts with the other); the catch-all unless a
+/// prefix route of its listener takes every key of the scope's prefix (the longest prefix
+/// wins).
+fn routes<'a>(
+    config: &'a respway_filters::model::Config,
+    scope: &'a Scope,
+) -> impl Iterator<Item = (String, &'a str, &'a [respway_filters::model::MirrorPolicy])> {
+    let starts = move |s: &[u8], p: &[u8]| {
+        s.len() >= p.len()
+            && if scope.ignore_case {
+                s[..p.len()].eq_ignore_ascii_case(p)
+            } else {
+                s[..p.len()] == *p
+            }
+    };
+    config.listeners.iter().flat_map(move |l| {
         let t = &l.routes;
-        let catch_all = (t.catch_all.iter()).map(move |c| {
-            let what = format!("listener {:?} catch-all", l.name);
-            (what, c.as_str(), t.catch_all_mirrors.as_slice())
-        });
-        let prefixes = t.routes.iter().map(move |r| {
-            let what = format!("listener {:?} route {:?}", l.name, r.prefix);
-            (what, r.cluster.as_str(), r.mirrors.as_slice())
-        });
+        let covered = scope
+            .prefix
+            .as_deref()
+            .is_some_and(|p| t.routes.iter().any(|r| starts(p, r.prefix.as_bytes())));
+        let catch_all = (t.catch_all.iter())
+            .filter(move |_| !covered)
+            .map(move |c| {
+                let what = format!("listener {:?} catch-all", l.name);
+                (what, c.as_str(), t.catch_all_mirrors.as_slice())
+            });
+        let prefixes = t
+            .routes
+            .iter()
+            .filter(move |r| {
+                let q = r.prefix.as_bytes();
+                !scope.skip.iter().any(|s| starts(q, s))
+                    && scope
+                        .prefix
+                        .as_deref()
+                        .is_none_or(|p| starts(q, p) || starts(p, q))
+            })
+            .map(move |r| {
+                let what = format!("listener {:?} route {:?}", l.name, r.prefix);
+                (what, r.cluster.as_str(), r.mirrors.as_slice())
+            });
         catch_all.chain(prefixes)
     })
 }
@@ -384,7 +414,11 @@ fn routes(
 /// unless a new-first dual write answers from the mirror instead; a mirror that answers
 /// (new-first dual write; move, whose moved keys are read there, as the route's cluster still
 /// answers for those not moved). `None`: no command is answered from it.
-fn answering_route(config: &respway_filters::model::Config, name: &str) -> Option<String> {
+fn answering_route(
+    config: &respway_filters::model::Config,
+    scope: &Scope,
+    name: &str,
+) -> Option<String> {
     use respway_filters::model::MirrorMode;
     let new_first = |m: &respway_filters::model::MirrorPolicy| {
         m.mode
@@ -392,7 +426,7 @@ fn answering_route(config: &respway_filters::model::Config, name: &str) -> Optio
                 target_is_primary: true,
             }
     };
-    routes(config)
+    routes(config, scope)
         .find(|(_, cluster, mirrors)| {
             (*cluster == name && !mirrors.iter().any(new_first))
                 || mirrors
@@ -405,9 +439,13 @@ fn answering_route(config: &respway_filters::model::Config, name: &str) -> Optio
 /// The first route of `config` that sends any command to cluster `name`: as its cluster, or
 /// as a mirror that is not `forward` (copies, a move, a read-only window). `None`: nothing
 /// is sent to it, so what it holds is nobody's.
-fn sending_route(config: &respway_filters::model::Config, name: &str) -> Option<String> {
+fn sending_route(
+    config: &respway_filters::model::Config,
+    scope: &Scope,
+    name: &str,
+) -> Option<String> {
     use respway_filters::model::MirrorMode;
-    routes(config)
+    routes(config, scope)
         .find(|(_, cluster, mirrors)| {
             *cluster == name
                 || mirrors
