@@ -4,7 +4,7 @@
 # (ports 7521-7524, 7531-7532, 7541-7546; loopback; release builds: run
 #  `cargo build --release -p respway -p respway-xds -p respway-perf` first).
 # Four redis-servers: cluster `old` (a, b) and cluster `new` (c, d), ketama. KEYS keys of
-# VALUE_BYTES bytes (default 16) are made on old's shards (DEBUG POPULATE, half on each), a
+# VALUE_BYTES bytes (default 16) are made on old's shards (DEBUG POPULATE, half on each, named a:N and b:N), a
 # management server (respway-xds serve) feeds two sidecars (2 workers, admin endpoints), and
 # respway-perf writes WRITES_PER_SEC SETs per second (default 1000, open loop, uniform over
 # KEYS keys) through the first sidecar for the whole run. Then one `reshard start --copy
@@ -35,8 +35,8 @@ for p in "${PORTS[@]}"; do
   for _ in $(seq 50); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
 done
 half=$((KEYS / 2))
-redis-cli -p 7521 debug populate "$half" k "$SIZE" >/dev/null
-redis-cli -p 7522 debug populate "$((KEYS - half))" k "$SIZE" >/dev/null
+redis-cli -p 7521 debug populate "$half" a "$SIZE" >/dev/null
+redis-cli -p 7522 debug populate "$((KEYS - half))" b "$SIZE" >/dev/null
 echo "keys on old: $(( $(redis-cli -p 7521 dbsize) + $(redis-cli -p 7522 dbsize) ))"
 shard() { printf '      - { name: %s, endpoints: [{ address: "127.0.0.1:%s" }] }\n' "$1" "$2"; }
 mkdir -p "$DIR/res"

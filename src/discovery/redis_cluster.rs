@@ -185,7 +185,32 @@ struct Kick {
     failures: AtomicU64,
     /// A `MOVED` named a node the sidecar does not know: refresh now, whatever the interval.
     urgent: std::sync::atomic::AtomicBool,
+    /// A `MOVED` was followed: the slot map is stale; refresh at once (see [`SOON`]).
+    stale: std::sync::atomic::AtomicBool,
+    /// When a request to a node last failed (ms on [`clock_ms`]; 0: not since the topology
+    /// last changed): the watcher polls every [`POLL`] until the map changes (the cluster
+    /// promotes a replica) or [`POLL_FOR`] passes without a failure.
+    failed_at: AtomicU64,
     notify: Notify,
+}
+
+/// The least time between two refreshes that a `MOVED` or a failed node asks for: the map is
+/// stale, or a primary may be gone, so the watcher does not wait for the
+/// `redirect_refresh_threshold`/`redirect_refresh_interval` of Envoy (5 redirections, 5 s),
+/// whose defaults leave commands redirected, or a dead primary's slots failing, for up to 5 s
+/// after the cluster changed.
+const SOON: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// While requests to a node fail: the topology is asked this often until it changes.
+const POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How long after the last failed request the watcher keeps polling.
+const POLL_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Milliseconds since the first call (never 0).
+fn clock_ms() -> u64 {
+    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+    u64::try_from(START.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
 }
 
 static KICKS: LazyLock<Mutex<HashMap<String, Arc<Kick>>>> = LazyLock::new(Mutex::default);
@@ -202,6 +227,8 @@ fn kick_of(cluster: &str) -> Arc<Kick> {
                 redirects: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
                 urgent: std::sync::atomic::AtomicBool::new(false),
+                stale: std::sync::atomic::AtomicBool::new(false),
+                failed_at: AtomicU64::new(0),
                 notify: Notify::new(),
             })
         })
@@ -223,6 +250,7 @@ impl TopologyHints for Kick {
     fn redirected(&self, moved: bool) {
         if moved {
             self.redirects.fetch_add(1, Ordering::Relaxed);
+            self.stale.store(true, Ordering::Release);
         }
         self.notify.notify_one();
     }
@@ -234,6 +262,7 @@ impl TopologyHints for Kick {
 
     fn failed(&self) {
         self.failures.fetch_add(1, Ordering::Relaxed);
+        self.failed_at.store(clock_ms(), Ordering::Relaxed);
         self.notify.notify_one();
     }
 }
@@ -351,6 +380,8 @@ async fn watch_cluster(
                 }
                 known = nodes;
                 if handle.redis_clusters().set(&key, t.clone()) {
+                    // The cluster changed: a failed node is behind us.
+                    kick.failed_at.store(0, Ordering::Relaxed);
                     tracing::info!(cluster = %key.0, shards = t.len(), "Redis Cluster: topology changed");
                     if let Err(e) = handle.republish() {
                         tracing::error!(error = %e, "Redis Cluster: the configuration with the new topology was refused");
@@ -367,14 +398,28 @@ async fn watch_cluster(
             let _ = f.send(());
         }
         // Until the next periodic refresh, or a kick past a threshold (not sooner than
-        // redirect_refresh_interval after the last refresh).
+        // redirect_refresh_interval after the last refresh), or sooner: a MOVED (SOON after
+        // the last refresh), requests to a node failing (every POLL).
         let next = last + src.cluster_refresh_rate;
         loop {
+            let failing = match kick.failed_at.load(Ordering::Relaxed) {
+                0 => None,
+                at => (clock_ms().saturating_sub(at) < POLL_FOR.as_millis() as u64)
+                    .then_some(last + POLL),
+            };
+            let wake = failing.map_or(next, |p| p.min(next));
             tokio::select! {
-                _ = tokio::time::sleep_until(next.into()) => break,
+                _ = tokio::time::sleep_until(wake.into()) => break,
                 _ = kick.notify.notified() => {}
             }
             if kick.urgent.swap(false, Ordering::AcqRel) {
+                break;
+            }
+            if kick.stale.swap(false, Ordering::AcqRel) {
+                let at = last + SOON;
+                if at > Instant::now() {
+                    tokio::time::sleep_until(at.into()).await;
+                }
                 break;
             }
             let redirects = kick.redirects.load(Ordering::Relaxed);
