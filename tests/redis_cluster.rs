@@ -665,3 +665,54 @@ fn a_reshard_to_a_new_node_under_load_is_invisible_to_clients() {
         info_field(rw.addr, "redis_cluster_moved")
     );
 }
+
+/// A blocking command whose slot moved since the sidecar's last refresh (issue 44, item 3:
+/// the client got the node's raw `MOVED`): the old owner answers `MOVED` on the dedicated
+/// connection, respway sends the command again to the new owner, where it blocks until a
+/// push wakes it; the client sees the pop, never the redirection.
+#[test]
+fn a_blocking_command_whose_slot_moved_follows_moved() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.addrs();
+    // The periodic refresh far off: the sidecar's map stays stale until a MOVED.
+    let y = yaml(nodes[0]).replace("cluster_refresh_rate: 1s", "cluster_refresh_rate: 30s");
+    let rw = respway_process(&y, &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    let key = "{bl}:q";
+    let slot = slot_of(nodes[0], key);
+    let source = RedisCluster::owner(nodes[0], slot).expect("owner");
+    let target = *nodes.iter().find(|n| **n != source).expect("another node");
+    // The (empty) slot given to another node, on every node.
+    for n in [target, source].into_iter().chain(
+        nodes
+            .iter()
+            .copied()
+            .filter(|n| *n != source && *n != target),
+    ) {
+        assert_eq!(
+            RespConn::connect(n).call(&[
+                "CLUSTER",
+                "SETSLOT",
+                &slot.to_string(),
+                "NODE",
+                &id_of(target)
+            ]),
+            Resp::Simple("OK".into())
+        );
+    }
+    let mut b = RespConn::connect(rw.addr);
+    b.send(&["BLPOP", key, "10"]);
+    wait_blocked(&[target], "blpop", 1);
+    assert_eq!(
+        RespConn::connect(target).call(&["RPUSH", key, "x"]),
+        Resp::Int(1)
+    );
+    assert_eq!(
+        b.read().expect("BLPOP reply"),
+        Resp::Array(Some(vec![Resp::bulk(key), Resp::bulk("x")]))
+    );
+    assert!(info_field(rw.addr, "redis_cluster_moved") >= 1);
+}

@@ -36,7 +36,8 @@ use tokio::time::Instant;
 
 use crate::session::scatter::BoxReply;
 use crate::stack::Parts;
-use crate::upstream::UpstreamFuture;
+use crate::upstream::{self, Endpoints, RedisCluster, UpstreamFuture};
+use respway_filters::error::Answer;
 
 /// Added to the command's timeout (besides `op_timeout`) for the upstream deadline: Redis
 /// notices a blocked client's timeout on its next event-loop turn, which can be late by up to
@@ -142,6 +143,13 @@ pub(crate) fn call(
             backstop,
         };
     }
+    // A Redis Cluster's node may answer `MOVED`/`ASK`: the command is then sent again.
+    let redis_cluster = parts
+        .endpoints
+        .1
+        .get(cluster)
+        .and_then(Option::as_ref)
+        .map(|rc| (parts.endpoints.clone(), rc.clone(), args.clone()));
     let reply = conn.send(args, deadline);
     Call::Wait {
         fut: Box::pin(async move {
@@ -154,9 +162,86 @@ pub(crate) fn call(
             if r.is_ok() {
                 conn.give_back();
             }
-            r
+            match redis_cluster {
+                Some((endpoints, rc, args)) => {
+                    follow(r, &endpoints, cluster, &rc, args, flavor, deadline).await
+                }
+                None => r,
+            }
         }),
         backstop,
+    }
+}
+
+/// A Redis Cluster node answered the blocking command with `MOVED` or `ASK` (its slot moved
+/// since the sidecar's last refresh): the topology is told, and the command goes again on a
+/// dedicated connection to the node named (after `ASKING` on it for `ASK`), where it blocks;
+/// at most [`MAX_HOPS`](crate::upstream::MAX_HOPS) times. A node this worker does not have
+/// yet (it joined since the last refresh) is looked for again after a pause (10, 20, 40 ...
+/// ms) while the topology is refreshed. The client never sees the redirection: it gets the
+/// command's reply, or respway's error naming the node.
+async fn follow(
+    mut r: Answer,
+    endpoints: &Endpoints,
+    cluster: usize,
+    rc: &RedisCluster,
+    args: Vec<Bytes>,
+    flavor: Flavor,
+    deadline: Instant,
+) -> Answer {
+    let mut hops = 0;
+    loop {
+        let Some((ask, addr)) = r.as_ref().ok().and_then(|b| upstream::redirection(b)) else {
+            return r;
+        };
+        hops += 1;
+        if hops > upstream::MAX_HOPS {
+            return r.and_then(|b| {
+                Err(UpstreamError::Unavailable(
+                    format!(
+                        "Redis Cluster redirected the blocking command {} times (last: {})",
+                        upstream::MAX_HOPS,
+                        String::from_utf8_lossy(b.strip_suffix(b"\r\n").unwrap_or(&b))
+                    )
+                    .into(),
+                )
+                .at("".into()))
+            });
+        }
+        rc.topology.redirected(!ask);
+        let mut ep = upstream::node(endpoints, cluster, &rc.name, addr);
+        let mut pause = Duration::from_millis(10);
+        while ep.is_none() && Instant::now() + pause < deadline && pause < Duration::from_secs(1) {
+            rc.topology.unknown_node();
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+            ep = upstream::node(endpoints, cluster, &rc.name, addr);
+        }
+        let Some(ep) = ep else {
+            return Err(UpstreamError::Unavailable(
+                format!(
+                    "Redis Cluster moved the key's slot to {addr}, which the sidecar does not \
+                     know yet (the topology is being refreshed)"
+                )
+                .into(),
+            )
+            .at("".into()));
+        };
+        let conn = match ep.take_dedicated(flavor) {
+            Ok(c) => c,
+            Err(e) => return Err(e.at(ep.label().clone())),
+        };
+        if ask {
+            match conn.send(upstream::asking(), deadline).await {
+                Ok(ok) if &ok[..] == b"+OK\r\n" => {}
+                Ok(other) => return Ok(other),
+                Err(e) => return Err(e),
+            }
+        }
+        r = conn.send(args.clone(), deadline).await;
+        if r.is_ok() {
+            conn.give_back();
+        }
     }
 }
 

@@ -15,8 +15,9 @@
 //! command goes there after a pause once the worker has the node (else to where it went first,
 //! again); after the last hop it fails with an error naming the node. Commands answered by a redirection are not run anywhere else
 //! first: only the node that answered the redirection saw them, and it did not run them.
-//! Redirections are followed for commands on the shared connections; transactions, blocking
-//! commands and pub/sub on a slot being moved get the node's error.
+//! Redirections are followed for commands on the shared connections, and for blocking
+//! commands on their dedicated ones (`session::blocking`, with [`redirection`] and [`node`]);
+//! transactions and pub/sub on a slot being moved get the node's error.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -196,32 +197,58 @@ impl Redirect {
         )
     }
 
-    /// This worker's handle of the cluster's node at `addr` (a primary first): in the
-    /// endpoints the command was routed with, else in the worker's newest ones.
+    /// This worker's handle of the cluster's node at `addr` ([`node`]).
     fn find(&self, addr: std::net::SocketAddr) -> Option<EndpointHandle> {
-        let in_cluster = |shards: &[Vec<EndpointHandle>]| {
-            shards
-                .iter()
-                .flat_map(|s| s.first())
-                .chain(shards.iter().flat_map(|s| s.iter().skip(1)))
-                .find(|h| h.config().address == addr)
-                .cloned()
-        };
-        if let Some(h) = self
-            .endpoints
-            .0
-            .get(self.cluster)
-            .and_then(|s| in_cluster(s))
-        {
-            return Some(h);
-        }
-        let latest = super::latest()?;
-        let i = latest
-            .1
-            .iter()
-            .position(|n| n.as_ref().is_some_and(|n| *n.name == *self.name))?;
-        in_cluster(latest.0.get(i)?)
+        node(&self.endpoints, self.cluster, &self.name, addr)
     }
+}
+
+/// This worker's handle of Redis Cluster `name`'s node at `addr` (a primary first): in
+/// `endpoints` (those a command was routed with; the cluster at index `cluster`), else in the
+/// worker's newest ones.
+pub(crate) fn node(
+    endpoints: &Endpoints,
+    cluster: usize,
+    name: &str,
+    addr: std::net::SocketAddr,
+) -> Option<EndpointHandle> {
+    let in_cluster = |shards: &[Vec<EndpointHandle>]| {
+        shards
+            .iter()
+            .flat_map(|s| s.first())
+            .chain(shards.iter().flat_map(|s| s.iter().skip(1)))
+            .find(|h| h.config().address == addr)
+            .cloned()
+    };
+    if let Some(h) = endpoints.0.get(cluster).and_then(|s| in_cluster(s)) {
+        return Some(h);
+    }
+    let latest = super::latest()?;
+    let i = latest
+        .1
+        .iter()
+        .position(|n| n.as_ref().is_some_and(|n| *n.name == *name))?;
+    in_cluster(latest.0.get(i)?)
+}
+
+/// A `MOVED` or `ASK` reply: whether it is `ASK`, and the node it names (counted with the
+/// redirections followed).
+pub(crate) fn redirection(reply: &[u8]) -> Option<(bool, std::net::SocketAddr)> {
+    if reply.first() != Some(&b'-') {
+        return None;
+    }
+    match parse(reply)? {
+        (Kind::TryAgain, _) => None,
+        (kind, addr) => {
+            REDIRECTS[kind as usize].fetch_add(1, Ordering::Relaxed);
+            Some((kind == Kind::Ask, addr))
+        }
+    }
+}
+
+/// `ASKING`, as the arguments of a command.
+pub(crate) fn asking() -> Vec<Bytes> {
+    vec![Bytes::from_static(b"ASKING")]
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
