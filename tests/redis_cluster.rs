@@ -716,3 +716,63 @@ fn a_blocking_command_whose_slot_moved_follows_moved() {
     );
     assert!(info_field(rw.addr, "redis_cluster_moved") >= 1);
 }
+
+/// A transaction whose key's slot moved since the sidecar's last refresh (issue 44, item 3:
+/// the client got the node's raw `MOVED` inside `MULTI`): the queued command gets respway's
+/// error saying the transaction is aborted, `EXEC` answers `EXECABORT` (nothing ran), and the
+/// retry, on the refreshed map, runs on the new owner.
+#[test]
+fn a_transaction_whose_slot_moved_is_aborted_with_a_reason_and_its_retry_runs() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.addrs();
+    let y = yaml(nodes[0]).replace("cluster_refresh_rate: 1s", "cluster_refresh_rate: 30s");
+    let rw = respway_process(&y, &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    let key = "{tx}:k";
+    let slot = slot_of(nodes[0], key);
+    let source = RedisCluster::owner(nodes[0], slot).expect("owner");
+    let target = *nodes.iter().find(|n| **n != source).expect("another node");
+    for n in [target, source].into_iter().chain(
+        nodes
+            .iter()
+            .copied()
+            .filter(|n| *n != source && *n != target),
+    ) {
+        assert_eq!(
+            RespConn::connect(n).call(&[
+                "CLUSTER",
+                "SETSLOT",
+                &slot.to_string(),
+                "NODE",
+                &id_of(target)
+            ]),
+            Resp::Simple("OK".into())
+        );
+    }
+    assert_eq!(c.call(&["MULTI"]), Resp::Simple("OK".into()));
+    let queued = c.call(&["SET", key, "v"]);
+    let text = queued.error().unwrap_or_default().to_string();
+    assert!(
+        text.starts_with("ERR respway: Redis Cluster moved this key's slot to")
+            && text.contains("the transaction is aborted"),
+        "{queued:?}"
+    );
+    let exec = c.call(&["EXEC"]);
+    assert!(
+        exec.error().is_some_and(|e| e.starts_with("EXECABORT")),
+        "{exec:?}"
+    );
+    // The retry: on the new owner, once the map is refreshed (the MOVED asked for it).
+    assert!(until(Duration::from_secs(5), || {
+        c.call(&["MULTI"]);
+        c.call(&["SET", key, "v"]);
+        c.call(&["EXEC"]) == Resp::Array(Some(vec![Resp::Simple("OK".into())]))
+    }));
+    assert_eq!(
+        RespConn::connect(target).call(&["GET", key]),
+        Resp::bulk("v")
+    );
+}

@@ -208,6 +208,7 @@ async fn follow(
                 .at("".into()))
             });
         }
+        upstream::followed(ask);
         rc.topology.redirected(!ask);
         let mut ep = upstream::node(endpoints, cluster, &rc.name, addr);
         let mut pause = Duration::from_millis(10);

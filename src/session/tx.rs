@@ -17,6 +17,10 @@
 //! reason. A key that moves in after a `WATCH` of it counts as changed (Redis's `RESTORE`
 //! touches it), so such an `EXEC` aborts and the client retries, as on any watched change.
 //!
+//! On a Redis Cluster, a command answered with `MOVED`/`ASK` (its slot moved since the last
+//! refresh) gets respway's error saying the transaction is aborted ([`moved_in_tx`]); the
+//! node has flagged the transaction, so `EXEC` answers `-EXECABORT`.
+//!
 //! When the transaction ends the connection goes back to the pool once a `PING` after
 //! `EXEC`/`DISCARD`/`UNWATCH` is answered; a client that leaves mid-transaction has
 //! `DISCARD` and `UNWATCH` sent for it first. A dedicated connection that breaks or answers
@@ -62,6 +66,26 @@ pub(crate) struct Pinned {
     pub(crate) shard: usize,
     /// The connection.
     pub(crate) conn: Dedicated,
+    /// The Redis Cluster the shard is a node of: its redirections are answered with an
+    /// error of respway's ([`moved_in_tx`]), never passed on.
+    pub(crate) redis_cluster: Option<crate::upstream::RedisCluster>,
+}
+
+/// The reply to a command of a transaction that a Redis Cluster node answered with `MOVED`
+/// or `ASK` (the key's slot moved, or is moving, since the sidecar's last refresh); `None`
+/// for any other reply. The topology is told (refreshed at once); the node has flagged the
+/// transaction (a `MULTI` in progress ends in `-EXECABORT`), so nothing of it runs, and the
+/// client, who speaks plain Redis, is told why instead of getting a redirection it cannot
+/// follow. Its retry goes to the slot's new owner.
+pub(crate) fn moved_in_tx(rc: &crate::upstream::RedisCluster, reply: &[u8]) -> Option<Bytes> {
+    let (ask, addr) = crate::upstream::redirection(reply)?;
+    rc.topology.redirected(!ask);
+    Some(Bytes::from(format!(
+        "-ERR respway: Redis Cluster {} this key's slot to {addr} during the transaction \
+         (a reshard or a failover): the transaction is aborted, nothing of it runs (EXEC \
+         answers EXECABORT); retry it\r\n",
+        if ask { "is moving" } else { "moved" }
+    )))
 }
 
 impl Tx {

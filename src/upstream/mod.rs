@@ -76,7 +76,9 @@ pub(crate) use control::Control;
 pub(crate) use dedicated::*;
 pub(crate) use error::*;
 pub(crate) use future::*;
-pub(crate) use redirect::{asking, node, redirection, RedisCluster, TopologyHints, MAX_HOPS};
+pub(crate) use redirect::{
+    asking, followed, node, redirection, RedisCluster, TopologyHints, MAX_HOPS,
+};
 pub(crate) use rider::Rider;
 pub(crate) use serve::*;
 pub(crate) use stats::*;

@@ -17,7 +17,8 @@
 //! first: only the node that answered the redirection saw them, and it did not run them.
 //! Redirections are followed for commands on the shared connections, and for blocking
 //! commands on their dedicated ones (`session::blocking`, with [`redirection`] and [`node`]);
-//! transactions and pub/sub on a slot being moved get the node's error.
+//! a transaction's redirection becomes respway's error saying the transaction is aborted
+//! (`session::tx::moved_in_tx`); pub/sub on a slot being moved gets the node's error.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -231,19 +232,21 @@ pub(crate) fn node(
     in_cluster(latest.0.get(i)?)
 }
 
-/// A `MOVED` or `ASK` reply: whether it is `ASK`, and the node it names (counted with the
-/// redirections followed).
+/// A `MOVED` or `ASK` reply: whether it is `ASK`, and the node it names.
 pub(crate) fn redirection(reply: &[u8]) -> Option<(bool, std::net::SocketAddr)> {
     if reply.first() != Some(&b'-') {
         return None;
     }
     match parse(reply)? {
         (Kind::TryAgain, _) => None,
-        (kind, addr) => {
-            REDIRECTS[kind as usize].fetch_add(1, Ordering::Relaxed);
-            Some((kind == Kind::Ask, addr))
-        }
+        (kind, addr) => Some((kind == Kind::Ask, addr)),
     }
+}
+
+/// Counts a `MOVED` (or, `ask`, an `ASK`) followed outside [`Redirect`] (a blocking command).
+pub(crate) fn followed(ask: bool) {
+    let kind = if ask { Kind::Ask } else { Kind::Moved };
+    REDIRECTS[kind as usize].fetch_add(1, Ordering::Relaxed);
 }
 
 /// `ASKING`, as the arguments of a command.

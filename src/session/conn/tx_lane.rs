@@ -46,6 +46,7 @@ impl Session {
             cluster,
             shard,
             conn,
+            redis_cluster: parts.endpoints.1.get(cluster).cloned().flatten(),
         });
         Ok(sent)
     }
@@ -64,8 +65,9 @@ impl Session {
             return Pending::Ready(error_reply("ERR respway: transaction has no connection"));
         };
         let f = p.conn.send(args, deadline);
+        let rc = p.redis_cluster.clone();
         Pending::other(
-            Box::pin(reply_after(before, f)),
+            Box::pin(reply_after(before, f, rc)),
             backstop(deadline, op_timeout),
         )
     }
@@ -358,7 +360,8 @@ fn exec_after_moves(
                 Some(_) => vec![Bytes::from_static(b"DISCARD")],
                 None => args,
             };
-            let r = reply_after(before, p.conn.send(cmd, deadline)).await;
+            let rc = p.redis_cluster.clone();
+            let r = reply_after(before, p.conn.send(cmd, deadline), rc).await;
             tx.finish();
             if let Some(why) = refused {
                 let text = why.to_reply();
@@ -379,6 +382,7 @@ fn exec_after_moves(
 async fn reply_after(
     before: Vec<crate::upstream::UpstreamFuture>,
     f: crate::upstream::UpstreamFuture,
+    rc: Option<crate::upstream::RedisCluster>,
 ) -> Result<Reply, respway_filters::error::Failure> {
     let mut first_err = None;
     for b in before {
@@ -388,5 +392,13 @@ async fn reply_after(
         }
     }
     let r = f.await;
-    first_err.unwrap_or(r)
+    let r = first_err.unwrap_or(r);
+    // A Redis Cluster's redirection is never passed on: the client cannot follow it.
+    match (&rc, &r) {
+        (Some(rc), Ok(reply)) => match crate::session::tx::moved_in_tx(rc, reply) {
+            Some(e) => Ok(e),
+            None => r,
+        },
+        _ => r,
+    }
 }
