@@ -776,3 +776,142 @@ fn a_transaction_whose_slot_moved_is_aborted_with_a_reason_and_its_retry_runs() 
         Resp::bulk("v")
     );
 }
+
+/// Publishes `msg` on `channel` (`SPUBLISH` with `shard`, else `PUBLISH`) through `c` every
+/// 50 ms until `sub` receives it; how long it took (`None`: not within `max`).
+fn delivered_within(
+    c: &mut RespConn,
+    sub: &mut RespConn,
+    shard: bool,
+    channel: &str,
+    msg: &str,
+    max: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    sub.stream
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("read timeout");
+    while start.elapsed() < max {
+        let _ = c.call(&[if shard { "SPUBLISH" } else { "PUBLISH" }, channel, msg]);
+        while let Ok(r) = sub.read() {
+            if let Resp::Array(Some(items)) = &r {
+                if items.last() == Some(&Resp::bulk(msg)) {
+                    return Some(start.elapsed());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A cluster of 3 primaries with a replica each, respway over it with the defaults, a client
+/// through it, and subscribers of a shard channel and of a plain channel of one slot: both
+/// hear a message published through respway. Returns the channels' primary and its replica.
+struct PubSubSetup {
+    cluster: RedisCluster,
+    nodes: Vec<SocketAddr>,
+    _rw: Proc,
+    c: RespConn,
+    ssub: RespConn,
+    sub: RespConn,
+    owner: SocketAddr,
+    replica: SocketAddr,
+}
+
+const SHARD_CH: &str = "orders:{7}";
+const PLAIN_CH: &str = "news:{7}";
+
+fn pubsub_setup() -> PubSubSetup {
+    let cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.addrs();
+    let rw = respway_process(&yaml_defaults(nodes[0]), &[]);
+    let mut c = RespConn::connect(rw.addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    let slot = slot_of(nodes[0], SHARD_CH);
+    let owner = RedisCluster::owner(nodes[0], slot).expect("owner");
+    let replica = (nodes[3..].iter())
+        .copied()
+        .find(|r| {
+            raw_command(*r, &["INFO", "replication"])
+                .is_ok_and(|t| t.contains(&format!("master_port:{}", owner.port())))
+        })
+        .expect("the primary's replica");
+    let mut ssub = RespConn::connect(rw.addr);
+    assert!(matches!(
+        ssub.call(&["SSUBSCRIBE", SHARD_CH]),
+        Resp::Array(Some(_))
+    ));
+    let mut sub = RespConn::connect(rw.addr);
+    assert!(matches!(
+        sub.call(&["SUBSCRIBE", PLAIN_CH]),
+        Resp::Array(Some(_))
+    ));
+    let first = Duration::from_secs(5);
+    assert!(delivered_within(&mut c, &mut ssub, true, SHARD_CH, "before", first).is_some());
+    assert!(delivered_within(&mut c, &mut sub, false, PLAIN_CH, "before", first).is_some());
+    PubSubSetup {
+        cluster,
+        nodes,
+        _rw: rw,
+        c,
+        ssub,
+        sub,
+        owner,
+        replica,
+    }
+}
+
+/// Subscriptions follow a `CLUSTER FAILOVER` (issue 44, item 1: an `SSUBSCRIBE` through
+/// respway received nothing after it, the demoted primary having sent `sunsubscribe` on the
+/// shared link): the shard channel's subscription moves to the promoted primary; a message
+/// published after the failover is delivered, within 1 s.
+#[test]
+fn subscriptions_follow_a_failover() {
+    let mut s = pubsub_setup();
+    assert_eq!(
+        RespConn::connect(s.replica).call(&["CLUSTER", "FAILOVER"]),
+        Resp::Simple("OK".into())
+    );
+    let owner = s.owner;
+    wait_until(
+        Duration::from_secs(10),
+        "the old primary to become a replica",
+        || raw_command(owner, &["ROLE"]).is_ok_and(|t| t.contains("slave")),
+    );
+    let max = slack(Duration::from_secs(1));
+    let took = delivered_within(&mut s.c, &mut s.ssub, true, SHARD_CH, "after", max);
+    eprintln!("SSUBSCRIBE after CLUSTER FAILOVER: delivered after {took:?}");
+    assert!(took.is_some(), "a shard channel went deaf after a failover");
+    assert!(delivered_within(&mut s.c, &mut s.sub, false, PLAIN_CH, "after", max).is_some());
+}
+
+/// Subscriptions follow a killed primary (issue 44, item 1: a `SUBSCRIBE` went deaf, its link
+/// resubscribing to the dead node 15 s after the promotion): both subscriptions move to the
+/// promoted replica; a message published after the promotion is delivered within 1 s.
+#[test]
+fn subscriptions_follow_a_killed_primary() {
+    let mut s = pubsub_setup();
+    let i = s.nodes.iter().position(|n| *n == s.owner).expect("node");
+    s.cluster.nodes[i].kill();
+    let replica = s.replica;
+    wait_until(
+        Duration::from_secs(20),
+        "the replica to be promoted",
+        || raw_command(replica, &["ROLE"]).is_ok_and(|t| t.contains("master")),
+    );
+    let max = slack(Duration::from_secs(1));
+    let took = delivered_within(&mut s.c, &mut s.sub, false, PLAIN_CH, "after", max);
+    eprintln!("SUBSCRIBE after kill -9 of its primary: delivered {took:?} after the promotion");
+    assert!(
+        took.is_some(),
+        "a channel went deaf after its primary was killed"
+    );
+    let took = delivered_within(&mut s.c, &mut s.ssub, true, SHARD_CH, "after", max);
+    eprintln!("SSUBSCRIBE after kill -9 of its primary: delivered {took:?} later");
+    assert!(
+        took.is_some(),
+        "a shard channel went deaf after its primary was killed"
+    );
+}

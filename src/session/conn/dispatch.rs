@@ -306,7 +306,11 @@ impl Session {
         c: HandlerCall<'_>,
     ) -> Pending {
         let HandlerCall {
-            args, live, flavor, ..
+            args,
+            live,
+            flavor,
+            ctx,
+            ..
         } = c;
         let op_timeout = live.parts.listener.op_timeout;
         let deadline = Instant::now() + op_timeout;
@@ -315,6 +319,7 @@ impl Session {
             args,
             &mut self.sub,
             &live.parts,
+            &ctx.slot,
             flavor,
             live.conn,
             deadline,

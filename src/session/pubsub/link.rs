@@ -97,6 +97,15 @@ pub(super) async fn run_link(cfg: EndpointConfig, mut rx: mpsc::UnboundedReceive
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(endpoint = %cfg.label, error = %e, "pub/sub connect failed");
+                // The node cannot be reached: its channels (not its patterns, which are
+                // subscribed on every primary) go back to their subscribers, who subscribe
+                // again on the channel's owner (a promoted replica), or here again once the
+                // node is back.
+                for kind in [Kind::Channel, Kind::Shard] {
+                    for (name, e) in subs[kind.index()].drain() {
+                        hand_back(kind, &name, e);
+                    }
+                }
                 // Requests keep being taken meanwhile.
                 let until = Instant::now() + backoff;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -228,6 +237,18 @@ pub(super) fn apply(
     }
 }
 
+/// Tells each subscriber of `e` (subscription `name` of `kind`) that this link lost it
+/// ([`Msg::Moved`]).
+fn hand_back(kind: Kind, name: &Bytes, e: Entry) {
+    for s in e.subs {
+        let _ = s.tx.send(Msg::Moved {
+            kind,
+            name: name.clone(),
+            tries: 0,
+        });
+    }
+}
+
 /// Handles one frame from upstream: a message to fan out, or a confirmation.
 pub(super) fn on_frame(subs: &mut [HashMap<Bytes, Entry>; 3], frame: Bytes) {
     let Ok(Frame::Array(items) | Frame::Push(items)) = parse_reply(&frame) else {
@@ -245,6 +266,16 @@ pub(super) fn on_frame(subs: &mut [HashMap<Bytes, Entry>; 3], frame: Bytes) {
             for s in &e.subs {
                 s.deliver(kind, name, &frame);
             }
+        }
+    } else if let Some(kind) = Kind::of_unconfirm(t) {
+        // Unasked (the link removes a name before it unsubscribes): a Redis Cluster node
+        // that no longer owns the channel's slot (moved, or the node was made a replica)
+        // unsubscribed it. Its subscribers find the new owner.
+        let Some(Frame::Bulk(name)) = items.get(1) else {
+            return;
+        };
+        if let Some(e) = subs[kind.index()].remove(name) {
+            hand_back(kind, name, e);
         }
     } else if let Some(kind) = Kind::of_confirm(t) {
         let Some(Frame::Bulk(name)) = items.get(1) else {

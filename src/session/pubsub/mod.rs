@@ -12,7 +12,10 @@
 //! on every primary of every routed cluster; since a message is published at its channel's
 //! shard only, each arrives once. A link that breaks reconnects and subscribes again to
 //! everything its subscribers hold (messages published meanwhile are lost, as with Redis
-//! Cluster failovers).
+//! Cluster failovers). A channel its node unsubscribes unasked (a Redis Cluster node that no
+//! longer owns a shard channel's slot sends `sunsubscribe`), or whose node cannot be reached,
+//! goes back to its subscribers ([`Msg::Moved`]), who subscribe again on the channel's owner
+//! in the listener's newest parts (`Subscriber::rehome`).
 //!
 //! A subscriber's messages wait in a queue bounded by the listener's `pubsub_buffer_limit`
 //! (bytes): a subscriber that does not keep up is disconnected when it would pass it, logged
@@ -40,7 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::session::scatter::BoxReply;
-use crate::stack::Parts;
+use crate::stack::{ListenerSlot, Parts};
 use crate::upstream::{EndpointConfig, EndpointHandle, UpstreamFuture};
 use respway_filters::error::{Answer, Failure};
 
@@ -105,6 +108,15 @@ impl Kind {
         }
     }
 
+    fn of_unconfirm(t: &[u8]) -> Option<Kind> {
+        match t {
+            b"unsubscribe" => Some(Kind::Channel),
+            b"punsubscribe" => Some(Kind::Pattern),
+            b"sunsubscribe" => Some(Kind::Shard),
+            _ => None,
+        }
+    }
+
     fn of_confirm(t: &[u8]) -> Option<Kind> {
         match t {
             b"subscribe" => Some(Kind::Channel),
@@ -126,6 +138,10 @@ pub(crate) enum Msg {
     },
     /// The subscriber's queue would pass its bound: it is disconnected.
     Overflow,
+    /// The link of subscription `name` of `kind` lost it (a Redis Cluster node sent an
+    /// unasked `sunsubscribe`: the channel's slot moved; or the node cannot be reached): the
+    /// subscriber finds the channel's owner again ([`Subscriber::rehome`]); `tries` so far.
+    Moved { kind: Kind, name: Bytes, tries: u32 },
 }
 
 mod introspect;
@@ -174,20 +190,27 @@ pub(crate) enum Outcome {
 
 /// Runs a pub/sub command for the session whose subscriptions are `sub` (created on the
 /// first subscription).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the session's state a pub/sub command reads, passed as it is"
+)]
 pub(crate) fn call(
     kind: PubSubKind,
     args: Vec<Bytes>,
     sub: &mut Option<Box<Subscriber>>,
     parts: &Parts,
+    slot: &Arc<ListenerSlot>,
     flavor: Flavor,
     conn: usize,
     deadline: Instant,
 ) -> Outcome {
     let resp3 = flavor.resp3;
     match kind {
-        PubSubKind::Subscribe => subscribe(Kind::Channel, &args, sub, parts, resp3, deadline),
-        PubSubKind::Psubscribe => subscribe(Kind::Pattern, &args, sub, parts, resp3, deadline),
-        PubSubKind::Ssubscribe => subscribe(Kind::Shard, &args, sub, parts, resp3, deadline),
+        PubSubKind::Subscribe => subscribe(Kind::Channel, &args, sub, parts, slot, resp3, deadline),
+        PubSubKind::Psubscribe => {
+            subscribe(Kind::Pattern, &args, sub, parts, slot, resp3, deadline)
+        }
+        PubSubKind::Ssubscribe => subscribe(Kind::Shard, &args, sub, parts, slot, resp3, deadline),
         PubSubKind::Unsubscribe => unsubscribe(Kind::Channel, &args, sub, resp3),
         PubSubKind::Punsubscribe => unsubscribe(Kind::Pattern, &args, sub, resp3),
         PubSubKind::Sunsubscribe => unsubscribe(Kind::Shard, &args, sub, resp3),
@@ -221,11 +244,15 @@ fn subscribe(
     args: &[Bytes],
     sub: &mut Option<Box<Subscriber>>,
     parts: &Parts,
+    slot: &Arc<ListenerSlot>,
     resp3: bool,
     deadline: Instant,
 ) -> Outcome {
     let s = sub.get_or_insert_with(|| {
-        Box::new(Subscriber::new(parts.listener.client.pubsub_buffer_limit))
+        Box::new(Subscriber::new(
+            parts.listener.client.pubsub_buffer_limit,
+            slot.clone(),
+        ))
     });
     let mut out = BytesMut::new();
     let mut acks = Vec::new();
@@ -244,9 +271,9 @@ fn subscribe(
             }
             let mut links = Vec::with_capacity(eps.len());
             for ep in eps {
-                let l = link(ep);
+                let l = (ep.config().address, link(ep));
                 let (tx, rx) = oneshot::channel();
-                let _ = l.send(LinkCmd::Sub {
+                let _ = l.1.send(LinkCmd::Sub {
                     kind: k,
                     name: name.clone(),
                     sub: s.tx.clone(),
@@ -305,7 +332,7 @@ fn unsubscribe(k: Kind, args: &[Bytes], sub: &mut Option<Box<Subscriber>>, resp3
     }
     for name in names {
         if let Some(links) = s.names[k.index()].remove(&name) {
-            for l in links {
+            for (_, l) in links {
                 let _ = l.send(LinkCmd::Unsub {
                     kind: k,
                     name: name.clone(),
