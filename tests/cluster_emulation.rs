@@ -378,31 +378,41 @@ fn commands_processed(addr: SocketAddr) -> u64 {
         .unwrap_or_else(|| panic!("no total_commands_processed in {info}"))
 }
 
+/// A sidecar process on `port` over `shards` (crc16_slots) whose cluster emulation announces
+/// the sidecars on `ports` (loopback), with `listener` as more of its listener's YAML (lines
+/// indented by four) and `extra` arguments.
+fn announcing_sidecar(
+    shards: &[SocketAddr],
+    port: u16,
+    ports: &[u16],
+    listener: &str,
+    extra: &[&str],
+) -> Proc {
+    let announce: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+    let announce = format!("{{ announce: [{}] }}", announce.join(", "));
+    let yaml = sharded_yaml(shards, "{ policy: crc16_slots }", true).replacen(
+        "    address: 127.0.0.1:0\n    op_timeout: 2s\n",
+        &format!(
+            "    address: 127.0.0.1:{port}\n    op_timeout: 2s\n    cluster_emulation: {announce}\n{listener}"
+        ),
+        1,
+    );
+    Spawn::new(env!("CARGO_BIN_EXE_respway"))
+        .config("--config", "respway.yaml", &yaml)
+        .on_port(port)
+        .args(["--workers", "1"])
+        .args(extra)
+        .start()
+}
+
 /// Two sidecar processes over the same three shards, each announcing both.
 fn two_sidecars() -> (Vec<Proc>, Vec<Proc>) {
     let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();
     let addrs: Vec<_> = shards.iter().map(|s| s.addr).collect();
     let ports = [free_port(), free_port()];
-    let announce = format!(
-        "{{ announce: [\"127.0.0.1:{}\", \"127.0.0.1:{}\"] }}",
-        ports[0], ports[1]
-    );
     let sidecars = ports
         .iter()
-        .map(|&p| {
-            let yaml = sharded_yaml(&addrs, "{ policy: crc16_slots }", true).replacen(
-                "    address: 127.0.0.1:0\n    op_timeout: 2s\n",
-                &format!(
-                    "    address: 127.0.0.1:{p}\n    op_timeout: 2s\n    cluster_emulation: {announce}\n"
-                ),
-                1,
-            );
-            Spawn::new(env!("CARGO_BIN_EXE_respway"))
-                .config("--config", "respway.yaml", &yaml)
-                .on_port(p)
-                .args(["--workers", "1"])
-                .start()
-        })
+        .map(|&p| announcing_sidecar(&addrs, p, &ports, "", &[]))
         .collect();
     (shards, sidecars)
 }
@@ -585,4 +595,356 @@ fn a_config_change_turns_emulation_on_and_off() {
     assert!(is_node_id(&c.call(&["CLUSTER", "MYID"]).text()));
     server.apply(config(&off)).expect("apply");
     assert_eq!(c.call(&["CLUSTER", "MYID"]).error(), refused);
+}
+
+// --- announced sidecars that die, and walks node by node -----------------------------------
+
+/// How soon a killed sidecar must be out of the live ones' map (and redis-py's errors over):
+/// its checks are refused at once, so it is out within `1 s + 2 × 250 ms` of its death
+/// (`discovery::peers`); asserted with [`slack`].
+const OUT_WITHIN: Duration = Duration::from_secs(2);
+
+/// `CLUSTER SLOTS` of the sidecar at `addr`: per range, (first, last, its node's port).
+fn slot_map(addr: SocketAddr) -> Vec<(i64, i64, i64)> {
+    let r = RespConn::connect(addr).call(&["CLUSTER", "SLOTS"]);
+    let int = |x: &Resp| match x {
+        Resp::Int(n) => *n,
+        other => panic!("{other:?} in {r:?}"),
+    };
+    let Resp::Array(Some(ranges)) = &r else {
+        panic!("{r:?}")
+    };
+    ranges
+        .iter()
+        .map(|range| {
+            let Resp::Array(Some(v)) = range else {
+                panic!("{r:?}")
+            };
+            let Resp::Array(Some(node)) = &v[2] else {
+                panic!("{r:?}")
+            };
+            (int(&v[0]), int(&v[1]), int(&node[1]))
+        })
+        .collect()
+}
+
+/// `respway_cluster_emulation_node_{name}` of listener `main` and announced node
+/// 127.0.0.1:`port` in the `/metrics` of the admin endpoint `admin`.
+fn node_metric(admin: SocketAddr, name: &str, port: u16) -> String {
+    let (status, body) = http_get(admin, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    let series = format!(
+        "respway_cluster_emulation_node_{name}{{listener=\"main\",node=\"127.0.0.1:{port}\"}} "
+    );
+    body.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no {series} in /metrics:\n{body}"))
+        .to_string()
+}
+
+/// A client script in `tests/clients` running beside the test: its stdout read line by line,
+/// its stdin written to; killed on drop.
+struct Background {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Background {
+    fn start(program: &str, args: &[&str]) -> Background {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(program)
+            .args(args)
+            .current_dir(clients_dir())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start {program}: {e}; {SETUP}"));
+        let out = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Background {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a line starting with `prefix` and returns it; panics with what it printed
+    /// when it ends or `timeout` passes first.
+    fn line(&mut self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    eprintln!("script: {l}");
+                    self.seen.push(l.clone());
+                    if l.starts_with(prefix) {
+                        return l;
+                    }
+                }
+                Err(e) => panic!(
+                    "no line {prefix:?} from the script ({e:?}); it printed:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("write to the script");
+        stdin.flush().expect("flush");
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of `name=` in a `key=value` line.
+fn field(line: &str, name: &str) -> f64 {
+    line.split(' ')
+        .find_map(|f| f.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no number {name}= in {line}"))
+}
+
+/// Two sidecars announce each other and one is killed: within [`OUT_WITHIN`] the live one's
+/// map gives it every slot, redis-py's `RedisCluster` (started from both) goes on through it
+/// with errors for no longer than that, and the operator sees the dead one out in
+/// `/metrics` and `/clusters`. Restarted, it is back in both maps.
+#[test]
+fn a_killed_sidecar_leaves_the_map_and_comes_back_when_restarted() {
+    require_redis_py();
+    let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let addrs: Vec<_> = shards.iter().map(|s| s.addr).collect();
+    let ports = [free_port(), free_port()];
+    let admin = loopback(free_port());
+    let live = announcing_sidecar(
+        &addrs,
+        ports[0],
+        &ports,
+        "",
+        &["--admin", &admin.to_string()],
+    );
+    let other = announcing_sidecar(&addrs, ports[1], &ports, "", &[]);
+    let other_listening = Instant::now();
+    let (p0, p1) = (i64::from(ports[0]), i64::from(ports[1]));
+    let both = vec![(0, 8191, p0), (8192, 16383, p1)];
+    let alone = vec![(0, 16383, p0)];
+    assert_eq!(slot_map(live.addr), both);
+    assert_eq!(slot_map(other.addr), both);
+    let node_up = |port: u16| node_metric(admin, "up", port);
+
+    let after = slack(OUT_WITHIN) + Duration::from_secs(2);
+    let (a0, a1) = (live.addr.to_string(), other.addr.to_string());
+    let after_s = format!("{:.1}", after.as_secs_f64());
+    let mut script = Background::start(
+        "python3",
+        &[
+            "py_cluster_outage.py",
+            "--addr",
+            &a0,
+            "--addr",
+            &a1,
+            "--after",
+            &after_s,
+        ],
+    );
+    script.line("ready", Duration::from_secs(60));
+    // On purpose: the live one checks every second, so by now it has seen the other answer
+    // (a sidecar that never answered is given three seconds to come up, not 1.5).
+    let seen = other_listening + Duration::from_millis(1500);
+    std::thread::sleep(seen.saturating_duration_since(Instant::now()));
+    drop(other);
+    script.say("killed");
+    // While redis-py runs on: how soon the live one's map leaves the killed one out.
+    let out_after = poll_until(after, || slot_map(live.addr) == alone);
+    let summary = script.line("summary", after + Duration::from_secs(30));
+    let last = field(&summary, "last_error_after_s");
+    assert!(
+        last <= slack(OUT_WITHIN).as_secs_f64(),
+        "redis-py failed commands until {last} s after the kill: {summary}"
+    );
+    assert!(field(&summary, "ok_in_last_s") > 0.0, "{summary}");
+    let took = out_after.unwrap_or_else(|| {
+        panic!(
+            "{after:?} after the kill, the live sidecar's CLUSTER SLOTS is still {:?}",
+            slot_map(live.addr)
+        )
+    });
+    eprintln!("the killed sidecar was out of the live one's map {took:?} after the kill");
+    assert!(
+        took <= slack(OUT_WITHIN),
+        "out of the map only {took:?} after the kill"
+    );
+    // What the operator sees.
+    assert_eq!(node_up(ports[1]), "0");
+    assert_eq!(node_up(ports[0]), "1", "its own address is not checked");
+    let (_, clusters) = http_get(admin, "/clusters");
+    let line = format!(
+        "listener main cluster_emulation node 127.0.0.1:{} state=out checked=yes changes=1",
+        ports[1]
+    );
+    assert!(clusters.contains(&line), "{clusters}");
+    assert!(
+        live.log().contains("out of the map"),
+        "no log line of the change:\n{}",
+        live.log()
+    );
+
+    // Restarted: back in the live one's map after two answered checks, and in its own.
+    let other = announcing_sidecar(&addrs, ports[1], &ports, "", &[]);
+    let took = wait_until(
+        Duration::from_secs(15),
+        "the restarted sidecar back in the map",
+        || slot_map(live.addr) == both,
+    );
+    eprintln!("the restarted sidecar was back in the map {took:?} after it listened");
+    assert_eq!(slot_map(other.addr), both);
+    assert_eq!(node_up(ports[1]), "1");
+    run_client(
+        "python3",
+        "py_cluster.py",
+        &[live.addr, other.addr],
+        &["--protocol", "default"],
+    );
+}
+
+/// A sidecar whose listener needs TLS or a password still passes the others' checks: any RESP
+/// reply proves it alive (`-ERR this port speaks TLS`, `-NOAUTH`), so both stay in the map.
+#[test]
+fn sidecars_behind_tls_or_a_password_stay_in_the_map() {
+    let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let addrs: Vec<_> = shards.iter().map(|s| s.addr).collect();
+    let ports = [free_port(), free_port()];
+    let admins = [loopback(free_port()), loopback(free_port())];
+    let pki = Pki::new("emulation");
+    let files = pki.issue("server", &["localhost", "127.0.0.1"], false);
+    let tls = format!(
+        "    tls:\n      cert: {}\n      key: {}\n",
+        files.cert.display(),
+        files.key.display()
+    );
+    let password = "    downstream_auth_password: secret\n";
+    let admin = admins.map(|a| a.to_string());
+    let _a = announcing_sidecar(&addrs, ports[0], &ports, &tls, &["--admin", &admin[0]]);
+    let b = announcing_sidecar(&addrs, ports[1], &ports, password, &["--admin", &admin[1]]);
+    let ping = raw_command(b.addr, &["PING"]).expect("PING");
+    assert!(ping.starts_with("-NOAUTH"), "PING without AUTH: {ping}");
+    // On purpose: long enough for three failed checks of each (a peer that never answered is
+    // checked every second, and would be out by now).
+    std::thread::sleep(Duration::from_secs(4));
+    for (admin, other) in [(admins[0], ports[1]), (admins[1], ports[0])] {
+        assert_eq!(node_metric(admin, "up", other), "1", "{admin} sees {other}");
+        assert_eq!(node_metric(admin, "changes_total", other), "0");
+        let (_, clusters) = http_get(admin, "/clusters");
+        let line = format!(
+            "listener main cluster_emulation node 127.0.0.1:{other} state=up checked=yes changes=0"
+        );
+        assert!(clusters.contains(&line), "{clusters}");
+    }
+}
+
+/// redis-py walks the cluster node by node (`scan_iter`, `KEYS` and `DBSIZE` on every primary,
+/// `RANDOMKEY` per node): through two announced sidecars each key is listed and counted once,
+/// as on a real Redis Cluster. So does a raw `SCAN` walk of each sidecar with small pages, and
+/// `redis-cli --cluster info`.
+#[test]
+fn a_walk_node_by_node_lists_each_key_once() {
+    require_redis_py();
+    let (_shards, sidecars) = two_sidecars();
+    let addrs: Vec<SocketAddr> = sidecars.iter().map(|s| s.addr).collect();
+    for proto in ["default", "2"] {
+        run_client(
+            "python3",
+            "py_cluster_walk.py",
+            &addrs,
+            &["--protocol", proto],
+        );
+    }
+    // The script wrote 1,050 keys; each sidecar's walk gives those of its slots.
+    let total = 1050;
+    let mut walked: Vec<Vec<String>> = Vec::new();
+    for (i, &a) in addrs.iter().enumerate() {
+        let mut c = RespConn::connect(a);
+        let mut keys = Vec::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let r = c.call(&["SCAN", &cursor, "COUNT", "10"]);
+            let Resp::Array(Some(v)) = &r else {
+                panic!("{r:?}")
+            };
+            let Resp::Array(Some(page)) = &v[1] else {
+                panic!("{r:?}")
+            };
+            keys.extend(page.iter().map(Resp::text));
+            cursor = v[0].text();
+            if cursor == "0" {
+                break;
+            }
+        }
+        let range = if i == 0 { 0..=8191 } else { 8192..=16383 };
+        for k in &keys {
+            let slot = c.call(&["CLUSTER", "KEYSLOT", k]);
+            let Resp::Int(slot) = slot else {
+                panic!("{slot:?}")
+            };
+            assert!(range.contains(&slot), "{a} listed {k} of slot {slot}");
+        }
+        let Resp::Int(n) = c.call(&["DBSIZE"]) else {
+            panic!("DBSIZE")
+        };
+        assert_eq!(n as usize, keys.len(), "{a}: DBSIZE and its SCAN walk");
+        let Resp::Array(Some(all)) = c.call(&["KEYS", "*"]) else {
+            panic!("KEYS")
+        };
+        assert_eq!(all.len(), keys.len(), "{a}: KEYS * and its SCAN walk");
+        walked.push(keys);
+    }
+    let mut every: Vec<&String> = walked.iter().flatten().collect();
+    assert_eq!(every.len(), total, "the two walks list each key once");
+    every.sort();
+    every.dedup();
+    assert_eq!(every.len(), total);
+    if have("redis-cli") {
+        let out = std::process::Command::new("redis-cli")
+            .args(["--cluster", "info", &addrs[0].to_string()])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("redis-cli");
+        let text = String::from_utf8_lossy(&out.stdout);
+        eprintln!("redis-cli --cluster info:\n{text}");
+        assert!(
+            text.contains(&format!("[OK] {total} keys in 2 masters.")),
+            "{text}"
+        );
+    }
+}
+
+/// The walk script itself, against a real Redis Cluster: what it expects is what Redis
+/// Cluster does.
+#[test]
+fn redis_py_cluster_walk_script_against_a_real_cluster() {
+    require_redis_py();
+    let nodes = real_cluster();
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
+    run_client(
+        "python3",
+        "py_cluster_walk.py",
+        &addrs,
+        &["--protocol", "default"],
+    );
 }

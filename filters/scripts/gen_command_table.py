@@ -747,7 +747,9 @@ CLASS_DOC = [
         "Keyspace",
         "`SCAN` (cursor = shard and shard cursor), `KEYS` (size guard `keys_max`), `DBSIZE` "
         "(sum), `RANDOMKEY`, `FLUSHDB`/`FLUSHALL` (only with the listener's "
-        "`admin_commands`) over every primary of every routed cluster.",
+        "`admin_commands`) over every primary of every routed cluster; on a connection to "
+        "a sidecar that cluster emulation announces, `SCAN`, `KEYS`, `DBSIZE` and "
+        "`RANDOMKEY` cover only the keys of its slots.",
     ),
     (
         "Proxy",

@@ -21,6 +21,9 @@
 //! layer reads it with one atomic load per replica it considers, the upstream with one per
 //! write. When the snapshot changes, the tasks are reconciled: endpoints that left stop, new
 //! ones start, those that stay keep their state.
+//!
+//! The same thread runs the checks of the sidecars a listener's cluster emulation announces
+//! (`discovery::peers`), reconciled at the same moments.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -174,8 +177,11 @@ pub(crate) fn start(shared: Handle, stop: watch::Receiver<Stop>) -> std::io::Res
 async fn run(shared: Handle, mut stop: watch::Receiver<Stop>) {
     let mut changed = shared.subscribe();
     let mut tasks: HashMap<(String, SocketAddr), Task> = HashMap::new();
+    // The checks of the sidecars that cluster emulation announces run here too.
+    let mut peers = HashMap::new();
     loop {
         reconcile(&shared, &mut tasks);
+        crate::discovery::peers::reconcile(&shared, &mut peers);
         tokio::select! {
             r = changed.changed() => if r.is_err() { break },
             r = stop.changed() => if r.is_err() || *stop.borrow() != Stop::Run { break },
@@ -183,6 +189,9 @@ async fn run(shared: Handle, mut stop: watch::Receiver<Stop>) {
     }
     for t in tasks.into_values() {
         t.handle.abort();
+    }
+    for t in peers.into_values() {
+        t.abort();
     }
 }
 

@@ -9,10 +9,13 @@
 //! - `watchers`: the side-thread loop of those two: a task per master or cluster the current
 //!   configuration names;
 //! - `health`: active health checks of endpoints (`PING` or `EXISTS drain_key`, and `ROLE`),
-//!   on a thread of their own, their verdicts shared with the workers through atomics.
+//!   on a thread of their own, their verdicts shared with the workers through atomics;
+//! - `peers`: whether the sidecars a listener's cluster emulation announces answer (a `PING`
+//!   every second, on the health-check thread), shared with the workers the same way.
 
 pub(crate) mod endpoints;
 pub(crate) mod health;
+pub(crate) mod peers;
 pub(crate) mod redis_cluster;
 pub(crate) mod sentinel;
 pub(crate) mod watchers;
@@ -51,6 +54,8 @@ pub(crate) trait Running: Send + Sync + std::fmt::Debug + 'static {
     fn redis_clusters(&self) -> &redis_cluster::Discovery;
     /// Active health-check state per endpoint.
     fn checks(&self) -> &health::Checks;
+    /// Whether each address announced by a listener's cluster emulation answers.
+    fn peers(&self) -> &peers::Peers;
 }
 
 /// How discovery and the side threads hold the running sidecar.

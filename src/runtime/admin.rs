@@ -13,7 +13,10 @@
 //!   role, zone, how many workers see it healthy, dedicated connections open, requests,
 //!   upstream latency, errors, and while it is out (see [`crate::upstream::EndpointStats`])
 //!   since when and why; for clusters with a `health_check`, the active check's state
-//!   (`check=healthy|unhealthy|draining|demoted`), transitions and last error.
+//!   (`check=healthy|unhealthy|draining|demoted`), transitions and last error. Then, per
+//!   listener whose cluster emulation announces two sidecars or more, one line per announced
+//!   address: `listener NAME cluster_emulation node ADDR state=up|out checked=yes|no
+//!   changes=N since=UNIX (S s ago) last_error="..."` (see `discovery::peers`).
 //! - `GET /config_dump`: the configuration served, as the YAML file would say it
 //!   ([`respway_xds::config_dump`]: the schema's keys and units, `# version: N` first, secrets
 //!   shown as `<redacted>`); `?include_defaults` shows the settings at their default too,
@@ -675,6 +678,25 @@ fn clusters(state: &State) -> String {
         }
         o.push('\n');
     });
+    // The sidecars cluster emulation announces, as this one's checks see them.
+    let snapshot = state.config.current();
+    for ([listener, node], st) in state.config.peers().statuses(&snapshot.config) {
+        let _ = write!(
+            o,
+            "listener {listener} cluster_emulation node {node} state={} checked={} changes={}",
+            if st.up { "up" } else { "out" },
+            if st.checked { "yes" } else { "no" },
+            st.changes,
+        );
+        if let Some(since) = st.since {
+            let at = since
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |t| t.as_secs());
+            let ago = since.elapsed().map_or(0, |t| t.as_secs());
+            let _ = write!(o, " since={at} ({ago} s ago)");
+        }
+        let _ = writeln!(o, " last_error=\"{}\"", st.last_error.replace('"', "'"));
+    }
     o
 }
 

@@ -98,6 +98,9 @@ pub(crate) struct Shared {
     pub(crate) auth_limiter: Arc<crate::stack::acl::AuthTarpit>,
     /// Active health-check state per endpoint (read by the workers through their handles).
     pub(crate) checks: crate::discovery::health::Checks,
+    /// Whether each address announced by a listener's cluster emulation answers (read by
+    /// the workers through their parts).
+    pub(crate) peers: crate::discovery::peers::Peers,
     /// The copy passes of hot-key rules, whose flags each compiled rule gets.
     pub(crate) copies: Arc<crate::cache::hotcopy::Copies>,
     /// Worker threads (each record of write copies has one part per worker).
@@ -182,6 +185,11 @@ impl ConfigHandle {
     /// What the Sentinels named last.
     pub(crate) fn discovery(&self) -> &crate::discovery::sentinel::Discovery {
         &self.shared.discovery
+    }
+
+    /// What the checks of the sidecars announced by cluster emulation found.
+    pub(crate) fn peers(&self) -> &crate::discovery::peers::Peers {
+        &self.shared.peers
     }
 
     /// What the Redis Clusters said last.
@@ -395,6 +403,10 @@ impl crate::discovery::Running for ConfigHandle {
     fn checks(&self) -> &crate::discovery::health::Checks {
         &self.shared.checks
     }
+
+    fn peers(&self) -> &crate::discovery::peers::Peers {
+        &self.shared.peers
+    }
 }
 
 /// Starts the data plane for `config`.
@@ -428,6 +440,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         cluster_discovery: crate::discovery::redis_cluster::Discovery::default(),
         auth_limiter: Arc::default(),
         checks: crate::discovery::health::Checks::default(),
+        peers: crate::discovery::peers::Peers::default(),
         copies,
         workers,
     });

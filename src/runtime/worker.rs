@@ -325,6 +325,7 @@ impl Worker {
                         .flatten()
                         .map(|(_, tls)| tls),
                     config_version: snapshot.version,
+                    announced: self.shared.peers.announced(listener),
                     acl: snapshot.acls.get(i).cloned().flatten(),
                     listener: Arc::new(listener.clone()),
                     mirror_stats: Arc::new(MirrorStats::new(routing.clusters.len())),

@@ -4,16 +4,26 @@
 //! unchanged. respway still routes every key itself: a client's slot map only decides which
 //! announced sidecar it sends a command to, and no `MOVED` or `ASK` is ever answered.
 //!
-//! The nodes are the announced addresses, the 16384 slots split evenly over them in order
-//! (as `redis-cli --cluster create` splits them), or one node, the local address of the
-//! client's connection, owning them all. Every node is a primary without replicas; its id is
-//! 40 hex digits derived from its address alone, so every sidecar and every call gives the
-//! same one. Replies are in the client's protocol, shaped as Redis 7's.
+//! The nodes are the announced addresses that are **live**, the 16384 slots split evenly over
+//! them in the order announced (as `redis-cli --cluster create` splits them), or one node, the
+//! local address of the client's connection, owning them all. An announced sidecar is live
+//! unless its checks took it out (`discovery::peers`: three failed `PING`s in a row, back after
+//! two answered); the node of the connection's own address is always live (a sidecar answering
+//! is alive). Every sidecar that sees the same live set gives the same map; when none is live
+//! (a connection to an address not announced, every announced one out) every announced node
+//! is in it. Every node is a primary without replicas; its id is 40 hex digits derived from its
+//! address alone, and its config epoch its position in the announce list plus one, so a node
+//! keeps both whoever else is out. Replies are in the client's protocol, shaped as Redis 7's.
 //!
 //! Answered: `CLUSTER SLOTS`, `SHARDS`, `NODES`, `INFO`, `KEYSLOT`, `MYID`, `MYSHARDID`,
 //! `REPLICAS`/`SLAVES` (none), `LINKS` (none: no cluster bus), `HELP`, and `ASKING` (`+OK`).
 //! Refused by name: `COUNTKEYSINSLOT` / `GETKEYSINSLOT` (the shards keep no slots) and the
 //! subcommands that change a cluster.
+//!
+//! The same map says which keys a node's keyspace-wide commands cover: [`owned_slots`] is the
+//! range of the connection's node when it owns some slots but not all, which `keyspace.rs`
+//! filters `SCAN`, `KEYS`, `DBSIZE` and `RANDOMKEY` by, so that a client walking the cluster
+//! node by node (redis-py `scan_iter`, `redis-cli --cluster info`) sees each key once.
 
 use std::net::SocketAddr;
 
@@ -24,11 +34,16 @@ use respway_filters::model::{HashTag, Listener};
 use respway_filters::request::{error_reply, Reply};
 use respway_filters::resp::Frame;
 
+use crate::discovery::peers::Announced;
+
 /// One node of the emulated cluster.
 struct Node {
     addr: SocketAddr,
     /// First and last slot it owns.
     slots: (u32, u32),
+    /// Its config epoch: its position in the announce list plus one (as a cluster created
+    /// in that order), whichever nodes are out.
+    epoch: usize,
 }
 
 impl Node {
@@ -40,11 +55,6 @@ impl Node {
     /// Its shard's id (each node is a shard of its own).
     fn shard_id(&self) -> String {
         hex_id("shard", self.addr)
-    }
-
-    /// Its config epoch (node `i` has `i + 1`, as a cluster created in that order).
-    fn epoch(i: usize) -> usize {
-        i + 1
     }
 }
 
@@ -62,21 +72,46 @@ struct View {
     local: SocketAddr,
     /// TLS listener: SHARDS shows `tls-port`.
     tls: bool,
+    /// The highest config epoch: the number of nodes announced.
+    current_epoch: usize,
 }
 
 impl View {
-    fn new(listener: &Listener, local: Option<SocketAddr>) -> View {
+    /// The map for a connection whose local address is `local`; `announced`: the listener's
+    /// announced sidecars with their checks (`None`: every announced one is live).
+    fn new(listener: &Listener, announced: Option<&Announced>, local: Option<SocketAddr>) -> View {
         let local = local.unwrap_or(listener.address);
-        let announce = listener
+        let announce: &[SocketAddr] = listener
             .cluster_emulation
             .as_ref()
-            .map(|e| e.announce.clone())
-            .filter(|a| !a.is_empty())
-            .unwrap_or_else(|| vec![local]);
-        let nodes: Vec<Node> = even_split(REDIS_CLUSTER_SLOTS, announce.len())
+            .map_or(&[], |e| e.announce.as_slice());
+        // Out: a sidecar its checks took out, but never the one this connection reached.
+        let out = |i: usize, addr: SocketAddr| {
+            addr != local
+                && announced
+                    .and_then(|a| a.nodes.get(i))
+                    .is_some_and(|(a, check)| *a == addr && !check.is_up())
+        };
+        let mut live: Vec<(usize, SocketAddr)> = announce
+            .iter()
+            .enumerate()
+            .filter(|&(i, &a)| !out(i, a))
+            .map(|(i, &a)| (i, a))
+            .collect();
+        if live.is_empty() {
+            live = announce.iter().copied().enumerate().collect();
+        }
+        if live.is_empty() {
+            live.push((0, local));
+        }
+        let nodes: Vec<Node> = even_split(REDIS_CLUSTER_SLOTS, live.len())
             .into_iter()
-            .zip(announce)
-            .map(|(slots, addr)| Node { addr, slots })
+            .zip(live)
+            .map(|(slots, (i, addr))| Node {
+                addr,
+                slots,
+                epoch: i + 1,
+            })
             .collect();
         let myself = nodes.iter().position(|n| n.addr == local);
         View {
@@ -84,6 +119,7 @@ impl View {
             myself,
             local,
             tls: listener.tls.is_some(),
+            current_epoch: announce.len().max(1),
         }
     }
 
@@ -104,12 +140,33 @@ fn int(n: impl TryInto<i64>) -> Frame {
     Frame::Integer(n.try_into().unwrap_or(i64::MAX))
 }
 
+/// The slots the node of a connection whose local address is `local` owns in the map, when
+/// it owns some but not all: the keys its `SCAN`, `KEYS`, `DBSIZE` and `RANDOMKEY` cover.
+/// `None` (every key) without emulation, with one node, on a connection to an address not
+/// announced, or when every other node is out. Allocates only on a listener that announces
+/// two sidecars or more.
+pub(crate) fn owned_slots(
+    listener: &Listener,
+    announced: Option<&Announced>,
+    local: Option<SocketAddr>,
+) -> Option<(u32, u32)> {
+    let e = listener.cluster_emulation.as_ref()?;
+    if e.announce.len() < 2 {
+        return None;
+    }
+    let view = View::new(listener, announced, local);
+    let slots = view.nodes[view.myself?].slots;
+    (slots != (0, REDIS_CLUSTER_SLOTS - 1)).then_some(slots)
+}
+
 /// Answers `CLUSTER ...` or `ASKING` (`cmd` as resolved, `args` as sent) on a listener with
-/// cluster emulation; `local`: the local address of the client's connection.
+/// cluster emulation; `announced`: its announced sidecars with their checks; `local`: the
+/// local address of the client's connection.
 pub(crate) fn answer(
     cmd: &CommandInfo,
     args: &[Bytes],
     listener: &Listener,
+    announced: Option<&Announced>,
     local: Option<SocketAddr>,
     resp3: bool,
 ) -> Reply {
@@ -120,7 +177,7 @@ pub(crate) fn answer(
         .get(1)
         .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
         .unwrap_or_default();
-    let view = View::new(listener, local);
+    let view = View::new(listener, announced, local);
     let frame = match sub.as_str() {
         "slots" => slots(&view, resp3),
         "shards" => shards(&view, resp3),
@@ -240,7 +297,7 @@ fn nodes(v: &View) -> String {
             n.id(),
             n.addr.ip(),
             n.addr.port(),
-            Node::epoch(i),
+            n.epoch,
             n.slots.0,
             n.slots.1
         ));
@@ -248,7 +305,7 @@ fn nodes(v: &View) -> String {
     out
 }
 
-/// `CLUSTER INFO`: a healthy cluster of the nodes, every slot assigned.
+/// `CLUSTER INFO`: a healthy cluster of the live nodes, every slot assigned.
 fn info(v: &View) -> String {
     let n = v.nodes.len();
     let fields = [
@@ -259,10 +316,10 @@ fn info(v: &View) -> String {
         ("cluster_slots_fail", "0".into()),
         ("cluster_known_nodes", n.to_string()),
         ("cluster_size", n.to_string()),
-        ("cluster_current_epoch", n.to_string()),
+        ("cluster_current_epoch", v.current_epoch.to_string()),
         (
             "cluster_my_epoch",
-            v.myself.map_or(0, Node::epoch).to_string(),
+            v.myself.map_or(0, |i| v.nodes[i].epoch).to_string(),
         ),
         ("cluster_stats_messages_sent", "0".into()),
         ("cluster_stats_messages_received", "0".into()),
@@ -276,7 +333,7 @@ fn help() -> Frame {
         [
             "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "SLOTS, SHARDS, NODES",
-            "    The emulated cluster: the announced sidecars (or this one), every slot owned.",
+            "    The emulated cluster: the live announced sidecars (or this one), every slot owned.",
             "INFO",
             "    A healthy cluster of those nodes.",
             "KEYSLOT <key>",
@@ -329,8 +386,46 @@ mod tests {
         let cmd = respway_filters::command::lookup(&args[0])
             .unwrap()
             .resolve(&args);
-        let reply = answer(cmd, &args, l, Some(local.parse().unwrap()), resp3);
+        let reply = answer(cmd, &args, l, None, Some(local.parse().unwrap()), resp3);
         parse_reply(&reply).unwrap()
+    }
+
+    /// `CLUSTER NODES` of `l` on a connection to `local`, with the announced addresses in
+    /// `out` taken out by their checks: per node, its address, flags, epoch and slots.
+    fn nodes_with_out(l: &Listener, local: &str, out: &[&str]) -> Vec<[String; 4]> {
+        let peers = crate::discovery::peers::Peers::default();
+        let announced = peers.announced(l).expect("two or more announced");
+        for (addr, check) in announced.nodes.iter() {
+            if out.contains(&addr.to_string().as_str()) {
+                check.take_out_for_test();
+            }
+        }
+        let args: Vec<Bytes> = ["CLUSTER", "NODES"]
+            .iter()
+            .map(|a| Bytes::from(*a))
+            .collect();
+        let cmd = respway_filters::command::lookup(&args[0])
+            .unwrap()
+            .resolve(&args);
+        let local = Some(local.parse().unwrap());
+        let reply = answer(cmd, &args, l, Some(&announced), local, false);
+        let owned = owned_slots(l, Some(&announced), local);
+        let text = text(&parse_reply(&reply).unwrap());
+        let lines: Vec<[String; 4]> = text
+            .lines()
+            .map(|line| {
+                let f: Vec<&str> = line.split(' ').collect();
+                [f[1], f[2], f[6], f[8]].map(str::to_string)
+            })
+            .collect();
+        // The keyspace-wide commands cover the slots NODES gives this connection's node.
+        let mine = lines.iter().find(|l| l[1].starts_with("myself"));
+        let want = mine
+            .map(|l| l[3].split_once('-').unwrap())
+            .map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap()))
+            .filter(|&r| r != (0, 16383));
+        assert_eq!(owned, want, "{text}");
+        lines
     }
 
     fn text(f: &Frame) -> String {
@@ -361,6 +456,61 @@ mod tests {
         let id = text(&call(&l, "10.0.0.6:6379", &["CLUSTER", "MYID"], false));
         assert_eq!(id, lines[1][0]);
         assert_eq!(id, hex_id("node", "10.0.0.6:6379".parse().unwrap()));
+    }
+
+    /// A node its checks took out leaves the map; its slots are split over the live ones in
+    /// the order announced, each keeping its epoch; the connection's own node is always live.
+    #[test]
+    fn nodes_taken_out_leave_the_map_to_the_live_ones() {
+        let announce = ["10.0.0.5:6379", "10.0.0.6:6379", "10.0.0.7:6379"];
+        let l = listener(&announce, false);
+        let row = |a: &str, f: &str, e: &str, s: &str| [a, f, e, s].map(str::to_string);
+        assert_eq!(
+            nodes_with_out(&l, "10.0.0.6:6379", &["10.0.0.5:6379"]),
+            [
+                row("10.0.0.6:6379@0", "myself,master", "2", "0-8191"),
+                row("10.0.0.7:6379@0", "master", "3", "8192-16383"),
+            ]
+        );
+        assert_eq!(
+            nodes_with_out(&l, "10.0.0.6:6379", &["10.0.0.5:6379", "10.0.0.7:6379"]),
+            [row("10.0.0.6:6379@0", "myself,master", "2", "0-16383")]
+        );
+        // This sidecar is live for its own connections, whatever its check says.
+        assert_eq!(
+            nodes_with_out(&l, "10.0.0.6:6379", &["10.0.0.6:6379", "10.0.0.7:6379"]),
+            [
+                row("10.0.0.5:6379@0", "master", "1", "0-8191"),
+                row("10.0.0.6:6379@0", "myself,master", "2", "8192-16383"),
+            ]
+        );
+        // Every node live: the even split, as without checks.
+        assert_eq!(nodes_with_out(&l, "10.0.0.7:6379", &[]).len(), 3);
+        // A connection to an address not announced, every announced one out: all of them.
+        assert_eq!(nodes_with_out(&l, "127.0.0.1:6380", &announce).len(), 3);
+        assert_eq!(
+            nodes_with_out(&l, "127.0.0.1:6380", &["10.0.0.7:6379"]),
+            [
+                row("10.0.0.5:6379@0", "master", "1", "0-8191"),
+                row("10.0.0.6:6379@0", "master", "2", "8192-16383"),
+            ]
+        );
+        let info = |out: &[&str]| {
+            let peers = crate::discovery::peers::Peers::default();
+            let announced = peers.announced(&l).unwrap();
+            for (addr, check) in announced.nodes.iter() {
+                if out.contains(&addr.to_string().as_str()) {
+                    check.take_out_for_test();
+                }
+            }
+            let v = View::new(&l, Some(&announced), Some("10.0.0.7:6379".parse().unwrap()));
+            super::info(&v)
+        };
+        let two = info(&["10.0.0.6:6379"]);
+        assert!(
+            two.contains("cluster_known_nodes:2\r\ncluster_size:2\r\ncluster_current_epoch:3\r\ncluster_my_epoch:3\r\n"),
+            "{two}"
+        );
     }
 
     #[test]

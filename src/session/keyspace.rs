@@ -26,6 +26,29 @@
 //!   mirror, one that runs marks every record of write copies incomplete
 //!   (`respway_filters::write_record`).
 //!
+//! On a connection to a node of an **emulated cluster** that owns some slots but not all
+//! (`cluster_emulation` with announced sidecars: [`Call::owned`], from
+//! `cluster_emulation::owned_slots`), `SCAN`, `KEYS`, `DBSIZE` and `RANDOMKEY` cover only the
+//! keys whose Redis Cluster slot (CRC16 of the key as the client names it, or of its
+//! `{hashtag}`) that node owns, so a client that walks the cluster node by node sees each key
+//! once:
+//!
+//! - `SCAN` and `KEYS` drop the other keys from what the shards list (a `SCAN` page may come
+//!   back emptier, its cursor is the same).
+//! - `DBSIZE` counts: it walks every shard with `SCAN 0.. COUNT` [`COUNT_PAGE`] (the shards at
+//!   once, each page with the listener's `op_timeout`) and counts the keys of the node's slots,
+//!   as the `SCAN` walk would list them. It costs a read of every key name of every shard, and
+//!   may run for [`COUNT_WALK`] or the listener's `op_timeout`, the longer (then an error).
+//! - `RANDOMKEY` asks random shards up to [`RANDOM_TRIES`] times for a key of the node's
+//!   slots, then walks the shards (from a random one) for the first page holding one; nil when
+//!   none exists.
+//!
+//! `FLUSHDB` / `FLUSHALL` still empty every shard. Which slots a node owns is read once per
+//! command: a walk that goes on while the live nodes change covers, page by page, the keys
+//! of the slots the node owns when each page is read.
+//!
+//! (`emulated.rs` holds that `DBSIZE` and `RANDOMKEY`; `glob.rs` Redis's glob matching.)
+//!
 //! Two things change the keys listed:
 //!
 //! - **Prefix routes with `remove_prefix`**: the cluster stores keys without the prefix; the
@@ -38,11 +61,14 @@
 //!   shard the cluster's picker maps it to (where the key would live if it were not hot).
 
 use std::ops::ControlFlow::{Break, Continue};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rand::Rng;
 use respway_filters::command::KeyspaceKind;
 use respway_filters::error::{Answer, Failure, Kind};
+use respway_filters::hash::slots::redis_cluster_slot;
+use respway_filters::model::HashTag;
 use respway_filters::request::{error_reply, Flavor, Reply};
 use respway_filters::resp::{parse_reply, Frame};
 use respway_filters::routing::Routing;
@@ -50,6 +76,12 @@ use tokio::time::Instant;
 
 use crate::session::scatter::{self, BoxReply, Order, Sent};
 use crate::stack::Parts;
+
+mod emulated;
+mod glob;
+
+use emulated::{count_owned, random_owned_key};
+use glob::glob;
 
 /// Bits of the proxy's SCAN cursor that hold the shard's position.
 const SHARD_BITS: u32 = 16;
@@ -60,6 +92,36 @@ const MAX_SHARDS: usize = 1 << SHARD_BITS;
 const SHARD_CURSOR_LIMIT: u64 = 1 << (64 - SHARD_BITS);
 /// Most shard calls one `SCAN` makes while the batches come back empty.
 pub(crate) const SCAN_STEPS: usize = 16;
+/// `COUNT` of each page of `DBSIZE`'s and `RANDOMKEY`'s walks on a node of an emulated
+/// cluster.
+pub(crate) const COUNT_PAGE: &str = "1000";
+/// How long `DBSIZE`'s walk on a node of an emulated cluster may run at least (the
+/// listener's `op_timeout` when longer).
+pub(crate) const COUNT_WALK: Duration = Duration::from_secs(10);
+/// `RANDOMKEY` calls on a node of an emulated cluster before it walks for a key of its slots.
+pub(crate) const RANDOM_TRIES: usize = 16;
+
+/// One keyspace-wide command as the session hands it over.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call {
+    pub(crate) kind: KeyspaceKind,
+    /// The session's protocol and database.
+    pub(crate) flavor: Flavor,
+    /// Which of each endpoint's shared connections the session uses.
+    pub(crate) conn: usize,
+    /// The upstream deadline (the listener's `op_timeout` from dispatch).
+    pub(crate) deadline: Instant,
+    /// The slots (first, last) of the connection's node in an emulated cluster, when it owns
+    /// some but not all: only their keys are covered (`None`: every key).
+    pub(crate) owned: Option<(u32, u32)>,
+}
+
+/// Whether `key` (as the client names it) is in `owned`'s slots.
+#[inline]
+fn owns(owned: (u32, u32), key: &[u8]) -> bool {
+    let slot = redis_cluster_slot(key, Some(HashTag::default()));
+    (owned.0..=owned.1).contains(&slot)
+}
 
 /// One primary the keyspace-wide commands ask.
 #[derive(Debug, Clone)]
@@ -71,26 +133,28 @@ struct Shard {
     prefix: Option<Bytes>,
 }
 
-/// Sends `args` to the shards `kind` needs and merges the replies.
-pub(crate) fn call(
-    kind: KeyspaceKind,
-    args: Vec<Bytes>,
-    parts: &Parts,
-    flavor: Flavor,
-    conn: usize,
-    deadline: Instant,
-) -> BoxReply {
+/// Sends `args` to the shards `c.kind` needs and merges the replies. The second value is the
+/// deadline the command runs to when it is longer than `c.deadline` (`DBSIZE` counting a
+/// node's keys: the session's backstop follows it).
+pub(crate) fn call(c: Call, args: Vec<Bytes>, parts: &Parts) -> (BoxReply, Option<Instant>) {
     let shards = shards(parts);
     if shards.is_empty() {
-        return Box::pin(async { Err(Failure::new(Kind::NoTarget)) });
+        return (Box::pin(async { Err(Failure::new(Kind::NoTarget)) }), None);
     }
-    match kind {
-        KeyspaceKind::Scan => scan(args, shards, parts, flavor, conn, deadline),
-        KeyspaceKind::Keys => keys(args, shards, parts, flavor, conn, deadline),
-        KeyspaceKind::Dbsize => dbsize(args, shards, parts, flavor, conn, deadline),
-        KeyspaceKind::RandomKey => random_key(args, shards, parts, flavor, conn, deadline),
-        KeyspaceKind::Flush => flush(args, shards, parts, flavor, conn, deadline),
-    }
+    let fut = match (c.kind, c.owned) {
+        (KeyspaceKind::Scan, _) => scan(args, shards, parts, &c),
+        (KeyspaceKind::Keys, _) => keys(args, shards, parts, &c),
+        (KeyspaceKind::Dbsize, None) => dbsize(args, shards, parts, &c),
+        (KeyspaceKind::Dbsize, Some(owned)) => {
+            let op = parts.listener.op_timeout;
+            let until = c.deadline + COUNT_WALK.saturating_sub(op);
+            return (count_owned(shards, parts, &c, owned, until), Some(until));
+        }
+        (KeyspaceKind::RandomKey, None) => random_key(args, shards, parts, &c),
+        (KeyspaceKind::RandomKey, Some(owned)) => random_owned_key(args, shards, parts, &c, owned),
+        (KeyspaceKind::Flush, _) => flush(args, shards, parts, &c),
+    };
+    (fut, None)
 }
 
 /// An answer the proxy gives without asking a shard (an argument error, a refusal).
@@ -243,6 +307,8 @@ struct KeyFilter<'a> {
     routing: &'a Routing,
     /// The client's pattern, when it must be matched here.
     local: Option<&'a [u8]>,
+    /// The slots of the connection's node in an emulated cluster ([`Call::owned`]).
+    owned: Option<(u32, u32)>,
 }
 
 impl KeyFilter<'_> {
@@ -272,6 +338,9 @@ impl KeyFilter<'_> {
                 if !glob(pat, &named) {
                     continue;
                 }
+            }
+            if self.owned.is_some_and(|o| !owns(o, &named)) {
+                continue;
             }
             out.push(Frame::Bulk(named));
         }
@@ -347,14 +416,8 @@ fn scan_args(
     Some((out, local))
 }
 
-fn scan(
-    args: Vec<Bytes>,
-    shards: Vec<Shard>,
-    parts: &Parts,
-    flavor: Flavor,
-    conn: usize,
-    deadline: Instant,
-) -> BoxReply {
+fn scan(args: Vec<Bytes>, shards: Vec<Shard>, parts: &Parts, c: &Call) -> BoxReply {
+    let (flavor, conn, deadline) = (c.flavor, c.conn, c.deadline);
     let Some((mut idx, mut sc)) = args.get(1).and_then(|c| decode_cursor(c)) else {
         return ready(error_reply("ERR invalid cursor"));
     };
@@ -368,6 +431,7 @@ fn scan(
         )));
     }
     let parts = parts.clone();
+    let owned = c.owned;
     Box::pin(async move {
         let matches = match_positions(&args);
         let mut keys = Vec::new();
@@ -394,6 +458,7 @@ fn scan(
                     let filter = KeyFilter {
                         routing: &parts.routing,
                         local: local.as_deref(),
+                        owned,
                     };
                     filter.push(s, items, &mut keys);
                     next
@@ -447,14 +512,8 @@ fn scan_frame(cursor: u64, keys: Vec<Frame>) -> Reply {
 
 // === KEYS ===
 
-fn keys(
-    args: Vec<Bytes>,
-    shards: Vec<Shard>,
-    parts: &Parts,
-    flavor: Flavor,
-    conn: usize,
-    deadline: Instant,
-) -> BoxReply {
+fn keys(args: Vec<Bytes>, shards: Vec<Shard>, parts: &Parts, c: &Call) -> BoxReply {
+    let (flavor, conn, deadline) = (c.flavor, c.conn, c.deadline);
     let Some(pattern) = args.get(1).cloned() else {
         return ready(error_reply(
             "ERR wrong number of arguments for 'keys' command",
@@ -462,6 +521,7 @@ fn keys(
     };
     let max = parts.listener.client.keys_max;
     let routing = parts.routing.clone();
+    let owned = c.owned;
     // Every shard's KEYS is queued now, so they run at once.
     let asked = shards.into_iter().filter_map(|s| {
         let (sent, local) = match narrow(&pattern, s.prefix.as_ref()) {
@@ -486,6 +546,7 @@ fn keys(
             let filter = KeyFilter {
                 routing: &routing,
                 local: local.as_deref(),
+                owned,
             };
             filter.push(s, items, keys);
             if keys.len() > max {
@@ -502,14 +563,8 @@ fn keys(
 
 // === DBSIZE ===
 
-fn dbsize(
-    args: Vec<Bytes>,
-    shards: Vec<Shard>,
-    parts: &Parts,
-    flavor: Flavor,
-    conn: usize,
-    deadline: Instant,
-) -> BoxReply {
+fn dbsize(args: Vec<Bytes>, shards: Vec<Shard>, parts: &Parts, c: &Call) -> BoxReply {
+    let (flavor, conn, deadline) = (c.flavor, c.conn, c.deadline);
     let routing = parts.routing.clone();
     let asked = each_primary(parts, shards, args, flavor, conn, deadline);
     scatter::gather(
@@ -530,14 +585,8 @@ fn dbsize(
 
 // === RANDOMKEY ===
 
-fn random_key(
-    args: Vec<Bytes>,
-    mut shards: Vec<Shard>,
-    parts: &Parts,
-    flavor: Flavor,
-    conn: usize,
-    deadline: Instant,
-) -> BoxReply {
+fn random_key(args: Vec<Bytes>, mut shards: Vec<Shard>, parts: &Parts, c: &Call) -> BoxReply {
+    let (flavor, conn, deadline) = (c.flavor, c.conn, c.deadline);
     // A random shard first, then the next ones in order.
     let start = rand::rng().random_range(0..shards.len());
     shards.rotate_left(start);
@@ -562,14 +611,8 @@ fn random_key(
 
 // === FLUSHDB / FLUSHALL ===
 
-fn flush(
-    args: Vec<Bytes>,
-    shards: Vec<Shard>,
-    parts: &Parts,
-    flavor: Flavor,
-    conn: usize,
-    deadline: Instant,
-) -> BoxReply {
+fn flush(args: Vec<Bytes>, shards: Vec<Shard>, parts: &Parts, c: &Call) -> BoxReply {
+    let (flavor, conn, deadline) = (c.flavor, c.conn, c.deadline);
     if !parts.listener.client.admin_commands {
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
         return ready(error_reply(&format!(
@@ -602,81 +645,6 @@ fn flush(
         },
         |first_err| first_err.unwrap_or_else(|| Ok(Frame::ok().to_bytes())),
     )
-}
-
-// === glob ===
-
-/// Redis's `stringmatchlen` (case-sensitive): `*`, `?`, `[abc]`, `[^a-z]`, `\x`.
-pub(crate) fn glob(pattern: &[u8], s: &[u8]) -> bool {
-    let (mut p, mut i) = (0, 0);
-    // Where to resume after the last `*`: (pattern after it, string position).
-    let mut star: Option<(usize, usize)> = None;
-    loop {
-        if p < pattern.len() && pattern[p] == b'*' {
-            while p < pattern.len() && pattern[p] == b'*' {
-                p += 1;
-            }
-            if p == pattern.len() {
-                return true;
-            }
-            star = Some((p, i));
-            continue;
-        }
-        if i == s.len() {
-            return p == pattern.len();
-        }
-        if let Some((ok, next)) = one(pattern, p, s[i]) {
-            if ok {
-                p = next;
-                i += 1;
-                continue;
-            }
-        }
-        // Mismatch (or pattern exhausted): let the last `*` take one more byte.
-        match star {
-            Some((sp, si)) if si < s.len() => {
-                star = Some((sp, si + 1));
-                p = sp;
-                i = si + 1;
-            }
-            _ => return false,
-        }
-    }
-}
-
-/// Whether the pattern token at `p` (not `*`) matches byte `c`, and where the next token
-/// starts; `None` at the pattern's end.
-fn one(pattern: &[u8], p: usize, c: u8) -> Option<(bool, usize)> {
-    match *pattern.get(p)? {
-        b'?' => Some((true, p + 1)),
-        b'\\' if p + 1 < pattern.len() => Some((pattern[p + 1] == c, p + 2)),
-        b'[' => {
-            let mut j = p + 1;
-            let not = pattern.get(j) == Some(&b'^');
-            if not {
-                j += 1;
-            }
-            let mut hit = false;
-            // An unterminated class ends at the pattern's end, as in Redis.
-            while j < pattern.len() && pattern[j] != b']' {
-                if pattern[j] == b'\\' && j + 1 < pattern.len() {
-                    hit |= pattern[j + 1] == c;
-                    j += 2;
-                } else if j + 2 < pattern.len() && pattern[j + 1] == b'-' {
-                    let (a, b) = (pattern[j], pattern[j + 2]);
-                    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-                    hit |= (lo..=hi).contains(&c);
-                    j += 3;
-                } else {
-                    hit |= pattern[j] == c;
-                    j += 1;
-                }
-            }
-            let next = (j + 1).min(pattern.len());
-            Some((hit != not, next))
-        }
-        b => Some((b == c, p + 1)),
-    }
 }
 
 /// `key` as the client names it: with the prefix its route removed put back.
@@ -717,42 +685,6 @@ mod tests {
             decode_cursor(b"18446744073709551615"),
             Some((65535, SHARD_CURSOR_LIMIT - 1))
         );
-    }
-
-    #[test]
-    fn keyspace_glob_follows_redis() {
-        let yes: &[(&[u8], &[u8])] = &[
-            (b"*", b""),
-            (b"*", b"abc"),
-            (b"a*", b"abc"),
-            (b"*c", b"abc"),
-            (b"a*c", b"abbbc"),
-            (b"a?c", b"abc"),
-            (b"[ab]x", b"bx"),
-            (b"[^ab]x", b"cx"),
-            (b"[a-c]", b"b"),
-            (b"[c-a]", b"b"),
-            (b"\\*", b"*"),
-            (b"[\\]]", b"]"),
-            (b"*a*b*", b"xxaxxbxx"),
-            (b"side:*", b"side:k1"),
-        ];
-        for (p, s) in yes {
-            assert!(glob(p, s), "{:?} {:?}", p, s);
-        }
-        let no: &[(&[u8], &[u8])] = &[
-            (b"a*", b"bac"),
-            (b"*c", b"abd"),
-            (b"a?c", b"ac"),
-            (b"[ab]x", b"cx"),
-            (b"[^ab]x", b"ax"),
-            (b"\\*", b"a"),
-            (b"abc", b"abcd"),
-            (b"", b"a"),
-        ];
-        for (p, s) in no {
-            assert!(!glob(p, s), "{:?} {:?}", p, s);
-        }
     }
 
     #[test]

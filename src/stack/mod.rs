@@ -119,6 +119,9 @@ pub(crate) struct Parts {
     pub(crate) config_version: u64,
     /// The listener's TLS (`None`: plaintext); new connections take the current one.
     pub(crate) tls: Option<Arc<respway_tls::ServerTls>>,
+    /// The sidecars the listener's cluster emulation announces, with whether each answers
+    /// (`None`: no emulation, or fewer than two announced).
+    pub(crate) announced: Option<Arc<crate::discovery::peers::Announced>>,
 }
 
 impl Parts {

@@ -1,6 +1,7 @@
 //! What features count and show, defined here so that the stats floor imports no feature:
 //! the near cache's counters, the hot-key copy passes' progress, a Sentinel master's status,
-//! and the sources the registry asks (hot-key sets, copy passes).
+//! an announced sidecar's status (cluster emulation), and the sources the registry asks
+//! (hot-key sets, copy passes).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -133,6 +134,22 @@ pub(crate) struct SentinelStatus {
     pub(crate) primary_changes: u64,
     /// The `config-epoch` of the last answer that won.
     pub(crate) epoch: u64,
+}
+
+/// An address announced by a listener's cluster emulation, as its checks found it, for
+/// `/clusters` and `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PeerStatus {
+    /// In the emulated cluster's map (a sidecar not checked stays in).
+    pub(crate) up: bool,
+    /// Checked by this process (a listener's own address is not).
+    pub(crate) checked: bool,
+    /// Times it went out of the map or came back.
+    pub(crate) changes: u64,
+    /// The last failed check's reason (empty: none yet).
+    pub(crate) last_error: String,
+    /// When it last went out or came back.
+    pub(crate) since: Option<std::time::SystemTime>,
 }
 
 /// The keys a worker's near cache admits as hot now (`admit: hot`).

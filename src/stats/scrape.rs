@@ -88,6 +88,8 @@ pub(crate) struct Scrape {
     pub(crate) os: Option<ProcessStats>,
     /// Sentinel-managed shards, (cluster, shard), with their master's status.
     pub(crate) sentinels: Vec<([String; 2], String, super::SentinelStatus)>,
+    /// The sidecars announced by cluster emulation, (listener, address), with their status.
+    pub(crate) peers: Vec<([String; 2], super::PeerStatus)>,
     /// Near-cache counters of the clusters with a cache.
     pub(crate) near_cache: Vec<(String, super::CacheTotals)>,
 }
@@ -100,6 +102,7 @@ impl Scrape {
         workers: usize,
         config_changes: Option<BTreeMap<&'static str, ChangeCounts>>,
         sentinels: Vec<([String; 2], String, super::SentinelStatus)>,
+        peers: Vec<([String; 2], super::PeerStatus)>,
     ) -> Scrape {
         let listeners = registry
             .listener_names()
@@ -130,6 +133,7 @@ impl Scrape {
             hot_keys: registry.hot_keys(None, HOTKEYS_METRICS),
             hot_copies: registry.copies(),
             sentinels,
+            peers,
             near_cache: registry.cache_totals(
                 &snapshot
                     .config()
@@ -246,6 +250,24 @@ pub(super) fn sentinel_primary_changes(s: &Scrape, out: &mut Sink<'_>) -> bool {
     for ([c, sh], _, st) in &s.sentinels {
         let labels = [("cluster", c.as_str()), ("shard", sh.as_str())];
         out(&labels, Value::Int(st.primary_changes));
+    }
+    true
+}
+
+/// `respway_cluster_emulation_node_up`: per listener and announced sidecar.
+pub(super) fn peer_up(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for ([l, n], st) in &s.peers {
+        let labels = [("listener", l.as_str()), ("node", n.as_str())];
+        out(&labels, Value::Int(u64::from(st.up)));
+    }
+    true
+}
+
+/// `respway_cluster_emulation_node_changes_total`: per listener and announced sidecar.
+pub(super) fn peer_changes(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for ([l, n], st) in &s.peers {
+        let labels = [("listener", l.as_str()), ("node", n.as_str())];
+        out(&labels, Value::Int(st.changes));
     }
     true
 }

@@ -23,7 +23,15 @@ pub(super) fn metrics(state: &State) -> String {
     let changes = state.hooks.config_events.as_ref().map(|e| e.counts());
     let snapshot = state.config.current();
     let sentinels = state.config.discovery().statuses(&snapshot.config);
-    let scrape = Scrape::gather(&state.registry, snapshot, state.workers, changes, sentinels);
+    let peers = state.config.peers().statuses(&snapshot.config);
+    let scrape = Scrape::gather(
+        &state.registry,
+        snapshot,
+        state.workers,
+        changes,
+        sentinels,
+        peers,
+    );
     let bounds = latency_bounds();
     let mut o = String::with_capacity(16 * 1024);
     for f in FAMILIES {

@@ -104,14 +104,26 @@ impl Handle for FanoutKind {
     }
 }
 
-/// Every primary of every routed cluster (`keyspace.rs`).
+/// Every primary of every routed cluster (`keyspace.rs`); on a connection to a node of an
+/// emulated cluster, the keys of the slots that node owns.
 impl Handle for KeyspaceKind {
-    fn handle(self, _: &mut Session, c: HandlerCall<'_>) -> Pending {
+    fn handle(self, s: &mut Session, c: HandlerCall<'_>) -> Pending {
         let (deadline, backstop) = c.times();
         let parts = &c.live.parts;
-        let fut =
-            crate::session::keyspace::call(self, c.args, parts, c.flavor, c.live.conn, deadline);
-        Pending::other(fut, backstop)
+        let owned = crate::session::cluster_emulation::owned_slots(
+            &parts.listener,
+            parts.announced.as_deref(),
+            s.state.local,
+        );
+        let call = crate::session::keyspace::Call {
+            kind: self,
+            flavor: c.flavor,
+            conn: c.live.conn,
+            deadline,
+            owned,
+        };
+        let (fut, longer) = crate::session::keyspace::call(call, c.args, parts);
+        Pending::other(fut, longer.map_or(backstop, |d| d + (backstop - deadline)))
     }
 }
 
@@ -159,6 +171,7 @@ impl Handle for kind::Unsupported {
                 c.cmd,
                 &c.args,
                 listener,
+                c.live.parts.announced.as_deref(),
                 s.state.local,
                 s.state.resp3,
             ));

@@ -529,6 +529,21 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         &["cluster", "shard"],
         scrape::sentinel_primary_changes,
     ),
+    series(
+        "respway_cluster_emulation_node_up",
+        Gauge,
+        "Whether a sidecar that a listener's cluster emulation announces is in the emulated cluster's map (1), or out after 3 failed PINGs in a row (0, back after 2 answered); a listener's own configured address is not checked and stays 1.",
+        &["listener", "node"],
+        scrape::peer_up,
+    )
+    .with_doc("One series per listener announcing two sidecars or more, and per announced address (`node`, `IP:port`). See [Cluster emulation](docs/commands.md#cluster-emulation-for-cluster-aware-clients)."),
+    series(
+        "respway_cluster_emulation_node_changes_total",
+        Counter,
+        "Times an announced sidecar went out of the emulated cluster's map or came back.",
+        &["listener", "node"],
+        scrape::peer_changes,
+    ),
     endpoint(
         "respway_upstream_ejections_total",
         Counter,
