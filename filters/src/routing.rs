@@ -57,6 +57,10 @@ pub struct ClusterRoute {
     /// refuses keys of several slots in one command, `CROSSSLOT`), and its shards are
     /// named for `MOVED`/`ASK` redirections by address.
     pub redis_cluster: bool,
+    /// A Redis Cluster's slot map as a hash of every shard's slot ranges (0 for other
+    /// clusters): it changes when slots move between shards (a reshard), not when a shard's
+    /// primary changes (a failover). A `SCAN` walk carries it (see the session's keyspace).
+    pub slot_map: u64,
 }
 
 /// One shard as the request path sees it.
@@ -638,5 +642,15 @@ fn compile_cluster(c: &Cluster, zone: Option<&str>) -> Result<ClusterRoute, Stri
         hashtag: c.hashtag,
         db: c.db,
         redis_cluster: c.redis_cluster.is_some(),
+        slot_map: if c.redis_cluster.is_some() {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::hash::DefaultHasher::new();
+            for s in &c.shards {
+                s.slots.hash(&mut h);
+            }
+            h.finish()
+        } else {
+            0
+        },
     })
 }

@@ -349,6 +349,34 @@ impl KeyFilter<'_> {
 
 // === SCAN ===
 
+/// Bits of a SCAN cursor over a Redis Cluster that hold its slot map's tag ([`slot_map_tag`]):
+/// the top ones; the shard's cursor then has 32 bits (a node's table of 4 billion buckets).
+const TAG_BITS: u32 = 16;
+
+/// Shard cursors from this value on do not fit in a cursor that carries a slot map's tag.
+const TAGGED_CURSOR_LIMIT: u64 = 1 << (64 - SHARD_BITS - TAG_BITS);
+
+/// The tag of the slot maps of the Redis Clusters among `shards` (never 0), or `None` when
+/// none is a Redis Cluster.
+fn slot_map_tag(routing: &respway_filters::routing::Routing, shards: &[Shard]) -> Option<u64> {
+    let mut tag = None;
+    let mut seen = Vec::new();
+    for s in shards {
+        let Some(c) = routing.clusters.get(s.cluster) else {
+            continue;
+        };
+        if !c.redis_cluster || seen.contains(&s.cluster) {
+            continue;
+        }
+        seen.push(s.cluster);
+        tag = Some(tag.unwrap_or(0u64).rotate_left(5) ^ c.slot_map);
+    }
+    tag.map(|t| {
+        let t = (t ^ (t >> 16) ^ (t >> 32) ^ (t >> 48)) & ((1 << TAG_BITS) - 1);
+        t.max(1)
+    })
+}
+
 /// The proxy's cursor for shard `shard` at that shard's cursor `sc`.
 pub(crate) fn encode_cursor(shard: usize, sc: u64) -> u64 {
     (sc << SHARD_BITS) | shard as u64
@@ -430,6 +458,30 @@ fn scan(args: Vec<Bytes>, shards: Vec<Shard>, parts: &Parts, c: &Call) -> BoxRep
             shards.len()
         )));
     }
+    // A walk over a Redis Cluster carries its slot map: slots that moved between the shards
+    // since it began (a reshard) would have their keys missed or listed twice, so such a
+    // walk is refused, with a clear error, rather than silently incomplete.
+    let tag = slot_map_tag(&parts.routing, &shards);
+    if let Some(tag) = tag {
+        let walked = sc >> (64 - SHARD_BITS - TAG_BITS);
+        sc &= TAGGED_CURSOR_LIMIT - 1;
+        if (idx, sc, walked) != (0, 0, 0) && walked != tag {
+            return ready(error_reply(
+                "ERR respway: the Redis Cluster's slot map changed during this SCAN walk \
+                 (slots moved between nodes: a reshard), so keys could be missed; start the \
+                 walk again from cursor 0",
+            ));
+        }
+    }
+    let cursor_limit = if tag.is_some() {
+        TAGGED_CURSOR_LIMIT
+    } else {
+        SHARD_CURSOR_LIMIT
+    };
+    let tagged = move |c: u64| match tag {
+        Some(t) if c != 0 => c | (t << (64 - TAG_BITS)),
+        _ => c,
+    };
     let parts = parts.clone();
     let owned = c.owned;
     Box::pin(async move {
@@ -448,7 +500,7 @@ fn scan(args: Vec<Bytes>, shards: Vec<Shard>, parts: &Parts, c: &Call) -> BoxRep
                     let Some((next, items)) = scan_reply(frame) else {
                         return Err(unexpected("SCAN", &parts.routing, s));
                     };
-                    if next >= SHARD_CURSOR_LIMIT {
+                    if next >= cursor_limit {
                         return Err(Failure::message(format!(
                             "ERR respway: shard {} returned SCAN cursor {next}, too large for \
                              respway's cursor",
@@ -477,7 +529,7 @@ fn scan(args: Vec<Bytes>, shards: Vec<Shard>, parts: &Parts, c: &Call) -> BoxRep
                 break;
             }
         }
-        Ok(scan_frame(encode_cursor(idx, sc), keys))
+        Ok(scan_frame(tagged(encode_cursor(idx, sc)), keys))
     })
 }
 
