@@ -406,8 +406,10 @@ fn a_manual_failover_is_invisible_to_clients() {
     eprintln!(
         "manual failover under load: {acked} acknowledged writes checked, MOVED followed {moved}"
     );
-    // 4 writers, one command in flight each: those sent before the refreshed map was in.
-    assert!(moved <= 40, "{moved} commands took a MOVED hop");
+    // 4 writers, one command in flight each: those sent to the old primary before its
+    // first MOVED came back (then the worker sends the shard's commands to the promoted
+    // replica at once).
+    assert!(moved <= 4, "{moved} commands took a MOVED hop");
 }
 
 /// A slot being moved by hand (`CLUSTER SETSLOT ... MIGRATING/IMPORTING`): a new key of it is

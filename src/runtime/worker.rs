@@ -299,6 +299,7 @@ impl Worker {
                         .map(|_| crate::discovery::redis_cluster::handle(&c.name))
                 })
                 .collect(),
+            Default::default(),
         ));
         crate::upstream::set_latest(&endpoints);
         // This worker's part of each record of write copies (the same records as the last

@@ -146,7 +146,12 @@ impl Redirect {
                     t.redirected(kind == Kind::Moved);
                 }
                 match self.find(target) {
-                    Some(ep) => Follow::Sent(self.send(&ep, kind == Kind::Ask, deadline)),
+                    Some(ep) => {
+                        if kind == Kind::Moved {
+                            self.note_promoted(&ep);
+                        }
+                        Follow::Sent(self.send(&ep, kind == Kind::Ask, deadline))
+                    }
                     // A node that joined since the last refresh: the topology is refreshed at
                     // once, and the command goes to the node once this worker has it (or, after
                     // the pause, to where it went first again).
@@ -196,6 +201,28 @@ impl Redirect {
             ep.inner.cfg.max_queue,
             pre,
         )
+    }
+
+    /// A `MOVED` from a shard's primary to a node of the same shard (its replica, promoted
+    /// by a failover): the shard's later commands go to that node at once
+    /// ([`super::Promoted`]). A `MOVED` to another shard's node (a slot moved) changes
+    /// nothing here: the refreshed topology places that slot.
+    fn note_promoted(&self, to: &EndpointHandle) {
+        let Some(shards) = self.endpoints.0.get(self.cluster) else {
+            return;
+        };
+        let (from, to_addr) = (self.origin.config().address, to.config().address);
+        let has = |eps: &[EndpointHandle], a| eps.iter().any(|e| e.config().address == a);
+        if let Some(shard) = (from != to_addr)
+            .then(|| {
+                shards
+                    .iter()
+                    .position(|eps| has(eps, from) && has(eps, to_addr))
+            })
+            .flatten()
+        {
+            self.endpoints.2.set(self.cluster, shard, to.clone());
+        }
     }
 
     /// This worker's handle of the cluster's node at `addr` ([`node`]).
