@@ -1020,3 +1020,41 @@ fn a_scan_walk_during_a_reshard_misses_nothing_or_says_so() {
         }
     }
 }
+
+/// A shard channel's slot moved to another primary (`CLUSTER SETSLOT ... NODE`): the old
+/// owner sends `sunsubscribe`, and the subscription moves to the new owner; a message
+/// published after the move is delivered within 1 s (issue 44, item 1).
+#[test]
+fn a_shard_subscription_follows_its_slot_to_another_node() {
+    let mut s = pubsub_setup();
+    let slot = slot_of(s.nodes[0], SHARD_CH);
+    let target = *s.nodes[..3]
+        .iter()
+        .find(|n| **n != s.owner)
+        .expect("another primary");
+    for n in [target, s.owner].into_iter().chain(
+        s.nodes[..3]
+            .iter()
+            .copied()
+            .filter(|n| *n != s.owner && *n != target),
+    ) {
+        assert_eq!(
+            RespConn::connect(n).call(&[
+                "CLUSTER",
+                "SETSLOT",
+                &slot.to_string(),
+                "NODE",
+                &id_of(target)
+            ]),
+            Resp::Simple("OK".into())
+        );
+    }
+    let max = slack(Duration::from_secs(1));
+    let took = delivered_within(&mut s.c, &mut s.ssub, true, SHARD_CH, "moved", max);
+    eprintln!("SSUBSCRIBE after its slot moved: delivered after {took:?}");
+    assert!(
+        took.is_some(),
+        "a shard channel went deaf after its slot moved"
+    );
+    assert!(delivered_within(&mut s.c, &mut s.sub, false, PLAIN_CH, "moved", max).is_some());
+}
