@@ -1058,3 +1058,116 @@ fn a_shard_subscription_follows_its_slot_to_another_node() {
     );
     assert!(delivered_within(&mut s.c, &mut s.sub, false, PLAIN_CH, "moved", max).is_some());
 }
+
+/// Transactions and blocking commands under load across a `CLUSTER FAILOVER` of their keys'
+/// primary (issue 44, item 3): no client ever sees a raw `MOVED`; every acknowledged `EXEC`
+/// applied once and an aborted one not at all (the counter equals the acknowledged
+/// increments); every pushed element popped once or still in the list.
+#[test]
+fn transactions_and_blocking_commands_across_a_failover_never_see_moved() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::Arc;
+    let cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.addrs();
+    let rw = respway_process(&yaml_defaults(nodes[0]), &[]);
+    let addr = rw.addr;
+    let mut c = RespConn::connect(addr);
+    assert!(until(Duration::from_secs(10), || c
+        .call(&["SET", "probe", "1"])
+        == Resp::Simple("OK".into())));
+    let (counter, queue) = ("{fo}:c", "{fo}:q");
+    let owner = RedisCluster::owner(nodes[0], slot_of(nodes[0], counter)).expect("owner");
+    let replica = (nodes[3..].iter())
+        .copied()
+        .find(|r| {
+            raw_command(*r, &["INFO", "replication"])
+                .is_ok_and(|t| t.contains(&format!("master_port:{}", owner.port())))
+        })
+        .expect("the primary's replica");
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::new(2);
+    let raw_moved =
+        |r: &Resp| format!("{r:?}").contains("MOVED") && !format!("{r:?}").contains("respway");
+    let tx = {
+        let (stop, tick) = (stop.clone(), progress.counter(0));
+        std::thread::spawn(move || {
+            let mut c = RespConn::connect(addr);
+            let (mut acked, mut aborted, mut moved) = (0i64, 0u64, Vec::new());
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Relaxed) && Instant::now() < deadline {
+                tick.tick();
+                let m = c.call(&["MULTI"]);
+                let q = c.call(&["INCR", counter]);
+                let e = c.call(&["EXEC"]);
+                for r in [&m, &q, &e] {
+                    if raw_moved(r) {
+                        moved.push(format!("{r:?}"));
+                    }
+                }
+                match e {
+                    Resp::Array(Some(v)) if v.len() == 1 => acked += 1,
+                    Resp::Error(_) => aborted += 1,
+                    other => panic!("EXEC: {other:?}"),
+                }
+            }
+            (acked, aborted, moved)
+        })
+    };
+    let blocking = {
+        let (stop, tick) = (stop.clone(), progress.counter(1));
+        std::thread::spawn(move || {
+            let mut c = RespConn::connect(addr);
+            let mut b = RespConn::connect(addr);
+            let (mut pushed, mut popped, mut moved) = (0i64, 0i64, Vec::new());
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Relaxed) && Instant::now() < deadline {
+                tick.tick();
+                match c.call(&["RPUSH", queue, "x"]) {
+                    Resp::Int(_) => pushed += 1,
+                    other => panic!("RPUSH: {other:?}"),
+                }
+                let r = b.call(&["BLPOP", queue, "1"]);
+                if raw_moved(&r) {
+                    moved.push(format!("{r:?}"));
+                }
+                if let Resp::Array(Some(_)) = r {
+                    popped += 1;
+                }
+            }
+            (pushed, popped, moved)
+        })
+    };
+    progress.wait_each(200, Duration::from_secs(60), "load before the failover");
+    assert_eq!(
+        RespConn::connect(replica).call(&["CLUSTER", "FAILOVER"]),
+        Resp::Simple("OK".into())
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the old primary to become a replica",
+        || raw_command(owner, &["ROLE"]).is_ok_and(|t| t.contains("slave")),
+    );
+    progress.wait_each(200, Duration::from_secs(60), "load after the failover");
+    stop.store(true, Relaxed);
+    let (acked, aborted, tx_moved) = tx.join().expect("transactions");
+    let (pushed, popped, bl_moved) = blocking.join().expect("blocking");
+    eprintln!(
+        "across a failover: {acked} transactions acknowledged, {aborted} aborted; {pushed} \
+         pushed, {popped} popped by BLPOP"
+    );
+    assert!(
+        tx_moved.is_empty(),
+        "raw MOVED in transactions: {tx_moved:?}"
+    );
+    assert!(bl_moved.is_empty(), "raw MOVED to BLPOP: {bl_moved:?}");
+    assert_eq!(c.call(&["GET", counter]), Resp::bulk(acked.to_string()));
+    let left = match c.call(&["LLEN", queue]) {
+        Resp::Int(n) => n,
+        other => panic!("LLEN: {other:?}"),
+    };
+    assert_eq!(
+        popped + left,
+        pushed,
+        "every element popped once or still there"
+    );
+}
