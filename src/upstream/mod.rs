@@ -63,6 +63,7 @@ mod control;
 mod dedicated;
 mod error;
 mod future;
+mod promoted;
 pub(crate) mod queue;
 mod redirect;
 mod rider;
@@ -514,41 +515,8 @@ pub(crate) struct Endpoints(
     pub(crate) Vec<Option<redirect::RedisCluster>>,
     /// Redis Cluster shards whose primary a `MOVED` showed replaced by one of their replicas
     /// (a failover), until the refreshed topology replaces these endpoints.
-    pub(crate) Promoted,
+    pub(crate) promoted::Promoted,
 );
-
-/// The replicas this worker saw promoted, by `(cluster, shard)`: the shard's commands go to
-/// them at once, not to the old primary for a `MOVED` each until the topology is refreshed
-/// (as a cluster client updates its slot map on the first `MOVED`). Set by
-/// [`redirect::Redirect`] on a `MOVED` from a shard's primary to a node of the same shard;
-/// read on every command to a Redis Cluster's primary only while one is set (one atomic load
-/// otherwise). Per worker, so its lock is never contended.
-#[derive(Debug, Default)]
-pub(crate) struct Promoted {
-    any: std::sync::atomic::AtomicBool,
-    shards: Mutex<Vec<((usize, usize), EndpointHandle)>>,
-}
-
-impl Promoted {
-    /// `(cluster, shard)`'s promoted replica, when a `MOVED` named one.
-    fn get(&self, cluster: usize, shard: usize) -> Option<EndpointHandle> {
-        if !self.any.load(Ordering::Relaxed) {
-            return None;
-        }
-        let s = self.shards.lock().unwrap_or_else(|e| e.into_inner());
-        s.iter()
-            .find(|(k, _)| *k == (cluster, shard))
-            .map(|(_, h)| h.clone())
-    }
-
-    /// Notes that `(cluster, shard)`'s primary is now `to`.
-    pub(crate) fn set(&self, cluster: usize, shard: usize, to: EndpointHandle) {
-        let mut s = self.shards.lock().unwrap_or_else(|e| e.into_inner());
-        s.retain(|(k, _)| *k != (cluster, shard));
-        s.push(((cluster, shard), to));
-        self.any.store(true, Ordering::Relaxed);
-    }
-}
 
 impl Endpoints {
     /// Adds this worker's view of each endpoint `[cluster][shard][endpoint]` into `out`

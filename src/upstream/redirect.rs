@@ -18,7 +18,8 @@
 //! Redirections are followed for commands on the shared connections, and for blocking
 //! commands on their dedicated ones (`session::blocking`, with [`redirection`] and [`node`]);
 //! a transaction's redirection becomes respway's error saying the transaction is aborted
-//! (`session::tx::moved_in_tx`); pub/sub on a slot being moved gets the node's error.
+//! (`session::tx::moved_in_tx`); pub/sub subscriptions follow their channel's owner
+//! (`session::pubsub`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -205,7 +206,7 @@ impl Redirect {
 
     /// A `MOVED` from a shard's primary to a node of the same shard (its replica, promoted
     /// by a failover): the shard's later commands go to that node at once
-    /// ([`super::Promoted`]). A `MOVED` to another shard's node (a slot moved) changes
+    /// ([`super::promoted::Promoted`]). A `MOVED` to another shard's node (a slot moved) changes
     /// nothing here: the refreshed topology places that slot.
     fn note_promoted(&self, to: &EndpointHandle) {
         let Some(shards) = self.endpoints.0.get(self.cluster) else {
