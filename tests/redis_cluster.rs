@@ -668,6 +668,28 @@ fn a_reshard_to_a_new_node_under_load_is_invisible_to_clients() {
     );
 }
 
+/// Gives the (empty) slot `slot` of `source` to `target` on every primary of `primaries`
+/// (`CLUSTER SETSLOT slot NODE id`, the target first, then the source, then the others;
+/// replicas learn it from theirs), as the last step of a slot move does.
+fn give_slot(primaries: &[SocketAddr], slot: u16, source: SocketAddr, target: SocketAddr) {
+    let others = primaries
+        .iter()
+        .copied()
+        .filter(|n| *n != source && *n != target);
+    for n in [target, source].into_iter().chain(others) {
+        assert_eq!(
+            RespConn::connect(n).call(&[
+                "CLUSTER",
+                "SETSLOT",
+                &slot.to_string(),
+                "NODE",
+                &id_of(target)
+            ]),
+            Resp::Simple("OK".into())
+        );
+    }
+}
+
 /// A blocking command whose slot moved since the sidecar's last refresh (issue 44, item 3:
 /// the client got the node's raw `MOVED`): the old owner answers `MOVED` on the dedicated
 /// connection, respway sends the command again to the new owner, where it blocks until a
@@ -687,24 +709,7 @@ fn a_blocking_command_whose_slot_moved_follows_moved() {
     let slot = slot_of(nodes[0], key);
     let source = RedisCluster::owner(nodes[0], slot).expect("owner");
     let target = *nodes.iter().find(|n| **n != source).expect("another node");
-    // The (empty) slot given to another node, on every node.
-    for n in [target, source].into_iter().chain(
-        nodes
-            .iter()
-            .copied()
-            .filter(|n| *n != source && *n != target),
-    ) {
-        assert_eq!(
-            RespConn::connect(n).call(&[
-                "CLUSTER",
-                "SETSLOT",
-                &slot.to_string(),
-                "NODE",
-                &id_of(target)
-            ]),
-            Resp::Simple("OK".into())
-        );
-    }
+    give_slot(&nodes[..3], slot, source, target);
     let mut b = RespConn::connect(rw.addr);
     b.send(&["BLPOP", key, "10"]);
     wait_blocked(&[target], "blpop", 1);
@@ -737,23 +742,7 @@ fn a_transaction_whose_slot_moved_is_aborted_with_a_reason_and_its_retry_runs() 
     let slot = slot_of(nodes[0], key);
     let source = RedisCluster::owner(nodes[0], slot).expect("owner");
     let target = *nodes.iter().find(|n| **n != source).expect("another node");
-    for n in [target, source].into_iter().chain(
-        nodes
-            .iter()
-            .copied()
-            .filter(|n| *n != source && *n != target),
-    ) {
-        assert_eq!(
-            RespConn::connect(n).call(&[
-                "CLUSTER",
-                "SETSLOT",
-                &slot.to_string(),
-                "NODE",
-                &id_of(target)
-            ]),
-            Resp::Simple("OK".into())
-        );
-    }
+    give_slot(&nodes[..3], slot, source, target);
     assert_eq!(c.call(&["MULTI"]), Resp::Simple("OK".into()));
     let queued = c.call(&["SET", key, "v"]);
     let text = queued.error().unwrap_or_default().to_string();
@@ -1032,23 +1021,7 @@ fn a_shard_subscription_follows_its_slot_to_another_node() {
         .iter()
         .find(|n| **n != s.owner)
         .expect("another primary");
-    for n in [target, s.owner].into_iter().chain(
-        s.nodes[..3]
-            .iter()
-            .copied()
-            .filter(|n| *n != s.owner && *n != target),
-    ) {
-        assert_eq!(
-            RespConn::connect(n).call(&[
-                "CLUSTER",
-                "SETSLOT",
-                &slot.to_string(),
-                "NODE",
-                &id_of(target)
-            ]),
-            Resp::Simple("OK".into())
-        );
-    }
+    give_slot(&s.nodes[..3], slot, s.owner, target);
     let max = slack(Duration::from_secs(1));
     let took = delivered_within(&mut s.c, &mut s.ssub, true, SHARD_CH, "moved", max);
     eprintln!("SSUBSCRIBE after its slot moved: delivered after {took:?}");
