@@ -365,6 +365,24 @@ fn reshard_copy_killed_during_the_backfill_resumes_to_the_same_end() {
     assert_eq!(env.old_keys(), 0, "keys left on old");
 }
 
+/// The end of an abort: the command says so, and every key of the model of acknowledged
+/// writes is on `old` (nothing lost, nothing applied twice), none left on `new`.
+fn check_aborted(env: &Env, out: &Output, load: Load) {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        stdout.contains(
+            "aborted: listener \"main\" catch_all is on old again, its copies deleted from new"
+        ),
+        "{}",
+        text(out)
+    );
+    let ((models, ops, _, _), preloaded) = load.finish();
+    let a = env.addrs();
+    verify(&a[..2], &env.old, &models, &ops, preloaded);
+    let new_keys: u64 = a[2..].iter().map(|x| dbsize(*x)).sum();
+    assert_eq!(new_keys, 0, "copies left on new");
+}
+
 /// `abort` during the backfill (before the cut-over): the original files again, every write
 /// on `old`, the copies deleted from `new`.
 #[test]
@@ -385,19 +403,7 @@ fn reshard_copy_aborted_before_the_cut_over_keeps_every_write_on_the_old_cluster
     assert_eq!(run.status.code(), Some(3), "{}", text(&run));
     let out = env.verb("abort", &state);
     assert!(out.status.success(), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        stdout.contains(
-            "aborted: listener \"main\" catch_all is on old again, its copies deleted from new"
-        ),
-        "{}",
-        text(&out)
-    );
-    let ((models, ops, _, _), preloaded) = load.finish();
-    let a = env.addrs();
-    verify(&a[..2], &env.old, &models, &ops, preloaded);
-    let new_keys: u64 = a[2..].iter().map(|x| dbsize(*x)).sum();
-    assert_eq!(new_keys, 0, "copies left on new");
+    check_aborted(&env, &out, load);
 }
 
 /// `--hold` stops once writes resumed on `new` (copied to `old`); `abort` then checks the
@@ -433,18 +439,7 @@ fn reshard_copy_aborted_after_the_cut_over_brings_every_write_back() {
         "the pause checked the written keys only: {}",
         text(&out)
     );
-    assert!(
-        stdout.contains(
-            "aborted: listener \"main\" catch_all is on old again, its copies deleted from new"
-        ),
-        "{}",
-        text(&out)
-    );
-    let ((models, ops, _, _), preloaded) = load.finish();
-    let a = env.addrs();
-    verify(&a[..2], &env.old, &models, &ops, preloaded);
-    let new_keys: u64 = a[2..].iter().map(|x| dbsize(*x)).sum();
-    assert_eq!(new_keys, 0, "copies left on new");
+    check_aborted(&env, &out, load);
 }
 
 /// The ad system's story: one prefix of a shared cluster copied to a cluster of its own by
