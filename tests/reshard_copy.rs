@@ -48,6 +48,11 @@ impl Env {
 
     /// With the listener's `routes` as given (on `old`).
     fn start_with(routes: &str) -> Env {
+        Env::start_admins(routes, 2)
+    }
+
+    /// With the listener's `routes`, and an admin endpoint on the first `admins` sidecars.
+    fn start_admins(routes: &str, admins: usize) -> Env {
         let shards: Vec<Proc> = (0..5).map(|_| redis()).collect();
         let a: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
         let work = std::env::temp_dir().join(format!(
@@ -123,10 +128,15 @@ impl Env {
             )
             .unwrap();
             let admin = format!("127.0.0.1:{}", free_port());
+            let admin: &[&str] = if i < admins {
+                &["--admin", &admin]
+            } else {
+                &[]
+            };
             env.sidecars.push(
                 Spawn::new(env!("CARGO_BIN_EXE_respway"))
                     .args(["--bootstrap", boot.to_str().unwrap(), "--workers", "2"])
-                    .args(["--admin", &admin])
+                    .args(admin)
                     .env("RUST_LOG", "warn")
                     .on_port(*port)
                     .start(),
@@ -547,4 +557,34 @@ fn reshard_copy_of_a_prefix_moves_only_its_keys_under_load() {
         &wrong[..wrong.len().min(10)]
     );
     assert_eq!(env.old_keys(), N as u64, "old holds the other keys only");
+}
+
+/// A sidecar without an admin endpoint: the pause could not count its copies in flight, so
+/// the run stops once dual write is ACKed, before the backfill, naming the node and what to
+/// run (the docs said such a pause compared the whole keyspace; it failed at the pause,
+/// after the whole backfill, instead). Nothing was moved: every key is still on `old`.
+#[test]
+fn reshard_copy_needs_every_sidecars_admin_endpoint_and_says_so_before_the_backfill() {
+    let env = Env::start_admins("{ catch_all: old }", 1);
+    let mut c = sync_client(env.sidecars[0].addr);
+    for i in 0..50 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k:{i}"))
+            .arg(i)
+            .query(&mut c)
+            .unwrap();
+    }
+    let state = env.work.join("state.json");
+    let out = env.run(&env.start_args(&state, &[]));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("copy mode needs every sidecar's admin endpoint")
+            && stderr.contains("node sidecar-2 announces none"),
+        "{}",
+        text(&out)
+    );
+    assert!(!stdout.contains("phase 2/7: backfill"), "{}", text(&out));
+    assert_eq!(env.old_keys(), 50);
 }

@@ -432,7 +432,11 @@ async fn nodes(st: &State, auth: &AdminAuth) -> Result<Vec<(String, Option<Strin
 }
 
 /// Each connected node's record of `cluster`, from its start; `None` when a node has none
-/// (no admin address, an older sidecar, a full record): its writes cannot be listed.
+/// (an older sidecar, a full record): its writes cannot be listed.
+///
+/// # Errors
+/// A connected node announces no admin address: the pause could not count its copies still
+/// in flight, so copy mode stops here, before the backfill, saying what to run.
 async fn take_records(
     st: &State,
     auth: &AdminAuth,
@@ -447,9 +451,16 @@ async fn take_records(
         }
         let line = match &admin {
             Some(a) => sidecars::mirror(a, cluster).await,
-            None => Err(format!(
-                "node {id} announces no admin address (respway --admin)"
-            )),
+            None => {
+                return Err(Stop::Failed(format!(
+                    "copy mode needs every sidecar's admin endpoint (the write pause counts \
+                     each sidecar's copies still in flight there): node {id} announces none; \
+                     run it with --admin ADDR (and --admin-advertise ADDR when it binds a \
+                     wildcard address), then `respway-xds reshard resume` (dual write stays \
+                     on meanwhile: writes are served by {} and copied)",
+                    st.direction().0
+                )))
+            }
         };
         match (line, admin) {
             (Ok(l), Some(a)) if l.record.is_some() && !l.unusable => {
