@@ -30,7 +30,7 @@ struct Env {
     new: Arc<dyn ShardPicker>,
 }
 
-fn shards_yaml(addrs: &[SocketAddr]) -> String {
+pub(crate) fn shards_yaml(addrs: &[SocketAddr]) -> String {
     addrs
         .iter()
         .map(|a| format!("      - endpoints: [{{ address: \"{a}\" }}]\n"))

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::move_mode::{load_thread, preload, verify, Model, Outcome};
-use crate::reshard::{text, wait_bounded};
+use crate::reshard::{shards_yaml, text, wait_bounded};
 use crate::support::*;
 use respway_filters::hash::ShardPicker;
 use respway_filters::routing::Routing;
@@ -32,13 +32,6 @@ struct Env {
     sidecars: Vec<Proc>,
     new: Arc<dyn ShardPicker>,
     old: Arc<dyn ShardPicker>,
-}
-
-fn shards_yaml(addrs: &[SocketAddr]) -> String {
-    addrs
-        .iter()
-        .map(|a| format!("      - endpoints: [{{ address: \"{a}\" }}]\n"))
-        .collect()
 }
 
 impl Env {
@@ -340,9 +333,9 @@ fn wait_phase(
     }
 }
 
-/// The command killed (SIGKILL) during the backfill, then `resume`: the same end.
-#[test]
-fn reshard_copy_killed_during_the_backfill_resumes_to_the_same_end() {
+/// Two sidecars under load and `reshard start --copy` slowed (`--rate 2000`) and caught in
+/// its backfill, after 100 more rounds of load: the env, the load, the state file, the run.
+fn during_the_backfill() -> (Env, Load, PathBuf, std::process::Child) {
     let env = Env::start();
     let load = env.load();
     let state = env.work.join("state.json");
@@ -352,6 +345,13 @@ fn reshard_copy_killed_during_the_backfill_resumes_to_the_same_end() {
         .expect("start");
     wait_phase(&state, &mut child, "dual_acked", true);
     load.rounds(100, "load during the backfill");
+    (env, load, state, child)
+}
+
+/// The command killed (SIGKILL) during the backfill, then `resume`: the same end.
+#[test]
+fn reshard_copy_killed_during_the_backfill_resumes_to_the_same_end() {
+    let (env, load, state, mut child) = during_the_backfill();
     child.kill().unwrap();
     let _ = child.wait();
     let out = env.run(&[
@@ -397,15 +397,7 @@ fn check_aborted(env: &Env, out: &Output, load: Load) {
 /// on `old`, the copies deleted from `new`.
 #[test]
 fn reshard_copy_aborted_before_the_cut_over_keeps_every_write_on_the_old_cluster() {
-    let env = Env::start();
-    let load = env.load();
-    let state = env.work.join("state.json");
-    let mut child = env
-        .cmd(&env.start_args(&state, &["--rate", "2000"]))
-        .spawn()
-        .expect("start");
-    wait_phase(&state, &mut child, "dual_acked", true);
-    load.rounds(100, "load during the backfill");
+    let (env, load, state, child) = during_the_backfill();
     // `pause` stops the backfill and the run (exit 3); `abort` then goes back.
     let out = env.verb("pause", &state);
     assert!(out.status.success(), "{}", text(&out));
