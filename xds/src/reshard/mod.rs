@@ -18,9 +18,12 @@
 //! - `state`: STATE.json and the files next to it (checkpoint, mover config, pause marker);
 //! - `acks`: the gate between phases;
 //! - `mover`: the mover as a child process (plan, run, progress);
+//! - `copy`: copy mode's steps; `compare`: its respway-compare runs; `sidecars`: what it
+//!   asks the sidecars' admin endpoints;
 //! - `progress`: the mover's lines read back, and the progress bar.
 
 mod acks;
+mod compare;
 mod copy;
 mod edit;
 mod mover;
