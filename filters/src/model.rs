@@ -598,7 +598,17 @@ pub struct SentinelSource {
     /// The zones of the data nodes the Sentinels may name, by address (sorted), for
     /// zone-local reads: Sentinel knows no zones. A node not listed has none.
     pub zones: Vec<(SocketAddr, String)>,
+    /// How long writes are held from the first Sentinel event that says a failover of the
+    /// master has begun until `+switch-master` names the new primary (then they go there);
+    /// zero: never held (writes go to the old primary, which may drop them when demoted).
+    pub failover_hold: std::time::Duration,
 }
+
+/// The default [`SentinelSource::failover_hold`]: longer than a planned failover takes
+/// (Sentinel's own steps, about 1.2 s from `+try-failover` to `+switch-master` on loopback).
+pub const DEFAULT_FAILOVER_HOLD: std::time::Duration = std::time::Duration::from_secs(5);
+/// The longest [`SentinelSource::failover_hold`] a configuration may set.
+pub const MAX_FAILOVER_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Shard {
     /// The primary endpoint.

@@ -467,6 +467,7 @@ fn sentinel_shard(
                 master: master?,
                 sentinels,
                 zones: p.sentinel_zones.clone().unwrap_or_default(),
+                failover_hold: respway_filters::model::DEFAULT_FAILOVER_HOLD,
             }),
         },
         p.path.clone(),
