@@ -55,7 +55,7 @@ use envoy_types::util::pack_any;
 use respway_filters::model::{
     Cluster, Config, HashPolicy, HealthCheck, HotKeyRead, KeyHash, Listener, ListenerTls,
     MirrorMode, MirrorPolicy, NearCache, NearCacheAdmit, NearCacheMode, ProtocolMode, ReadPolicy,
-    RingHashFunction, Role, UpstreamTls, ZoneFallback,
+    RingHashFunction, Role, UpstreamTls, ZoneFallback, DEFAULT_FAILOVER_HOLD,
 };
 use std::net::SocketAddr;
 
@@ -510,6 +510,9 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
                 if is_primary && !s.zones.is_empty() {
                     respway.push(("sentinel_zones", zones(&s.zones)));
                 }
+                if is_primary && s.failover_hold != DEFAULT_FAILOVER_HOLD {
+                    respway.push(("sentinel_failover_hold", failover_hold(s.failover_hold)));
+                }
             }
             let default = match &shard.sentinel {
                 Some(_) => shard.name.clone(),
@@ -537,6 +540,30 @@ pub(crate) fn zones(zones: &[(SocketAddr, String)]) -> Kind {
     Kind::StructValue(Struct {
         fields: kv.map(|(k, v)| (k, Value { kind: Some(v) })).collect(),
     })
+}
+
+/// How long a shard's writes are held during a failover, as `sentinel_failover_hold`
+/// metadata: a duration string, as the YAML writes one (`250ms`).
+pub(crate) fn failover_hold(d: std::time::Duration) -> Kind {
+    string(&duration_string(d))
+}
+
+/// A duration as [`common::parse_duration`] reads it, in the largest unit that writes it
+/// exactly (`2m`, `250ms`, `0us`); one finer than a microsecond is rounded up to the next
+/// microsecond, so that it stays above zero.
+pub(crate) fn duration_string(d: std::time::Duration) -> String {
+    let ns = d.as_nanos();
+    for (unit, size) in [
+        ("h", 3_600_000_000_000u128),
+        ("m", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+    ] {
+        if ns != 0 && ns.is_multiple_of(size) {
+            return format!("{}{unit}", ns / size);
+        }
+    }
+    format!("{}us", ns.div_ceil(1_000))
 }
 
 /// What the endpoint that carries them (a shard's primary, or its first Sentinel) says of its

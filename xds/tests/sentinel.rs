@@ -115,3 +115,163 @@ fn sentinel_shard_errors_name_the_field() {
         "{e}"
     );
 }
+
+/// The first shard's `failover_hold` as the model has it, read from `YAML` with `line` added
+/// to its `sentinel` block, through YAML → xDS → model; the dump reads back to the same.
+fn hold_of(line: &str) -> std::time::Duration {
+    let yaml = YAML.replace(
+        "          master: m0\n",
+        &format!("          master: m0\n{line}"),
+    );
+    let config = translate(&parse_yaml(&yaml).expect("parses")).expect("translates");
+    // Over xDS: the resources the management server serves translate into the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+    let dumped = config_dump(&config, false).to_yaml(1);
+    let reread = translate(&parse_yaml(&dumped.replace("<redacted>", "s-secret")).unwrap());
+    assert_eq!(
+        reread.unwrap().clusters[0].shards,
+        config.clusters[0].shards,
+        "{dumped}"
+    );
+    config.clusters[0].shards[0]
+        .sentinel
+        .as_ref()
+        .unwrap()
+        .failover_hold
+}
+
+/// The `sentinel_failover_hold` metadata of the first shard's Sentinels, in order.
+fn sentinel_holds(r: &respway_xds::Resources) -> Vec<Option<String>> {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    let eps = &r.endpoints[0].endpoints[0].lb_endpoints;
+    eps.iter()
+        .map(|e| &e.metadata.as_ref().unwrap().filter_metadata["respway"])
+        .filter(|md| md.fields["shard"].kind == Some(Kind::StringValue("s0".into())))
+        .map(|md| {
+            md.fields
+                .get("sentinel_failover_hold")
+                .map(|v| match &v.kind {
+                    Some(Kind::StringValue(s)) => s.clone(),
+                    other => panic!("{other:?}"),
+                })
+        })
+        .collect()
+}
+
+#[test]
+fn a_sentinel_shards_failover_hold_is_read_emitted_and_dumped() {
+    use respway_filters::model::DEFAULT_FAILOVER_HOLD;
+    use std::time::Duration;
+    assert_eq!(hold_of(""), DEFAULT_FAILOVER_HOLD);
+    assert_eq!(
+        hold_of("          failover_hold: 250ms\n"),
+        Duration::from_millis(250)
+    );
+    assert_eq!(hold_of("          failover_hold: 0s\n"), Duration::ZERO);
+    assert_eq!(
+        hold_of("          failover_hold: 10s\n"),
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        hold_of("          failover_hold: 5s\n"),
+        DEFAULT_FAILOVER_HOLD
+    );
+
+    // Only a hold other than the default travels, on the first Sentinel, as a duration.
+    let with = |line: &str| {
+        let yaml = YAML.replace(
+            "          master: m0\n",
+            &format!("          master: m0\n{line}"),
+        );
+        let read = parse_yaml(&yaml).unwrap();
+        let config = translate(&read).unwrap();
+        // Both writers: the YAML reader's and the management server's (from the model).
+        let holds = sentinel_holds(&read);
+        assert_eq!(sentinel_holds(&to_resources(&config)), holds);
+        (holds, config_dump(&config, false).to_yaml(1))
+    };
+    let (holds, dumped) = with("          failover_hold: 250ms\n");
+    assert_eq!(holds[0].as_deref(), Some("250ms"));
+    assert!(dumped.contains("failover_hold: 250ms"), "{dumped}");
+    let (holds, dumped) = with("          failover_hold: 0s\n");
+    assert_eq!(holds[0].as_deref(), Some("0us"));
+    assert!(dumped.contains("failover_hold: 0us"), "{dumped}");
+    let (holds, dumped) = with("");
+    assert!(holds.iter().all(Option::is_none), "{holds:?}");
+    assert!(!dumped.contains("failover_hold"), "{dumped}");
+    let all = config_dump(&translate(&parse_yaml(YAML).unwrap()).unwrap(), true).to_yaml(1);
+    assert!(all.contains("failover_hold: 5s"), "{all}");
+}
+
+#[test]
+fn a_failover_hold_over_10s_or_not_a_duration_is_refused_by_name() {
+    let with = |line: &str| {
+        errors(&YAML.replace(
+            "          master: m0\n",
+            &format!("          master: m0\n{line}"),
+        ))
+    };
+    let e = with("          failover_hold: 11s\n");
+    assert!(
+        e.contains(
+            "shards[0].sentinel.failover_hold: 11s is more than 10s, the longest a failover may hold writes"
+        ),
+        "{e}"
+    );
+    assert_eq!(e.matches("failover_hold").count(), 1, "one error: {e}");
+    let e = with("          failover_hold: soon\n");
+    assert!(
+        e.contains("shards[0].sentinel.failover_hold: invalid duration \"soon\""),
+        "{e}"
+    );
+    let e = with("          failover_hold: 250\n");
+    assert!(e.contains("shards[0].sentinel.failover_hold"), "{e}");
+}
+
+#[test]
+fn over_xds_a_failover_hold_is_a_sentinel_shards_and_the_same_on_each_sentinel() {
+    use envoy_types::pb::google::protobuf::{value::Kind, Value};
+    let yaml = YAML.replace(
+        "          master: m0\n",
+        "          master: m0\n          failover_hold: 250ms\n",
+    );
+    let resources = to_resources(&translate(&parse_yaml(&yaml).unwrap()).unwrap());
+    // The resources with endpoint k of the (only) locality saying `hold`, and that field's
+    // path.
+    let with = |k: usize, hold: Kind| {
+        let mut r = resources.clone();
+        let e = &mut r.endpoints[0].endpoints[0].lb_endpoints[k];
+        let md = &mut e.metadata.as_mut().unwrap().filter_metadata;
+        let fields = &mut md.get_mut("respway").unwrap().fields;
+        let value = Value { kind: Some(hold) };
+        fields.insert("sentinel_failover_hold".into(), value);
+        let at = format!(
+            "endpoints[0].lb_endpoints[{k}].metadata.filter_metadata.respway.sentinel_failover_hold"
+        );
+        (r, at)
+    };
+    let err = |(r, at): (respway_xds::Resources, String)| {
+        (translate(&r).expect_err("should fail").to_string(), at)
+    };
+    // Another Sentinel may repeat the first's hold, not contradict it.
+    assert!(translate(&with(1, Kind::StringValue("250ms".into())).0).is_ok());
+    let (e, _) = err(with(1, Kind::StringValue("1s".into())));
+    assert!(
+        e.contains("sentinel_failover_hold differ from the shard's first Sentinel's"),
+        "{e}"
+    );
+    let (e, at) = err(with(0, Kind::StringValue("11s".into())));
+    assert!(e.contains(&format!("{at}: 11s is more than 10s")), "{e}");
+    let (e, at) = err(with(0, Kind::NumberValue(250.0)));
+    assert!(
+        e.contains(&format!("{at}: expected a duration such as \"250ms\"")),
+        "{e}"
+    );
+    // s2's primary, the locality's last endpoint, is no Sentinel.
+    let last = resources.endpoints[0].endpoints[0].lb_endpoints.len() - 1;
+    let (e, at) = err(with(last, Kind::StringValue("1s".into())));
+    assert!(
+        e.contains(&format!("{at}: only endpoints with role sentinel")),
+        "{e}"
+    );
+}

@@ -9,13 +9,16 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HealthStatus;
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, LbEndpoint,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct};
-use respway_filters::model::{Endpoint, HashPolicy, Role, SentinelSource, Shard};
+use respway_filters::model::{
+    Endpoint, HashPolicy, Role, SentinelSource, Shard, DEFAULT_FAILOVER_HOLD, MAX_FAILOVER_HOLD,
+};
 
 use super::{socket_address, unsupported};
 use crate::common::{self, SlotProblem};
@@ -29,6 +32,7 @@ const RESPWAY_KEYS: &[&str] = &[
     "slots",
     "sentinel_master",
     "sentinel_zones",
+    "sentinel_failover_hold",
 ];
 
 /// One endpoint as read, before grouping into shards.
@@ -49,6 +53,8 @@ struct RawEndpoint {
     sentinel_master: Option<String>,
     /// The zones of the shard's data nodes, by address (on a `sentinel` endpoint).
     sentinel_zones: Option<Vec<(SocketAddr, String)>>,
+    /// How long the shard's writes are held during a failover (on a `sentinel` endpoint).
+    sentinel_failover_hold: Option<Duration>,
 }
 
 impl RawEndpoint {
@@ -273,6 +279,12 @@ fn shard(
             "only endpoints with role sentinel give the zones of the nodes Sentinels name",
         );
     }
+    for e in eps.iter().filter(|e| e.sentinel_failover_hold.is_some()) {
+        cx.err(
+            e.meta("sentinel_failover_hold"),
+            "only endpoints with role sentinel say how long a failover holds the shard's writes",
+        );
+    }
     let single = eps.len() == 1;
     let mut endpoints = Vec::new();
     for e in eps {
@@ -441,10 +453,12 @@ fn sentinel_shard(
                 .as_ref()
                 .is_some_and(|h| Some(h) != p.hash_key.as_ref())
             || (e.sentinel_zones.as_ref()).is_some_and(|z| Some(z) != p.sentinel_zones.as_ref())
+            || e.sentinel_failover_hold
+                .is_some_and(|h| Some(h) != p.sentinel_failover_hold)
         {
             cx.err(
                 &e.path,
-                "shard_index, weight, slots, hash_key and sentinel_zones differ from the shard's first Sentinel's",
+                "shard_index, weight, slots, hash_key, sentinel_zones and sentinel_failover_hold differ from the shard's first Sentinel's",
             );
         }
     }
@@ -467,7 +481,7 @@ fn sentinel_shard(
                 master: master?,
                 sentinels,
                 zones: p.sentinel_zones.clone().unwrap_or_default(),
-                failover_hold: respway_filters::model::DEFAULT_FAILOVER_HOLD,
+                failover_hold: p.sentinel_failover_hold.unwrap_or(DEFAULT_FAILOVER_HOLD),
             }),
         },
         p.path.clone(),
@@ -536,6 +550,7 @@ fn lb_endpoint(
         sentinel: false,
         sentinel_master: None,
         sentinel_zones: None,
+        sentinel_failover_hold: None,
     };
     if let Some(md) = &e.metadata {
         if let Some(s) = md.filter_metadata.get(names::METADATA_NAMESPACE) {
@@ -599,6 +614,23 @@ fn respway_metadata(cx: &mut Cx, raw: &mut RawEndpoint, s: &Struct, policy: Opti
                 }
                 zones.sort();
                 raw.sentinel_zones = Some(zones);
+            }
+            "sentinel_failover_hold" => {
+                let Some(Kind::StringValue(text)) = kind else {
+                    cx.err(at, "expected a duration such as \"250ms\"");
+                    continue;
+                };
+                match common::parse_duration(text) {
+                    Ok(d) if d > MAX_FAILOVER_HOLD => cx.err(
+                        at,
+                        format!(
+                            "{text} is more than {MAX_FAILOVER_HOLD:?}, the longest a failover \
+                             may hold writes"
+                        ),
+                    ),
+                    Ok(d) => raw.sentinel_failover_hold = Some(d),
+                    Err(e) => cx.err(at, e),
+                }
             }
             "sentinel_master" => match kind {
                 Some(Kind::StringValue(v)) if !v.is_empty() => {

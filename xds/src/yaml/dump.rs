@@ -20,7 +20,8 @@ use respway_filters::model::{
     AclUser, ClientLimits, Cluster, ClusterEmulation, Config, EndpointAuth, HashPolicy, HashTag,
     HealthCheck, HotKeyRead, Listener, MirrorMode, MirrorPolicy, NearCache, ReadPolicy,
     RedisClusterSource, RespSettings, Role, RouteTable, Shard, UpstreamAuth, ZoneFallback,
-    DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_MAX_QUEUE_PER_CONNECTION,
+    DEFAULT_DATABASES, DEFAULT_DEDICATED_CONNECTIONS, DEFAULT_FAILOVER_HOLD,
+    DEFAULT_MAX_QUEUE_PER_CONNECTION,
 };
 use serde_yaml_ng::{Mapping, Value};
 
@@ -175,30 +176,16 @@ impl Writer {
     /// than a microsecond (only xDS can say one) is rounded up to the next microsecond, so it
     /// stays above zero, and noted (`at` names the setting).
     fn duration(&mut self, d: Duration, at: impl FnOnce() -> String) -> String {
-        let ns = d.as_nanos();
-        if ns == 0 {
-            return "0us".to_string();
+        let shown = crate::emit::duration_string(d);
+        if !d.subsec_nanos().is_multiple_of(1_000) {
+            self.notes.push(format!(
+                "{}: {}ns is shown as {shown} (a file's durations are whole microseconds)",
+                at(),
+                d.as_nanos()
+            ));
         }
-        for (unit, size) in [
-            ("h", 3_600_000_000_000u128),
-            ("m", 60_000_000_000),
-            ("s", 1_000_000_000),
-            ("ms", 1_000_000),
-            ("us", 1_000),
-        ] {
-            if ns.is_multiple_of(size) {
-                return format!("{}{unit}", ns / size);
-            }
-        }
-        let shown = format!("{}us", ns.div_ceil(1_000));
-        self.notes.push(format!(
-            "{}: {ns}ns is shown as {shown} (a file's durations are whole microseconds)",
-            at()
-        ));
         shown
     }
-
-    // === listeners ===
 
     fn listener(&mut self, l: &Listener) -> Value {
         let at = format!("listener {:?}", l.name);
@@ -544,12 +531,10 @@ impl Writer {
                 m.put("redis_cluster", r.done());
             }
             None => {
-                let shards = c
-                    .shards
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| self.shard(c, i, s, &mut placed))
-                    .collect();
+                let mut shards = Vec::new();
+                for (i, s) in c.shards.iter().enumerate() {
+                    shards.push(self.shard(c, i, s, &mut placed));
+                }
                 m.put("shards", Value::Sequence(shards));
             }
         }
@@ -673,7 +658,7 @@ impl Writer {
 
     /// Shard `i` of `c`; an endpoint's credentials are written under it (`placed` marks
     /// which of `c.endpoint_auth` were).
-    fn shard(&self, c: &Cluster, i: usize, s: &Shard, placed: &mut [bool]) -> Value {
+    fn shard(&mut self, c: &Cluster, i: usize, s: &Shard, placed: &mut [bool]) -> Value {
         let mut m = self.map();
         let default_name = s.name == format!("shard-{i}");
         m.set("name", s.name.as_str(), default_name);
@@ -705,6 +690,10 @@ impl Writer {
                 }
                 st.put("zones", zm.done());
             }
+            let hold = sentinel.failover_hold;
+            let at = || format!("cluster {:?}: shards[{i}].sentinel.failover_hold", c.name);
+            let text = self.duration(hold, at);
+            st.set("failover_hold", text, hold == DEFAULT_FAILOVER_HOLD);
             let auth = sentinel
                 .sentinels
                 .iter()

@@ -366,6 +366,7 @@ pub(super) const SENTINEL: &[Key] = &[
     key("sentinels", "list of `IP:port`", "required, at least one", "every one is asked and subscribed to"),
     key("auth", "[auth](#auth) or null", "null", "sent to the Sentinels (the cluster's `auth` is for the data nodes and is never sent to a Sentinel)"),
     key("zones", "map of `IP:port` to zone, or null", "null", "the zones of the data nodes the Sentinels may name (Sentinel knows none), for `zone_local` reads; a node not listed has no zone"),
+    key("failover_hold", "duration", "`5s`", "how long writes to the shard are held (not sent, not refused) from the first Sentinel event that says a failover of the master began until `+switch-master` names the new primary; `0s`: never held; at most `10s`"),
 ];
 /// The keys of [`SENTINEL`], in order.
 pub(super) const SENTINEL_KEYS: &[&str] = &names::<{ SENTINEL.len() }>(SENTINEL);

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 
 use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
 use envoy_types::pb::google::protobuf::value::Kind;
-use respway_filters::model::{HashPolicy, Role, UpstreamAuth};
+use respway_filters::model::{HashPolicy, Role, UpstreamAuth, DEFAULT_FAILOVER_HOLD};
 use serde_yaml_ng::Value;
 
 use super::auth::upstream_auth;
@@ -20,7 +20,7 @@ use super::origin::Origins;
 use super::reference::{ENDPOINT_KEYS, SENTINEL_KEYS, SHARD_KEYS};
 use super::value::{kind, Map};
 use crate::common;
-use crate::emit::{place_in_zone, shard_endpoint, string, ShardValues};
+use crate::emit::{failover_hold, place_in_zone, shard_endpoint, string, ShardValues};
 use crate::error::{index, join, Cx};
 use crate::names;
 
@@ -224,9 +224,10 @@ struct SentinelShard<'a> {
     slots: &'a [Kind],
 }
 
-/// A shard's `sentinel` (`master`, `sentinels`, `auth`): one `LbEndpoint` of role `sentinel`
-/// per Sentinel, naming the master, the first carrying the shard's slots, weight and hash
-/// key; the Sentinels' credentials (their own, never the cluster's) go to `credentials`.
+/// A shard's `sentinel` (`master`, `sentinels`, `auth`, `zones`, `failover_hold`): one
+/// `LbEndpoint` of role `sentinel` per Sentinel, naming the master, the first carrying the
+/// shard's slots, weight and hash key, its zones and its failover hold (when not the
+/// default); the Sentinels' credentials (their own, never the cluster's) go to `credentials`.
 fn sentinel_shard(
     cx: &mut Cx,
     o: &mut Origins,
@@ -272,6 +273,10 @@ fn sentinel_shard(
         }
     }
     zones.sort();
+    // Its range is the translation's to check, as for every value.
+    let hold = m
+        .duration_or_zero(cx, "failover_hold")
+        .filter(|d| *d != DEFAULT_FAILOVER_HOLD);
     let list = m.non_empty_seq(cx, "sentinels");
     let mut seen: Vec<SocketAddr> = Vec::new();
     for (k, v) in list.iter().enumerate() {
@@ -315,6 +320,9 @@ fn sentinel_shard(
         if first && !zones.is_empty() {
             respway.push(("sentinel_zones", crate::emit::zones(&zones)));
         }
+        if let Some(hold) = hold.filter(|_| first) {
+            respway.push(("sentinel_failover_hold", failover_hold(hold)));
+        }
         let values = first.then_some(ShardValues {
             weight: shard.weight,
             slots: shard.slots,
@@ -333,6 +341,10 @@ fn sentinel_shard(
         o.note(format!("{meta}.role"), &at);
         o.note(format!("{meta}.sentinel_master"), m.at("master"));
         o.note(format!("{meta}.sentinel_zones"), m.at("zones"));
+        o.note(
+            format!("{meta}.sentinel_failover_hold"),
+            m.at("failover_hold"),
+        );
         o.note(format!("{meta}.shard"), join(shard.at, "name"));
         o.note(format!("{meta}.shard_index"), shard.at);
         if first {
