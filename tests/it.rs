@@ -44,6 +44,7 @@ mod reshard;
 mod reshard_copy;
 mod resp3;
 mod sentinel;
+mod sentinel_failover;
 mod swap;
 mod tls;
 mod transactions;

@@ -11,15 +11,15 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 
 /// A primary, its replica, three Sentinels watching them as `m0`, and a plain shard.
-struct Rig {
-    primary: Proc,
-    replica: Proc,
-    sentinels: Vec<Proc>,
-    plain: Proc,
+pub(crate) struct Rig {
+    pub(crate) primary: Proc,
+    pub(crate) replica: Proc,
+    pub(crate) sentinels: Vec<Proc>,
+    pub(crate) plain: Proc,
 }
 
 impl Rig {
-    fn start() -> Rig {
+    pub(crate) fn start() -> Rig {
         let primary = redis_with(&["--repl-diskless-sync-delay", "0"]);
         let port = primary.addr.port().to_string();
         let replica = redis_with(&["--replicaof", "127.0.0.1", &port]);
@@ -63,7 +63,7 @@ impl Rig {
     }
 
     /// The YAML with this read policy and, when not empty, the `sentinel` block's `zones`.
-    fn yaml_with(&self, read_policy: &str, zones: &str) -> String {
+    pub(crate) fn yaml_with(&self, read_policy: &str, zones: &str) -> String {
         let list = self
             .sentinels
             .iter()
@@ -91,7 +91,7 @@ impl Drop for Rig {
 }
 
 /// A field of a flat name/value array (a Sentinel's description of an instance).
-fn field(r: &Resp, name: &str) -> Option<String> {
+pub(crate) fn field(r: &Resp, name: &str) -> Option<String> {
     let Resp::Array(Some(items)) = r else {
         return None;
     };
@@ -176,7 +176,7 @@ fn load(
 }
 
 /// Listens on a Sentinel for `+switch-master` and records when it arrives.
-fn switch_watch(sentinel: SocketAddr) -> Arc<Mutex<Option<Instant>>> {
+pub(crate) fn switch_watch(sentinel: SocketAddr) -> Arc<Mutex<Option<Instant>>> {
     let at = Arc::new(Mutex::new(None));
     let out = at.clone();
     let mut c = RespConn::connect(sentinel);

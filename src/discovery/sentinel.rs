@@ -38,6 +38,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::discovery::Handle;
+use crate::upstream::hold::Hold;
 use crate::upstream::{Control, EndpointConfig};
 
 /// How often every Sentinel is asked, whatever they publish.
@@ -56,6 +57,25 @@ const EVENTS: &[&str] = &[
     "+convert-to-slave",
     "+reboot",
     "+failover-end",
+];
+/// The events that say a failover of a master began or goes on: its writes are held from
+/// the first (see [`crate::upstream::hold`]) until `+switch-master`.
+const FAILOVER_STEPS: &[&str] = &[
+    "+try-failover",
+    "+elected-leader",
+    "+failover-state-select-slave",
+    "+selected-slave",
+    "+failover-state-send-slaveof-noone",
+    "+failover-state-wait-promotion",
+    "+promoted-slave",
+    "+failover-state-reconf-slaves",
+];
+/// The events that say a failover ended without a switch: held writes go to the primary.
+const FAILOVER_ENDS: &[&str] = &[
+    "-failover-abort-not-elected",
+    "-failover-abort-no-good-slave",
+    "-failover-abort-slave-timeout",
+    "+failover-end-for-timeout",
 ];
 
 /// A master as the configuration names it: its name and its Sentinels.
@@ -80,6 +100,9 @@ pub(crate) use crate::stats::SentinelStatus as Status;
 pub(crate) struct Discovery {
     found: Mutex<HashMap<Key, Found>>,
     status: Mutex<HashMap<Key, Status>>,
+    /// Per master, the hold on its writes during a failover (shared with the workers'
+    /// handles of its primary).
+    holds: Mutex<HashMap<Key, Arc<Hold>>>,
 }
 
 impl Discovery {
@@ -116,6 +139,12 @@ impl Discovery {
             }
         }
         config
+    }
+
+    /// The hold on the writes of `key`'s shard (made on first use).
+    pub(crate) fn hold(&self, key: &Key) -> Arc<Hold> {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        holds.entry(key.clone()).or_default().clone()
     }
 
     /// Records `f` for `key`; true when it changed.
@@ -155,15 +184,20 @@ impl Discovery {
     /// first round).
     pub(crate) fn statuses(&self, config: &Config) -> Vec<([String; 2], String, Status)> {
         let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         for c in &config.clusters {
             for s in &c.shards {
                 let Some(src) = &s.sentinel else { continue };
                 let key = (src.master.clone(), src.sentinels.clone());
-                let st = status.get(&key).copied().unwrap_or(Status {
+                let mut st = status.get(&key).copied().unwrap_or(Status {
                     sentinels: src.sentinels.len(),
                     ..Status::default()
                 });
+                if let Some(h) = holds.get(&key) {
+                    st.holds = h.holds.load(std::sync::atomic::Ordering::Relaxed);
+                    st.held_writes = h.writes.load(std::sync::atomic::Ordering::Relaxed);
+                }
                 out.push(([c.name.clone(), s.name.clone()], src.master.clone(), st));
             }
         }
@@ -181,7 +215,7 @@ pub(crate) fn any(config: &Config) -> bool {
 
 /// The masters `config` names, each with how its Sentinels are reached (their own
 /// credentials, the cluster's TLS and connect timeout).
-fn wanted(handle: &Handle) -> HashMap<(Key, Vec<EndpointConfig>), String> {
+fn wanted(handle: &Handle) -> HashMap<(Key, Vec<EndpointConfig>), (String, Duration)> {
     let snapshot = handle.serving();
     let mut out = HashMap::new();
     for (ci, c) in snapshot.config().clusters.iter().enumerate() {
@@ -217,7 +251,8 @@ fn wanted(handle: &Handle) -> HashMap<(Key, Vec<EndpointConfig>), String> {
                 })
                 .collect();
             let key = (src.master.clone(), src.sentinels.clone());
-            out.insert((key, cfgs), format!("cluster {} shard {}", c.name, s.name));
+            let what = format!("cluster {} shard {}", c.name, s.name);
+            out.insert((key, cfgs), (what, src.failover_hold));
         }
     }
     out
@@ -228,17 +263,17 @@ pub(crate) struct Masters;
 
 impl crate::discovery::watchers::Watch for Masters {
     type Key = (Key, Vec<EndpointConfig>);
-    type Value = String;
-    fn wanted(handle: &Handle) -> HashMap<Self::Key, String> {
+    type Value = (String, Duration);
+    fn wanted(handle: &Handle) -> HashMap<Self::Key, Self::Value> {
         wanted(handle)
     }
     fn watch(
         handle: Handle,
         key: Self::Key,
-        what: String,
+        (what, bound): Self::Value,
         first: tokio::sync::oneshot::Sender<()>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        watch_master(handle, key.0, key.1, what, first)
+        watch_master(handle, key.0, key.1, what, bound, first)
     }
     fn forget(handle: &Handle, key: &Self::Key) {
         handle.sentinels().forget(&key.0);
@@ -246,18 +281,28 @@ impl crate::discovery::watchers::Watch for Masters {
 }
 
 /// One master: subscribes on each of its Sentinels and asks them all, at once and then on
-/// each event and each [`POLL`]; `first` hears when the first round is over.
+/// each event and each [`POLL`]; `first` hears when the first round is over. Its writes are
+/// held for at most `bound` from the first event of a failover until the new primary is
+/// published (or the failover ends otherwise).
 async fn watch_master(
     handle: Handle,
     key: Key,
     sentinels: Vec<EndpointConfig>,
     what: String,
+    bound: Duration,
     first: tokio::sync::oneshot::Sender<()>,
 ) {
     let kick = Arc::new(Notify::new());
+    let hold = handle.sentinels().hold(&key);
     let mut subs = JoinSet::new();
     for cfg in &sentinels {
-        subs.spawn(subscribe(cfg.clone(), key.0.clone(), kick.clone()));
+        let failover = (hold.clone(), bound);
+        subs.spawn(subscribe(
+            cfg.clone(),
+            key.0.clone(),
+            kick.clone(),
+            failover,
+        ));
     }
     let mut links: Vec<Option<Control>> = sentinels.iter().map(|_| None).collect();
     let mut first = Some(first);
@@ -304,6 +349,10 @@ async fn watch_master(
                     if let Err(e) = handle.republish() {
                         tracing::error!(error = %e, "Sentinel: the configuration with the new endpoints was refused");
                     }
+                    if changed && hold.on() {
+                        tracing::info!(%what, master = %key.0, to = %found.primary, "Sentinel: held writes go to the new primary");
+                        hold.release(Some(found.primary));
+                    }
                 }
             }
             None if !silent => {
@@ -315,9 +364,15 @@ async fn watch_master(
         if let Some(f) = first.take() {
             let _ = f.send(());
         }
+        // A hold whose bound passed (no switch came): ended here, its writes were sent.
+        if hold.on() && !hold.is_held() {
+            tracing::warn!(%what, master = %key.0, ?bound, "Sentinel: no switch within failover_hold; held writes went to the primary known");
+            hold.release(None);
+        }
+        let poll = if hold.on() { POLL / 10 } else { POLL };
         tokio::select! {
             _ = kick.notified() => {}
-            _ = tokio::time::sleep(POLL) => {}
+            _ = tokio::time::sleep(poll) => {}
         }
     }
 }
@@ -477,7 +532,14 @@ fn answer(master: &Frame, replicas: &Frame) -> Result<Answer, String> {
 
 /// Subscribes on one Sentinel to the events that can change a master, and wakes the watcher
 /// on each that names `master`; reconnects (100 ms, doubling up to 2 s) when the link fails.
-async fn subscribe(cfg: EndpointConfig, master: String, kick: Arc<Notify>) {
+/// A failover's first step starts the hold on `master`'s writes (for at most its bound); a
+/// failover that ends without a switch ends it.
+async fn subscribe(
+    cfg: EndpointConfig,
+    master: String,
+    kick: Arc<Notify>,
+    (hold, bound): (Arc<Hold>, Duration),
+) {
     let mut backoff = Duration::from_millis(100);
     loop {
         // The link that subscribed, when one did (the backoff starts over after it).
@@ -485,7 +547,8 @@ async fn subscribe(cfg: EndpointConfig, master: String, kick: Arc<Notify>) {
         let lost: Result<std::convert::Infallible, String> = async {
             let mut link = Control::open(&cfg).await?;
             let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
-            args.extend(EVENTS.iter().map(|e| e.as_bytes()));
+            let all = EVENTS.iter().chain(FAILOVER_STEPS).chain(FAILOVER_ENDS);
+            args.extend(all.map(|e| e.as_bytes()));
             link.send(&[&args]).await?;
             subscribed = true;
             // A new link may have missed an event: ask again.
@@ -493,6 +556,16 @@ async fn subscribe(cfg: EndpointConfig, master: String, kick: Arc<Notify>) {
             loop {
                 let frame = link.next().await?;
                 if names(&frame, &master) {
+                    match channel(&frame) {
+                        Some(c) if FAILOVER_STEPS.contains(&c) && hold.start(bound) => {
+                            tracing::info!(sentinel = %cfg.address, %master, event = c, ?bound, "Sentinel: a failover began; writes are held until the switch");
+                        }
+                        Some(c) if FAILOVER_ENDS.contains(&c) && hold.on() => {
+                            tracing::warn!(sentinel = %cfg.address, %master, event = c, "Sentinel: the failover ended without a switch; held writes go to the primary");
+                            hold.release(None);
+                        }
+                        _ => {}
+                    }
                     kick.notify_one();
                 }
             }
@@ -505,6 +578,17 @@ async fn subscribe(cfg: EndpointConfig, master: String, kick: Arc<Notify>) {
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// The channel of a pushed message (the event's name).
+fn channel(frame: &Frame) -> Option<&str> {
+    let Frame::Array(items) = frame else {
+        return None;
+    };
+    match items.get(1) {
+        Some(Frame::Bulk(c)) => std::str::from_utf8(c).ok(),
+        _ => None,
     }
 }
 

@@ -630,8 +630,8 @@ fn clusters(state: &State) -> String {
             if let Some((_, master, st)) = found {
                 let _ = writeln!(
                     o,
-                    "  shard {} sentinel master={master} sentinels_answering={}/{} epoch={} primary_changes={}",
-                    s.name, st.answering, st.sentinels, st.epoch, st.primary_changes
+                    "  shard {} sentinel master={master} sentinels_answering={}/{} epoch={} primary_changes={} failover_holds={} held_writes={}",
+                    s.name, st.answering, st.sentinels, st.epoch, st.primary_changes, st.holds, st.held_writes
                 );
             }
         }

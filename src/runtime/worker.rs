@@ -253,6 +253,11 @@ impl Worker {
                     }
                     h
                 });
+            // A Sentinel-managed shard's primary: its writes are held during a failover.
+            if let Some(src) = s.sentinel.as_ref().filter(|_| e.role == Role::Primary) {
+                let master = (src.master.clone(), src.sentinels.clone());
+                h.set_hold(shared.discovery.hold(&master));
+            }
             self.pools.insert(key, h.clone());
             h
         };

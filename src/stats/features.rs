@@ -134,6 +134,9 @@ pub(crate) struct SentinelStatus {
     pub(crate) primary_changes: u64,
     /// The `config-epoch` of the last answer that won.
     pub(crate) epoch: u64,
+    /// Failovers during which the shard's writes were held, and the writes held.
+    pub(crate) holds: u64,
+    pub(crate) held_writes: u64,
 }
 
 /// An address announced by a listener's cluster emulation, as its checks found it, for

@@ -254,6 +254,24 @@ pub(super) fn sentinel_primary_changes(s: &Scrape, out: &mut Sink<'_>) -> bool {
     true
 }
 
+/// `respway_sentinel_failover_holds_total`: per Sentinel-managed shard.
+pub(super) fn sentinel_holds(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for ([c, sh], _, st) in &s.sentinels {
+        let labels = [("cluster", c.as_str()), ("shard", sh.as_str())];
+        out(&labels, Value::Int(st.holds));
+    }
+    true
+}
+
+/// `respway_sentinel_held_writes_total`: per Sentinel-managed shard.
+pub(super) fn sentinel_held_writes(s: &Scrape, out: &mut Sink<'_>) -> bool {
+    for ([c, sh], _, st) in &s.sentinels {
+        let labels = [("cluster", c.as_str()), ("shard", sh.as_str())];
+        out(&labels, Value::Int(st.held_writes));
+    }
+    true
+}
+
 /// `respway_cluster_emulation_node_up`: per listener and announced sidecar.
 pub(super) fn peer_up(s: &Scrape, out: &mut Sink<'_>) -> bool {
     for ([l, n], st) in &s.peers {

@@ -54,6 +54,18 @@ enum State {
     Failed(Option<UpstreamError>),
     /// A Redis Cluster's `TRYAGAIN`: sent again once this pause is over.
     Later(Pin<Box<tokio::time::Sleep>>),
+    /// Not sent yet: a write held during a failover, or a request behind one of its
+    /// session's ([`super::hold`]); the future sends it and yields what then follows it.
+    Held(Deferred),
+}
+
+/// A request that is sent once this future is ready (see [`State::Held`]).
+pub(super) struct Deferred(pub(super) Pin<Box<dyn Future<Output = UpstreamFuture> + Send>>);
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deferred")
+    }
 }
 
 impl UpstreamFuture {
@@ -82,6 +94,15 @@ impl UpstreamFuture {
 
     pub(super) fn failed(e: UpstreamError, label: Arc<str>, deadline: Instant) -> Self {
         UpstreamFuture::new(State::Failed(Some(e)), label, deadline)
+    }
+
+    /// A request `send` sends when it is ready (see [`State::Held`]).
+    pub(super) fn held(
+        send: impl Future<Output = UpstreamFuture> + Send + 'static,
+        label: Arc<str>,
+        deadline: Instant,
+    ) -> Self {
+        UpstreamFuture::new(State::Held(Deferred(Box::pin(send))), label, deadline)
     }
 }
 
@@ -116,6 +137,13 @@ impl Future for UpstreamFuture {
                             .ok_or_else(|| UpstreamError::Closed.at(this.label.clone())),
                     )
                 }
+                State::Held(send) => match send.0.as_mut().poll(cx) {
+                    Poll::Ready(next) => {
+                        *this = next;
+                        continue;
+                    }
+                    Poll::Pending => return Poll::Pending,
+                },
                 State::Later(sleep) => {
                     if sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;

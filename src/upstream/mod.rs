@@ -47,7 +47,6 @@ use respway_filters::codec_limits::Limits;
 use respway_filters::error::Failure;
 use respway_filters::request::{Flavor, Reply, Request};
 use respway_filters::resp::{encode_command, reply_len, ReplyScanner};
-use respway_filters::zone::HealthView;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -61,8 +60,10 @@ pub(crate) mod check;
 mod connect;
 mod control;
 mod dedicated;
+mod endpoints;
 mod error;
 mod future;
+pub(crate) mod hold;
 mod promoted;
 pub(crate) mod queue;
 mod redirect;
@@ -75,6 +76,7 @@ pub(crate) use crate::stats::{Down, UpstreamStats};
 pub(crate) use connect::*;
 pub(crate) use control::Control;
 pub(crate) use dedicated::*;
+pub(crate) use endpoints::*;
 pub(crate) use error::*;
 pub(crate) use future::*;
 pub(crate) use redirect::{
@@ -201,6 +203,8 @@ struct EndpointInner {
     /// What a feature keeps beside this worker's pools of the endpoint (the near cache's
     /// tracker), set once by whoever builds the handle.
     companion: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
+    /// A Sentinel-managed shard's primary: its writes are held while this is on.
+    hold: OnceLock<Arc<hold::Hold>>,
 }
 
 #[derive(Debug, Default)]
@@ -239,6 +243,7 @@ impl EndpointHandle {
                 latency: Arc::default(),
                 check,
                 companion: OnceLock::new(),
+                hold: OnceLock::new(),
             }),
         };
         h.shared(Flavor::default());
@@ -273,6 +278,17 @@ impl EndpointHandle {
     /// Sets what a feature keeps beside the pools (once; a second is dropped).
     pub(crate) fn set_companion(&self, c: Arc<dyn std::any::Any + Send + Sync>) {
         let _ = self.inner.companion.set(c);
+    }
+
+    /// The hold of the shard this handle is the primary of, when it has one.
+    #[inline]
+    pub(crate) fn hold(&self) -> Option<&Arc<hold::Hold>> {
+        self.inner.hold.get()
+    }
+
+    /// Sets the hold of the shard this handle is the primary of (once; a second is dropped).
+    pub(crate) fn set_hold(&self, h: Arc<hold::Hold>) {
+        let _ = self.inner.hold.set(h);
     }
 
     /// The counter [`cache_epoch`](Self::cache_epoch) reads, for whoever else bumps it.
@@ -490,115 +506,6 @@ fn send_on(
     UpstreamFuture::failed(failed, label, deadline)
 }
 
-thread_local! {
-    /// This worker's endpoints of the newest configuration it built (a Redis Cluster's
-    /// redirection to a node that joined looks there: see `redirect`).
-    static LATEST: std::cell::RefCell<Option<Arc<Endpoints>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Records `e` as this worker's newest endpoints.
-pub(crate) fn set_latest(e: &Arc<Endpoints>) {
-    LATEST.with(|l| *l.borrow_mut() = Some(e.clone()));
-}
-
-/// This worker's newest endpoints.
-fn latest() -> Option<Arc<Endpoints>> {
-    LATEST.with(|l| l.borrow().clone())
-}
-
-/// One worker's endpoint handles, `[cluster][shard][endpoint]` in model order.
-#[derive(Debug, Default)]
-pub(crate) struct Endpoints(
-    pub(crate) Vec<Vec<Vec<EndpointHandle>>>,
-    /// Per cluster, when it is a Redis Cluster (whose redirections are followed): its name
-    /// and where its topology hints go.
-    pub(crate) Vec<Option<redirect::RedisCluster>>,
-    /// Redis Cluster shards whose primary a `MOVED` showed replaced by one of their replicas
-    /// (a failover), until the refreshed topology replaces these endpoints.
-    pub(crate) promoted::Promoted,
-);
-
-impl Endpoints {
-    /// Adds this worker's view of each endpoint `[cluster][shard][endpoint]` into `out`
-    /// (grown as needed): what the registry sums over workers.
-    pub(crate) fn add_views(&self, out: &mut Vec<Vec<Vec<crate::stats::EndpointView>>>) {
-        use crate::stats::{CmdTotals, EndpointView};
-        for (c, shards) in self.0.iter().enumerate() {
-            if out.len() <= c {
-                out.resize_with(c + 1, Vec::new);
-            }
-            for (s, eps) in shards.iter().enumerate() {
-                if out[c].len() <= s {
-                    out[c].resize_with(s + 1, Vec::new);
-                }
-                for (e, h) in eps.iter().enumerate() {
-                    if out[c][s].len() <= e {
-                        out[c][s].resize(e + 1, EndpointView::default());
-                    }
-                    let v = &mut out[c][s][e];
-                    v.healthy_workers += usize::from(h.is_healthy());
-                    v.workers += 1;
-                    v.dedicated += h.dedicated_open();
-                    v.requests += h.requests();
-                    v.queued += h.queued();
-                    let st = h.stats();
-                    for (n, k) in v.errors.iter_mut().zip(ErrorKind::ALL) {
-                        *n += st.errors(k);
-                    }
-                    v.ejections += st.ejections();
-                    if v.check.is_none() {
-                        v.check = h.check().map(check::EndpointCheck::view);
-                    }
-                    let (open, inflight) = st.open();
-                    v.connections += open;
-                    v.inflight += inflight;
-                    let (connects, failures) = st.connects();
-                    v.connects += connects;
-                    v.connect_failures += failures;
-                    if let Some(d) = st.down() {
-                        v.down = Some(match v.down.take() {
-                            None => d,
-                            Some(o) => Down {
-                                since: o.since.min(d.since),
-                                reason: if d.since >= o.since {
-                                    d.reason
-                                } else {
-                                    o.reason
-                                },
-                                failures: o.failures.max(d.failures),
-                            },
-                        });
-                    }
-                    h.add_latency(
-                        v.latency
-                            .get_or_insert_with(|| CmdTotals::empty("upstream")),
-                    );
-                }
-            }
-        }
-    }
-
-    /// The handle of one endpoint.
-    pub(crate) fn get(
-        &self,
-        cluster: usize,
-        shard: usize,
-        endpoint: usize,
-    ) -> Option<&EndpointHandle> {
-        self.0.get(cluster)?.get(shard)?.get(endpoint)
-    }
-}
-
-/// Healthy: this worker's connections to it work, and the active check (when its cluster
-/// has one) has it in rotation.
-impl HealthView for Endpoints {
-    fn healthy(&self, cluster: usize, shard: usize, endpoint: usize) -> bool {
-        self.get(cluster, shard, endpoint).is_some_and(|h| {
-            h.is_healthy() && h.check().is_none_or(check::EndpointCheck::in_rotation)
-        })
-    }
-}
-
 /// The innermost service of the chain: sends a routed request to the endpoint the zone
 /// layer chose (the shard's primary when it chose none).
 #[derive(Debug, Clone)]
@@ -610,6 +517,8 @@ pub(crate) struct Upstream {
     conn: usize,
     /// Deadline of requests that carry none (mirrored copies, tests).
     default_timeout: Duration,
+    /// The session's requests waiting behind a held write (see [`hold`]).
+    order: Arc<hold::Order>,
 }
 
 impl Upstream {
@@ -620,6 +529,7 @@ impl Upstream {
             endpoints,
             conn,
             default_timeout,
+            order: Arc::default(),
         }
     }
 }
@@ -666,6 +576,19 @@ impl Upstream {
         fill: Option<Box<dyn Rider>>,
         on_fallback: Option<Box<dyn Rider>>,
     ) -> UpstreamFuture {
+        if self.order.behind() {
+            return self.later(req, fill, on_fallback, None);
+        }
+        self.send_now(req, fill, on_fallback)
+    }
+
+    /// [`call_riding`](Self::call_riding) without waiting behind the session's held requests.
+    fn send_now(
+        &self,
+        req: Request,
+        fill: Option<Box<dyn Rider>>,
+        on_fallback: Option<Box<dyn Rider>>,
+    ) -> UpstreamFuture {
         let shard = req.shard_index().unwrap_or(0);
         // Both set by the zone layer, which looked the primary up.
         let primary = usize::from(req.primary);
@@ -688,6 +611,13 @@ impl Upstream {
         };
         let deadline = self.deadline_of(&req);
         if endpoint == primary {
+            // A Sentinel-managed shard in a failover: its writes wait for the new primary
+            // (one atomic load per write to such a primary).
+            if let Some(h) = ep.hold().filter(|h| !req.is_read() && h.is_held()) {
+                h.writes.fetch_add(1, Ordering::Relaxed);
+                let h = h.clone();
+                return self.later(req, fill, on_fallback, Some(h));
+            }
             // A configured primary that answers ROLE as a replica takes no writes (one
             // atomic load per request to a primary, on clusters with a health check only).
             if let Some(c) = ep.check().filter(|c| c.demoted() && !req.is_read()) {

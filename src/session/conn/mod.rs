@@ -55,8 +55,10 @@ use crate::stats::slowlog::FirstArg;
 
 const READ_CHUNK: usize = 16 * 1024;
 /// How long past its upstream deadline (and `op_timeout` more) a request may wait before the
-/// session answers it itself: covers a reconnect after a stuck connection.
-const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1);
+/// session answers it itself: covers a reconnect after a stuck connection, and a write held
+/// during a failover (whose time to wait for its reply starts once it is sent).
+const BACKSTOP: std::time::Duration =
+    std::time::Duration::from_secs(1 + respway_filters::model::MAX_FAILOVER_HOLD.as_secs());
 /// Requests a new client may have in flight before any of its replies arrived.
 const WINDOW_START: usize = 64;
 /// Most read-buffer room reserved at once for an argument the client announced.

@@ -530,6 +530,21 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
         scrape::sentinel_primary_changes,
     ),
     series(
+        "respway_sentinel_failover_holds_total",
+        Counter,
+        "Failovers of a Sentinel-managed shard during which its writes were held (from the first Sentinel event of the failover until the new primary was published, at most the shard's failover_hold).",
+        &["cluster", "shard"],
+        scrape::sentinel_holds,
+    )
+    .with_doc("See [Planned failovers lose no write](docs/failover-and-redis-cluster.md#planned-failovers-lose-no-write)."),
+    series(
+        "respway_sentinel_held_writes_total",
+        Counter,
+        "Writes to a Sentinel-managed shard held during a failover, then sent to the new primary (or, when no switch came within failover_hold, to the primary known then).",
+        &["cluster", "shard"],
+        scrape::sentinel_held_writes,
+    ),
+    series(
         "respway_cluster_emulation_node_up",
         Gauge,
         "Whether a sidecar that a listener's cluster emulation announces is in the emulated cluster's map (1), or out after 3 failed PINGs in a row (0, back after 2 answered); a listener's own configured address is not checked and stays 1.",

@@ -1,0 +1,223 @@
+//! Failovers of a Sentinel-managed shard that respway makes better than the Sentinels alone:
+//! a planned `SENTINEL FAILOVER` under write load loses no acknowledged write (writes are held
+//! from the first event that says the failover began until `+switch-master`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::sentinel::{switch_watch, Rig};
+use crate::support::*;
+
+/// What one writer saw: the keys it wrote (each once, never again) that were acknowledged,
+/// when; and the errors.
+#[derive(Default)]
+struct Writes {
+    acked: Vec<(String, Instant)>,
+    failed: Vec<(Instant, String)>,
+}
+
+/// Writers that each `SET` a new key per command through respway (both shards) until `stop`
+/// (bounded to 90 s): a write lost after its acknowledgement is a key missing afterwards.
+fn unique_writers(
+    rw: SocketAddr,
+    progress: &Progress,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Writes>> {
+    (0..progress.clients())
+        .map(|t| {
+            let stop = stop.clone();
+            let counter = progress.counter(t);
+            std::thread::spawn(move || {
+                let mut w = Writes::default();
+                let mut c = RespConn::connect(rw);
+                let end = Instant::now() + Duration::from_secs(90);
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                    n += 1;
+                    let k = format!("w:{t}:{n}");
+                    let r = c.call(&["SET", &k, "1"]);
+                    match r.error() {
+                        Some(e) => w.failed.push((Instant::now(), e.to_string())),
+                        None => w.acked.push((k, Instant::now())),
+                    }
+                    if n.is_multiple_of(16) {
+                        counter.tick();
+                    }
+                    // About 1,000 writes a second per writer, bounded: every key is read back.
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                w
+            })
+        })
+        .collect()
+}
+
+/// The primary the Sentinels name for `m0` now.
+fn primary_now(sentinel: SocketAddr) -> SocketAddr {
+    let r = RespConn::connect(sentinel).call(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m0"]);
+    let Resp::Array(Some(parts)) = r else {
+        panic!("GET-MASTER-ADDR-BY-NAME: {r:?}")
+    };
+    let text = |i: usize| match &parts[i] {
+        Resp::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("GET-MASTER-ADDR-BY-NAME: {other:?}"),
+    };
+    format!("{}:{}", text(0), text(1)).parse().unwrap()
+}
+
+/// Three `SENTINEL FAILOVER`s (there, back, there again) under writes of new keys: every
+/// acknowledged write is on the shard's primary afterwards, and no write fails.
+#[test]
+fn a_planned_failover_under_write_load_loses_no_acknowledged_write() {
+    let rig = Rig::start();
+    let yaml = rig.yaml_with("primary", "");
+    let rw = respway(&yaml, 2);
+    let admin = respway::admin::start(
+        "127.0.0.1:0".parse().unwrap(),
+        false,
+        rw.server.as_ref().unwrap(),
+    )
+    .expect("admin");
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::new(4);
+    let writers = unique_writers(rw.addr, &progress, stop.clone());
+    let sentinel = rig.sentinels[0].addr;
+    let mut switches = Vec::new();
+    for round in 0..3 {
+        progress.wait_each(5, Duration::from_secs(30), "writes before the failover");
+        let from = primary_now(sentinel);
+        let switched = switch_watch(rig.sentinels[2].addr);
+        // The demoted node of the last round must be a replica in sync before it can be
+        // chosen (SENTINEL FAILOVER says -NOGOODSLAVE until the Sentinels see it linked, but
+        // promotes one still loading what its primary acknowledged): as an operator would
+        // before a planned failover, wait until it has everything written so far.
+        let replica = if from == rig.primary.addr {
+            rig.replica.addr
+        } else {
+            rig.primary.addr
+        };
+        wait_until(Duration::from_secs(40), "the replica in sync", || {
+            let info = RespConn::connect(replica)
+                .call(&["INFO", "replication"])
+                .text();
+            info.contains("master_link_status:up")
+                && info.contains("master_sync_in_progress:0")
+                && RespConn::connect(from).call(&["WAIT", "1", "1000"]) == Resp::Int(1)
+        });
+        let began = {
+            let deadline = Instant::now() + Duration::from_secs(40);
+            loop {
+                let r =
+                    RespConn::connect(rig.sentinels[1].addr).call(&["SENTINEL", "FAILOVER", "m0"]);
+                if matches!(&r, Resp::Simple(s) if s == "OK") {
+                    break Instant::now();
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: SENTINEL FAILOVER: {r:?}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        };
+        wait_until(Duration::from_secs(45), "+switch-master", || {
+            switched.lock().unwrap().is_some()
+        });
+        let at = switched.lock().unwrap().unwrap();
+        progress.wait_each(5, Duration::from_secs(30), "writes after the switch");
+        let to = primary_now(sentinel);
+        assert_ne!(from, to, "round {round}: the primary changed");
+        switches.push((began, at));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let writes: Vec<Writes> = writers.into_iter().map(|t| t.join().unwrap()).collect();
+    let failed: Vec<&(Instant, String)> = writes.iter().flat_map(|w| &w.failed).collect();
+    // Every acknowledged key is on the shards: on the primary the Sentinels name now (read
+    // directly) or on the plain shard.
+    let mut on = [
+        RespConn::connect(primary_now(sentinel)),
+        RespConn::connect(rig.plain.addr),
+    ];
+    let acked: Vec<&(String, Instant)> = writes.iter().flat_map(|w| &w.acked).collect();
+    let mut lost = Vec::new();
+    // When each write of the Sentinel-managed shard was acknowledged.
+    let mut s0 = Vec::new();
+    for (k, at) in &acked {
+        let found = on
+            .iter_mut()
+            .position(|c| c.call(&["EXISTS", k.as_str()]) == Resp::Int(1));
+        match found {
+            Some(0) => s0.push(*at),
+            Some(_) => {}
+            None => {
+                let rel: Vec<String> = switches
+                    .iter()
+                    .map(|(b, a)| {
+                        let ms = |x: Instant| {
+                            if *at >= x {
+                                (*at - x).as_millis() as i64
+                            } else {
+                                -((x - *at).as_millis() as i64)
+                            }
+                        };
+                        format!("began{:+}ms switch{:+}ms", ms(*b), ms(*a))
+                    })
+                    .collect();
+                if lost.len() < 5 {
+                    eprintln!("lost {k}: {rel:?}");
+                }
+                lost.push(k)
+            }
+        }
+    }
+    // The longest time no write of the Sentinel-managed shard was acknowledged around each
+    // switch: how long writes were held.
+    s0.sort();
+    for (i, (began, at)) in switches.iter().enumerate() {
+        let gap = s0
+            .windows(2)
+            .filter(|w| w[1] > *began && w[0] < *at + Duration::from_millis(500))
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default();
+        eprintln!(
+            "failover {i}: +switch-master {:?} after SENTINEL FAILOVER; writes of the shard paused {gap:?}",
+            *at - *began
+        );
+    }
+    eprintln!(
+        "{} writes acknowledged, {} failed, {} lost",
+        acked.len(),
+        failed.len(),
+        lost.len()
+    );
+    // Operators see the writes held.
+    let (_, metrics) = http_get(admin.local_addr(), "/metrics");
+    assert!(
+        metrics
+            .contains("respway_sentinel_failover_holds_total{cluster=\"main\",shard=\"s0\"} 3\n"),
+        "{metrics}"
+    );
+    let held = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("respway_sentinel_held_writes_total{cluster=\"main\",shard=\"s0\"} ")
+        })
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(held > 0, "{metrics}");
+    eprintln!("{held} writes held");
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert!(
+        failed.is_empty(),
+        "{} writes failed, e.g. {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+}
