@@ -602,6 +602,11 @@ pub struct SentinelSource {
     /// master has begun until `+switch-master` names the new primary (then they go there);
     /// zero: never held (writes go to the old primary, which may drop them when demoted).
     pub failover_hold: std::time::Duration,
+    /// While the primary is down and no switch has happened, the replicas that were in the
+    /// read rotation keep serving reads (they hold the freshest data there is, though it may
+    /// fall behind); false: they leave the rotation as soon as the Sentinels see them
+    /// unlinked, and reads go to the primary (and fail while it is down).
+    pub serve_stale_reads: bool,
 }
 
 /// The default [`SentinelSource::failover_hold`]: longer than a planned failover takes

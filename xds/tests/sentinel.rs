@@ -53,6 +53,7 @@ fn a_sentinel_shard_reads_into_its_master_and_sentinels_and_round_trips() {
                 ("127.0.0.1:7102".parse().unwrap(), "z2".into()),
             ],
             failover_hold: respway_filters::model::DEFAULT_FAILOVER_HOLD,
+            serve_stale_reads: true,
         })
     );
     assert_eq!(c.shards[1].sentinel.as_ref().unwrap().master, "m1");

@@ -482,6 +482,7 @@ fn sentinel_shard(
                 sentinels,
                 zones: p.sentinel_zones.clone().unwrap_or_default(),
                 failover_hold: p.sentinel_failover_hold.unwrap_or(DEFAULT_FAILOVER_HOLD),
+                serve_stale_reads: true,
             }),
         },
         p.path.clone(),
