@@ -513,6 +513,9 @@ fn load_assignment(c: &Cluster) -> ClusterLoadAssignment {
                 if is_primary && s.failover_hold != DEFAULT_FAILOVER_HOLD {
                     respway.push(("sentinel_failover_hold", failover_hold(s.failover_hold)));
                 }
+                if is_primary && !s.serve_stale_reads {
+                    respway.push(("sentinel_serve_stale_reads", Kind::BoolValue(false)));
+                }
             }
             let default = match &shard.sentinel {
                 Some(_) => shard.name.clone(),

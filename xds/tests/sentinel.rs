@@ -258,7 +258,9 @@ fn over_xds_a_failover_hold_is_a_sentinel_shards_and_the_same_on_each_sentinel()
     assert!(translate(&with(1, Kind::StringValue("250ms".into())).0).is_ok());
     let (e, _) = err(with(1, Kind::StringValue("1s".into())));
     assert!(
-        e.contains("sentinel_failover_hold differ from the shard's first Sentinel's"),
+        e.contains(
+            "sentinel_failover_hold and sentinel_serve_stale_reads differ from the shard's first Sentinel's"
+        ),
         "{e}"
     );
     let (e, at) = err(with(0, Kind::StringValue("11s".into())));
@@ -273,6 +275,177 @@ fn over_xds_a_failover_hold_is_a_sentinel_shards_and_the_same_on_each_sentinel()
     let (e, at) = err(with(last, Kind::StringValue("1s".into())));
     assert!(
         e.contains(&format!("{at}: only endpoints with role sentinel")),
+        "{e}"
+    );
+}
+
+/// The first shard's `serve_stale_reads` as the model has it, read from `YAML` with `line`
+/// added to its `sentinel` block, through YAML → xDS → model; the dump reads back to the same.
+fn stale_of(line: &str) -> bool {
+    let yaml = YAML.replace(
+        "          master: m0\n",
+        &format!("          master: m0\n{line}"),
+    );
+    let config = translate(&parse_yaml(&yaml).expect("parses")).expect("translates");
+    // Over xDS: the resources the management server serves translate into the same model.
+    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
+    for all in [false, true] {
+        let dumped = config_dump(&config, all).to_yaml(1);
+        let reread = translate(&parse_yaml(&dumped.replace("<redacted>", "s-secret")).unwrap());
+        assert_eq!(
+            reread.unwrap().clusters[0].shards,
+            config.clusters[0].shards,
+            "{dumped}"
+        );
+    }
+    config.clusters[0].shards[0]
+        .sentinel
+        .as_ref()
+        .unwrap()
+        .serve_stale_reads
+}
+
+/// The `sentinel_serve_stale_reads` metadata of the first shard's Sentinels, in order.
+fn sentinel_stales(r: &respway_xds::Resources) -> Vec<Option<bool>> {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    let eps = &r.endpoints[0].endpoints[0].lb_endpoints;
+    eps.iter()
+        .map(|e| &e.metadata.as_ref().unwrap().filter_metadata["respway"])
+        .filter(|md| md.fields["shard"].kind == Some(Kind::StringValue("s0".into())))
+        .map(|md| {
+            md.fields
+                .get("sentinel_serve_stale_reads")
+                .map(|v| match &v.kind {
+                    Some(Kind::BoolValue(b)) => *b,
+                    other => panic!("{other:?}"),
+                })
+        })
+        .collect()
+}
+
+#[test]
+fn a_sentinel_shards_serve_stale_reads_is_read_emitted_and_dumped() {
+    assert!(stale_of(""));
+    assert!(!stale_of("          serve_stale_reads: false\n"));
+    assert!(stale_of("          serve_stale_reads: true\n"));
+    // The other shards keep the default.
+    let yaml = YAML.replace(
+        "          master: m0\n",
+        "          master: m0\n          serve_stale_reads: false\n",
+    );
+    let config = translate(&parse_yaml(&yaml).unwrap()).unwrap();
+    assert!(
+        config.clusters[0].shards[1]
+            .sentinel
+            .as_ref()
+            .unwrap()
+            .serve_stale_reads
+    );
+
+    // Only `false` travels, on the first Sentinel, as a bool.
+    let with = |line: &str| {
+        let yaml = YAML.replace(
+            "          master: m0\n",
+            &format!("          master: m0\n{line}"),
+        );
+        let read = parse_yaml(&yaml).unwrap();
+        let config = translate(&read).unwrap();
+        // Both writers: the YAML reader's and the management server's (from the model).
+        let stales = sentinel_stales(&read);
+        assert_eq!(sentinel_stales(&to_resources(&config)), stales);
+        (stales, config_dump(&config, false).to_yaml(1))
+    };
+    let (stales, dumped) = with("          serve_stale_reads: false\n");
+    assert_eq!(stales, [Some(false), None, None]);
+    assert!(dumped.contains("serve_stale_reads: false"), "{dumped}");
+    for line in ["          serve_stale_reads: true\n", ""] {
+        let (stales, dumped) = with(line);
+        assert!(stales.iter().all(Option::is_none), "{stales:?}");
+        assert!(!dumped.contains("serve_stale_reads"), "{dumped}");
+    }
+    let all = config_dump(&translate(&parse_yaml(YAML).unwrap()).unwrap(), true).to_yaml(1);
+    assert!(all.contains("serve_stale_reads: true"), "{all}");
+}
+
+#[test]
+fn a_serve_stale_reads_not_a_bool_is_refused_by_name() {
+    for value in ["\"no\"", "0", "[false]"] {
+        let e = errors(&YAML.replace(
+            "          master: m0\n",
+            &format!("          master: m0\n          serve_stale_reads: {value}\n"),
+        ));
+        assert!(
+            e.contains("shards[0].sentinel.serve_stale_reads: expected true or false, got "),
+            "{e}"
+        );
+        assert_eq!(e.matches("serve_stale_reads").count(), 1, "one error: {e}");
+    }
+}
+
+#[test]
+fn over_xds_serve_stale_reads_is_a_sentinel_shards_and_the_same_on_each_sentinel() {
+    use envoy_types::pb::google::protobuf::{value::Kind, Value};
+    let yaml = YAML.replace(
+        "          master: m0\n",
+        "          master: m0\n          serve_stale_reads: false\n",
+    );
+    let resources = to_resources(&translate(&parse_yaml(&yaml).unwrap()).unwrap());
+    // The resources with endpoint k of the (only) locality saying `stale`, and that field's
+    // path.
+    let with = |k: usize, stale: Kind| {
+        let mut r = resources.clone();
+        let e = &mut r.endpoints[0].endpoints[0].lb_endpoints[k];
+        let md = &mut e.metadata.as_mut().unwrap().filter_metadata;
+        let fields = &mut md.get_mut("respway").unwrap().fields;
+        let value = Value { kind: Some(stale) };
+        fields.insert("sentinel_serve_stale_reads".into(), value);
+        let at = format!(
+            "endpoints[0].lb_endpoints[{k}].metadata.filter_metadata.respway.sentinel_serve_stale_reads"
+        );
+        (r, at)
+    };
+    let err = |(r, at): (respway_xds::Resources, String)| {
+        (translate(&r).expect_err("should fail").to_string(), at)
+    };
+    // Another Sentinel may repeat the first's value, not contradict it.
+    assert!(translate(&with(1, Kind::BoolValue(false)).0).is_ok());
+    let (e, _) = err(with(1, Kind::BoolValue(true)));
+    assert!(
+        e.contains("endpoints[0].lb_endpoints[1]: shard_index, weight"),
+        "{e}"
+    );
+    assert!(
+        e.contains(
+            "sentinel_failover_hold and sentinel_serve_stale_reads differ from the shard's first Sentinel's"
+        ),
+        "{e}"
+    );
+    let (e, at) = err(with(0, Kind::StringValue("false".into())));
+    assert!(e.contains(&format!("{at}: expected true or false")), "{e}");
+    let (e, at) = err(with(0, Kind::NumberValue(0.0)));
+    assert!(e.contains(&format!("{at}: expected true or false")), "{e}");
+    // s2's primary, the locality's last endpoint, is no Sentinel.
+    let last = resources.endpoints[0].endpoints[0].lb_endpoints.len() - 1;
+    let (e, at) = err(with(last, Kind::BoolValue(false)));
+    assert!(
+        e.contains(&format!("{at}: only endpoints with role sentinel")),
+        "{e}"
+    );
+
+    // Without the YAML's `false`, a later Sentinel's `false` contradicts the first's default.
+    let plain = to_resources(&translate(&parse_yaml(YAML).unwrap()).unwrap());
+    let mut r = plain.clone();
+    let e = &mut r.endpoints[0].endpoints[0].lb_endpoints[2];
+    let md = &mut e.metadata.as_mut().unwrap().filter_metadata;
+    md.get_mut("respway").unwrap().fields.insert(
+        "sentinel_serve_stale_reads".into(),
+        Value {
+            kind: Some(Kind::BoolValue(false)),
+        },
+    );
+    let e = translate(&r).expect_err("should fail").to_string();
+    assert!(
+        e.contains("endpoints[0].lb_endpoints[2]: shard_index, weight"),
         "{e}"
     );
 }

@@ -361,7 +361,7 @@ fn envoy_side_validation_errors() {
         r#"listener "main": filter_chains[0].filters[1].typed_config.prefix_routes.routes[0].cluster: unknown cluster "nope"
 cluster "main": maglev_lb_config.table_size: 1000 is not a prime number
 cluster_load_assignment "main": endpoints[1].lb_endpoints[1].endpoint.address.socket_address.port_value: invalid port 99999
-cluster_load_assignment "main": endpoints[1].lb_endpoints[1].metadata.filter_metadata.respway.weight: unknown field (expected one of: shard, shard_index, role, slots, sentinel_master, sentinel_zones, sentinel_failover_hold)"#
+cluster_load_assignment "main": endpoints[1].lb_endpoints[1].metadata.filter_metadata.respway.weight: unknown field (expected one of: shard, shard_index, role, slots, sentinel_master, sentinel_zones, sentinel_failover_hold, sentinel_serve_stale_reads)"#
     );
     let cla = &mut r.endpoints[0];
     cla.endpoints[1].lb_endpoints[1] = host("10.0.0.3", 6379);

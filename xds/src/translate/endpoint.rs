@@ -33,6 +33,7 @@ const RESPWAY_KEYS: &[&str] = &[
     "sentinel_master",
     "sentinel_zones",
     "sentinel_failover_hold",
+    "sentinel_serve_stale_reads",
 ];
 
 /// One endpoint as read, before grouping into shards.
@@ -55,6 +56,9 @@ struct RawEndpoint {
     sentinel_zones: Option<Vec<(SocketAddr, String)>>,
     /// How long the shard's writes are held during a failover (on a `sentinel` endpoint).
     sentinel_failover_hold: Option<Duration>,
+    /// Whether the shard's replicas keep serving reads while its primary is down (on a
+    /// `sentinel` endpoint).
+    sentinel_serve_stale_reads: Option<bool>,
 }
 
 impl RawEndpoint {
@@ -285,6 +289,15 @@ fn shard(
             "only endpoints with role sentinel say how long a failover holds the shard's writes",
         );
     }
+    for e in eps
+        .iter()
+        .filter(|e| e.sentinel_serve_stale_reads.is_some())
+    {
+        cx.err(
+            e.meta("sentinel_serve_stale_reads"),
+            "only endpoints with role sentinel say whether replicas serve reads while the primary is down",
+        );
+    }
     let single = eps.len() == 1;
     let mut endpoints = Vec::new();
     for e in eps {
@@ -455,10 +468,12 @@ fn sentinel_shard(
             || (e.sentinel_zones.as_ref()).is_some_and(|z| Some(z) != p.sentinel_zones.as_ref())
             || e.sentinel_failover_hold
                 .is_some_and(|h| Some(h) != p.sentinel_failover_hold)
+            || e.sentinel_serve_stale_reads
+                .is_some_and(|b| Some(b) != p.sentinel_serve_stale_reads)
         {
             cx.err(
                 &e.path,
-                "shard_index, weight, slots, hash_key, sentinel_zones and sentinel_failover_hold differ from the shard's first Sentinel's",
+                "shard_index, weight, slots, hash_key, sentinel_zones, sentinel_failover_hold and sentinel_serve_stale_reads differ from the shard's first Sentinel's",
             );
         }
     }
@@ -482,7 +497,7 @@ fn sentinel_shard(
                 sentinels,
                 zones: p.sentinel_zones.clone().unwrap_or_default(),
                 failover_hold: p.sentinel_failover_hold.unwrap_or(DEFAULT_FAILOVER_HOLD),
-                serve_stale_reads: true,
+                serve_stale_reads: p.sentinel_serve_stale_reads.unwrap_or(true),
             }),
         },
         p.path.clone(),
@@ -552,6 +567,7 @@ fn lb_endpoint(
         sentinel_master: None,
         sentinel_zones: None,
         sentinel_failover_hold: None,
+        sentinel_serve_stale_reads: None,
     };
     if let Some(md) = &e.metadata {
         if let Some(s) = md.filter_metadata.get(names::METADATA_NAMESPACE) {
@@ -633,6 +649,10 @@ fn respway_metadata(cx: &mut Cx, raw: &mut RawEndpoint, s: &Struct, policy: Opti
                     Err(e) => cx.err(at, e),
                 }
             }
+            "sentinel_serve_stale_reads" => match kind {
+                Some(Kind::BoolValue(b)) => raw.sentinel_serve_stale_reads = Some(*b),
+                _ => cx.err(at, "expected true or false"),
+            },
             "sentinel_master" => match kind {
                 Some(Kind::StringValue(v)) if !v.is_empty() => {
                     raw.sentinel_master = Some(v.clone())

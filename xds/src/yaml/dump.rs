@@ -694,6 +694,8 @@ impl Writer {
             let at = || format!("cluster {:?}: shards[{i}].sentinel.failover_hold", c.name);
             let text = self.duration(hold, at);
             st.set("failover_hold", text, hold == DEFAULT_FAILOVER_HOLD);
+            let stale = sentinel.serve_stale_reads;
+            st.set("serve_stale_reads", stale, stale);
             let auth = sentinel
                 .sentinels
                 .iter()

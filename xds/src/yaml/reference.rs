@@ -367,6 +367,7 @@ pub(super) const SENTINEL: &[Key] = &[
     key("auth", "[auth](#auth) or null", "null", "sent to the Sentinels (the cluster's `auth` is for the data nodes and is never sent to a Sentinel)"),
     key("zones", "map of `IP:port` to zone, or null", "null", "the zones of the data nodes the Sentinels may name (Sentinel knows none), for `zone_local` reads; a node not listed has no zone"),
     key("failover_hold", "duration", "`5s`", "how long writes to the shard are held (not sent, not refused) from the first Sentinel event that says a failover of the master began until `+switch-master` names the new primary; `0s`: never held; at most `10s`"),
+    key("serve_stale_reads", "bool", "`true`", "while the primary is down and no switch has happened, the replicas that were in the read rotation keep serving reads (the freshest data there is; it may fall behind); `false`: they leave the rotation as soon as the Sentinels see them unlinked, and reads go to the primary, failing while it is down"),
 ];
 /// The keys of [`SENTINEL`], in order.
 pub(super) const SENTINEL_KEYS: &[&str] = &names::<{ SENTINEL.len() }>(SENTINEL);

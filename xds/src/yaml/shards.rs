@@ -224,10 +224,11 @@ struct SentinelShard<'a> {
     slots: &'a [Kind],
 }
 
-/// A shard's `sentinel` (`master`, `sentinels`, `auth`, `zones`, `failover_hold`): one
-/// `LbEndpoint` of role `sentinel` per Sentinel, naming the master, the first carrying the
-/// shard's slots, weight and hash key, its zones and its failover hold (when not the
-/// default); the Sentinels' credentials (their own, never the cluster's) go to `credentials`.
+/// A shard's `sentinel` (`master`, `sentinels`, `auth`, `zones`, `failover_hold`,
+/// `serve_stale_reads`): one `LbEndpoint` of role `sentinel` per Sentinel, naming the master,
+/// the first carrying the shard's slots, weight and hash key, its zones, its failover hold
+/// (when not the default) and `serve_stale_reads` (when false); the Sentinels' credentials
+/// (their own, never the cluster's) go to `credentials`.
 fn sentinel_shard(
     cx: &mut Cx,
     o: &mut Origins,
@@ -277,6 +278,8 @@ fn sentinel_shard(
     let hold = m
         .duration_or_zero(cx, "failover_hold")
         .filter(|d| *d != DEFAULT_FAILOVER_HOLD);
+    // Absent is true: only `false` travels.
+    let stale = m.boolean(cx, "serve_stale_reads").filter(|b| !b);
     let list = m.non_empty_seq(cx, "sentinels");
     let mut seen: Vec<SocketAddr> = Vec::new();
     for (k, v) in list.iter().enumerate() {
@@ -323,6 +326,9 @@ fn sentinel_shard(
         if let Some(hold) = hold.filter(|_| first) {
             respway.push(("sentinel_failover_hold", failover_hold(hold)));
         }
+        if let Some(stale) = stale.filter(|_| first) {
+            respway.push(("sentinel_serve_stale_reads", Kind::BoolValue(stale)));
+        }
         let values = first.then_some(ShardValues {
             weight: shard.weight,
             slots: shard.slots,
@@ -344,6 +350,10 @@ fn sentinel_shard(
         o.note(
             format!("{meta}.sentinel_failover_hold"),
             m.at("failover_hold"),
+        );
+        o.note(
+            format!("{meta}.sentinel_serve_stale_reads"),
+            m.at("serve_stale_reads"),
         );
         o.note(format!("{meta}.shard"), join(shard.at, "name"));
         o.note(format!("{meta}.shard_index"), shard.at);
