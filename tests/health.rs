@@ -373,3 +373,108 @@ fn checks_follow_the_configuration_served() {
         "the primary kept its state: {line}"
     );
 }
+
+/// A replica stopped (SIGSTOP) under read load: the reads it holds time out as its own (the
+/// errors name it), the reads retried on the primary get their own time, and nothing is
+/// charged to the primary: an operator paged on the primary's errors is not sent to the
+/// wrong server.
+#[test]
+fn a_stopped_replica_s_timeouts_are_its_own_not_the_primary_s() {
+    let (primary, replica) = pair(&[]);
+    let rw = respway(&checked(primary.addr, replica.addr), 1);
+    let server = rw.server.as_ref().expect("server");
+    let admin =
+        respway::admin::start("127.0.0.1:0".parse().unwrap(), false, server).expect("admin");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let stop = stop.clone();
+            let addr = rw.addr;
+            std::thread::spawn(move || {
+                let mut c = RespConn::connect(addr);
+                let mut errors = Vec::new();
+                let end = Instant::now() + Duration::from_secs(30);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
+                    // Pipelined: reads queue behind one another on the replica's connection.
+                    for _ in 0..16 {
+                        c.send(&["GET", "k"]);
+                    }
+                    for _ in 0..16 {
+                        if let Ok(Resp::Error(e)) = c.read() {
+                            errors.push(e);
+                        }
+                    }
+                }
+                errors
+            })
+        })
+        .collect();
+    let mut c = RespConn::connect(rw.addr);
+    assert!(reads_reach(&mut c, "replica"), "reads go to the replica");
+    replica.signal("-STOP");
+    // A read every 10 ms on a connection of its own, answered or not, until the check has
+    // the replica out: some are sent to the replica just before, and still wait on it when
+    // its stuck connection is replaced.
+    let trickle = {
+        let addr = rw.addr;
+        std::thread::spawn(move || {
+            let mut conns = Vec::new();
+            for _ in 0..100 {
+                let mut c = RespConn::connect(addr);
+                c.send(&["GET", "k"]);
+                conns.push(c);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let mut errors = Vec::new();
+            for mut c in conns {
+                if let Ok(Resp::Error(e)) = c.read() {
+                    errors.push(e);
+                }
+            }
+            errors
+        })
+    };
+    let endpoint = replica.addr.to_string();
+    wait_until(
+        Duration::from_secs(10),
+        "the stopped replica marked unhealthy",
+        || {
+            http_get(admin.local_addr(), "/clusters")
+                .1
+                .lines()
+                .any(|l| l.contains(&endpoint) && l.contains("check=unhealthy"))
+        },
+    );
+    // The stuck connection is replaced op_timeout + 500 ms after its oldest read: past it.
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut errors: Vec<String> = readers
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    errors.extend(trickle.join().unwrap());
+    replica.signal("-CONT");
+    let p = primary.addr.to_string();
+    let on_primary: Vec<&String> = errors.iter().filter(|e| e.contains(&p)).collect();
+    assert!(
+        on_primary.is_empty(),
+        "{} of {} errors name the primary, e.g. {:?}",
+        on_primary.len(),
+        errors.len(),
+        on_primary.first()
+    );
+    let metrics = http_get(admin.local_addr(), "/metrics").1;
+    let charged: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("respway_upstream_errors_total") && l.contains(&p))
+        .filter(|l| !l.ends_with(" 0"))
+        .collect();
+    assert!(
+        charged.is_empty(),
+        "errors charged to the primary: {charged:?}"
+    );
+    eprintln!(
+        "stopped replica: {} reads failed, each naming the replica",
+        errors.len()
+    );
+}

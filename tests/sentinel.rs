@@ -20,9 +20,16 @@ pub(crate) struct Rig {
 
 impl Rig {
     pub(crate) fn start() -> Rig {
+        Rig::start_with(&[])
+    }
+
+    /// [`Rig::start`] with more arguments for the replica.
+    pub(crate) fn start_with(replica_args: &[&str]) -> Rig {
         let primary = redis_with(&["--repl-diskless-sync-delay", "0"]);
         let port = primary.addr.port().to_string();
-        let replica = redis_with(&["--replicaof", "127.0.0.1", &port]);
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        args.extend_from_slice(replica_args);
+        let replica = redis_with(&args);
         let plain = redis();
         let sentinels: Vec<Proc> = (0..3)
             .map(|_| sentinel_on(free_port(), "m0", primary.addr))
@@ -104,7 +111,11 @@ pub(crate) fn field(r: &Resp, name: &str) -> Option<String> {
 }
 
 /// Keys of each shard: written through respway, found on the plain shard or not.
-fn keys_by_shard(rw: SocketAddr, plain: SocketAddr, n: usize) -> (Vec<String>, Vec<String>) {
+pub(crate) fn keys_by_shard(
+    rw: SocketAddr,
+    plain: SocketAddr,
+    n: usize,
+) -> (Vec<String>, Vec<String>) {
     let mut c = RespConn::connect(rw);
     let mut direct = RespConn::connect(plain);
     let (mut s0, mut s1) = (Vec::new(), Vec::new());

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sentinel::{switch_watch, Rig};
+use crate::sentinel::{field, keys_by_shard, switch_watch, Rig};
 use crate::support::*;
 
 /// What one writer saw: the keys it wrote (each once, never again) that were acknowledged,
@@ -220,4 +220,155 @@ fn a_planned_failover_under_write_load_loses_no_acknowledged_write() {
         failed.len(),
         &failed[..failed.len().min(3)]
     );
+}
+
+/// What one reader saw: its failed reads (when, the error) and how many were answered.
+type Reads = (Vec<(Instant, String)>, u64);
+
+/// Readers that `GET` their keys through respway until `stop` (bounded to 90 s); the errors,
+/// when, and the reads answered.
+fn readers(
+    rw: SocketAddr,
+    keys: Arc<Vec<String>>,
+    progress: &Progress,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Reads>> {
+    (0..progress.clients())
+        .map(|t| {
+            let (keys, stop) = (keys.clone(), stop.clone());
+            let counter = progress.counter(t);
+            std::thread::spawn(move || {
+                let (mut failed, mut ok) = (Vec::new(), 0u64);
+                let mut c = RespConn::connect(rw);
+                let end = Instant::now() + Duration::from_secs(90);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                    for k in keys.iter().skip(t).step_by(4) {
+                        match c.call(&["GET", k]) {
+                            Resp::Error(e) => failed.push((Instant::now(), e)),
+                            _ => ok += 1,
+                        }
+                    }
+                    counter.tick();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                (failed, ok)
+            })
+        })
+        .collect()
+}
+
+/// kill -9 of the primary with a live replica and `prefer_replica`: the replica keeps serving
+/// the shard's reads while the Sentinels decide (it holds the freshest data there is), then
+/// as the new primary: no read fails.
+#[test]
+fn reads_of_a_killed_primary_s_shard_keep_being_served_by_its_replica() {
+    let rig = Rig::start();
+    let rw = respway(&rig.yaml_with("prefer_replica", ""), 2);
+    // The Sentinel-managed shard's keys.
+    let (keys, _) = keys_by_shard(rw.addr, rig.plain.addr, 128);
+    assert!(!keys.is_empty());
+    let mut p = RespConn::connect(rig.primary.addr);
+    assert_eq!(p.call(&["WAIT", "1", "5000"]), Resp::Int(1), "replicated");
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::new(4);
+    let threads = readers(rw.addr, Arc::new(keys), &progress, stop.clone());
+    progress.wait_each(3, Duration::from_secs(30), "reads before the kill");
+    let switched = switch_watch(rig.sentinels[2].addr);
+    let killed = Instant::now();
+    rig.primary.signal("-9");
+    wait_until(Duration::from_secs(45), "+switch-master", || {
+        switched.lock().unwrap().is_some()
+    });
+    progress.wait_each(3, Duration::from_secs(30), "reads after the switch");
+    stop.store(true, Ordering::Relaxed);
+    let seen: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let failed: Vec<&(Instant, String)> = seen.iter().flat_map(|s| &s.0).collect();
+    let ok: u64 = seen.iter().map(|s| s.1).sum();
+    let at = switched.lock().unwrap().unwrap();
+    eprintln!(
+        "kill -9: +switch-master {:?} after the kill; {ok} reads answered, {} failed{:?}",
+        at - killed,
+        failed.len(),
+        failed
+            .iter()
+            .take(3)
+            .map(|f| f.0.saturating_duration_since(killed))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} reads failed, e.g. {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+}
+
+/// A dead primary whose replica is never promoted (`replica-priority 0`, as a read replica in
+/// another place): once the Sentinels see the replica unlinked from its dead primary, it
+/// still serves the shard's reads (the freshest data there is), instead of every read going
+/// to the dead primary.
+#[test]
+fn reads_of_a_dead_primary_s_shard_stay_on_its_replica_while_no_switch_comes() {
+    let rig = Rig::start_with(&["--replica-priority", "0"]);
+    let rw = respway(&rig.yaml_with("prefer_replica", ""), 2);
+    // The Sentinel-managed shard's keys.
+    let (keys, _) = keys_by_shard(rw.addr, rig.plain.addr, 128);
+    assert!(!keys.is_empty());
+    let mut p = RespConn::connect(rig.primary.addr);
+    assert_eq!(p.call(&["WAIT", "1", "5000"]), Resp::Int(1), "replicated");
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::new(4);
+    let threads = readers(rw.addr, Arc::new(keys.clone()), &progress, stop.clone());
+    progress.wait_each(3, Duration::from_secs(30), "reads before the kill");
+    rig.primary.signal("-9");
+    // The Sentinels see the primary down, then its replica unlinked.
+    let port = rig.replica.addr.port().to_string();
+    wait_until(
+        Duration::from_secs(30),
+        "a Sentinel seeing the replica unlinked",
+        || {
+            let r = RespConn::connect(rig.sentinels[0].addr).call(&["SENTINEL", "REPLICAS", "m0"]);
+            matches!(&r, Resp::Array(Some(l)) if l.iter().any(|e| {
+                field(e, "port").as_deref() == Some(port.as_str())
+                    && field(e, "master-link-status").as_deref() == Some("err")
+            }))
+        },
+    );
+    // Reads go on past it: the time in which the replica would have left the rotation.
+    progress.wait_each(
+        3,
+        Duration::from_secs(30),
+        "reads after the replica was unlinked",
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let seen: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let failed: Vec<&(Instant, String)> = seen.iter().flat_map(|s| &s.0).collect();
+    let ok: u64 = seen.iter().map(|s| s.1).sum();
+    eprintln!(
+        "dead primary, no switch: {ok} reads answered, {} failed",
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} reads failed, e.g. {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    // With serve_stale_reads: false, the unlinked replica leaves the rotation at the next
+    // round and reads go to the dead primary: refused, as before the setting.
+    let strict = rig.yaml_with("prefer_replica", ", serve_stale_reads: false");
+    let resources = respway_xds::parse_yaml(&strict).expect("yaml");
+    let config = respway_xds::translate(&resources).expect("config");
+    rw.server.as_ref().unwrap().apply(config).expect("apply");
+    let mut r = RespConn::connect(rw.addr);
+    wait_until(
+        Duration::from_secs(10),
+        "reads refused without stale reads",
+        || r.call(&["GET", &keys[0]]).is_error(),
+    );
+    // Writes still fail, naming the shard: the replica takes none.
+    let mut w = RespConn::connect(rw.addr);
+    let r = w.call(&["SET", &keys[0], "x"]);
+    assert!(r.is_error(), "a write of the dead primary's shard: {r:?}");
 }

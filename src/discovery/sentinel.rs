@@ -215,7 +215,7 @@ pub(crate) fn any(config: &Config) -> bool {
 
 /// The masters `config` names, each with how its Sentinels are reached (their own
 /// credentials, the cluster's TLS and connect timeout).
-fn wanted(handle: &Handle) -> HashMap<(Key, Vec<EndpointConfig>), (String, Duration)> {
+fn wanted(handle: &Handle) -> HashMap<(Key, Vec<EndpointConfig>), String> {
     let snapshot = handle.serving();
     let mut out = HashMap::new();
     for (ci, c) in snapshot.config().clusters.iter().enumerate() {
@@ -252,10 +252,24 @@ fn wanted(handle: &Handle) -> HashMap<(Key, Vec<EndpointConfig>), (String, Durat
                 .collect();
             let key = (src.master.clone(), src.sentinels.clone());
             let what = format!("cluster {} shard {}", c.name, s.name);
-            out.insert((key, cfgs), (what, src.failover_hold));
+            out.insert((key, cfgs), what);
         }
     }
     out
+}
+
+/// The settings of master `key` in the configuration now serving (read each round, so a
+/// change applies without a new watcher): `failover_hold` and `serve_stale_reads`.
+fn settings(handle: &Handle, key: &Key) -> (Duration, bool) {
+    let serving = handle.serving();
+    let found = serving.config().clusters.iter().find_map(|c| {
+        c.shards.iter().find_map(|s| {
+            let src = s.sentinel.as_ref()?;
+            (src.master == key.0 && src.sentinels == key.1)
+                .then_some((src.failover_hold, src.serve_stale_reads))
+        })
+    });
+    found.unwrap_or((Duration::ZERO, false))
 }
 
 /// The Sentinel watchers: one per master a configuration names (see the module above).
@@ -263,17 +277,17 @@ pub(crate) struct Masters;
 
 impl crate::discovery::watchers::Watch for Masters {
     type Key = (Key, Vec<EndpointConfig>);
-    type Value = (String, Duration);
+    type Value = String;
     fn wanted(handle: &Handle) -> HashMap<Self::Key, Self::Value> {
         wanted(handle)
     }
     fn watch(
         handle: Handle,
         key: Self::Key,
-        (what, bound): Self::Value,
+        what: String,
         first: tokio::sync::oneshot::Sender<()>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        watch_master(handle, key.0, key.1, what, bound, first)
+        watch_master(handle, key.0, key.1, what, first)
     }
     fn forget(handle: &Handle, key: &Self::Key) {
         handle.sentinels().forget(&key.0);
@@ -282,26 +296,25 @@ impl crate::discovery::watchers::Watch for Masters {
 
 /// One master: subscribes on each of its Sentinels and asks them all, at once and then on
 /// each event and each [`POLL`]; `first` hears when the first round is over. Its writes are
-/// held for at most `bound` from the first event of a failover until the new primary is
-/// published (or the failover ends otherwise).
+/// held for at most the shard's `failover_hold` from the first event of a failover until the
+/// new primary is published (or the failover ends otherwise).
 async fn watch_master(
     handle: Handle,
     key: Key,
     sentinels: Vec<EndpointConfig>,
     what: String,
-    bound: Duration,
     first: tokio::sync::oneshot::Sender<()>,
 ) {
     let kick = Arc::new(Notify::new());
     let hold = handle.sentinels().hold(&key);
+    hold.set_bound(settings(&handle, &key).0);
     let mut subs = JoinSet::new();
     for cfg in &sentinels {
-        let failover = (hold.clone(), bound);
         subs.spawn(subscribe(
             cfg.clone(),
             key.0.clone(),
             kick.clone(),
-            failover,
+            hold.clone(),
         ));
     }
     let mut links: Vec<Option<Control>> = sentinels.iter().map(|_| None).collect();
@@ -322,8 +335,10 @@ async fn watch_master(
                 }
             }
         }
-        let winner = decide(&ok);
+        let (bound, stale) = settings(&handle, &key);
+        hold.set_bound(bound);
         let before = handle.sentinels().get(&key);
+        let winner = decide(&ok, before.as_ref().filter(|_| stale));
         let changed = matches!((&before, &winner), (Some(b), Some(w)) if b.primary != w.primary);
         let epoch = winner.as_ref().map_or(0, |w| w.epoch);
         (handle.sentinels()).round(&key, ok.len(), sentinels.len(), changed, epoch);
@@ -384,11 +399,19 @@ struct Answer {
     epoch: u64,
     /// Replicas it does not see down or disconnected.
     replicas: Vec<SocketAddr>,
+    /// It sees the primary down (`s_down` or `o_down`) or cannot reach it (`disconnected`).
+    primary_down: bool,
+    /// Replicas it does not see down (`s_down`, `o_down`), linked to their primary or not.
+    alive: Vec<SocketAddr>,
 }
 
 /// The winning answer: the highest epoch, then the primary most Sentinels give; its replicas
 /// are those every Sentinel of that answer sees up (any of them seeing one down takes it out).
-fn decide(answers: &[(SocketAddr, Answer)]) -> Option<Found> {
+/// With `stale` (the last answer, when stale reads are served): while a Sentinel of the winning
+/// answer sees that same primary down, its replicas stay unless one sees them down themselves
+/// (unlinked from the dead primary, or a flickering Sentinel link, they still serve reads;
+/// the dead primary cannot).
+fn decide(answers: &[(SocketAddr, Answer)], stale: Option<&Found>) -> Option<Found> {
     let epoch = answers.iter().map(|(_, a)| a.epoch).max()?;
     let mut votes: Vec<(SocketAddr, usize)> = Vec::new();
     for (_, a) in answers.iter().filter(|(_, a)| a.epoch == epoch) {
@@ -409,6 +432,12 @@ fn decide(answers: &[(SocketAddr, Answer)]) -> Option<Found> {
         .flat_map(|a| a.replicas.iter().copied())
         .filter(|r| *r != primary && agree.iter().all(|a| a.replicas.contains(r)))
         .collect();
+    if let Some(before) = stale.filter(|b| b.primary == primary) {
+        if agree.iter().any(|a| a.primary_down) {
+            let alive = |r: &SocketAddr| agree.iter().all(|a| a.alive.contains(r));
+            replicas.extend(before.replicas.iter().filter(|r| alive(r)));
+        }
+    }
     replicas.sort();
     replicas.dedup();
     Some(Found {
@@ -487,12 +516,14 @@ fn address(f: &HashMap<&[u8], &[u8]>) -> Option<SocketAddr> {
 /// A replica not to read from: seen down or disconnected, or not linked to its primary (a
 /// demoted primary resyncing, a replica whose primary is gone: either serves stale data).
 fn flagged_down(f: &HashMap<&[u8], &[u8]>) -> bool {
-    let flags = f.get(b"flags".as_slice()).copied().unwrap_or_default();
     let link = f.get(b"master-link-status".as_slice()).copied();
-    link.is_some_and(|l| l != b"ok")
-        || flags
-            .split(|&b| b == b',')
-            .any(|flag| matches!(flag, b"s_down" | b"o_down" | b"disconnected"))
+    link.is_some_and(|l| l != b"ok") || flagged(f, &[b"s_down", b"o_down", b"disconnected"])
+}
+
+/// Whether the instance's `flags` hold one of `any`.
+fn flagged(f: &HashMap<&[u8], &[u8]>, any: &[&[u8]]) -> bool {
+    let flags = f.get(b"flags".as_slice()).copied().unwrap_or_default();
+    flags.split(|&b| b == b',').any(|flag| any.contains(&flag))
 }
 
 /// A Sentinel's answer from its replies to `SENTINEL MASTER` and `SENTINEL REPLICAS`.
@@ -507,16 +538,17 @@ fn answer(master: &Frame, replicas: &Frame) -> Result<Answer, String> {
         .and_then(|e| std::str::from_utf8(e).ok())
         .and_then(|e| e.parse().ok())
         .unwrap_or(0);
-    let mut list = Vec::new();
+    let (mut list, mut alive) = (Vec::new(), Vec::new());
     match replicas {
         Frame::Array(items) => {
             for r in items {
-                if let Some(f) = fields(r) {
-                    if !flagged_down(&f) {
-                        if let Some(a) = address(&f) {
-                            list.push(a);
-                        }
-                    }
+                let Some(f) = fields(r) else { continue };
+                let Some(a) = address(&f) else { continue };
+                if !flagged_down(&f) {
+                    list.push(a);
+                }
+                if !flagged(&f, &[b"s_down", b"o_down"]) {
+                    alive.push(a);
                 }
             }
         }
@@ -527,6 +559,10 @@ fn answer(master: &Frame, replicas: &Frame) -> Result<Answer, String> {
         primary,
         epoch,
         replicas: list,
+        // Its link to the primary down counts too: the first second after a crash, before
+        // `s_down`, it sees the primary's replicas unlinked already.
+        primary_down: flagged(&m, &[b"s_down", b"o_down", b"disconnected"]),
+        alive,
     })
 }
 
@@ -534,12 +570,7 @@ fn answer(master: &Frame, replicas: &Frame) -> Result<Answer, String> {
 /// on each that names `master`; reconnects (100 ms, doubling up to 2 s) when the link fails.
 /// A failover's first step starts the hold on `master`'s writes (for at most its bound); a
 /// failover that ends without a switch ends it.
-async fn subscribe(
-    cfg: EndpointConfig,
-    master: String,
-    kick: Arc<Notify>,
-    (hold, bound): (Arc<Hold>, Duration),
-) {
+async fn subscribe(cfg: EndpointConfig, master: String, kick: Arc<Notify>, hold: Arc<Hold>) {
     let mut backoff = Duration::from_millis(100);
     loop {
         // The link that subscribed, when one did (the backoff starts over after it).
@@ -557,8 +588,8 @@ async fn subscribe(
                 let frame = link.next().await?;
                 if names(&frame, &master) {
                     match channel(&frame) {
-                        Some(c) if FAILOVER_STEPS.contains(&c) && hold.start(bound) => {
-                            tracing::info!(sentinel = %cfg.address, %master, event = c, ?bound, "Sentinel: a failover began; writes are held until the switch");
+                        Some(c) if FAILOVER_STEPS.contains(&c) && hold.start() => {
+                            tracing::info!(sentinel = %cfg.address, %master, event = c, bound = ?hold.bound(), "Sentinel: a failover began; writes are held until the switch");
                         }
                         Some(c) if FAILOVER_ENDS.contains(&c) && hold.on() => {
                             tracing::warn!(sentinel = %cfg.address, %master, event = c, "Sentinel: the failover ended without a switch; held writes go to the primary");
@@ -626,39 +657,87 @@ mod tests {
                 primary: primary.parse().unwrap(),
                 epoch,
                 replicas: replicas.iter().map(|r| r.parse().unwrap()).collect(),
+                primary_down: false,
+                alive: replicas.iter().map(|r| r.parse().unwrap()).collect(),
             },
         )
     }
 
     #[test]
     fn the_highest_epoch_wins_then_the_most_named_primary() {
-        let f = decide(&[
-            a("127.0.0.1:7001", 1, &["127.0.0.1:7002"]),
-            a("127.0.0.1:7002", 2, &["127.0.0.1:7003"]),
-            a("127.0.0.1:7001", 1, &["127.0.0.1:7002"]),
-        ])
+        let f = decide(
+            &[
+                a("127.0.0.1:7001", 1, &["127.0.0.1:7002"]),
+                a("127.0.0.1:7002", 2, &["127.0.0.1:7003"]),
+                a("127.0.0.1:7001", 1, &["127.0.0.1:7002"]),
+            ],
+            None,
+        )
         .unwrap();
         assert_eq!(f.primary, "127.0.0.1:7002".parse().unwrap());
         assert_eq!(f.epoch, 2);
         assert_eq!(f.replicas, vec!["127.0.0.1:7003".parse().unwrap()]);
-        let f = decide(&[
-            a("127.0.0.1:7001", 3, &[]),
-            a("127.0.0.1:7002", 3, &[]),
-            a("127.0.0.1:7002", 3, &[]),
-        ])
+        let f = decide(
+            &[
+                a("127.0.0.1:7001", 3, &[]),
+                a("127.0.0.1:7002", 3, &[]),
+                a("127.0.0.1:7002", 3, &[]),
+            ],
+            None,
+        )
         .unwrap();
         assert_eq!(f.primary, "127.0.0.1:7002".parse().unwrap());
-        assert_eq!(decide(&[]), None);
+        assert_eq!(decide(&[], None), None);
     }
 
     #[test]
     fn a_replica_any_agreeing_sentinel_sees_down_is_left_out() {
-        let f = decide(&[
-            a("127.0.0.1:7001", 1, &["127.0.0.1:7002", "127.0.0.1:7003"]),
-            a("127.0.0.1:7001", 1, &["127.0.0.1:7003"]),
-        ])
+        let f = decide(
+            &[
+                a("127.0.0.1:7001", 1, &["127.0.0.1:7002", "127.0.0.1:7003"]),
+                a("127.0.0.1:7001", 1, &["127.0.0.1:7003"]),
+            ],
+            None,
+        )
         .unwrap();
         assert_eq!(f.replicas, vec!["127.0.0.1:7003".parse().unwrap()]);
+    }
+
+    #[test]
+    fn while_the_primary_is_down_its_replicas_in_rotation_stay() {
+        let before = Found {
+            primary: "127.0.0.1:7001".parse().unwrap(),
+            replicas: vec!["127.0.0.1:7002".parse().unwrap()],
+            epoch: 1,
+        };
+        // The primary down, the replica unlinked (or flagged disconnected) but not down.
+        let mut down = a("127.0.0.1:7001", 1, &[]);
+        down.1.primary_down = true;
+        down.1.alive = vec!["127.0.0.1:7002".parse().unwrap()];
+        let f = decide(std::slice::from_ref(&down), Some(&before)).unwrap();
+        assert_eq!(f.replicas, before.replicas, "kept");
+        assert!(
+            decide(std::slice::from_ref(&down), None)
+                .unwrap()
+                .replicas
+                .is_empty(),
+            "stale reads refused"
+        );
+        // Seen down itself: out.
+        let mut gone = down.clone();
+        gone.1.alive.clear();
+        assert!(decide(&[down.clone(), gone], Some(&before))
+            .unwrap()
+            .replicas
+            .is_empty());
+        // The primary up: only linked replicas, as always.
+        let mut up = down.clone();
+        up.1.primary_down = false;
+        assert!(decide(&[up], Some(&before)).unwrap().replicas.is_empty());
+        // A new primary: the last answer's replicas say nothing of it.
+        let mut other = down;
+        other.1.primary = "127.0.0.1:7003".parse().unwrap();
+        assert!(decide(&[other], Some(&before)).unwrap().replicas.is_empty());
     }
 
     #[test]

@@ -16,15 +16,21 @@ use tokio::time::Instant;
 
 use super::{EndpointHandle, UpstreamError};
 
-/// Where a replica read goes again when the replica cannot be reached: the primary, the
-/// arguments, the flavor and the connection index; and a tracking client's keys.
-pub(super) type Fallback = (
-    EndpointHandle,
-    Vec<Bytes>,
-    Flavor,
-    usize,
-    Option<Box<dyn super::Rider>>,
-);
+/// Where a replica read goes again when the replica cannot be reached: the primary (or,
+/// while the primary cannot be reached either, the replica again on a new connection), the
+/// arguments, the flavor and the connection index; a tracking client's keys; and the time the
+/// read is given again (the first try's: a retry never inherits a spent deadline, whose
+/// timeout would be charged to the endpoint retried).
+#[derive(Debug)]
+pub(super) struct Fallback {
+    pub(super) primary: EndpointHandle,
+    pub(super) replica: EndpointHandle,
+    pub(super) args: Vec<Bytes>,
+    pub(super) flavor: Flavor,
+    pub(super) conn: usize,
+    pub(super) on_fallback: Option<Box<dyn super::Rider>>,
+    pub(super) budget: Duration,
+}
 
 /// The reply of one upstream request.
 #[derive(Debug)]
@@ -207,11 +213,22 @@ impl Future for UpstreamFuture {
                     if let Some(fill) = this.fill.take() {
                         fill.abandon();
                     }
-                    let (primary, args, flavor, conn, on_fallback) = *b;
-                    if let Some(r) = on_fallback {
+                    let b = *b;
+                    if let Some(r) = b.on_fallback {
                         r.abandon();
                     }
-                    let next = primary.send(args, flavor, conn, this.deadline);
+                    // A replica whose connection broke while its primary is down or being
+                    // replaced (Sentinel closes every client of the replica it promotes): the
+                    // replica again, on a new connection.
+                    let leaving =
+                        !b.primary.is_healthy() || b.primary.hold().is_some_and(|h| h.on());
+                    let to = if result.is_err() && leaving && b.replica.is_healthy() {
+                        b.replica
+                    } else {
+                        b.primary
+                    };
+                    this.deadline = Instant::now() + b.budget;
+                    let next = to.send(b.args, b.flavor, b.conn, this.deadline);
                     this.state = next.state;
                     this.label = next.label;
                     continue;

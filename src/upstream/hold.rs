@@ -29,6 +29,8 @@ pub(crate) struct Hold {
     pub(crate) holds: AtomicU64,
     /// Writes held (each once, whatever became of it).
     pub(crate) writes: AtomicU64,
+    /// The longest a hold lasts, in microseconds (0: writes are never held).
+    bound_us: AtomicU64,
 }
 
 impl Hold {
@@ -42,9 +44,21 @@ impl Hold {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).0
     }
 
-    /// Starts a hold that ends at the latest after `bound` (a hold already on keeps its end).
-    /// True when it started now.
-    pub(crate) fn start(&self, bound: Duration) -> bool {
+    /// Sets the longest a hold lasts (the shard's `failover_hold`; zero: never held).
+    pub(crate) fn set_bound(&self, bound: Duration) {
+        let us = u64::try_from(bound.as_micros()).unwrap_or(u64::MAX);
+        self.bound_us.store(us, Ordering::Relaxed);
+    }
+
+    /// The longest a hold lasts.
+    pub(crate) fn bound(&self) -> Duration {
+        Duration::from_micros(self.bound_us.load(Ordering::Relaxed))
+    }
+
+    /// Starts a hold that ends at the latest after its bound (a hold already on keeps its
+    /// end). True when it started now.
+    pub(crate) fn start(&self) -> bool {
+        let bound = self.bound();
         if bound.is_zero() {
             return false;
         }
@@ -208,9 +222,10 @@ mod tests {
     async fn a_hold_ends_when_released_or_at_its_bound() {
         let h = Arc::new(Hold::default());
         assert!(!h.is_held());
-        assert!(!h.start(Duration::ZERO), "a zero bound never holds");
-        assert!(h.start(Duration::from_secs(5)));
-        assert!(!h.start(Duration::from_secs(5)), "one hold at a time");
+        assert!(!h.start(), "a zero bound never holds");
+        h.set_bound(Duration::from_secs(5));
+        assert!(h.start());
+        assert!(!h.start(), "one hold at a time");
         assert!(h.is_held());
         let to: SocketAddr = "127.0.0.1:7002".parse().unwrap();
         let waiter = tokio::spawn({
@@ -223,7 +238,8 @@ mod tests {
         assert!(!h.is_held() && !h.on());
         assert_eq!(h.holds.load(Ordering::Relaxed), 1);
         // A bound that passes ends the wait, to the primary known (none named).
-        assert!(h.start(Duration::from_millis(20)));
+        h.set_bound(Duration::from_millis(20));
+        assert!(h.start());
         assert_eq!(h.wait().await, None);
         assert!(!h.is_held() && h.on(), "passed, not released yet");
     }

@@ -653,16 +653,18 @@ impl Upstream {
         if endpoint != primary && req.is_read() {
             // A read sent to a replica: if the replica turns out to be unreachable, the read
             // is retried once on the primary instead of failing (the zone layer skips the
-            // replica from then on). Costs one clone of the argument list and one box, for
+            // replica from then on), with the time it had. Costs one clone of the argument list and one box, for
             // replica reads only.
             if let Some(p) = self.endpoints.get(req.cluster, shard, primary) {
-                let fallback = Some(Box::new((
-                    p.clone(),
-                    req.args.clone(),
-                    req.flavor,
-                    self.conn,
+                let fallback = Some(Box::new(Fallback {
+                    primary: p.clone(),
+                    replica: ep.clone(),
+                    args: req.args.clone(),
+                    flavor: req.flavor,
+                    conn: self.conn,
                     on_fallback,
-                )));
+                    budget: deadline.saturating_duration_since(Instant::now()),
+                }));
                 let mut f = ep.send_fill(req.args, req.raw, req.flavor, self.conn, deadline, fill);
                 f.fallback = fallback;
                 f.redirect = redirect;
