@@ -346,9 +346,9 @@ fn shards_without_replicas_and_the_dedicated_bound() {
     assert_eq!(got, Resp::Int(0));
 }
 
-/// WAIT asks the clusters the routes send to (a prefix route's cluster too), not mirror
-/// clusters: a mirror without replicas does not cap the answer, a routed cluster without
-/// replicas does.
+/// WAIT asks the clusters the routes send to (a prefix route's cluster too) that the client
+/// wrote to, not mirror clusters: a mirror without replicas does not cap the answer, a routed
+/// cluster without replicas does once written to.
 #[test]
 fn routed_clusters_are_asked_mirror_clusters_are_not() {
     let shards = shards_with_replicas(2);
@@ -384,6 +384,13 @@ fn routed_clusters_are_asked_mirror_clusters_are_not() {
     let rw = respway(&yaml, 1);
     let mut c = RespConn::connect(rw.addr);
     assert_eq!(c.call(&["SET", "k", "v"]), ok());
+    assert_eq!(
+        c.call(&["WAIT", "1", "2000"]),
+        Resp::Int(1),
+        "not written to: not asked"
+    );
+    assert_eq!(commandstat(side.addr, "wait"), 0);
+    assert_eq!(c.call(&["SET", "side:k", "v"]), ok());
     assert_eq!(c.call(&["WAIT", "1", "100"]), Resp::Int(0));
     assert_eq!(commandstat(side.addr, "wait"), 1);
 }
@@ -474,4 +481,49 @@ fn redis_py_wait_answers_the_count() {
         ok,
         "redis-py WAIT failed ({SETUP} if redis is missing):\n{out}"
     );
+}
+
+/// A key through respway that lands on shard `i` (found on its primary).
+fn key_on(rw: SocketAddr, shards: &[Shard], i: usize) -> String {
+    let mut c = RespConn::connect(rw);
+    let mut direct = RespConn::connect(shards[i].primary.addr);
+    (0..1000)
+        .map(|n| format!("on{i}:{n}"))
+        .find(|k| {
+            assert_eq!(c.call(&["SET", k, "v"]), ok());
+            direct.call(&["EXISTS", k]) == Resp::Int(1)
+        })
+        .expect("a key of the shard")
+}
+
+/// WAIT asks only the primaries this client wrote to since its last WAIT: with shard 0's
+/// primary frozen, a client whose keys are all on shard 1 gets shard 1's count within its
+/// timeout (as from one Redis), not a stall on shard 0. A second WAIT with no write between
+/// asks the same primaries; a transaction makes the next WAIT ask every primary.
+#[test]
+fn wait_asks_only_the_primaries_the_client_wrote_to() {
+    let shards = shards_with_replicas(2);
+    let rw = respway(&yaml_over(&shards, ""), 1);
+    let k1 = key_on(rw.addr, &shards, 1);
+    shards[0].primary.signal("-STOP");
+    let mut c = RespConn::connect(rw.addr);
+    assert_eq!(c.call(&["SET", &k1, "w"]), ok());
+    let started = Instant::now();
+    assert_eq!(c.call(&["WAIT", "1", "100"]), Resp::Int(1));
+    assert_eq!(
+        c.call(&["WAIT", "1", "100"]),
+        Resp::Int(1),
+        "the same primaries"
+    );
+    eprintln!(
+        "WAIT 1 100 twice with shard 0 frozen: {:?}",
+        started.elapsed()
+    );
+    // A transaction's primaries are not followed: every primary is asked, the frozen one too.
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["SET", &k1, "x"]), Resp::Simple("QUEUED".into()));
+    assert!(matches!(c.call(&["EXEC"]), Resp::Array(Some(_))));
+    let r = c.call(&["WAIT", "1", "100"]);
+    assert!(r.is_error(), "the frozen primary was asked: {r:?}");
+    shards[0].primary.signal("-CONT");
 }

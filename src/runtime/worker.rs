@@ -359,7 +359,7 @@ impl Worker {
                 );
                 tokio::spawn(stack::run_mirror(
                     mirror_rx,
-                    stack::shadow(&parts, 0),
+                    stack::shadow(&parts, 0, Default::default()),
                     parts.mirror_stats.clone(),
                 ));
                 parts

@@ -6,8 +6,10 @@
 //! respway's shared connections, whose offsets say nothing of this client (or cover other
 //! clients' later writes), so respway asks on connections of its own:
 //!
-//! - for each primary of every cluster the listener's routes send to (the keyspace-wide
-//!   commands' set, [`Routing::keyspace_clusters`]; not mirror clusters), a [`Dedicated`]
+//! - for each primary the client wrote to since its last `WAIT` (see
+//!   [`crate::upstream::track`]: every one when not known) of every cluster the listener's
+//!   routes send to (the keyspace-wide commands' set, [`Routing::keyspace_clusters`]; not
+//!   mirror clusters), a [`Dedicated`]
 //!   connection from the pool blocking commands use (bounded by `dedicated_connections`);
 //! - on it, pipelined, first [`NUDGE`] (`SPUBLISH` on a channel of respway's own, with an
 //!   empty message), then the client's command unchanged. Redis propagates `SPUBLISH` to the
@@ -20,8 +22,8 @@
 //!   client's `PSUBSCRIBE *` does not see the nudges;
 //! - every shard is asked at once; the reply is the smallest count over the shards (for
 //!   `WAITAOF` the element-wise minimum of the `[local, replicas]` pairs), as Redis Cluster's
-//!   `agg_min` response policy for these commands says. respway does not track which shards
-//!   the client wrote to, so a shard with fewer replicas caps the answer;
+//!   `agg_min` response policy for these commands says; a shard with fewer replicas among
+//!   them caps the answer;
 //! - the first error a shard answers is the reply at once (Redis's own text, e.g. a bad
 //!   timeout or `WAITAOF` on a server before 7.2; respway's own errors name the shard), and
 //!   the other shards' connections are closed, which unblocks them on Redis.
@@ -81,13 +83,15 @@ pub(crate) enum Call {
 /// One shard's answer: `[n]` for `WAIT`, `[local, replicas]` for `WAITAOF`.
 type Counts = Vec<i64>;
 
-/// Starts `args` (`WAIT` or `WAITAOF`, arity already checked) on every primary.
+/// Starts `args` (`WAIT` or `WAITAOF`, arity already checked) on the primaries in `written`
+/// (see [`crate::upstream::track`]: those the client wrote to since its last `WAIT`).
 pub(crate) fn call(
     cmd: &'static CommandInfo,
     args: Vec<Bytes>,
     parts: &Parts,
     flavor: Flavor,
     op_timeout: Duration,
+    written: u64,
 ) -> Call {
     let aof = cmd.name == "waitaof";
     let now = Instant::now();
@@ -115,6 +119,9 @@ pub(crate) fn call(
             continue;
         };
         for s in 0..shards.len() {
+            if written & crate::upstream::track::bit(k.cluster, s) == 0 {
+                continue;
+            }
             let Some(ep) = parts.primary(k.cluster, s) else {
                 return refuse(conns, UpstreamError::NoShard.at("".into()));
             };

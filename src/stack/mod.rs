@@ -71,6 +71,7 @@ use respway_filters::zone::{HealthView, Zone, ZoneLayer};
 use tokio::sync::mpsc;
 use tower::{Service, ServiceBuilder};
 
+use crate::upstream::track::Track;
 use crate::upstream::{Endpoints, Upstream};
 
 /// The part of the chain below mirroring: also what mirrored copies go through.
@@ -252,8 +253,9 @@ impl crate::stats::EndpointSource for ListenerSlot {
 }
 
 /// Builds the chain below the mirror layer; `conn` picks the upstream connection to each
-/// endpoint for everything this chain sends (see [`Upstream::new`]).
-pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
+/// endpoint for everything this chain sends, and `track` is what its upstream service keeps
+/// for the session (see [`Upstream::new`]).
+pub(crate) fn shadow(p: &Parts, conn: usize, track: Arc<Track>) -> Shadow {
     let health: Arc<dyn HealthView> = p.endpoints.clone();
     ServiceBuilder::new()
         .layer(HotKeyLayer::new(p.routing.clone(), p.hot_key_stats.clone()))
@@ -261,7 +263,7 @@ pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
         .layer(HashLayer::new(p.routing.clone()))
         .layer(ZoneLayer::new(p.routing.clone(), health))
         .service(NearCache::new(
-            Upstream::new(p.endpoints.clone(), conn, p.listener.op_timeout),
+            Upstream::new(p.endpoints.clone(), conn, p.listener.op_timeout, track),
             p.caches.clone(),
         ))
 }
@@ -269,7 +271,7 @@ pub(crate) fn shadow(p: &Parts, conn: usize) -> Shadow {
 /// Builds the whole chain for one client connection; `conn` as in [`shadow`], fixed per
 /// session (a rebuild after a config change passes the same value, so the session stays on
 /// the same connection of every endpoint that remains).
-pub(crate) fn build(p: &Parts, conn: usize) -> Chain {
+pub(crate) fn build(p: &Parts, conn: usize, track: Arc<Track>) -> Chain {
     ServiceBuilder::new()
         .layer(PrefixRouteLayer::new(p.routing.clone()))
         .layer(
@@ -281,7 +283,7 @@ pub(crate) fn build(p: &Parts, conn: usize) -> Chain {
             )
             .with_records(p.records.clone()),
         )
-        .service(shadow(p, conn))
+        .service(shadow(p, conn, track))
 }
 
 /// The worker's mirror queue: bounded, never blocks the client's path.

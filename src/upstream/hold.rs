@@ -5,12 +5,12 @@
 //! primary the worker's newest endpoints name.
 //!
 //! Order: while one of a session's requests waits here, its later requests wait behind it
-//! ([`Order`]) and are sent only when the session polls them, which it does oldest first,
+//! ([`super::Track`]) and are sent only when the session polls them, which it does oldest first,
 //! after the replies before them: the client's commands run in the order it sent them, as on
 //! a Redis whose writes are paused.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -111,37 +111,6 @@ impl Hold {
     }
 }
 
-/// One session's requests waiting behind a held write (see the module): shared by the clones
-/// of the session's upstream service, read with one relaxed load per request.
-#[derive(Debug, Default)]
-pub(crate) struct Order {
-    waiting: AtomicUsize,
-}
-
-impl Order {
-    /// True while a request of this session waits (the next ones wait behind it).
-    #[inline]
-    pub(crate) fn behind(&self) -> bool {
-        self.waiting.load(Ordering::Relaxed) != 0
-    }
-
-    /// A request that waits: counted until the returned turn is dropped (sent, or given up).
-    pub(crate) fn wait(self: &Arc<Self>) -> Turn {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        Turn(self.clone())
-    }
-}
-
-/// A request's place among its session's waiting ones (see [`Order::wait`]).
-#[derive(Debug)]
-pub(crate) struct Turn(Arc<Order>);
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 impl super::Upstream {
     /// `req` sent later (see the module): when `hold` is given, once the hold ends, to the
     /// primary the worker's newest endpoints name; otherwise when the session polls it (its
@@ -153,7 +122,7 @@ impl super::Upstream {
         on_fallback: Option<Box<dyn super::Rider>>,
         hold: Option<Arc<Hold>>,
     ) -> super::UpstreamFuture {
-        let turn = self.order.wait();
+        let turn = self.track.wait();
         let deadline = self.deadline_of(&req);
         let op = deadline.saturating_duration_since(tokio::time::Instant::now());
         let shard = req.shard_index().unwrap_or(0);
@@ -242,18 +211,5 @@ mod tests {
         assert!(h.start());
         assert_eq!(h.wait().await, None);
         assert!(!h.is_held() && h.on(), "passed, not released yet");
-    }
-
-    #[test]
-    fn a_turn_counts_while_it_lives() {
-        let o = Arc::new(Order::default());
-        assert!(!o.behind());
-        let t = o.wait();
-        let u = o.wait();
-        assert!(o.behind());
-        drop(t);
-        assert!(o.behind());
-        drop(u);
-        assert!(!o.behind());
     }
 }

@@ -71,6 +71,7 @@ mod rider;
 mod serve;
 mod stats;
 mod task;
+pub(crate) mod track;
 
 pub(crate) use crate::stats::{Down, UpstreamStats};
 pub(crate) use connect::*;
@@ -517,19 +518,25 @@ pub(crate) struct Upstream {
     conn: usize,
     /// Deadline of requests that carry none (mirrored copies, tests).
     default_timeout: Duration,
-    /// The session's requests waiting behind a held write (see [`hold`]).
-    order: Arc<hold::Order>,
+    /// The session's requests waiting behind a held write (see [`hold`]), and the primaries
+    /// it wrote to.
+    track: Arc<track::Track>,
 }
 
 impl Upstream {
     /// An upstream service over this worker's endpoints for one session; `conn` picks the
     /// session's connection to every endpoint (`conn % connections_per_endpoint`).
-    pub(crate) fn new(endpoints: Arc<Endpoints>, conn: usize, default_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        endpoints: Arc<Endpoints>,
+        conn: usize,
+        default_timeout: Duration,
+        track: Arc<track::Track>,
+    ) -> Self {
         Upstream {
             endpoints,
             conn,
             default_timeout,
-            order: Arc::default(),
+            track,
         }
     }
 }
@@ -576,7 +583,7 @@ impl Upstream {
         fill: Option<Box<dyn Rider>>,
         on_fallback: Option<Box<dyn Rider>>,
     ) -> UpstreamFuture {
-        if self.order.behind() {
+        if self.track.behind() {
             return self.later(req, fill, on_fallback, None);
         }
         self.send_now(req, fill, on_fallback)
@@ -610,6 +617,9 @@ impl Upstream {
             None => ep,
         };
         let deadline = self.deadline_of(&req);
+        if endpoint == primary && !req.is_read() {
+            self.track.wrote(req.cluster, shard);
+        }
         if endpoint == primary {
             // A Sentinel-managed shard in a failover: its writes wait for the new primary
             // (one atomic load per write to such a primary).

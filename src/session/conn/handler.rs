@@ -55,6 +55,15 @@ pub(super) mod kind {
 impl Handle for Handler {
     #[inline(always)]
     fn handle(self, s: &mut Session, c: HandlerCall<'_>) -> Pending {
+        // A write whose primaries the upstream does not see (a transaction, a blocking
+        // command, a keyspace-wide or key-less one): a `WAIT` after it asks every primary.
+        let unseen = matches!(
+            self,
+            Handler::Transaction | Handler::Blocking | Handler::Keyspace(_) | Handler::Fanout(_)
+        );
+        if unseen && !c.cmd.is_readonly() {
+            c.live.track.wrote_anywhere();
+        }
         match self {
             Handler::Chain => kind::Chain.handle(s, c),
             Handler::Transaction => kind::Transaction.handle(s, c),
@@ -131,7 +140,8 @@ impl Handle for kind::Wait {
     fn handle(self, _: &mut Session, c: HandlerCall<'_>) -> Pending {
         let parts = &c.live.parts;
         let op_timeout = parts.listener.op_timeout;
-        match crate::session::wait::call(c.cmd, c.args, parts, c.flavor, op_timeout) {
+        let written = c.live.track.take_written();
+        match crate::session::wait::call(c.cmd, c.args, parts, c.flavor, op_timeout, written) {
             crate::session::wait::Call::Wait { fut, backstop } => Pending::other(fut, backstop),
             crate::session::wait::Call::Refused(r) => Pending::Ready(r.to_reply()),
         }

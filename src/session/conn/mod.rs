@@ -71,6 +71,8 @@ const DRAIN_MAX: usize = 64 * 1024;
 struct Live {
     /// The session's upstream connection choice (see [`stack::build`]).
     conn: usize,
+    /// What the session's upstream service keeps across chains (see [`stack::build`]).
+    pub(super) track: Arc<crate::upstream::track::Track>,
     version: u64,
     parts: Arc<Parts>,
     chain: Chain,
@@ -79,12 +81,13 @@ struct Live {
 }
 
 impl Live {
-    fn load(slot: &ListenerSlot, conn: usize) -> Live {
+    fn load(slot: &ListenerSlot, conn: usize, track: Arc<crate::upstream::track::Track>) -> Live {
         let version = slot.version.load(Ordering::Acquire);
         let parts = slot.parts.load_full();
-        let chain = stack::build(&parts, conn);
+        let chain = stack::build(&parts, conn, track.clone());
         Live {
             conn,
+            track,
             version,
             parts,
             chain,
@@ -103,7 +106,7 @@ impl Live {
         if in_flight {
             return false;
         }
-        *self = Live::load(slot, self.conn);
+        *self = Live::load(slot, self.conn, self.track.clone());
         self.fresh = true;
         true
     }
@@ -179,7 +182,7 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
     let _ = stream.tcp().set_nodelay(true);
     let peer = stream.tcp().peer_addr().ok();
     let local = stream.tcp().local_addr().ok();
-    let mut live = Live::load(&ctx.slot, seq);
+    let mut live = Live::load(&ctx.slot, seq, Default::default());
     let listener = live.parts.listener.clone();
     let mut s = Session {
         decoder: RequestDecoder::new(listener.limits),
