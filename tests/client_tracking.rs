@@ -346,3 +346,55 @@ fn redis_py_client_side_caching_sees_invalidations() {
 fn node_redis_client_side_caching_sees_invalidations() {
     client_side_caching("node", "node_csc.mjs");
 }
+
+/// A `FLUSHALL` made directly on the shard, with entries of the key on both workers: by the
+/// time a tracking client is told (`>2 invalidate _`), no worker serves the pre-flush value,
+/// round after round.
+#[test]
+fn a_direct_flush_drops_every_worker_s_entries_before_tracking_clients_are_told() {
+    let shard = redis();
+    let rw = Spawn::new(env!("CARGO_BIN_EXE_respway"))
+        .config(
+            "--config",
+            "respway.yaml",
+            &yaml(&[shard.addr], Some("{ mode: tracked }")),
+        )
+        .args(["--workers", "2"])
+        .start();
+    trackers_up(rw.addr, 2);
+    let mut direct = RespConn::connect(shard.addr);
+    let mut told = tracking_client(rw.addr, &["on"]);
+    // Sessions are spread over the workers: some on each.
+    let mut readers: Vec<RespConn> = (0..8).map(|_| RespConn::connect(rw.addr)).collect();
+    let mut stale = Vec::new();
+    for round in 0..400 {
+        let v = format!("v{round}");
+        assert_eq!(
+            direct.call(&["SET", "ctk:f", &v]),
+            Resp::Simple("OK".into())
+        );
+        // Read on every session until it answers the new value (the direct write's
+        // invalidation of the nil read last round is on its way), and once more: cached on
+        // both workers (a second read admits).
+        for r in &mut readers {
+            wait_until(Duration::from_secs(2), "the new value read", || {
+                r.call(&["GET", "ctk:f"]) == Resp::bulk(&v)
+            });
+            assert_eq!(r.call(&["GET", "ctk:f"]), Resp::bulk(&v));
+        }
+        // Followed by the tracking client: a flush is announced to it.
+        assert_eq!(told.call(&["GET", "ctk:f"]), Resp::bulk(&v));
+        assert_eq!(direct.call(&["FLUSHALL"]), Resp::Simple("OK".into()));
+        expect_push(&mut told, None, "the flush announced");
+        for r in &mut readers {
+            let got = r.call(&["GET", "ctk:f"]);
+            if got != Resp::Bulk(None) {
+                stale.push((round, got));
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "pre-flush values after the push: {stale:?}"
+    );
+}

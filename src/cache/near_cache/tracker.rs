@@ -160,7 +160,11 @@ async fn track(
                                 }
                             }
                             None => {
+                                // Every worker's entries go before any tracking client is
+                                // told: the other workers' trackers hear of this flush on
+                                // their own links, maybe after a client read through them.
                                 epoch.fetch_add(1, Ordering::AcqRel);
+                                super::flush_all();
                                 super::clients::flush(0);
                                 bump(&stats.flushes);
                             }
