@@ -17,6 +17,7 @@ pub(crate) fn endpoint_config(
     tls: Option<crate::net::tls::UpstreamTlsConfig>,
 ) -> EndpointConfig {
     let shard = &s.name;
+    let replica = (s.endpoints.iter()).any(|e| e.address == address && e.role == Role::Replica);
     let placeholder = address == respway_filters::model::NO_ENDPOINT;
     EndpointConfig {
         tls,
@@ -40,10 +41,8 @@ pub(crate) fn endpoint_config(
             _ => None,
         },
         // A Redis Cluster replica serves reads only after READONLY.
-        readonly: c.redis_cluster.is_some()
-            && s.endpoints
-                .iter()
-                .any(|e| e.address == address && e.role == Role::Replica),
+        readonly: c.redis_cluster.is_some() && replica,
+        replica,
         connect_timeout: c.connect_timeout,
         auth: c.auth_for(address).map(|a| {
             let mut v = Vec::new();

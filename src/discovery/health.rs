@@ -3,12 +3,14 @@
 //! One thread with its own current-thread runtime runs one task per endpoint of every such
 //! cluster of the current snapshot. Each task, every `interval`, on one connection of its own
 //! (opened and prepared as the pools open theirs: TLS, `AUTH`, `PING`), sends `PING` (or
-//! `EXISTS drain_key`) and `ROLE`, and waits at most `timeout` for both replies. A timeout, a
+//! `EXISTS drain_key`) and `ROLE` (and, to a configured replica, `INFO replication`), and
+//! waits at most `timeout` for the replies. A timeout, a
 //! connection error or an error reply (`-LOADING`, `-MASTERDOWN`, anything) is a failure, and
 //! the connection is opened again for the next check.
 //!
 //! - An endpoint starts healthy; `unhealthy_threshold` failures in a row take it out of
-//!   rotation, `healthy_threshold` passes in a row put it back.
+//!   rotation, `healthy_threshold` passes in a row put it back. A replica that says it is not
+//!   in sync ([`crate::upstream::check::in_sync`]) fails the check.
 //! - `EXISTS drain_key` answering non-zero takes it out at once ("draining"); it is back as
 //!   soon as the key is gone.
 //! - A configured primary whose `ROLE` says `slave` is "demoted": writes to its shard are
@@ -272,13 +274,24 @@ async fn probe(conn: &mut Option<Control>, t: &Target) -> Result<(bool, Said), S
         Some(k) => &[b"EXISTS", k.as_bytes()],
         None => &[b"PING"],
     };
-    c.send(&[check, &[b"ROLE"]]).await?;
+    // A configured replica is in rotation only while it says it is in sync.
+    let replica = t.role == Role::Replica;
+    if replica {
+        c.send(&[check, &[b"ROLE"], &[b"INFO", b"replication"]])
+            .await?;
+    } else {
+        c.send(&[check, &[b"ROLE"]]).await?;
+    }
     let check = c.next().await?;
     let said = c.next().await?;
-    // The check's own reply decides; `ROLE` refused (an upstream user without the
-    // permission, a renamed command) only leaves the role unchecked.
+    let info = if replica { Some(c.next().await?) } else { None };
+    // The check's own reply decides; `ROLE` or `INFO` refused (an upstream user without the
+    // permission, a renamed command) only leaves the role or the sync unchecked.
     if let Frame::Error(e) | Frame::BlobError(e) = &check {
         return Err(String::from_utf8_lossy(e).into_owned());
+    }
+    if let Some(Frame::Bulk(text) | Frame::Verbatim(text)) = &info {
+        crate::upstream::check::in_sync(text)?;
     }
     let draining = matches!(check, Frame::Integer(n) if n > 0);
     Ok((draining, role(&said)))

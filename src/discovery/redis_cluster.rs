@@ -309,6 +309,7 @@ fn wanted(handle: &Handle) -> HashMap<Key, Reach> {
             tls: snapshot.upstream_tls(ci),
             missing: None,
             readonly: false,
+            replica: false,
         };
         out.insert(
             key_of(&c.name, src),

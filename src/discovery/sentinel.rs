@@ -248,6 +248,7 @@ fn wanted(handle: &Handle) -> HashMap<(Key, Vec<EndpointConfig>), String> {
                     tls: tls.clone(),
                     missing: None,
                     readonly: false,
+                    replica: false,
                 })
                 .collect();
             let key = (src.master.clone(), src.sentinels.clone());

@@ -94,3 +94,72 @@ impl EndpointCheck {
         }
     }
 }
+
+/// How a replica's refusal starts (see [`in_sync`]).
+pub(crate) const NOT_IN_SYNC: &str = "replica not in sync";
+
+/// Whether a replica's `INFO replication` (the reply's text) says it serves what its primary
+/// holds: a primary (promoted) does; a replica does while linked to its primary with no sync
+/// in progress, and once its link dropped only if it had been linked since it started (its
+/// primary is gone: it holds the freshest data there is). A replica that never linked since
+/// it started (restarted with an old dump, or still loading what its primary sends) does not.
+///
+/// # Errors
+/// Why not, with the fields that say so.
+pub(crate) fn in_sync(info: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(info);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    if field("role") != Some("slave") {
+        return Ok(());
+    }
+    let link = field("master_link_status").unwrap_or("");
+    let syncing = field("master_sync_in_progress") == Some("1");
+    let down_since = field("master_link_down_since_seconds");
+    if !syncing && (link == "up" || down_since.is_some_and(|s| s != "-1")) {
+        return Ok(());
+    }
+    Err(format!(
+        "{NOT_IN_SYNC}: master_link_status:{link} master_sync_in_progress:{} \
+         master_link_down_since_seconds:{}",
+        u8::from(syncing),
+        down_since.unwrap_or("?")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(fields: &str) -> Vec<u8> {
+        format!("# Replication\r\n{}\r\n", fields.replace(' ', "\r\n")).into_bytes()
+    }
+
+    #[test]
+    fn a_replica_serves_while_linked_or_after_its_primary_died() {
+        assert!(in_sync(&info("role:master connected_slaves:1")).is_ok());
+        assert!(in_sync(&info(
+            "role:slave master_link_status:up master_sync_in_progress:0"
+        ))
+        .is_ok());
+        // Its primary died: it was linked, its data is the freshest there is.
+        assert!(in_sync(&info(
+            "role:slave master_link_status:down master_sync_in_progress:0 master_link_down_since_seconds:3"
+        ))
+        .is_ok());
+        // Restarted with an old dump: never linked since.
+        let e = in_sync(&info(
+            "role:slave master_link_status:down master_sync_in_progress:0 master_link_down_since_seconds:-1",
+        ))
+        .unwrap_err();
+        assert!(e.contains("master_link_down_since_seconds:-1"), "{e}");
+        // Syncing.
+        assert!(in_sync(&info(
+            "role:slave master_link_status:down master_sync_in_progress:1 master_link_down_since_seconds:-1"
+        ))
+        .is_err());
+    }
+}

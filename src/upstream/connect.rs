@@ -138,14 +138,15 @@ pub(super) async fn connect(cfg: &EndpointConfig, flavor: Flavor) -> Result<Conn
 }
 
 /// Whether a failed handshake says the shard is coming back: it answered `-LOADING` (loading
-/// its AOF or RDB), or accepted the connection and closed it (a process restarting behind a
-/// supervisor or a load balancer). It is probed again every [`COMING_BACK_PROBE`], without
+/// its AOF or RDB), accepted the connection and closed it (a process restarting behind a
+/// supervisor or a load balancer), or is a replica not in sync yet. It is probed again every [`COMING_BACK_PROBE`], without
 /// a growing backoff, and a request waits for the next attempt rather than failing at once.
 pub(super) fn coming_back(handshake_error: &str) -> bool {
     handshake_error.starts_with("handshake refused: LOADING")
         || handshake_error == CLOSED_DURING_HANDSHAKE
         || handshake_error.starts_with("Connection reset by peer")
         || handshake_error.starts_with("Broken pipe")
+        || handshake_error.starts_with(check::NOT_IN_SYNC)
 }
 
 /// AUTH and SELECT when configured, and always a PING: a process that is frozen or not Redis
@@ -175,6 +176,15 @@ pub(super) async fn hello<S: AsyncRead + AsyncWrite + Unpin>(
         hello.push(vec![Bytes::from_static(b"READONLY")]);
     }
     hello.push(vec![Bytes::from_static(b"PING")]);
+    // A replica serves only while it says it is in sync (a replica restarted with an old
+    // dump answers reads at once, with what it held before).
+    let info = cfg.replica.then_some(hello.len());
+    if info.is_some() {
+        hello.push(vec![
+            Bytes::from_static(b"INFO"),
+            Bytes::from_static(b"replication"),
+        ]);
+    }
     let mut out = BytesMut::new();
     for args in &hello {
         encode_command(args, &mut out);
@@ -192,9 +202,19 @@ pub(super) async fn hello<S: AsyncRead + AsyncWrite + Unpin>(
             .map_err(|e| format!("handshake: Protocol error: {e}"))?
         {
             let reply = buf.split_to(n);
-            // A Redis running a long script answers the final PING `-BUSY`: it is alive,
-            // and `SCRIPT KILL` (allowed while busy) must be able to reach it.
-            let busy_ping = answered + 1 == hello.len() && reply.starts_with(b"-BUSY");
+            if info == Some(answered) {
+                // Refused (an upstream user without `INFO`): not checked.
+                if reply.first() != Some(&b'-') {
+                    let text = reply.splitn(2, |&b| b == b'\n').nth(1).unwrap_or_default();
+                    check::in_sync(text)?;
+                }
+                answered += 1;
+                continue;
+            }
+            // A Redis running a long script answers the PING `-BUSY`: it is alive, and
+            // `SCRIPT KILL` (allowed while busy) must be able to reach it.
+            let ping = hello.len() - 1 - usize::from(info.is_some());
+            let busy_ping = answered == ping && reply.starts_with(b"-BUSY");
             if reply.first() == Some(&b'-') && !busy_ping {
                 let text = String::from_utf8_lossy(&reply[1..reply.len() - 2]);
                 return Err(format!("handshake refused: {text}"));

@@ -155,6 +155,9 @@ pub(crate) struct EndpointConfig {
     /// A replica of a Redis Cluster: `READONLY` on connect, so that it serves reads of the
     /// slots of its primary instead of redirecting them.
     pub(crate) readonly: bool,
+    /// A replica: a connection is opened only while its `INFO replication` says it is in
+    /// sync (see [`check::in_sync`]).
+    pub(crate) replica: bool,
 }
 
 impl std::fmt::Debug for EndpointConfig {
@@ -171,6 +174,7 @@ impl std::fmt::Debug for EndpointConfig {
             .field("tls", &self.tls)
             .field("missing", &self.missing)
             .field("readonly", &self.readonly)
+            .field("replica", &self.replica)
             .finish()
     }
 }
@@ -708,6 +712,7 @@ mod tests {
             tls: None,
             missing: None,
             readonly: false,
+            replica: false,
         };
         let text = format!("{cfg:?}");
         assert!(
