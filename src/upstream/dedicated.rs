@@ -45,7 +45,7 @@ impl Dedicated {
             i.cfg.label.clone(),
             &i.stats,
             i.cfg.max_queue,
-            None,
+            (None, None),
         )
     }
 

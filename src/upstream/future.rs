@@ -48,6 +48,9 @@ pub(crate) struct UpstreamFuture {
     /// A command to a Redis Cluster: what follows its redirections (boxed likewise).
     pub(super) redirect: Option<Box<super::redirect::Redirect>>,
     deadline: Instant,
+    /// The request went with commands after it ([`super::Rider::after`]): its reply comes
+    /// with theirs appended, which go to `fill`.
+    pub(super) posted: bool,
 }
 
 #[derive(Debug)]
@@ -83,6 +86,7 @@ impl UpstreamFuture {
             fill: None,
             redirect: None,
             deadline,
+            posted: false,
         }
     }
 
@@ -130,7 +134,7 @@ impl Future for UpstreamFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         loop {
-            let result = match &mut this.state {
+            let mut result = match &mut this.state {
                 State::Waiting(rx) => match Pin::new(rx).poll(cx) {
                     Poll::Ready(Ok(r)) => r,
                     Poll::Ready(Err(_)) => Err(UpstreamError::Closed),
@@ -167,6 +171,19 @@ impl Future for UpstreamFuture {
                     continue;
                 }
             };
+            // The replies of the commands after the request go to what asked for them.
+            if std::mem::take(&mut this.posted) {
+                if let Ok(all) = &result {
+                    let n = respway_filters::resp::reply_len(all, &Default::default())
+                        .ok()
+                        .flatten()
+                        .unwrap_or(all.len());
+                    if let Some(fill) = this.fill.as_mut() {
+                        fill.after_replies(&all[n..]);
+                    }
+                    result = Ok(all.slice(..n));
+                }
+            }
             // A Redis Cluster's redirection: the command goes again (a near-cache fill or a
             // tracking client's read is not what the other node's reply is).
             if let (Some(r), Ok(reply)) = (this.redirect.as_deref_mut(), &result) {

@@ -124,8 +124,14 @@ pub(crate) struct UpstreamRequest {
     /// Commands written just before it, in one piece (a near-cache fill's `CLIENT TRACKING`
     /// and `CLIENT CACHING`), how many, and the connection's tracking state, cleared when one
     /// of their replies is an error.
-    pub(crate) pre: Option<(Bytes, u8, Arc<AtomicU64>)>,
+    pub(crate) pre: Option<Pre>,
+    /// Commands written just after it, in one piece, and how many: the request's reply is
+    /// answered with theirs appended (see [`Rider::after`]).
+    pub(crate) post: Option<(Bytes, u8)>,
 }
+
+/// Commands written just before a request (see [`UpstreamRequest::pre`]).
+pub(crate) type Pre = (Bytes, u8, Arc<AtomicU64>);
 
 /// How to reach and prepare one endpoint (`{:?}` leaves the `AUTH` arguments out).
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -396,6 +402,8 @@ impl EndpointHandle {
             let (frame, n) = r.before(slot, self.connects())?;
             Some((frame, n, slot.clone()))
         });
+        let post = rider.as_mut().and_then(|r| r.after()).filter(|p| p.1 > 0);
+        let posted = post.is_some();
         crate::stats::bump(&self.inner.requests, 1);
         let mut f = send_on(
             &conns[i],
@@ -405,9 +413,10 @@ impl EndpointHandle {
             label,
             &self.inner.stats,
             self.inner.cfg.max_queue,
-            pre,
+            (pre, post),
         );
         f.fill = rider;
+        f.posted = posted;
         f
     }
 
@@ -493,7 +502,7 @@ fn send_on(
     label: Arc<str>,
     stats: &EndpointStats,
     max_queue: usize,
-    pre: Option<(Bytes, u8, Arc<AtomicU64>)>,
+    (pre, post): (Option<Pre>, Option<(Bytes, u8)>),
 ) -> UpstreamFuture {
     let (tx, rx) = oneshot::channel();
     let failed = match queue.try_send(UpstreamRequest {
@@ -502,6 +511,7 @@ fn send_on(
         deadline,
         tx,
         pre,
+        post,
     }) {
         Ok(()) => return UpstreamFuture::waiting(rx, label, deadline),
         Err(queue::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),

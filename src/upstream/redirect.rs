@@ -200,7 +200,7 @@ impl Redirect {
             label,
             &ep.inner.stats,
             ep.inner.cfg.max_queue,
-            pre,
+            (pre, None),
         )
     }
 

@@ -23,6 +23,16 @@ pub(crate) trait Rider: Send + std::fmt::Debug {
         None
     }
 
+    /// Frames to write just after the request, and how many replies they add: their replies
+    /// are handed to [`after_replies`](Self::after_replies) before the request's reply is
+    /// (the request's reply waits for them); `None`: none.
+    fn after(&mut self) -> Option<(Bytes, u8)> {
+        None
+    }
+
+    /// The replies of the frames [`after`](Self::after) gave, as they came, one after another.
+    fn after_replies(&mut self, _replies: &[u8]) {}
+
     /// The request's reply.
     fn done(self: Box<Self>, reply: &Bytes);
 

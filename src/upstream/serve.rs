@@ -56,6 +56,8 @@ struct LiveConn<'a, S> {
     last_bytes: Instant,
     /// True while the timer follows the oldest unanswered request.
     timer_armed: bool,
+    /// Replies kept to be answered with the ones after them ([`Keep`]).
+    kept: BytesMut,
 }
 
 impl<'a, S: Io> LiveConn<'a, S> {
@@ -84,6 +86,7 @@ impl<'a, S: Io> LiveConn<'a, S> {
             open: true,
             last_bytes: Instant::now(),
             timer_armed: false,
+            kept: BytesMut::new(),
         }
     }
 
@@ -200,7 +203,7 @@ impl<'a, S: Io> LiveConn<'a, S> {
             &mut self.stream,
             &mut self.rbuf,
             &mut self.scanner,
-            &mut self.inflight,
+            (&mut self.inflight, &mut self.kept),
             &Limits::REPLIES,
             self.latency,
             self.slow,
@@ -281,6 +284,17 @@ impl<'a, S: Io> LiveConn<'a, S> {
     }
 }
 
+/// Whether a reply is kept to be answered with the next ones (a request with commands after
+/// it, see [`Rider::after`](super::Rider::after)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Keep {
+    No,
+    /// Kept: the replies after it complete it.
+    Part,
+    /// The last of them: the request is answered with every kept reply and this one.
+    Last,
+}
+
 /// One request written (or being written) on a connection, waiting for its reply.
 pub(super) struct Inflight {
     /// `None` once answered with a timeout: its reply, when it comes, is dropped.
@@ -294,6 +308,7 @@ pub(super) struct Inflight {
     pub(super) sent: Instant,
     /// Its op_timeout (as it stood when written).
     pub(super) op: Duration,
+    pub(super) keep: Keep,
 }
 
 /// A request's op_timeout counts from when it was written or from the last reply byte its
@@ -366,7 +381,7 @@ pub(super) fn read_replies(
     stream: &mut impl Io,
     rbuf: &mut BytesMut,
     scanner: &mut ReplyScanner,
-    inflight: &mut VecDeque<Inflight>,
+    (inflight, kept): (&mut VecDeque<Inflight>, &mut BytesMut),
     limits: &Limits,
     latency: &crate::stats::Latency,
     (endpoint, note_min): (SocketAddr, u64),
@@ -406,6 +421,22 @@ pub(super) fn read_replies(
                     continue;
                 }
                 match inflight.pop_front() {
+                    Some(Inflight {
+                        keep: Keep::Part, ..
+                    }) => kept.extend_from_slice(&reply),
+                    Some(Inflight {
+                        keep: Keep::Last,
+                        tx,
+                        sent,
+                        ..
+                    }) => {
+                        kept.extend_from_slice(&reply);
+                        let all = kept.split().freeze();
+                        if let Some(tx) = tx {
+                            run.add(sent);
+                            let _ = tx.send(Ok(all));
+                        }
+                    }
                     // A receiver that timed out or left is simply gone.
                     Some(Inflight {
                         tx: Some(tx), sent, ..
@@ -512,6 +543,7 @@ pub(super) fn enqueue(
                 deadline: req.deadline,
                 sent: now,
                 op: req.deadline.saturating_duration_since(now),
+                keep: Keep::No,
             });
         }
     }
@@ -531,12 +563,27 @@ pub(super) fn enqueue(
         None => wbuf.push_command(&req.args),
     }
     respway_filters::resp::recycle_argv(req.args);
-    inflight.push_back(Inflight {
-        tx: Some(req.tx),
+    let op = req.deadline.saturating_duration_since(now);
+    let entry = |tx, keep| Inflight {
+        tx,
         pre_ok: None,
         deadline: req.deadline,
         sent: now,
-        op: req.deadline.saturating_duration_since(now),
-    });
+        op,
+        keep,
+    };
+    match &req.post {
+        None => inflight.push_back(entry(Some(req.tx), Keep::No)),
+        Some((frame, n)) => {
+            // Its reply is kept, and answered with those of the commands after it, the
+            // last of which holds the reply's sender.
+            wbuf.push(frame);
+            inflight.push_back(entry(None, Keep::Part));
+            for _ in 1..*n {
+                inflight.push_back(entry(None, Keep::Part));
+            }
+            inflight.push_back(entry(Some(req.tx), Keep::Last));
+        }
+    }
     true
 }

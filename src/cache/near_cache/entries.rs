@@ -49,6 +49,8 @@ struct Entry {
     ep: EndpointHandle,
     valid: Valid,
     born: Instant,
+    /// When its key expires (its TTL counted from before the read was sent), if it has one.
+    expires: Option<Instant>,
 }
 
 impl Entry {
@@ -68,6 +70,7 @@ impl Entry {
             && FLUSHES.load(Ordering::Acquire) == self.valid.flush
             && self.ep.cache_epoch() == self.valid.epoch
             && now.duration_since(self.born) < max_age
+            && self.expires.is_none_or(|e| now < e)
     }
 }
 
@@ -202,6 +205,10 @@ pub(crate) struct Fill {
     /// The keys of a tracking client's read: announced to the clients that follow them
     /// unless the read was followed by Redis (see [`super::clients`]).
     pub(crate) client: Option<Box<[Bytes]>>,
+    /// Each item's key's TTL, learnt with `PTTL` right after the read on its connection
+    /// (milliseconds, negative: none), and when the read was sent; `None` until they come
+    /// (an entry whose key's TTL is not known is not kept).
+    ttls: Option<(Instant, Vec<i64>)>,
 }
 
 /// One entry a fill may keep.
@@ -383,6 +390,7 @@ impl ClusterCache {
             track: None,
             redirected: false,
             client: None,
+            ttls: None,
         }))
     }
 
@@ -411,6 +419,7 @@ impl ClusterCache {
                         track: None,
                         redirected: false,
                         client: None,
+                        ttls: None,
                     })
                 });
                 f.client = Some(keys().collect());
@@ -536,6 +545,11 @@ impl ClusterCache {
                 None => return,
             },
         };
+        // The keys' TTLs: an entry ends no later than its key (none kept without them).
+        let Some((sent, ttls)) = fill.ttls.filter(|t| t.1.len() == fill.items.len()) else {
+            bump(&self.stats.fills_dropped);
+            return;
+        };
         let Fill {
             cmd,
             flavor,
@@ -545,10 +559,13 @@ impl ClusterCache {
             ..
         } = fill;
         let mut e = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        for item in items {
+        for (item, ttl) in items.into_iter().zip(ttls) {
             let Some(reply) = elements.get(if mget { item.at } else { 0 }) else {
                 continue;
             };
+            let expires = u64::try_from(ttl)
+                .ok()
+                .map(|ms| sent + Duration::from_millis(ms));
             if reply.len() as u64 > self.cfg.max_entry_bytes {
                 bump(&self.stats.too_large);
                 continue;
@@ -569,6 +586,7 @@ impl ClusterCache {
                 ep: ep.clone(),
                 valid: item.valid,
                 born: Instant::now(),
+                expires,
             };
             let size = entry.size();
             let seq = entry.seq;
@@ -708,6 +726,25 @@ impl crate::upstream::Rider for Fill {
         } else {
             (Bytes::from_static(CACHING_YES), 1)
         })
+    }
+
+    /// `PTTL` of each item's key, right after the read: a key that expires is told apart
+    /// from one that does not on the same connection, with no round trip of its own (a
+    /// change of its TTL after the read is a write, which ends the entry).
+    fn after(&mut self) -> Option<(Bytes, u8)> {
+        let n = u8::try_from(self.items.len()).ok().filter(|n| *n > 0)?;
+        let mut frame = BytesMut::new();
+        for item in &self.items {
+            encode_command(&[&b"PTTL"[..], super::first_arg(&item.args)], &mut frame);
+        }
+        self.ttls = Some((Instant::now(), Vec::with_capacity(n.into())));
+        Some((frame.freeze(), n))
+    }
+
+    fn after_replies(&mut self, replies: &[u8]) {
+        if let Some((_, ttls)) = &mut self.ttls {
+            *ttls = super::integers(replies).unwrap_or_default();
+        }
     }
 
     fn done(self: Box<Self>, reply: &Bytes) {

@@ -337,6 +337,27 @@ pub(crate) fn cacheable(cmd: &CommandInfo, args: &[Bytes]) -> bool {
 
 pub(crate) use crate::stats::CacheStats;
 
+/// The first argument of packed arguments (see [`entries::packed`]): an entry's key.
+pub(super) fn first_arg(packed: &[u8]) -> &[u8] {
+    let len = packed
+        .get(..4)
+        .map_or(0, |l| u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize);
+    packed.get(4..4 + len).unwrap_or_default()
+}
+
+/// Integer replies one after another (`:N` and CRLF each), as `PTTL`s answer; `None` for
+/// anything else (an error: a server without the command, a user without it).
+pub(super) fn integers(mut replies: &[u8]) -> Option<Vec<i64>> {
+    let mut out = Vec::new();
+    while !replies.is_empty() {
+        let rest = replies.strip_prefix(b":")?;
+        let end = rest.windows(2).position(|w| w == b"\r\n")?;
+        out.push(std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?);
+        replies = &rest[end + 2..];
+    }
+    Some(out)
+}
+
 pub(super) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
@@ -350,6 +371,15 @@ mod tests {
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn ttls_read_back_from_their_replies() {
+        assert_eq!(integers(b":120\r\n:-1\r\n:-2\r\n"), Some(vec![120, -1, -2]));
+        assert_eq!(integers(b""), Some(vec![]));
+        assert_eq!(integers(b"-ERR unknown command 'PTTL'\r\n"), None);
+        assert_eq!(integers(b":12"), None);
+        assert_eq!(first_arg(&entries::packed(&[b("k"), b("f")])), b"k");
     }
 
     #[test]
