@@ -227,9 +227,26 @@ fn dashboard_is_an_importable_grafana_dashboard() {
 /// real shards and drives GETs, SETs, a failing command and a hot key, so that every series
 /// the dashboard charts exists.
 fn respway_with_traffic() -> (Vec<Proc>, respway::Server, respway::admin::Admin) {
-    let shards: Vec<Proc> = (0..3).map(|_| redis()).collect();
+    let shards: Vec<Proc> = (0..4).map(|_| redis()).collect();
     let addrs: Vec<SocketAddr> = shards.iter().map(|p| p.addr).collect();
-    let yaml = sharded_yaml(&addrs, "{ policy: maglev }", true);
+    let mut yaml = sharded_yaml(&addrs[..3], "{ policy: maglev }", true);
+    // The features the dashboard has rows for: a near cache, a mirror cluster written to
+    // (dual write), and a Sentinel-managed shard (its Sentinels do not answer: its series are
+    // there, at 0). Redis Cluster series are the process's, always there.
+    yaml = yaml.replace(
+        "    connect_timeout: 500ms\n",
+        "    connect_timeout: 500ms\n    near_cache: { mode: tracked }\n",
+    );
+    yaml = yaml.replace(
+        "      catch_all: main\n",
+        "      catch_all: main\n      catch_all_mirrors: [ { cluster: shadow, mode: dual_write } ]\n",
+    );
+    yaml.push_str(&format!(
+        "  - name: shadow\n    shards:\n      - name: m0\n        endpoints: [ {{ address: \"{}\" }} ]\n  - name: watched\n    shards:\n      - name: w0\n        sentinel: {{ master: m9, sentinels: [\"127.0.0.1:{}\"] }}\n",
+        addrs[3],
+        free_port()
+    ));
+
     let config =
         respway_xds::translate(&respway_xds::parse_yaml(&yaml).expect("yaml")).expect("config");
     let server = respway::start(
