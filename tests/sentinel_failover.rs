@@ -54,6 +54,34 @@ fn unique_writers(
         .collect()
 }
 
+/// A writer of new keys in transactions (`MULTI`, `SET`, `EXEC`) through respway until
+/// `stop`: the keys of the transactions `EXEC` acknowledged, and how many were refused.
+fn transaction_writer(rw: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Writes> {
+    std::thread::spawn(move || {
+        let mut w = Writes::default();
+        let mut c = RespConn::connect(rw);
+        let end = Instant::now() + Duration::from_secs(90);
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+            n += 1;
+            let k = format!("tx:{n}");
+            let r = [
+                c.call(&["MULTI"]),
+                c.call(&["SET", &k, "1"]),
+                c.call(&["EXEC"]),
+            ];
+            match &r[2] {
+                Resp::Array(Some(replies)) if replies.len() == 1 => {
+                    w.acked.push((k, Instant::now()))
+                }
+                other => w.failed.push((Instant::now(), format!("{r:?} {other:?}"))),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        w
+    })
+}
+
 /// The primary the Sentinels name for `m0` now.
 fn primary_now(sentinel: SocketAddr) -> SocketAddr {
     let r = RespConn::connect(sentinel).call(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m0"]);
@@ -83,6 +111,7 @@ fn a_planned_failover_under_write_load_loses_no_acknowledged_write() {
     let stop = Arc::new(AtomicBool::new(false));
     let progress = Progress::new(4);
     let writers = unique_writers(rw.addr, &progress, stop.clone());
+    let tx_writer = transaction_writer(rw.addr, stop.clone());
     let sentinel = rig.sentinels[0].addr;
     let mut switches = Vec::new();
     for round in 0..3 {
@@ -132,6 +161,7 @@ fn a_planned_failover_under_write_load_loses_no_acknowledged_write() {
     }
     stop.store(true, Ordering::Relaxed);
     let writes: Vec<Writes> = writers.into_iter().map(|t| t.join().unwrap()).collect();
+    let tx = tx_writer.join().unwrap();
     let failed: Vec<&(Instant, String)> = writes.iter().flat_map(|w| &w.failed).collect();
     // Every acknowledged key is on the shards: on the primary the Sentinels name now (read
     // directly) or on the plain shard.
@@ -191,6 +221,27 @@ fn a_planned_failover_under_write_load_loses_no_acknowledged_write() {
         acked.len(),
         failed.len(),
         lost.len()
+    );
+    // Transactions run on dedicated connections: during a failover they are refused (not
+    // sent), never acknowledged by the old primary and then dropped.
+    let tx_lost: Vec<&String> = tx
+        .acked
+        .iter()
+        .filter(|(k, _)| {
+            on.iter_mut()
+                .all(|c| c.call(&["EXISTS", k.as_str()]) == Resp::Int(0))
+        })
+        .map(|(k, _)| k)
+        .collect();
+    eprintln!(
+        "transactions: {} acknowledged, {} refused, {} lost",
+        tx.acked.len(),
+        tx.failed.len(),
+        tx_lost.len()
+    );
+    assert!(
+        tx_lost.is_empty(),
+        "acknowledged transactions lost: {tx_lost:?}"
     );
     // Operators see the writes held.
     let (_, metrics) = http_get(admin.local_addr(), "/metrics");

@@ -30,6 +30,10 @@ impl Dedicated {
     pub(crate) fn send(&self, args: Vec<Bytes>, deadline: Instant) -> UpstreamFuture {
         let i = &self.handle.inner;
         crate::stats::bump(&i.requests, 1);
+        if let Some(e) = self.handle.failing_over() {
+            i.stats.count(error::kind(&e));
+            return UpstreamFuture::failed(e, i.cfg.label.clone(), deadline);
+        }
         if self.tx.is_closed() {
             // The connection broke (it is never reopened under a transaction): a lost
             // connection, not an endpoint that left the configuration (`Closed`).

@@ -291,6 +291,18 @@ impl EndpointHandle {
         let _ = self.inner.companion.set(c);
     }
 
+    /// While a failover holds this primary's writes: the refusal of a transaction or a
+    /// blocking command, which run on dedicated connections (not held: refused, not sent, so
+    /// never acknowledged by the old primary and then dropped).
+    pub(crate) fn failing_over(&self) -> Option<UpstreamError> {
+        self.hold().filter(|h| h.is_held()).map(|_| {
+            UpstreamError::Unavailable(Arc::from(
+                "a Sentinel failover is in progress: transactions and blocking commands are \
+                 refused until the new primary is named",
+            ))
+        })
+    }
+
     /// The hold of the shard this handle is the primary of, when it has one.
     #[inline]
     pub(crate) fn hold(&self) -> Option<&Arc<hold::Hold>> {
@@ -430,6 +442,10 @@ impl EndpointHandle {
     /// while fewer than the cluster's `dedicated_connections` are open.
     pub(crate) fn take_dedicated(&self, flavor: Flavor) -> Result<Dedicated, UpstreamError> {
         let i = &self.inner;
+        if let Some(e) = self.failing_over() {
+            i.stats.count(error::kind(&e));
+            return Err(e);
+        }
         let pools = self.pools(flavor).ok_or(UpstreamError::NoShard)?;
         let mut idle = pools.idle.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(tx) = idle.pop() {
