@@ -35,6 +35,7 @@ mod keyspace;
 mod mirror_record;
 mod move_mode;
 mod near_cache;
+mod near_cache_autopilot;
 mod near_cache_ttl;
 mod nutcracker;
 mod nutcracker_import;

@@ -410,7 +410,8 @@ pub struct NearCache {
     /// 10 s; in `ttl` mode the only way an entry ends besides writes through this sidecar).
     pub max_age: Duration,
     /// `admit: hot`: the estimated reads per second above which a key is admitted (it leaves
-    /// below half of it; default 1000).
+    /// below half of it); 0 (the default): automatic, a key's share of the worker's reads
+    /// decides whatever the rate (see the sidecar's `HotSet`).
     pub hot_reads_per_sec: u64,
 }
 
@@ -423,7 +424,7 @@ impl Default for NearCache {
             max_bytes: 64 << 20,
             max_entry_bytes: 64 << 10,
             max_age: Duration::from_secs(10),
-            hot_reads_per_sec: 1000,
+            hot_reads_per_sec: 0,
         }
     }
 }

@@ -1694,7 +1694,7 @@ fn near_caches_translate_and_round_trip() {
             written.max_entry_bytes,
             written.hot_reads_per_sec
         ),
-        (64 << 20, 64 << 10, 1000)
+        (64 << 20, 64 << 10, 0)
     );
     assert_eq!(
         written.max_age,

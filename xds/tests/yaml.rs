@@ -1553,7 +1553,7 @@ clusters:
                 seconds: 10,
                 nanos: 0
             }),
-            hot_reads_per_sec: 1000,
+            hot_reads_per_sec: 0,
         })
     );
     assert_eq!(options(2).near_cache, None);
@@ -1602,7 +1602,6 @@ cluster "a": near_cache.admit: unknown admission "warm" (expected one of: all, h
 cluster "a": near_cache.max_bytes: must be greater than 0
 cluster "a": near_cache.max_entry_bytes: must be greater than 0
 cluster "a": near_cache.max_age: must be greater than 0
-cluster "a": near_cache.hot_reads_per_sec: must be greater than 0
 cluster "b": near_cache.ttl: unknown field (expected one of: mode, prefixes, admit, max_bytes, max_entry_bytes, max_age, hot_reads_per_sec)
 cluster "b": near_cache.prefixes[1]: must not be empty
 cluster "b": near_cache.prefixes[2]: duplicate prefix "user:" (also prefixes[0])

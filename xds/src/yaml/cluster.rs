@@ -390,7 +390,7 @@ fn near_cache(cx: &mut Cx, o: &mut Origins, v: &Value, opts: &str) -> Option<Nea
         max_entry_bytes: n.size(cx, "max_entry_bytes").unwrap_or(d.max_entry_bytes),
         max_age: n.duration_or_zero(cx, "max_age").unwrap_or(d.max_age),
         hot_reads_per_sec: n
-            .positive(cx, "hot_reads_per_sec", u64::MAX)
+            .uint(cx, "hot_reads_per_sec", u64::MAX)
             .unwrap_or(d.hot_reads_per_sec),
     })
 }
