@@ -18,45 +18,17 @@ struct Writes {
     failed: Vec<(Instant, String)>,
 }
 
-/// Writers that each `SET` a new key per command through respway (both shards) until `stop`
-/// (bounded to 90 s): a write lost after its acknowledgement is a key missing afterwards.
-fn unique_writers(
+/// One writer of a new key per write through respway until `stop` (bounded to 90 s), about
+/// one write per `pace`: `write` writes key `k` and says why it failed; `tick` is called
+/// every 16 writes. A write lost after its acknowledgement is a key missing afterwards.
+fn writer(
     rw: SocketAddr,
-    progress: &Progress,
     stop: Arc<AtomicBool>,
-) -> Vec<std::thread::JoinHandle<Writes>> {
-    (0..progress.clients())
-        .map(|t| {
-            let stop = stop.clone();
-            let counter = progress.counter(t);
-            std::thread::spawn(move || {
-                let mut w = Writes::default();
-                let mut c = RespConn::connect(rw);
-                let end = Instant::now() + Duration::from_secs(90);
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
-                    n += 1;
-                    let k = format!("w:{t}:{n}");
-                    let r = c.call(&["SET", &k, "1"]);
-                    match r.error() {
-                        Some(e) => w.failed.push((Instant::now(), e.to_string())),
-                        None => w.acked.push((k, Instant::now())),
-                    }
-                    if n.is_multiple_of(16) {
-                        counter.tick();
-                    }
-                    // About 1,000 writes a second per writer, bounded: every key is read back.
-                    std::thread::sleep(Duration::from_micros(500));
-                }
-                w
-            })
-        })
-        .collect()
-}
-
-/// A writer of new keys in transactions (`MULTI`, `SET`, `EXEC`) through respway until
-/// `stop`: the keys of the transactions `EXEC` acknowledged, and how many were refused.
-fn transaction_writer(rw: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Writes> {
+    prefix: String,
+    pace: Duration,
+    write: fn(&mut RespConn, &str) -> Option<String>,
+    tick: impl Fn() + Send + 'static,
+) -> std::thread::JoinHandle<Writes> {
     std::thread::spawn(move || {
         let mut w = Writes::default();
         let mut c = RespConn::connect(rw);
@@ -64,22 +36,59 @@ fn transaction_writer(rw: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::Joi
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) && Instant::now() < end {
             n += 1;
-            let k = format!("tx:{n}");
-            let r = [
-                c.call(&["MULTI"]),
-                c.call(&["SET", &k, "1"]),
-                c.call(&["EXEC"]),
-            ];
-            match &r[2] {
-                Resp::Array(Some(replies)) if replies.len() == 1 => {
-                    w.acked.push((k, Instant::now()))
-                }
-                other => w.failed.push((Instant::now(), format!("{r:?} {other:?}"))),
+            let k = format!("{prefix}{n}");
+            match write(&mut c, &k) {
+                Some(e) => w.failed.push((Instant::now(), e)),
+                None => w.acked.push((k, Instant::now())),
             }
-            std::thread::sleep(Duration::from_millis(1));
+            if n.is_multiple_of(16) {
+                tick();
+            }
+            std::thread::sleep(pace);
         }
         w
     })
+}
+
+/// Writers that each `SET` a new key per command (both shards), about 1,000 a second each
+/// (bounded: every key is read back), counted in `progress`.
+fn unique_writers(
+    rw: SocketAddr,
+    progress: &Progress,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Writes>> {
+    let set = |c: &mut RespConn, k: &str| c.call(&["SET", k, "1"]).error().map(str::to_string);
+    (0..progress.clients())
+        .map(|t| {
+            let counter = progress.counter(t);
+            let tick = move || counter.tick();
+            writer(
+                rw,
+                stop.clone(),
+                format!("w:{t}:"),
+                Duration::from_micros(500),
+                set,
+                tick,
+            )
+        })
+        .collect()
+}
+
+/// A writer of new keys in transactions (`MULTI`, `SET`, `EXEC`): the keys of the
+/// transactions `EXEC` acknowledged, and the refused ones.
+fn transaction_writer(rw: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Writes> {
+    let tx = |c: &mut RespConn, k: &str| {
+        let r = [
+            c.call(&["MULTI"]),
+            c.call(&["SET", k, "1"]),
+            c.call(&["EXEC"]),
+        ];
+        match &r[2] {
+            Resp::Array(Some(replies)) if replies.len() == 1 => None,
+            _ => Some(format!("{r:?}")),
+        }
+    };
+    writer(rw, stop, "tx:".into(), Duration::from_millis(1), tx, || {})
 }
 
 /// The primary the Sentinels name for `m0` now.

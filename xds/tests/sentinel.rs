@@ -1,6 +1,7 @@
 //! Sentinel-managed shards in the YAML schema and over xDS: what they read into, how they
 //! round-trip, and the exact errors.
 
+use envoy_types::pb::google::protobuf::value::Kind;
 use respway_filters::model::{Role, SentinelSource, NO_ENDPOINT};
 use respway_xds::{config_dump, parse_yaml, to_resources, translate};
 
@@ -117,9 +118,10 @@ fn sentinel_shard_errors_name_the_field() {
     );
 }
 
-/// The first shard's `failover_hold` as the model has it, read from `YAML` with `line` added
-/// to its `sentinel` block, through YAML → xDS → model; the dump reads back to the same.
-fn hold_of(line: &str) -> std::time::Duration {
+/// The first shard's Sentinel source as the model has it, read from `YAML` with `line` added
+/// to its `sentinel` block, through YAML → xDS → model; the dump (with and without `--all`)
+/// reads back to the same.
+fn sentinel_of(line: &str) -> SentinelSource {
     let yaml = YAML.replace(
         "          master: m0\n",
         &format!("          master: m0\n{line}"),
@@ -127,35 +129,57 @@ fn hold_of(line: &str) -> std::time::Duration {
     let config = translate(&parse_yaml(&yaml).expect("parses")).expect("translates");
     // Over xDS: the resources the management server serves translate into the same model.
     assert_eq!(translate(&to_resources(&config)).unwrap(), config);
-    let dumped = config_dump(&config, false).to_yaml(1);
-    let reread = translate(&parse_yaml(&dumped.replace("<redacted>", "s-secret")).unwrap());
-    assert_eq!(
-        reread.unwrap().clusters[0].shards,
-        config.clusters[0].shards,
-        "{dumped}"
-    );
-    config.clusters[0].shards[0]
-        .sentinel
-        .as_ref()
-        .unwrap()
-        .failover_hold
+    for all in [false, true] {
+        let dumped = config_dump(&config, all).to_yaml(1);
+        let reread = translate(&parse_yaml(&dumped.replace("<redacted>", "s-secret")).unwrap());
+        assert_eq!(
+            reread.unwrap().clusters[0].shards,
+            config.clusters[0].shards,
+            "{dumped}"
+        );
+    }
+    config.clusters[0].shards[0].sentinel.clone().unwrap()
 }
 
-/// The `sentinel_failover_hold` metadata of the first shard's Sentinels, in order.
-fn sentinel_holds(r: &respway_xds::Resources) -> Vec<Option<String>> {
-    use envoy_types::pb::google::protobuf::value::Kind;
+fn hold_of(line: &str) -> std::time::Duration {
+    sentinel_of(line).failover_hold
+}
+
+fn stale_of(line: &str) -> bool {
+    sentinel_of(line).serve_stale_reads
+}
+
+/// The `key` metadata of the first shard's Sentinels, in order.
+fn sentinel_meta(r: &respway_xds::Resources, key: &str) -> Vec<Option<Kind>> {
     let eps = &r.endpoints[0].endpoints[0].lb_endpoints;
     eps.iter()
         .map(|e| &e.metadata.as_ref().unwrap().filter_metadata["respway"])
         .filter(|md| md.fields["shard"].kind == Some(Kind::StringValue("s0".into())))
-        .map(|md| {
-            md.fields
-                .get("sentinel_failover_hold")
-                .map(|v| match &v.kind {
-                    Some(Kind::StringValue(s)) => s.clone(),
-                    other => panic!("{other:?}"),
-                })
-        })
+        .map(|md| md.fields.get(key).and_then(|v| v.kind.clone()))
+        .collect()
+}
+
+/// The `sentinel_failover_hold` metadata of the first shard's Sentinels, in order.
+fn sentinel_holds(r: &respway_xds::Resources) -> Vec<Option<String>> {
+    let text = |k: Kind| match k {
+        Kind::StringValue(s) => s,
+        other => panic!("{other:?}"),
+    };
+    sentinel_meta(r, "sentinel_failover_hold")
+        .into_iter()
+        .map(|k| k.map(text))
+        .collect()
+}
+
+/// The `sentinel_serve_stale_reads` metadata of the first shard's Sentinels, in order.
+fn sentinel_stales(r: &respway_xds::Resources) -> Vec<Option<bool>> {
+    let flag = |k: Kind| match k {
+        Kind::BoolValue(b) => b,
+        other => panic!("{other:?}"),
+    };
+    sentinel_meta(r, "sentinel_serve_stale_reads")
+        .into_iter()
+        .map(|k| k.map(flag))
         .collect()
 }
 
@@ -277,50 +301,6 @@ fn over_xds_a_failover_hold_is_a_sentinel_shards_and_the_same_on_each_sentinel()
         e.contains(&format!("{at}: only endpoints with role sentinel")),
         "{e}"
     );
-}
-
-/// The first shard's `serve_stale_reads` as the model has it, read from `YAML` with `line`
-/// added to its `sentinel` block, through YAML → xDS → model; the dump reads back to the same.
-fn stale_of(line: &str) -> bool {
-    let yaml = YAML.replace(
-        "          master: m0\n",
-        &format!("          master: m0\n{line}"),
-    );
-    let config = translate(&parse_yaml(&yaml).expect("parses")).expect("translates");
-    // Over xDS: the resources the management server serves translate into the same model.
-    assert_eq!(translate(&to_resources(&config)).unwrap(), config);
-    for all in [false, true] {
-        let dumped = config_dump(&config, all).to_yaml(1);
-        let reread = translate(&parse_yaml(&dumped.replace("<redacted>", "s-secret")).unwrap());
-        assert_eq!(
-            reread.unwrap().clusters[0].shards,
-            config.clusters[0].shards,
-            "{dumped}"
-        );
-    }
-    config.clusters[0].shards[0]
-        .sentinel
-        .as_ref()
-        .unwrap()
-        .serve_stale_reads
-}
-
-/// The `sentinel_serve_stale_reads` metadata of the first shard's Sentinels, in order.
-fn sentinel_stales(r: &respway_xds::Resources) -> Vec<Option<bool>> {
-    use envoy_types::pb::google::protobuf::value::Kind;
-    let eps = &r.endpoints[0].endpoints[0].lb_endpoints;
-    eps.iter()
-        .map(|e| &e.metadata.as_ref().unwrap().filter_metadata["respway"])
-        .filter(|md| md.fields["shard"].kind == Some(Kind::StringValue("s0".into())))
-        .map(|md| {
-            md.fields
-                .get("sentinel_serve_stale_reads")
-                .map(|v| match &v.kind {
-                    Some(Kind::BoolValue(b)) => *b,
-                    other => panic!("{other:?}"),
-                })
-        })
-        .collect()
 }
 
 #[test]
