@@ -174,7 +174,9 @@ impl Future for UpstreamFuture {
             // The replies of the commands after the request go to what asked for them.
             if std::mem::take(&mut this.posted) {
                 if let Ok(all) = &result {
-                    let n = respway_filters::resp::reply_len(all, &Default::default())
+                    // The connection cut these replies with the same limits: the first is whole.
+                    let limits = &respway_filters::codec_limits::Limits::REPLIES;
+                    let n = respway_filters::resp::reply_len(all, limits)
                         .ok()
                         .flatten()
                         .unwrap_or(all.len());
