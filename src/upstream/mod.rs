@@ -121,16 +121,24 @@ pub(crate) struct UpstreamRequest {
     pub(crate) deadline: Instant,
     /// Where the reply goes.
     pub(crate) tx: ReplyTx,
-    /// Commands written just before it, in one piece (a near-cache fill's `CLIENT TRACKING`
-    /// and `CLIENT CACHING`), how many, and the connection's tracking state, cleared when one
-    /// of their replies is an error.
+    /// Commands written with it (a near-cache fill's, `ASKING`): boxed, as few requests carry
+    /// any and every request is moved through its connection's queue.
+    pub(crate) extra: Option<Box<Extra>>,
+}
+
+/// Commands written with a request.
+#[derive(Debug)]
+pub(crate) struct Extra {
+    /// Written just before it, in one piece (a near-cache fill's `CLIENT TRACKING` and
+    /// `CLIENT CACHING`), how many, and the connection's tracking state, cleared when one of
+    /// their replies is an error.
     pub(crate) pre: Option<Pre>,
-    /// Commands written just after it, in one piece, and how many: the request's reply is
-    /// answered with theirs appended (see [`Rider::after`]).
+    /// Written just after it, in one piece, and how many: the request's reply is answered
+    /// with theirs appended (see [`Rider::after`]).
     pub(crate) post: Option<(Bytes, u8)>,
 }
 
-/// Commands written just before a request (see [`UpstreamRequest::pre`]).
+/// Commands written just before a request (see [`Extra::pre`]).
 pub(crate) type Pre = (Bytes, u8, Arc<AtomicU64>);
 
 /// How to reach and prepare one endpoint (`{:?}` leaves the `AUTH` arguments out).
@@ -526,8 +534,7 @@ fn send_on(
         raw,
         deadline,
         tx,
-        pre,
-        post,
+        extra: (pre.is_some() || post.is_some()).then(|| Box::new(Extra { pre, post })),
     }) {
         Ok(()) => return UpstreamFuture::waiting(rx, label, deadline),
         Err(queue::TrySendError::Full(_)) => UpstreamError::QueueFull(max_queue),

@@ -533,7 +533,11 @@ pub(super) fn enqueue(
         answer(req.tx, UpstreamError::Timeout, stats);
         return false;
     }
-    if let Some((frame, n, state)) = &req.pre {
+    let (pre, post) = match &req.extra {
+        Some(x) => (x.pre.as_ref(), x.post.as_ref()),
+        None => (None, None),
+    };
+    if let Some((frame, n, state)) = pre {
         // Commands whose replies only clear `state` when one is an error.
         wbuf.push(frame);
         for _ in 0..*n {
@@ -572,7 +576,7 @@ pub(super) fn enqueue(
         op,
         keep,
     };
-    match &req.post {
+    match post {
         None => inflight.push_back(entry(Some(req.tx), Keep::No)),
         Some((frame, n)) => {
             // Its reply is kept, and answered with those of the commands after it, the
