@@ -317,33 +317,60 @@ fn readers(
         .collect()
 }
 
+/// Readers of the Sentinel-managed shard's keys through a sidecar (`prefer_replica`, 2
+/// workers), started once every key is replicated and reads flow.
+struct ReadLoad {
+    rw: Respway,
+    keys: Vec<String>,
+    stop: Arc<AtomicBool>,
+    progress: Progress,
+    threads: Vec<std::thread::JoinHandle<Reads>>,
+}
+
+impl ReadLoad {
+    fn start(rig: &Rig) -> ReadLoad {
+        let rw = respway(&rig.yaml_with("prefer_replica", ""), 2);
+        let (keys, _) = keys_by_shard(rw.addr, rig.plain.addr, 128);
+        assert!(!keys.is_empty());
+        let mut p = RespConn::connect(rig.primary.addr);
+        assert_eq!(p.call(&["WAIT", "1", "5000"]), Resp::Int(1), "replicated");
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Progress::new(4);
+        let threads = readers(rw.addr, Arc::new(keys.clone()), &progress, stop.clone());
+        progress.wait_each(3, Duration::from_secs(30), "reads before the kill");
+        ReadLoad {
+            rw,
+            keys,
+            stop,
+            progress,
+            threads,
+        }
+    }
+
+    /// Stops the readers: the failed reads (when, the error) and how many were answered.
+    fn finish(&mut self) -> (Vec<(Instant, String)>, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let seen: Vec<Reads> = self.threads.drain(..).map(|t| t.join().unwrap()).collect();
+        let ok = seen.iter().map(|s| s.1).sum();
+        (seen.into_iter().flat_map(|s| s.0).collect(), ok)
+    }
+}
+
 /// kill -9 of the primary with a live replica and `prefer_replica`: the replica keeps serving
 /// the shard's reads while the Sentinels decide (it holds the freshest data there is), then
 /// as the new primary: no read fails.
 #[test]
 fn reads_of_a_killed_primary_s_shard_keep_being_served_by_its_replica() {
     let rig = Rig::start();
-    let rw = respway(&rig.yaml_with("prefer_replica", ""), 2);
-    // The Sentinel-managed shard's keys.
-    let (keys, _) = keys_by_shard(rw.addr, rig.plain.addr, 128);
-    assert!(!keys.is_empty());
-    let mut p = RespConn::connect(rig.primary.addr);
-    assert_eq!(p.call(&["WAIT", "1", "5000"]), Resp::Int(1), "replicated");
-    let stop = Arc::new(AtomicBool::new(false));
-    let progress = Progress::new(4);
-    let threads = readers(rw.addr, Arc::new(keys), &progress, stop.clone());
-    progress.wait_each(3, Duration::from_secs(30), "reads before the kill");
+    let mut load = ReadLoad::start(&rig);
     let switched = switch_watch(rig.sentinels[2].addr);
     let killed = Instant::now();
     rig.primary.signal("-9");
     wait_until(Duration::from_secs(45), "+switch-master", || {
         switched.lock().unwrap().is_some()
     });
-    progress.wait_each(3, Duration::from_secs(30), "reads after the switch");
-    stop.store(true, Ordering::Relaxed);
-    let seen: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let failed: Vec<&(Instant, String)> = seen.iter().flat_map(|s| &s.0).collect();
-    let ok: u64 = seen.iter().map(|s| s.1).sum();
+    (load.progress).wait_each(3, Duration::from_secs(30), "reads after the switch");
+    let (failed, ok) = load.finish();
     let at = switched.lock().unwrap().unwrap();
     eprintln!(
         "kill -9: +switch-master {:?} after the kill; {ok} reads answered, {} failed{:?}",
@@ -370,16 +397,7 @@ fn reads_of_a_killed_primary_s_shard_keep_being_served_by_its_replica() {
 #[test]
 fn reads_of_a_dead_primary_s_shard_stay_on_its_replica_while_no_switch_comes() {
     let rig = Rig::start_with(&["--replica-priority", "0"]);
-    let rw = respway(&rig.yaml_with("prefer_replica", ""), 2);
-    // The Sentinel-managed shard's keys.
-    let (keys, _) = keys_by_shard(rw.addr, rig.plain.addr, 128);
-    assert!(!keys.is_empty());
-    let mut p = RespConn::connect(rig.primary.addr);
-    assert_eq!(p.call(&["WAIT", "1", "5000"]), Resp::Int(1), "replicated");
-    let stop = Arc::new(AtomicBool::new(false));
-    let progress = Progress::new(4);
-    let threads = readers(rw.addr, Arc::new(keys.clone()), &progress, stop.clone());
-    progress.wait_each(3, Duration::from_secs(30), "reads before the kill");
+    let mut load = ReadLoad::start(&rig);
     rig.primary.signal("-9");
     // The Sentinels see the primary down, then its replica unlinked.
     let port = rig.replica.addr.port().to_string();
@@ -395,16 +413,14 @@ fn reads_of_a_dead_primary_s_shard_stay_on_its_replica_while_no_switch_comes() {
         },
     );
     // Reads go on past it: the time in which the replica would have left the rotation.
-    progress.wait_each(
+    (load.progress).wait_each(
         3,
         Duration::from_secs(30),
-        "reads after the replica was unlinked",
+        "reads after the replica unlinked",
     );
     std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    let seen: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let failed: Vec<&(Instant, String)> = seen.iter().flat_map(|s| &s.0).collect();
-    let ok: u64 = seen.iter().map(|s| s.1).sum();
+    let (failed, ok) = load.finish();
+    let (rw, keys) = (&load.rw, &load.keys);
     eprintln!(
         "dead primary, no switch: {ok} reads answered, {} failed",
         failed.len()

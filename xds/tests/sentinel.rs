@@ -149,6 +149,29 @@ fn stale_of(line: &str) -> bool {
     sentinel_of(line).serve_stale_reads
 }
 
+/// `r` with endpoint `k` of the (only) locality saying `value` for metadata `key`, and that
+/// field's path.
+fn with_meta(
+    r: &respway_xds::Resources,
+    k: usize,
+    key: &str,
+    value: Kind,
+) -> (respway_xds::Resources, String) {
+    let mut r = r.clone();
+    let e = &mut r.endpoints[0].endpoints[0].lb_endpoints[k];
+    let md = &mut e.metadata.as_mut().unwrap().filter_metadata;
+    let fields = &mut md.get_mut("respway").unwrap().fields;
+    let value = envoy_types::pb::google::protobuf::Value { kind: Some(value) };
+    fields.insert(key.into(), value);
+    let at = format!("endpoints[0].lb_endpoints[{k}].metadata.filter_metadata.respway.{key}");
+    (r, at)
+}
+
+/// The translation error of resources made by [`with_meta`], and the field's path.
+fn err((r, at): (respway_xds::Resources, String)) -> (String, String) {
+    (translate(&r).expect_err("should fail").to_string(), at)
+}
+
 /// The `key` metadata of the first shard's Sentinels, in order.
 fn sentinel_meta(r: &respway_xds::Resources, key: &str) -> Vec<Option<Kind>> {
     let eps = &r.endpoints[0].endpoints[0].lb_endpoints;
@@ -255,29 +278,12 @@ fn a_failover_hold_over_10s_or_not_a_duration_is_refused_by_name() {
 
 #[test]
 fn over_xds_a_failover_hold_is_a_sentinel_shards_and_the_same_on_each_sentinel() {
-    use envoy_types::pb::google::protobuf::{value::Kind, Value};
     let yaml = YAML.replace(
         "          master: m0\n",
         "          master: m0\n          failover_hold: 250ms\n",
     );
     let resources = to_resources(&translate(&parse_yaml(&yaml).unwrap()).unwrap());
-    // The resources with endpoint k of the (only) locality saying `hold`, and that field's
-    // path.
-    let with = |k: usize, hold: Kind| {
-        let mut r = resources.clone();
-        let e = &mut r.endpoints[0].endpoints[0].lb_endpoints[k];
-        let md = &mut e.metadata.as_mut().unwrap().filter_metadata;
-        let fields = &mut md.get_mut("respway").unwrap().fields;
-        let value = Value { kind: Some(hold) };
-        fields.insert("sentinel_failover_hold".into(), value);
-        let at = format!(
-            "endpoints[0].lb_endpoints[{k}].metadata.filter_metadata.respway.sentinel_failover_hold"
-        );
-        (r, at)
-    };
-    let err = |(r, at): (respway_xds::Resources, String)| {
-        (translate(&r).expect_err("should fail").to_string(), at)
-    };
+    let with = |k: usize, v: Kind| with_meta(&resources, k, "sentinel_failover_hold", v);
     // Another Sentinel may repeat the first's hold, not contradict it.
     assert!(translate(&with(1, Kind::StringValue("250ms".into())).0).is_ok());
     let (e, _) = err(with(1, Kind::StringValue("1s".into())));
@@ -364,29 +370,12 @@ fn a_serve_stale_reads_not_a_bool_is_refused_by_name() {
 
 #[test]
 fn over_xds_serve_stale_reads_is_a_sentinel_shards_and_the_same_on_each_sentinel() {
-    use envoy_types::pb::google::protobuf::{value::Kind, Value};
     let yaml = YAML.replace(
         "          master: m0\n",
         "          master: m0\n          serve_stale_reads: false\n",
     );
     let resources = to_resources(&translate(&parse_yaml(&yaml).unwrap()).unwrap());
-    // The resources with endpoint k of the (only) locality saying `stale`, and that field's
-    // path.
-    let with = |k: usize, stale: Kind| {
-        let mut r = resources.clone();
-        let e = &mut r.endpoints[0].endpoints[0].lb_endpoints[k];
-        let md = &mut e.metadata.as_mut().unwrap().filter_metadata;
-        let fields = &mut md.get_mut("respway").unwrap().fields;
-        let value = Value { kind: Some(stale) };
-        fields.insert("sentinel_serve_stale_reads".into(), value);
-        let at = format!(
-            "endpoints[0].lb_endpoints[{k}].metadata.filter_metadata.respway.sentinel_serve_stale_reads"
-        );
-        (r, at)
-    };
-    let err = |(r, at): (respway_xds::Resources, String)| {
-        (translate(&r).expect_err("should fail").to_string(), at)
-    };
+    let with = |k: usize, v: Kind| with_meta(&resources, k, "sentinel_serve_stale_reads", v);
     // Another Sentinel may repeat the first's value, not contradict it.
     assert!(translate(&with(1, Kind::BoolValue(false)).0).is_ok());
     let (e, _) = err(with(1, Kind::BoolValue(true)));
@@ -414,16 +403,12 @@ fn over_xds_serve_stale_reads_is_a_sentinel_shards_and_the_same_on_each_sentinel
 
     // Without the YAML's `false`, a later Sentinel's `false` contradicts the first's default.
     let plain = to_resources(&translate(&parse_yaml(YAML).unwrap()).unwrap());
-    let mut r = plain.clone();
-    let e = &mut r.endpoints[0].endpoints[0].lb_endpoints[2];
-    let md = &mut e.metadata.as_mut().unwrap().filter_metadata;
-    md.get_mut("respway").unwrap().fields.insert(
-        "sentinel_serve_stale_reads".into(),
-        Value {
-            kind: Some(Kind::BoolValue(false)),
-        },
-    );
-    let e = translate(&r).expect_err("should fail").to_string();
+    let (e, _) = err(with_meta(
+        &plain,
+        2,
+        "sentinel_serve_stale_reads",
+        Kind::BoolValue(false),
+    ));
     assert!(
         e.contains("endpoints[0].lb_endpoints[2]: shard_index, weight"),
         "{e}"
