@@ -1699,7 +1699,7 @@ fn near_caches_translate_and_round_trip() {
     assert_eq!(
         written.max_age,
         Some(PbDuration {
-            seconds: 10,
+            seconds: 60,
             nanos: 0
         })
     );

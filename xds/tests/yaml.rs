@@ -1492,6 +1492,9 @@ clusters:
   - name: e
     near_cache: { mode: tracked, max_bytes: 2m, max_entry_bytes: 10k, admit: all }
     shards: [{ endpoints: [{ address: 127.0.0.1:7005 }] }]
+  - name: f
+    near_cache: { mode: ttl }
+    shards: [{ endpoints: [{ address: 127.0.0.1:7006 }] }]
 "#;
     let config = load(text);
     let got: Vec<_> = config
@@ -1527,6 +1530,12 @@ clusters:
                 max_entry_bytes: 10_000,
                 ..d.clone()
             }),
+            // max_age's default is the mode's: 60 s with a tracker, 10 s in ttl mode.
+            Some(NearCache {
+                mode: NearCacheMode::Ttl,
+                max_age: Duration::from_secs(10),
+                ..d.clone()
+            }),
         ]
     );
     // The resources carry every value: translating them again gives the same model.
@@ -1550,7 +1559,7 @@ clusters:
             max_bytes: 64 << 20,
             max_entry_bytes: 64 << 10,
             max_age: Some(respway_xds::pb::google::protobuf::Duration {
-                seconds: 10,
+                seconds: 60,
                 nanos: 0
             }),
             hot_reads_per_sec: 0,

@@ -39,8 +39,10 @@ pub(super) fn near_cache(
     };
     let or_default = |v: u64, default: u64| if v == 0 { default } else { v };
     let max_age = match &n.max_age {
-        None => d.max_age,
-        Some(age) => positive_duration(cx, &join(&at, "max_age"), age).unwrap_or(d.max_age),
+        None => mode.default_max_age(),
+        Some(age) => {
+            positive_duration(cx, &join(&at, "max_age"), age).unwrap_or(mode.default_max_age())
+        }
     };
     let out = NearCache {
         mode,

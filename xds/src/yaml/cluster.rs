@@ -388,7 +388,9 @@ fn near_cache(cx: &mut Cx, o: &mut Origins, v: &Value, opts: &str) -> Option<Nea
         admit,
         max_bytes: n.size(cx, "max_bytes").unwrap_or(d.max_bytes),
         max_entry_bytes: n.size(cx, "max_entry_bytes").unwrap_or(d.max_entry_bytes),
-        max_age: n.duration_or_zero(cx, "max_age").unwrap_or(d.max_age),
+        max_age: n
+            .duration_or_zero(cx, "max_age")
+            .unwrap_or(mode.default_max_age()),
         hot_reads_per_sec: n
             .uint(cx, "hot_reads_per_sec", u64::MAX)
             .unwrap_or(d.hot_reads_per_sec),

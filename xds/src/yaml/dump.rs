@@ -583,7 +583,7 @@ impl Writer {
             n.max_entry_bytes == d.max_entry_bytes,
         );
         let max_age = self.duration(n.max_age, || format!("{at}: near_cache.max_age"));
-        m.set("max_age", max_age, n.max_age == d.max_age);
+        m.set("max_age", max_age, n.max_age == n.mode.default_max_age());
         m.set(
             "hot_reads_per_sec",
             num(n.hot_reads_per_sec),

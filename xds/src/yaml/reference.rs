@@ -285,7 +285,7 @@ pub(super) const NEAR_CACHE: &[Key] = &[
     key("admit", "`all` or `hot`", "`all`", "which of those keys are cached: every one (from its second read), or the ones each worker finds read often (see `hot_reads_per_sec`)"),
     key("max_bytes", "size", "`64mb`", "bytes of entries one worker may hold (keys, replies and a fixed overhead per entry)"),
     key("max_entry_bytes", "size, at most `max_bytes`", "`64kb`", "largest reply cached; larger ones are served but not kept"),
-    key("max_age", "duration", "`10s`", "how long an entry may be served after it was filled, whatever the mode"),
+    key("max_age", "duration", "`60s`; `10s` in `ttl` mode", "how long an entry may be served after it was filled, whatever the mode: with a tracker the backstop (Redis ends an entry whose key changes), in `ttl` mode the bound on staleness"),
     key("hot_reads_per_sec", "integer ≥ 0", "`0`: automatic", "`admit: hot`: the estimated reads per second of a key above which it is admitted (it leaves below half of it); `0`: admission adapts to the read rate (a key read twice among a worker's last ~65,000 reads is admitted, one not read among them leaves)"),
 ];
 /// The keys of [`NEAR_CACHE`], in order.
