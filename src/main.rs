@@ -169,6 +169,10 @@ struct Args {
     /// Slow-log entries kept per worker, like Redis's slowlog-max-len.
     #[arg(long, default_value_t = respway::slowlog::DEFAULT_MAX_LEN)]
     slowlog_max_len: usize,
+    /// Do not learn from the shards the commands the built-in table lacks (no connection of
+    /// its own per endpoint; such commands are then unknown).
+    #[arg(long)]
+    no_command_learning: bool,
     #[command(subcommand)]
     command: Option<Command>,
     /// Log line format on stderr.
@@ -379,6 +383,7 @@ async fn run(
             hot_key_sample: args.hot_key_sample,
             slowlog_threshold_us: args.slowlog_threshold_us,
             slowlog_max_len: args.slowlog_max_len,
+            learn_commands: !args.no_command_learning,
         },
     ) {
         Ok(s) => s,

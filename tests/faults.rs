@@ -299,7 +299,7 @@ fn a_shard_that_stalls_mid_reply_is_reconnected() {
         }
     });
     let b = redis();
-    let rw = respway(&two_cluster_yaml(fake.addr, b.addr, "200ms", ""), 1);
+    let rw = respway_not_learning(&two_cluster_yaml(fake.addr, b.addr, "200ms", ""));
     let mut c = RespConn::connect(rw.addr);
     let start = Instant::now();
     let mut timeouts = 0;
@@ -334,7 +334,7 @@ fn a_shard_that_stalls_mid_reply_is_reconnected() {
 fn a_shard_that_answers_garbage_is_reconnected_with_backoff() {
     let fake = FakeShard::start(|_| FakeMode::Garbage);
     let b = redis();
-    let rw = respway(&two_cluster_yaml(fake.addr, b.addr, "300ms", ""), 1);
+    let rw = respway_not_learning(&two_cluster_yaml(fake.addr, b.addr, "300ms", ""));
     let mut c = RespConn::connect(rw.addr);
     let until = Instant::now() + Duration::from_secs(2);
     let (mut errors, mut ok) = (0, 0);

@@ -32,6 +32,7 @@ mod faults;
 mod health;
 mod hot_copy;
 mod keyspace;
+mod learned_commands;
 mod mirror_record;
 mod move_mode;
 mod near_cache;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tests on a fresh machine, as root or as a user: installs what they need when it is
 # missing (redis-server, redis-tools, nutcracker, protobuf-compiler, prometheus,
-# prometheus-redis-exporter, node/npm; with sudo only when not root), the pinned client
+# prometheus-redis-exporter, node/npm, redis-redisearch; with sudo only when not root), the pinned client
 # libraries (tests/clients/setup.sh), then runs `cargo test --workspace`.
 #   tests/run.sh              install what is missing, then test
 #   tests/run.sh --deps-only  install what is missing, no tests (.ci/run uses it)
@@ -20,6 +20,8 @@ command -v prometheus >/dev/null || need+=(prometheus)
 command -v prometheus-redis-exporter >/dev/null || need+=(prometheus-redis-exporter)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+# RediSearch 1.2, a real module whose commands respway learns from the shards (tests/learned_commands.rs).
+[ -e /usr/lib/redis/modules/redisearch.so ] || need+=(redis-redisearch)
 if [ "$(id -u)" -eq 0 ]; then
   SUDO=()
 elif command -v sudo >/dev/null; then

@@ -70,6 +70,7 @@
 use bytes::Bytes;
 
 mod keys;
+pub mod learned;
 #[path = "command_table.rs"]
 mod table;
 
@@ -184,6 +185,9 @@ pub enum KeySpec {
     Streams,
     /// `MIGRATE`: the key at 3, or, when it is empty, the keys after the `KEYS` option.
     Migrate,
+    /// A command learned from the shards ([`learned`]): its key specifications, as the
+    /// server reported them (every key any of them finds, in ascending order).
+    Learned(&'static [learned::LearnedSpec]),
 }
 
 /// What the proxy does with a command.

@@ -13,6 +13,7 @@
 //! - `peers`: whether the sidecars a listener's cluster emulation announces answer (a `PING`
 //!   every second, on the health-check thread), shared with the workers the same way.
 
+pub(crate) mod commands;
 pub(crate) mod endpoints;
 pub(crate) mod health;
 pub(crate) mod peers;
@@ -56,6 +57,8 @@ pub(crate) trait Running: Send + Sync + std::fmt::Debug + 'static {
     fn checks(&self) -> &health::Checks;
     /// Whether each address announced by a listener's cluster emulation answers.
     fn peers(&self) -> &peers::Peers;
+    /// The commands learned from the shards.
+    fn learned(&self) -> &Arc<respway_filters::command::learned::Learned>;
 }
 
 /// How discovery and the side threads hold the running sidecar.

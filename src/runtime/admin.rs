@@ -68,6 +68,7 @@ use crate::session::listener::AcceptBackoff;
 use crate::stats::AcceptSocket;
 use crate::stats::{ChangeCounts, Registry};
 
+mod commands;
 mod exposition;
 mod mirror;
 
@@ -399,6 +400,7 @@ async fn handle(
             ),
         },
         (&Method::GET, "/clusters") => text(StatusCode::OK, plain, clusters(&state)),
+        (&Method::GET, "/commands") => text(StatusCode::OK, plain, commands::page(&state)),
         (&Method::GET, "/mirror") => text(StatusCode::OK, plain, mirror::counts(&state)),
         (&Method::GET, "/mirror/keys") => {
             let (status, body) = mirror::keys(&state, req.uri().query().unwrap_or(""));
@@ -514,7 +516,7 @@ async fn handle(
             StatusCode::NOT_FOUND,
             plain,
             "not found; try GET /metrics, /stats, /ready, /hotkeys, /nearcache/hot, /slowlog, /clusters, \
-             /config_dump, /mirror, /mirror/keys?cluster=NAME, /healthz or POST \
+             /commands, /config_dump, /mirror, /mirror/keys?cluster=NAME, /healthz or POST \
              /logging?level=LEVEL, /drain\n"
                 .into(),
         ),

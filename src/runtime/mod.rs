@@ -33,6 +33,10 @@ use crate::upstream::UpstreamStats;
 /// How long a start waits for the copy passes of the hot-key rules it starts with.
 const HOT_COPY_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How long [`start`] waits for the shards' commands to be learned (`discovery::commands`);
+/// a shard that is down does not hold a start longer.
+const LEARN_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long [`start`] waits for the Sentinels of the configuration's Sentinel-managed shards
 /// to name their primaries before it serves.
 const SENTINEL_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -48,6 +52,9 @@ pub struct Options {
     pub slowlog_threshold_us: u64,
     /// Slow-log entries kept per worker and listener.
     pub slowlog_max_len: usize,
+    /// Learn the commands the built-in table lacks from the shards (`discovery::commands`:
+    /// one more connection per endpoint); off: such commands are unknown.
+    pub learn_commands: bool,
 }
 
 impl Default for Options {
@@ -57,6 +64,7 @@ impl Default for Options {
             hot_key_sample: crate::stats::hotkeys::DEFAULT_SAMPLE,
             slowlog_threshold_us: crate::stats::slowlog::DEFAULT_THRESHOLD_US,
             slowlog_max_len: crate::stats::slowlog::DEFAULT_MAX_LEN,
+            learn_commands: true,
         }
     }
 }
@@ -101,6 +109,8 @@ pub(crate) struct Shared {
     /// Whether each address announced by a listener's cluster emulation answers (read by
     /// the workers through their parts).
     pub(crate) peers: crate::discovery::peers::Peers,
+    /// The commands learned from the shards (read by the sessions through their parts).
+    pub(crate) learned: Arc<respway_filters::command::learned::Learned>,
     /// The copy passes of hot-key rules, whose flags each compiled rule gets.
     pub(crate) copies: Arc<crate::cache::hotcopy::Copies>,
     /// Worker threads (each record of write copies has one part per worker).
@@ -407,6 +417,10 @@ impl crate::discovery::Running for ConfigHandle {
     fn peers(&self) -> &crate::discovery::peers::Peers {
         &self.shared.peers
     }
+
+    fn learned(&self) -> &Arc<respway_filters::command::learned::Learned> {
+        &self.shared.learned
+    }
 }
 
 /// Starts the data plane for `config`.
@@ -441,6 +455,7 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         auth_limiter: Arc::default(),
         checks: crate::discovery::health::Checks::default(),
         peers: crate::discovery::peers::Peers::default(),
+        learned: Arc::default(),
         copies,
         workers,
     });
@@ -482,6 +497,11 @@ pub fn start(config: Config, opts: Options) -> io::Result<Server> {
         .collect();
     crate::session::listener::check_free(&named)?;
     crate::discovery::health::start(running.clone(), stop_rx.clone())?;
+    // The shards' commands the built-in table does not hold: the first clients wait (a
+    // little) for them to be learned.
+    if opts.learn_commands {
+        crate::discovery::commands::start(running.clone(), stop_rx.clone(), LEARN_FIRST_WAIT)?;
+    }
     // Hot-key rules copy the keys that exist under them; the first clients wait (a little)
     // for it, so that reads spread from the start over a small keyspace.
     crate::cache::hotcopy::start(

@@ -331,6 +331,7 @@ impl Worker {
                         .flatten()
                         .map(|(_, tls)| tls),
                     config_version: snapshot.version,
+                    learned: self.shared.learned.clone(),
                     announced: self.shared.peers.announced(listener),
                     acl: snapshot.acls.get(i).cloned().flatten(),
                     listener: Arc::new(listener.clone()),

@@ -116,6 +116,8 @@ pub(crate) struct Parts {
     pub(crate) databases: u32,
     /// The listener's ACL users (`None`: no users and no password: nothing to check).
     pub(crate) acl: Option<Arc<crate::stack::acl::Acl>>,
+    /// The commands learned from the shards (looked up when the built-in table has none).
+    pub(crate) learned: Arc<respway_filters::command::learned::Learned>,
     /// The version of the configuration these parts were built from (the first is 1).
     pub(crate) config_version: u64,
     /// The listener's TLS (`None`: plaintext); new connections take the current one.

@@ -82,6 +82,25 @@ pub fn respway(yaml: &str, workers: usize) -> Respway {
 
 /// Starts respway from YAML text, as a sidecar in `zone` (like `--zone`).
 pub fn respway_in_zone(yaml: &str, workers: usize, zone: Option<&str>) -> Respway {
+    let opts = respway::Options {
+        workers,
+        ..Default::default()
+    };
+    respway_with(yaml, zone, opts)
+}
+
+/// Starts respway from YAML text without learning commands from the shards
+/// (`--no-command-learning`): for fake shards whose connections are counted or numbered.
+pub fn respway_not_learning(yaml: &str) -> Respway {
+    let opts = respway::Options {
+        learn_commands: false,
+        ..Default::default()
+    };
+    respway_with(yaml, None, opts)
+}
+
+/// Starts respway from YAML text with these process options.
+pub fn respway_with(yaml: &str, zone: Option<&str>, opts: respway::Options) -> Respway {
     let sharing = sharing_process();
     let resources = respway_xds::parse_yaml(yaml).unwrap_or_else(|e| panic!("bad test yaml: {e}"));
     let mut config =
@@ -89,14 +108,7 @@ pub fn respway_in_zone(yaml: &str, workers: usize, zone: Option<&str>) -> Respwa
     if let Some(z) = zone {
         config.zone = Some(z.to_string());
     }
-    let server = respway::start(
-        config,
-        respway::Options {
-            workers,
-            ..Default::default()
-        },
-    )
-    .expect("respway start");
+    let server = respway::start(config, opts).expect("respway start");
     let addr = server.local_addrs()[0];
     Respway {
         server: Some(server),

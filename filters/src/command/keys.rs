@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 
+use super::learned::{Begin, Find, LearnedSpec};
 use super::{CommandInfo, KeySpec, NO_MANDATORY_KEYS};
 use crate::resp::parse_i64;
 
@@ -72,6 +73,14 @@ impl CommandInfo {
             }
             KeySpec::Streams => stream_indices(args, out),
             KeySpec::Migrate => migrate_indices(args, out),
+            KeySpec::Learned(specs) => {
+                for spec in specs {
+                    learned_indices(spec, args, out)?;
+                }
+                out.sort_unstable();
+                out.dedup();
+                Ok(())
+            }
         }
     }
 
@@ -215,6 +224,85 @@ fn migrate_indices(args: &[Bytes], out: &mut Vec<usize>) -> Result<(), &'static 
 }
 
 /// Redis's arity error for the commands whose key/value pairs can be unbalanced.
+/// The keys one learned key spec finds, as Redis's own key finder does: where the search
+/// begins (an index, or the argument after a keyword), then a range or a counted run.
+fn learned_indices(
+    spec: &LearnedSpec,
+    args: &[Bytes],
+    out: &mut Vec<usize>,
+) -> Result<(), &'static str> {
+    let argc = args.len() as i64;
+    let first = match spec.begin {
+        Begin::Index(i) => i64::from(i),
+        Begin::Keyword { keyword, startfrom } => {
+            let from = i64::from(startfrom);
+            let hit = |i: &i64| {
+                args.get(*i as usize)
+                    .is_some_and(|a| a.eq_ignore_ascii_case(keyword.as_bytes()))
+            };
+            let found = if from >= 0 {
+                (from.max(1)..argc).find(hit)
+            } else {
+                (1..=(argc + from)).rev().find(hit)
+            };
+            match found {
+                Some(i) => i + 1,
+                None => return Ok(()),
+            }
+        }
+    };
+    if first < 1 || first >= argc {
+        return Ok(());
+    }
+    let (start, last, step) = match spec.find {
+        Find::Range {
+            lastkey,
+            keystep,
+            limit,
+        } => {
+            let last = if lastkey >= 0 {
+                first + i64::from(lastkey)
+            } else if limit <= 1 {
+                argc + i64::from(lastkey)
+            } else {
+                let modlast = argc + i64::from(lastkey);
+                first + (modlast - first) / i64::from(limit)
+            };
+            (first, last.min(argc - 1), i64::from(keystep.max(1)))
+        }
+        Find::Keynum {
+            keynumidx,
+            firstkey,
+            keystep,
+        } => {
+            let at = first + i64::from(keynumidx);
+            let Some(n) = usize::try_from(at).ok().and_then(|i| args.get(i)) else {
+                return Err(WRONG_ARGS);
+            };
+            let n = parse_i64(n).ok_or(NOT_AN_INTEGER)?;
+            if n < 0 {
+                return Err(NOT_AN_INTEGER);
+            }
+            let step = i64::from(keystep.max(1));
+            let start = first + i64::from(firstkey);
+            if n == 0 {
+                return Ok(());
+            }
+            let last = start + (n - 1) * step;
+            if last >= argc {
+                return Err("Number of keys can't be greater than number of args");
+            }
+            (start, last, step)
+        }
+    };
+    let mut i = start;
+    while i <= last {
+        out.push(i as usize);
+        i += step;
+    }
+    Ok(())
+}
+
 fn wrong_arity(name: &str) -> &'static str {
     match name {
         "mset" => "wrong number of arguments for 'mset' command",

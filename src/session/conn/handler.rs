@@ -187,9 +187,13 @@ impl Handle for kind::Unsupported {
             ));
         }
         c.ctx.stats.unsupported.inc();
+        // A command learned from the shards says why it is refused.
+        let why = c.live.parts.learned.refusal(c.cmd.name);
         Pending::Ready(error_reply(&format!(
-            "ERR command '{}' is not supported by respway",
-            String::from_utf8_lossy(&c.args[0])
+            "ERR command '{}' is not supported by respway{}{}",
+            String::from_utf8_lossy(&c.args[0]),
+            if why.is_some() { ": " } else { "" },
+            why.unwrap_or_default()
         )))
     }
 }

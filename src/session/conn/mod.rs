@@ -701,7 +701,9 @@ impl Session {
             match decoded {
                 Ok(Some((args, frame))) => {
                     // Looked up once; dispatch uses the same entry.
-                    let top = command::lookup(&args[0]);
+                    // A command the built-in table lacks may be one the shards taught.
+                    let top =
+                        command::lookup(&args[0]).or_else(|| live.parts.learned.lookup(&args[0]));
                     let cmd = top.map(|c| c.resolve(&args));
                     let lane = self.lane_of(cmd);
                     // A transaction that starts pins a new connection: its lane is the next.
