@@ -361,7 +361,7 @@ fn prometheus_scrapes_a_reshard_and_evaluates_its_dashboard_queries() {
         ),
     )
     .unwrap();
-    let _prom = Spawn::new("prometheus")
+    let prometheus = Spawn::new("prometheus")
         .on_port(port)
         .arg(format!("--config.file={}", conf.display()))
         .arg(format!(
@@ -480,6 +480,8 @@ fn prometheus_scrapes_a_reshard_and_evaluates_its_dashboard_queries() {
     let first = value("min_over_time(respway_reshard_phase[5m])").expect("phases scraped");
     assert!(first <= 3.0, "the first phase scraped: {first}");
     drop(run);
+    // Stopped first: a running Prometheus writes into its directory while it is removed.
+    drop(prometheus);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
