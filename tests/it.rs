@@ -45,6 +45,7 @@ mod pubsub;
 mod redis_cluster;
 mod reshard;
 mod reshard_copy;
+mod reshard_metrics;
 mod resp3;
 mod sentinel;
 mod sentinel_failover;

@@ -21,7 +21,7 @@ fn repo_file(rel: &str) -> String {
 }
 
 /// A fresh scratch directory for this test process.
-fn scratch(what: &str) -> PathBuf {
+pub(crate) fn scratch(what: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("respway-packaging-{what}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
@@ -31,7 +31,7 @@ fn scratch(what: &str) -> PathBuf {
 // ---------------------------------------------------------------------------------------------
 // The Grafana dashboard
 
-fn dashboard() -> serde_json::Value {
+pub(crate) fn dashboard() -> serde_json::Value {
     serde_json::from_str(&repo_file("examples/observability/grafana-dashboard.json"))
         .expect("grafana-dashboard.json is JSON")
 }
@@ -45,7 +45,7 @@ fn panels(v: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
 }
 
 /// Every `expr` of every panel target.
-fn dashboard_exprs() -> Vec<String> {
+pub(crate) fn dashboard_exprs() -> Vec<String> {
     let mut all = Vec::new();
     panels(&dashboard(), &mut all);
     all.iter()
@@ -79,7 +79,7 @@ fn metric_uses(expr: &str) -> Vec<(String, &str)> {
 }
 
 /// The metric names of [`metric_uses`].
-fn metric_names(expr: &str) -> BTreeSet<String> {
+pub(crate) fn metric_names(expr: &str) -> BTreeSet<String> {
     metric_uses(expr).into_iter().map(|(n, _)| n).collect()
 }
 
@@ -105,6 +105,22 @@ const INSTANCE: &str = "instance=~\"$instance\"";
 /// `expr` with the dashboard's template variables replaced by `value`.
 fn with_instance(expr: &str, value: &str) -> String {
     expr.replace("$instance", value)
+}
+
+/// The dashboard's variable for `respway-xds reshard --metrics` endpoints, which the reshard
+/// panels filter by instead of [`INSTANCE`] (a reshard run is not a sidecar).
+pub(crate) const RESHARD: &str = "instance=~\"$reshard\"";
+
+/// Whether a dashboard metric comes from `respway-xds reshard --metrics`, not from a
+/// sidecar: tests/reshard_metrics.rs checks those against a real reshard run's `/metrics`,
+/// and has a real Prometheus that scraped the run evaluate their queries.
+pub(crate) fn from_reshard(metric: &str) -> bool {
+    metric.starts_with("respway_reshard_")
+}
+
+/// Whether a dashboard query reads a metric of a reshard run ([`from_reshard`]).
+pub(crate) fn reads_reshard(expr: &str) -> bool {
+    metric_names(expr).iter().any(|m| from_reshard(m))
 }
 
 /// The dashboard's shape: one `${DS_PROMETHEUS}` input used by every panel and target, unique
@@ -146,16 +162,22 @@ fn dashboard_is_an_importable_grafana_dashboard() {
         }
     }
     let exprs = dashboard_exprs();
-    // Every metric a query reads is filtered by the instance variable.
+    // Every metric a query reads is filtered by the instance variable (a reshard run's by
+    // the reshard variable).
     for e in &exprs {
         for (name, after) in metric_uses(e) {
             let selector = after
                 .strip_prefix('{')
                 .and_then(|a| a.split('}').next())
                 .unwrap_or_else(|| panic!("{name} without a selector in {e}"));
+            let var = if from_reshard(&name) {
+                RESHARD
+            } else {
+                INSTANCE
+            };
             assert!(
-                selector.split(',').any(|m| m == INSTANCE),
-                "{name} not filtered by $instance in {e}"
+                selector.split(',').any(|m| m == var),
+                "{name} not filtered by {var} in {e}"
             );
         }
     }
@@ -178,6 +200,19 @@ fn dashboard_is_an_importable_grafana_dashboard() {
             &instance["allValue"]
         ),
         (&true.into(), &true.into(), &".*".into())
+    );
+    let reshard = vars
+        .iter()
+        .find(|v| v["name"] == "reshard")
+        .expect("a reshard template variable");
+    assert_eq!(
+        reshard["definition"],
+        "label_values(respway_reshard_phase, instance)"
+    );
+    assert_eq!(reshard["query"]["query"], reshard["definition"]);
+    assert_eq!(
+        (&reshard["includeAll"], &reshard["allValue"]),
+        (&true.into(), &".*".into())
     );
     let f = INSTANCE;
     let nb = format!("{f},family!=\"blocking\"");
@@ -204,6 +239,16 @@ fn dashboard_is_an_importable_grafana_dashboard() {
         format!("rate(process_cpu_seconds_total{{{f}}}[1m]) and on (instance, job) respway_build_info{{{f}}}"),
         format!("process_resident_memory_bytes{{{f}}} and on (instance, job) respway_build_info{{{f}}}"),
     ];
+    // The reshard's progress (respway-xds reshard --metrics): phase, sent of the plan, keys/s
+    // and failed batches.
+    let r = RESHARD;
+    let by = "listener, route, from, to";
+    wanted.extend([
+        format!("max by ({by}) (respway_reshard_phase{{{r}}})"),
+        format!("100 * clamp_max(sum by ({by}) (respway_reshard_keys_sent_total{{{r}}}) / clamp_min(sum by ({by}) (respway_reshard_keys_planned{{{r}}}), 1), 1)"),
+        format!("sum by ({by}) (rate(respway_reshard_keys_sent_total{{{r}}}[1m]))"),
+        format!("sum by ({by}) (respway_reshard_batches_failed_total{{{r}}})"),
+    ]);
     for q in ["0.99", "0.999", "0.9999"] {
         wanted.push(format!(
             "histogram_quantile({q}, sum by (le) (rate(respway_command_duration_seconds_bucket{{{nb}}}[1m])))"
@@ -275,7 +320,8 @@ fn respway_with_traffic() -> (Vec<Proc>, respway::Server, respway::admin::Admin)
 }
 
 /// Every metric a dashboard query names is in respway's /metrics, as a sample name (a
-/// histogram's `_bucket`, `_sum` and `_count` are sample names of their own).
+/// histogram's `_bucket`, `_sum` and `_count` are sample names of their own); but those of
+/// a reshard run ([`from_reshard`]), which tests/reshard_metrics.rs finds in a real run's.
 #[test]
 fn every_dashboard_metric_is_exposed() {
     // respway::start: this test's sidecar shares the process (see sharing_process).
@@ -283,6 +329,7 @@ fn every_dashboard_metric_is_exposed() {
     let names: BTreeSet<String> = dashboard_exprs()
         .iter()
         .flat_map(|e| metric_names(e))
+        .filter(|n| !from_reshard(n))
         .collect();
     assert!(names.len() >= 15, "metrics on the dashboard: {names:?}");
     let (_shards, server, admin) = respway_with_traffic();
@@ -363,7 +410,8 @@ fn promtool_check_config() {
 /// variable at "all" and at respway's instance: each parses (a bad one is a 400) and returns
 /// at least one series; the variable's own query finds respway's instance; the error-ratio
 /// panel leaves the refused HELLO and AUTH out (its own panel shows them). The example
-/// prometheus.yml passes `promtool check config`.
+/// prometheus.yml passes `promtool check config`. The queries of a reshard run's metrics,
+/// and the reshard variable, are evaluated over a real reshard by tests/reshard_metrics.rs.
 #[test]
 fn prometheus_evaluates_every_dashboard_query() {
     // respway::start: this test's sidecar shares the process (see sharing_process).
@@ -418,7 +466,7 @@ fn prometheus_evaluates_every_dashboard_query() {
     }
     let instance = admin.local_addr().to_string();
     let mut failures = Vec::new();
-    for e in dashboard_exprs() {
+    for e in dashboard_exprs().into_iter().filter(|e| !reads_reshard(e)) {
         for value in [".*", instance.as_str()] {
             let e = with_instance(&e, value);
             let (status, v) = query(&e);
@@ -434,6 +482,7 @@ fn prometheus_evaluates_every_dashboard_query() {
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|v| v["name"] != "reshard")
     {
         let def = var["definition"].as_str().expect("definition");
         let (metric, label) = def
@@ -964,6 +1013,13 @@ fn prometheus_config_scrapes_the_admin_port() {
         assert_eq!(s(j, &["metrics_path"]).unwrap_or("/metrics"), "/metrics");
     }
     assert_eq!(prometheus_admin_port_name(), "respway-admin");
+    // The dashboard's reshard panels: a job for a `respway-xds reshard --metrics` run.
+    assert!(
+        jobs.iter()
+            .any(|j| s(j, &["job_name"]) == Some("respway-reshard")
+                && !seq(j, &["static_configs"]).is_empty()),
+        "a static respway-reshard job"
+    );
     // The dashboard's instance variable lists pods by name: the pod job's instance label.
     let k8s = jobs
         .iter()

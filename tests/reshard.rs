@@ -17,9 +17,9 @@ use respway_filters::routing::Routing;
 const TOKEN: &str = "reshard-test-token";
 
 /// One deployment: shards, a management server over `res/`, two sidecars (zones z1 and z2).
-struct Env {
+pub(crate) struct Env {
     shards: Vec<Proc>,
-    work: PathBuf,
+    pub(crate) work: PathBuf,
     admin: String,
     grpc: u16,
     /// Kept running until the test ends.
@@ -57,7 +57,7 @@ fn listener_yaml(zone: &str, port: u16, routes: &str) -> String {
 
 impl Env {
     /// `n_old` shards for `old`, `n_new` (the same first ones, then more) for `new`.
-    fn start(n_old: usize, n_new: usize) -> Env {
+    pub(crate) fn start(n_old: usize, n_new: usize) -> Env {
         Env::start_routes(n_old, n_new, CATCH_ALL)
     }
 
@@ -143,7 +143,7 @@ impl Env {
         wait_bounded(child, Duration::from_secs(120))
     }
 
-    fn reshard_cmd(&self, args: &[&str]) -> Command {
+    pub(crate) fn reshard_cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(respway_xds_bin());
         cmd.arg("reshard")
             .args(args)
@@ -155,7 +155,7 @@ impl Env {
     }
 
     /// `reshard start` of the catch-all route from `old` to `new`, with every file.
-    fn start_args(&self, state: &Path, extra: &[&str]) -> Vec<String> {
+    pub(crate) fn start_args(&self, state: &Path, extra: &[&str]) -> Vec<String> {
         let mut a: Vec<String> = ["start", "--admin", &self.admin, "--listener", "main"]
             .iter()
             .map(|s| s.to_string())
@@ -244,7 +244,7 @@ fn key(i: usize) -> String {
     }
 }
 
-fn fill(env: &Env) {
+pub(crate) fn fill(env: &Env) {
     let mut conns: Vec<RespConn> = env
         .shards
         .iter()

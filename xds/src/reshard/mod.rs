@@ -20,12 +20,15 @@
 //! - `mover`: the mover as a child process (plan, run, progress);
 //! - `copy`: copy mode's steps; `compare`: its respway-compare runs; `sidecars`: what it
 //!   asks the sidecars' admin endpoints;
-//! - `progress`: the mover's lines read back, and the progress bar.
+//! - `progress`: the mover's lines read back, and the progress bar;
+//! - `metrics`: `--metrics ADDR`, the phase and the mover's counters in Prometheus's format
+//!   while the run lasts.
 
 mod acks;
 mod compare;
 mod copy;
 mod edit;
+mod metrics;
 mod mover;
 mod progress;
 mod sidecars;
@@ -38,14 +41,56 @@ use std::time::Duration;
 
 use crate::admin::{self, AdminAuth, AdminError};
 pub use edit::RouteRef;
+pub use metrics::{Figures, Metrics};
 pub use state::{CopyPhase, Mode, Phase, State};
 pub use verbs::{abort, pause, status};
 
-/// Where the command writes: results on stdout, the mover's complaints on stderr.
+/// Where the command writes: results on stdout, the mover's complaints on stderr, and its
+/// figures to the `--metrics` endpoint when one serves.
 #[derive(Debug, Default)]
-pub struct Out;
+pub struct Out {
+    metrics: Option<Metrics>,
+}
 
 impl Out {
+    /// Serves `GET /metrics` on `addr` (`--metrics`) until this is dropped; the address bound.
+    ///
+    /// # Errors
+    /// `addr` cannot be bound.
+    pub async fn serve_metrics(&mut self, addr: &str) -> Result<std::net::SocketAddr, String> {
+        let m = Metrics::serve(addr).await?;
+        let bound = m.local_addr();
+        self.metrics = Some(m);
+        Ok(bound)
+    }
+
+    /// With `--metrics`: keeps serving the last figures for `d` (`--metrics-linger`), so that
+    /// a scrape sees how the run ended.
+    pub async fn linger(&self, d: Duration) {
+        if self.metrics.is_some() && !d.is_zero() {
+            tokio::time::sleep(d).await;
+        }
+    }
+
+    /// Shows the figures of `st` on the metrics endpoint, if one serves.
+    fn track(&self, st: &State) {
+        if let Some(m) = &self.metrics {
+            m.track(st);
+        }
+    }
+
+    /// Copy mode's steps are not in the metrics: `--metrics` is refused for them.
+    fn metrics_for(&self, mode: Mode) -> Result<(), Stop> {
+        if self.metrics.is_some() && mode == Mode::Copy {
+            return Err(Stop::Usage(
+                "--metrics follows move mode's phases and mover; copy mode (--copy) has none \
+                 of them: run it without --metrics"
+                    .to_string(),
+            ));
+        }
+        Ok(())
+    }
+
     fn say(&mut self, line: &str) {
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "{line}");
@@ -116,6 +161,7 @@ pub struct Start {
 /// # Errors
 /// See [`Stop`].
 pub async fn start(a: Start, out: &mut Out) -> Result<Outcome, Stop> {
+    out.metrics_for(a.mode)?;
     if a.state.exists() {
         let st = State::load(&a.state).map_err(Stop::Usage)?;
         let same = st.from == a.from
@@ -202,6 +248,7 @@ pub async fn start(a: Start, out: &mut Out) -> Result<Outcome, Stop> {
     };
     let program = mover::program();
     let flags = mover::Flags::probe(&program).await.map_err(Stop::Usage)?;
+    out.track(&st);
     out.say(&format!(
         "phase 0/{}: plan of the {} of {} from {} to {}",
         if a.mode == Mode::Copy { 7 } else { 4 },
@@ -256,6 +303,7 @@ async fn confirm(mode: Mode) -> Result<bool, Stop> {
 /// See [`Stop`].
 pub async fn resume(path: &Path, auth: &AdminAuth, out: &mut Out) -> Result<Outcome, Stop> {
     let mut st = State::load(path).map_err(Stop::Usage)?;
+    out.metrics_for(st.mode)?;
     // `--hold` stopped the run there: `resume` goes on to the end.
     if st.copy.phase == CopyPhase::ResumeAcked {
         st.copy.hold = false;
@@ -301,6 +349,7 @@ async fn drive(
     };
     st.copy.phase = copy::rerun_from(st.copy.phase);
     st.save(path).map_err(Stop::Failed)?;
+    out.track(&st);
     let result = match st.mode {
         Mode::Move => phases(&mut st, path, auth, out).await,
         Mode::Copy => copy::phases(&mut st, path, auth, out).await,
@@ -310,6 +359,7 @@ async fn drive(
         st.stopped = Some(why.clone());
     }
     st.save(path).map_err(Stop::Failed)?;
+    out.track(&st);
     if let Err(Stop::Failed(_)) = &result {
         out.say(&format!(
             "stopped; `respway-xds reshard resume --state {}` continues from here",
@@ -328,6 +378,7 @@ async fn phases(
     let timeout = Duration::from_millis(st.ack_timeout_ms);
     let route = st.route_ref();
     loop {
+        out.track(st);
         if state::pause_marker(path).exists() && st.phase != Phase::Done {
             out.say("paused");
             return Ok(Outcome::Paused);

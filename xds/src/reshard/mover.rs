@@ -218,6 +218,7 @@ pub async fn run(
         .map_err(|e| format!("cannot start the mover {}: {e}", program.display()))?;
     st.mover_pid = child.id();
     st.save(path)?;
+    out.track(st);
     let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
     let mut stderr = BufReader::new(child.stderr.take().ok_or("no stderr")?).lines();
     let tty = std::io::stderr().is_terminal();
@@ -240,6 +241,7 @@ pub async fn run(
                     Some(p) => {
                         st.progress = Some(l.clone());
                         st.save(path)?;
+                        out.track(st);
                         if tty {
                             let mut e = std::io::stderr().lock();
                             let _ = write!(e, "\r\x1b[2K{}", p.bar(st.plan.as_ref()));
@@ -293,6 +295,7 @@ pub async fn run(
         )),
     };
     st.save(path)?;
+    out.track(st);
     Ok(ended)
 }
 

@@ -157,6 +157,7 @@ pub async fn pause(path: &Path, out: &mut Out) -> Result<(), Stop> {
 /// See [`Stop`].
 pub async fn abort(path: &Path, auth: &AdminAuth, out: &mut Out) -> Result<Outcome, Stop> {
     let st = State::load(path).map_err(Stop::Usage)?;
+    out.metrics_for(st.mode)?;
     if st.aborting {
         return drive(st, path, auth, out).await;
     }
@@ -195,6 +196,7 @@ pub async fn abort(path: &Path, auth: &AdminAuth, out: &mut Out) -> Result<Outco
         st.aborting = true;
         st.phase = Phase::Done;
         st.save(path).map_err(Stop::Failed)?;
+        out.track(&st);
         out.say("aborted: nothing had been pushed");
         return Ok(Outcome::Done);
     }

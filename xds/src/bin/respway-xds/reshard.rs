@@ -75,6 +75,8 @@ pub(crate) enum Reshard {
         hold: bool,
         #[command(flatten)]
         client: AdminClient,
+        #[command(flatten)]
+        metrics: MetricsArgs,
     },
     /// Print the phase, the versions applied, the sidecars' ACKs and the mover's progress.
     Status {
@@ -94,6 +96,8 @@ pub(crate) enum Reshard {
         state: PathBuf,
         #[command(flatten)]
         client: AdminClient,
+        #[command(flatten)]
+        metrics: MetricsArgs,
     },
     /// Move the keys back to --from and push the original file.
     Abort {
@@ -101,13 +105,50 @@ pub(crate) enum Reshard {
         state: PathBuf,
         #[command(flatten)]
         client: AdminClient,
+        #[command(flatten)]
+        metrics: MetricsArgs,
     },
+}
+
+/// The run's metrics endpoint (move mode).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct MetricsArgs {
+    /// Serve `GET /metrics` (Prometheus text format) on this IP:PORT while the run lasts:
+    /// the phase, the plan's keys and the mover's counters (port 0: any free port; the
+    /// address bound is printed on stderr as `metrics: http://ADDR/metrics`).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Keep serving /metrics this many seconds after the run ends (at least the scrape
+    /// interval, so that Prometheus records how it ended).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 0,
+        requires = "metrics"
+    )]
+    metrics_linger: u64,
 }
 
 /// Runs a `reshard` verb. Exit codes: 0 done, 1 stopped (the state says why; `resume`
 /// continues), 2 usage (nothing done), 3 paused.
 pub(crate) async fn run(action: Reshard) -> ExitCode {
-    let mut out = Out;
+    let mut out = Out::default();
+    let metrics = match &action {
+        Reshard::Start { metrics, .. }
+        | Reshard::Resume { metrics, .. }
+        | Reshard::Abort { metrics, .. } => Some(metrics.clone()),
+        Reshard::Status { .. } | Reshard::Pause { .. } => None,
+    };
+    let linger = metrics.as_ref().map_or(0, |m| m.metrics_linger);
+    if let Some(addr) = metrics.and_then(|m| m.metrics) {
+        match out.serve_metrics(&addr).await {
+            Ok(bound) => eprintln!("metrics: http://{bound}/metrics"),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let auth = |c: &AdminClient| c.load().map_err(Stop::Usage);
     let result = match action {
         Reshard::Start {
@@ -127,6 +168,7 @@ pub(crate) async fn run(action: Reshard) -> ExitCode {
             copy,
             hold,
             client,
+            metrics: _,
         } => match auth(&client) {
             Ok(auth) => {
                 let start = reshard::Start {
@@ -166,25 +208,30 @@ pub(crate) async fn run(action: Reshard) -> ExitCode {
         Reshard::Pause { state } => reshard::pause(&state, &mut out)
             .await
             .map(|()| Outcome::Done),
-        Reshard::Resume { state, client } => match auth(&client) {
+        Reshard::Resume { state, client, .. } => match auth(&client) {
             Ok(auth) => reshard::resume(&state, &auth, &mut out).await,
             Err(e) => Err(e),
         },
-        Reshard::Abort { state, client } => match auth(&client) {
+        Reshard::Abort { state, client, .. } => match auth(&client) {
             Ok(auth) => reshard::abort(&state, &auth, &mut out).await,
             Err(e) => Err(e),
         },
     };
-    match result {
-        Ok(Outcome::Done) => ExitCode::SUCCESS,
-        Ok(Outcome::Paused) => ExitCode::from(3),
+    let (code, usage) = match &result {
+        Ok(Outcome::Done) => (ExitCode::SUCCESS, false),
+        Ok(Outcome::Paused) => (ExitCode::from(3), false),
         Err(Stop::Failed(e)) => {
             eprintln!("{e}");
-            ExitCode::FAILURE
+            (ExitCode::FAILURE, false)
         }
         Err(Stop::Usage(e)) => {
             eprintln!("{e}");
-            ExitCode::from(2)
+            (ExitCode::from(2), true)
         }
+    };
+    // A usage error did nothing: no figures worth a scrape.
+    if !usage {
+        out.linger(Duration::from_secs(linger)).await;
     }
+    code
 }
