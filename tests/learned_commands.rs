@@ -320,6 +320,13 @@ fn a_modules_key_specs_place_its_commands() {
         "{odd}"
     );
     assert_eq!(addrs.iter().map(|a| calls(*a, "ks.odd")).sum::<u64>(), 0);
+    // Counted under their own names, as built-in commands are.
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut through)
+        .unwrap();
+    assert!(stats.contains("cmdstat_ks.set:calls=20,"), "{stats}");
+    assert!(stats.contains("cmdstat_ks.count:calls=41,"), "{stats}");
 }
 
 /// A `read_only` user runs the module's reads, not its writes (Redis names no ACL category

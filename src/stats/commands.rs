@@ -10,14 +10,16 @@
 //! from 1 µs to about 60 s (slower ones all count in the last). A command's set is allocated the first time it is seen.
 //!
 //! Commands are counted by their top-level name (`client`, not `client|setname`), as the
-//! command table knows them; a name the table does not know is counted as `other`. Each
+//! command table knows them, or as they were learned from the shards (the first
+//! `learned::COUNTED` learned names, in slots after `other`); a name neither knows is
+//! counted as `other`. Each
 //! command belongs to one [`family`] (`read`, `write`, `blocking`, `connection`, `other`),
 //! by which `/metrics` groups latency histograms.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use respway_filters::command::{self, CommandClass, CommandInfo};
+use respway_filters::command::{self, learned, CommandClass, CommandInfo};
 
 use super::bump;
 
@@ -183,14 +185,15 @@ impl CmdTotals {
 /// One worker's per-command counters for one listener.
 #[derive(Debug)]
 pub(crate) struct CommandStats {
-    /// Indexed by the command's position in [`command::all`]; the last slot is `other`.
+    /// Indexed by the command's position in [`command::all`], then `other`, then the
+    /// learned commands' slots ([`learned::counted_name`]).
     per: Box<[OnceLock<Box<CmdStat>>]>,
 }
 
 impl Default for CommandStats {
     fn default() -> Self {
         CommandStats {
-            per: (0..=command::all().len())
+            per: (0..CommandStats::slots())
                 .map(|_| OnceLock::new())
                 .collect(),
         }
@@ -207,9 +210,30 @@ pub(crate) fn index_of(top: Option<&'static CommandInfo>) -> u16 {
     let at = c as *const CommandInfo as usize;
     let size = std::mem::size_of::<CommandInfo>();
     if at < base || at >= base + std::mem::size_of_val(all) {
-        return other;
+        return learned_index(c);
     }
     ((at - base) / size) as u16
+}
+
+/// A learned command's index: its slot after `other`, or `other`.
+#[cold]
+fn learned_index(c: &CommandInfo) -> u16 {
+    let other = command::all().len();
+    learned::counted_slot(c).map_or(other, |s| other + 1 + s) as u16
+}
+
+/// The command counted at `index` (built-in or learned; `None`: `other`).
+pub(crate) fn counted(index: usize) -> Option<&'static CommandInfo> {
+    let all = command::all();
+    match index.checked_sub(all.len() + 1) {
+        None => all.get(index),
+        Some(slot) => learned::counted_name(slot).and_then(learned_info),
+    }
+}
+
+/// A learned command's entry by name (any endpoint's).
+fn learned_info(name: &'static str) -> Option<&'static CommandInfo> {
+    learned::interned_by_name(name)
 }
 
 impl CommandStats {
@@ -238,12 +262,11 @@ impl CommandStats {
 
     /// Adds this worker's counters into `into` (indexed like `per`).
     pub(crate) fn add_into(&self, into: &mut [Option<CmdTotals>]) {
-        let all = command::all();
         for (i, slot) in self.per.iter().enumerate() {
             let Some(s) = slot.get() else { continue };
             let t = into[i].get_or_insert_with(|| CmdTotals {
-                name: all.get(i).map_or("other", |c| c.name),
-                family: family(all.get(i)),
+                name: counted(i).map_or("other", |c| c.name),
+                family: family(counted(i)),
                 calls: 0,
                 failed: 0,
                 usec: 0,
@@ -260,7 +283,7 @@ impl CommandStats {
 
     /// Slots, for [`add_into`](Self::add_into).
     pub(crate) fn slots() -> usize {
-        command::all().len() + 1
+        command::all().len() + 1 + learned::COUNTED
     }
 }
 

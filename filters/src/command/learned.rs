@@ -264,11 +264,54 @@ fn classify(
     }
 }
 
+/// Learned top-level commands counted under their own name in the per-command statistics
+/// (the first [`COUNTED`] names learned in the process; later ones count as `other`).
+pub const COUNTED: usize = 64;
+
+static COUNTED_NAMES: [OnceLock<&'static str>; COUNTED] = [const { OnceLock::new() }; COUNTED];
+
+/// The name counted in statistics slot `i` (`None`: no learned command has it yet).
+#[inline]
+pub fn counted_name(i: usize) -> Option<&'static str> {
+    COUNTED_NAMES.get(i)?.get().copied()
+}
+
+/// The statistics slot of the learned command `c` (by name), or `None` (not one of the
+/// first [`COUNTED`] names learned).
+pub fn counted_slot(c: &CommandInfo) -> Option<usize> {
+    COUNTED_NAMES
+        .iter()
+        .map_while(|n| n.get())
+        .position(|n| std::ptr::eq(*n, c.name) || *n == c.name)
+}
+
+/// Gives `name` a statistics slot when it has none and one is free (under the interning
+/// lock: one writer).
+fn count(name: &'static str) {
+    for slot in &COUNTED_NAMES {
+        match slot.get() {
+            Some(n) if *n == name => return,
+            Some(_) => continue,
+            None => {
+                let _ = slot.set(name);
+                return;
+            }
+        }
+    }
+}
+
 /// The entries built so far, by the reply they were built from: the same reply gives the
 /// same `&'static` entry.
 fn interned() -> &'static Mutex<HashMap<Bytes, LearnedCommand>> {
     static SEEN: OnceLock<Mutex<HashMap<Bytes, LearnedCommand>>> = OnceLock::new();
     SEEN.get_or_init(Default::default)
+}
+
+/// A learned command's entry by name (the first built with that name), for what counts by
+/// name (statistics); never on a request's path.
+pub fn interned_by_name(name: &str) -> Option<&'static CommandInfo> {
+    let seen = interned().lock().unwrap_or_else(|e| e.into_inner());
+    seen.values().map(|c| c.info).find(|i| i.name == name)
 }
 
 /// One command of a `COMMAND INFO` reply (`[name, arity, flags, first, last, step, acl
@@ -281,6 +324,7 @@ pub fn parse_command(f: &Frame) -> Option<LearnedCommand> {
         return Some(*c);
     }
     let (info, refused) = build(f)?;
+    count(info.name);
     let out = LearnedCommand {
         info: Box::leak(Box::new(info)),
         refused: refused.map(|r| leak_str(&r)),

@@ -43,7 +43,7 @@ impl Session {
         upstream: Option<(std::net::SocketAddr, u64)>,
     ) {
         let first = arg.to_bytes();
-        let top = command::all().get(usize::from(idx));
+        let top = crate::stats::counted(usize::from(idx));
         let name = top.map_or("other", |c| c.name);
         let keyed = top.is_some_and(|c| c.keys != command::KeySpec::None);
         let routing = &live.parts.routing;

@@ -187,7 +187,7 @@ pub(crate) static FAMILIES: &[MetricFamily] = &[
     series(
         "respway_commands_total",
         Counter,
-        "Commands answered, by top-level command (unknown names as `other`) and its family (read, write, blocking, connection, other).",
+        "Commands answered, by top-level command (a command learned from the shards by its own name, for the first 64 learned; other unknown names as `other`) and its family (read, write, blocking, connection, other).",
         COMMAND,
         scrape::command_calls,
     )
