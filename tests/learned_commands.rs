@@ -421,3 +421,33 @@ fn a_learned_write_invalidates_the_near_cache() {
         );
     }
 }
+
+/// A rolling upgrade of one shard: restarted with the module, it is asked again when the
+/// learner's connection to it is opened again, and its keys are then served; before, they
+/// got the shard's own `unknown command`.
+#[test]
+fn a_shard_restarted_with_the_module_is_learned_again() {
+    let mut shard = redis();
+    let port = shard.addr.port();
+    let rw = respway(&sharded_yaml(&[shard.addr], "{ policy: maglev }", false), 1);
+    let mut c = sync_client(rw.addr);
+    let before = value(&mut c, &["KS.SET", "k", "v"]).unwrap_err();
+    assert!(before.contains("unknown command 'KS.SET'"), "{before}");
+    shard.kill();
+    let _upgraded = redis_on_with(port, &["--loadmodule", keyspecs_module()]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match value(&mut c, &["KS.SET", "k", "v"]) {
+            Ok(redis::Value::Okay) => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "not learned after the restart: {other:?}"
+            ),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        value(&mut sync_client(shard.addr), &["GET", "k"]),
+        Ok(redis::Value::BulkString(b"v".to_vec()))
+    );
+}

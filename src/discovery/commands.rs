@@ -4,8 +4,8 @@
 //! before 7.0), and for those the built-in table does not hold, `COMMAND INFO`; with its
 //! version (`INFO server`). The table is learned again whenever that connection is lost and
 //! opened again (a restarted or upgraded shard), and when the configuration changes the
-//! endpoint's settings; between, the task only checks the connection (`PING` every
-//! [`KEEPALIVE`]).
+//! endpoint's settings; between, the task only watches the connection (a close is seen at
+//! once, and `PING` every [`KEEPALIVE`]).
 //!
 //! Sessions look the union of every endpoint's table up when the built-in table has no
 //! entry; `/commands` on the admin port shows each endpoint's table.
@@ -165,7 +165,12 @@ async fn learn_loop(
         }
         match conn {
             Some(mut c) => loop {
-                tokio::time::sleep(KEEPALIVE).await;
+                // A closed connection (a restarting shard) is seen at once; a silent one
+                // within two keepalives.
+                tokio::select! {
+                    _ = tokio::time::sleep(KEEPALIVE) => {}
+                    _ = c.next() => break,
+                }
                 let alive = tokio::time::timeout(KEEPALIVE, c.call(&["PING"])).await;
                 if !matches!(alive, Ok(Ok(Frame::Simple(_)))) {
                     break;
