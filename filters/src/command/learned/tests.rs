@@ -211,3 +211,45 @@ fn the_registry_looks_names_up_ignoring_case_and_forgets_endpoints_that_left() {
     learned.retain(|_, e| e != "127.0.0.1:1");
     assert!(learned.lookup(b"t.get1").is_none());
 }
+
+/// A server before key specs (Redis 6: seven fields) is read by its legacy range.
+#[test]
+fn a_reply_without_key_specs_uses_the_legacy_range() {
+    let f = arr(vec![
+        b("old.mset"),
+        Frame::Integer(-3),
+        arr(vec![st("write")]),
+        Frame::Integer(1),
+        Frame::Integer(-1),
+        Frame::Integer(2),
+        arr(vec![]),
+    ]);
+    let c = parse_command(&f).unwrap();
+    assert_eq!(c.info.class, CommandClass::SameShard);
+    assert_eq!(keys(c.info, "OLD.MSET a 1 b 2"), Ok(vec![1, 3]));
+    let f = arr(vec![
+        b("old.get"),
+        Frame::Integer(2),
+        arr(vec![st("readonly")]),
+        Frame::Integer(1),
+        Frame::Integer(1),
+        Frame::Integer(1),
+        arr(vec![]),
+    ]);
+    let c = parse_command(&f).unwrap();
+    assert_eq!(c.info.class, CommandClass::Single);
+    assert_eq!(keys(c.info, "OLD.GET k"), Ok(vec![1]));
+    let f = arr(vec![
+        b("old.eval"),
+        Frame::Integer(-3),
+        arr(vec![st("write"), st("movablekeys")]),
+        Frame::Integer(0),
+        Frame::Integer(0),
+        Frame::Integer(0),
+        arr(vec![]),
+    ]);
+    assert_eq!(
+        parse_command(&f).unwrap().refused,
+        Some("its keys are movable and it has no key specs")
+    );
+}
