@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tests on a fresh machine, as root or as a user: installs what they need when it is
 # missing (redis-server, redis-tools, nutcracker, protobuf-compiler, prometheus,
-# prometheus-redis-exporter, node/npm, redis-redisearch; with sudo only when not root), the pinned client
+# prometheus-redis-exporter, node/npm, redis-redisearch, etcd-server; with sudo only when not root), the pinned client
 # libraries (tests/clients/setup.sh), then runs `cargo test --workspace`.
 #   tests/run.sh              install what is missing, then test
 #   tests/run.sh --deps-only  install what is missing, no tests (.ci/run uses it)
@@ -22,6 +22,8 @@ command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 # RediSearch 1.2, a real module whose commands respway learns from the shards (tests/learned_commands.rs).
 [ -e /usr/lib/redis/modules/redisearch.so ] || need+=(redis-redisearch)
+# etcd, the shared store of several respway-xds replicas (xds/tests/etcd_store.rs).
+command -v etcd >/dev/null || need+=(etcd-server)
 if [ "$(id -u)" -eq 0 ]; then
   SUDO=()
 elif command -v sudo >/dev/null; then
@@ -42,7 +44,7 @@ fi
 # The Debian packages may start system services (a redis on 6379, ...); the tests use their
 # own free ports, so they do not matter, but do not let them hold memory.
 if [ "${SUDO[*]}" != none ] && command -v service >/dev/null; then
-  for s in redis-server prometheus prometheus-node-exporter prometheus-redis-exporter; do
+  for s in redis-server etcd prometheus prometheus-node-exporter prometheus-redis-exporter; do
     "${SUDO[@]}" service "$s" stop >/dev/null 2>&1 || true
   done
 fi

@@ -57,6 +57,8 @@
 //!
 //! The management server (`respway-xds serve`)
 //! - [`cache`]: a directory of resource files as a versioned snapshot per node;
+//! - [`store`]: the shared store of several replicas (etcd), kept in each replica's directory
+//!   and followed by a watch; applies go through it;
 //! - [`server`]: the ADS server over the cache, with per-node ACK/NACK status;
 //! - `serving`: `Server::serve`, which runs ADS, the directory watcher and the admin endpoint
 //!   together (above both, so that neither imports the other);
@@ -84,6 +86,7 @@ pub mod reshard;
 pub mod secure;
 pub mod server;
 mod serving;
+pub mod store;
 mod translate;
 mod yaml;
 

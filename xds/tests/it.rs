@@ -10,6 +10,7 @@ mod acl;
 mod admin_limits;
 mod ads;
 mod bootstrap;
+mod etcd_store;
 mod golden;
 mod redis_cluster;
 mod security;

@@ -366,6 +366,9 @@ async fn handle(
                 Ok(Err(e @ ApplyError::Io(_))) => {
                     refused(StatusCode::INTERNAL_SERVER_ERROR, vec![e.to_string()])
                 }
+                Ok(Err(e @ ApplyError::Store(_))) => {
+                    refused(StatusCode::CONFLICT, vec![e.to_string()])
+                }
                 Err(e) => refused(StatusCode::INTERNAL_SERVER_ERROR, vec![e.to_string()]),
             }
         }

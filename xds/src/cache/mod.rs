@@ -179,6 +179,41 @@ pub enum ApplyError {
     /// The file could not be written.
     #[error("cannot write {0}")]
     Io(String),
+    /// The shared store (etcd) refused the write: another write came first, or it is not
+    /// reachable. Nothing was written.
+    #[error("{0}")]
+    Store(String),
+}
+
+/// Where an apply writes instead of the directory: a store shared by several replicas (etcd,
+/// see [`crate::store`]), which writes the file into the directory itself once it holds it,
+/// and has the cache scan.
+pub trait SharedStore: Send + Sync {
+    /// Writes file `name` to the store and returns once this replica's directory holds it
+    /// and was scanned. Blocking (applies run on a blocking thread).
+    ///
+    /// # Errors
+    /// What the store said: another write came first, or it is not reachable.
+    fn write(&self, name: &str, text: &str) -> Result<(), String>;
+    /// The store's state, for `GET /status`.
+    fn status(&self) -> StoreStatus;
+}
+
+/// A shared store's state in `GET /status`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoreStatus {
+    /// `etcd://HOST:PORT[,...]/PREFIX`.
+    pub url: String,
+    /// Whether the replica follows the store now; `false`: it serves its last copy.
+    pub connected: bool,
+    /// The store revision this replica's copy of the files is of.
+    pub revision: i64,
+    /// Why the store was lost, while it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Times the replica lost the store since it started.
+    #[serde(default)]
+    pub lost: u64,
 }
 
 #[derive(Debug, Default)]
@@ -191,11 +226,21 @@ struct Inner {
 
 /// The snapshot cache over one resource directory. Cheap to share (`Arc`); scans are
 /// serialized.
-#[derive(Debug)]
 pub struct Cache {
     dir: PathBuf,
     inner: Mutex<Inner>,
     tx: watch::Sender<Arc<Snapshot>>,
+    /// Set with a shared store: applies go through it.
+    store: std::sync::OnceLock<Arc<dyn SharedStore>>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("dir", &self.dir)
+            .field("shared_store", &self.store.get().map(|s| s.status().url))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Cache {
@@ -206,7 +251,19 @@ impl Cache {
             dir: dir.into(),
             inner: Mutex::new(Inner::default()),
             tx: watch::Sender::new(Arc::new(Snapshot::default())),
+            store: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sends applies through `store` instead of writing the directory (once; later calls
+    /// change nothing).
+    pub fn set_store(&self, store: Arc<dyn SharedStore>) {
+        let _ = self.store.set(store);
+    }
+
+    /// The shared store's state; `None` without one (the directory is the store).
+    pub fn store_status(&self) -> Option<StoreStatus> {
+        self.store.get().map(|s| s.status())
     }
 
     /// The resource directory.
@@ -279,6 +336,18 @@ impl Cache {
             Err(errors) => return Err(ApplyError::Invalid(errors)),
             Ok(Some(s)) if !s.errors.is_empty() => return Err(ApplyError::Invalid(s.errors)),
             Ok(Some(_) | None) => {}
+        }
+        if let Some(store) = self.store.get() {
+            // The store writes the file here and scans once it holds it; its own check (no
+            // change since this copy was read) stands in for this lock.
+            drop(inner);
+            store.write(name, text).map_err(ApplyError::Store)?;
+            let inner = self.lock();
+            return if inner.errors.is_empty() {
+                Ok(self.tx.borrow().version)
+            } else {
+                Err(ApplyError::Invalid(inner.errors.clone()))
+            };
         }
         let tmp = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let target = self.dir.join(name);

@@ -217,6 +217,7 @@ mod tests {
             refusals: vec![],
             admin: Default::default(),
             ads_accept_errors: 0,
+            store: None,
         };
         assert_eq!(acks(&s, 5, &["gone".to_string()]).len(), 1);
         assert_eq!(acks(&s, 5, &[]).len(), 2);

@@ -162,6 +162,7 @@ impl Server {
             refusals: self.registry.refusals(),
             admin: self.admin.stats(),
             ads_accept_errors: self.ads_accept_errors.load(Ordering::Relaxed),
+            store: self.cache.store_status(),
         }
     }
 

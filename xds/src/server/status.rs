@@ -31,6 +31,10 @@ pub struct ServerStatus {
     /// Failed accepts on the ADS port, each followed by a pause.
     #[serde(default)]
     pub ads_accept_errors: u64,
+    /// The store shared with other replicas (`serve --store`); absent when the resource
+    /// directory is the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<crate::cache::StoreStatus>,
 }
 
 /// How many refused streams [`ServerStatus::refusals`] keeps.

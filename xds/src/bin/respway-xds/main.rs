@@ -45,9 +45,14 @@ enum Command {
         /// The admin HTTP listen address (`GET /status`, `POST /apply`); none when left out.
         #[arg(long)]
         admin: Option<SocketAddr>,
-        /// How often the directory is scanned, in milliseconds.
+        /// How often the directory is scanned, in milliseconds (not with --store).
         #[arg(long, default_value_t = 200)]
         poll_ms: u64,
+        /// Keep the resource files in etcd, shared by every replica started with the same
+        /// URL: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX` (the --resources directory then holds
+        /// this replica's copy; give each replica its own).
+        #[arg(long, value_name = "etcd://HOST:PORT[,...]/PREFIX")]
+        store: Option<String>,
         /// Admin connections open at once; more wait in the kernel's accept queue.
         #[arg(long, default_value_t = admin::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(usize))]
         admin_max_connections: usize,
@@ -243,6 +248,7 @@ fn main() -> ExitCode {
                 listen,
                 admin,
                 poll_ms,
+                store,
                 admin_max_connections,
                 admin_idle_timeout_ms,
                 security,
@@ -252,7 +258,15 @@ fn main() -> ExitCode {
                         max_connections: admin_max_connections.max(1),
                         idle_timeout: Duration::from_millis(admin_idle_timeout_ms.max(1)),
                     };
-                    serve(resources, listen, admin, poll_ms, limits, security).await
+                    let store = match store.map(|s| respway_xds::store::EtcdUrl::parse(&s)) {
+                        None => None,
+                        Some(Ok(url)) => Some(url),
+                        Some(Err(e)) => {
+                            eprintln!("--store {e}");
+                            return ExitCode::from(2);
+                        }
+                    };
+                    serve(resources, listen, admin, poll_ms, store, limits, security).await
                 }
                 Err(e) => {
                     eprintln!("{e}");
@@ -292,6 +306,7 @@ async fn serve(
     listen: SocketAddr,
     admin: Option<SocketAddr>,
     poll_ms: u64,
+    store: Option<respway_xds::store::EtcdUrl>,
     limits: admin::AdminLimits,
     security: respway_xds::secure::Security,
 ) -> ExitCode {
@@ -317,10 +332,21 @@ async fn serve(
         },
         None => None,
     };
+    // A shared store: its files are copied into the directory before the first load.
+    let store = match store {
+        None => None,
+        Some(url) => Some(respway_xds::store::EtcdStore::open(url, &resources).await),
+    };
+    // With a store, the directory changes only when the store writes it, and the store scans
+    // it then: no poll, so no scan sees half of a change.
+    let poll = match store {
+        Some(_) => NO_POLL,
+        None => Duration::from_millis(poll_ms.max(10)),
+    };
     let dir = resources.clone();
     let server = match tokio::task::spawn_blocking(move || Server::new(dir)).await {
         Ok(s) => s
-            .with_poll_interval(Duration::from_millis(poll_ms.max(10)))
+            .with_poll_interval(poll)
             .with_admin_limits(limits)
             .with_security(security),
         Err(e) => {
@@ -328,6 +354,10 @@ async fn serve(
             return ExitCode::FAILURE;
         }
     };
+    if let Some(store) = store {
+        server.cache().set_store(store.clone());
+        tokio::spawn(store.follow(server.cache().clone()));
+    }
     tracing::info!(
         grpc = %listen,
         admin = ?admin,
@@ -345,6 +375,9 @@ async fn serve(
         }
     }
 }
+
+/// The directory "poll" of a replica with a shared store: a day (its store scans instead).
+const NO_POLL: Duration = Duration::from_secs(86_400);
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
@@ -440,6 +473,17 @@ fn table(s: &ServerStatus) -> String {
     }
     for u in &s.unserved {
         out.push_str(&format!("not served: {u}\n"));
+    }
+    if let Some(st) = &s.store {
+        match (&st.error, st.connected) {
+            (_, true) => out.push_str(&format!("store {} at revision {}\n", st.url, st.revision)),
+            (e, false) => out.push_str(&format!(
+                "store {} LOST (serving its copy of revision {}): {}\n",
+                st.url,
+                st.revision,
+                e.as_deref().unwrap_or("not reached yet")
+            )),
+        }
     }
     if s.admin.accept_errors + s.ads_accept_errors > 0 {
         out.push_str(&format!(
@@ -609,6 +653,7 @@ mod tests {
             refusals: vec![],
             admin: Default::default(),
             ads_accept_errors: 0,
+            store: None,
             nodes: vec![NodeStatus {
                 id: "sidecar-1".into(),
                 zone: Some("z1".into()),
@@ -656,6 +701,7 @@ mod tests {
                 accept_errors: 3,
             },
             ads_accept_errors: 0,
+            store: None,
         };
         let text = table(&status);
         for line in [

@@ -1,0 +1,254 @@
+//! Several respway-xds replicas on one etcd (`serve --store etcd://...`): an apply through any
+//! replica reaches the others' copies within a second, a new replica starts from etcd, a write
+//! based on an old copy is refused, and a replica that loses etcd keeps serving. A real
+//! `etcd` (Debian's etcd-server) on loopback ports.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use respway_testkit::*;
+
+/// A one-member etcd on loopback; its data directory is removed when it is dropped.
+struct Etcd {
+    proc: Proc,
+    peer: u16,
+    data: tempfile::TempDir,
+}
+
+impl Etcd {
+    fn start() -> Etcd {
+        assert!(
+            have("etcd"),
+            "etcd is missing: install Debian's etcd-server (tests/run.sh --deps-only)"
+        );
+        let data = tempfile::tempdir().expect("tempdir");
+        let peer = free_port();
+        let proc = Etcd::spawn(free_port(), peer, data.path());
+        Etcd { proc, peer, data }
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        self.proc.addr
+    }
+
+    /// Starts it again on the same ports and data (after [`Proc::kill`] of `self.proc`).
+    fn restart(&mut self) {
+        self.proc = Etcd::spawn(self.proc.addr.port(), self.peer, self.data.path());
+    }
+
+    fn spawn(client: u16, peer: u16, data: &Path) -> Proc {
+        Spawn::new("etcd")
+            .on_port(client)
+            .args([
+                "--name".to_string(),
+                "t".into(),
+                "--data-dir".into(),
+                data.display().to_string(),
+                "--listen-client-urls".into(),
+                format!("http://127.0.0.1:{client}"),
+                "--advertise-client-urls".into(),
+                format!("http://127.0.0.1:{client}"),
+                "--listen-peer-urls".into(),
+                format!("http://127.0.0.1:{peer}"),
+                "--initial-advertise-peer-urls".into(),
+                format!("http://127.0.0.1:{peer}"),
+                "--initial-cluster".into(),
+                format!("t=http://127.0.0.1:{peer}"),
+            ])
+            .start()
+    }
+}
+
+/// The admin token of every replica here.
+const TOKEN: &str = "etcd-test-token";
+
+/// A replica: its admin port is the process's port. Its token file is a hidden file of its
+/// resource directory (hidden files are not resource files).
+fn replica(etcd: &Etcd, prefix: &str, dir: &Path) -> Proc {
+    let admin = free_port();
+    let token = dir.join(".admin-token");
+    std::fs::write(&token, TOKEN).unwrap();
+    Spawn::new(env!("CARGO_BIN_EXE_respway-xds"))
+        .env("RESPWAY_XDS_ADMIN_TOKEN_FILE", &token)
+        .on_port(admin)
+        .args([
+            "serve".to_string(),
+            "--resources".into(),
+            dir.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{}", free_port()),
+            "--admin".into(),
+            format!("127.0.0.1:{admin}"),
+            "--store".into(),
+            format!("etcd://{}/{prefix}", etcd.addr()),
+        ])
+        .start()
+}
+
+fn resources(shard_port: u16) -> String {
+    format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:6380\n    routes: {{ catch_all: c }}\nclusters:\n  - name: c\n    shards: [{{ endpoints: [{{ address: \"127.0.0.1:{shard_port}\" }}] }}]\n"
+    )
+}
+
+/// `respway-xds apply` of `text` as `base.yaml` through `admin`: (exit success, output).
+fn apply(admin: &Proc, text: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("base.yaml");
+    std::fs::write(&file, text).unwrap();
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_respway-xds"))
+        .env("RESPWAY_XDS_ADMIN_TOKEN_FILE", dir.path().join("token"))
+        .args(["apply", "--admin", &admin.addr.to_string()])
+        .arg(&file)
+        .output()
+        .expect("respway-xds apply");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// Waits (at most `within`) until `dir/base.yaml` holds `text`; how long it took.
+fn copied(dir: &Path, text: &str, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        if std::fs::read_to_string(dir.join("base.yaml")).is_ok_and(|t| t == text) {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "{} never got the file",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A replica's `/status`.
+fn status(admin: &Proc) -> serde_json::Value {
+    let (status, body) = http_get(admin.addr, "/status");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The served version in a replica's `/status`.
+fn served(admin: &Proc) -> u64 {
+    status(admin)["version"].as_u64().unwrap()
+}
+
+#[test]
+fn an_apply_through_any_replica_reaches_every_replica() {
+    let etcd = Etcd::start();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let r1 = replica(&etcd, "fleet", dirs[0].path());
+    let r2 = replica(&etcd, "fleet", dirs[1].path());
+    let v1 = resources(7001);
+    let (ok, said) = apply(&r1, &v1);
+    assert!(ok, "{said}");
+    let took = copied(dirs[1].path(), &v1, Duration::from_secs(1));
+    let start = Instant::now();
+    while served(&r2) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "replica 2 serves nothing"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    eprintln!("replica 2 had replica 1's apply after {took:?}");
+    // The other way round.
+    let v2 = resources(7002);
+    let (ok, said) = apply(&r2, &v2);
+    assert!(ok, "{said}");
+    copied(dirs[0].path(), &v2, Duration::from_secs(1));
+    // A replica started now reads etcd whole.
+    let r3 = replica(&etcd, "fleet", dirs[2].path());
+    copied(dirs[2].path(), &v2, Duration::from_secs(1));
+    assert!(served(&r3) > 0);
+    // Another prefix is another fleet.
+    let other = tempfile::tempdir().unwrap();
+    let _r4 = replica(&etcd, "other", other.path());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!other.path().join("base.yaml").exists());
+}
+
+#[test]
+fn a_replica_that_loses_etcd_keeps_serving_and_refuses_applies() {
+    let mut etcd = Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let r = replica(&etcd, "lost", dir.path());
+    let v1 = resources(7001);
+    assert!(apply(&r, &v1).0);
+    let version = served(&r);
+    assert!(version > 0);
+    etcd.proc.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(served(&r), version, "the last copy is still served");
+    let (ok, said) = apply(&r, &resources(7002));
+    assert!(!ok, "an apply without etcd: {said}");
+    assert!(said.contains("etcd"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("base.yaml")).unwrap(),
+        v1
+    );
+    // It says so.
+    let store = &status(&r)["store"];
+    assert_eq!(store["connected"], false, "{store}");
+    assert!(store["lost"].as_u64() >= Some(1), "{store}");
+    assert!(
+        store["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{store}"
+    );
+    // etcd back: the replica follows it again (it retries each second) and applies work.
+    etcd.restart();
+    let start = Instant::now();
+    while status(&r)["store"]["connected"] != true {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never reconnected: {}",
+            status(&r)["store"]
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status(&r)["store"]["error"], serde_json::Value::Null);
+    let v2 = resources(7002);
+    let (ok, said) = apply(&r, &v2);
+    assert!(ok, "{said}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("base.yaml")).unwrap(),
+        v2
+    );
+    assert_ne!(served(&r), version);
+}
+
+/// A write based on a copy older than etcd's newest change is refused (two concurrent applies
+/// cannot both win): the store's transaction holds only if nothing under the prefix changed
+/// since the revision its copy is of.
+#[test]
+fn a_write_based_on_an_old_copy_is_refused() {
+    let etcd = Etcd::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let url =
+            respway_xds::store::EtcdUrl::parse(&format!("etcd://{}/race", etcd.addr())).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = respway_xds::store::EtcdStore::open(url, dir.path()).await;
+        // Another replica writes first.
+        let mut other = etcd_client::Client::connect([etcd.addr().to_string()], None)
+            .await
+            .unwrap();
+        other
+            .put("/race/files/a.yaml", resources(7001), None)
+            .await
+            .unwrap();
+        let err = store.put("b.yaml", &resources(7002)).await.unwrap_err();
+        assert!(
+            err.contains("changed in etcd since this replica read them"),
+            "{err}"
+        );
+        let got = other.get("/race/files/b.yaml", None).await.unwrap();
+        assert!(got.kvs().is_empty(), "nothing written");
+    });
+}
