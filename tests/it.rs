@@ -54,6 +54,7 @@ mod tls;
 mod transactions;
 mod wait;
 mod xds;
+mod xds_fleet;
 
 /// With `autotests = false` a file added to a `tests/` folder is compiled by nothing until it
 /// is named: every `.rs` file directly in the `tests/` folder of the workspace's crates that

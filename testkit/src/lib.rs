@@ -14,6 +14,7 @@
 //! - [`servers`] — `redis-server` ([`redis`], [`redis_with`], [`redis_on`], [`redis_on_with`])
 //!   and nutcracker ([`nutcracker`]).
 //! - [`cluster`] — [`RedisCluster`], a real Redis Cluster (`redis-cli --cluster create`).
+//! - [`etcd`] — [`Etcd`], a one-member etcd (the shared store of respway-xds replicas).
 //! - [`fake`] — [`FakeShard`], a shard that misbehaves on demand ([`FakeMode`]), and
 //!   [`Dribble`], a relay that hands a real server's replies on a few bytes at a time.
 //!
@@ -44,6 +45,7 @@
 
 pub mod certs;
 pub mod cluster;
+pub mod etcd;
 pub mod fake;
 pub mod generated;
 pub mod http;
@@ -54,6 +56,7 @@ pub mod timing;
 
 pub use certs::{CertFiles, Pki};
 pub use cluster::RedisCluster;
+pub use etcd::Etcd;
 pub use fake::{Dribble, FakeMode, FakeShard};
 pub use generated::{cell, check_generated, Block};
 pub use http::{http, http_get, url_encode};

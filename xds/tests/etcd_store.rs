@@ -8,57 +8,6 @@ use std::time::{Duration, Instant};
 
 use respway_testkit::*;
 
-/// A one-member etcd on loopback; its data directory is removed when it is dropped.
-struct Etcd {
-    proc: Proc,
-    peer: u16,
-    data: tempfile::TempDir,
-}
-
-impl Etcd {
-    fn start() -> Etcd {
-        assert!(
-            have("etcd"),
-            "etcd is missing: install Debian's etcd-server (tests/run.sh --deps-only)"
-        );
-        let data = tempfile::tempdir().expect("tempdir");
-        let peer = free_port();
-        let proc = Etcd::spawn(free_port(), peer, data.path());
-        Etcd { proc, peer, data }
-    }
-
-    fn addr(&self) -> std::net::SocketAddr {
-        self.proc.addr
-    }
-
-    /// Starts it again on the same ports and data (after [`Proc::kill`] of `self.proc`).
-    fn restart(&mut self) {
-        self.proc = Etcd::spawn(self.proc.addr.port(), self.peer, self.data.path());
-    }
-
-    fn spawn(client: u16, peer: u16, data: &Path) -> Proc {
-        Spawn::new("etcd")
-            .on_port(client)
-            .args([
-                "--name".to_string(),
-                "t".into(),
-                "--data-dir".into(),
-                data.display().to_string(),
-                "--listen-client-urls".into(),
-                format!("http://127.0.0.1:{client}"),
-                "--advertise-client-urls".into(),
-                format!("http://127.0.0.1:{client}"),
-                "--listen-peer-urls".into(),
-                format!("http://127.0.0.1:{peer}"),
-                "--initial-advertise-peer-urls".into(),
-                format!("http://127.0.0.1:{peer}"),
-                "--initial-cluster".into(),
-                format!("t=http://127.0.0.1:{peer}"),
-            ])
-            .start()
-    }
-}
-
 /// The admin token of every replica here.
 const TOKEN: &str = "etcd-test-token";
 
@@ -183,7 +132,7 @@ fn a_replica_that_loses_etcd_keeps_serving_and_refuses_applies() {
     assert!(apply(&r, &v1).0);
     let version = served(&r);
     assert!(version > 0);
-    etcd.proc.kill();
+    etcd.kill();
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(served(&r), version, "the last copy is still served");
     let (ok, said) = apply(&r, &resources(7002));

@@ -222,6 +222,8 @@ struct Inner {
     seen: Option<BTreeMap<String, Result<String, String>>>,
     files: Vec<FileReport>,
     errors: Vec<String>,
+    /// The least generation the next commit gets (a shared store's revision).
+    floor: u64,
 }
 
 /// The snapshot cache over one resource directory. Cheap to share (`Arc`); scans are
@@ -301,6 +303,25 @@ impl Cache {
         self.scan(&mut inner, None)
     }
 
+    /// [`Cache::reload`], serving the result as generation `generation` at least: a shared
+    /// store's revision, so that every replica of the store numbers the same files alike.
+    /// When the scan commits nothing (the files make the same snapshot) and the served
+    /// generation is below it, the served snapshot is published again as that generation.
+    pub fn reload_at(&self, generation: u64) -> Reload {
+        let mut inner = self.lock();
+        inner.floor = inner.floor.max(generation);
+        let mut reload = self.scan(&mut inner, None);
+        let active = self.snapshot();
+        if reload.committed.is_none() && active.version < inner.floor && active.version > 0 {
+            let built = build(active.files.clone(), &active, inner.floor);
+            let version = built.snapshot.version;
+            self.tx.send_replace(Arc::new(built.snapshot));
+            tracing::info!(version, "resource snapshot served as the store's revision");
+            reload.committed = Some(version);
+        }
+        reload
+    }
+
     /// Polls the directory every `interval` (≈200 ms gives pushes well within a second of an
     /// edit), forever.
     pub async fn watch(self: Arc<Self>, interval: Duration) {
@@ -332,7 +353,7 @@ impl Cache {
         if let Err(errors) = parse_file(name, text) {
             return Err(ApplyError::Invalid(errors));
         }
-        match self.candidate(&self.read_dir(Some((name, text)))).1 {
+        match self.candidate(&self.read_dir(Some((name, text))), 0).1 {
             Err(errors) => return Err(ApplyError::Invalid(errors)),
             Ok(Some(s)) if !s.errors.is_empty() => return Err(ApplyError::Invalid(s.errors)),
             Ok(Some(_) | None) => {}
@@ -409,6 +430,7 @@ impl Cache {
     fn candidate(
         &self,
         disk: &BTreeMap<String, Result<String, String>>,
+        floor: u64,
     ) -> (Vec<FileReport>, Result<Option<Snapshot>, Vec<String>>) {
         let active = self.snapshot();
         let previous = |name: &str| active.files.iter().find(|f| f.name == name).cloned();
@@ -476,7 +498,7 @@ impl Cache {
         if unchanged {
             return (reports, Ok(None));
         }
-        let built = build(files, &active, active.version + 1);
+        let built = build(files, &active, (active.version + 1).max(floor));
         let result = if built.snapshot.errors.is_empty() || built.changed {
             Ok(Some(built.snapshot))
         } else {
@@ -494,7 +516,7 @@ impl Cache {
                 errors: Vec::new(),
             };
         }
-        let (reports, result) = self.candidate(&disk);
+        let (reports, result) = self.candidate(&disk, inner.floor);
         let mut errors: Vec<String> = Vec::new();
         for r in &reports {
             if let FileState::Invalid {

@@ -146,6 +146,7 @@ mod tests {
             generation,
             types: BTreeMap::from([(LISTENER_TYPE_URL.to_string(), lds)]),
             admin: None,
+            replica: None,
         }
     }
 

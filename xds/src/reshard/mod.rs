@@ -24,7 +24,7 @@
 //! - `metrics`: `--metrics ADDR`, the phase and the mover's counters in Prometheus's format
 //!   while the run lasts.
 
-mod acks;
+pub mod acks;
 mod compare;
 mod copy;
 mod edit;

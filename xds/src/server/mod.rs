@@ -73,6 +73,8 @@ pub struct Server {
     admin: Arc<AdminState>,
     /// Failed accepts on the ADS port.
     pub(crate) ads_accept_errors: Arc<AtomicU64>,
+    /// The other replicas' nodes, with a shared store.
+    fleet: Arc<FleetSlot>,
 }
 
 impl Server {
@@ -93,7 +95,22 @@ impl Server {
             security: Arc::new(Security::default()),
             admin: Arc::new(AdminState::new(AdminLimits::default())),
             ads_accept_errors: Arc::new(AtomicU64::new(0)),
+            fleet: Arc::new(FleetSlot::default()),
         }
+    }
+
+    /// Shows the nodes of the other replicas of a shared store in [`Server::status`] (once;
+    /// later calls change nothing).
+    pub fn set_fleet(&self, fleet: Arc<dyn Fleet>) {
+        let _ = self.fleet.0.set(fleet);
+    }
+
+    /// The nodes whose streams are open on this replica, as [`Server::status`] lists them
+    /// (what a shared store publishes for the other replicas).
+    pub fn connected_nodes(&self) -> Vec<NodeStatus> {
+        let mut nodes = self.registry.status(&self.cache.snapshot());
+        nodes.retain(|n| n.connected);
+        nodes
     }
 
     /// Sets the admin port's connection cap and idle timeout (default [`AdminLimits::default`]).
@@ -158,7 +175,14 @@ impl Server {
                 .collect(),
             errors: report.errors,
             unserved: report.unserved,
-            nodes: self.registry.status(&self.cache.snapshot()),
+            nodes: match self.fleet.0.get() {
+                None => self.registry.status(&self.cache.snapshot()),
+                Some(f) => fleet::merge(
+                    self.registry.status(&self.cache.snapshot()),
+                    f.replica(),
+                    f.others(),
+                ),
+            },
             refusals: self.registry.refusals(),
             admin: self.admin.stats(),
             ads_accept_errors: self.ads_accept_errors.load(Ordering::Relaxed),
@@ -194,7 +218,10 @@ impl Drop for AbortOnDrop {
 
 pub(crate) mod admin_state;
 mod ads;
+mod fleet;
 mod status;
 
 pub use ads::Ads;
+pub use fleet::Fleet;
+use fleet::FleetSlot;
 pub use status::*;

@@ -95,6 +95,10 @@ pub struct NodeStatus {
     /// (left out of the JSON) when it named none: no admin endpoint, or not a respway sidecar.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<String>,
+    /// With a shared store (`serve --store`): the respway-xds replica its stream is on (this
+    /// replica's name, or another's as published in the store); left out without a store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// One node's state for one resource type. ACKs and NACKs are tracked apart: a NACKed
@@ -202,6 +206,7 @@ impl Registry {
                     .map(|t| (t.type_url().to_string(), e.types[t.index()].clone()))
                     .collect(),
                 admin: e.admin.clone(),
+                replica: None,
             })
             .collect()
     }

@@ -53,6 +53,9 @@ enum Command {
         /// this replica's copy; give each replica its own).
         #[arg(long, value_name = "etcd://HOST:PORT[,...]/PREFIX")]
         store: Option<String>,
+        /// This replica's name in the store (no `/`); default HOSTNAME:PORT of --listen.
+        #[arg(long, requires = "store")]
+        replica: Option<String>,
         /// Admin connections open at once; more wait in the kernel's accept queue.
         #[arg(long, default_value_t = admin::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(usize))]
         admin_max_connections: usize,
@@ -249,6 +252,7 @@ fn main() -> ExitCode {
                 admin,
                 poll_ms,
                 store,
+                replica,
                 admin_max_connections,
                 admin_idle_timeout_ms,
                 security,
@@ -266,6 +270,10 @@ fn main() -> ExitCode {
                             return ExitCode::from(2);
                         }
                     };
+                    let store = store.map(|url| {
+                        let name = replica.unwrap_or_else(|| default_replica(listen));
+                        (url, name)
+                    });
                     serve(resources, listen, admin, poll_ms, store, limits, security).await
                 }
                 Err(e) => {
@@ -306,7 +314,7 @@ async fn serve(
     listen: SocketAddr,
     admin: Option<SocketAddr>,
     poll_ms: u64,
-    store: Option<respway_xds::store::EtcdUrl>,
+    store: Option<(respway_xds::store::EtcdUrl, String)>,
     limits: admin::AdminLimits,
     security: respway_xds::secure::Security,
 ) -> ExitCode {
@@ -333,9 +341,12 @@ async fn serve(
         None => None,
     };
     // A shared store: its files are copied into the directory before the first load.
-    let store = match store {
-        None => None,
-        Some(url) => Some(respway_xds::store::EtcdStore::open(url, &resources).await),
+    let (store, replica) = match store {
+        None => (None, None),
+        Some((url, name)) => (
+            Some(respway_xds::store::EtcdStore::open(url, &resources).await),
+            Some(name),
+        ),
     };
     // With a store, the directory changes only when the store writes it, and the store scans
     // it then: no poll, so no scan sees half of a change.
@@ -354,9 +365,21 @@ async fn serve(
             return ExitCode::FAILURE;
         }
     };
-    if let Some(store) = store {
+    let mut fleet = None;
+    if let (Some(store), Some(replica)) = (store, replica) {
         server.cache().set_store(store.clone());
-        tokio::spawn(store.follow(server.cache().clone()));
+        tokio::spawn(store.clone().follow(server.cache().clone()));
+        match respway_xds::store::fleet::FleetView::new(store, &replica) {
+            Ok(f) => {
+                server.set_fleet(f.clone());
+                tokio::spawn(f.clone().run(server.clone()));
+                fleet = Some(f);
+            }
+            Err(e) => {
+                eprintln!("--replica {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
     tracing::info!(
         grpc = %listen,
@@ -367,6 +390,10 @@ async fn serve(
         "respway-xds serving"
     );
     let result = server.serve(grpc, admin_listener, shutdown_signal()).await;
+    if let Some(f) = fleet {
+        // Its nodes leave the store now rather than when the lease ends.
+        f.revoke().await;
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -374,6 +401,16 @@ async fn serve(
             ExitCode::FAILURE
         }
     }
+}
+
+/// A replica's default name in the store: the host's name and the ADS port.
+fn default_replica(listen: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().replace('/', "_"))
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "respway-xds".to_string());
+    format!("{host}:{}", listen.port())
 }
 
 /// The directory "poll" of a replica with a shared store: a day (its store scans instead).
@@ -522,7 +559,12 @@ fn table(s: &ServerStatus) -> String {
                 (
                     n.id.clone(),
                     dash(&n.zone),
-                    if n.connected { "yes" } else { "no" }.to_string(),
+                    // With a shared store: the replica its stream is on.
+                    match (n.connected, &n.replica) {
+                        (true, Some(r)) => format!("yes, on {r}"),
+                        (true, None) => "yes".to_string(),
+                        (false, _) => "no".to_string(),
+                    },
                 )
             } else {
                 Default::default()
@@ -662,6 +704,7 @@ mod tests {
                 generation: 3,
                 types,
                 admin: None,
+                replica: None,
             }],
         };
         assert_eq!(

@@ -30,6 +30,8 @@ use tokio::sync::watch;
 
 use crate::cache::{Cache, SharedStore, StoreStatus};
 
+pub mod fleet;
+
 /// Between attempts to reach etcd again.
 const RETRY: Duration = Duration::from_secs(1);
 /// How long an apply waits for its write to come back through the watch.
@@ -84,8 +86,9 @@ impl EtcdUrl {
 struct Copy {
     /// The etcd revision the copy is of (0: not read yet).
     revision: i64,
-    /// Each file's last modification revision in etcd.
-    files: BTreeMap<String, i64>,
+    /// The revision of the copy's latest file change (a file's `mod_revision`, or a delete's
+    /// revision): the generation its snapshot is served as, the same on every replica.
+    changed: i64,
 }
 
 /// One replica's link to etcd.
@@ -148,6 +151,12 @@ impl EtcdStore {
         *self.connected.borrow()
     }
 
+    /// The revision of the copy's latest file change: the generation it is served as.
+    fn changed(&self) -> u64 {
+        let c = self.copy.lock().unwrap_or_else(|e| e.into_inner()).changed;
+        u64::try_from(c).unwrap_or(0)
+    }
+
     /// The etcd revision this replica's copy is of.
     pub fn revision(&self) -> i64 {
         *self.revision.borrow()
@@ -185,7 +194,7 @@ impl EtcdStore {
                 format!("etcd get {prefix}: {e}")
             })?;
         let revision = got.header().map_or(0, |h| h.revision());
-        let mut files = BTreeMap::new();
+        let mut changed = 0;
         let mut texts = BTreeMap::new();
         for kv in got.kvs() {
             let Some(name) = kv.key_str().ok().and_then(|k| k.strip_prefix(&prefix)) else {
@@ -194,7 +203,7 @@ impl EtcdStore {
             if !plain(name) {
                 continue;
             }
-            files.insert(name.to_string(), kv.mod_revision());
+            changed = changed.max(kv.mod_revision());
             texts.insert(
                 name.to_string(),
                 kv.value_str().unwrap_or_default().to_string(),
@@ -212,7 +221,7 @@ impl EtcdStore {
         for (name, text) in &texts {
             self.write(name, text)?;
         }
-        *self.copy.lock().unwrap_or_else(|e| e.into_inner()) = Copy { revision, files };
+        *self.copy.lock().unwrap_or_else(|e| e.into_inner()) = Copy { revision, changed };
         self.revision.send_replace(revision);
         Ok(())
     }
@@ -233,6 +242,10 @@ impl EtcdStore {
     /// scans it; a lost etcd is read whole again once it answers.
     pub async fn follow(self: Arc<Self>, cache: Arc<Cache>) {
         let mut read = self.revision() == 0;
+        if !read {
+            // The server loaded the copy as its own generation 1: serve it as the store's.
+            rescan(&cache, self.changed()).await;
+        }
         loop {
             if read {
                 if let Err(e) = self.read_all().await {
@@ -240,7 +253,7 @@ impl EtcdStore {
                     tokio::time::sleep(RETRY).await;
                     continue;
                 }
-                rescan(&cache).await;
+                rescan(&cache, self.changed()).await;
             }
             if let Err(e) = self.watch_once(&cache).await {
                 self.lose(e);
@@ -283,41 +296,27 @@ impl EtcdStore {
                     resp.cancel_reason()
                 ));
             }
-            let mut revision = resp.header().map_or(0, |h| h.revision());
-            let mut changed = false;
+            // The events' own revisions: the header's may count writes outside the prefix.
+            let mut revision = 0;
             for ev in resp.events() {
                 let Some(kv) = ev.kv() else { continue };
                 let Some(name) = kv.key_str().ok().and_then(|k| k.strip_prefix(&prefix)) else {
                     continue;
                 };
+                revision = revision.max(kv.mod_revision());
                 if !plain(name) {
                     continue;
                 }
-                revision = revision.max(kv.mod_revision());
                 match ev.event_type() {
-                    EventType::Put => {
-                        self.write(name, kv.value_str().unwrap_or_default())?;
-                        self.copy
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .files
-                            .insert(name.to_string(), kv.mod_revision());
-                    }
+                    EventType::Put => self.write(name, kv.value_str().unwrap_or_default())?,
                     EventType::Delete => {
                         let _ = std::fs::remove_file(self.dir.join(name));
-                        self.copy
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .files
-                            .remove(name);
                     }
                 }
-                changed = true;
-            }
-            if changed {
-                rescan(cache).await;
+                self.copy.lock().unwrap_or_else(|e| e.into_inner()).changed = kv.mod_revision();
             }
             if revision > 0 {
+                rescan(cache, self.changed()).await;
                 self.copy.lock().unwrap_or_else(|e| e.into_inner()).revision = revision;
                 self.revision.send_replace(revision);
             }
@@ -393,9 +392,10 @@ fn plain(name: &str) -> bool {
         && (name.ends_with(".yaml") || name.ends_with(".yml"))
 }
 
-async fn rescan(cache: &Arc<Cache>) {
+/// Has `cache` scan the copy, serving what it finds as generation `changed` (at least).
+async fn rescan(cache: &Arc<Cache>, changed: u64) {
     let c = cache.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || c.reload()).await {
+    if let Err(e) = tokio::task::spawn_blocking(move || c.reload_at(changed)).await {
         tracing::error!(error = %e, "resource directory scan panicked");
     }
 }
