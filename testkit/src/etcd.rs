@@ -23,7 +23,7 @@ impl Etcd {
         );
         let (client, peer) = (free_port(), free_port());
         let data =
-            std::env::temp_dir().join(format!("respway-etcd-{client}-{}", std::process::id()));
+            std::env::temp_dir().join(format!("respway-etcd-data-{client}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
         let proc = Etcd::spawn(client, peer, &data);
         Etcd { proc, peer, data }
