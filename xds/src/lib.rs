@@ -57,9 +57,11 @@
 //!
 //! The management server (`respway-xds serve`)
 //! - [`cache`]: a directory of resource files as a versioned snapshot per node;
-//! - [`store`]: the shared store of several replicas (etcd), kept in each replica's directory
-//!   and followed by a watch; applies go through it;
-//! - [`server`]: the ADS server over the cache, with per-node ACK/NACK status;
+//! - [`server`]: the ADS server over the cache, with per-node ACK/NACK status (and, through
+//!   its `Fleet` trait, the nodes of other replicas);
+//! - [`store`]: the shared store of several replicas (etcd), above the cache and the server:
+//!   the files, kept in each replica's directory and followed by a watch (applies go through
+//!   it), and the fleet (each replica's connected nodes under its lease, the others' read back);
 //! - `serving`: `Server::serve`, which runs ADS, the directory watcher and the admin endpoint
 //!   together (above both, so that neither imports the other);
 //! - [`admin`]: its HTTP admin (`GET /status`, `POST /apply`) and that API's client, used by
