@@ -35,7 +35,7 @@ impl Server {
             let stop = stop_rx.clone();
             tokio::spawn(crate::admin::serve(admin, server, stop));
         }
-        let service = self.ads_service(stop_rx);
+        let service = self.ads_server(stop_rx);
         let signal = async move {
             shutdown.await;
             let _ = stop_tx.send(true);
