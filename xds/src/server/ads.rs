@@ -47,7 +47,8 @@ impl Ads {
             nonces: 0,
             snapshot: None,
         };
-        tokio::spawn(stream.run(request.into_inner(), tx, self.stop.clone()));
+        // Boxed: the task's future holds a pointer to the stream's state.
+        tokio::spawn(Box::new(stream).run(request.into_inner(), tx, self.stop.clone()));
         Ok(rx)
     }
 }
@@ -243,52 +244,60 @@ pub(super) struct AdsStream {
 }
 
 impl AdsStream {
-    pub(super) async fn run<M: Outbound>(
-        mut self,
+    /// The stream's task. (An async block, not an async fn, whose state would hold each
+    /// argument twice: the task of each of thousands of streams is smaller.)
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's state holds its arguments twice"
+    )]
+    pub(super) fn run<M: Outbound>(
+        mut self: Box<Self>,
         mut inbound: Streaming<DiscoveryRequest>,
         tx: mpsc::Sender<M>,
         mut stop: watch::Receiver<bool>,
-    ) {
-        let mut snapshots = self.cache.subscribe();
-        loop {
-            let out = tokio::select! {
-                msg = inbound.message() => match msg {
-                    Ok(Some(req)) => match self.on_request(req, &snapshots) {
-                        Ok(out) => out,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        async move {
+            let mut snapshots = self.cache.subscribe();
+            loop {
+                let out = tokio::select! {
+                    msg = inbound.message() => match msg {
+                        Ok(Some(req)) => match self.on_request(req, &snapshots) {
+                            Ok(out) => out,
+                            Err(status) => {
+                                let _ = tx.send(M::error(status)).await;
+                                break;
+                            }
+                        },
+                        Ok(None) => break,
                         Err(status) => {
-                            let _ = tx.send(M::error(status)).await;
+                            tracing::debug!(stream = self.id, %status, "ADS stream ended");
                             break;
                         }
                     },
-                    Ok(None) => break,
-                    Err(status) => {
-                        tracing::debug!(stream = self.id, %status, "ADS stream ended");
-                        break;
+                    changed = snapshots.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let snap = snapshots.borrow_and_update().clone();
+                        self.on_snapshot(&snap)
                     }
-                },
-                changed = snapshots.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
-                    let snap = snapshots.borrow_and_update().clone();
-                    self.on_snapshot(&snap)
-                }
-                _ = stop.changed() => break,
-                () = tx.closed() => break,
-            };
-            if let Some(status) = self.denied.take() {
-                let _ = tx.send(M::error(status)).await;
-                break;
-            }
-            for resp in out {
-                if tx.send(M::response(resp)).await.is_err() {
+                    _ = stop.changed() => break,
+                    () = tx.closed() => break,
+                };
+                if let Some(status) = self.denied.take() {
+                    let _ = tx.send(M::error(status)).await;
                     break;
                 }
+                for resp in out {
+                    if tx.send(M::response(resp)).await.is_err() {
+                        break;
+                    }
+                }
             }
-        }
-        if let (Some(handle), Some((id, _))) = (&self.handle, &self.node) {
-            handle.disconnect();
-            tracing::debug!(stream = self.id, node = %id, "ADS stream closed");
+            if let (Some(handle), Some((id, _))) = (&self.handle, &self.node) {
+                handle.disconnect();
+                tracing::debug!(stream = self.id, node = %id, "ADS stream closed");
+            }
         }
     }
 
