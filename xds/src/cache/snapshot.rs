@@ -30,8 +30,14 @@ impl TypeResources {
 
     /// The resources of type `t` that a subscription covers (all of them, or those of `names`
     /// that exist), encoded as in a `DiscoveryResponse`. Made once per view and shared: every
-    /// stream of a node class with the same subscription gets the same [`Encoded`].
-    pub fn encoded(&self, t: ResourceType, names: Option<&Arc<BTreeSet<String>>>) -> Arc<Encoded> {
+    /// stream of a node class with the same subscription gets the same [`Encoded`]. `names` is
+    /// set to the equal set the view was made for, so that the streams come to share one set
+    /// (and find their view by pointer).
+    pub fn encoded(
+        &self,
+        t: ResourceType,
+        names: Option<&mut Arc<BTreeSet<String>>>,
+    ) -> Arc<Encoded> {
         let Some(names) = names else {
             return self
                 .views
@@ -40,10 +46,13 @@ impl TypeResources {
                 .clone();
         };
         let mut named = self.views.named.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, e)) = named
+        if let Some((n, e)) = named
             .iter()
             .find(|(n, _)| Arc::ptr_eq(n, names) || n == names)
         {
+            if !Arc::ptr_eq(n, names) {
+                *names = n.clone();
+            }
             return e.clone();
         }
         let e = Arc::new(Encoded::new(

@@ -131,8 +131,8 @@ impl Subscription {
     }
 
     /// The names, when not wildcard.
-    pub(super) fn names(&self) -> Option<&Arc<BTreeSet<String>>> {
-        (!self.wildcard).then_some(&self.names)
+    pub(super) fn names_mut(&mut self) -> Option<&mut Arc<BTreeSet<String>>> {
+        (!self.wildcard).then_some(&mut self.names)
     }
 
     /// The resources of `res` this subscription covers, by name.
@@ -500,14 +500,15 @@ impl AdsStream {
         let node = self.node_snapshot(snap)?;
         let res = node.get(t);
         let ts = &mut self.types[t.index()];
-        let sub = ts.subscription.as_ref()?;
+        let sub = ts.subscription.as_mut()?;
         if let Some(sent) = &ts.sent {
             if !force && Arc::ptr_eq(&sent.res, res) && sent.sub == *sub {
                 return None;
             }
         }
         // Made once per view and shared by the streams: no per-stream copy or encoding.
-        let encoded = res.encoded(t, sub.names());
+        let encoded = res.encoded(t, sub.names_mut());
+        let sub = &*sub;
         let sent = Sent {
             res: res.clone(),
             sub: sub.clone(),

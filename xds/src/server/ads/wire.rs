@@ -358,8 +358,8 @@ mod tests {
     fn responses_are_what_prost_encodes() {
         for (n, size) in [(0, 0), (1, 3), (8, 200), (3, COPY_LIMIT)] {
             let res = view(n, size);
-            for names in [None, Some(Arc::new(BTreeSet::from(["c1".to_string()])))] {
-                let encoded = res.encoded(ResourceType::Cluster, names.as_ref());
+            for mut names in [None, Some(Arc::new(BTreeSet::from(["c1".to_string()])))] {
+                let encoded = res.encoded(ResourceType::Cluster, names.as_mut());
                 let o = Outgoing {
                     encoded: encoded.clone(),
                     stream: 12,
@@ -394,11 +394,13 @@ mod tests {
                 assert_eq!(&wire[1..5], &(body.len() as u32).to_be_bytes());
                 assert_eq!(&wire[5..], &body[..], "{n} resources of {size} bytes");
                 assert_eq!(o.decoded(), expected);
-                // One view per subscription, shared.
-                assert!(Arc::ptr_eq(
-                    &encoded,
-                    &res.encoded(ResourceType::Cluster, names.as_ref())
-                ));
+                // One view per subscription, shared, and its names with it.
+                let mut same = names.as_ref().map(|n| Arc::new(BTreeSet::clone(n)));
+                let again = res.encoded(ResourceType::Cluster, same.as_mut());
+                assert!(Arc::ptr_eq(&encoded, &again));
+                if let (Some(a), Some(b)) = (&names, &same) {
+                    assert!(Arc::ptr_eq(a, b));
+                }
             }
         }
     }
