@@ -15,7 +15,8 @@
 //! - per client, from just before the POST until the client holds the new version of all three
 //!   types: p50/p99/max over the clients;
 //! - the server's CPU time over the round (from just before the POST to 300 ms after the last
-//!   client holds the new version, so its ACKs are in).
+//!   client holds the new version, so its ACKs are in), and this process's (the clients'), which
+//!   shares the cores with it.
 //!
 //! The server's RSS per stream is (RSS with the N streams idle − RSS before the first stream)
 //! / N, once after the initial sync and once after the rounds.
@@ -388,18 +389,21 @@ async fn bench(args: Args) {
     for round in 1..=args.rounds {
         let text = config(args.clusters, round);
         let cpu0 = cpu_time(pid);
+        let bench0 = cpu_time(std::process::id());
         let (reply, applied) = oneshot::channel();
         applier.send((text, reply)).expect("applier");
         let (version, t0, apply) = applied.await.expect("applied");
         let lat = collect(&mut reports, args.clients, version, t0).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let cpu = cpu_time(pid).saturating_sub(cpu0);
+        let bench = cpu_time(std::process::id()).saturating_sub(bench0);
         println!(
-            "round {round}: version {version}: apply (validate+write+load) {:.1} ms; all {} clients hold it: {}; server CPU {:.0} ms",
+            "round {round}: version {version}: apply (validate+write+load) {:.1} ms; all {} clients hold it: {}; server CPU {:.0} ms (clients {:.0} ms)",
             ms(apply),
             args.clients,
             percentiles(lat.clone()),
-            ms(cpu)
+            ms(cpu),
+            ms(bench)
         );
         all.extend(lat);
         applies.push(apply);
