@@ -1,16 +1,25 @@
 //! Push fan-out benchmark: one `respway-xds` server, N simulated ADS clients.
 //!
 //! ```text
-//! cargo run --release -p respway-xds --example fanout -- --clients 1000 --rounds 5
+//! cargo run --release -p respway-xds --example fanout -- --clients 1000 --rounds 3
 //! ```
 //!
 //! The server runs in a child process (this binary, re-executed with `--serve-child DIR`), so
-//! its memory is measured alone (VmRSS / VmHWM from `/proc/PID/status`). The parent opens N
-//! ADS streams, one HTTP/2 connection each, built directly on envoy-types' client like any
-//! xDS consumer: CDS and LDS wildcard, EDS by name, ACKing every response. Each round changes
-//! the resources through the admin endpoint (`POST /apply`: validate, write, load, push) and
-//! times, per client, from just before the POST until the client holds the new version of all
-//! three types; it prints p50/p99/max over the clients.
+//! its memory and CPU are measured alone (VmRSS / VmHWM from `/proc/PID/status`, user + system
+//! time from `/proc/PID/stat`). The parent opens N ADS streams, one HTTP/2 connection each,
+//! built directly on envoy-types' client like any xDS consumer: CDS and LDS wildcard, EDS by
+//! name, ACKing every response. Each round changes the resources through the admin endpoint
+//! (`POST /apply`: validate, write, load; the push follows) and prints:
+//! - the apply's time: from just before the POST until its reply is read, by a thread of its
+//!   own (an operator's client is not in a process with N busy ADS clients);
+//! - per client, from just before the POST until the client holds the new version of all three
+//!   types: p50/p99/max over the clients;
+//! - the server's CPU time over the round (from just before the POST to 300 ms after the last
+//!   client holds the new version, so its ACKs are in), and this process's (the clients'), which
+//!   shares the cores with it.
+//!
+//! The server's RSS per stream is (RSS with the N streams idle − RSS before the first stream)
+//! / N, once after the initial sync and once after the rounds.
 #![allow(
     clippy::print_stdout,
     reason = "a benchmark: its report goes to stdout"
@@ -31,7 +40,7 @@ use respway_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use respway_xds::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use respway_xds::server::Server;
 use respway_xds::{CLUSTER_TYPE_URL, ENDPOINT_TYPE_URL, LISTENER_TYPE_URL};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 
 #[derive(Debug, Parser)]
@@ -123,6 +132,21 @@ fn config(clusters: usize, round: u64) -> String {
         ));
     }
     s
+}
+
+/// The user + system CPU time of process `pid` so far (every thread, living or ended), from
+/// `/proc/PID/stat` in clock ticks of 10 ms (`USER_HZ` is 100 on Linux).
+fn cpu_time(pid: u32) -> Duration {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces), from field 3 (state) on.
+    let rest = text.rsplit_once(')').map_or("", |(_, r)| r);
+    let field = |i: usize| -> u64 {
+        rest.split_whitespace()
+            .nth(i - 3)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((field(14) + field(15)) * 10)
 }
 
 /// `VmRSS` and `VmHWM` of `pid` (or self), in KiB.
@@ -230,6 +254,49 @@ async fn client(
     }
 }
 
+/// A thread with a runtime of its own that applies each text it is sent and answers with
+/// `(version, when the POST started, how long until its reply was read)`.
+fn applier(admin: String) -> std::sync::mpsc::Sender<(String, oneshot::Sender<Applied>)> {
+    let (tx, rx) = std::sync::mpsc::channel::<(String, oneshot::Sender<Applied>)>();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        for (text, reply) in rx {
+            let t0 = Instant::now();
+            let version = runtime
+                .block_on(respway_xds::admin::apply(
+                    &admin,
+                    &respway_xds::admin::AdminAuth::token(ADMIN_TOKEN),
+                    "base.yaml",
+                    &text,
+                ))
+                .expect("apply");
+            let _ = reply.send((version, t0, t0.elapsed()));
+        }
+    });
+    tx
+}
+
+/// What [`applier`] answers: the version, when the POST started, and the apply's time.
+type Applied = (u64, Instant, Duration);
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Min, median and max.
+fn spread(mut d: Vec<Duration>) -> String {
+    d.sort();
+    format!(
+        "{:.1} / {:.1} / {:.1} ms",
+        ms(d[0]),
+        ms(d[d.len() / 2]),
+        ms(d[d.len() - 1])
+    )
+}
+
 fn percentiles(mut d: Vec<Duration>) -> String {
     d.sort();
     let at = |p: f64| d[((d.len() as f64 * p).ceil() as usize).clamp(1, d.len()) - 1];
@@ -306,43 +373,54 @@ async fn bench(args: Args) {
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (rss1, _) = memory(Some(pid));
+    let per_stream = |rss: u64| rss.saturating_sub(rss0) as f64 / args.clients as f64;
     println!(
-        "server RSS with {} streams: {} (+{} , {:.1} KiB per stream)",
+        "server RSS with {} idle streams: {} (+{}, {:.1} KiB per stream)",
         args.clients,
         mib(rss1),
         mib(rss1.saturating_sub(rss0)),
-        rss1.saturating_sub(rss0) as f64 / args.clients as f64
+        per_stream(rss1)
     );
 
+    let applier = applier(admin);
     let mut all = Vec::new();
+    let mut applies = Vec::new();
+    let mut cpus = Vec::new();
     for round in 1..=args.rounds {
         let text = config(args.clusters, round);
-        let t0 = Instant::now();
-        let version = respway_xds::admin::apply(
-            &admin,
-            &respway_xds::admin::AdminAuth::token(ADMIN_TOKEN),
-            "base.yaml",
-            &text,
-        )
-        .await
-        .expect("apply");
-        let applied = t0.elapsed();
+        let cpu0 = cpu_time(pid);
+        let bench0 = cpu_time(std::process::id());
+        let (reply, applied) = oneshot::channel();
+        applier.send((text, reply)).expect("applier");
+        let (version, t0, apply) = applied.await.expect("applied");
         let lat = collect(&mut reports, args.clients, version, t0).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let cpu = cpu_time(pid).saturating_sub(cpu0);
+        let bench = cpu_time(std::process::id()).saturating_sub(bench0);
         println!(
-            "round {round}: version {version}: apply (validate+write+load) {:.1} ms; all {} clients hold it: {}",
-            applied.as_secs_f64() * 1e3,
+            "round {round}: version {version}: apply (validate+write+load) {:.1} ms; all {} clients hold it: {}; server CPU {:.0} ms (clients {:.0} ms)",
+            ms(apply),
             args.clients,
-            percentiles(lat.clone())
+            percentiles(lat.clone()),
+            ms(cpu),
+            ms(bench)
         );
         all.extend(lat);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        applies.push(apply);
+        cpus.push(cpu);
     }
     let (rss2, hwm2) = memory(Some(pid));
     let (self2, _) = memory(None);
     println!("all rounds: {}", percentiles(all));
     println!(
-        "server RSS after the rounds: {}, peak (VmHWM) {}",
+        "apply min / median / max: {}; server CPU per round: {}",
+        spread(applies),
+        spread(cpus)
+    );
+    println!(
+        "server RSS after the rounds: {} ({:.1} KiB per stream), peak (VmHWM) {}",
         mib(rss2),
+        per_stream(rss2),
         mib(hwm2)
     );
     println!(

@@ -31,11 +31,9 @@ impl Server {
         let watcher = tokio::spawn(self.cache.clone().watch(self.poll_interval));
         let _abort_watcher = AbortOnDrop(watcher);
         if let Some(admin) = admin {
-            let server = self.clone();
-            let stop = stop_rx.clone();
-            tokio::spawn(crate::admin::serve(admin, server, stop));
+            spawn_admin(admin, self.clone(), stop_rx.clone());
         }
-        let service = self.ads_service(stop_rx);
+        let service = self.ads_server(stop_rx);
         let signal = async move {
             shutdown.await;
             let _ = stop_tx.send(true);
@@ -64,5 +62,42 @@ impl Server {
                     .await
             }
         }
+    }
+}
+
+/// Runs the admin endpoint on a thread of its own, with a runtime of its own, until `stop`
+/// changes or its sender is dropped. On the server's runtime, an apply's reply waited behind
+/// the wake-up of every ADS stream its push woke (10,000 streams: hundreds of milliseconds);
+/// here the push goes on beside it.
+fn spawn_admin(listener: TcpListener, server: Server, stop: watch::Receiver<bool>) {
+    let listener = match listener.into_std() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "the admin endpoint cannot be served");
+            return;
+        }
+    };
+    let thread = std::thread::Builder::new()
+        .name("respway-xds-admin".to_string())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "the admin endpoint cannot be served");
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(l) => crate::admin::serve(l, server, stop).await,
+                    Err(e) => tracing::error!(error = %e, "the admin endpoint cannot be served"),
+                }
+            });
+        });
+    if let Err(e) = thread {
+        tracing::error!(error = %e, "the admin endpoint cannot be served");
     }
 }

@@ -9,6 +9,7 @@
 mod acl;
 mod admin_limits;
 mod ads;
+mod ads_embedded;
 mod bootstrap;
 mod etcd_store;
 mod golden;

@@ -3,16 +3,154 @@
 
 use super::*;
 
+use std::sync::OnceLock;
+
 // === Snapshot ===
 
 /// The resources of one type for one node, keyed by resource name (a listener's or cluster's
 /// `name`, an assignment's `cluster_name`), packed as `Any`.
-#[derive(Debug, Clone, PartialEq)]
 pub struct TypeResources {
     /// The `version_info` sent with them: [`content_version`] of `resources`.
     pub version: String,
     /// The resources by name.
     pub resources: BTreeMap<String, Any>,
+    /// Their encoded views ([`TypeResources::encoded`]), each made on first use.
+    views: Views,
+}
+
+impl TypeResources {
+    /// Resources of version `version` (their [`content_version`]).
+    pub fn new(version: String, resources: BTreeMap<String, Any>) -> TypeResources {
+        TypeResources {
+            version,
+            resources,
+            views: Views::default(),
+        }
+    }
+
+    /// The resources of type `t` that a subscription covers (all of them, or those of `names`
+    /// that exist), encoded as in a `DiscoveryResponse`. Made once per view and shared: every
+    /// stream of a node class with the same subscription gets the same [`Encoded`]. `names` is
+    /// set to the equal set the view was made for, so that the streams come to share one set
+    /// (and find their view by pointer).
+    pub fn encoded(
+        &self,
+        t: ResourceType,
+        names: Option<&mut Arc<BTreeSet<String>>>,
+    ) -> Arc<Encoded> {
+        let Some(names) = names else {
+            return self
+                .views
+                .all
+                .get_or_init(|| Arc::new(Encoded::new(t, &self.version, self.resources.iter())))
+                .clone();
+        };
+        let mut named = self.views.named.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((n, e)) = named
+            .iter()
+            .find(|(n, _)| Arc::ptr_eq(n, names) || n == names)
+        {
+            if !Arc::ptr_eq(n, names) {
+                *names = n.clone();
+            }
+            return e.clone();
+        }
+        let e = Arc::new(Encoded::new(
+            t,
+            &self.version,
+            names.iter().filter_map(|n| self.resources.get_key_value(n)),
+        ));
+        if named.len() == MAX_NAMED_VIEWS {
+            named.remove(0);
+        }
+        named.push((names.clone(), e.clone()));
+        e
+    }
+}
+
+impl Clone for TypeResources {
+    fn clone(&self) -> Self {
+        TypeResources::new(self.version.clone(), self.resources.clone())
+    }
+}
+
+impl PartialEq for TypeResources {
+    fn eq(&self, other: &Self) -> bool {
+        self.version == other.version && self.resources == other.resources
+    }
+}
+
+impl std::fmt::Debug for TypeResources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypeResources")
+            .field("version", &self.version)
+            .field("resources", &self.resources)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How many subscriptions by name one [`TypeResources`] keeps the views of (the latest made);
+/// the streams of one node class usually share one.
+const MAX_NAMED_VIEWS: usize = 16;
+
+/// The views of a [`TypeResources`] made so far.
+#[derive(Default)]
+struct Views {
+    all: OnceLock<Arc<Encoded>>,
+    named: Mutex<Vec<NamedView>>,
+}
+
+/// A subscription's names and their view.
+type NamedView = (Arc<BTreeSet<String>>, Arc<Encoded>);
+
+/// A view of the resources of one type (all of them, or those of some names), encoded once as
+/// the fields of a `DiscoveryResponse` that do not vary by stream: `version_info` (1),
+/// `resources` (2) and `type_url` (4). A stream sends them with its own `nonce` (5) and the
+/// `control_plane` (6) after them, which is the message prost would encode.
+#[derive(Debug)]
+pub struct Encoded {
+    /// The `version_info`.
+    pub version: Arc<str>,
+    /// Fields 1, 2 and 4 of the `DiscoveryResponse`, encoded.
+    pub fields: bytes::Bytes,
+    /// xxh3 of the view's names and packed bytes: views with different digests differ.
+    pub digest: u64,
+    /// How many resources.
+    pub count: usize,
+}
+
+impl Encoded {
+    fn new<'a>(
+        t: ResourceType,
+        version: &str,
+        items: impl Iterator<Item = (&'a String, &'a Any)>,
+    ) -> Encoded {
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+        let mut digest = xxhash_rust::xxh3::Xxh3::new();
+        let resources: Vec<Any> = items
+            .map(|(name, any)| {
+                digest.update(&(name.len() as u64).to_le_bytes());
+                digest.update(name.as_bytes());
+                digest.update(&(any.value.len() as u64).to_le_bytes());
+                digest.update(&any.value);
+                any.clone()
+            })
+            .collect();
+        let count = resources.len();
+        let fields = DiscoveryResponse {
+            version_info: version.to_string(),
+            resources,
+            type_url: t.type_url().to_string(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        Encoded {
+            version: version.into(),
+            fields: fields.into(),
+            digest: digest.digest(),
+            count,
+        }
+    }
 }
 
 /// What one node is served: one [`TypeResources`] per type.
@@ -59,10 +197,10 @@ impl NodeSnapshot {
                 .collect();
             match previous {
                 Some(prev) if prev.resources == resources => prev.clone(),
-                _ => Arc::new(TypeResources {
-                    version: content_version(t, &resources),
+                _ => Arc::new(TypeResources::new(
+                    content_version(t, &resources),
                     resources,
-                }),
+                )),
             }
         }
         let prev = |t: ResourceType| previous.map(|p| p.get(t));

@@ -3,6 +3,8 @@
 
 use super::*;
 
+use crate::cache::Encoded;
+
 // === ADS service ===
 
 /// The ADS service over a [`Cache`]; see the module docs for the protocol.
@@ -15,14 +17,13 @@ pub struct Ads {
     pub(super) next_stream: Arc<AtomicU64>,
 }
 
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for Ads {
-    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, GrpcStatus>>;
-
-    async fn stream_aggregated_resources(
+impl Ads {
+    /// Opens a stream: its task runs until the client or the server ends it; its responses
+    /// come out of the receiver.
+    pub(super) fn open<M: Outbound>(
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
-    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, GrpcStatus> {
+    ) -> Result<mpsc::Receiver<M>, GrpcStatus> {
         if *self.stop.borrow() {
             return Err(GrpcStatus::unavailable("respway-xds is shutting down"));
         }
@@ -41,13 +42,47 @@ impl AggregatedDiscoveryService for Ads {
             remote,
             denied: None,
             node: None,
-            registered: false,
+            handle: None,
             types: Default::default(),
             nonces: 0,
             snapshot: None,
         };
-        tokio::spawn(stream.run(request.into_inner(), tx, self.stop.clone()));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        // Boxed: the task's future holds a pointer to the stream's state.
+        tokio::spawn(Box::new(stream).run(request.into_inner(), tx, self.stop.clone()));
+        Ok(rx)
+    }
+}
+
+/// The message type of a stream's responses: [`Outgoing`] for the server's own service
+/// ([`wire::AdsServer`]), a decoded `DiscoveryResponse` for the generated one.
+pub(super) trait Outbound: Send + 'static {
+    fn response(o: Outgoing) -> Self;
+    fn error(status: GrpcStatus) -> Self;
+}
+
+impl Outbound for Result<DiscoveryResponse, GrpcStatus> {
+    fn response(o: Outgoing) -> Self {
+        Ok(o.decoded())
+    }
+
+    fn error(status: GrpcStatus) -> Self {
+        Err(status)
+    }
+}
+
+/// Serves the same streams as [`wire::AdsServer`], through the generated service (each
+/// response decoded into a `DiscoveryResponse` and encoded again by prost, per stream): for
+/// embedding in another tonic server ([`Server::ads_service`]).
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Ads {
+    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, GrpcStatus>>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, GrpcStatus> {
+        self.open(request)
+            .map(|rx| Response::new(ReceiverStream::new(rx)))
     }
 
     type DeltaAggregatedResourcesStream =
@@ -57,9 +92,7 @@ impl AggregatedDiscoveryService for Ads {
         &self,
         _request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, GrpcStatus> {
-        Err(GrpcStatus::unimplemented(
-            "respway-xds serves state-of-the-world ADS only (StreamAggregatedResources)",
-        ))
+        Err(wire::delta_unimplemented())
     }
 }
 
@@ -67,7 +100,8 @@ impl AggregatedDiscoveryService for Ads {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Subscription {
     pub(super) wildcard: bool,
-    pub(super) names: BTreeSet<String>,
+    /// Empty when wildcard.
+    pub(super) names: Arc<BTreeSet<String>>,
 }
 
 impl Subscription {
@@ -83,14 +117,22 @@ impl Subscription {
             ResourceType::Cluster | ResourceType::Listener => true,
             ResourceType::Endpoint => star || (names.is_empty() && previous.is_none()),
         };
-        Subscription {
-            wildcard,
-            names: if wildcard {
-                BTreeSet::new()
-            } else {
-                names.iter().cloned().collect()
-            },
-        }
+        let names: BTreeSet<String> = if wildcard {
+            BTreeSet::new()
+        } else {
+            names.iter().cloned().collect()
+        };
+        // The same names as before: the same set (the stream's views share it).
+        let names = match previous {
+            Some(p) if *p.names == names => p.names.clone(),
+            _ => Arc::new(names),
+        };
+        Subscription { wildcard, names }
+    }
+
+    /// The names, when not wildcard.
+    pub(super) fn names_mut(&mut self) -> Option<&mut Arc<BTreeSet<String>>> {
+        (!self.wildcard).then_some(&mut self.names)
     }
 
     /// The resources of `res` this subscription covers, by name.
@@ -110,30 +152,71 @@ impl Subscription {
     }
 }
 
+/// What a stream last sent of one type.
+#[derive(Debug)]
+pub(super) struct Sent {
+    pub(super) res: Arc<TypeResources>,
+    /// The subscription it was for.
+    pub(super) sub: Subscription,
+    /// What was sent: `sub`'s view of `res`.
+    pub(super) encoded: Arc<Encoded>,
+}
+
+impl Sent {
+    /// Whether `encoded`, `sub`'s view of `res`, holds what was sent (byte for byte).
+    fn same(&self, res: &TypeResources, sub: &Subscription, encoded: &Arc<Encoded>) -> bool {
+        Arc::ptr_eq(&self.encoded, encoded)
+            || (self.encoded.digest == encoded.digest
+                && self.encoded.count == encoded.count
+                && self.sub.view(&self.res) == sub.view(res))
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct TypeState {
     /// `None` until the client asks for this type.
     pub(super) subscription: Option<Subscription>,
-    /// The latest nonce sent for this type.
-    pub(super) nonce: String,
+    /// The counter of the latest nonce sent for this type (0: none yet).
+    pub(super) nonce: u64,
     /// What was last sent, and for which subscription.
-    pub(super) sent: Option<(Arc<TypeResources>, Subscription)>,
-    /// The version sent with each of the latest nonces (at most [`NONCE_HISTORY`]), oldest
-    /// first, so that an ACK or NACK of an older response is put down to the right version.
-    pub(super) history: VecDeque<(String, String)>,
+    pub(super) sent: Option<Sent>,
+    /// The version sent with each of the latest nonces (at most [`NONCE_HISTORY`], by
+    /// counter), oldest first, so that an ACK or NACK of an older response is put down to the
+    /// right version.
+    pub(super) history: VecDeque<(u64, Arc<str>)>,
 }
 
 /// How many nonces per type a stream remembers the version of.
 pub(super) const NONCE_HISTORY: usize = 16;
 
 impl TypeState {
-    /// The version sent with `nonce`, when it is one of the recent ones.
-    pub(super) fn version_of(&self, nonce: &str) -> Option<String> {
+    /// The version sent with the nonce of counter `nonce`, when it is one of the recent ones.
+    pub(super) fn version_of(&self, nonce: u64) -> Option<&Arc<str>> {
         self.history
             .iter()
             .rev()
-            .find(|(n, _)| n == nonce)
-            .map(|(_, v)| v.clone())
+            .find(|(n, _)| *n == nonce)
+            .map(|(_, v)| v)
+    }
+}
+
+/// The counter of `nonce` when it is one stream `stream` sent (`"{stream}-{counter}"`, as
+/// [`Outgoing`] writes it).
+pub(super) fn nonce_counter(stream: u64, nonce: &str) -> Option<u64> {
+    fn number(digits: &str) -> Option<u64> {
+        let canonical = !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && (digits == "0" || !digits.starts_with('0'));
+        canonical.then(|| digits.parse().ok()).flatten()
+    }
+    let (s, n) = nonce.split_once('-')?;
+    (number(s)? == stream).then(|| number(n)).flatten()
+}
+
+/// Sets `slot` to `version` (without allocating when it holds it already).
+fn set(slot: &mut Option<String>, version: &str) {
+    if slot.as_deref() != Some(version) {
+        *slot = Some(version.to_string());
     }
 }
 
@@ -152,63 +235,69 @@ pub(super) struct AdsStream {
     pub(super) denied: Option<GrpcStatus>,
     /// `(id, zone)` from the first request.
     pub(super) node: Option<(String, Option<String>)>,
-    /// Whether the node is in the registry (the stream was not refused at once).
-    pub(super) registered: bool,
+    /// The node's entry in the registry, once the stream is not refused at once.
+    pub(super) handle: Option<NodeHandle>,
     pub(super) types: [TypeState; 3],
     pub(super) nonces: u64,
     /// The node's snapshot and the cache version it is from.
     pub(super) snapshot: Option<(u64, Option<Arc<NodeSnapshot>>)>,
 }
 
-pub(super) type Outbox = mpsc::Sender<Result<DiscoveryResponse, GrpcStatus>>;
-
 impl AdsStream {
-    pub(super) async fn run(
-        mut self,
+    /// The stream's task. (An async block, not an async fn, whose state would hold each
+    /// argument twice: the task of each of thousands of streams is smaller.)
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's state holds its arguments twice"
+    )]
+    pub(super) fn run<M: Outbound>(
+        mut self: Box<Self>,
         mut inbound: Streaming<DiscoveryRequest>,
-        tx: Outbox,
+        tx: mpsc::Sender<M>,
         mut stop: watch::Receiver<bool>,
-    ) {
-        let mut snapshots = self.cache.subscribe();
-        loop {
-            let out = tokio::select! {
-                msg = inbound.message() => match msg {
-                    Ok(Some(req)) => match self.on_request(req, &snapshots) {
-                        Ok(out) => out,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        async move {
+            let mut snapshots = self.cache.subscribe();
+            loop {
+                let out = tokio::select! {
+                    msg = inbound.message() => match msg {
+                        Ok(Some(req)) => match self.on_request(req, &snapshots) {
+                            Ok(out) => out,
+                            Err(status) => {
+                                let _ = tx.send(M::error(status)).await;
+                                break;
+                            }
+                        },
+                        Ok(None) => break,
                         Err(status) => {
-                            let _ = tx.send(Err(status)).await;
+                            tracing::debug!(stream = self.id, %status, "ADS stream ended");
                             break;
                         }
                     },
-                    Ok(None) => break,
-                    Err(status) => {
-                        tracing::debug!(stream = self.id, %status, "ADS stream ended");
-                        break;
+                    changed = snapshots.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let snap = snapshots.borrow_and_update().clone();
+                        self.on_snapshot(&snap)
                     }
-                },
-                changed = snapshots.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
-                    let snap = snapshots.borrow_and_update().clone();
-                    self.on_snapshot(&snap)
-                }
-                _ = stop.changed() => break,
-                () = tx.closed() => break,
-            };
-            if let Some(status) = self.denied.take() {
-                let _ = tx.send(Err(status)).await;
-                break;
-            }
-            for resp in out {
-                if tx.send(Ok(resp)).await.is_err() {
+                    _ = stop.changed() => break,
+                    () = tx.closed() => break,
+                };
+                if let Some(status) = self.denied.take() {
+                    let _ = tx.send(M::error(status)).await;
                     break;
                 }
+                for resp in out {
+                    if tx.send(M::response(resp)).await.is_err() {
+                        break;
+                    }
+                }
             }
-        }
-        if let Some((id, _)) = self.node.as_ref().filter(|_| self.registered) {
-            self.registry.disconnect(id);
-            tracing::debug!(stream = self.id, node = %id, "ADS stream closed");
+            if let (Some(handle), Some((id, _))) = (&self.handle, &self.node) {
+                handle.disconnect();
+                tracing::debug!(stream = self.id, node = %id, "ADS stream closed");
+            }
         }
     }
 
@@ -216,7 +305,7 @@ impl AdsStream {
         &mut self,
         req: DiscoveryRequest,
         snapshots: &watch::Receiver<Arc<Snapshot>>,
-    ) -> Result<Vec<DiscoveryResponse>, GrpcStatus> {
+    ) -> Result<Vec<Outgoing>, GrpcStatus> {
         if self.node.is_none() {
             let Some(node) = &req.node else {
                 return Err(GrpcStatus::invalid_argument(
@@ -247,24 +336,27 @@ impl AdsStream {
             if let Some(status) = self.denied.take() {
                 return Err(status);
             }
-            self.registry
-                .connect(&node.id, zone.as_deref(), admin.as_deref());
-            self.registered = true;
+            self.handle = Some(
+                self.registry
+                    .connect(&node.id, zone.as_deref(), admin.as_deref()),
+            );
             tracing::debug!(stream = self.id, node = %node.id, zone = ?zone, admin = ?admin, "ADS stream opened");
         }
-        let node_id = self.node.as_ref().map(|n| n.0.clone()).unwrap_or_default();
         let Some(t) = ResourceType::from_type_url(&req.type_url) else {
             tracing::debug!(stream = self.id, type_url = %req.type_url, "type not served; ignored");
             return Ok(Vec::new());
         };
         let ts = &mut self.types[t.index()];
         if !req.response_nonce.is_empty() {
-            let current = req.response_nonce == ts.nonce;
+            let counter = nonce_counter(self.id, &req.response_nonce);
+            let current = ts.nonce != 0 && counter == Some(ts.nonce);
             // What the request answers is known by its nonce, not by its version_info (a
             // NACK's is the version still in use, or whatever the client put there).
-            let answered = ts.version_of(&req.response_nonce);
+            let answered = counter.and_then(|n| ts.version_of(n));
+            let handle = self.handle.as_ref();
             match &req.error_detail {
                 Some(detail) => {
+                    let node_id = self.node.as_ref().map_or("", |n| n.0.as_str());
                     tracing::warn!(
                         node = %node_id,
                         type_url = t.type_url(),
@@ -274,19 +366,21 @@ impl AdsStream {
                         detail.message
                     );
                     let nack = Nack {
-                        version: answered,
+                        version: answered.map(|v| v.to_string()),
                         nonce: req.response_nonce.clone(),
                         message: detail.message.clone(),
                     };
-                    self.registry.update(&node_id, t, |s| s.nack = Some(nack));
+                    if let Some(h) = handle {
+                        h.update(t, |s| s.nack = Some(nack));
+                    }
                 }
                 None => {
-                    if let Some(version) = answered {
-                        self.registry.update(&node_id, t, |s| {
+                    if let (Some(version), Some(h)) = (answered, handle) {
+                        h.update(t, |s| {
                             if current {
                                 s.nack = None;
                             }
-                            s.acked = Some(version);
+                            set(&mut s.acked, version);
                         });
                     }
                 }
@@ -312,14 +406,20 @@ impl AdsStream {
             if let Some(node) = self.node_snapshot(&snap) {
                 let res = node.get(t);
                 if res.version == req.version_info {
+                    let encoded = res.encoded(t, None);
                     let ts = &mut self.types[t.index()];
-                    ts.sent = Some((res.clone(), sub));
-                    let v = res.version.clone();
-                    self.registry.update(&node_id, t, |s| {
-                        s.sent = Some(v.clone());
-                        s.acked = Some(v);
-                        s.nack = None;
+                    ts.sent = Some(Sent {
+                        res: res.clone(),
+                        sub,
+                        encoded,
                     });
+                    if let Some(h) = &self.handle {
+                        h.update(t, |s| {
+                            set(&mut s.sent, &res.version);
+                            set(&mut s.acked, &res.version);
+                            s.nack = None;
+                        });
+                    }
                     self.caught_up(&snap);
                     return Ok(Vec::new());
                 }
@@ -330,7 +430,7 @@ impl AdsStream {
         Ok(out)
     }
 
-    pub(super) fn on_snapshot(&mut self, snap: &Snapshot) -> Vec<DiscoveryResponse> {
+    pub(super) fn on_snapshot(&mut self, snap: &Snapshot) -> Vec<Outgoing> {
         let out = ResourceType::PUSH_ORDER
             .into_iter()
             .filter_map(|t| self.respond(t, snap, false))
@@ -342,8 +442,8 @@ impl AdsStream {
     /// Records that this stream's `sent` now reflects `snap` (after its responses are made,
     /// so a reader never sees the generation before the versions it implies).
     fn caught_up(&self, snap: &Snapshot) {
-        if let Some((id, _)) = self.node.as_ref().filter(|_| self.registered) {
-            self.registry.caught_up(id, snap.version);
+        if let Some(h) = &self.handle {
+            h.caught_up(snap.version);
         }
     }
 
@@ -396,51 +496,48 @@ impl AdsStream {
         t: ResourceType,
         snap: &Snapshot,
         force: bool,
-    ) -> Option<DiscoveryResponse> {
+    ) -> Option<Outgoing> {
         let node = self.node_snapshot(snap)?;
         let res = node.get(t);
         let ts = &mut self.types[t.index()];
-        let sub = ts.subscription.as_ref()?;
-        if !force {
-            if let Some((sent, sent_sub)) = &ts.sent {
-                let same = (Arc::ptr_eq(sent, res) && sent_sub == sub)
-                    || sent_sub.view(sent) == sub.view(res);
-                if same {
-                    return None;
-                }
+        let sub = ts.subscription.as_mut()?;
+        if let Some(sent) = &ts.sent {
+            if !force && Arc::ptr_eq(&sent.res, res) && sent.sub == *sub {
+                return None;
             }
         }
-        let resources = if sub.wildcard {
-            res.resources.values().cloned().collect()
-        } else {
-            sub.names
-                .iter()
-                .filter_map(|n| res.resources.get(n).cloned())
-                .collect()
+        // Made once per view and shared by the streams: no per-stream copy or encoding.
+        let encoded = res.encoded(t, sub.names_mut());
+        let sub = &*sub;
+        let sent = Sent {
+            res: res.clone(),
+            sub: sub.clone(),
+            encoded: encoded.clone(),
         };
+        if !force && ts.sent.as_ref().is_some_and(|s| s.same(res, sub, &encoded)) {
+            // The same content: remembered as sent, so that the next comparison is cheap.
+            ts.sent = Some(sent);
+            return None;
+        }
         self.nonces += 1;
-        let nonce = format!("{}-{}", self.id, self.nonces);
-        ts.nonce = nonce.clone();
-        ts.sent = Some((res.clone(), sub.clone()));
-        let version = res.version.clone();
+        let nonce = self.nonces;
+        ts.nonce = nonce;
+        ts.sent = Some(sent);
         if ts.history.len() == NONCE_HISTORY {
             ts.history.pop_front();
         }
-        ts.history.push_back((nonce.clone(), version.clone()));
-        if let Some((id, _)) = &self.node {
-            let v = version.clone();
-            self.registry.update(id, t, |s| s.sent = Some(v));
+        ts.history.push_back((nonce, encoded.version.clone()));
+        if let Some(h) = &self.handle {
+            h.update(t, |s| set(&mut s.sent, &encoded.version));
         }
-        Some(DiscoveryResponse {
-            version_info: version,
-            resources,
-            canary: false,
-            type_url: t.type_url().to_string(),
+        Some(Outgoing {
+            encoded,
+            stream: self.id,
             nonce,
-            control_plane: Some(ControlPlane {
-                identifier: CONTROL_PLANE.to_string(),
-            }),
-            resource_errors: Vec::new(),
         })
     }
 }
+
+mod wire;
+
+pub(super) use wire::Outgoing;

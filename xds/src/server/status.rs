@@ -138,30 +138,55 @@ pub(super) struct NodeEntry {
     pub(super) types: [TypeStatus; 3],
 }
 
-/// Per-node ACK/NACK state, shared by the stream tasks, and the latest refused streams.
+/// Per-node ACK/NACK state, shared by the stream tasks, and the latest refused streams. Each
+/// node's entry has a lock of its own, which its streams hold a handle to ([`NodeHandle`]): a
+/// push to many streams updates their entries without a shared lock.
 #[derive(Debug, Default)]
 pub(super) struct Registry {
-    pub(super) nodes: Mutex<BTreeMap<String, NodeEntry>>,
+    pub(super) nodes: Mutex<BTreeMap<String, NodeHandle>>,
     pub(super) refusals: Mutex<VecDeque<Refusal>>,
 }
 
+/// One node's entry in the [`Registry`].
+#[derive(Debug, Clone, Default)]
+pub(super) struct NodeHandle(Arc<Mutex<NodeEntry>>);
+
+impl NodeHandle {
+    fn lock(&self) -> MutexGuard<'_, NodeEntry> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One stream of the node fewer.
+    pub(super) fn disconnect(&self) {
+        let mut e = self.lock();
+        e.streams = e.streams.saturating_sub(1);
+    }
+
+    /// Notes that a stream of the node has sent what generation `generation` changed for it.
+    pub(super) fn caught_up(&self, generation: u64) {
+        self.lock().generation = generation;
+    }
+
+    pub(super) fn update(&self, t: ResourceType, f: impl FnOnce(&mut TypeStatus)) {
+        f(&mut self.lock().types[t.index()]);
+    }
+}
+
 impl Registry {
-    pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, NodeEntry>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, NodeHandle>> {
         self.nodes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(super) fn connect(&self, id: &str, zone: Option<&str>, admin: Option<&str>) {
-        let mut nodes = self.lock();
-        let e = nodes.entry(id.to_string()).or_default();
-        e.zone = zone.map(str::to_string);
-        e.admin = admin.map(str::to_string);
-        e.streams += 1;
-    }
-
-    pub(super) fn disconnect(&self, id: &str) {
-        if let Some(e) = self.lock().get_mut(id) {
-            e.streams = e.streams.saturating_sub(1);
+    /// A stream of node `id` opened: its entry, to update it with.
+    pub(super) fn connect(&self, id: &str, zone: Option<&str>, admin: Option<&str>) -> NodeHandle {
+        let node = self.lock().entry(id.to_string()).or_default().clone();
+        {
+            let mut e = node.lock();
+            e.zone = zone.map(str::to_string);
+            e.admin = admin.map(str::to_string);
+            e.streams += 1;
         }
+        node
     }
 
     pub(super) fn refuse(&self, refusal: Refusal) {
@@ -177,22 +202,10 @@ impl Registry {
         list.iter().cloned().collect()
     }
 
-    /// Notes that a stream of node `id` has sent what generation `generation` changed for it.
-    pub(super) fn caught_up(&self, id: &str, generation: u64) {
-        if let Some(e) = self.lock().get_mut(id) {
-            e.generation = generation;
-        }
-    }
-
-    pub(super) fn update(&self, id: &str, t: ResourceType, f: impl FnOnce(&mut TypeStatus)) {
-        if let Some(e) = self.lock().get_mut(id) {
-            f(&mut e.types[t.index()]);
-        }
-    }
-
     pub(super) fn status(&self, snapshot: &Snapshot) -> Vec<NodeStatus> {
         self.lock()
             .iter()
+            .map(|(id, e)| (id, e.lock()))
             .map(|(id, e)| NodeStatus {
                 id: id.clone(),
                 zone: e.zone.clone(),
