@@ -105,6 +105,12 @@ impl Server {
         let _ = self.fleet.0.set(fleet);
     }
 
+    /// A count that moves whenever a node's row of [`Server::status`] may have changed (a
+    /// stream opened or closed, a response sent, an ACK or NACK): compare two readings.
+    pub fn node_changes(&self) -> u64 {
+        self.registry.changes.load(Ordering::Relaxed)
+    }
+
     /// The nodes whose streams are open on this replica, as [`Server::status`] lists them
     /// (what a shared store publishes for the other replicas).
     pub fn connected_nodes(&self) -> Vec<NodeStatus> {

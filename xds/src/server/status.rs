@@ -145,14 +145,20 @@ pub(super) struct NodeEntry {
 pub(super) struct Registry {
     pub(super) nodes: Mutex<BTreeMap<String, NodeHandle>>,
     pub(super) refusals: Mutex<VecDeque<Refusal>>,
+    /// Counts the changes to any node's entry (a shared store publishes the rows again only
+    /// when it moved).
+    pub(super) changes: Arc<AtomicU64>,
 }
 
-/// One node's entry in the [`Registry`].
-#[derive(Debug, Clone, Default)]
-pub(super) struct NodeHandle(Arc<Mutex<NodeEntry>>);
+/// One node's entry in the [`Registry`], and the registry's change count.
+#[derive(Debug, Clone)]
+pub(super) struct NodeHandle(Arc<Mutex<NodeEntry>>, Arc<AtomicU64>);
 
 impl NodeHandle {
+    /// The entry, locked; the registry's change count moves when the guard is taken (the
+    /// caller changes it).
     fn lock(&self) -> MutexGuard<'_, NodeEntry> {
+        self.1.fetch_add(1, Ordering::Relaxed);
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -179,7 +185,11 @@ impl Registry {
 
     /// A stream of node `id` opened: its entry, to update it with.
     pub(super) fn connect(&self, id: &str, zone: Option<&str>, admin: Option<&str>) -> NodeHandle {
-        let node = self.lock().entry(id.to_string()).or_default().clone();
+        let node = self
+            .lock()
+            .entry(id.to_string())
+            .or_insert_with(|| NodeHandle(Arc::default(), self.changes.clone()))
+            .clone();
         {
             let mut e = node.lock();
             e.zone = zone.map(str::to_string);
@@ -205,7 +215,7 @@ impl Registry {
     pub(super) fn status(&self, snapshot: &Snapshot) -> Vec<NodeStatus> {
         self.lock()
             .iter()
-            .map(|(id, e)| (id, e.lock()))
+            .map(|(id, e)| (id, e.0.lock().unwrap_or_else(|p| p.into_inner())))
             .map(|(id, e)| NodeStatus {
                 id: id.clone(),
                 zone: e.zone.clone(),

@@ -9,7 +9,7 @@
 //! with a watch; while etcd is lost it shows only its own nodes.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,8 @@ pub struct FleetView {
     others: Mutex<BTreeMap<String, NodeStatus>>,
     /// The lease this replica's rows are under (0: none).
     lease: AtomicI64,
+    /// [`Server::node_changes`] when the rows were last published (`u64::MAX`: never).
+    published_at: AtomicU64,
 }
 
 impl std::fmt::Debug for FleetView {
@@ -80,6 +82,7 @@ impl FleetView {
             replica: replica.to_string(),
             others: Mutex::new(BTreeMap::new()),
             lease: AtomicI64::new(0),
+            published_at: AtomicU64::new(u64::MAX),
         }))
     }
 
@@ -112,6 +115,7 @@ impl FleetView {
                 tracing::debug!(error = %e, "publishing the connected nodes in etcd failed; again from the start");
                 lease = None;
                 published.clear();
+                self.published_at.store(u64::MAX, Ordering::Relaxed);
                 self.store.forget_client();
                 tokio::time::sleep(RETRY).await;
             }
@@ -158,6 +162,11 @@ impl FleetView {
                 Err(e) => return Err(format!("etcd lease keep-alive: {e}")),
             }
         }
+        // The rows are read (and written) again only when a node's row may have changed.
+        let changes = server.node_changes();
+        if self.published_at.load(Ordering::Relaxed) == changes {
+            return Ok(());
+        }
         let now: BTreeMap<String, String> = server
             .connected_nodes()
             .into_iter()
@@ -184,6 +193,7 @@ impl FleetView {
                 .map_err(|e| format!("etcd txn: {e}"))?;
         }
         *published = now;
+        self.published_at.store(changes, Ordering::Relaxed);
         Ok(())
     }
 
