@@ -190,6 +190,22 @@ fn a_fleet_of_three_replicas_on_etcd_serves_six_sidecars() {
         );
     }
 
+    // Its metrics say the same: two sidecars here, six in the fleet.
+    let (code, metrics) = http_get(r2.admin, "/metrics");
+    assert_eq!(code, 200, "{metrics}");
+    assert!(
+        metrics.contains("\nrespway_xds_nodes_connected 2\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nrespway_xds_fleet_nodes_connected 6\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nrespway_xds_store_connected 1\n"),
+        "{metrics}"
+    );
+
     // An apply through replica 0 reaches all six; every replica numbers it alike.
     let g = apply(&r0, &work, "clusters.yaml", &clusters_file(&addrs, true));
     for (i, r) in [(1, &r1), (2, &r2)] {
@@ -203,7 +219,7 @@ fn a_fleet_of_three_replicas_on_etcd_serves_six_sidecars() {
         }
         assert_eq!(status(r).version, g, "replica {i}: the same generation");
     }
-    let took = all_hold(&r1, &nodes, g, slack(Duration::from_secs(5)));
+    let took = all_hold(&r1, &nodes, g, slack(Duration::from_secs(1)));
     eprintln!("an apply through replica 0 was held by all six sidecars after at most {took:?} (as replica 1 sees it)");
 
     // Replica 1 killed under load on its two sidecars: they move on, no request fails, and

@@ -150,6 +150,16 @@ fn a_replica_that_loses_etcd_keeps_serving_and_refuses_applies() {
         store["error"].as_str().is_some_and(|e| !e.is_empty()),
         "{store}"
     );
+    let (code, metrics) = http_get(r.addr, "/metrics");
+    assert_eq!(code, 200, "{metrics}");
+    assert!(
+        metrics.contains("\nrespway_xds_store_connected 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nrespway_xds_store_lost_total 1\n"),
+        "{metrics}"
+    );
     // etcd back: the replica follows it again (it retries each second) and applies work.
     etcd.restart();
     let start = Instant::now();
@@ -162,6 +172,11 @@ fn a_replica_that_loses_etcd_keeps_serving_and_refuses_applies() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(status(&r)["store"]["error"], serde_json::Value::Null);
+    let (_, metrics) = http_get(r.addr, "/metrics");
+    assert!(
+        metrics.contains("\nrespway_xds_store_connected 1\n"),
+        "{metrics}"
+    );
     let v2 = resources(7002);
     let (ok, said) = apply(&r, &v2);
     assert!(ok, "{said}");

@@ -42,6 +42,7 @@ use crate::secure::{tls_incoming, AcceptBackoff};
 use crate::server::Server;
 
 pub mod client;
+pub mod metrics;
 
 pub use crate::server::admin_state::{
     AdminLimits, AdminStats, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
@@ -317,6 +318,11 @@ async fn handle(
     let query = req.uri().query().unwrap_or("").to_string();
     Ok(match (req.method().clone(), path.as_str()) {
         (Method::GET, "/status") => json(StatusCode::OK, &server.status()),
+        (Method::GET, "/metrics") => hyper::Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "text/plain; version=0.0.4")
+            .body(Full::new(Bytes::from(metrics::render(&server))))
+            .unwrap_or_default(),
         (Method::POST, "/apply") => {
             let security = server.security();
             let authorization = req
