@@ -39,6 +39,25 @@ impl Etcd {
         self.proc.kill();
     }
 
+    /// Stops it without closing anything (`SIGSTOP`): its connections stay open, silent.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes it after [`Etcd::freeze`] (`SIGCONT`).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.proc.pid().to_string();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    }
+
     /// Starts it again on the same ports and data, after [`Etcd::kill`].
     pub fn restart(&mut self) {
         self.proc = Etcd::spawn(self.proc.addr.port(), self.peer, &self.data);

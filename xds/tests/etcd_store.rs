@@ -216,3 +216,31 @@ fn a_write_based_on_an_old_copy_is_refused() {
         assert!(got.kvs().is_empty(), "nothing written");
     });
 }
+
+/// A frozen etcd (its connections open and silent) is noticed: the replica says etcd is lost
+/// within seconds and follows it again once it answers.
+#[test]
+fn a_replica_notices_a_frozen_etcd() {
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let r = replica(&etcd, "frozen", dir.path());
+    assert!(apply(&r, &resources(7001)).0);
+    let connected = |want: bool, within: Duration| {
+        let start = Instant::now();
+        while status(&r)["store"]["connected"] != want {
+            assert!(
+                start.elapsed() < within,
+                "store connected never became {want}: {}",
+                status(&r)["store"]
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        start.elapsed()
+    };
+    etcd.freeze();
+    let took = connected(false, slack(Duration::from_secs(10)));
+    eprintln!("a frozen etcd was noticed after {took:?}");
+    etcd.thaw();
+    connected(true, slack(Duration::from_secs(10)));
+    assert!(apply(&r, &resources(7002)).0);
+}

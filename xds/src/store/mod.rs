@@ -25,7 +25,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Txn, TxnOp, WatchOptions,
+};
 use tokio::sync::watch;
 
 use crate::cache::{Cache, SharedStore, StoreStatus};
@@ -34,6 +36,10 @@ pub mod fleet;
 
 /// Between attempts to reach etcd again.
 const RETRY: Duration = Duration::from_secs(1);
+/// How long connecting to an etcd member may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The HTTP/2 keepalive to etcd: a PING after this long without a frame, answered within it.
+const KEEPALIVE: Duration = Duration::from_secs(2);
 /// How long an apply waits for its write to come back through the watch.
 const APPLY_WAIT: Duration = Duration::from_secs(5);
 
@@ -171,7 +177,15 @@ impl EtcdStore {
         {
             return Ok(c);
         }
-        let c = Client::connect(&self.url.endpoints, None)
+        // A member that does not answer is given up on within seconds (the kernel's connect
+        // retries take minutes), and an idle watch on a member that died, or lost its leader,
+        // fails instead of waiting forever: the replica then says etcd is lost.
+        let options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_keep_alive(KEEPALIVE, KEEPALIVE)
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        let c = Client::connect(&self.url.endpoints, Some(options))
             .await
             .map_err(|e| format!("etcd {}: {e}", self.url.endpoints.join(",")))?;
         *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
@@ -347,10 +361,13 @@ impl EtcdStore {
             .when([guard])
             .and_then([TxnOp::put(key.as_str(), text, None)]);
         let mut c = self.client().await?;
-        let resp = c.txn(txn).await.map_err(|e| {
-            self.forget_client();
-            format!("etcd txn: {e}")
-        })?;
+        let resp = tokio::time::timeout(APPLY_WAIT, c.txn(txn))
+            .await
+            .map_err(|_| format!("etcd did not answer the write within {APPLY_WAIT:?}: it may or may not have been written (see respway-xds status)"))?
+            .map_err(|e| {
+                self.forget_client();
+                format!("etcd txn: {e}")
+            })?;
         if !resp.succeeded() {
             return Err(format!(
                 "the resource files changed in etcd since this replica read them (revision {base}): nothing written; apply again"
