@@ -54,6 +54,10 @@ struct Args {
     /// Clusters in the served configuration (two shards each, a primary and a replica per shard).
     #[arg(long, default_value_t = 8)]
     clusters: usize,
+    /// Serve the files from etcd (`etcd://HOST:PORT/PREFIX`, an empty prefix of a running etcd),
+    /// as a replica of a shared store that also publishes its nodes there.
+    #[arg(long)]
+    store: Option<String>,
     /// Internal: run the server on this resource directory.
     #[arg(long, hide = true)]
     serve_child: Option<PathBuf>,
@@ -66,7 +70,7 @@ fn main() {
         .build()
         .expect("runtime");
     match args.serve_child.clone() {
-        Some(dir) => runtime.block_on(serve_child(dir)),
+        Some(dir) => runtime.block_on(serve_child(dir, args.store)),
         None => runtime.block_on(bench(args)),
     }
 }
@@ -75,7 +79,7 @@ fn main() {
 const ADMIN_TOKEN: &str = "fanout-example";
 
 /// The child: serves `dir`, prints `READY <grpc> <admin>`, exits when stdin closes.
-async fn serve_child(dir: PathBuf) {
+async fn serve_child(dir: PathBuf, store: Option<String>) {
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -87,10 +91,24 @@ async fn serve_child(dir: PathBuf) {
         grpc.local_addr().expect("addr"),
         admin.local_addr().expect("addr")
     );
+    let store = match store {
+        None => None,
+        Some(url) => {
+            let url = respway_xds::store::EtcdUrl::parse(&url).expect("--store");
+            Some(respway_xds::store::EtcdStore::open(url, &dir).await)
+        }
+    };
     let server = Server::new(dir).with_security(respway_xds::secure::Security {
         admin_token: Some(ADMIN_TOKEN.to_string()),
         ..Default::default()
     });
+    if let Some(store) = store {
+        server.cache().set_store(store.clone());
+        tokio::spawn(store.clone().follow(server.cache().clone()));
+        let fleet = respway_xds::store::fleet::FleetView::new(store, "fanout").expect("name");
+        server.set_fleet(fleet.clone());
+        tokio::spawn(fleet.run(server.clone()));
+    }
     let stdin_closed = tokio::task::spawn_blocking(|| {
         let mut sink = String::new();
         while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
@@ -331,7 +349,20 @@ async fn collect(
 async fn bench(args: Args) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("base.yaml"), config(args.clusters, 0)).expect("write");
-    let mut child = Command::new(std::env::current_exe().expect("exe"))
+    let mut child = Command::new(std::env::current_exe().expect("exe"));
+    if let Some(url) = &args.store {
+        // The first file goes to etcd: the replica's directory is a copy of it.
+        let parsed = respway_xds::store::EtcdUrl::parse(url).expect("--store");
+        let mut etcd = etcd_client::Client::connect(&parsed.endpoints, None)
+            .await
+            .expect("etcd");
+        let key = format!("{}/files/base.yaml", parsed.prefix);
+        etcd.put(key, config(args.clusters, 0), None)
+            .await
+            .expect("etcd put");
+        child.args(["--store", url]);
+    }
+    let mut child = child
         .arg("--serve-child")
         .arg(dir.path())
         .stdin(Stdio::piped())
@@ -393,7 +424,9 @@ async fn bench(args: Args) {
         let (reply, applied) = oneshot::channel();
         applier.send((text, reply)).expect("applier");
         let (version, t0, apply) = applied.await.expect("applied");
-        let lat = collect(&mut reports, args.clients, version, t0).await;
+        // Each client counts the versions it got of every type (round r: r + 1), which is the
+        // server's generation only without a shared store (there it is the store's revision).
+        let lat = collect(&mut reports, args.clients, round + 1, t0).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let cpu = cpu_time(pid).saturating_sub(cpu0);
         let bench = cpu_time(std::process::id()).saturating_sub(bench0);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
 
-use super::{EtcdStore, RETRY};
+use super::{EtcdStore, Link, RETRY};
 use crate::server::{Fleet, NodeStatus, Server};
 
 /// How long a replica's rows outlive it.
@@ -30,6 +30,9 @@ const OPS_PER_TXN: usize = 100;
 /// One replica's view of the fleet.
 pub struct FleetView {
     store: Arc<EtcdStore>,
+    /// A connection of its own: the rows of a large fleet (every node's, rewritten after each
+    /// push) must not queue the files' watch and the applies behind them.
+    link: Link,
     replica: String,
     /// The other replicas' rows, by their etcd key.
     others: Mutex<BTreeMap<String, NodeStatus>>,
@@ -78,6 +81,7 @@ impl FleetView {
             ));
         }
         Ok(Arc::new(FleetView {
+            link: Link::new(&store.url.endpoints),
             store,
             replica: replica.to_string(),
             others: Mutex::new(BTreeMap::new()),
@@ -101,7 +105,7 @@ impl FleetView {
         if id == 0 {
             return;
         }
-        if let Ok(mut c) = self.store.client().await {
+        if let Ok(mut c) = self.link.get().await {
             let _ = tokio::time::timeout(RETRY, c.lease_revoke(id)).await;
         }
     }
@@ -116,7 +120,7 @@ impl FleetView {
                 lease = None;
                 published.clear();
                 self.published_at.store(u64::MAX, Ordering::Relaxed);
-                self.store.forget_client();
+                self.link.forget();
                 tokio::time::sleep(RETRY).await;
             }
         }
@@ -128,7 +132,7 @@ impl FleetView {
         lease: &mut Option<Lease>,
         published: &mut BTreeMap<String, String>,
     ) -> Result<(), String> {
-        let mut c = self.store.client().await?;
+        let mut c = self.link.get().await?;
         let l = match lease {
             Some(l) => l,
             None => {
@@ -212,7 +216,7 @@ impl FleetView {
 
     /// Reads the other replicas' rows, then follows them until the watch fails.
     async fn follow_once(&self) -> Result<(), String> {
-        let mut c = self.store.client().await?;
+        let mut c = self.link.get().await?;
         let prefix = self.nodes_prefix();
         let mine = format!("{prefix}{}/", self.replica);
         let got = c

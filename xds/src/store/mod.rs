@@ -97,11 +97,54 @@ struct Copy {
     changed: i64,
 }
 
+/// A connection to etcd, made when first needed and made again after a failure.
+struct Link {
+    endpoints: Vec<String>,
+    client: Mutex<Option<Client>>,
+}
+
+impl Link {
+    fn new(endpoints: &[String]) -> Link {
+        Link {
+            endpoints: endpoints.to_vec(),
+            client: Mutex::new(None),
+        }
+    }
+
+    async fn get(&self) -> Result<Client, String> {
+        if let Some(c) = self
+            .client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Ok(c);
+        }
+        // A member that does not answer is given up on within seconds (the kernel's connect
+        // retries take minutes), and an idle watch on a member that died, or lost its leader,
+        // fails instead of waiting forever: the replica then says etcd is lost.
+        let options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_keep_alive(KEEPALIVE, KEEPALIVE)
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        let c = Client::connect(&self.endpoints, Some(options))
+            .await
+            .map_err(|e| format!("etcd {}: {e}", self.endpoints.join(",")))?;
+        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        Ok(c)
+    }
+
+    fn forget(&self) {
+        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
 /// One replica's link to etcd.
 pub struct EtcdStore {
     url: EtcdUrl,
     dir: PathBuf,
-    client: Mutex<Option<Client>>,
+    link: Link,
     copy: Mutex<Copy>,
     /// The revision the copy is of, for applies waiting for their write.
     revision: watch::Sender<i64>,
@@ -126,9 +169,9 @@ impl EtcdStore {
     /// earlier run is served (and reported as such) until [`EtcdStore::follow`] reaches it.
     pub async fn open(url: EtcdUrl, dir: &Path) -> Arc<EtcdStore> {
         let store = Arc::new(EtcdStore {
+            link: Link::new(&url.endpoints),
             url,
             dir: dir.to_path_buf(),
-            client: Mutex::new(None),
             copy: Mutex::new(Copy::default()),
             revision: watch::Sender::new(0),
             connected: watch::Sender::new(false),
@@ -169,31 +212,11 @@ impl EtcdStore {
     }
 
     async fn client(&self) -> Result<Client, String> {
-        if let Some(c) = self
-            .client
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
-            return Ok(c);
-        }
-        // A member that does not answer is given up on within seconds (the kernel's connect
-        // retries take minutes), and an idle watch on a member that died, or lost its leader,
-        // fails instead of waiting forever: the replica then says etcd is lost.
-        let options = ConnectOptions::new()
-            .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_keep_alive(KEEPALIVE, KEEPALIVE)
-            .with_keep_alive_while_idle(true)
-            .with_require_leader(true);
-        let c = Client::connect(&self.url.endpoints, Some(options))
-            .await
-            .map_err(|e| format!("etcd {}: {e}", self.url.endpoints.join(",")))?;
-        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
-        Ok(c)
+        self.link.get().await
     }
 
     fn forget_client(&self) {
-        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.link.forget();
     }
 
     /// Reads every file under the prefix at one revision into the directory.
@@ -278,7 +301,7 @@ impl EtcdStore {
     }
 
     /// One watch from the copy's revision on, until it fails.
-    async fn watch_once(&self, cache: &Arc<Cache>) -> Result<(), String> {
+    async fn watch_once(self: &Arc<Self>, cache: &Arc<Cache>) -> Result<(), String> {
         let mut c = self.client().await?;
         let prefix = self.url.files();
         let from = self.revision() + 1;
@@ -330,9 +353,22 @@ impl EtcdStore {
                 self.copy.lock().unwrap_or_else(|e| e.into_inner()).changed = kv.mod_revision();
             }
             if revision > 0 {
-                rescan(cache, self.changed()).await;
-                self.copy.lock().unwrap_or_else(|e| e.into_inner()).revision = revision;
-                self.revision.send_replace(revision);
+                // The copy's revision moves on the scanning thread, right after the scan: an
+                // apply waiting for it answers then, not once this task is polled again behind
+                // every stream woken by the push.
+                let (store, c, changed) = (self.clone(), cache.clone(), self.changed());
+                let scanned = tokio::task::spawn_blocking(move || {
+                    c.reload_at(changed);
+                    store
+                        .copy
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .revision = revision;
+                    store.revision.send_replace(revision);
+                });
+                if let Err(e) = scanned.await {
+                    tracing::error!(error = %e, "resource directory scan panicked");
+                }
             }
         }
     }
