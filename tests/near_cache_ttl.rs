@@ -80,3 +80,32 @@ fn tracked_entries_never_outlive_their_key_s_ttl() {
 fn ttl_mode_entries_never_outlive_their_key_s_ttl() {
     no_value_past_its_ttl("ttl");
 }
+
+/// A key that expired between the fill's read and its `PTTL` (`-2`) is not kept: its entry
+/// would have no end but `max_age` (it was served for seconds past its key's expiry).
+#[test]
+fn a_key_gone_by_the_fills_pttl_is_not_kept() {
+    let fake = FakeShard::start(|_| FakeMode::ExpiredOnRead);
+    let y = sharded_yaml(&[fake.addr], "{ policy: modula }", false).replace(
+        "    connect_timeout: 500ms\n",
+        "    connect_timeout: 500ms\n    near_cache: { mode: ttl, max_age: 10s }\n",
+    );
+    let rw = respway_not_learning(&y);
+    let mut r = RespConn::connect(rw.addr);
+    for _ in 0..5 {
+        assert_eq!(r.call(&["GET", "gone"]), Resp::bulk("v"));
+    }
+    let info = r.call(&["INFO", "nearcache"]).text();
+    let stat = |name: &str| -> u64 {
+        info.split([':', ',', '\n'])
+            .find_map(|kv| kv.trim().strip_prefix(&format!("{name}=")))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {info}"))
+    };
+    assert_eq!(
+        stat("hits"),
+        0,
+        "served from an entry of a gone key: {info}"
+    );
+    assert!(stat("fills_dropped") >= 1, "{info}");
+}

@@ -20,6 +20,9 @@ pub enum FakeMode {
     Garbage,
     /// Reads everything and never answers, with the socket open.
     Silent,
+    /// Normal, but `PTTL` answers `-2`: every key is gone right after its `GET` (it expired
+    /// between the two).
+    ExpiredOnRead,
 }
 
 /// A fake shard on a free loopback port. Stopped (and its threads ended) on drop.
@@ -108,6 +111,7 @@ fn fake_conn(mut stream: TcpStream, mode: FakeMode, stop: Arc<AtomicBool>) {
                     break;
                 }
                 _ => out.extend_from_slice(match name.as_str() {
+                    "PTTL" if mode == FakeMode::ExpiredOnRead => b":-2\r\n",
                     "PING" => b"+PONG\r\n",
                     "GET" => b"$1\r\nv\r\n",
                     _ => b"+OK\r\n",

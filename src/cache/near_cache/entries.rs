@@ -563,9 +563,17 @@ impl ClusterCache {
             let Some(reply) = elements.get(if mget { item.at } else { 0 }) else {
                 continue;
             };
-            let expires = u64::try_from(ttl)
-                .ok()
-                .map(|ms| sent + Duration::from_millis(ms));
+            // `-1`: no TTL, and `-2` after a nil read: no key (max_age bounds the entry);
+            // `-2` after a value: the key expired between the read and its PTTL, so the value
+            // read is already gone: nothing is kept.
+            let expires = match u64::try_from(ttl) {
+                Ok(ms) => Some(sent + Duration::from_millis(ms)),
+                Err(_) if ttl == -1 || is_nil(reply) => None,
+                Err(_) => {
+                    bump(&self.stats.fills_dropped);
+                    continue;
+                }
+            };
             if reply.len() as u64 > self.cfg.max_entry_bytes {
                 bump(&self.stats.too_large);
                 continue;
@@ -697,6 +705,11 @@ fn entry_hash(
         h = xxhash_rust::xxh3::xxh3_64_with_seed(a, h);
     }
     h
+}
+
+/// Whether `reply` is a nil (RESP2 null bulk or array, RESP3 null).
+fn is_nil(reply: &[u8]) -> bool {
+    matches!(reply, b"$-1\r\n" | b"*-1\r\n" | b"_\r\n")
 }
 
 /// The near cache's tracker of `ep` in this worker, when its cluster's cache has one (kept
