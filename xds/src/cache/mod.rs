@@ -614,5 +614,11 @@ fn is_resource_file(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml")
 }
 
+/// Whether `name` is a resource file's name: a `*.yaml` / `*.yml` file directly in the
+/// directory, not hidden (a shared store keeps only such files in a replica's copy).
+pub(crate) fn is_resource_name(name: &str) -> bool {
+    !name.starts_with('.') && !name.contains('/') && is_resource_file(name)
+}
+
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ use etcd_client::{
 };
 use tokio::sync::watch;
 
-use crate::cache::{Cache, SharedStore, StoreStatus};
+use crate::cache::{is_resource_name, Cache, SharedStore, StoreStatus};
 
 pub mod fleet;
 
@@ -87,16 +88,6 @@ impl EtcdUrl {
     }
 }
 
-/// What this replica's copy holds.
-#[derive(Debug, Default)]
-struct Copy {
-    /// The etcd revision the copy is of (0: not read yet).
-    revision: i64,
-    /// The revision of the copy's latest file change (a file's `mod_revision`, or a delete's
-    /// revision): the generation its snapshot is served as, the same on every replica.
-    changed: i64,
-}
-
 /// A connection to etcd, made when first needed and made again after a failure.
 struct Link {
     endpoints: Vec<String>,
@@ -145,7 +136,9 @@ pub struct EtcdStore {
     url: EtcdUrl,
     dir: PathBuf,
     link: Link,
-    copy: Mutex<Copy>,
+    /// The revision of the copy's latest file change (a file's `mod_revision`, or a delete's
+    /// revision): the generation its snapshot is served as, the same on every replica.
+    changed: AtomicI64,
     /// The revision the copy is of, for applies waiting for their write.
     revision: watch::Sender<i64>,
     /// Whether the watch is following etcd now.
@@ -172,7 +165,7 @@ impl EtcdStore {
             link: Link::new(&url.endpoints),
             url,
             dir: dir.to_path_buf(),
-            copy: Mutex::new(Copy::default()),
+            changed: AtomicI64::new(0),
             revision: watch::Sender::new(0),
             connected: watch::Sender::new(false),
             lost: Mutex::new((None, 0)),
@@ -202,8 +195,7 @@ impl EtcdStore {
 
     /// The revision of the copy's latest file change: the generation it is served as.
     fn changed(&self) -> u64 {
-        let c = self.copy.lock().unwrap_or_else(|e| e.into_inner()).changed;
-        u64::try_from(c).unwrap_or(0)
+        u64::try_from(self.changed.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// The etcd revision this replica's copy is of.
@@ -237,7 +229,7 @@ impl EtcdStore {
             let Some(name) = kv.key_str().ok().and_then(|k| k.strip_prefix(&prefix)) else {
                 continue;
             };
-            if !plain(name) {
+            if !is_resource_name(name) {
                 continue;
             }
             changed = changed.max(kv.mod_revision());
@@ -250,7 +242,7 @@ impl EtcdStore {
         if let Ok(entries) = std::fs::read_dir(&self.dir) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if plain(&name) && !texts.contains_key(&name) {
+                if is_resource_name(&name) && !texts.contains_key(&name) {
                     let _ = std::fs::remove_file(e.path());
                 }
             }
@@ -258,7 +250,7 @@ impl EtcdStore {
         for (name, text) in &texts {
             self.write(name, text)?;
         }
-        *self.copy.lock().unwrap_or_else(|e| e.into_inner()) = Copy { revision, changed };
+        self.changed.store(changed, Ordering::Relaxed);
         self.revision.send_replace(revision);
         Ok(())
     }
@@ -281,7 +273,7 @@ impl EtcdStore {
         let mut read = self.revision() == 0;
         if !read {
             // The server loaded the copy as its own generation 1: serve it as the store's.
-            rescan(&cache, self.changed()).await;
+            self.settle(&cache, None).await;
         }
         loop {
             if read {
@@ -290,7 +282,7 @@ impl EtcdStore {
                     tokio::time::sleep(RETRY).await;
                     continue;
                 }
-                rescan(&cache, self.changed()).await;
+                self.settle(&cache, None).await;
             }
             if let Err(e) = self.watch_once(&cache).await {
                 self.lose(e);
@@ -341,7 +333,7 @@ impl EtcdStore {
                     continue;
                 };
                 revision = revision.max(kv.mod_revision());
-                if !plain(name) {
+                if !is_resource_name(name) {
                     continue;
                 }
                 match ev.event_type() {
@@ -350,26 +342,28 @@ impl EtcdStore {
                         let _ = std::fs::remove_file(self.dir.join(name));
                     }
                 }
-                self.copy.lock().unwrap_or_else(|e| e.into_inner()).changed = kv.mod_revision();
+                self.changed.fetch_max(kv.mod_revision(), Ordering::Relaxed);
             }
             if revision > 0 {
-                // The copy's revision moves on the scanning thread, right after the scan: an
-                // apply waiting for it answers then, not once this task is polled again behind
-                // every stream woken by the push.
-                let (store, c, changed) = (self.clone(), cache.clone(), self.changed());
-                let scanned = tokio::task::spawn_blocking(move || {
-                    c.reload_at(changed);
-                    store
-                        .copy
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .revision = revision;
-                    store.revision.send_replace(revision);
-                });
-                if let Err(e) = scanned.await {
-                    tracing::error!(error = %e, "resource directory scan panicked");
-                }
+                self.settle(cache, Some(revision)).await;
             }
+        }
+    }
+
+    /// Has `cache` scan the copy, serving it as generation [`EtcdStore::changed`] at least;
+    /// then, with `revision`, moves the copy's revision there. That happens on the scanning
+    /// thread, right after the scan: an apply waiting for it answers then, not once this task
+    /// is polled again behind every stream woken by the push.
+    async fn settle(self: &Arc<Self>, cache: &Arc<Cache>, revision: Option<i64>) {
+        let (store, c, changed) = (self.clone(), cache.clone(), self.changed());
+        let scanned = tokio::task::spawn_blocking(move || {
+            c.reload_at(changed);
+            if let Some(r) = revision {
+                store.revision.send_replace(r);
+            }
+        });
+        if let Err(e) = scanned.await {
+            tracing::error!(error = %e, "resource directory scan panicked");
         }
     }
 
@@ -435,21 +429,6 @@ impl SharedStore for EtcdStore {
             error: lost.0,
             lost: lost.1,
         }
-    }
-}
-
-/// A plain resource file name (the cache's own rule).
-fn plain(name: &str) -> bool {
-    !name.starts_with('.')
-        && !name.contains('/')
-        && (name.ends_with(".yaml") || name.ends_with(".yml"))
-}
-
-/// Has `cache` scan the copy, serving what it finds as generation `changed` (at least).
-async fn rescan(cache: &Arc<Cache>, changed: u64) {
-    let c = cache.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || c.reload_at(changed)).await {
-        tracing::error!(error = %e, "resource directory scan panicked");
     }
 }
 
