@@ -42,6 +42,12 @@ fn resources(shard_port: u16) -> String {
 
 /// `respway-xds apply` of `text` as `base.yaml` through `admin`: (exit success, output).
 fn apply(admin: &Proc, text: &str) -> (bool, String) {
+    let (code, said) = apply_code(admin, text);
+    (code == Some(0), said)
+}
+
+/// `respway-xds apply` of `text` as `base.yaml` through `admin`: (exit code, output).
+fn apply_code(admin: &Proc, text: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("base.yaml");
     std::fs::write(&file, text).unwrap();
@@ -57,7 +63,7 @@ fn apply(admin: &Proc, text: &str) -> (bool, String) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    (out.status.success(), said)
+    (out.status.code(), said)
 }
 
 /// Waits (at most `within`) until `dir/base.yaml` holds `text`; how long it took.
@@ -135,8 +141,10 @@ fn a_replica_that_loses_etcd_keeps_serving_and_refuses_applies() {
     etcd.kill();
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(served(&r), version, "the last copy is still served");
-    let (ok, said) = apply(&r, &resources(7002));
-    assert!(!ok, "an apply without etcd: {said}");
+    // Refused as unavailable (HTTP 503, exit 1: try again later), not as a conflict or a
+    // bad file (409 or 400, exit 2).
+    let (code, said) = apply_code(&r, &resources(7002));
+    assert_eq!(code, Some(1), "an apply without etcd: {said}");
     assert!(said.contains("etcd"), "{said}");
     assert_eq!(
         std::fs::read_to_string(dir.path().join("base.yaml")).unwrap(),
@@ -209,8 +217,9 @@ fn a_write_based_on_an_old_copy_is_refused() {
             .unwrap();
         let err = store.put("b.yaml", &resources(7002)).await.unwrap_err();
         assert!(
-            err.contains("changed in etcd since this replica read them"),
-            "{err}"
+            matches!(&err, respway_xds::cache::ApplyError::Conflict(e)
+                if e.contains("changed in etcd since this replica read them")),
+            "{err:?}"
         );
         let got = other.get("/race/files/b.yaml", None).await.unwrap();
         assert!(got.kvs().is_empty(), "nothing written");

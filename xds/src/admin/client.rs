@@ -45,6 +45,10 @@ pub enum AdminError {
     /// The server refused the request; every error it gave.
     #[error("{}", .0.join("\n"))]
     Refused(Vec<String>),
+    /// The server could not do it now (`503`: its shared store is not reachable); every
+    /// error it gave. Worth trying again.
+    #[error("{}", .0.join("\n"))]
+    Unavailable(Vec<String>),
 }
 
 /// Fetches `GET /status` from the admin endpoint at `addr` (`HOST:PORT`).
@@ -86,6 +90,9 @@ fn decode<T: for<'de> Deserialize<'de>>(
         return serde_json::from_slice(body).map_err(|e| transport(format!("bad JSON: {e}")));
     }
     match serde_json::from_slice::<Refused>(body) {
+        Ok(r) if status == StatusCode::SERVICE_UNAVAILABLE => {
+            Err(AdminError::Unavailable(r.errors))
+        }
         Ok(r) => Err(AdminError::Refused(r.errors)),
         Err(_) => Err(transport(format!(
             "HTTP {status}: {}",

@@ -372,8 +372,11 @@ async fn handle(
                 Ok(Err(e @ ApplyError::Io(_))) => {
                     refused(StatusCode::INTERNAL_SERVER_ERROR, vec![e.to_string()])
                 }
-                Ok(Err(e @ ApplyError::Store(_))) => {
+                Ok(Err(e @ ApplyError::Conflict(_))) => {
                     refused(StatusCode::CONFLICT, vec![e.to_string()])
+                }
+                Ok(Err(e @ ApplyError::Unavailable(_))) => {
+                    refused(StatusCode::SERVICE_UNAVAILABLE, vec![e.to_string()])
                 }
                 Err(e) => refused(StatusCode::INTERNAL_SERVER_ERROR, vec![e.to_string()]),
             }

@@ -179,10 +179,14 @@ pub enum ApplyError {
     /// The file could not be written.
     #[error("cannot write {0}")]
     Io(String),
-    /// The shared store (etcd) refused the write: another write came first, or it is not
-    /// reachable. Nothing was written.
+    /// The shared store (etcd) refused the write: another write came first (the files
+    /// changed since this replica's copy was read). Nothing was written.
     #[error("{0}")]
-    Store(String),
+    Conflict(String),
+    /// The shared store (etcd) did not answer, or this replica did not see the write within
+    /// the wait: try again later (`respway-xds status` says what is served).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Where an apply writes instead of the directory: a store shared by several replicas (etcd,
@@ -193,8 +197,9 @@ pub trait SharedStore: Send + Sync {
     /// and was scanned. Blocking (applies run on a blocking thread).
     ///
     /// # Errors
-    /// What the store said: another write came first, or it is not reachable.
-    fn write(&self, name: &str, text: &str) -> Result<(), String>;
+    /// [`ApplyError::Conflict`]: another write came first; [`ApplyError::Unavailable`]: the
+    /// store is not reachable, or the write was not seen in time.
+    fn write(&self, name: &str, text: &str) -> Result<(), ApplyError>;
     /// The store's state, for `GET /status`.
     fn status(&self) -> StoreStatus;
 }
@@ -362,7 +367,7 @@ impl Cache {
             // The store writes the file here and scans once it holds it; its own check (no
             // change since this copy was read) stands in for this lock.
             drop(inner);
-            store.write(name, text).map_err(ApplyError::Store)?;
+            store.write(name, text)?;
             let inner = self.lock();
             return if inner.errors.is_empty() {
                 Ok(self.tx.borrow().version)

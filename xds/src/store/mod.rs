@@ -31,7 +31,7 @@ use etcd_client::{
 };
 use tokio::sync::watch;
 
-use crate::cache::{is_resource_name, Cache, SharedStore, StoreStatus};
+use crate::cache::{is_resource_name, ApplyError, Cache, SharedStore, StoreStatus};
 
 pub mod fleet;
 
@@ -372,8 +372,9 @@ impl EtcdStore {
     /// cache's apply runs on a blocking thread).
     ///
     /// # Errors
-    /// etcd refused or did not answer, another write came first, or the copy did not catch up.
-    pub fn put_blocking(&self, name: &str, text: &str) -> Result<(), String> {
+    /// [`ApplyError::Conflict`]: another write came first; [`ApplyError::Unavailable`]: etcd
+    /// did not answer, or the copy did not catch up.
+    pub fn put_blocking(&self, name: &str, text: &str) -> Result<(), ApplyError> {
         self.runtime.block_on(self.put(name, text))
     }
 
@@ -381,7 +382,8 @@ impl EtcdStore {
     ///
     /// # Errors
     /// As [`EtcdStore::put_blocking`].
-    pub async fn put(&self, name: &str, text: &str) -> Result<(), String> {
+    pub async fn put(&self, name: &str, text: &str) -> Result<(), ApplyError> {
+        let unavailable = ApplyError::Unavailable;
         let base = self.revision();
         let prefix = self.url.files();
         let key = format!("{prefix}{name}");
@@ -390,33 +392,33 @@ impl EtcdStore {
         let txn = Txn::new()
             .when([guard])
             .and_then([TxnOp::put(key.as_str(), text, None)]);
-        let mut c = self.client().await?;
+        let mut c = self.client().await.map_err(unavailable)?;
         let resp = tokio::time::timeout(APPLY_WAIT, c.txn(txn))
             .await
-            .map_err(|_| format!("etcd did not answer the write within {APPLY_WAIT:?}: it may or may not have been written (see respway-xds status)"))?
+            .map_err(|_| unavailable(format!("etcd did not answer the write within {APPLY_WAIT:?}: it may or may not have been written (see respway-xds status)")))?
             .map_err(|e| {
                 self.forget_client();
-                format!("etcd txn: {e}")
+                unavailable(format!("etcd txn: {e}"))
             })?;
         if !resp.succeeded() {
-            return Err(format!(
+            return Err(ApplyError::Conflict(format!(
                 "the resource files changed in etcd since this replica read them (revision {base}): nothing written; apply again"
-            ));
+            )));
         }
         let written = resp.header().map_or(base + 1, |h| h.revision());
         let mut rx = self.revision.subscribe();
         tokio::time::timeout(APPLY_WAIT, rx.wait_for(|r| *r >= written))
             .await
             .map_err(|_| {
-                format!("written to etcd (revision {written}), but this replica has not seen it within {APPLY_WAIT:?}")
+                unavailable(format!("written to etcd (revision {written}), but this replica has not seen it within {APPLY_WAIT:?}"))
             })?
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| unavailable(e.to_string()))?;
         Ok(())
     }
 }
 
 impl SharedStore for EtcdStore {
-    fn write(&self, name: &str, text: &str) -> Result<(), String> {
+    fn write(&self, name: &str, text: &str) -> Result<(), ApplyError> {
         self.put_blocking(name, text)
     }
 
