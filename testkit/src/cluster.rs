@@ -108,6 +108,26 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Knowing its id is not yet agreeing on the slots: until the new node has learned
+        // every primary's slots, `redis-cli --cluster reshard` refuses with "Nodes don't
+        // agree about configuration!" (it happened in a test). Wait for its own check.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = Command::new("redis-cli")
+                .args(["--cluster", "check", &self.nodes[0].addr.to_string()])
+                .stdin(Stdio::null())
+                .output()
+                .expect("redis-cli");
+            let text = String::from_utf8_lossy(&out.stdout);
+            if out.status.success() && !text.contains("[ERR]") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the nodes do not agree on the configuration 30 s after {addr} joined: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         addr
     }
 
