@@ -313,6 +313,17 @@ fn a_modules_key_specs_place_its_commands() {
         rename
     );
     assert!(holding(&addrs, &x).is_empty() && holding(&addrs, &y).is_empty());
+    // A key count as large as an integer goes: too many keys (Redis's words), on a
+    // connection that goes on serving.
+    let huge = value(&mut through, &["KS.MSET", "9223372036854775807", &x, "z"]).unwrap_err();
+    assert!(
+        huge.contains("Number of keys can't be greater than number of args"),
+        "{huge}"
+    );
+    assert_eq!(
+        value(&mut through, &["PING"]),
+        Ok(redis::Value::SimpleString("PONG".into()))
+    );
     // Incomplete key specs: refused with the reason, run on no shard.
     let odd = value(&mut through, &["KS.ODD", "k0"]).unwrap_err();
     assert!(

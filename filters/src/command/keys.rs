@@ -288,11 +288,11 @@ fn learned_indices(
             if n == 0 {
                 return Ok(());
             }
-            let last = start + (n - 1) * step;
-            if last >= argc {
-                return Err("Number of keys can't be greater than number of args");
+            // The count is the client's: as large as i64 goes, it must not overflow.
+            match (n - 1).checked_mul(step).and_then(|d| start.checked_add(d)) {
+                Some(last) if last < argc => (start, last, step),
+                _ => return Err("Number of keys can't be greater than number of args"),
             }
-            (start, last, step)
         }
     };
     let mut i = start;

@@ -137,6 +137,11 @@ fn keynum_and_keyword_specs_find_every_key() {
         keys(c.info, "T.MSET x KEYS z a"),
         Err("value is not an integer or out of range")
     );
+    // A count the client made as large as it gets is too many keys, not an overflow.
+    assert_eq!(
+        keys(c.info, "T.MSET x KEYS 9223372036854775807 a"),
+        Err("Number of keys can't be greater than number of args")
+    );
     // A range to the end, every other argument (MSET's shape).
     let f = command("T.MSET2", -3, &["write"], vec![range(1, -1, 2, &["OW"])]);
     let c = parse_command(&f).unwrap();
