@@ -5,8 +5,10 @@ Starts a one-member etcd on loopback and a "watcher" replica (`respway-xds serve
 etcd://.../PREFIX --replica watcher`, no sidecar of its own), then runs the fan-out
 benchmark against the same prefix (`fanout --clients N --rounds R --store ...`): its server
 is another replica, whose N sidecars' rows (`PREFIX/nodes/fanout/NODE_ID`) it writes to
-etcd and rewrites at each push. Every 100 ms the watcher's VmRSS, its CPU time and its
-`respway_xds_fleet_nodes_connected` (`GET /metrics`) are sampled. Printed:
+etcd and rewrites at each push. Every 100 ms the watcher's VmRSS and CPU time are sampled,
+and every --metrics-every seconds (1) its `respway_xds_fleet_nodes_connected` (`GET
+/metrics`, which builds the whole fleet's status: polled often, it adds its own copies of
+every row to the RSS measured). Printed:
 
   - the watcher's RSS before the rows, with all N listed, and after the rounds: the cost
     per followed row;
@@ -15,7 +17,7 @@ etcd and rewrites at each push. Every 100 ms the watcher's VmRSS, its CPU time a
   - etcd's CPU time.
 
     perf/bench/fleet_rows.py target/release/respway-xds target/release/examples/fanout \
-        [--clients 10000] [--rounds 3]
+        [--clients 10000] [--rounds 3] [--metrics-every 1.0]
 
 Loopback only. python3 stdlib only (and etcd). Every process it starts is stopped on exit.
 """
@@ -81,6 +83,7 @@ def main():
     ap.add_argument("fanout")
     ap.add_argument("--clients", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--metrics-every", type=float, default=1.0)
     a = ap.parse_args()
     if not shutil.which("etcd"):
         sys.exit("etcd is not installed (Debian: etcd-server)")
@@ -118,22 +121,25 @@ def main():
         procs.append(fan)
         samples = []  # (t, rss KiB, cpu s, nodes)
         start = time.time()
+        asked = 0.0
         while fan.poll() is None and time.time() - start < 600:
-            samples.append((time.time() - start, rss_kib(watcher.pid), cpu_s(watcher.pid),
-                            fleet_nodes(admin)))
+            t = time.time() - start
+            nodes = None
+            if t >= asked:
+                nodes, asked = fleet_nodes(admin), t + a.metrics_every
+            samples.append((t, rss_kib(watcher.pid), cpu_s(watcher.pid), nodes))
             time.sleep(0.1)
         out = fan.stdout.read()
         print(out, end="")
         rss_end, cpu_end, etcd_cpu = rss_kib(watcher.pid), cpu_s(watcher.pid), cpu_s(etcd.pid)
         first = next((s for s in samples if s[3]), None)
         full = next((s for s in samples if s[3] is not None and s[3] >= a.clients), None)
-        rss_full = max((s[1] for s in samples if s[3] is not None and s[3] >= a.clients),
-                       default=0)
+        rss_full = max((s[1] for s in samples if full and s[0] >= full[0]), default=0)
         print(f"watcher: RSS before the rows {rss0 / 1024:.1f} MiB")
         if first and full:
             print(f"watcher: lists its first row {first[0]:.2f} s into the run, all "
                   f"{a.clients} {full[0] - first[0]:.2f} s later")
-            print(f"watcher: peak RSS with all {a.clients} rows {rss_full / 1024:.1f} MiB "
+            print(f"watcher: peak RSS once all {a.clients} rows are listed {rss_full / 1024:.1f} MiB "
                   f"({(rss_full - rss0) / a.clients:.2f} KiB per row); after the rounds "
                   f"{rss_end / 1024:.1f} MiB ({(rss_end - rss0) / a.clients:.2f} KiB per row)")
         else:
