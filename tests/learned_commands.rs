@@ -178,6 +178,54 @@ fn a_shard_without_the_module_answers_its_own_error() {
     );
 }
 
+/// Keys of a command with incomplete specs are asked of a shard that knows the command: one
+/// without the module (a rolling upgrade) is passed over for the next. A key of the shard
+/// without it gets that shard's own error there, as any command of the module does.
+#[test]
+fn keys_are_asked_of_a_shard_that_knows_the_command() {
+    let shards = [redis(), with_keyspecs(), with_keyspecs()];
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
+    let rw = respway(&sharded_yaml(&addrs, "{ policy: maglev }", false), 1);
+    let mut through = sync_client(rw.addr);
+    let bare = redis();
+    let mut bare_c = sync_client(bare.addr);
+    let (mut served, mut refused) = (0, 0);
+    for i in 0..24 {
+        let k = format!("odd{i}");
+        let args = ["KS.ODD", k.as_str(), "v"];
+        match value(&mut through, &args) {
+            Ok(redis::Value::Okay) => {
+                assert_eq!(holding(&addrs[1..], &k).len(), 1, "{k}");
+                served += 1;
+            }
+            other => {
+                // The same words the module-less shard says to a direct client.
+                assert_eq!(other, value(&mut bare_c, &args), "{k}");
+                assert!(holding(&addrs, &k).is_empty(), "{k}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        served > 0 && refused > 0,
+        "served {served}, refused {refused}"
+    );
+    // `/commands` says its keys are asked for.
+    let admin = respway::admin::start(
+        "127.0.0.1:0".parse().unwrap(),
+        false,
+        rw.server.as_ref().expect("server"),
+    )
+    .expect("admin");
+    let (_, page) = http_get(admin.local_addr(), "/commands");
+    assert!(
+        page.lines()
+            .any(|l| l.contains("  ks.odd arity=-3 ")
+                && l.ends_with("class=same_shard keys=[asked]")),
+        "{page}"
+    );
+}
+
 /// `/commands` on the admin port lists what each endpoint taught, with its version.
 #[test]
 fn the_admin_page_shows_each_endpoints_commands_and_version() {
@@ -238,8 +286,8 @@ fn calls(addr: SocketAddr, cmd: &str) -> u64 {
 /// Every key-spec shape through respway over 3 shards: a single-key write and read, a
 /// multi-key write with a key count and a read of the keys after a keyword (forwarded when
 /// their keys share a shard, refused with RENAME's own error when not, nothing run anywhere),
-/// and a command with incomplete specs (refused, run nowhere). The same commands on one
-/// Redis with the module answer the same.
+/// and a command with incomplete specs (its keys asked of a shard, then placed as the others).
+/// The same commands on one Redis with the module answer the same.
 #[test]
 fn a_modules_key_specs_place_its_commands() {
     let shards: Vec<Proc> = (0..3).map(|_| with_keyspecs()).collect();
@@ -324,13 +372,47 @@ fn a_modules_key_specs_place_its_commands() {
         value(&mut through, &["PING"]),
         Ok(redis::Value::SimpleString("PONG".into()))
     );
-    // Incomplete key specs: refused with the reason, run on no shard.
-    let odd = value(&mut through, &["KS.ODD", "k0"]).unwrap_err();
-    assert!(
-        odd.contains("command 'KS.ODD' is not supported by respway: its key specs are incomplete"),
-        "{odd}"
+    // Incomplete key specs: a shard names the keys (COMMAND GETKEYS, the module's own
+    // answer), and the command goes to the shard that owns them; keys on two shards are
+    // refused as RENAME is and run nowhere; a wrong arity is Redis's error.
+    let odd = ["KS.ODD", "{odd}a", "1", "{odd}b", "2"];
+    assert_eq!(value(&mut through, &odd), value(&mut one, &odd));
+    let a = holding(&addrs, "{odd}a");
+    assert_eq!((a.len(), holding(&addrs, "{odd}b")), (1, a.clone()));
+    assert_eq!(
+        value(&mut through, &["GET", "{odd}b"]),
+        Ok(redis::Value::BulkString(b"2".to_vec()))
     );
-    assert_eq!(addrs.iter().map(|a| calls(*a, "ks.odd")).sum::<u64>(), 0);
+    assert_eq!(
+        value(&mut through, &["KS.ODD", &x, "1", &y, "2"]).unwrap_err(),
+        rename
+    );
+    assert!(holding(&addrs, &x).is_empty() && holding(&addrs, &y).is_empty());
+    assert_eq!(
+        value(&mut through, &["KS.ODD", "k"]),
+        value(&mut one, &["KS.ODD", "k"])
+    );
+    assert_eq!(addrs.iter().map(|a| calls(*a, "ks.odd")).sum::<u64>(), 1);
+    // Pipelined with other commands: none passes it, every reply in order.
+    let mut raw = RespConn::connect(rw.addr);
+    raw.send_pipeline(&[
+        vec!["KS.ODD", "{odd}p", "1"],
+        vec!["GET", "{odd}p"],
+        vec!["KS.ODD", "{odd}p", "2"],
+        vec!["KS.ODD", &x, "1", &y, "2"],
+        vec!["GET", "{odd}p"],
+    ]);
+    let replies: Vec<Resp> = (0..5).map(|_| raw.read().expect("a reply")).collect();
+    assert_eq!(replies[0], Resp::Simple("OK".into()));
+    assert_eq!(replies[1], Resp::Bulk(Some(b"1".to_vec())));
+    assert_eq!(replies[2], Resp::Simple("OK".into()));
+    assert!(replies[3].is_error(), "{:?}", replies[3]);
+    assert_eq!(replies[4], Resp::Bulk(Some(b"2".to_vec())));
+    // Queued in MULTI, it is refused: respway asks a shard for keys only outside one.
+    let mut tx = sync_client(rw.addr);
+    let _: () = redis::cmd("MULTI").query(&mut tx).unwrap();
+    let queued = value(&mut tx, &["KS.ODD", "{odd}a", "3"]).unwrap_err();
+    assert!(queued.contains("COMMAND GETKEYS"), "{queued}");
     // Counted under their own names, as built-in commands are.
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -373,6 +455,13 @@ clusters:
         Ok(redis::Value::Okay)
     );
     let denied = value(&mut app, &["KS.SET", "other", "v"]).unwrap_err();
+    assert!(denied.contains("NOPERM"), "{denied}");
+    // Keys a shard names (incomplete specs) are held to the patterns too.
+    assert_eq!(
+        value(&mut app, &["KS.ODD", "app:2", "v"]),
+        Ok(redis::Value::Okay)
+    );
+    let denied = value(&mut app, &["KS.ODD", "app:2", "v", "other", "v"]).unwrap_err();
     assert!(denied.contains("NOPERM"), "{denied}");
     let mut reader = client("reader", "readpw");
     assert_eq!(
@@ -429,6 +518,19 @@ fn a_learned_write_invalidates_the_near_cache() {
         assert_eq!(
             value(&mut c, &["GET", "k"]),
             Ok(redis::Value::BulkString(b"m".to_vec()))
+        );
+        // A write whose keys a shard names (incomplete specs) ends them too.
+        for _ in 0..3 {
+            let got: String = redis::cmd("GET").arg("k").query(&mut c).unwrap();
+            assert_eq!(got, "m");
+        }
+        let before = calls(shard.addr, "get");
+        let _: String = redis::cmd("GET").arg("k").query(&mut c).unwrap();
+        assert_eq!(calls(shard.addr, "get"), before, "GET k is cached again");
+        assert_eq!(value(&mut c, &["KS.ODD", "k", "o"]), Ok(redis::Value::Okay));
+        assert_eq!(
+            value(&mut c, &["GET", "k"]),
+            Ok(redis::Value::BulkString(b"o".to_vec()))
         );
     }
 }

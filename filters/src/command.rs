@@ -70,6 +70,7 @@
 use bytes::Bytes;
 
 mod keys;
+pub use keys::ASKED_KEYS;
 pub mod learned;
 #[path = "command_table.rs"]
 mod table;
@@ -188,6 +189,10 @@ pub enum KeySpec {
     /// A command learned from the shards ([`learned`]): its key specifications, as the
     /// server reported them (every key any of them finds, in ascending order).
     Learned(&'static [learned::LearnedSpec]),
+    /// A command learned from the shards whose key specifications say they may miss keys
+    /// (`incomplete`): a shard names its keys (`COMMAND GETKEYS`) before it is placed, which
+    /// the session does ([`CommandInfo::key_indices`] cannot: it is an error).
+    Asked,
 }
 
 /// What the proxy does with a command.

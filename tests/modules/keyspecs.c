@@ -2,7 +2,8 @@
  * A Redis module for respway's tests (tests/learned_commands.rs): commands whose key
  * specifications have the shapes a proxy must follow — a single-key write and read, a
  * multi-key write with a key count, a read of the keys after a keyword, and a command whose
- * specs are incomplete. Built by the tests with the system's C compiler.
+ * specs are incomplete (it names its keys itself: COMMAND GETKEYS). Built by the tests with
+ * the system's C compiler.
  *
  * Written against the module API as Redis 7.0 documents it (module-api reference: the API
  * table reached through the context's first pointer, RedisModule_SetCommandInfo and its
@@ -95,6 +96,8 @@ static int (*ReplyWithLongLong)(Ctx *, long long);
 static int (*WrongArity)(Ctx *);
 static long long (*CallReplyInteger)(CallReply *);
 static int (*StringToLongLong)(const Str *, long long *);
+static int (*IsKeysPositionRequest)(Ctx *);
+static void (*KeyAtPos)(Ctx *, int);
 
 #define API(name) if (GetApi("RedisModule_" #name, (void *)&name) != OK) return ERR;
 
@@ -103,6 +106,7 @@ static int init(Ctx *ctx) {
     API(SetModuleAttribs) API(CreateCommand) API(GetCommand) API(SetCommandInfo) API(Call)
     API(ReplyWithCallReply) API(FreeCallReply) API(ReplyWithError) API(ReplyWithSimpleString)
     API(ReplyWithLongLong) API(WrongArity) API(CallReplyInteger) API(StringToLongLong)
+    API(IsKeysPositionRequest) API(KeyAtPos)
     SetModuleAttribs(ctx, "keyspecs", 1, 1);
     return OK;
 }
@@ -155,10 +159,18 @@ static int ks_count(Ctx *ctx, Str **argv, int argc) {
     return ReplyWithLongLong(ctx, found);
 }
 
-/* KS.ODD key ...: its key specs say they may miss keys. */
+/* KS.ODD key value [key value ...]: sets each key to its value. Its key specs say they may
+ * miss keys; the module names them itself when asked (getkeys-api: COMMAND GETKEYS). */
 static int ks_odd(Ctx *ctx, Str **argv, int argc) {
-    (void)argv;
-    if (argc < 2) return WrongArity(ctx);
+    if (argc < 3 || argc % 2 == 0) return WrongArity(ctx);
+    if (IsKeysPositionRequest(ctx)) {
+        for (int i = 1; i < argc; i += 2) KeyAtPos(ctx, i);
+        return OK;
+    }
+    for (int i = 1; i < argc; i += 2) {
+        CallReply *r = Call(ctx, "SET", "!ss", argv[i], argv[i + 1]);
+        if (r) FreeCallReply(r);
+    }
     return ReplyWithSimpleString(ctx, "OK");
 }
 
@@ -179,7 +191,8 @@ int RedisModule_OnLoad(Ctx *ctx, Str **argv, int argc) {
     if (CreateCommand(ctx, "ks.get", ks_get, "readonly", 1, 1, 1) != OK) return ERR;
     if (CreateCommand(ctx, "ks.mset", ks_mset, "write deny-oom", 0, 0, 0) != OK) return ERR;
     if (CreateCommand(ctx, "ks.count", ks_count, "readonly", 0, 0, 0) != OK) return ERR;
-    if (CreateCommand(ctx, "ks.odd", ks_odd, "write", 1, 1, 1) != OK) return ERR;
+    if (CreateCommand(ctx, "ks.odd", ks_odd, "write deny-oom getkeys-api", 1, 1, 1) != OK)
+        return ERR;
 
     KeySpec set[2], get[2], mset[2], count[2], odd[2];
     memset(set, 0, sizeof set);
@@ -214,6 +227,6 @@ int RedisModule_OnLoad(Ctx *ctx, Str **argv, int argc) {
     if (info(ctx, "ks.get", 2, get) != OK) return ERR;
     if (info(ctx, "ks.mset", -4, mset) != OK) return ERR;
     if (info(ctx, "ks.count", -4, count) != OK) return ERR;
-    if (info(ctx, "ks.odd", -2, odd) != OK) return ERR;
+    if (info(ctx, "ks.odd", -3, odd) != OK) return ERR;
     return OK;
 }

@@ -14,6 +14,9 @@ const SYNTAX_ERROR: &str = "syntax error";
 const WRONG_ARGS: &str = "wrong number of arguments";
 pub(super) const UNBALANCED_STREAMS: &str =
     "Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.";
+/// [`KeySpec::Asked`] where the session does not ask (inside `MULTI`).
+pub const ASKED_KEYS: &str =
+    "respway: this command's keys are found by asking a shard (COMMAND GETKEYS), which respway does only outside MULTI";
 pub(super) const MIGRATE_KEYS_NOT_EMPTY: &str =
     "When using MIGRATE KEYS option, the key argument must be set to the empty string";
 
@@ -73,6 +76,7 @@ impl CommandInfo {
             }
             KeySpec::Streams => stream_indices(args, out),
             KeySpec::Migrate => migrate_indices(args, out),
+            KeySpec::Asked => Err(ASKED_KEYS),
             KeySpec::Learned(specs) => {
                 for spec in specs {
                     learned_indices(spec, args, out)?;

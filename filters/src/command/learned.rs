@@ -8,7 +8,10 @@
 //! - `admin`, `pubsub` or `blocking` flag: [`CommandClass::Unsupported`] (a blocking command
 //!   would hold a pooled connection; the built-in blocking commands have handlers of their
 //!   own);
-//! - a key spec the proxy cannot follow (`incomplete`, an `unknown` begin or find type): also
+//! - a key spec that says it may miss keys (`incomplete`): [`KeySpec::Asked`], class
+//!   [`CommandClass::SameShard`]: before it is placed, a shard names its keys (`COMMAND
+//!   GETKEYS`, as Redis Cluster clients do), and they must all be on one shard;
+//! - a key spec the proxy cannot follow otherwise (an `unknown` begin or find type):
 //!   unsupported, with that reason (the proxy will not guess where the keys are);
 //! - no key spec (a key-less command): unsupported, as a built-in key-less command is;
 //! - exactly one key spec that finds one key: [`CommandClass::Single`];
@@ -139,9 +142,6 @@ fn parse_spec(f: &Frame) -> Result<Option<LearnedSpec>, String> {
     let kv = pairs(f);
     let flags = field(&kv, "flags").map(names).unwrap_or_default();
     let flag = |n: &str| flags.iter().any(|f| f.eq_ignore_ascii_case(n));
-    if flag("incomplete") {
-        return Err("its key specs are incomplete".to_string());
-    }
     if flag("not_key") {
         // An argument that is not a key in the keyspace (a shard channel): not routed by.
         return Ok(None);
@@ -229,16 +229,32 @@ pub struct LearnedCommand {
     pub refused: Option<&'static str>,
 }
 
-/// The class of a learned command, its key positions, and why it is refused.
+/// Whether one key spec of a `COMMAND INFO` reply says it may miss keys (`incomplete`).
+fn incomplete(f: &Frame) -> bool {
+    let kv = pairs(f);
+    field(&kv, "flags")
+        .map(names)
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f.eq_ignore_ascii_case("incomplete"))
+}
+
+/// The class of a learned command, its key positions, and why it is refused; `asked`: its
+/// key specs are incomplete, so a shard names its keys ([`KeySpec::Asked`]).
 fn classify(
     flags: u32,
     specs: Result<Vec<LearnedSpec>, String>,
+    asked: bool,
 ) -> (CommandClass, KeySpec, Option<String>) {
     let specs = match specs {
         Ok(s) => s,
+        // A shard names the keys: its other specs do not matter.
+        Err(_) if asked => Vec::new(),
         Err(why) => return (CommandClass::Unsupported, KeySpec::None, Some(why)),
     };
-    let keys = if specs.is_empty() {
+    let keys = if asked {
+        KeySpec::Asked
+    } else if specs.is_empty() {
         KeySpec::None
     } else {
         KeySpec::Learned(Box::leak(specs.clone().into_boxed_slice()))
@@ -252,6 +268,10 @@ fn classify(
     }
     if flags & BLOCKING != 0 {
         return refused("a blocking command (it would hold a pooled connection)");
+    }
+    if asked {
+        // Its keys, as a shard names them, must all be on one shard.
+        return (CommandClass::SameShard, keys, None);
     }
     match specs.as_slice() {
         [] => refused("it has no keys to route it by"),
@@ -384,6 +404,8 @@ fn build(f: &Frame) -> Option<(CommandInfo, Option<String>)> {
         int(items.get(4)).unwrap_or(0),
         int(items.get(5)).unwrap_or(0),
     );
+    let asked = matches!(items.get(8), Some(Frame::Array(specs) | Frame::Set(specs))
+        if specs.iter().any(incomplete));
     let specs: Result<Vec<LearnedSpec>, String> = match items.get(8) {
         Some(Frame::Array(specs) | Frame::Set(specs)) => specs
             .iter()
@@ -415,7 +437,7 @@ fn build(f: &Frame) -> Option<(CommandInfo, Option<String>)> {
         _ => Vec::new(),
     };
     subs.sort_by(|a, b| a.name.cmp(b.name));
-    let (class, keys, refused) = classify(flags, specs);
+    let (class, keys, refused) = classify(flags, specs, asked);
     let info = CommandInfo {
         name: leak_str(&name),
         arity,

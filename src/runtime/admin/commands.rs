@@ -66,6 +66,10 @@ fn line(o: &mut String, c: &LearnedCommand) {
         _ => "other",
     };
     let _ = write!(o, " class={class} keys=[");
+    if i.keys == KeySpec::Asked {
+        // Its specs are incomplete: a shard names the keys (COMMAND GETKEYS).
+        o.push_str("asked");
+    }
     if let KeySpec::Learned(specs) = i.keys {
         for (n, s) in specs.iter().enumerate() {
             if n > 0 {

@@ -83,8 +83,15 @@ impl Session {
             self.mark_dirty();
             return Pending::Ready(local::unknown_command(&args));
         };
-        // Key positions, found once for every use below.
-        self.keys_found = cmd.key_indices(&args, &mut self.keys);
+        // Key positions, found once for every use below (or named by a shard: `asked.rs`).
+        self.keys_found = match self.asked.take() {
+            None => cmd.key_indices(&args, &mut self.keys),
+            Some(Ok(keys)) => {
+                self.keys = keys;
+                Ok(())
+            }
+            Some(Err(reply)) => return Pending::Ready(reply),
+        };
         if let Err(refused) = self.admit(cmd, &args, live) {
             return Pending::Ready(refused);
         }

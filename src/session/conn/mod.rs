@@ -112,13 +112,16 @@ impl Live {
     }
 }
 
+mod asked;
 mod clock;
 mod dispatch;
 mod handler;
+mod kinds;
 mod tx_lane;
 
 use clock::{backstop, batch_now, record, started, Batch, TurnClock};
 use handler::{Handle, HandlerCall};
+use kinds::{Cut, Lane};
 
 enum Pending {
     Ready(Reply),
@@ -158,22 +161,6 @@ impl Pending {
     }
 }
 
-/// Which connections a command travels on. A session's commands on one lane keep their
-/// order (one connection per endpoint); before a command goes on another lane, the session
-/// waits until what it has in flight is answered, so it cannot pass them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lane {
-    /// Answered by the proxy.
-    Local,
-    /// The shared connections of this protocol and database.
-    Shared(Flavor),
-    /// The dedicated connection of the session's n-th transaction.
-    Dedicated(u64),
-    /// A dedicated connection of a blocking command: a new one for each, so that each
-    /// waits for every command before it, and every command after it waits for it.
-    Blocking,
-}
-
 /// Serves one client until it leaves, sends QUIT, or breaks the protocol.
 /// `seq` (this worker's accept count for the listener) picks the session's connection to
 /// each endpoint.
@@ -210,6 +197,8 @@ pub(crate) async fn serve<S: Io>(mut stream: S, ctx: Arc<ListenerCtx>, seq: usiz
         lane: Lane::Local,
         pins: 0,
         stashed: None,
+        lookup: None,
+        asked: None,
         frame: None,
         sub: None,
         tarpit: false,
@@ -289,6 +278,10 @@ struct Session {
     pins: u64,
     /// A decoded command waiting for the commands in flight on another lane.
     stashed: Option<(Vec<Bytes>, Option<Bytes>)>,
+    /// A command whose keys a shard is asked for (`asked.rs`): nothing is decoded meanwhile.
+    lookup: Option<Box<asked::Lookup>>,
+    /// The keys a shard named for the stashed command, or the reply saying why it named none.
+    asked: Option<Result<Vec<usize>, Reply>>,
     /// The frame of the command being dispatched, as the client sent it (see
     /// `RequestDecoder::decode_frame`): `forward` hands it on with the arguments.
     frame: Option<Bytes>,
@@ -301,17 +294,6 @@ struct Session {
     /// Client-side caching: what to write right after the reply of the command being
     /// dispatched (an invalidation push).
     after: Option<Bytes>,
-}
-
-/// Why a session ends on its own.
-#[derive(Debug)]
-enum Cut {
-    /// More reply bytes held than the hard limit.
-    HardLimit(usize),
-    /// Held at the limit, nothing read by the client for the stall timeout.
-    Stalled(usize),
-    /// A subscriber's queued messages would pass `pubsub_buffer_limit`.
-    Subscriber(usize),
 }
 
 impl Session {
@@ -360,6 +342,7 @@ impl Session {
                 && !stream.pending_out()
                 && self.pending.is_empty()
                 && (self.stashed.is_none() || self.closing)
+                && self.lookup.is_none()
                 && (self.closing || self.eof || self.draining)
             {
                 return Poll::Ready(Ok(()));
@@ -382,7 +365,7 @@ impl Session {
         ctx: &ListenerCtx,
         limit: usize,
     ) -> ControlFlow<io::Result<()>, bool> {
-        let mut progress = false;
+        let mut progress = self.lookup.is_some() && self.poll_lookup(cx);
         let max = live.parts.listener.max_pending_per_client.min(self.window);
         if !self.closing
             && !self.eof
@@ -693,7 +676,7 @@ impl Session {
             }
             self.tarpit = false;
         }
-        while self.pending.len() < max && self.held() < limit {
+        while self.pending.len() < max && self.held() < limit && self.lookup.is_none() {
             let decoded = match self.stashed.take() {
                 Some(cmd) => Ok(Some(cmd)),
                 None => self.decoder.decode_frame(&mut self.rbuf),
@@ -705,6 +688,11 @@ impl Session {
                     let top =
                         command::lookup(&args[0]).or_else(|| live.parts.learned.lookup(&args[0]));
                     let cmd = top.map(|c| c.resolve(&args));
+                    // Keys only a shard can name: asked for before anything else happens.
+                    if let Some(c) = cmd.filter(|c| self.must_ask(c, &args)) {
+                        self.ask_keys(c, args, frame, live);
+                        return;
+                    }
                     let lane = self.lane_of(cmd);
                     // A transaction that starts pins a new connection: its lane is the next.
                     let lane = match lane {

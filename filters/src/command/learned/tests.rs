@@ -160,16 +160,19 @@ fn keynum_and_keyword_specs_find_every_key() {
 }
 
 #[test]
-fn commands_whose_keys_cannot_be_followed_are_refused_with_the_reason() {
+fn commands_whose_keys_cannot_be_followed_are_asked_for_or_refused_with_the_reason() {
     let f = command(
         "T.ODD",
         -2,
         &["write", "movablekeys"],
         vec![range(1, 0, 1, &["RW", "incomplete"])],
     );
+    // Incomplete specs: a shard names the keys (the session asks), all on one shard.
     let c = parse_command(&f).unwrap();
-    assert_eq!(c.info.class, CommandClass::Unsupported);
-    assert_eq!(c.refused, Some("its key specs are incomplete"));
+    assert_eq!(c.info.class, CommandClass::SameShard);
+    assert_eq!(c.info.keys, KeySpec::Asked);
+    assert_eq!(c.refused, None);
+    assert_eq!(keys(c.info, "T.ODD a"), Err(crate::command::ASKED_KEYS));
     let f = command("T.NOKEYS", 1, &["readonly"], vec![]);
     assert_eq!(
         parse_command(&f).unwrap().refused,
