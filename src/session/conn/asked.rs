@@ -26,9 +26,14 @@ impl Session {
     /// Whether `cmd` waits for a shard to name its keys: a [`KeySpec::Asked`] command not
     /// yet asked for, outside `MULTI` (queued, it is refused: `ASKED_KEYS`), from a client
     /// that may send it at all (otherwise dispatch refuses it as it refuses any command).
+    #[inline(always)]
     pub(super) fn must_ask(&self, cmd: &CommandInfo, args: &[Bytes]) -> bool {
-        matches!(cmd.keys, KeySpec::Asked)
-            && self.asked.is_none()
+        matches!(cmd.keys, KeySpec::Asked) && self.must_ask_now(cmd, args)
+    }
+
+    #[cold]
+    fn must_ask_now(&self, cmd: &CommandInfo, args: &[Bytes]) -> bool {
+        self.asked.is_none()
             && !self.tx.as_ref().is_some_and(|t| t.multi)
             && self.state.authenticated
             && cmd.arity_ok(args.len())
@@ -62,8 +67,23 @@ impl Session {
         }));
     }
 
+    /// The keys a shard named for the command being dispatched, into `keys`; or the reply
+    /// saying why there are none.
+    #[cold]
+    pub(super) fn take_asked(&mut self) -> Result<(), Reply> {
+        match self.asked.take() {
+            Some(Ok(keys)) => {
+                self.keys = keys;
+                Ok(())
+            }
+            Some(Err(reply)) => Err(reply),
+            None => Ok(()),
+        }
+    }
+
     /// Polls the lookup; once answered, the command is stashed with its keys (or with the
     /// reply saying why there are none) and dispatched next. Whether it was answered.
+    #[cold]
     pub(super) fn poll_lookup(&mut self, cx: &mut Context<'_>) -> bool {
         let Some(l) = self.lookup.as_mut() else {
             return false;

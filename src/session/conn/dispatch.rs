@@ -84,13 +84,13 @@ impl Session {
             return Pending::Ready(local::unknown_command(&args));
         };
         // Key positions, found once for every use below (or named by a shard: `asked.rs`).
-        self.keys_found = match self.asked.take() {
-            None => cmd.key_indices(&args, &mut self.keys),
-            Some(Ok(keys)) => {
-                self.keys = keys;
-                Ok(())
+        self.keys_found = if self.asked.is_none() {
+            cmd.key_indices(&args, &mut self.keys)
+        } else {
+            match self.take_asked() {
+                Ok(()) => Ok(()),
+                Err(reply) => return Pending::Ready(reply),
             }
-            Some(Err(reply)) => return Pending::Ready(reply),
         };
         if let Err(refused) = self.admit(cmd, &args, live) {
             return Pending::Ready(refused);
