@@ -259,7 +259,11 @@ fn classify(
     } else {
         KeySpec::Learned(Box::leak(specs.clone().into_boxed_slice()))
     };
-    let refused = |why: &str| (CommandClass::Unsupported, keys, Some(why.to_string()));
+    // A refused command is never asked for keys (its keys are not followed).
+    let refused = |why: &str| {
+        let keys = if asked { KeySpec::None } else { keys };
+        (CommandClass::Unsupported, keys, Some(why.to_string()))
+    };
     if flags & ADMIN != 0 {
         return refused("an admin command");
     }

@@ -189,6 +189,16 @@ fn commands_whose_keys_cannot_be_followed_are_asked_for_or_refused_with_the_reas
         .refused
         .unwrap()
         .contains("blocking"));
+    // Refused with incomplete specs: never asked for its keys.
+    let f = command(
+        "T.BLOCKODD",
+        -2,
+        &["write", "blocking", "movablekeys"],
+        vec![range(1, 0, 1, &["RW", "incomplete"])],
+    );
+    let c = parse_command(&f).unwrap();
+    assert!(c.refused.unwrap().contains("blocking"));
+    assert_eq!(c.info.keys, KeySpec::None);
     // A null entry (a name the server does not know) is no command.
     assert!(parse_command(&Frame::NullArray).is_none());
 }
