@@ -146,28 +146,28 @@ fn redisearch_commands_reach_the_shard_that_owns_the_index() {
     assert!(used.len() > 1, "every index on one shard: {used:?}");
 }
 
-/// A rolling upgrade: one shard has no module. Its keys get its own `ERR unknown command`,
-/// the other shards' keys are served.
-#[test]
-fn a_shard_without_the_module_answers_its_own_error() {
-    let shards = [with_search(), with_search(), redis()];
-    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
-    let rw = respway(&sharded_yaml(&addrs, "{ policy: maglev }", false), 1);
-    let mut through = sync_client(rw.addr);
+/// Sends `args(i)` for 24 names through respway: each is either served (`check(i, true)`
+/// says where it went) or answered with exactly the words a Redis without the module says
+/// (`check(i, false)`); both happen.
+fn served_or_the_shards_own_error(
+    through: &mut redis::Connection,
+    args: impl Fn(usize) -> Vec<String>,
+    check: impl Fn(usize, bool),
+) {
     let bare = redis();
     let mut bare_c = sync_client(bare.addr);
     let (mut served, mut refused) = (0, 0);
     for i in 0..24 {
-        let idx = format!("ix{i}");
-        let args = ["FT.CREATE", idx.as_str(), "SCHEMA", "t", "TEXT"];
-        match value(&mut through, &args) {
+        let a = args(i);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        match value(through, &a) {
             Ok(redis::Value::Okay) => {
-                assert_eq!(holders(&addrs[..2], &idx).len(), 1, "{idx}");
+                check(i, true);
                 served += 1;
             }
             other => {
-                // The same words the module-less shard says to a direct client.
-                assert_eq!(other, value(&mut bare_c, &args), "{idx}");
+                assert_eq!(other, value(&mut bare_c, &a), "{a:?}");
+                check(i, false);
                 refused += 1;
             }
         }
@@ -175,6 +175,28 @@ fn a_shard_without_the_module_answers_its_own_error() {
     assert!(
         served > 0 && refused > 0,
         "served {served}, refused {refused}"
+    );
+}
+
+/// A rolling upgrade: one shard has no module. Its keys get its own `ERR unknown command`,
+/// the other shards' keys are served.
+#[test]
+fn a_shard_without_the_module_answers_its_own_error() {
+    let shards = [with_search(), with_search(), redis()];
+    let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
+    let rw = respway(&sharded_yaml(&addrs, "{ policy: maglev }", false), 1);
+    served_or_the_shards_own_error(
+        &mut sync_client(rw.addr),
+        |i| {
+            ["FT.CREATE", &format!("ix{i}"), "SCHEMA", "t", "TEXT"]
+                .map(String::from)
+                .to_vec()
+        },
+        |i, served| {
+            if served {
+                assert_eq!(holders(&addrs[..2], &format!("ix{i}")).len(), 1, "ix{i}");
+            }
+        },
     );
 }
 
@@ -186,29 +208,21 @@ fn keys_are_asked_of_a_shard_that_knows_the_command() {
     let shards = [redis(), with_keyspecs(), with_keyspecs()];
     let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
     let rw = respway(&sharded_yaml(&addrs, "{ policy: maglev }", false), 1);
-    let mut through = sync_client(rw.addr);
-    let bare = redis();
-    let mut bare_c = sync_client(bare.addr);
-    let (mut served, mut refused) = (0, 0);
-    for i in 0..24 {
-        let k = format!("odd{i}");
-        let args = ["KS.ODD", k.as_str(), "v"];
-        match value(&mut through, &args) {
-            Ok(redis::Value::Okay) => {
-                assert_eq!(holding(&addrs[1..], &k).len(), 1, "{k}");
-                served += 1;
+    served_or_the_shards_own_error(
+        &mut sync_client(rw.addr),
+        |i| {
+            ["KS.ODD", &format!("odd{i}"), "v"]
+                .map(String::from)
+                .to_vec()
+        },
+        |i, served| {
+            let on = holding(&addrs, &format!("odd{i}"));
+            if served {
+                assert!(on.len() == 1 && on[0] != 0, "odd{i} on {on:?}");
+            } else {
+                assert!(on.is_empty(), "odd{i} on {on:?}");
             }
-            other => {
-                // The same words the module-less shard says to a direct client.
-                assert_eq!(other, value(&mut bare_c, &args), "{k}");
-                assert!(holding(&addrs, &k).is_empty(), "{k}");
-                refused += 1;
-            }
-        }
-    }
-    assert!(
-        served > 0 && refused > 0,
-        "served {served}, refused {refused}"
+        },
     );
     // `/commands` says its keys are asked for.
     let admin = respway::admin::start(
