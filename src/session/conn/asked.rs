@@ -174,15 +174,9 @@ fn positions(args: &[Bytes], reply: &Bytes) -> Result<Vec<usize>, String> {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<Bytes> {
-        s.split(' ')
-            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-            .collect()
-    }
-
     #[test]
     fn the_keys_a_shard_names_become_positions() {
-        let a = args("KS.ODD k 1 v k x");
+        let a = [b"KS.ODD" as &[u8], b"k", b"1", b"v", b"k", b"x"].map(Bytes::from_static);
         let r = Bytes::from_static(b"*2\r\n$1\r\nx\r\n$1\r\nk\r\n");
         assert_eq!(positions(&a, &r), Ok(vec![1, 5]));
         // A key named twice is two arguments.
