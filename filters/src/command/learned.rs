@@ -137,11 +137,19 @@ fn names(f: &Frame) -> Vec<String> {
     }
 }
 
+/// Whether a key spec's `flags` hold `name` (ignoring ASCII case).
+fn spec_flag(kv: &[(String, Frame)], name: &str) -> bool {
+    field(kv, "flags")
+        .map(names)
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f.eq_ignore_ascii_case(name))
+}
+
 /// One key spec of a `COMMAND INFO` reply, or why it cannot be followed.
 fn parse_spec(f: &Frame) -> Result<Option<LearnedSpec>, String> {
     let kv = pairs(f);
-    let flags = field(&kv, "flags").map(names).unwrap_or_default();
-    let flag = |n: &str| flags.iter().any(|f| f.eq_ignore_ascii_case(n));
+    let flag = |n: &str| spec_flag(&kv, n);
     if flag("not_key") {
         // An argument that is not a key in the keyspace (a shard channel): not routed by.
         return Ok(None);
@@ -231,12 +239,7 @@ pub struct LearnedCommand {
 
 /// Whether one key spec of a `COMMAND INFO` reply says it may miss keys (`incomplete`).
 fn incomplete(f: &Frame) -> bool {
-    let kv = pairs(f);
-    field(&kv, "flags")
-        .map(names)
-        .unwrap_or_default()
-        .iter()
-        .any(|f| f.eq_ignore_ascii_case("incomplete"))
+    spec_flag(&pairs(f), "incomplete")
 }
 
 /// The class of a learned command, its key positions, and why it is refused; `asked`: its

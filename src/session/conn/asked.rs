@@ -77,6 +77,7 @@ impl Session {
                 Ok(())
             }
             Some(Err(reply)) => Err(reply),
+            // Not reached: dispatch calls this only with `asked` set.
             None => Ok(()),
         }
     }
